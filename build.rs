@@ -1,0 +1,68 @@
+//! Embeds the Lua scripts of `lua/` and the saved playground operations of
+//! `playground/operations/` into the binary.
+//!
+//! Adding a script or an example operation means adding a file: this build step finds it,
+//! and the generated tables (`lua_scripts.rs`, `playground_operations.rs`) list it, so no
+//! central registry has to be edited by hand.
+
+use std::{env, fs, path::Path};
+
+fn main() {
+    let out_dir = env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    let root = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+
+    let scripts = files_with_extension(&Path::new(&root).join("lua"), "lua");
+    let mut generated = String::new();
+    for (stem, path) in &scripts {
+        generated.push_str(&format!(
+            "/// `lua/{stem}.lua`\npub static {}: LazyLock<LuaScript> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({path:?})));\n",
+            stem.to_uppercase()
+        ));
+    }
+    generated.push_str("/// Every script of `lua/`, loaded into Redis at start.\npub static ALL: &[&LazyLock<LuaScript>] = &[");
+    for (stem, _) in &scripts {
+        generated.push_str(&format!("&{}, ", stem.to_uppercase()));
+    }
+    generated.push_str("];\n");
+    fs::write(Path::new(&out_dir).join("lua_scripts.rs"), generated).expect("write lua_scripts.rs");
+
+    let operations =
+        files_with_extension(&Path::new(&root).join("playground/operations"), "graphql");
+    let mut generated = String::from("pub static OPERATIONS: &[(&str, &str)] = &[\n");
+    for (stem, path) in &operations {
+        generated.push_str(&format!("    ({stem:?}, include_str!({path:?})),\n"));
+    }
+    generated.push_str("];\n");
+    fs::write(
+        Path::new(&out_dir).join("playground_operations.rs"),
+        generated,
+    )
+    .expect("write playground_operations.rs");
+
+    println!("cargo:rerun-if-changed=lua");
+    println!("cargo:rerun-if-changed=playground");
+}
+
+/// `(file stem, absolute path)` of every file in `dir` with `extension`, sorted by name so
+/// that the generated code is stable.
+fn files_with_extension(dir: &Path, extension: &str) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.path())
+                .filter(|path| path.extension().is_some_and(|ext| ext == extension))
+                .map(|path| {
+                    let stem = path
+                        .file_stem()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned();
+                    (stem, path.to_string_lossy().into_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}

@@ -1,0 +1,9 @@
+//! The background work of an instance. Every instance runs all of it: coordination between
+//! instances goes through Redis (consumer groups, locks), never through local state.
+//! A feature with a worker adds one line here.
+
+use crate::app::AppState;
+
+pub fn spawn_all(state: &AppState) {
+    state.spawn_background("rate-limit-sweeper", crate::http::rate_limit::sweep);
+}

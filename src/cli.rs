@@ -1,0 +1,92 @@
+//! The `engage` command line.
+
+use clap::{Parser, Subcommand};
+
+use crate::{
+    app::{self, App},
+    auth::{Role, Tokens},
+    config::Config,
+    db::Db,
+    schema,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "engage",
+    version,
+    about = "GraphQL backend for engagement features"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: Config,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the API, the playground and the background workers (the default).
+    Serve,
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Print a bearer token signed with the configured secret.
+    Token {
+        /// The user id the token speaks for.
+        #[arg(long)]
+        user: i64,
+        #[arg(long, default_value = "user")]
+        role: Role,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 30 * 24 * 3600)]
+        ttl: i64,
+        /// Display name given to the user when first seen.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print the GraphQL SDL (what `schema.graphql` holds).
+    Schema,
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = cli.config;
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            let app = App::start(config).await?;
+            let address = app.local_addr();
+            tracing::info!("engage is listening on http://{address}");
+            println!("engage: playground at http://{address}/ (GraphQL endpoint http://{address}/graphql)");
+            app.serve(app::shutdown_signal()).await
+        }
+        Command::Migrate => {
+            let db = Db::connect(&config.database_url).await?;
+            db.migrate().await?;
+            println!("migrations applied to {:?}", db.backend);
+            Ok(())
+        }
+        Command::Token {
+            user,
+            role,
+            ttl,
+            name,
+        } => {
+            if user <= 0 {
+                anyhow::bail!("--user must be a positive integer");
+            }
+            if config.uses_dev_secret() {
+                eprintln!(
+                    "warning: ENGAGE_JWT_SECRET is not set; signing with the development secret"
+                );
+            }
+            println!(
+                "{}",
+                Tokens::new(config.jwt_secret()).mint(user, role, ttl, name)
+            );
+            Ok(())
+        }
+        Command::Schema => {
+            print!("{}", schema::sdl());
+            Ok(())
+        }
+    }
+}

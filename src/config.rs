@@ -1,0 +1,140 @@
+//! Runtime configuration, read once from environment variables (and a `.env` file, loaded
+//! before parsing) by clap. Every setting has a default so that `cargo run` works on a fresh
+//! machine; every setting is listed in the README.
+
+use std::{net::SocketAddr, time::Duration};
+
+use chrono_tz::Tz;
+use clap::Args;
+
+/// The development JWT secret. Accepted only with a loud warning at start: anyone who reads
+/// this file can mint tokens for a server that uses it.
+pub const DEV_JWT_SECRET: &str = "engage-dev-secret-do-not-use-in-production";
+
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    #[arg(
+        long,
+        env = "ENGAGE_BIND",
+        default_value = "127.0.0.1:8000",
+        global = true
+    )]
+    pub bind: SocketAddr,
+
+    /// Redis 7 or newer: the hot path of every feature.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    pub redis_url: String,
+
+    /// SQLite (`sqlite://path`, the embedded default) or PostgreSQL (`postgres://…`).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://data/engage.db",
+        global = true
+    )]
+    pub database_url: String,
+
+    /// HS256 secret for bearer tokens. Unset means the development secret (with a warning).
+    #[arg(long, env = "ENGAGE_JWT_SECRET", hide_env_values = true, global = true)]
+    pub jwt_secret: Option<String>,
+
+    /// IANA time zone that defines "today", months and seasons.
+    #[arg(long, env = "ENGAGE_TIMEZONE", default_value = "UTC", global = true)]
+    pub timezone: Tz,
+
+    /// Prefix of every Redis key, so that deployments and tests can share one server.
+    #[arg(
+        long,
+        env = "ENGAGE_REDIS_PREFIX",
+        default_value = "engage:",
+        global = true
+    )]
+    pub redis_prefix: String,
+
+    /// Largest accepted request body in bytes (larger answers 413).
+    #[arg(long, env = "ENGAGE_MAX_BODY_BYTES", default_value_t = 64 * 1024, global = true)]
+    pub max_body_bytes: usize,
+
+    /// Deepest accepted selection nesting.
+    #[arg(long, env = "ENGAGE_MAX_DEPTH", default_value_t = 16, global = true)]
+    pub max_depth: usize,
+
+    /// Highest accepted query complexity (one per field, lists multiply by `first`).
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_COMPLEXITY",
+        default_value_t = 2000,
+        global = true
+    )]
+    pub max_complexity: usize,
+
+    /// Sustained requests per second allowed from one client IP (bursts of twice that).
+    #[arg(
+        long,
+        env = "ENGAGE_RATE_LIMIT_PER_IP",
+        default_value_t = 100,
+        global = true
+    )]
+    pub rate_limit_per_ip: u32,
+
+    /// Sustained requests per second allowed for one signed-in user (bursts of twice that).
+    #[arg(
+        long,
+        env = "ENGAGE_RATE_LIMIT_PER_USER",
+        default_value_t = 30,
+        global = true
+    )]
+    pub rate_limit_per_user: u32,
+
+    /// Take the client IP from `X-Forwarded-For` (only behind a proxy that sets it).
+    #[arg(
+        long,
+        env = "ENGAGE_TRUST_PROXY",
+        default_value_t = false,
+        global = true
+    )]
+    pub trust_proxy: bool,
+
+    /// Subscriptions one WebSocket connection may hold at once.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_SUBSCRIPTIONS",
+        default_value_t = 20,
+        global = true
+    )]
+    pub max_subscriptions_per_connection: usize,
+
+    /// Sequence numbers the ID generator reserves per Redis round trip.
+    #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64, global = true)]
+    pub id_block_size: u32,
+
+    /// Seconds a shutdown waits for in-flight requests and background tasks.
+    #[arg(
+        long,
+        env = "ENGAGE_SHUTDOWN_GRACE_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Config {
+    /// The secret tokens are signed with; the development one when none is configured.
+    pub fn jwt_secret(&self) -> &str {
+        self.jwt_secret.as_deref().unwrap_or(DEV_JWT_SECRET)
+    }
+
+    pub fn uses_dev_secret(&self) -> bool {
+        self.jwt_secret.is_none()
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_seconds)
+    }
+}

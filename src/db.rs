@@ -1,0 +1,131 @@
+//! The SQL archive: one sqlx `AnyPool` over SQLite (embedded default) or PostgreSQL
+//! (production), chosen by the scheme of `DATABASE_URL`.
+//!
+//! Why `Any` rather than a pool per backend: the queries of this service are plain SQL that
+//! both engines accept (`$1` placeholders, `ON CONFLICT`, `RETURNING`), so one code path
+//! serves both. Where the engines differ (partitioning, types) the difference lives in the
+//! migrations of `migrations/sqlite` and `migrations/postgres`, or behind [`Db::backend`].
+//! The price is that `Any` only carries integers, floats, text and blobs: times are stored as
+//! epoch milliseconds (`BIGINT`).
+
+use std::{str::FromStr, time::Duration};
+
+use anyhow::Context;
+use sqlx::{
+    any::AnyPoolOptions,
+    migrate::Migrator,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
+    AnyPool, Executor,
+};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Clone)]
+pub struct Db {
+    pub pool: AnyPool,
+    pub backend: Backend,
+}
+
+impl Db {
+    /// Opens the database named by `url`, creating a SQLite file and its folder if needed.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            anyhow::bail!("DATABASE_URL must start with sqlite: or postgres: (got {url})");
+        };
+
+        let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(5));
+        let pool = match backend {
+            Backend::Sqlite => {
+                prepare_sqlite_file(url).await?;
+                // SQLite allows one writer at a time; a small pool avoids lock contention,
+                // and WAL lets readers go on while the writer writes.
+                options
+                    .max_connections(8)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await
+            }
+            Backend::Postgres => options.max_connections(16).connect(url).await,
+        }
+        .with_context(|| format!("cannot open the database at {}", redact(url)))?;
+        Ok(Self { pool, backend })
+    }
+
+    /// Applies the migrations of this backend that have not run yet.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        let migrator = match self.backend {
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator
+            .run(&self.pool)
+            .await
+            .context("applying migrations")?;
+        Ok(())
+    }
+
+    /// Whether the database answers now (readiness).
+    pub async fn is_ready(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    /// Pool usage, for `/metrics`.
+    pub fn pool_state(&self) -> (u32, u32) {
+        (self.pool.size(), self.pool.num_idle() as u32)
+    }
+}
+
+/// Creates the SQLite file (and its folder) and switches it to WAL; the journal mode is
+/// stored in the file, so every later connection uses it.
+async fn prepare_sqlite_file(url: &str) -> anyhow::Result<()> {
+    use sqlx::ConnectOptions;
+
+    let options = SqliteConnectOptions::from_str(url)?;
+    let path = options.get_filename().to_path_buf();
+    if path.as_os_str() == ":memory:" {
+        return Ok(());
+    }
+    if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(folder)
+            .with_context(|| format!("creating the folder {}", folder.display()))?;
+    }
+    let conn = options
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .connect()
+        .await
+        .with_context(|| format!("creating {}", path.display()))?;
+    sqlx::Connection::close(conn).await?;
+    Ok(())
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match url.split_once('@') {
+        Some((credentials, rest)) => match credentials.rsplit_once(':') {
+            Some((user, _)) if user.contains("//") => format!("{user}:***@{rest}"),
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}

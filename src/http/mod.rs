@@ -1,0 +1,105 @@
+//! The HTTP surface: routes, shared middleware and the small helpers the handlers share.
+
+pub mod apq;
+pub mod graphql;
+pub mod health;
+pub mod playground;
+pub mod rate_limit;
+pub mod ws;
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::{
+    extract::DefaultBodyLimit,
+    http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+    Router,
+};
+use serde_json::json;
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    cors::CorsLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
+};
+
+use crate::{app::AppState, error::AppError, schema::AppSchema};
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What every handler receives.
+#[derive(Clone)]
+pub struct HttpState {
+    pub state: AppState,
+    pub schema: AppSchema,
+}
+
+pub fn router(state: AppState, schema: AppSchema) -> Router {
+    crate::metrics::install();
+    let max_body = state.config.max_body_bytes;
+    let http = HttpState { state, schema };
+    Router::new()
+        .route("/", get(playground::page))
+        .route("/graphql", get(graphql::get).post(graphql::post))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(CatchPanicLayer::custom(|_| {
+            tracing::error!("a handler panicked");
+            plain_error(StatusCode::INTERNAL_SERVER_ERROR, &AppError::internal(anyhow::anyhow!("panic")))
+        }))
+        // Bearer tokens, not cookies, carry identity, so any origin may call the API.
+        .layer(CorsLayer::permissive())
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+            let id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id = id)
+        }))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .with_state(http)
+}
+
+/// The request id set by [`SetRequestIdLayer`] (or sent by the client).
+pub fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string()
+}
+
+/// The client's address: the peer, or the first `X-Forwarded-For` hop behind a trusted proxy.
+pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, trust_proxy: bool) -> IpAddr {
+    if trust_proxy {
+        let forwarded = headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|list| list.split(',').next())
+            .and_then(|first| first.trim().parse().ok());
+        if let Some(ip) = forwarded {
+            return ip;
+        }
+    }
+    peer.ip()
+}
+
+/// A JSON error body outside GraphQL execution (panics, refused upgrades).
+pub fn plain_error(status: StatusCode, error: &AppError) -> Response {
+    let body = json!({ "errors": [{
+        "message": error.public_message(),
+        "extensions": { "code": error.code().as_str() },
+    }]});
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    if let AppError::RateLimited { retry_after_secs } = error {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    }
+    response
+}

@@ -1,0 +1,28 @@
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    // A missing .env is normal; a malformed one is worth saying.
+    if let Err(error) = dotenvy::dotenv() {
+        if !error.not_found() {
+            eprintln!("engage: ignoring .env: {error}");
+        }
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new("engage=info,tower_http=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let cli = engage::cli::Cli::parse();
+    match engage::cli::run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("engage: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The one module that builds Redis keys.
+//!
+//! Every key is `<prefix>{<hash tag>}:<rest>`. The prefix (`ENGAGE_REDIS_PREFIX`) lets tests
+//! and deployments share a server; the hash tag puts the keys one Lua script touches together
+//! into one Redis Cluster slot. Lua never builds a key: it receives these in KEYS.
+//! Each key family has one function here; features add theirs in their own `impl Keys`
+//! block next to their code, built with [`Keys::tagged`].
+
+use chrono::NaiveDate;
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `<prefix>{<tag>}:<rest>`: the one shape of every key.
+    pub fn tagged(&self, tag: &str, rest: &str) -> String {
+        format!("{}{{{tag}}}:{rest}", self.prefix)
+    }
+
+    /// The ID generator's sequence counter for one UTC day.
+    pub fn id_sequence(&self, day: NaiveDate) -> String {
+        self.tagged("ids", &format!("seq:{}", day.format("%Y%m%d")))
+    }
+
+    /// An Automatic Persisted Query, by the SHA-256 of its text.
+    pub fn persisted_query(&self, sha256_hex: &str) -> String {
+        self.tagged("apq", sha256_hex)
+    }
+
+    /// A pattern matching every key of this prefix (tests clean up with it).
+    pub fn all_pattern(&self) -> String {
+        format!("{}*", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_carry_prefix_and_hash_tag() {
+        let keys = Keys::new("engage:");
+        let day = NaiveDate::from_ymd_opt(2026, 11, 23).unwrap();
+        assert_eq!(keys.id_sequence(day), "engage:{ids}:seq:20261123");
+        assert_eq!(keys.persisted_query("ab"), "engage:{apq}:ab");
+    }
+}

@@ -1,0 +1,127 @@
+//! Redis access: the connection pool, the key builder and the embedded Lua scripts.
+
+pub mod keys;
+pub mod scripts;
+
+use std::{net::ToSocketAddrs, process::Command, time::Duration};
+
+use anyhow::{bail, Context};
+use bb8_redis::RedisConnectionManager;
+use redis::AsyncCommands;
+
+pub use keys::Keys;
+
+pub type RedisPool = bb8::Pool<RedisConnectionManager>;
+
+/// Connects the pool and checks that Redis answers; fails fast with a message that says how
+/// to start one. When nothing listens on a loopback address and `redis-server` is on the
+/// PATH, one is started (without persistence) so that the first command of the README
+/// works on a fresh machine.
+pub async fn connect(url: &str) -> anyhow::Result<RedisPool> {
+    let manager = RedisConnectionManager::new(url).context("REDIS_URL is not a valid Redis URL")?;
+    let pool = bb8::Pool::builder()
+        .max_size(32)
+        .connection_timeout(Duration::from_secs(3))
+        .build_unchecked(manager);
+
+    if ping(&pool).await.is_err() {
+        if let Some(port) = local_port(url) {
+            if start_local_server(port)? {
+                for _ in 0..50 {
+                    if ping(&pool).await.is_ok() {
+                        return Ok(pool);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        if let Err(error) = ping(&pool).await {
+            bail!(
+                "Redis does not answer at {url} ({error}).\n\
+                 Start one with `redis-server --daemonize yes --save '' --appendonly no` \
+                 or point REDIS_URL at a running Redis 7."
+            );
+        }
+    }
+    Ok(pool)
+}
+
+async fn ping(pool: &RedisPool) -> anyhow::Result<()> {
+    let mut conn = pool.get().await?;
+    let _: String = redis::cmd("PING").query_async(&mut *conn).await?;
+    let version: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut *conn)
+        .await
+        .unwrap_or_default();
+    if let Some(major) = version
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .and_then(|v| v.split('.').next())
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        if major < 7 {
+            bail!("Redis {major} is too old: engage needs Redis 7 or newer");
+        }
+    }
+    Ok(())
+}
+
+/// The port of a `redis://` URL whose host is a loopback address.
+fn local_port(url: &str) -> Option<u16> {
+    let info: redis::ConnectionInfo = url.parse().ok()?;
+    let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
+        return None;
+    };
+    let is_loopback = (host.as_str(), port)
+        .to_socket_addrs()
+        .ok()?
+        .all(|address| address.ip().is_loopback());
+    is_loopback.then_some(port)
+}
+
+/// Starts `redis-server` in the background if it is on the PATH. Returns whether it did.
+fn start_local_server(port: u16) -> anyhow::Result<bool> {
+    let started = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--daemonize",
+            "yes",
+        ])
+        .args(["--save", "", "--appendonly", "no"])
+        .status();
+    match started {
+        Ok(status) if status.success() => {
+            tracing::warn!(
+                port,
+                "Redis was not running: started a local redis-server (no persistence)"
+            );
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Pool usage, for `/metrics`.
+pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
+    let state = pool.state();
+    (state.connections, state.idle_connections)
+}
+
+/// Small helper so call sites read `redis::conn(&pool).await?`.
+pub async fn conn(
+    pool: &RedisPool,
+) -> Result<bb8::PooledConnection<'_, RedisConnectionManager>, crate::error::AppError> {
+    Ok(pool.get().await?)
+}
+
+/// Whether Redis answers now (readiness).
+pub async fn is_ready(pool: &RedisPool) -> bool {
+    let Ok(mut conn) = pool.get().await else {
+        return false;
+    };
+    conn.ping::<String>().await.is_ok()
+}

@@ -1,0 +1,6 @@
+//! Root fields per domain. Resolvers are thin: they check arguments, call the domain layer
+//! and map its records to schema types. No Redis commands, SQL or business rules here.
+
+pub mod item;
+pub mod system;
+pub mod user;

@@ -1,0 +1,28 @@
+//! `viewer`.
+
+use async_graphql::{Context, Object};
+
+use crate::{
+    auth,
+    error::AppResult,
+    schema::{user::User, ContextExt},
+};
+
+#[derive(Default)]
+pub struct UserQuery;
+
+#[Object]
+impl UserQuery {
+    /// The signed-in user; null without a token.
+    async fn viewer(&self, ctx: &Context<'_>) -> AppResult<Option<User>> {
+        let Some(viewer) = auth::viewer(ctx) else {
+            return Ok(None);
+        };
+        Ok(ctx
+            .state()
+            .users
+            .find(viewer.user_id)
+            .await?
+            .map(User::from))
+    }
+}

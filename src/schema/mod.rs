@@ -1,0 +1,81 @@
+//! The GraphQL schema: the types of each domain (one file each) and the roots assembled from
+//! the per-feature resolver roots of `src/resolvers/`.
+//!
+//! Adding a feature means adding its files and naming its roots once in the tuples below.
+
+pub mod errors;
+pub mod item;
+pub mod user;
+
+use async_graphql::{dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema};
+
+use crate::{app::AppState, resolvers, users::UserLoader};
+
+#[derive(MergedObject, Default)]
+#[graphql(name = "Query")]
+pub struct QueryRoot(resolvers::user::UserQuery, resolvers::item::ItemQuery);
+
+#[derive(MergedObject, Default)]
+#[graphql(name = "Mutation")]
+pub struct MutationRoot(resolvers::item::ItemMutation);
+
+#[derive(MergedSubscription, Default)]
+#[graphql(name = "Subscription")]
+pub struct SubscriptionRoot(resolvers::system::SystemSubscription);
+
+pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
+
+/// Builds the schema. Without state it can only print its SDL (`engage schema`).
+pub fn build(state: Option<AppState>) -> AppSchema {
+    let mut builder = Schema::build(
+        QueryRoot::default(),
+        MutationRoot::default(),
+        SubscriptionRoot::default(),
+    )
+    .extension(errors::ErrorCodes)
+    // The HTTP layer refuses documents nested deeper than this before parsing; here the
+    // same bound applies to WebSocket operations. `limit_depth` (far lower) then gives
+    // the precise validation error.
+    .limit_recursive_depth(crate::http::graphql::MAX_NESTING);
+    if let Some(state) = state {
+        builder = builder
+            .limit_depth(state.config.max_depth)
+            .limit_complexity(state.config.max_complexity)
+            .data(DataLoader::new(
+                UserLoader(state.users.clone()),
+                tokio::spawn,
+            ))
+            .data(state);
+    }
+    builder.finish()
+}
+
+/// The SDL as `schema.graphql` holds it.
+pub fn sdl() -> String {
+    build(None).sdl()
+}
+
+/// Access to the shared state from a resolver.
+pub trait ContextExt {
+    fn state(&self) -> &AppState;
+}
+
+impl ContextExt for Context<'_> {
+    fn state(&self) -> &AppState {
+        self.data_unchecked::<AppState>()
+    }
+}
+
+/// The largest page any list field returns (`first` above this is an input error).
+pub const MAX_PAGE_SIZE: i32 = 100;
+
+/// Checks a `first` argument: 1..=100.
+pub fn page_size(first: i32) -> crate::error::AppResult<usize> {
+    if (1..=MAX_PAGE_SIZE).contains(&first) {
+        Ok(first as usize)
+    } else {
+        Err(crate::error::AppError::bad_input(format!(
+            "first must be between 1 and {MAX_PAGE_SIZE}, got {first}"
+        )))
+    }
+}

@@ -1,0 +1,103 @@
+//! Users: rows in SQL, created the first time a valid token names them.
+
+use std::{collections::HashMap, collections::HashSet, sync::Mutex};
+
+use async_graphql::dataloader::Loader;
+use sqlx::Row;
+
+use crate::{auth::Claims, db::Db, error::AppError};
+
+#[derive(Debug, Clone)]
+pub struct UserRecord {
+    pub id: i64,
+    pub name: String,
+    pub avatar_url: Option<String>,
+}
+
+/// Remembers which users this instance has already written, so that first sight costs one
+/// `INSERT … ON CONFLICT DO NOTHING` per user per instance rather than one per request.
+pub struct UserDirectory {
+    db: Db,
+    seen: Mutex<HashSet<i64>>,
+}
+
+/// Past this many remembered ids the memory is cleared; the cost is one idempotent insert
+/// per user afterwards.
+const SEEN_CAPACITY: usize = 100_000;
+
+impl UserDirectory {
+    pub fn new(db: Db) -> Self {
+        Self {
+            db,
+            seen: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Creates the user named by a verified token if it does not exist yet.
+    pub async fn ensure(&self, user_id: i64, claims: &Claims, now_ms: i64) -> Result<(), AppError> {
+        if self.seen.lock().expect("poisoned").contains(&user_id) {
+            return Ok(());
+        }
+        let name = claims
+            .name
+            .as_deref()
+            .map(|n| n.trim().chars().take(64).collect::<String>())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("user{user_id}"));
+        sqlx::query(
+            "INSERT INTO users (id, name, created_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(user_id)
+        .bind(name)
+        .bind(now_ms)
+        .execute(&self.db.pool)
+        .await?;
+        let mut seen = self.seen.lock().expect("poisoned");
+        if seen.len() >= SEEN_CAPACITY {
+            seen.clear();
+        }
+        seen.insert(user_id);
+        Ok(())
+    }
+
+    pub async fn find(&self, user_id: i64) -> Result<Option<UserRecord>, AppError> {
+        Ok(self.find_many(&[user_id]).await?.remove(&user_id))
+    }
+
+    pub async fn find_many(&self, ids: &[i64]) -> Result<HashMap<i64, UserRecord>, AppError> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // Ids are integers, so inlining them is safe and keeps one statement for any count.
+        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let rows = sqlx::query(&format!(
+            "SELECT id, name, avatar_url FROM users WHERE id IN ({list})"
+        ))
+        .fetch_all(&self.db.pool)
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                let user = UserRecord {
+                    id: row.try_get("id")?,
+                    name: row.try_get("name")?,
+                    avatar_url: row.try_get("avatar_url")?,
+                };
+                Ok((user.id, user))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+}
+
+/// Batches the users of one GraphQL response into one SQL query.
+pub struct UserLoader(pub std::sync::Arc<UserDirectory>);
+
+impl Loader<i64> for UserLoader {
+    type Value = UserRecord;
+    type Error = std::sync::Arc<AppError>;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, UserRecord>, Self::Error> {
+        self.0.find_many(keys).await.map_err(std::sync::Arc::new)
+    }
+}

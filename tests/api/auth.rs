@@ -1,0 +1,110 @@
+//! Bearer tokens, roles and the viewer.
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
+use engage::auth::Role;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::harness::{first_code, TestApp};
+
+const CREATE_ITEM: &str = "mutation { createItem(input: { name: \"Tea House\" }) { id name } }";
+
+async fn post_with_authorization(
+    app: &TestApp,
+    authorization: &str,
+    query: &str,
+) -> (StatusCode, Value) {
+    let response = app
+        .http
+        .post(app.url("/graphql"))
+        .header("authorization", authorization)
+        .json(&json!({ "query": query }))
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_missing_token_is_unauthenticated_where_a_user_is_needed() {
+    let app = TestApp::spawn().await;
+    let body = app.gql(None, CREATE_ITEM, json!({})).await;
+    assert_eq!(first_code(&body), "UNAUTHENTICATED");
+    // Reading the viewer without a token is not an error: there is no viewer.
+    let data = app.data(None, "{ viewer { id } }", json!({})).await;
+    assert_eq!(data["viewer"], Value::Null);
+}
+
+#[tokio::test]
+async fn expired_forged_and_unsigned_tokens_are_refused() {
+    let app = TestApp::spawn().await;
+    let secret = app.state.config.jwt_secret().to_string();
+    let expired = engage::auth::Tokens::new(&secret).mint(7, Role::Admin, -3600, None);
+    let forged = engage::auth::Tokens::new("someone-elses-secret").mint(7, Role::Admin, 3600, None);
+    let unsigned = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(format!(
+            r#"{{"sub":"7","role":"admin","exp":{}}}"#,
+            chrono::Utc::now().timestamp() + 3600
+        ))
+    );
+    for (what, token) in [
+        ("expired", expired),
+        ("forged", forged),
+        ("alg none", unsigned),
+        ("garbage", "abc".into()),
+    ] {
+        let (status, body) =
+            post_with_authorization(&app, &format!("Bearer {token}"), CREATE_ITEM).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
+        assert_eq!(first_code(&body), "UNAUTHENTICATED", "{what}: {body}");
+    }
+    let (status, body) = post_with_authorization(&app, "Basic dXNlcjpwYXNz", CREATE_ITEM).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(first_code(&body), "UNAUTHENTICATED");
+}
+
+#[tokio::test]
+async fn only_admins_create_items() {
+    let app = TestApp::spawn().await;
+    let body = app
+        .gql(Some(&app.user_token(5)), CREATE_ITEM, json!({}))
+        .await;
+    assert_eq!(first_code(&body), "FORBIDDEN");
+    let body = app
+        .gql(Some(&app.token(5, Role::Service)), CREATE_ITEM, json!({}))
+        .await;
+    assert_eq!(first_code(&body), "FORBIDDEN");
+    let data = app
+        .data(Some(&app.admin_token()), CREATE_ITEM, json!({}))
+        .await;
+    assert_eq!(data["createItem"]["name"], "Tea House");
+}
+
+#[tokio::test]
+async fn a_user_is_created_on_first_sight_with_the_name_claim() {
+    let app = TestApp::spawn().await;
+    let token = engage::auth::Tokens::new(app.state.config.jwt_secret()).mint(
+        42,
+        Role::User,
+        3600,
+        Some("Mei".into()),
+    );
+    let data = app
+        .data(Some(&token), "{ viewer { id name avatarUrl } }", json!({}))
+        .await;
+    assert_eq!(
+        data["viewer"],
+        json!({ "id": "42", "name": "Mei", "avatarUrl": null })
+    );
+
+    let data = app
+        .data(
+            Some(&app.user_token(43)),
+            "{ viewer { id name } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(data["viewer"], json!({ "id": "43", "name": "user43" }));
+}

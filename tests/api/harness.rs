@@ -1,0 +1,224 @@
+//! Starts the whole app in-process on a random port, against the real Redis (a key prefix of
+//! its own) and a real database (a temporary SQLite file, or a fresh PostgreSQL schema when
+//! `TEST_DATABASE_URL` points at PostgreSQL). Everything is removed when the test ends;
+//! nothing shared is flushed.
+
+use std::time::Duration;
+
+use clap::Parser;
+use engage::{
+    app::{App, AppState},
+    auth::{Role, Tokens},
+    cli::Cli,
+    config::Config,
+};
+use serde_json::{json, Value};
+
+pub struct TestApp {
+    pub base: String,
+    pub state: AppState,
+    pub http: reqwest::Client,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    cleanup: Cleanup,
+    _sqlite_dir: Option<tempfile::TempDir>,
+}
+
+struct Cleanup {
+    redis_url: String,
+    redis_prefix: String,
+    postgres: Option<(String, String)>,
+}
+
+/// A configuration with the defaults and environment of a real start.
+pub fn base_config() -> Config {
+    Cli::try_parse_from(["engage"])
+        .expect("defaults parse")
+        .config
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        let mut config = base_config();
+        config.bind = "127.0.0.1:0".parse().unwrap();
+        config.redis_prefix = format!("engage-test:{unique}:");
+        config.jwt_secret = Some(format!("test-secret-{unique}"));
+        config.shutdown_grace_seconds = 5;
+
+        let mut sqlite_dir = None;
+        let mut postgres = None;
+        match std::env::var("TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| u.starts_with("postgres"))
+        {
+            Some(url) => {
+                let schema = format!("t_{unique}");
+                let admin = sqlx::PgPool::connect(&url)
+                    .await
+                    .expect("TEST_DATABASE_URL answers");
+                sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                    .execute(&admin)
+                    .await
+                    .unwrap();
+                admin.close().await;
+                let separator = if url.contains('?') { '&' } else { '?' };
+                config.database_url =
+                    format!("{url}{separator}options=-c%20search_path%3D{schema}");
+                postgres = Some((url, schema));
+            }
+            None => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                config.database_url = format!("sqlite://{}/engage.db", dir.path().display());
+                sqlite_dir = Some(dir);
+            }
+        }
+        adjust(&mut config);
+
+        let cleanup = Cleanup {
+            redis_url: config.redis_url.clone(),
+            redis_prefix: config.redis_prefix.clone(),
+            postgres,
+        };
+        let app = App::start(config).await.expect("the app starts");
+        let base = format!("http://{}", app.local_addr());
+        let state = app.state.clone();
+        let server = tokio::spawn(app.serve(std::future::pending()));
+        Self {
+            base,
+            state,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            server: Some(server),
+            cleanup,
+            _sqlite_dir: sqlite_dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn ws_url(&self) -> String {
+        self.url("/graphql").replacen("http", "ws", 1)
+    }
+
+    pub fn token(&self, user_id: i64, role: Role) -> String {
+        Tokens::new(self.state.config.jwt_secret()).mint(user_id, role, 3600, None)
+    }
+
+    pub fn user_token(&self, user_id: i64) -> String {
+        self.token(user_id, Role::User)
+    }
+
+    pub fn admin_token(&self) -> String {
+        self.token(1, Role::Admin)
+    }
+
+    /// POSTs a GraphQL request and returns the JSON body (whatever the status).
+    pub async fn gql(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .json(&json!({ "query": query, "variables": variables }));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request
+            .send()
+            .await
+            .expect("request sent")
+            .json()
+            .await
+            .expect("JSON body")
+    }
+
+    /// `data` of a request that must succeed.
+    pub async fn data(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
+        let body = self.gql(token, query, variables).await;
+        assert!(body.get("errors").is_none(), "unexpected errors: {body}");
+        body["data"].clone()
+    }
+
+    /// Stops the server as SIGTERM would and waits for it.
+    pub async fn shutdown(&mut self) -> anyhow::Result<()> {
+        self.state.shutdown.cancel();
+        match self.server.take() {
+            Some(server) => server.await.expect("server task"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The `extensions.code` of the first error.
+pub fn first_code(body: &Value) -> &str {
+    body["errors"][0]["extensions"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error code in {body}"))
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.state.shutdown.cancel();
+        let cleanup = Cleanup {
+            redis_url: self.cleanup.redis_url.clone(),
+            redis_prefix: self.cleanup.redis_prefix.clone(),
+            postgres: self.cleanup.postgres.take(),
+        };
+        // Async work cannot run in Drop; a short-lived runtime on its own thread does it.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(cleanup.run());
+        })
+        .join();
+    }
+}
+
+impl Cleanup {
+    async fn run(self) {
+        if let Ok(client) = redis::Client::open(self.redis_url.as_str()) {
+            if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                let pattern = format!("{}*", self.redis_prefix);
+                let mut cursor: u64 = 0;
+                loop {
+                    let (next, keys): (u64, Vec<String>) = match redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                    {
+                        Ok(page) => page,
+                        Err(_) => break,
+                    };
+                    if !keys.is_empty() {
+                        let _: Result<(), _> =
+                            redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await;
+                    }
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+            }
+        }
+        if let Some((url, schema)) = self.postgres {
+            if let Ok(pool) = sqlx::PgPool::connect(&url).await {
+                let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .execute(&pool)
+                    .await;
+                pool.close().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Items: created by admins, read by anyone.
+
+use serde_json::json;
+
+use crate::harness::{first_code, TestApp};
+
+const CREATE: &str = "mutation($input: CreateItemInput!) { createItem(input: $input) { id name lat lng createdAt } }";
+
+#[tokio::test]
+async fn an_item_created_by_an_admin_can_be_read_back() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let created = app
+        .data(Some(&admin), CREATE, json!({ "input": { "name": "  Harbour Noodle Bar ", "lat": 31.2304, "lng": 121.4737 } }))
+        .await["createItem"]
+        .clone();
+    assert_eq!(created["name"], "Harbour Noodle Bar");
+    let id = created["id"].as_str().unwrap();
+    assert!(id.parse::<i64>().unwrap() > 0, "ids are decimal strings");
+
+    let read = app
+        .data(
+            None,
+            "query($id: ID!) { item(id: $id) { id name lat lng } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(
+        read["item"],
+        json!({ "id": id, "name": "Harbour Noodle Bar", "lat": 31.2304, "lng": 121.4737 })
+    );
+
+    let missing = app
+        .data(None, "{ item(id: \"12345\") { id } }", json!({}))
+        .await;
+    assert_eq!(missing["item"], serde_json::Value::Null);
+}
+
+#[tokio::test]
+async fn bad_item_input_is_a_bad_user_input() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    for input in [
+        json!({ "name": "" }),
+        json!({ "name": "x".repeat(201) }),
+        json!({ "name": "ok", "lat": 91.0, "lng": 0.0 }),
+        json!({ "name": "ok", "lat": 10.0, "lng": 181.0 }),
+        json!({ "name": "ok", "lat": 10.0 }),
+    ] {
+        let body = app
+            .gql(Some(&admin), CREATE, json!({ "input": input }))
+            .await;
+        assert_eq!(first_code(&body), "BAD_USER_INPUT", "{input}: {body}");
+    }
+    let body = app
+        .gql(None, "{ item(id: \"not-a-number\") { id } }", json!({}))
+        .await;
+    assert_eq!(first_code(&body), "BAD_USER_INPUT");
+}

@@ -1,0 +1,11 @@
+//! Integration tests: the whole app against real Redis and real SQL.
+//! One test binary with a module per feature keeps linking time down.
+
+mod harness;
+
+mod auth;
+mod graphql_http;
+mod ids;
+mod items;
+mod limits;
+mod websocket;
