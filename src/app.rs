@@ -4,7 +4,11 @@
 //! Shutdown follows mini-redis: one [`CancellationToken`] that every task listens to, and a
 //! [`TaskTracker`] to wait for background tasks once they have been told to stop.
 
-use std::{future::Future, net::SocketAddr, sync::Arc};
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::{atomic::AtomicU64, Arc},
+};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -17,7 +21,9 @@ use crate::{
     db::Db,
     http::{self, rate_limit::RateLimits},
     ids::IdGenerator,
+    live::LiveHub,
     redis::{self as redis_access, Keys, RedisPool},
+    remarks::RemarkSettings,
     schema::{self, AppSchema},
     users::UserDirectory,
 };
@@ -26,6 +32,8 @@ use crate::{
 pub struct Services {
     pub config: Config,
     pub redis: RedisPool,
+    /// Round trips made through `redis` (metrics, and tests that count them).
+    pub redis_round_trips: Arc<AtomicU64>,
     pub db: Db,
     pub keys: Keys,
     pub clock: Clock,
@@ -33,6 +41,11 @@ pub struct Services {
     pub tokens: Tokens,
     pub users: Arc<UserDirectory>,
     pub rate_limits: RateLimits,
+    /// Names this instance as a stream consumer and lock owner.
+    pub instance_id: String,
+    /// The one pub/sub connection of this instance, fanned out to subscriptions.
+    pub live: Arc<LiveHub>,
+    pub remarks: RemarkSettings,
     /// Cancelled when the instance begins to shut down.
     pub shutdown: CancellationToken,
     /// Background tasks, awaited on shutdown.
@@ -50,7 +63,8 @@ impl Services {
                  mint tokens for this server. Set ENGAGE_JWT_SECRET before exposing it. !!!"
             );
         }
-        let redis = redis_access::connect(&config.redis_url).await?;
+        let redis_round_trips = Arc::new(AtomicU64::new(0));
+        let redis = redis_access::connect(&config.redis_url, redis_round_trips.clone()).await?;
         redis_access::scripts::load_all(&redis).await?;
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
@@ -67,8 +81,12 @@ impl Services {
             tokens: Tokens::new(config.jwt_secret()),
             users: Arc::new(UserDirectory::new(db.clone())),
             rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user),
+            instance_id: format!("engage-{}", uuid::Uuid::new_v4().simple()),
+            live: LiveHub::new(&config.redis_url),
+            remarks: RemarkSettings::from_config(&config),
             config,
             redis,
+            redis_round_trips,
             db,
             keys,
             clock,

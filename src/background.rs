@@ -6,4 +6,6 @@ use crate::app::AppState;
 
 pub fn spawn_all(state: &AppState) {
     state.spawn_background("rate-limit-sweeper", crate::http::rate_limit::sweep);
+    state.spawn_background("live-hub", crate::live::run);
+    crate::remarks::archive::spawn(state);
 }

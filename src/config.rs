@@ -114,6 +114,39 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64, global = true)]
     pub id_block_size: u32,
 
+    /// Like streams (and the hash tags of remark keys): more shards spread likes over more
+    /// Redis Cluster slots and more archive workers.
+    #[arg(long, env = "ENGAGE_LIKE_SHARDS", default_value_t = 4, global = true)]
+    pub like_shards: u32,
+
+    /// Days a like relation stays in Redis after its last change; older ones are answered
+    /// by the SQL archive (so memory stays bounded and a like still counts once).
+    #[arg(
+        long,
+        env = "ENGAGE_LIKE_RELATION_TTL_DAYS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub like_relation_ttl_days: u32,
+
+    /// Seconds between refreshes of a cached "recommended remarks" list.
+    #[arg(
+        long,
+        env = "ENGAGE_RECOMMENDED_REFRESH_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub recommended_refresh_seconds: u64,
+
+    /// Longest pause of a stream consumer while SQL fails, in milliseconds.
+    #[arg(
+        long,
+        env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
+    pub consumer_max_backoff_ms: u64,
+
     /// Seconds a shutdown waits for in-flight requests and background tasks.
     #[arg(
         long,

@@ -4,6 +4,7 @@
 //! - `engage_graphql_requests_total{operation}` and
 //!   `engage_graphql_request_duration_seconds{operation}`
 //! - `engage_graphql_errors_total{code}`
+//! - `engage_redis_round_trips_total`
 //! - `engage_redis_pool_connections{state}`, `engage_sql_pool_connections{state}`
 
 use std::{sync::OnceLock, time::Duration};
@@ -38,6 +39,11 @@ pub fn render(state: &AppState) -> String {
     let (redis_open, redis_idle) = crate::redis::pool_state(&state.redis);
     metrics::gauge!("engage_redis_pool_connections", "state" => "open").set(redis_open as f64);
     metrics::gauge!("engage_redis_pool_connections", "state" => "idle").set(redis_idle as f64);
+    metrics::counter!("engage_redis_round_trips_total").absolute(
+        state
+            .redis_round_trips
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     let (sql_open, sql_idle) = state.db.pool_state();
     metrics::gauge!("engage_sql_pool_connections", "state" => "open").set(sql_open as f64);
     metrics::gauge!("engage_sql_pool_connections", "state" => "idle").set(sql_idle as f64);

@@ -1,9 +1,15 @@
 //! Redis access: the connection pool, the key builder and the embedded Lua scripts.
 
+pub mod counting;
 pub mod keys;
 pub mod scripts;
 
-use std::{net::ToSocketAddrs, process::Command, time::Duration};
+use std::{
+    net::ToSocketAddrs,
+    process::Command,
+    sync::{atomic::AtomicU64, Arc},
+    time::Duration,
+};
 
 use anyhow::{bail, Context};
 use bb8_redis::RedisConnectionManager;
@@ -11,14 +17,18 @@ use redis::AsyncCommands;
 
 pub use keys::Keys;
 
-pub type RedisPool = bb8::Pool<RedisConnectionManager>;
+pub type RedisPool = bb8::Pool<counting::CountingManager>;
 
 /// Connects the pool and checks that Redis answers; fails fast with a message that says how
 /// to start one. When nothing listens on a loopback address and `redis-server` is on the
 /// PATH, one is started (without persistence) so that the first command of the README
 /// works on a fresh machine.
-pub async fn connect(url: &str) -> anyhow::Result<RedisPool> {
-    let manager = RedisConnectionManager::new(url).context("REDIS_URL is not a valid Redis URL")?;
+/// `round_trips` counts every command and pipeline sent through the pool.
+pub async fn connect(url: &str, round_trips: Arc<AtomicU64>) -> anyhow::Result<RedisPool> {
+    let manager = counting::CountingManager::new(
+        RedisConnectionManager::new(url).context("REDIS_URL is not a valid Redis URL")?,
+        round_trips,
+    );
     let pool = bb8::Pool::builder()
         .max_size(32)
         .connection_timeout(Duration::from_secs(3))
@@ -114,7 +124,7 @@ pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
 /// Small helper so call sites read `redis::conn(&pool).await?`.
 pub async fn conn(
     pool: &RedisPool,
-) -> Result<bb8::PooledConnection<'_, RedisConnectionManager>, crate::error::AppError> {
+) -> Result<bb8::PooledConnection<'_, counting::CountingManager>, crate::error::AppError> {
     Ok(pool.get().await?)
 }
 

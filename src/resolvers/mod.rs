@@ -2,5 +2,6 @@
 //! and map its records to schema types. No Redis commands, SQL or business rules here.
 
 pub mod item;
+pub mod remark;
 pub mod system;
 pub mod user;

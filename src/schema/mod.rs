@@ -5,23 +5,35 @@
 
 pub mod errors;
 pub mod item;
+pub mod page;
+pub mod remark;
 pub mod user;
 
 use async_graphql::{dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema};
 
-use crate::{app::AppState, resolvers, users::UserLoader};
+use crate::{app::AppState, remarks::likes::LikeInfoLoader, resolvers, users::UserLoader};
 
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(resolvers::user::UserQuery, resolvers::item::ItemQuery);
+pub struct QueryRoot(
+    resolvers::user::UserQuery,
+    resolvers::item::ItemQuery,
+    resolvers::remark::RemarkQuery,
+);
 
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(resolvers::item::ItemMutation);
+pub struct MutationRoot(
+    resolvers::item::ItemMutation,
+    resolvers::remark::RemarkMutation,
+);
 
 #[derive(MergedSubscription, Default)]
 #[graphql(name = "Subscription")]
-pub struct SubscriptionRoot(resolvers::system::SystemSubscription);
+pub struct SubscriptionRoot(
+    resolvers::system::SystemSubscription,
+    resolvers::remark::RemarkSubscription,
+);
 
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
@@ -45,6 +57,7 @@ pub fn build(state: Option<AppState>) -> AppSchema {
                 UserLoader(state.users.clone()),
                 tokio::spawn,
             ))
+            .data(DataLoader::new(LikeInfoLoader(state.clone()), tokio::spawn))
             .data(state);
     }
     builder.finish()

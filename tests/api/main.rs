@@ -8,4 +8,5 @@ mod graphql_http;
 mod ids;
 mod items;
 mod limits;
+mod remarks;
 mod websocket;

@@ -1,0 +1,62 @@
+--[[
+  Likes a remark for a voter, at most once for ever.
+
+  Input:
+    KEYS[1] remark info hash     {likes:S}:remark:<id>          fields likes, author, hydrated
+    KEYS[2] like relation        {likes:S}:remark:<id>:voter:<uid>   "1" liked, "0" not liked
+    KEYS[3] earliest likers zset {likes:S}:remark:<id>:likers
+    KEYS[4] vote stream          {likes:S}:events
+    ARGV[1] voter id
+    ARGV[2] remark id
+    ARGV[3] now, epoch ms
+    ARGV[4] relation TTL, seconds
+    ARGV[5] what is known when the relation key is missing:
+            young   - the remark is younger than the TTL, so no key means no vote
+                      (unless the info hash was rebuilt after a Redis loss)
+            unknown - ask the archive first
+            liked / unliked - the archive's answer
+    ARGV[6] live channel of the remark's count
+    ARGV[7] how many earliest likers to keep
+
+  Output: { status, likes, liked, changed }
+    status  0 done, -1 remark info missing (caller rebuilds it from SQL, or NOT_FOUND),
+           -2 the archive must decide (caller asks it and calls again)
+
+  Events: on a change, XADD to KEYS[4] {remark, voter, author, voting=1, count, at}
+          and PUBLISH the new count on ARGV[6].
+
+  Why a relation key per voter rather than a set per remark: each key expires on its own,
+  so memory follows recent activity; the archive answers for older votes.
+]]
+local author = redis.call('HGET', KEYS[1], 'author')
+if not author then
+  return {-1, 0, 0, 0}
+end
+local ttl = tonumber(ARGV[4])
+local relation = redis.call('GET', KEYS[2])
+if not relation then
+  local known = ARGV[5]
+  if known == 'young' and redis.call('HGET', KEYS[1], 'hydrated') then
+    known = 'unknown'
+  end
+  if known == 'unknown' then
+    return {-2, 0, 0, 0}
+  end
+  relation = (known == 'liked') and '1' or '0'
+end
+if relation == '1' then
+  redis.call('SET', KEYS[2], '1', 'EX', ttl)
+  return {0, tonumber(redis.call('HGET', KEYS[1], 'likes') or '0'), 1, 0}
+end
+
+redis.call('SET', KEYS[2], '1', 'EX', ttl)
+local likes = redis.call('HINCRBY', KEYS[1], 'likes', 1)
+redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[1])
+local keep = tonumber(ARGV[7])
+if redis.call('ZCARD', KEYS[3]) > keep then
+  redis.call('ZREMRANGEBYRANK', KEYS[3], keep, -1)
+end
+redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
+  'voting', 1, 'count', likes, 'at', ARGV[3])
+redis.call('PUBLISH', ARGV[6], likes)
+return {0, likes, 1, 1}

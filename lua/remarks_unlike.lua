@@ -1,0 +1,39 @@
+--[[
+  Withdraws a voter's like of a remark.
+
+  Input: as remarks_like.lua (KEYS[1..4], ARGV[1..6]; ARGV[7] unused).
+  Output: { status, likes, liked, changed } with the same status codes.
+
+  Events: on a change, XADD {remark, voter, author, voting=0, count, at} and PUBLISH the count.
+
+  The relation becomes "0" (with the TTL) rather than being deleted: a missing key means
+  "ask the archive", and the archive may not hold this unlike yet.
+]]
+local author = redis.call('HGET', KEYS[1], 'author')
+if not author then
+  return {-1, 0, 0, 0}
+end
+local ttl = tonumber(ARGV[4])
+local relation = redis.call('GET', KEYS[2])
+if not relation then
+  local known = ARGV[5]
+  if known == 'young' and redis.call('HGET', KEYS[1], 'hydrated') then
+    known = 'unknown'
+  end
+  if known == 'unknown' then
+    return {-2, 0, 0, 0}
+  end
+  relation = (known == 'liked') and '1' or '0'
+end
+if relation ~= '1' then
+  redis.call('SET', KEYS[2], '0', 'EX', ttl)
+  return {0, tonumber(redis.call('HGET', KEYS[1], 'likes') or '0'), 0, 0}
+end
+
+redis.call('SET', KEYS[2], '0', 'EX', ttl)
+local likes = redis.call('HINCRBY', KEYS[1], 'likes', -1)
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
+  'voting', 0, 'count', likes, 'at', ARGV[3])
+redis.call('PUBLISH', ARGV[6], likes)
+return {0, likes, 0, 1}

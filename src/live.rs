@@ -1,0 +1,226 @@
+//! The live-event hub: one Redis pub/sub connection per instance, fanned out in process.
+//!
+//! GraphQL subscribers ask the hub for a channel; the first local subscriber of a channel
+//! makes the hub SUBSCRIBE on its one connection, the last one leaving makes it UNSUBSCRIBE.
+//! Each channel is a bounded `broadcast`: a subscriber that falls behind is not buffered for
+//! without limit but told it lagged ([`LiveMessage::Resync`]), and re-reads the current state.
+//! The same happens after the connection to Redis was lost and restored, since messages
+//! published meanwhile are gone (pub/sub keeps nothing).
+//!
+//! Rejected alternative: a Redis connection per GraphQL subscriber, which ties Redis's
+//! connection count to the number of open browsers.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use redis::aio::PubSubSink;
+use tokio::sync::broadcast;
+
+use crate::app::AppState;
+
+/// Messages a channel keeps for slow subscribers before they are told they lagged.
+const CHANNEL_CAPACITY: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveMessage {
+    /// A published payload.
+    Payload(Arc<str>),
+    /// Messages may have been missed: re-read the current state.
+    Resync,
+}
+
+struct Topic {
+    sender: broadcast::Sender<LiveMessage>,
+    subscribers: usize,
+}
+
+pub struct LiveHub {
+    redis_url: String,
+    topics: Mutex<HashMap<String, Topic>>,
+    /// The sink of the current connection; `None` while reconnecting.
+    sink: Mutex<Option<PubSubSink>>,
+    /// Serialises SUBSCRIBE/UNSUBSCRIBE so that a late unsubscribe cannot undo a subscribe.
+    changes: tokio::sync::Mutex<()>,
+}
+
+impl LiveHub {
+    pub fn new(redis_url: &str) -> Arc<Self> {
+        Arc::new(Self {
+            redis_url: redis_url.to_string(),
+            topics: Mutex::new(HashMap::new()),
+            sink: Mutex::new(None),
+            changes: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Subscribes to a channel. Returns once Redis confirmed the subscription (or at once
+    /// when this instance already listens to it), so that a state read after this call
+    /// cannot miss a change published after the read.
+    pub async fn subscribe(self: &Arc<Self>, channel: String) -> LiveSubscription {
+        let (receiver, first) = {
+            let mut topics = self.topics.lock().expect("poisoned");
+            let topic = topics.entry(channel.clone()).or_insert_with(|| Topic {
+                sender: broadcast::channel(CHANNEL_CAPACITY).0,
+                subscribers: 0,
+            });
+            topic.subscribers += 1;
+            (topic.sender.subscribe(), topic.subscribers == 1)
+        };
+        if first {
+            let _serial = self.changes.lock().await;
+            let sink = self.sink.lock().expect("poisoned").clone();
+            if let Some(mut sink) = sink {
+                if let Err(error) = sink.subscribe(&channel).await {
+                    // The runner resubscribes every channel when it reconnects.
+                    tracing::warn!(%error, channel, "live hub: subscribe failed");
+                }
+            }
+        }
+        LiveSubscription {
+            hub: self.clone(),
+            channel,
+            receiver,
+        }
+    }
+
+    fn release(self: &Arc<Self>, channel: &str) {
+        let last = {
+            let mut topics = self.topics.lock().expect("poisoned");
+            match topics.get_mut(channel) {
+                Some(topic) => {
+                    topic.subscribers -= 1;
+                    topic.subscribers == 0
+                }
+                None => false,
+            }
+        };
+        if !last {
+            return;
+        }
+        self.topics.lock().expect("poisoned").remove(channel);
+        let hub = self.clone();
+        let channel = channel.to_string();
+        tokio::spawn(async move {
+            let _serial = hub.changes.lock().await;
+            if hub.topics.lock().expect("poisoned").contains_key(&channel) {
+                return; // someone subscribed again meanwhile
+            }
+            let sink = hub.sink.lock().expect("poisoned").clone();
+            if let Some(mut sink) = sink {
+                let _ = sink.unsubscribe(&channel).await;
+            }
+        });
+    }
+
+    fn dispatch(&self, channel: &str, message: LiveMessage) {
+        if let Some(topic) = self.topics.lock().expect("poisoned").get(channel) {
+            let _ = topic.sender.send(message);
+        }
+    }
+
+    fn broadcast_resync(&self) {
+        for topic in self.topics.lock().expect("poisoned").values() {
+            let _ = topic.sender.send(LiveMessage::Resync);
+        }
+    }
+
+    /// Local subscribers of a channel (tests and metrics).
+    pub fn local_subscribers(&self, channel: &str) -> usize {
+        self.topics
+            .lock()
+            .expect("poisoned")
+            .get(channel)
+            .map_or(0, |t| t.subscribers)
+    }
+}
+
+pub struct LiveSubscription {
+    hub: Arc<LiveHub>,
+    channel: String,
+    receiver: broadcast::Receiver<LiveMessage>,
+}
+
+impl LiveSubscription {
+    /// The next message; `None` when the hub is gone.
+    pub async fn recv(&mut self) -> Option<LiveMessage> {
+        match self.receiver.recv().await {
+            Ok(message) => Some(message),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(LiveMessage::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
+impl Drop for LiveSubscription {
+    fn drop(&mut self) {
+        self.hub.release(&self.channel);
+    }
+}
+
+/// Keeps the hub's connection up until shutdown: connects, subscribes every wanted channel,
+/// dispatches messages, and after a loss reconnects with back-off and tells every
+/// subscriber to resync.
+pub async fn run(state: AppState) {
+    let hub = state.live.clone();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let connected = async {
+            let client = redis::Client::open(hub.redis_url.as_str())?;
+            let (mut sink, stream) = client.get_async_pubsub().await?.split();
+            let channels: Vec<String> = hub
+                .topics
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .cloned()
+                .collect();
+            {
+                let _serial = hub.changes.lock().await;
+                if !channels.is_empty() {
+                    sink.subscribe(&channels).await?;
+                }
+                *hub.sink.lock().expect("poisoned") = Some(sink);
+            }
+            redis::RedisResult::Ok(stream)
+        };
+        let stream = tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            connected = connected => connected,
+        };
+        match stream {
+            Ok(mut stream) => {
+                delay = Duration::from_millis(100);
+                hub.broadcast_resync();
+                loop {
+                    let message = tokio::select! {
+                        () = state.shutdown.cancelled() => return,
+                        message = stream.next() => message,
+                    };
+                    let Some(message) = message else { break };
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    hub.dispatch(
+                        message.get_channel_name(),
+                        LiveMessage::Payload(payload.into()),
+                    );
+                }
+                tracing::warn!("live hub: Redis pub/sub connection lost, reconnecting");
+            }
+            Err(error) => tracing::warn!(%error, "live hub: cannot connect to Redis"),
+        }
+        *hub.sink.lock().expect("poisoned") = None;
+        hub.broadcast_resync();
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            () = tokio::time::sleep(crate::backoff::jittered(delay)) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}

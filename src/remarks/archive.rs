@@ -1,0 +1,164 @@
+//! The vote archive: the consumer of the vote streams that writes `vote_log` (insert-only,
+//! idempotent on the event id) and rolls each remark's count up into `remarks.like_count`
+//! in the same transaction.
+//!
+//! The vote event is also the seam for points: a `LIKE_RECEIVED` award is a second consumer
+//! group on the same streams (each event names the author and whether the vote changed a
+//! like), so archiving and awarding never wait for each other.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use chrono::{Datelike, NaiveDate};
+use sqlx::{Any, Transaction};
+
+use crate::{
+    app::AppState,
+    db::Backend,
+    streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+};
+
+pub const GROUP: &str = "archive";
+
+pub fn spawn(state: &AppState) {
+    let mut spec = ConsumerSpec::new("vote-archive", GROUP);
+    spec.max_backoff = Duration::from_millis(state.config.consumer_max_backoff_ms);
+    let streams = (0..state.remarks.shards)
+        .map(|shard| state.keys.vote_stream(shard))
+        .collect();
+    let handler = Arc::new(VoteArchive {
+        state: state.clone(),
+        partitions: Mutex::new(HashSet::new()),
+    });
+    streams::spawn(state, spec, streams, handler);
+}
+
+struct VoteArchive {
+    state: AppState,
+    /// PostgreSQL months whose partition this instance has made sure of.
+    partitions: Mutex<HashSet<i32>>,
+}
+
+struct VoteRow {
+    event_id: String,
+    remark_id: i64,
+    voter_id: i64,
+    voting: i32,
+    like_count: i64,
+    voted_at_ms: i64,
+    vote_date: i32,
+    event_order: i64,
+}
+
+impl VoteArchive {
+    fn decode(&self, entry: &StreamEntry) -> Result<VoteRow, HandleError> {
+        let voted_at_ms = entry.number("at")?;
+        let date = self.state.clock.format_ms(voted_at_ms);
+        let date = NaiveDate::parse_from_str(&date[..10], "%Y-%m-%d")
+            .map_err(|e| HandleError::Poison(format!("entry {}: bad time: {e}", entry.id)))?;
+        let (ms, seq) = entry.id_parts();
+        Ok(VoteRow {
+            // Stream ids are unique per stream; the stream (shard) makes them unique here.
+            event_id: format!(
+                "{}/{}",
+                entry
+                    .stream
+                    .strip_prefix(self.state.keys.prefix())
+                    .unwrap_or(&entry.stream),
+                entry.id
+            ),
+            remark_id: entry.number("remark")?,
+            voter_id: entry.number("voter")?,
+            voting: entry.number("voting")? as i32,
+            like_count: entry.number("count")?,
+            voted_at_ms,
+            vote_date: date.year() * 10_000 + date.month() as i32 * 100 + date.day() as i32,
+            event_order: ms * 1_000_000 + seq,
+        })
+    }
+
+    /// Creates the monthly partitions a batch needs (PostgreSQL). Outside the batch's
+    /// transaction, so that two instances racing to create one do not fail a batch.
+    async fn ensure_partitions(&self, rows: &[VoteRow]) {
+        if self.state.db.backend != Backend::Postgres {
+            return;
+        }
+        let months: HashSet<i32> = rows.iter().map(|r| r.vote_date / 100).collect();
+        for month in months {
+            if self.partitions.lock().expect("poisoned").contains(&month) {
+                continue;
+            }
+            let (year, mon) = (month / 100, month % 100);
+            let next = if mon == 12 {
+                (year + 1) * 100 + 1
+            } else {
+                month + 1
+            };
+            let ddl = format!(
+                "CREATE TABLE IF NOT EXISTS vote_log_{month} PARTITION OF vote_log \
+                 FOR VALUES FROM ({month}00) TO ({next}00)"
+            );
+            match sqlx::query(&ddl).execute(&self.state.db.pool).await {
+                Ok(_) => {
+                    self.partitions.lock().expect("poisoned").insert(month);
+                }
+                Err(error) => tracing::debug!(%error, month, "partition not created (may exist)"),
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl StreamHandler for VoteArchive {
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let rows = entries
+            .iter()
+            .map(|e| self.decode(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.ensure_partitions(&rows).await;
+        let mut newest: HashMap<i64, (i64, i64)> = HashMap::new();
+        for row in &rows {
+            sqlx::query(
+                "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
+                 vote_date, event_order) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            )
+            .bind(&row.event_id)
+            .bind(row.remark_id)
+            .bind(row.voter_id)
+            .bind(row.voting)
+            .bind(row.like_count)
+            .bind(row.voted_at_ms)
+            .bind(row.vote_date)
+            .bind(row.event_order)
+            .execute(&mut **tx)
+            .await?;
+            let slot = newest
+                .entry(row.remark_id)
+                .or_insert((row.event_order, row.like_count));
+            if row.event_order >= slot.0 {
+                *slot = (row.event_order, row.like_count);
+            }
+        }
+        // Batches of one stream may be archived out of order by two instances; the order
+        // guard keeps the newest count.
+        for (remark_id, (order, count)) in newest {
+            sqlx::query(
+                "UPDATE remarks SET like_count = $1, like_count_order = $2 \
+                 WHERE id = $3 AND like_count_order < $2",
+            )
+            .bind(count)
+            .bind(order)
+            .bind(remark_id)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! GraphQL types of remarks and likes.
+
+use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject, ID};
+
+use super::{page::PageInfo, user::User, ContextExt};
+use crate::{
+    auth,
+    error::{AppError, AppResult},
+    remarks::{
+        likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
+        live::CountChange,
+        RemarkRecord,
+    },
+    users::UserLoader,
+};
+
+pub struct Remark(pub RemarkRecord);
+
+#[Object]
+impl Remark {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+
+    async fn item_id(&self) -> ID {
+        ID(self.0.item_id.to_string())
+    }
+
+    async fn author(&self, ctx: &Context<'_>) -> AppResult<User> {
+        load_user(ctx, self.0.author_id).await
+    }
+
+    /// 1 to 5.
+    async fn score(&self) -> i32 {
+        self.0.score
+    }
+
+    async fn content(&self) -> &str {
+        &self.0.content
+    }
+
+    /// Image URLs.
+    async fn images(&self) -> &[String] {
+        &self.0.images
+    }
+
+    async fn created_at(&self, ctx: &Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.0.created_at_ms)
+    }
+
+    /// Live count from Redis; all remarks of a response are read in one round trip.
+    async fn like_count(&self, ctx: &Context<'_>) -> AppResult<i64> {
+        Ok(self.like_info(ctx).await?.count)
+    }
+
+    /// False for anonymous viewers.
+    async fn liked_by_me(&self, ctx: &Context<'_>) -> AppResult<bool> {
+        Ok(auth::viewer(ctx).is_some() && self.like_info(ctx).await?.liked_by_viewer)
+    }
+
+    /// The earliest users who like this remark (at most 20).
+    async fn likers(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 5)] first: i32,
+    ) -> AppResult<Vec<User>> {
+        if !(1..=likes::LIKERS_KEPT as i32).contains(&first) {
+            return Err(AppError::bad_input(format!(
+                "first must be between 1 and {}",
+                likes::LIKERS_KEPT
+            )));
+        }
+        let ids = likes::earliest_likers(ctx.state(), self.0.id, first as usize).await?;
+        let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
+        let users = loader
+            .load_many(ids.iter().copied())
+            .await
+            .map_err(|e| (*e).clone())?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| users.get(id).cloned().map(User::from))
+            .collect())
+    }
+}
+
+impl Remark {
+    async fn like_info(&self, ctx: &Context<'_>) -> AppResult<LikeInfo> {
+        let key = LikeInfoKey {
+            remark_id: self.0.id,
+            viewer: auth::viewer(ctx).map(|v| v.user_id),
+        };
+        let loader = ctx.data_unchecked::<DataLoader<LikeInfoLoader>>();
+        Ok(loader
+            .load_one(key)
+            .await
+            .map_err(|e| (*e).clone())?
+            .unwrap_or_default())
+    }
+}
+
+/// A user by id through the request's batch loader (a placeholder if the row is gone).
+pub async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User> {
+    let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
+    let user = loader.load_one(user_id).await.map_err(|e| (*e).clone())?;
+    Ok(user.map(User::from).unwrap_or_else(|| User {
+        id: ID(user_id.to_string()),
+        name: format!("user{user_id}"),
+        avatar_url: None,
+    }))
+}
+
+#[derive(SimpleObject)]
+pub struct RemarkEdge {
+    pub cursor: String,
+    pub node: Remark,
+}
+
+#[derive(SimpleObject)]
+pub struct RemarkConnection {
+    pub edges: Vec<RemarkEdge>,
+    pub page_info: PageInfo,
+}
+
+#[derive(InputObject)]
+pub struct CreateRemarkInput {
+    pub item_id: ID,
+    /// 1 to 5.
+    pub score: i32,
+    /// 1 to 2000 characters.
+    pub content: String,
+    /// Up to 9 http(s) image URLs.
+    pub images: Option<Vec<String>>,
+}
+
+#[derive(SimpleObject)]
+pub struct LikeResult {
+    pub remark_id: ID,
+    pub like_count: i64,
+    /// Whether the viewer likes the remark now.
+    pub liked: bool,
+    /// Whether this call changed anything (false for a repeated like or unlike).
+    pub changed: bool,
+}
+
+impl From<VoteOutcome> for LikeResult {
+    fn from(outcome: VoteOutcome) -> Self {
+        Self {
+            remark_id: ID(outcome.remark_id.to_string()),
+            like_count: outcome.like_count,
+            liked: outcome.liked,
+            changed: outcome.changed,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct LikeCount {
+    pub remark_id: ID,
+    pub like_count: i64,
+}
+
+impl From<CountChange> for LikeCount {
+    fn from(change: CountChange) -> Self {
+        Self {
+            remark_id: ID(change.remark_id.to_string()),
+            like_count: change.like_count,
+        }
+    }
+}

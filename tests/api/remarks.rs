@@ -1,0 +1,589 @@
+//! Remarks and likes: atomic votes, the archive, merged like info, recommended lists and
+//! live counts.
+
+use std::{collections::HashSet, sync::atomic::Ordering, time::Duration};
+
+use engage::auth::Role;
+use futures::{SinkExt, StreamExt};
+use rand::seq::SliceRandom;
+use serde_json::{json, Value};
+use sqlx::Row;
+use tokio_tungstenite::{
+    connect_async, tungstenite::client::IntoClientRequest, tungstenite::Message,
+};
+
+use crate::harness::{first_code, TestApp};
+
+const CREATE_REMARK: &str =
+    "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id score content images author { id } likeCount likedByMe } }";
+const LIKE: &str =
+    "mutation($id: ID!) { likeRemark(remarkId: $id) { remarkId likeCount liked changed } }";
+const UNLIKE: &str =
+    "mutation($id: ID!) { unlikeRemark(remarkId: $id) { remarkId likeCount liked changed } }";
+
+/// An app without the per-IP and per-user limits, for tests that fire many requests.
+async fn busy_app() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.consumer_max_backoff_ms = 300;
+    })
+    .await
+}
+
+async fn create_item(app: &TestApp) -> String {
+    let data = app
+        .data(
+            Some(&app.admin_token()),
+            "mutation { createItem(input: { name: \"Tea House\" }) { id } }",
+            json!({}),
+        )
+        .await;
+    data["createItem"]["id"].as_str().unwrap().to_string()
+}
+
+async fn create_remark(app: &TestApp, author: i64, item: &str) -> String {
+    let input = json!({ "input": { "itemId": item, "score": 5, "content": format!("review by {author}") } });
+    let data = app
+        .data(Some(&app.user_token(author)), CREATE_REMARK, input)
+        .await;
+    data["createRemark"]["id"].as_str().unwrap().to_string()
+}
+
+async fn vote(app: &TestApp, voter: i64, remark: &str, like: bool) -> Value {
+    let query = if like { LIKE } else { UNLIKE };
+    let field = if like { "likeRemark" } else { "unlikeRemark" };
+    app.data(Some(&app.user_token(voter)), query, json!({ "id": remark }))
+        .await[field]
+        .clone()
+}
+
+async fn vote_log_rows(app: &TestApp) -> i64 {
+    sqlx::query("SELECT COUNT(*) AS n FROM vote_log")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get("n")
+}
+
+/// Waits until every vote stream's archive group has nothing pending or undelivered.
+async fn archive_settled(app: &TestApp) {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for _ in 0..300 {
+        let mut settled = true;
+        for shard in 0..app.state.remarks.shards {
+            let stream = app.state.keys.vote_stream(shard);
+            let groups: redis::streams::StreamInfoGroupsReply = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(&stream)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            let info: redis::streams::StreamInfoStreamReply = match redis::cmd("XINFO")
+                .arg("STREAM")
+                .arg(&stream)
+                .query_async(&mut conn)
+                .await
+            {
+                Ok(info) => info,
+                Err(_) => continue,
+            };
+            for group in groups.groups.iter().filter(|g| g.name == "archive") {
+                if group.pending > 0 || group.last_delivered_id != info.last_generated_id {
+                    settled = false;
+                }
+            }
+            if groups.groups.is_empty() && info.length > 0 {
+                settled = false;
+            }
+        }
+        if settled {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the archive did not catch up");
+}
+
+#[tokio::test]
+async fn a_remark_is_created_once_per_user_per_item_with_checked_input() {
+    let app = TestApp::spawn().await;
+    let item = create_item(&app).await;
+    let token = app.user_token(21);
+    let input = json!({ "input": { "itemId": item, "score": 4, "content": "Good tea", "images": ["https://img.example/1.jpg"] } });
+    let data = app.data(Some(&token), CREATE_REMARK, input.clone()).await;
+    assert_eq!(data["createRemark"]["score"], 4);
+    assert_eq!(
+        data["createRemark"]["images"],
+        json!(["https://img.example/1.jpg"])
+    );
+    assert_eq!(data["createRemark"]["author"]["id"], "21");
+    assert_eq!(data["createRemark"]["likeCount"], 0);
+
+    assert_eq!(
+        first_code(&app.gql(Some(&token), CREATE_REMARK, input).await),
+        "CONFLICT"
+    );
+    for bad in [
+        json!({ "itemId": item, "score": 6, "content": "x" }),
+        json!({ "itemId": item, "score": 3, "content": "   " }),
+        json!({ "itemId": item, "score": 3, "content": "x".repeat(2001) }),
+        json!({ "itemId": item, "score": 3, "content": "x", "images": ["ftp://nope"] }),
+        json!({ "itemId": item, "score": 3, "content": "x", "images": vec!["https://a/b.png"; 10] }),
+    ] {
+        let body = app
+            .gql(
+                Some(&app.user_token(22)),
+                CREATE_REMARK,
+                json!({ "input": bad }),
+            )
+            .await;
+        assert_eq!(first_code(&body), "BAD_USER_INPUT", "{body}");
+    }
+    let body = app
+        .gql(
+            Some(&token),
+            CREATE_REMARK,
+            json!({ "input": { "itemId": "999", "score": 3, "content": "x" } }),
+        )
+        .await;
+    assert_eq!(first_code(&body), "NOT_FOUND");
+    let body = app
+        .gql(
+            None,
+            CREATE_REMARK,
+            json!({ "input": { "itemId": item, "score": 3, "content": "x" } }),
+        )
+        .await;
+    assert_eq!(first_code(&body), "UNAUTHENTICATED");
+}
+
+#[tokio::test]
+async fn remarks_page_newest_first_with_merged_like_info() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let mut ids = Vec::new();
+    for author in 1..=25 {
+        ids.push(create_remark(&app, author, &item).await);
+    }
+    vote(&app, 100, &ids[24], true).await;
+    vote(&app, 101, &ids[24], true).await;
+
+    let query =
+        "query($item: ID!, $after: String) { remarks(itemId: $item, first: 20, after: $after) {
+        edges { cursor node { id likeCount likedByMe } } pageInfo { hasNextPage endCursor } } }";
+    let viewer = app.user_token(100);
+    let page = app
+        .data(Some(&viewer), query, json!({ "item": item }))
+        .await["remarks"]
+        .clone();
+    let edges = page["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 20);
+    assert_eq!(
+        edges[0]["node"],
+        json!({ "id": ids[24], "likeCount": 2, "likedByMe": true })
+    );
+    assert_eq!(edges[1]["node"]["likedByMe"], false);
+    assert_eq!(page["pageInfo"]["hasNextPage"], true);
+
+    let rest = app
+        .data(
+            None,
+            query,
+            json!({ "item": item, "after": page["pageInfo"]["endCursor"] }),
+        )
+        .await["remarks"]
+        .clone();
+    let rest_ids: Vec<&str> = rest["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rest_ids,
+        ids[..5]
+            .iter()
+            .rev()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(rest["pageInfo"]["hasNextPage"], false);
+
+    let anonymous = app.data(None, query, json!({ "item": item })).await;
+    assert_eq!(
+        anonymous["remarks"]["edges"][0]["node"],
+        json!({ "id": ids[24], "likeCount": 2, "likedByMe": false })
+    );
+}
+
+#[tokio::test]
+async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    for author in 1..=20 {
+        create_remark(&app, author, &item).await;
+    }
+    let viewer = app.user_token(7);
+    let query = "query($item: ID!) { remarks(itemId: $item, first: 20) { edges { node { id likeCount likedByMe author { name } } } } }";
+    app.data(Some(&viewer), query, json!({ "item": item }))
+        .await; // the viewer's first sight
+    let before = app.state.redis_round_trips.load(Ordering::SeqCst);
+    let page = app
+        .data(Some(&viewer), query, json!({ "item": item }))
+        .await;
+    let after = app.state.redis_round_trips.load(Ordering::SeqCst);
+    assert_eq!(page["remarks"]["edges"].as_array().unwrap().len(), 20);
+    assert_eq!(after - before, 1, "one pipeline for the whole page");
+}
+
+#[tokio::test]
+async fn likes_are_idempotent_and_unknown_remarks_are_not_found() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    assert_eq!(
+        vote(&app, 2, &remark, true).await,
+        json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": true })
+    );
+    assert_eq!(
+        vote(&app, 2, &remark, true).await,
+        json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": false })
+    );
+    assert_eq!(vote(&app, 3, &remark, true).await["likeCount"], 2);
+    assert_eq!(
+        vote(&app, 2, &remark, false).await,
+        json!({ "remarkId": remark, "likeCount": 1, "liked": false, "changed": true })
+    );
+    assert_eq!(vote(&app, 2, &remark, false).await["changed"], false);
+    let body = app
+        .gql(Some(&app.user_token(2)), LIKE, json!({ "id": "424242" }))
+        .await;
+    assert_eq!(first_code(&body), "NOT_FOUND");
+    let body = app.gql(None, LIKE, json!({ "id": remark })).await;
+    assert_eq!(first_code(&body), "UNAUTHENTICATED");
+
+    let likers = app
+        .data(None, "query($item: ID!) { remarks(itemId: $item) { edges { node { likers(first: 5) { id } } } } }", json!({ "item": item }))
+        .await;
+    assert_eq!(
+        likers["remarks"]["edges"][0]["node"]["likers"],
+        json!([{ "id": "3" }])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let mut remarks = Vec::new();
+    for author in 1..=10 {
+        remarks.push(create_remark(&app, 1000 + author, &item).await);
+    }
+    let mut votes: Vec<(i64, String, bool)> = Vec::new();
+    let mut rng = rand::rng();
+    for user in 1..=100 {
+        for remark in &remarks {
+            votes.push((user, remark.clone(), rand::Rng::random_bool(&mut rng, 0.7)));
+        }
+    }
+    votes.shuffle(&mut rng);
+    let app = std::sync::Arc::new(app);
+    let tasks: Vec<_> = votes
+        .into_iter()
+        .map(|(user, remark, like)| {
+            let app = app.clone();
+            tokio::spawn(async move { vote(&app, user, &remark, like).await })
+        })
+        .collect();
+    let mut changed = 0;
+    for task in tasks {
+        if task.await.unwrap()["changed"] == true {
+            changed += 1;
+        }
+    }
+
+    // Every count equals the relations that say "liked".
+    let state = &app.state;
+    let mut conn = state.redis.get().await.unwrap();
+    for remark in &remarks {
+        let id: i64 = remark.parse().unwrap();
+        let count: i64 = redis::cmd("HGET")
+            .arg(state.keys.remark_info(id, state.remarks.shards))
+            .arg("likes")
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+        let mut liked = 0;
+        for user in 1..=100 {
+            let relation: Option<String> = redis::cmd("GET")
+                .arg(state.keys.like_relation(id, user, state.remarks.shards))
+                .query_async(&mut *conn)
+                .await
+                .unwrap();
+            if relation.as_deref() == Some("1") {
+                liked += 1;
+            }
+        }
+        assert_eq!(count, liked, "remark {remark}");
+    }
+    drop(conn);
+
+    // The archive holds exactly one row per changed vote, and its roll-up matches.
+    archive_settled(&app).await;
+    assert_eq!(vote_log_rows(&app).await, changed);
+
+    // Replaying the streams from the start inserts nothing twice.
+    let mut conn = state.redis.get().await.unwrap();
+    for shard in 0..state.remarks.shards {
+        let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("SETID")
+            .arg(state.keys.vote_stream(shard))
+            .arg("archive")
+            .arg("0")
+            .query_async(&mut *conn)
+            .await;
+    }
+    drop(conn);
+    archive_settled(&app).await;
+    assert_eq!(vote_log_rows(&app).await, changed);
+}
+
+#[tokio::test]
+async fn a_like_counts_once_even_after_its_relation_key_expired() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let id: i64 = remark.parse().unwrap();
+    assert_eq!(vote(&app, 2, &remark, true).await["likeCount"], 1);
+    archive_settled(&app).await;
+
+    // Time passes beyond the relation TTL, and Redis lets the key go.
+    app.state.clock.advance(chrono::Duration::days(11));
+    let state = &app.state;
+    let mut conn = state.redis.get().await.unwrap();
+    let () = redis::cmd("DEL")
+        .arg(state.keys.like_relation(id, 2, state.remarks.shards))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+
+    let again = vote(&app, 2, &remark, true).await;
+    assert_eq!(
+        again,
+        json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": false })
+    );
+    // The key is restored: the archive is asked only once.
+    let mut conn = state.redis.get().await.unwrap();
+    let relation: Option<String> = redis::cmd("GET")
+        .arg(state.keys.like_relation(id, 2, state.remarks.shards))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(relation.as_deref(), Some("1"));
+    drop(conn);
+    assert_eq!(vote(&app, 2, &remark, false).await["likeCount"], 0);
+}
+
+#[tokio::test]
+async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    vote(&app, 2, &remark, true).await;
+    archive_settled(&app).await;
+
+    sqlx::query("ALTER TABLE vote_log RENAME TO vote_log_away")
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    for voter in 3..=12 {
+        assert_eq!(vote(&app, voter, &remark, true).await["changed"], true);
+    }
+    vote(&app, 3, &remark, false).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the consumer fails and backs off
+    sqlx::query("ALTER TABLE vote_log_away RENAME TO vote_log")
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+
+    archive_settled(&app).await;
+    assert_eq!(vote_log_rows(&app).await, 12);
+    let dead: i64 = sqlx::query("SELECT COUNT(*) AS n FROM dead_letters")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(dead, 0, "an outage is not poison");
+    let rolled: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
+        .bind(remark.parse::<i64>().unwrap())
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get("like_count");
+    assert_eq!(rolled, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_change() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    vote(&app, 2, &remark, true).await;
+
+    let mut sockets = Vec::new();
+    for _ in 0..200 {
+        let mut request = app.ws_url().into_client_request().unwrap();
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            "graphql-transport-ws".parse().unwrap(),
+        );
+        let (mut socket, _) = connect_async(request).await.unwrap();
+        socket
+            .send(Message::text(
+                json!({ "type": "connection_init" }).to_string(),
+            ))
+            .await
+            .unwrap();
+        let query = format!("subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}");
+        socket
+            .send(Message::text(
+                json!({ "id": "1", "type": "subscribe", "payload": { "query": query } })
+                    .to_string(),
+            ))
+            .await
+            .unwrap();
+        sockets.push(socket);
+    }
+    for socket in &mut sockets {
+        assert_eq!(next_payload(socket).await["type"], "connection_ack");
+        let first = next_payload(socket).await;
+        assert_eq!(
+            first["payload"]["data"]["likeCountChanged"]["likeCount"], 1,
+            "current count first"
+        );
+    }
+    let channel = app.state.keys.like_count_channel(remark.parse().unwrap());
+    let mut conn = app.state.redis.get().await.unwrap();
+    let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(&channel)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    assert_eq!(
+        listeners, 1,
+        "one Redis subscription for 200 GraphQL subscribers"
+    );
+    assert_eq!(app.state.live.local_subscribers(&channel), 200);
+
+    vote(&app, 3, &remark, true).await;
+    for socket in &mut sockets {
+        let change = next_payload(socket).await;
+        assert_eq!(
+            change["payload"]["data"]["likeCountChanged"],
+            json!({ "remarkId": remark, "likeCount": 2 })
+        );
+    }
+}
+
+async fn next_payload(
+    socket: &mut tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+) -> Value {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("a message")
+            .unwrap()
+            .unwrap();
+        if let Message::Text(text) = message {
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let mut remarks = Vec::new();
+    for author in 1..=5 {
+        remarks.push(create_remark(&app, author, &item).await);
+    }
+    for voter in 10..13 {
+        vote(&app, voter, &remarks[3], true).await;
+    }
+    vote(&app, 10, &remarks[1], true).await;
+    archive_settled(&app).await;
+
+    let query =
+        "query($item: ID!) { recommendedRemarks(itemId: $item, first: 3) { id likeCount } }";
+    // Cold start: the first reader starts the refresh and may see nothing yet.
+    app.data(None, query, json!({ "item": item })).await;
+    let mut warm = Value::Null;
+    for _ in 0..100 {
+        warm = app.data(None, query, json!({ "item": item })).await["recommendedRemarks"].clone();
+        if warm.as_array().is_some_and(|list| !list.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(warm[0], json!({ "id": remarks[3], "likeCount": 3 }));
+    assert_eq!(warm[1], json!({ "id": remarks[1], "likeCount": 1 }));
+
+    // The refresh interval passes: many readers at once, one refresh, nobody sees a gap.
+    let refreshes = app
+        .state
+        .remarks
+        .recommended_refreshes
+        .load(Ordering::SeqCst);
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = redis::cmd("DEL")
+        .arg(app.state.keys.recommended_proxy(item.parse().unwrap()))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let app = std::sync::Arc::new(app);
+    let readers: Vec<_> = (0..50)
+        .map(|_| {
+            let (app, item) = (app.clone(), item.clone());
+            tokio::spawn(async move {
+                app.data(None, query, json!({ "item": item })).await["recommendedRemarks"].clone()
+            })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    for reader in readers {
+        let list = reader.await.unwrap();
+        assert!(
+            !list.as_array().unwrap().is_empty(),
+            "a reader saw an empty list during a refresh"
+        );
+        seen.insert(list[0]["id"].as_str().unwrap().to_string());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        app.state
+            .remarks
+            .recommended_refreshes
+            .load(Ordering::SeqCst),
+        refreshes + 1
+    );
+    assert_eq!(seen, HashSet::from([remarks[3].clone()]));
+}
+
+#[tokio::test]
+async fn only_signed_in_users_vote_and_roles_do_not_matter() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let admin = app.token(9, Role::Admin);
+    let data = app.data(Some(&admin), LIKE, json!({ "id": remark })).await;
+    assert_eq!(data["likeRemark"]["likeCount"], 1);
+}
