@@ -11,9 +11,16 @@ fn main() {
     let out_dir = env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     let root = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
 
-    let scripts = files_with_extension(&Path::new(&root).join("lua"), "lua");
+    let lua_dir = Path::new(&root).join("lua");
+    let scripts = files_with_extension(&lua_dir, "lua");
+    let expanded_dir = Path::new(&out_dir).join("lua");
+    fs::create_dir_all(&expanded_dir).expect("create OUT_DIR/lua");
     let mut generated = String::new();
-    for (stem, path) in &scripts {
+    for (stem, source) in &scripts {
+        let expanded = expand_includes(&lua_dir, source);
+        let path = expanded_dir.join(format!("{stem}.lua"));
+        fs::write(&path, expanded).expect("write expanded script");
+        let path = path.to_string_lossy();
         generated.push_str(&format!(
             "/// `lua/{stem}.lua`\npub static {}: LazyLock<LuaScript> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({path:?})));\n",
             stem.to_uppercase()
@@ -41,6 +48,24 @@ fn main() {
 
     println!("cargo:rerun-if-changed=lua");
     println!("cargo:rerun-if-changed=playground");
+}
+
+/// Replaces each line `-- @include name.lua` with the file `lua/include/name.lua`, so that
+/// small helpers shared by scripts are written once (as BullMQ does).
+fn expand_includes(lua_dir: &Path, script: &str) -> String {
+    let source = fs::read_to_string(script).unwrap_or_else(|e| panic!("read {script}: {e}"));
+    source
+        .lines()
+        .map(|line| match line.trim().strip_prefix("-- @include ") {
+            Some(name) => {
+                let path = lua_dir.join("include").join(name.trim());
+                fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{script}: include {}: {e}", path.display()))
+            }
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `(file stem, absolute path)` of every file in `dir` with `extension`, sorted by name so

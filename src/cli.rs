@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::{
-    app::{self, App},
+    app::{self, App, Services},
     auth::{Role, Tokens},
     config::Config,
     db::Db,
@@ -46,6 +46,12 @@ pub enum Command {
     },
     /// Print the GraphQL SDL (what `schema.graphql` holds).
     Schema,
+    /// Add demo users, items, remarks and likes.
+    SeedDemo {
+        /// How many users (each writes a remark and likes a few).
+        #[arg(long, default_value_t = 40)]
+        users: i64,
+    },
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -87,6 +93,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema => {
             print!("{}", schema::sdl());
             Ok(())
+        }
+        Command::SeedDemo { users } => {
+            let state = Services::start(config).await?;
+            crate::demo::seed(&state, users).await
         }
     }
 }

@@ -1,14 +1,15 @@
 //! The one place that knows about time zones.
 //!
 //! "Today", months and seasons are computed in `ENGAGE_TIMEZONE`, never in the server's local
-//! time. Tests can move the clock forward (streaks, expiries) without sleeping.
+//! time. Builds with the `test-clock` feature (the test suite's) can move the clock, so that
+//! streaks, month ends and expiries are tested without sleeping; production builds cannot.
 
 use std::sync::{
     atomic::{AtomicI64, Ordering},
     Arc,
 };
 
-use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, TimeZone, Utc};
 use chrono_tz::Tz;
 
 #[derive(Clone)]
@@ -43,10 +44,44 @@ impl Clock {
         self.now().with_timezone(&self.tz).date_naive()
     }
 
-    /// Moves the clock (tests only: simulates days passing).
+    /// Moves the clock forward (simulates time passing).
+    #[cfg(feature = "test-clock")]
     pub fn advance(&self, by: chrono::Duration) {
         self.offset_ms
             .fetch_add(by.num_milliseconds(), Ordering::Relaxed);
+    }
+
+    /// Sets the clock to an instant.
+    #[cfg(feature = "test-clock")]
+    pub fn set(&self, at: DateTime<Utc>) {
+        self.offset_ms
+            .store((at - Utc::now()).num_milliseconds(), Ordering::Relaxed);
+    }
+
+    /// The calendar date of an instant in the configured zone.
+    pub fn date_of(&self, at: DateTime<Utc>) -> NaiveDate {
+        at.with_timezone(&self.tz).date_naive()
+    }
+
+    pub fn current_month(&self) -> Month {
+        Month::of(self.today())
+    }
+
+    /// The instant a day begins in the configured zone (the first existing instant of the
+    /// day where a daylight-saving jump skips midnight).
+    pub fn start_of(&self, date: NaiveDate) -> DateTime<Utc> {
+        (0..24)
+            .find_map(|hour| {
+                self.tz
+                    .from_local_datetime(&date.and_hms_opt(hour, 0, 0)?)
+                    .earliest()
+            })
+            .map(|local| local.with_timezone(&Utc))
+            .unwrap_or_else(|| date.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
+    }
+
+    pub fn month_begins(&self, month: Month) -> DateTime<Utc> {
+        self.start_of(month.first_day())
     }
 
     /// RFC 3339 with the configured zone's offset: the form every time takes in the API.
@@ -58,5 +93,114 @@ impl Clock {
     /// [`Clock::format`] for epoch milliseconds, the form times take in SQL.
     pub fn format_ms(&self, epoch_ms: i64) -> String {
         self.format(DateTime::from_timestamp_millis(epoch_ms).unwrap_or_default())
+    }
+}
+
+/// A calendar month (a season is one), identified as `YYYYMM`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Month {
+    pub year: i32,
+    pub month: u32,
+}
+
+impl Month {
+    pub fn of(date: NaiveDate) -> Self {
+        Self {
+            year: date.year(),
+            month: date.month(),
+        }
+    }
+
+    /// `202611`.
+    pub fn id(self) -> u32 {
+        self.year as u32 * 100 + self.month
+    }
+
+    /// Parses `YYYYMM`.
+    pub fn parse_id(text: &str) -> Option<Self> {
+        if text.len() != 6 || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let month = Self {
+            year: text[..4].parse().ok()?,
+            month: text[4..].parse().ok()?,
+        };
+        (1..=12).contains(&month.month).then_some(month)
+    }
+
+    /// Parses `YYYY-MM`.
+    pub fn parse_dashed(text: &str) -> Option<Self> {
+        let (year, month) = text.split_once('-')?;
+        if year.len() != 4 || month.len() != 2 {
+            return None;
+        }
+        Self::parse_id(&format!("{year}{month}"))
+    }
+
+    pub fn dashed(self) -> String {
+        format!("{:04}-{:02}", self.year, self.month)
+    }
+
+    pub fn previous(self) -> Self {
+        if self.month == 1 {
+            Self {
+                year: self.year - 1,
+                month: 12,
+            }
+        } else {
+            Self {
+                year: self.year,
+                month: self.month - 1,
+            }
+        }
+    }
+
+    pub fn next(self) -> Self {
+        if self.month == 12 {
+            Self {
+                year: self.year + 1,
+                month: 1,
+            }
+        } else {
+            Self {
+                year: self.year,
+                month: self.month + 1,
+            }
+        }
+    }
+
+    pub fn first_day(self) -> NaiveDate {
+        NaiveDate::from_ymd_opt(self.year, self.month, 1).unwrap_or_default()
+    }
+
+    pub fn days(self) -> u32 {
+        (self.next().first_day() - self.first_day()).num_days() as u32
+    }
+
+    /// English name, e.g. "November 2026".
+    pub fn name(self) -> String {
+        self.first_day().format("%B %Y").to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn months_step_across_years_and_know_their_length() {
+        let december = Month::parse_id("202612").unwrap();
+        assert_eq!(december.next().id(), 202701);
+        assert_eq!(Month::parse_id("202701").unwrap().previous(), december);
+        assert_eq!(Month::parse_dashed("2028-02").unwrap().days(), 29);
+        assert_eq!(Month::parse_id("202613"), None);
+        assert_eq!(december.name(), "December 2026");
+    }
+
+    #[test]
+    fn a_day_starts_at_local_midnight() {
+        let clock = Clock::new(chrono_tz::Asia::Shanghai);
+        let start = clock.start_of(NaiveDate::from_ymd_opt(2026, 11, 23).unwrap());
+        assert_eq!(start.to_rfc3339(), "2026-11-22T16:00:00+00:00");
     }
 }

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod error;
 pub mod http;
 pub mod ids;
