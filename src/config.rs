@@ -147,6 +147,15 @@ pub struct Config {
     )]
     pub consumer_max_backoff_ms: u64,
 
+    /// A stream entry pending this long (milliseconds) with a silent consumer is taken over.
+    #[arg(
+        long,
+        env = "ENGAGE_CONSUMER_CLAIM_IDLE_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
+    pub consumer_claim_idle_ms: u64,
+
     /// Seconds a shutdown waits for in-flight requests and background tasks.
     #[arg(
         long,

@@ -84,6 +84,9 @@ pub enum HandleError {
     Poison(String),
     #[error(transparent)]
     Sql(#[from] sqlx::Error),
+    /// Something the entry needs is down (Redis, another service): wait and retry.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl HandleError {
@@ -100,7 +103,7 @@ impl HandleError {
                 None => false,
             },
             Self::Sql(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => true,
-            Self::Sql(_) => false,
+            Self::Sql(_) | Self::Unavailable(_) => false,
         }
     }
 }
@@ -133,15 +136,16 @@ pub struct ConsumerSpec {
 }
 
 impl ConsumerSpec {
-    pub fn new(name: &'static str, group: &'static str) -> Self {
+    /// A consumer with the configured back-off and take-over times.
+    pub fn new(config: &crate::config::Config, name: &'static str, group: &'static str) -> Self {
         Self {
             name,
             group,
             batch_size: 200,
             max_attempts: 5,
-            claim_idle: Duration::from_secs(30),
+            claim_idle: Duration::from_millis(config.consumer_claim_idle_ms.max(10)),
             block: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(30),
+            max_backoff: Duration::from_millis(config.consumer_max_backoff_ms.max(10)),
         }
     }
 }

@@ -9,7 +9,6 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
-    time::Duration,
 };
 
 use chrono::{Datelike, NaiveDate};
@@ -24,8 +23,7 @@ use crate::{
 pub const GROUP: &str = "archive";
 
 pub fn spawn(state: &AppState) {
-    let mut spec = ConsumerSpec::new("vote-archive", GROUP);
-    spec.max_backoff = Duration::from_millis(state.config.consumer_max_backoff_ms);
+    let spec = ConsumerSpec::new(&state.config, "vote-archive", GROUP);
     let streams = (0..state.remarks.shards)
         .map(|shard| state.keys.vote_stream(shard))
         .collect();

@@ -587,3 +587,105 @@ async fn only_signed_in_users_vote_and_roles_do_not_matter() {
     let data = app.data(Some(&admin), LIKE, json!({ "id": remark })).await;
     assert_eq!(data["likeRemark"]["likeCount"], 1);
 }
+
+#[tokio::test]
+async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let stream = app
+        .state
+        .keys
+        .vote_stream_of(remark.parse().unwrap(), app.state.remarks.shards);
+    let mut conn = app.state.redis.get().await.unwrap();
+    let poison: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg("remark")
+        .arg("not-a-number")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    vote(&app, 2, &remark, true).await;
+
+    archive_settled(&app).await;
+    assert_eq!(vote_log_rows(&app).await, 1, "the good vote is archived");
+    let row = sqlx::query("SELECT entry_id, error, attempts FROM dead_letters")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(row.get::<String, _>("entry_id"), poison);
+    assert_eq!(row.get::<i64, _>("attempts"), 5);
+    assert!(
+        row.get::<String, _>("error").contains("lacks"),
+        "the error is kept"
+    );
+}
+
+#[tokio::test]
+async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_user = 0;
+        config.consumer_claim_idle_ms = 300;
+    })
+    .await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let stream = app
+        .state
+        .keys
+        .vote_stream_of(remark.parse().unwrap(), app.state.remarks.shards);
+    archive_settled(&app).await;
+
+    // A consumer reads three votes and dies before acknowledging them. MULTI makes the
+    // read happen before the live worker can see the entries.
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for voter in 2..=4 {
+        pipe.cmd("XADD")
+            .arg(&stream)
+            .arg("*")
+            .arg("remark")
+            .arg(&remark)
+            .arg("voter")
+            .arg(voter)
+            .arg("author")
+            .arg(1)
+            .arg("voting")
+            .arg(1)
+            .arg("count")
+            .arg(voter - 1)
+            .arg("at")
+            .arg(now)
+            .ignore();
+    }
+    pipe.cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("archive")
+        .arg("dead-instance")
+        .arg("COUNT")
+        .arg(100)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">");
+    let (stolen,): (redis::streams::StreamReadReply,) = pipe.query_async(&mut conn).await.unwrap();
+    assert_eq!(stolen.keys[0].ids.len(), 3, "the dead consumer holds them");
+
+    archive_settled(&app).await;
+    assert_eq!(
+        vote_log_rows(&app).await,
+        3,
+        "the live instance took them over"
+    );
+    let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
+        .arg(&stream)
+        .arg("archive")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.count(), 0);
+}
