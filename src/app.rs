@@ -22,6 +22,7 @@ use crate::{
     http::{self, rate_limit::RateLimits},
     ids::IdGenerator,
     live::LiveHub,
+    points::PointsSettings,
     redis::{self as redis_access, Keys, RedisPool},
     remarks::RemarkSettings,
     schema::{self, AppSchema},
@@ -46,6 +47,7 @@ pub struct Services {
     /// The one pub/sub connection of this instance, fanned out to subscriptions.
     pub live: Arc<LiveHub>,
     pub remarks: RemarkSettings,
+    pub points: PointsSettings,
     /// Cancelled when the instance begins to shut down.
     pub shutdown: CancellationToken,
     /// Background tasks, awaited on shutdown.
@@ -84,6 +86,7 @@ impl Services {
             instance_id: format!("engage-{}", uuid::Uuid::new_v4().simple()),
             live: LiveHub::new(&config.redis_url),
             remarks: RemarkSettings::from_config(&config),
+            points: PointsSettings::from_config(&config)?,
             config,
             redis,
             redis_round_trips,

@@ -8,4 +8,9 @@ pub fn spawn_all(state: &AppState) {
     state.spawn_background("rate-limit-sweeper", crate::http::rate_limit::sweep);
     state.spawn_background("live-hub", crate::live::run);
     crate::remarks::archive::spawn(state);
+    crate::points::archive::spawn(state);
+    state.spawn_background(
+        "season-rollover",
+        crate::leaderboard::rollover::run_periodically,
+    );
 }

@@ -46,11 +46,26 @@ pub enum Command {
     },
     /// Print the GraphQL SDL (what `schema.graphql` holds).
     Schema,
+    /// Season maintenance.
+    Season {
+        #[command(subcommand)]
+        command: SeasonCommand,
+    },
     /// Add demo users, items, remarks and likes.
     SeedDemo {
         /// How many users (each writes a remark and likes a few).
         #[arg(long, default_value_t = 40)]
         users: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SeasonCommand {
+    /// Copy a finished season's board to SQL (resumable), record its winners, unlink it.
+    Archive {
+        /// The season, `YYYYMM`.
+        #[arg(long)]
+        season: String,
     },
 }
 
@@ -94,9 +109,56 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", schema::sdl());
             Ok(())
         }
+        Command::Season {
+            command: SeasonCommand::Archive { season },
+        } => {
+            let state = Services::start(config).await?;
+            let season = crate::clock::Month::parse_id(&season)
+                .ok_or_else(|| anyhow::anyhow!("--season must be YYYYMM"))?;
+            archive_with_progress(&state, season).await
+        }
         Command::SeedDemo { users } => {
             let state = Services::start(config).await?;
             crate::demo::seed(&state, users).await
         }
+    }
+}
+
+async fn archive_with_progress(
+    state: &crate::app::AppState,
+    season: crate::clock::Month,
+) -> anyhow::Result<()> {
+    use crate::leaderboard::rollover::{archive_season, Options, Progress};
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} season archive [{bar:40}] {pos}/{len} members",
+        )?
+        .progress_chars("=> "),
+    );
+    let report = |progress: Progress| {
+        bar.set_length(progress.total.max(0) as u64);
+        bar.set_position(progress.copied.max(0) as u64);
+    };
+    let options = Options {
+        on_progress: Some(&report),
+        stop_after_chunks: None,
+    };
+    match archive_season(state, season, options)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    {
+        Some(progress) => {
+            bar.finish();
+            println!(
+                "season {} archived: {} members, board unlinked",
+                season.id(),
+                progress.total
+            );
+            Ok(())
+        }
+        None => anyhow::bail!(
+            "another instance is archiving season {} right now",
+            season.id()
+        ),
     }
 }

@@ -147,6 +147,28 @@ pub struct Config {
     )]
     pub consumer_max_backoff_ms: u64,
 
+    /// Make-up sign-ins a user may use per month.
+    #[arg(
+        long,
+        env = "ENGAGE_MAKEUP_PER_MONTH",
+        default_value_t = 2,
+        global = true
+    )]
+    pub make_ups_per_month: u32,
+
+    /// A TOML file of points rules (see points-rules.example.toml); unset: the defaults.
+    #[arg(long, env = "ENGAGE_POINTS_RULES", global = true)]
+    pub points_rules: Option<String>,
+
+    /// Seconds between checks for finished seasons to archive.
+    #[arg(
+        long,
+        env = "ENGAGE_ROLLOVER_CHECK_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub rollover_check_seconds: u64,
+
     /// A stream entry pending this long (milliseconds) with a silent consumer is taken over.
     #[arg(
         long,

@@ -21,6 +21,7 @@ use crate::{
     app::AppState,
     config::Config,
     error::{AppError, AppResult, ResultExt},
+    points::PointsType,
     redis::Keys,
 };
 
@@ -198,6 +199,18 @@ pub async fn create(
     // If this fails the info is rebuilt from SQL on the first like, so the remark stands.
     if let Err(error) = likes::prepare_counter(state, id, author_id).await {
         tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
+    }
+    let points = state.points.rules.rule(PointsType::Remark).points;
+    if let Err(error) = crate::points::award(
+        state,
+        author_id,
+        PointsType::Remark,
+        points,
+        &format!("remark:{id}"),
+    )
+    .await
+    {
+        tracing::warn!(remark = id, %error, "REMARK points not awarded");
     }
     Ok(RemarkRecord {
         id,

@@ -2,6 +2,9 @@
 //! and map its records to schema types. No Redis commands, SQL or business rules here.
 
 pub mod item;
+pub mod leaderboard;
+pub mod points;
 pub mod remark;
+pub mod signin;
 pub mod system;
 pub mod user;

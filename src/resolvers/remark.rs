@@ -24,14 +24,15 @@ pub struct RemarkQuery;
 #[Object]
 impl RemarkQuery {
     /// An item's remarks, newest first.
-    #[graphql(complexity = "first.max(1) as usize * child_complexity")]
+    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
     async fn remarks(
         &self,
         ctx: &Context<'_>,
         item_id: ID,
-        #[graphql(default = 20)] first: i32,
+        #[graphql(default = 20)] first: Option<i32>,
         after: Option<String>,
     ) -> AppResult<RemarkConnection> {
+        let first = first.unwrap_or(20);
         let item_id = ids::parse(&item_id, "itemId")?;
         let first = page_size(first)?;
         let after = decode_cursor(after.as_deref())?;
@@ -53,13 +54,14 @@ impl RemarkQuery {
     }
 
     /// An item's most liked remarks (refreshed in the background, at most 50).
-    #[graphql(complexity = "first.max(1) as usize * child_complexity")]
+    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
     async fn recommended_remarks(
         &self,
         ctx: &Context<'_>,
         item_id: ID,
-        #[graphql(default = 10)] first: i32,
+        #[graphql(default = 10)] first: Option<i32>,
     ) -> AppResult<Vec<Remark>> {
+        let first = first.unwrap_or(10);
         let item_id = ids::parse(&item_id, "itemId")?;
         if !(1..=recommended::LIST_LENGTH as i32).contains(&first) {
             return Err(AppError::bad_input(format!(

@@ -17,8 +17,9 @@ impl SystemSubscription {
     async fn server_time(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default = 1)] every_seconds: i32,
+        #[graphql(default = 1)] every_seconds: Option<i32>,
     ) -> Result<impl Stream<Item = String>, AppError> {
+        let every_seconds = every_seconds.unwrap_or(1);
         if !(1..=3600).contains(&every_seconds) {
             return Err(AppError::bad_input(
                 "everySeconds must be between 1 and 3600",

@@ -5,8 +5,11 @@
 
 pub mod errors;
 pub mod item;
+pub mod leaderboard;
 pub mod page;
+pub mod points;
 pub mod remark;
+pub mod signin;
 pub mod user;
 
 use async_graphql::{dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema};
@@ -19,6 +22,9 @@ pub struct QueryRoot(
     resolvers::user::UserQuery,
     resolvers::item::ItemQuery,
     resolvers::remark::RemarkQuery,
+    resolvers::signin::SignInQuery,
+    resolvers::points::PointsQuery,
+    resolvers::leaderboard::LeaderboardQuery,
 );
 
 #[derive(MergedObject, Default)]
@@ -26,6 +32,8 @@ pub struct QueryRoot(
 pub struct MutationRoot(
     resolvers::item::ItemMutation,
     resolvers::remark::RemarkMutation,
+    resolvers::signin::SignInMutation,
+    resolvers::points::PointsMutation,
 );
 
 #[derive(MergedSubscription, Default)]
@@ -33,6 +41,7 @@ pub struct MutationRoot(
 pub struct SubscriptionRoot(
     resolvers::system::SystemSubscription,
     resolvers::remark::RemarkSubscription,
+    resolvers::leaderboard::LeaderboardSubscription,
 );
 
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;

@@ -62,8 +62,9 @@ impl Remark {
     async fn likers(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default = 5)] first: i32,
+        #[graphql(default = 5)] first: Option<i32>,
     ) -> AppResult<Vec<User>> {
+        let first = first.unwrap_or(5);
         if !(1..=likes::LIKERS_KEPT as i32).contains(&first) {
             return Err(AppError::bad_input(format!(
                 "first must be between 1 and {}",

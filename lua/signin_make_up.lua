@@ -1,0 +1,43 @@
+--[[
+  Makes up a missed day of this month: sets its bit, counts the make-up, awards the base
+  point only (no streak bonus).
+
+  Input:
+    KEYS[1..6] as signin_sign.lua   KEYS[7] make-up counter {points}:makeups:<user>:<YYYYMM>
+    ARGV[1] user id     ARGV[2] the missed day (before today)   ARGV[3] today's day
+    ARGV[4] days in the previous month
+    ARGV[5] previous month YYYYMM   ARGV[6] the month before it YYYYMM
+    ARGV[7] make-ups allowed per month
+    ARGV[8] now, epoch ms   ARGV[9] seconds since the season began
+    ARGV[10] season id      ARGV[11] board channel
+    ARGV[12] daily hash TTL seconds   ARGV[13] counter TTL seconds
+    ARGV[14] base points    ARGV[15] idempotency text for the event
+
+  Output: { status, streak, points_awarded, make_ups_left }
+    status 0 done, -1 the day is already signed, -2 no make-ups left this month
+]]
+-- @include points_award.lua
+-- @include signin_streak.lua
+
+local day, today = tonumber(ARGV[2]), tonumber(ARGV[3])
+local allowed = tonumber(ARGV[7])
+local used = tonumber(redis.call('GET', KEYS[7]) or '0')
+local function current_streak()
+  local end_day = today
+  if redis.call('GETBIT', KEYS[1], today - 1) == 0 then
+    end_day = today - 1
+  end
+  return streak_ending(KEYS[1], KEYS[2], KEYS[3], end_day, tonumber(ARGV[4]), ARGV[5], ARGV[6])
+end
+if redis.call('GETBIT', KEYS[1], day - 1) == 1 then
+  return {-1, current_streak(), 0, math.max(0, allowed - used)}
+end
+if used >= allowed then
+  return {-2, current_streak(), 0, 0}
+end
+redis.call('SETBIT', KEYS[1], day - 1, 1)
+redis.call('INCR', KEYS[7])
+redis.call('EXPIRE', KEYS[7], ARGV[13])
+local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]), -1,
+  ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[15], ARGV[12])
+return {0, current_streak(), awarded, allowed - used - 1}

@@ -1,0 +1,42 @@
+--[[
+  Signs a user in for today: sets the day's bit, and on the first sign-in of the day
+  computes the streak and awards SIGN_IN points with the streak bonus.
+
+  Input:
+    KEYS[1] this month's bitmap      {points}:sign:<user>:<YYYYMM>
+    KEYS[2] previous month's bitmap  {points}:sign:<user>:<YYYYMM-1>
+    KEYS[3] streak hash              {points}:streak:<user>
+    KEYS[4] today's points hash      {points}:daily:<user>:<YYYYMMDD>
+    KEYS[5] season board             {points}:board:<YYYYMM>
+    KEYS[6] points stream            {points}:events
+    ARGV[1] user id          ARGV[2] day of month (1..31)
+    ARGV[3] days in the previous month
+    ARGV[4] previous month YYYYMM    ARGV[5] the month before it YYYYMM
+    ARGV[6] now, epoch ms    ARGV[7] seconds since the season began
+    ARGV[8] season id        ARGV[9] board channel
+    ARGV[10] daily hash TTL seconds  ARGV[11] bitmap TTL seconds
+    ARGV[12] base points     ARGV[13] bonuses "streak:points,..." e.g. "7:10,14:20,28:40"
+    ARGV[14] idempotency text for the event (signin:<user>:<date>)
+
+  Output: { already_signed (0/1), streak, points_awarded }
+]]
+-- @include points_award.lua
+-- @include signin_streak.lua
+
+local day = tonumber(ARGV[2])
+local was = redis.call('SETBIT', KEYS[1], day - 1, 1)
+redis.call('EXPIRE', KEYS[1], ARGV[11])
+local streak = streak_ending(KEYS[1], KEYS[2], KEYS[3], day, tonumber(ARGV[3]), ARGV[4], ARGV[5])
+if was == 1 then
+  return {1, streak, 0}
+end
+local points = tonumber(ARGV[12])
+for rule in string.gmatch(ARGV[13], '[^,]+') do
+  local at, bonus = string.match(rule, '(%d+):(%d+)')
+  if tonumber(at) == streak then
+    points = points + tonumber(bonus)
+  end
+end
+local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
+  tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[14], ARGV[10])
+return {0, streak, awarded}

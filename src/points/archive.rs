@@ -1,0 +1,148 @@
+//! The consumers of the points feature (all on the shared stream consumer):
+//! - `points-archive`: every award into `points_record` (idempotent on the event id);
+//! - `points-intake`: awards other services XADD to `{points}:intake` as
+//!   `{user, type, points, key}`, idempotent on their key like `awardPoints`;
+//! - `like-points`: a second consumer group on the vote streams of the likes feature that
+//!   awards `LIKE_RECEIVED` to a remark's author for each new like by someone else, once per
+//!   liker and remark.
+
+use std::sync::Arc;
+
+use chrono::Datelike;
+use sqlx::{Any, Transaction};
+
+use super::PointsType;
+use crate::{
+    app::AppState,
+    error::{AppError, ErrorCode},
+    streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+};
+
+pub fn spawn(state: &AppState) {
+    let spec = |name, group| ConsumerSpec::new(&state.config, name, group);
+    let handler = |h: Arc<dyn StreamHandler>| h;
+    streams::spawn(
+        state,
+        spec("points-archive", "archive"),
+        vec![state.keys.points_stream()],
+        handler(Arc::new(PointsArchive(state.clone()))),
+    );
+    streams::spawn(
+        state,
+        spec("points-intake", "intake"),
+        vec![state.keys.points_intake_stream()],
+        handler(Arc::new(PointsIntake(state.clone()))),
+    );
+    let vote_streams = (0..state.remarks.shards)
+        .map(|shard| state.keys.vote_stream(shard))
+        .collect();
+    streams::spawn(
+        state,
+        spec("like-points", "points"),
+        vote_streams,
+        handler(Arc::new(LikePoints(state.clone()))),
+    );
+}
+
+struct PointsArchive(AppState);
+
+#[async_trait::async_trait]
+impl StreamHandler for PointsArchive {
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        for entry in entries {
+            let kind = entry.field("type")?;
+            if PointsType::parse(kind).is_none() {
+                return Err(HandleError::Poison(format!(
+                    "entry {}: unknown type {kind}",
+                    entry.id
+                )));
+            }
+            let at = entry.number("at")?;
+            let date = self
+                .0
+                .clock
+                .date_of(chrono::DateTime::from_timestamp_millis(at).unwrap_or_default());
+            let (ms, seq) = entry.id_parts();
+            sqlx::query(
+                "INSERT INTO points_record (event_id, user_id, kind, points, requested, idempotency_key, \
+                 season, awarded_at_ms, award_date, event_order) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
+            )
+            .bind(&entry.id)
+            .bind(entry.number("user")?)
+            .bind(kind)
+            .bind(entry.number("points")?)
+            .bind(entry.number("requested")?)
+            .bind(entry.field("key")?)
+            .bind(entry.number("season")?)
+            .bind(at)
+            .bind(date.year() as i64 * 10_000 + date.month() as i64 * 100 + date.day() as i64)
+            .bind(ms * 1_000_000 + seq)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// An award error as the stream consumer sees it: bad input is the entry's fault, an
+/// unavailable Redis is not.
+fn award_failure(entry: &StreamEntry, error: AppError) -> HandleError {
+    match error.code() {
+        ErrorCode::BadUserInput => HandleError::Poison(format!("entry {}: {error}", entry.id)),
+        _ => HandleError::Unavailable(error.to_string()),
+    }
+}
+
+struct PointsIntake(AppState);
+
+#[async_trait::async_trait]
+impl StreamHandler for PointsIntake {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        for entry in entries {
+            let kind = entry.field("type")?;
+            let kind = PointsType::parse(kind).ok_or_else(|| {
+                HandleError::Poison(format!("entry {}: unknown type {kind}", entry.id))
+            })?;
+            let user = entry.number("user")?;
+            let points = entry.number("points")?;
+            let key = format!("intake:{}", entry.field("key")?);
+            super::award(&self.0, user, kind, points, &key)
+                .await
+                .map_err(|e| award_failure(entry, e))?;
+        }
+        Ok(())
+    }
+}
+
+struct LikePoints(AppState);
+
+#[async_trait::async_trait]
+impl StreamHandler for LikePoints {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let points = self.0.points.rules.rule(PointsType::LikeReceived).points;
+        for entry in entries {
+            let (voter, author) = (entry.number("voter")?, entry.number("author")?);
+            if entry.number("voting")? != 1 || voter == author {
+                continue; // unlikes take nothing back; liking oneself earns nothing
+            }
+            let key = format!("like:{}:{voter}", entry.number("remark")?);
+            super::award(&self.0, author, PointsType::LikeReceived, points, &key)
+                .await
+                .map_err(|e| award_failure(entry, e))?;
+        }
+        Ok(())
+    }
+}

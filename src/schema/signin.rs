@@ -1,0 +1,51 @@
+//! GraphQL types of sign-in.
+
+use async_graphql::SimpleObject;
+
+use crate::signin::{Calendar, SignInOutcome};
+
+#[derive(SimpleObject)]
+pub struct SignInResult {
+    /// `YYYY-MM-DD` in the service's time zone.
+    pub date: String,
+    pub streak: i64,
+    pub points_awarded: i64,
+    pub already_signed: bool,
+}
+
+impl From<SignInOutcome> for SignInResult {
+    fn from(outcome: SignInOutcome) -> Self {
+        Self {
+            date: outcome.date.to_string(),
+            streak: outcome.streak,
+            points_awarded: outcome.points_awarded,
+            already_signed: outcome.already_signed,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct SignCalendar {
+    /// `YYYY-MM`.
+    pub month: String,
+    /// One per day from day 1: up to today for this month, the whole month for past ones.
+    pub days: Vec<bool>,
+    pub signed_today: bool,
+    /// The current streak (ending today, or yesterday while today is unsigned).
+    pub streak: i64,
+    pub signed_days: i64,
+    pub make_ups_left: i64,
+}
+
+impl From<Calendar> for SignCalendar {
+    fn from(calendar: Calendar) -> Self {
+        Self {
+            month: calendar.month.dashed(),
+            signed_days: calendar.signed_days() as i64,
+            days: calendar.days,
+            signed_today: calendar.signed_today,
+            streak: calendar.streak,
+            make_ups_left: i64::from(calendar.make_ups_left),
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Daily sign-in (seed 003): a bitmap per user per month (bit `day - 1`), streaks that go on
+//! across month boundaries, make-up sign-ins for missed days of this month, and SIGN_IN
+//! points with the streak bonus, all in one Lua script per action.
+
+use chrono::{Datelike, NaiveDate};
+
+use crate::{
+    app::AppState,
+    clock::Month,
+    error::{AppError, AppResult},
+    points::{self, PointsType, DAILY_TTL_SECONDS},
+    redis::scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
+};
+
+/// Bitmaps are kept for a little over a year (calendars of past months).
+const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignInOutcome {
+    pub date: NaiveDate,
+    pub streak: i64,
+    pub points_awarded: i64,
+    pub already_signed: bool,
+}
+
+/// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
+pub async fn sign_in(state: &AppState, user_id: i64) -> AppResult<SignInOutcome> {
+    let today = state.clock.today();
+    let month = Month::of(today);
+    let (season, season_seconds) = points::season_now(state);
+    let rules = &state.points.rules;
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let (already, streak, awarded): (i64, i64, i64) = SIGNIN_SIGN
+        .key(keys.sign_bitmap(user_id, month))
+        .key(keys.sign_bitmap(user_id, month.previous()))
+        .key(keys.sign_streak(user_id))
+        .key(keys.points_today(user_id, today))
+        .key(keys.season_board(season))
+        .key(keys.points_stream())
+        .arg(user_id)
+        .arg(today.day())
+        .arg(month.previous().days())
+        .arg(month.previous().id())
+        .arg(month.previous().previous().id())
+        .arg(state.clock.now_ms())
+        .arg(season_seconds)
+        .arg(season.id())
+        .arg(keys.board_channel(season))
+        .arg(DAILY_TTL_SECONDS)
+        .arg(BITMAP_TTL_SECONDS)
+        .arg(rules.rule(PointsType::SignIn).points)
+        .arg(rules.bonuses_arg())
+        .arg(format!("signin:{user_id}:{today}"))
+        .invoke_async(&mut *conn)
+        .await?;
+    Ok(SignInOutcome {
+        date: today,
+        streak,
+        points_awarded: awarded,
+        already_signed: already == 1,
+    })
+}
+
+/// Signs in a missed day of this month before today, at most `ENGAGE_MAKEUP_PER_MONTH`
+/// times a month, for the base point only.
+pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
+    let today = state.clock.today();
+    let month = Month::of(today);
+    if Month::of(date) != month || date >= today {
+        return Err(AppError::bad_input(format!(
+            "only a missed day of this month before today can be made up ({} to {})",
+            month.first_day(),
+            today.pred_opt().unwrap_or(today)
+        )));
+    }
+    let (season, season_seconds) = points::season_now(state);
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let (status, streak, awarded, _left): (i64, i64, i64, i64) = SIGNIN_MAKE_UP
+        .key(keys.sign_bitmap(user_id, month))
+        .key(keys.sign_bitmap(user_id, month.previous()))
+        .key(keys.sign_streak(user_id))
+        .key(keys.points_today(user_id, today))
+        .key(keys.season_board(season))
+        .key(keys.points_stream())
+        .key(keys.sign_make_ups(user_id, month))
+        .arg(user_id)
+        .arg(date.day())
+        .arg(today.day())
+        .arg(month.previous().days())
+        .arg(month.previous().id())
+        .arg(month.previous().previous().id())
+        .arg(state.points.make_ups_per_month)
+        .arg(state.clock.now_ms())
+        .arg(season_seconds)
+        .arg(season.id())
+        .arg(keys.board_channel(season))
+        .arg(DAILY_TTL_SECONDS)
+        .arg(40 * 24 * 3600)
+        .arg(state.points.rules.rule(PointsType::SignIn).points)
+        .arg(format!("makeup:{user_id}:{date}"))
+        .invoke_async(&mut *conn)
+        .await?;
+    match status {
+        0 => Ok(SignInOutcome {
+            date,
+            streak,
+            points_awarded: awarded,
+            already_signed: false,
+        }),
+        -1 => Ok(SignInOutcome {
+            date,
+            streak,
+            points_awarded: 0,
+            already_signed: true,
+        }),
+        -2 => Err(AppError::bad_input(format!(
+            "no make-up sign-ins left this month (at most {})",
+            state.points.make_ups_per_month
+        ))),
+        other => Err(AppError::internal(anyhow::anyhow!(
+            "make-up script answered {other}"
+        ))),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calendar {
+    pub month: Month,
+    /// Day 1 first; up to today for this month, the whole month for past ones.
+    pub days: Vec<bool>,
+    pub signed_today: bool,
+    /// The current streak (ending today, or yesterday while today is unsigned).
+    pub streak: i64,
+    pub make_ups_left: u32,
+}
+
+impl Calendar {
+    pub fn signed_days(&self) -> usize {
+        self.days.iter().filter(|d| **d).count()
+    }
+}
+
+/// A month's sign-ins (default: this month); months after this one are an input error.
+pub async fn calendar(state: &AppState, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
+    let today = state.clock.today();
+    let current = Month::of(today);
+    let shown = month.unwrap_or(current);
+    if shown > current {
+        return Err(AppError::bad_input("that month has not begun"));
+    }
+    let days = if shown == current {
+        today.day()
+    } else {
+        shown.days()
+    };
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
+        .key(keys.sign_bitmap(user_id, shown))
+        .key(keys.sign_bitmap(user_id, current))
+        .key(keys.sign_bitmap(user_id, current.previous()))
+        .key(keys.sign_streak(user_id))
+        .key(keys.sign_make_ups(user_id, shown))
+        .arg(days)
+        .arg(today.day())
+        .arg(current.previous().days())
+        .arg(current.previous().id())
+        .arg(current.previous().previous().id())
+        .invoke_async(&mut *conn)
+        .await?;
+    let days = (0..days)
+        .map(|day| bits >> (days - 1 - day) & 1 == 1)
+        .collect();
+    let make_ups_left = if shown == current {
+        state
+            .points
+            .make_ups_per_month
+            .saturating_sub(make_ups_used)
+    } else {
+        0
+    };
+    Ok(Calendar {
+        month: shown,
+        days,
+        signed_today: signed_today == 1,
+        streak,
+        make_ups_left,
+    })
+}

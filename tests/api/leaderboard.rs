@@ -1,0 +1,310 @@
+//! Seasons and leaderboards: order, ties, the viewer's entry, neighbours, rollover to SQL,
+//! and live snapshots.
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use engage::{
+    auth::Role,
+    clock::Month,
+    leaderboard::rollover::{archive_season, Options},
+    lock,
+};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::{
+    connect_async, tungstenite::client::IntoClientRequest, tungstenite::Message,
+};
+
+use crate::harness::{first_code, TestApp};
+
+const AWARD: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
+    awardPoints(userId: $u, type: SIGN_IN, points: $p, idempotencyKey: $k) { awarded } }";
+const BOARD: &str = "query($s: ID, $f: Int, $o: Int) { leaderboard(seasonId: $s, first: $f, offset: $o) {
+    season { id current } total me { rank points user { id } } entries { rank points user { id } } } }";
+
+async fn app() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.rollover_check_seconds = 3600;
+    })
+    .await
+}
+
+async fn award(app: &TestApp, user: i64, points: i64) {
+    let key = uuid::Uuid::new_v4().to_string();
+    let service = app.token(999, Role::Service);
+    app.data(
+        Some(&service),
+        AWARD,
+        json!({ "u": user.to_string(), "p": points, "k": key }),
+    )
+    .await;
+}
+
+fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
+    board["leaderboard"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["rank"].as_i64().unwrap(),
+                e["points"].as_i64().unwrap(),
+                e["user"]["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_board_orders_by_points_then_by_who_got_there_first() {
+    let app = app().await;
+    let start = Utc.with_ymd_and_hms(2026, 3, 5, 8, 0, 0).unwrap();
+    app.state.clock.set(start);
+    award(&app, 51, 30).await;
+    app.state.clock.set(start + chrono::Duration::seconds(5));
+    award(&app, 52, 50).await;
+    app.state.clock.set(start + chrono::Duration::seconds(10));
+    award(&app, 53, 20).await;
+    award(&app, 54, 5).await;
+    app.state.clock.set(start + chrono::Duration::seconds(20));
+    award(&app, 53, 10).await; // 53 reaches 30 after 51 did: 51 stays ahead
+
+    let viewer = app.user_token(54);
+    let board = app
+        .data(Some(&viewer), BOARD, json!({ "f": 2, "o": 0 }))
+        .await;
+    assert_eq!(ranks(&board), [(1, 50, "52".into()), (2, 30, "51".into())]);
+    assert_eq!(board["leaderboard"]["total"], 4);
+    assert_eq!(
+        board["leaderboard"]["season"],
+        json!({ "id": "202603", "current": true })
+    );
+    assert_eq!(
+        board["leaderboard"]["me"],
+        json!({ "rank": 4, "points": 5, "user": { "id": "54" } }),
+        "me off the page"
+    );
+
+    let next = app.data(None, BOARD, json!({ "f": 2, "o": 2 })).await;
+    assert_eq!(ranks(&next), [(3, 30, "53".into()), (4, 5, "54".into())]);
+    assert_eq!(next["leaderboard"]["me"], Value::Null);
+
+    let around = app
+        .data(
+            Some(&app.user_token(51)),
+            "{ leaderboardAroundMe(radius: 1) { rank user { id } } }",
+            json!({}),
+        )
+        .await;
+    let ids: Vec<&str> = around["leaderboardAroundMe"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["user"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["52", "51", "53"]);
+
+    let seasons = app
+        .data(
+            None,
+            "{ seasons { id name current beginsAt endsAt } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        seasons["seasons"][0],
+        json!({
+            "id": "202603", "name": "March 2026", "current": true,
+            "beginsAt": "2026-03-01T00:00:00.000+00:00", "endsAt": "2026-04-01T00:00:00.000+00:00"
+        })
+    );
+    for bad in [
+        json!({ "s": "202613" }),
+        json!({ "s": "202604" }),
+        json!({ "f": 101 }),
+        json!({ "o": -1 }),
+    ] {
+        assert_eq!(
+            first_code(&app.gql(None, BOARD, bad.clone()).await),
+            "BAD_USER_INPUT",
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
+    let app = app().await;
+    let march = Month::parse_id("202603").unwrap();
+    app.state
+        .clock
+        .set(Utc.with_ymd_and_hms(2026, 3, 20, 12, 0, 0).unwrap());
+    for (user, points) in [(61, 300), (62, 200), (63, 100)] {
+        award(&app, user, points).await;
+    }
+    // Many more members, written as the award script would, so that the copy takes chunks.
+    let mut conn = app.state.redis.get().await.unwrap();
+    let mut pipe = redis::pipe();
+    for user in 1000..3500_i64 {
+        let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
+        pipe.cmd("ZADD")
+            .arg(app.state.keys.season_board(march))
+            .arg(score)
+            .arg(user)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut *conn).await.unwrap();
+    drop(conn);
+    let live = app.data(None, BOARD, json!({ "f": 100, "o": 0 })).await;
+    let live_tail = app.data(None, BOARD, json!({ "f": 100, "o": 2400 })).await;
+
+    app.state
+        .clock
+        .set(Utc.with_ymd_and_hms(2026, 4, 2, 12, 0, 0).unwrap());
+    // Another instance holds the lock: this one does nothing.
+    let blocked = lock::with_lock(
+        &app.state,
+        "rollover:202603",
+        Duration::from_secs(10),
+        |_| async {
+            archive_season(&app.state, march, Options::default())
+                .await
+                .unwrap()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(blocked, Some(None), "two instances never both run it");
+
+    // Interrupted after one chunk, as a crash would, then resumed.
+    let partial = archive_season(
+        &app.state,
+        march,
+        Options {
+            stop_after_chunks: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!((partial.copied, partial.done), (1000, false));
+    let finished = archive_season(&app.state, march, Options::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (finished.total, finished.copied, finished.done),
+        (2503, 2503, true)
+    );
+
+    let archived = app
+        .data(None, BOARD, json!({ "s": "202603", "f": 100, "o": 0 }))
+        .await;
+    let archived_tail = app
+        .data(None, BOARD, json!({ "s": "202603", "f": 100, "o": 2400 }))
+        .await;
+    assert_eq!(ranks(&archived), ranks(&live));
+    assert_eq!(ranks(&archived_tail), ranks(&live_tail));
+    assert_eq!(archived["leaderboard"]["total"], 2503);
+    assert_eq!(archived["leaderboard"]["season"]["current"], false);
+
+    let mut conn = app.state.redis.get().await.unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(app.state.keys.season_board(march))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert!(!exists, "the Redis board is unlinked");
+    drop(conn);
+
+    let seasons = app
+        .data(
+            None,
+            "{ seasons { id current winners { rank points user { id } } } }",
+            json!({}),
+        )
+        .await;
+    let march_season = seasons["seasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "202603")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        march_season["winners"],
+        json!([
+            { "rank": 1, "points": 300, "user": { "id": "61" } },
+            { "rank": 2, "points": 200, "user": { "id": "62" } },
+            { "rank": 3, "points": 100, "user": { "id": "63" } },
+        ])
+    );
+    // A repeat is a no-op.
+    let again = archive_season(&app.state, march, Options::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.done);
+}
+
+#[tokio::test]
+async fn a_subscriber_sees_the_top_change_after_a_sign_in() {
+    let app = app().await;
+    award(&app, 71, 5).await;
+    let mut request = app.ws_url().into_client_request().unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut socket, _) = connect_async(request).await.unwrap();
+    socket
+        .send(Message::text(
+            json!({ "type": "connection_init" }).to_string(),
+        ))
+        .await
+        .unwrap();
+    let query = "subscription { leaderboardChanged(top: 3) { season { id } entries { rank points user { id } } } }";
+    socket
+        .send(Message::text(
+            json!({ "id": "1", "type": "subscribe", "payload": { "query": query } }).to_string(),
+        ))
+        .await
+        .unwrap();
+    let mut next = async || loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let Message::Text(text) = message {
+            let value: Value = serde_json::from_str(&text).unwrap();
+            if value["type"] == "next" {
+                return value["payload"]["data"]["leaderboardChanged"]["entries"].clone();
+            }
+        }
+    };
+    assert_eq!(
+        next().await,
+        json!([{ "rank": 1, "points": 5, "user": { "id": "71" } }])
+    );
+
+    app.data(
+        Some(&app.user_token(72)),
+        "mutation { signIn { pointsAwarded } }",
+        json!({}),
+    )
+    .await;
+    award(&app, 72, 10).await;
+    let entries = next().await;
+    let users: Vec<&str> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["user"]["id"].as_str().unwrap())
+        .collect();
+    assert!(users.contains(&"72"), "the new member shows: {entries}");
+}

@@ -1,0 +1,234 @@
+//! Points: caps under concurrency, idempotency, the intake stream, likes received, history.
+
+use std::time::Duration;
+
+use engage::auth::Role;
+use serde_json::{json, Value};
+
+use crate::harness::{first_code, TestApp};
+
+const AWARD: &str = "mutation($u: ID!, $t: PointsType!, $p: Int!, $k: String!) {
+    awardPoints(userId: $u, type: $t, points: $p, idempotencyKey: $k) { awarded capped duplicate } }";
+const TODAY: &str = "{ pointsToday { type points cap } }";
+
+async fn unlimited() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+    })
+    .await
+}
+
+fn points_of(today: &Value, kind: &str) -> i64 {
+    today["pointsToday"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type"] == kind)
+        .unwrap()["points"]
+        .as_i64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_concurrent_awards_never_exceed_the_daily_cap() {
+    let app = std::sync::Arc::new(unlimited().await);
+    let service = app.token(900, Role::Service);
+    let awards: Vec<_> = (0..500)
+        .map(|i| {
+            let (app, service) = (app.clone(), service.clone());
+            tokio::spawn(async move {
+                let variables =
+                    json!({ "u": "41", "t": "ANSWER", "p": 5, "k": format!("answer-{i}") });
+                app.data(Some(&service), AWARD, variables).await["awardPoints"]["awarded"]
+                    .as_i64()
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for award in awards {
+        total += award.await.unwrap();
+    }
+    assert_eq!(total, 20, "ANSWER is capped at 20 a day");
+    let today = app.data(Some(&app.user_token(41)), TODAY, json!({})).await;
+    assert_eq!(points_of(&today, "ANSWER"), 20);
+    let answer = today["pointsToday"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type"] == "ANSWER")
+        .unwrap()
+        .clone();
+    assert_eq!(answer["cap"], 20);
+}
+
+#[tokio::test]
+async fn an_idempotency_key_awards_once_and_a_partial_award_reaches_the_cap() {
+    let app = unlimited().await;
+    let service = app.token(900, Role::Service);
+    let award = |key: &'static str, points: i64| {
+        let variables = json!({ "u": "42", "t": "NOTE", "p": points, "k": key });
+        let app = &app;
+        let service = service.clone();
+        async move { app.data(Some(&service), AWARD, variables).await["awardPoints"].clone() }
+    };
+    assert_eq!(
+        award("note-1", 15).await,
+        json!({ "awarded": 15, "capped": false, "duplicate": false })
+    );
+    assert_eq!(
+        award("note-1", 15).await,
+        json!({ "awarded": 15, "capped": false, "duplicate": true })
+    );
+    assert_eq!(
+        award("note-2", 15).await,
+        json!({ "awarded": 5, "capped": true, "duplicate": false })
+    );
+    assert_eq!(
+        award("note-3", 3).await,
+        json!({ "awarded": 0, "capped": true, "duplicate": false })
+    );
+
+    let user = app
+        .gql(
+            Some(&app.user_token(43)),
+            AWARD,
+            json!({ "u": "43", "t": "NOTE", "p": 3, "k": "x" }),
+        )
+        .await;
+    assert_eq!(
+        first_code(&user),
+        "FORBIDDEN",
+        "users cannot award themselves"
+    );
+    for (points, key) in [(0, "k"), (-3, "k"), (10_001, "k"), (3, "")] {
+        let body = app
+            .gql(
+                Some(&service),
+                AWARD,
+                json!({ "u": "42", "t": "NOTE", "p": points, "k": key }),
+            )
+            .await;
+        assert_eq!(first_code(&body), "BAD_USER_INPUT", "{points} {key:?}");
+    }
+}
+
+async fn eventually(mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..100 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("condition not reached in 10s");
+}
+
+#[tokio::test]
+async fn other_services_award_through_the_intake_stream_idempotently() {
+    let app = unlimited().await;
+    let mut conn = app.state.redis.get().await.unwrap();
+    for _ in 0..2 {
+        let _: String = redis::cmd("XADD")
+            .arg(app.state.keys.points_intake_stream())
+            .arg("*")
+            .arg("user")
+            .arg(44)
+            .arg("type")
+            .arg("LEARNING")
+            .arg("points")
+            .arg(10)
+            .arg("key")
+            .arg("lesson-7")
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+    }
+    drop(conn);
+    let token = app.user_token(44);
+    eventually(async || {
+        points_of(&app.data(Some(&token), TODAY, json!({})).await, "LEARNING") == 10
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        points_of(&app.data(Some(&token), TODAY, json!({})).await, "LEARNING"),
+        10,
+        "the repeat is ignored"
+    );
+}
+
+#[tokio::test]
+async fn authors_earn_points_for_likes_from_others_but_not_from_themselves() {
+    let app = unlimited().await;
+    let admin = app.admin_token();
+    let item = app
+        .data(
+            Some(&admin),
+            "mutation { createItem(input: { name: \"Tea\" }) { id } }",
+            json!({}),
+        )
+        .await;
+    let item = item["createItem"]["id"].as_str().unwrap().to_string();
+    let author = app.user_token(45);
+    let remark = app
+        .data(Some(&author), "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }", json!({ "i": item }))
+        .await["createRemark"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let like = "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }";
+    app.data(Some(&author), like, json!({ "r": remark })).await;
+    app.data(Some(&app.user_token(46)), like, json!({ "r": remark }))
+        .await;
+    app.data(Some(&app.user_token(47)), like, json!({ "r": remark }))
+        .await;
+    // Unliking and liking again earns nothing more.
+    app.data(
+        Some(&app.user_token(47)),
+        "mutation($r: ID!) { unlikeRemark(remarkId: $r) { changed } }",
+        json!({ "r": remark }),
+    )
+    .await;
+    app.data(Some(&app.user_token(47)), like, json!({ "r": remark }))
+        .await;
+
+    eventually(async || {
+        points_of(
+            &app.data(Some(&author), TODAY, json!({})).await,
+            "LIKE_RECEIVED",
+        ) == 4
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let today = app.data(Some(&author), TODAY, json!({})).await;
+    assert_eq!(
+        points_of(&today, "LIKE_RECEIVED"),
+        4,
+        "two others liked: 2 points each"
+    );
+    assert_eq!(
+        points_of(&today, "REMARK"),
+        10,
+        "writing the remark earned 10"
+    );
+
+    // Every award reaches the archive and the history.
+    let history = "{ pointsHistory(first: 10) { edges { node { type points seasonId awardedAt } } pageInfo { hasNextPage } } }";
+    eventually(async || {
+        app.data(Some(&author), history, json!({})).await["pointsHistory"]["edges"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 3
+    })
+    .await;
+    let page = app.data(Some(&author), history, json!({})).await;
+    let kinds: Vec<&str> = page["pointsHistory"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["LIKE_RECEIVED", "LIKE_RECEIVED", "REMARK"]);
+}
