@@ -1,4 +1,5 @@
-//! `engage seed-demo`: users, items, remarks and likes to explore in the playground.
+//! `engage seed-demo`: users, items, remarks, likes, sign-ins and a season board to explore
+//! in the playground.
 //! Everything goes through the same domain functions as the API, so the demo data is as
 //! real as any (likes reach the archive once a server runs).
 
@@ -31,7 +32,7 @@ const REVIEWS: &[&str] = &[
 
 pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
     let users = users.max(2);
-    let steps = users as u64 + ITEMS.len() as u64 + users as u64 * 2;
+    let steps = users as u64 + ITEMS.len() as u64 + users as u64 * 3;
     let bar = ProgressBar::new(steps).with_style(
         ProgressStyle::with_template("{spinner} {msg:<10} [{bar:40}] {pos}/{len}")?
             .progress_chars("=> "),
@@ -97,6 +98,25 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
             remarks::likes::vote(state, voter, remark, Vote::Like)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        bar.inc(1);
+    }
+    bar.set_message("sign-ins");
+    for user in 1..=users {
+        crate::signin::sign_in(state, user)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let extra: i64 = rand::rng().random_range(0..40);
+        if extra > 0 {
+            crate::points::award(
+                state,
+                user,
+                crate::points::PointsType::Learning,
+                extra,
+                &format!("demo:{user}"),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         bar.inc(1);
     }

@@ -308,3 +308,48 @@ async fn a_subscriber_sees_the_top_change_after_a_sign_in() {
         .collect();
     assert!(users.contains(&"72"), "the new member shows: {entries}");
 }
+
+#[tokio::test]
+async fn my_rank_changes_are_pushed_to_the_signed_in_viewer() {
+    let app = app().await;
+    award(&app, 81, 50).await;
+    award(&app, 82, 10).await;
+    let mut request = app.ws_url().into_client_request().unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut socket, _) = connect_async(request).await.unwrap();
+    let token = format!("Bearer {}", app.user_token(82));
+    socket
+        .send(Message::text(
+            json!({ "type": "connection_init", "payload": { "Authorization": token } }).to_string(),
+        ))
+        .await
+        .unwrap();
+    let query = "subscription { myRankChanged { rank points } }";
+    socket
+        .send(Message::text(
+            json!({ "id": "1", "type": "subscribe", "payload": { "query": query } }).to_string(),
+        ))
+        .await
+        .unwrap();
+    let mut next = async || loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let Message::Text(text) = message {
+            let value: Value = serde_json::from_str(&text).unwrap();
+            if value["type"] == "next" {
+                return value["payload"]["data"]["myRankChanged"].clone();
+            }
+        }
+    };
+    assert_eq!(next().await, json!({ "rank": 2, "points": 10 }));
+    award(&app, 82, 45).await;
+    assert_eq!(next().await, json!({ "rank": 1, "points": 55 }));
+    award(&app, 81, 10).await; // someone else overtakes: the viewer's rank changes too
+    assert_eq!(next().await, json!({ "rank": 2, "points": 55 }));
+}
