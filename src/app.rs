@@ -21,6 +21,7 @@ use crate::{
     db::Db,
     http::{self, rate_limit::RateLimits},
     ids::IdGenerator,
+    jobs::JobRegistry,
     live::LiveHub,
     points::PointsSettings,
     redis::{self as redis_access, Keys, RedisPool},
@@ -48,6 +49,8 @@ pub struct Services {
     pub live: Arc<LiveHub>,
     pub remarks: RemarkSettings,
     pub points: PointsSettings,
+    /// In-process handlers of delay-queue topics.
+    pub jobs: JobRegistry,
     /// Cancelled when the instance begins to shut down.
     pub shutdown: CancellationToken,
     /// Background tasks, awaited on shutdown.
@@ -87,6 +90,7 @@ impl Services {
             live: LiveHub::new(&config.redis_url),
             remarks: RemarkSettings::from_config(&config),
             points: PointsSettings::from_config(&config)?,
+            jobs: JobRegistry::from_config(&config),
             config,
             redis,
             redis_round_trips,

@@ -13,4 +13,5 @@ pub fn spawn_all(state: &AppState) {
         "season-rollover",
         crate::leaderboard::rollover::run_periodically,
     );
+    state.spawn_background("delay-queue", crate::jobs::worker::run);
 }

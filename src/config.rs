@@ -169,6 +169,47 @@ pub struct Config {
     )]
     pub rollover_check_seconds: u64,
 
+    /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
+    /// link-local and private addresses are refused unless listed.
+    #[arg(long, env = "ENGAGE_CALLBACK_HOSTS", default_value = "", global = true)]
+    pub callback_hosts: String,
+
+    /// Seconds a job callback may take.
+    #[arg(
+        long,
+        env = "ENGAGE_CALLBACK_TIMEOUT_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub callback_timeout_seconds: u64,
+
+    /// Milliseconds between delay-queue ticks (promotion and taking jobs).
+    #[arg(
+        long,
+        env = "ENGAGE_JOBS_TICK_MS",
+        default_value_t = 100,
+        global = true
+    )]
+    pub jobs_tick_ms: u64,
+
+    /// Jobs one instance runs at once.
+    #[arg(
+        long,
+        env = "ENGAGE_JOBS_CONCURRENCY",
+        default_value_t = 32,
+        global = true
+    )]
+    pub jobs_concurrency: usize,
+
+    /// Seconds a taken job stays invisible before it is handed out again.
+    #[arg(
+        long,
+        env = "ENGAGE_JOBS_VISIBILITY_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub jobs_visibility_seconds: u64,
+
     /// A stream entry pending this long (milliseconds) with a silent consumer is taken over.
     #[arg(
         long,

@@ -19,6 +19,7 @@ pub mod error;
 pub mod http;
 pub mod ids;
 pub mod items;
+pub mod jobs;
 pub mod leaderboard;
 pub mod live;
 pub mod lock;

@@ -2,6 +2,7 @@
 //! and map its records to schema types. No Redis commands, SQL or business rules here.
 
 pub mod item;
+pub mod jobs;
 pub mod leaderboard;
 pub mod points;
 pub mod remark;

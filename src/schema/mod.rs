@@ -5,6 +5,7 @@
 
 pub mod errors;
 pub mod item;
+pub mod jobs;
 pub mod leaderboard;
 pub mod page;
 pub mod points;
@@ -25,6 +26,7 @@ pub struct QueryRoot(
     resolvers::signin::SignInQuery,
     resolvers::points::PointsQuery,
     resolvers::leaderboard::LeaderboardQuery,
+    resolvers::jobs::JobQuery,
 );
 
 #[derive(MergedObject, Default)]
@@ -34,6 +36,7 @@ pub struct MutationRoot(
     resolvers::remark::RemarkMutation,
     resolvers::signin::SignInMutation,
     resolvers::points::PointsMutation,
+    resolvers::jobs::JobMutation,
 );
 
 #[derive(MergedSubscription, Default)]

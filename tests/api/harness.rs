@@ -19,7 +19,7 @@ pub struct TestApp {
     pub state: AppState,
     pub http: reqwest::Client,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    cleanup: Cleanup,
+    cleanup: Option<Cleanup>,
     _sqlite_dir: Option<tempfile::TempDir>,
 }
 
@@ -42,6 +42,14 @@ impl TestApp {
     }
 
     pub async fn spawn_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        // Logs of the app under test, shown for failing tests (RUST_LOG, default: warnings).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let unique = uuid::Uuid::new_v4().simple().to_string();
         let mut config = base_config();
         config.bind = "127.0.0.1:0".parse().unwrap();
@@ -95,8 +103,30 @@ impl TestApp {
                 .build()
                 .unwrap(),
             server: Some(server),
-            cleanup,
+            cleanup: Some(cleanup),
             _sqlite_dir: sqlite_dir,
+        }
+    }
+
+    /// A second instance sharing this one's Redis prefix and database, as a second server
+    /// behind the same load balancer would. It leaves the cleanup to the first.
+    pub async fn spawn_sibling(&self) -> Self {
+        let mut config = self.state.config.clone();
+        config.bind = "127.0.0.1:0".parse().unwrap();
+        let app = App::start(config).await.expect("the sibling starts");
+        let base = format!("http://{}", app.local_addr());
+        let state = app.state.clone();
+        let server = tokio::spawn(app.serve(std::future::pending()));
+        Self {
+            base,
+            state,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            server: Some(server),
+            cleanup: None,
+            _sqlite_dir: None,
         }
     }
 
@@ -165,10 +195,8 @@ pub fn first_code(body: &Value) -> &str {
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.state.shutdown.cancel();
-        let cleanup = Cleanup {
-            redis_url: self.cleanup.redis_url.clone(),
-            redis_prefix: self.cleanup.redis_prefix.clone(),
-            postgres: self.cleanup.postgres.take(),
+        let Some(cleanup) = self.cleanup.take() else {
+            return;
         };
         // Async work cannot run in Drop; a short-lived runtime on its own thread does it.
         let _ = std::thread::spawn(move || {

@@ -1,0 +1,31 @@
+--[[
+  Moves due jobs of a topic to its ready list, and jobs whose visibility deadline passed
+  (their worker died) back to the front of it. Atomic, so every instance may run it on
+  every tick without a lock and no job moves twice.
+
+  Input:
+    KEYS[1] delay zset        {jobs:<topic>}:delayed
+    KEYS[2] ready list        {jobs:<topic>}:ready
+    KEYS[3] in-flight zset    {jobs:<topic>}:running   score = visibility deadline, ms
+    KEYS[4] job pool hash     {jobs:<topic>}:pool
+    ARGV[1] now, epoch ms   ARGV[2] most jobs to move
+
+  Output: { promoted, reclaimed, run-at of each promoted job... }
+]]
+local now, limit = ARGV[1], tonumber(ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local out = {0, 0}
+for i = 1, #due, 2 do
+  redis.call('RPUSH', KEYS[2], due[i])
+  redis.call('ZREM', KEYS[1], due[i])
+  out[#out + 1] = due[i + 1]
+end
+out[1] = #due / 2
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit)
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id .. ':lease')
+  redis.call('LPUSH', KEYS[2], id)
+end
+out[2] = #expired
+return out

@@ -1,0 +1,440 @@
+//! The delay queue (seed 002), made reliable: jobs wait in a delay zset, are promoted to
+//! their topic's ready list by one atomic script, are taken with a visibility deadline (a
+//! worker that dies gives its job back), retry on a ladder, and end in `dead_job` when their
+//! attempts are used up. Delivery is at-least-once; handlers are idempotent.
+//!
+//! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
+//! in-flight zset, finished zset. Every script touches one topic, so one slot.
+//!
+//! - [`worker`]: the tick that promotes and runs jobs in every instance;
+//! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
+
+pub mod handlers;
+pub mod worker;
+
+use std::{collections::HashMap, time::Duration};
+
+use redis::Value as RedisValue;
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    error::{AppError, AppResult, ErrorCode},
+    redis::{
+        scripts::{JOBS_CANCEL, JOBS_SCHEDULE},
+        Keys,
+    },
+};
+
+pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
+
+/// The seed's retry ladder.
+pub const DEFAULT_LADDER: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21_600, 54_000];
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub const MAX_DELAY_SECONDS: i64 = 365 * 24 * 3600;
+/// Finished (done or cancelled) jobs remembered per topic for `job`/`jobs`.
+pub const FINISHED_KEPT: usize = 1000;
+
+impl Keys {
+    fn jobs_tag(topic: &str) -> String {
+        format!("jobs:{topic}")
+    }
+
+    pub fn job_pool(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "pool")
+    }
+
+    pub fn jobs_delayed(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "delayed")
+    }
+
+    pub fn jobs_ready(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "ready")
+    }
+
+    pub fn jobs_running(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "running")
+    }
+
+    pub fn jobs_finished(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "finished")
+    }
+
+    /// Every topic that ever had a job (the tick visits them all).
+    pub fn job_topics(&self) -> String {
+        self.tagged("jobs", "topics")
+    }
+}
+
+/// What the pool stores of a job.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobSpec {
+    pub body: String,
+    pub run_at_ms: i64,
+    pub max_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    pub created_at_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
+pub enum JobStatus {
+    Delayed,
+    Ready,
+    Running,
+    Done,
+    Dead,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    pub id: String,
+    pub topic: String,
+    pub body: String,
+    pub run_at_ms: i64,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub status: JobStatus,
+    pub last_error: Option<String>,
+    pub callback_url: Option<String>,
+}
+
+/// A job to add.
+pub struct NewJob {
+    pub id: String,
+    pub topic: String,
+    pub body: String,
+    pub delay: Duration,
+    pub max_attempts: Option<u32>,
+    pub callback_url: Option<String>,
+}
+
+fn check_name(what: &str, value: &str, max: usize) -> AppResult<()> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(AppError::bad_input(format!(
+            "{what} must be 1 to {max} of A-Z a-z 0-9 _ - . :"
+        )))
+    }
+}
+
+impl NewJob {
+    fn validate(&self, state: &AppState) -> AppResult<u32> {
+        check_name("id", &self.id, 128)?;
+        check_name("topic", &self.topic, 64)?;
+        if self.body.len() > MAX_BODY_BYTES
+            || serde_json::from_str::<serde_json::Value>(&self.body).is_err()
+        {
+            return Err(AppError::bad_input(format!(
+                "body must be JSON text of at most {MAX_BODY_BYTES} bytes"
+            )));
+        }
+        if let Some(url) = &self.callback_url {
+            handlers::check_callback_syntax(url)?;
+        }
+        let ladder = state.jobs.policy(&self.topic).ladder.len() as u32;
+        let max_attempts = self.max_attempts.unwrap_or(ladder + 1);
+        if !(1..=25).contains(&max_attempts) {
+            return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
+        }
+        Ok(max_attempts)
+    }
+}
+
+/// Adds a job; `JOB_EXISTS` if the topic already has a job with this id.
+pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
+    let max_attempts = job.validate(state)?;
+    let now = state.clock.now_ms();
+    let spec = JobSpec {
+        body: job.body,
+        run_at_ms: now + job.delay.as_millis() as i64,
+        max_attempts,
+        callback_url: job.callback_url,
+        created_at_ms: now,
+    };
+    let json = serde_json::to_string(&spec).map_err(AppError::internal)?;
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    // The topic index lives in another slot; listing a topic that ends up with no job is
+    // harmless, so it is written first and on its own.
+    let () = redis::cmd("SADD")
+        .arg(keys.job_topics())
+        .arg(&job.topic)
+        .query_async(&mut *conn)
+        .await?;
+    let added: i64 = JOBS_SCHEDULE
+        .key(keys.job_pool(&job.topic))
+        .key(keys.jobs_delayed(&job.topic))
+        .arg(&job.id)
+        .arg(json)
+        .arg(spec.run_at_ms)
+        .invoke_async(&mut *conn)
+        .await?;
+    if added != 1 {
+        return Err(AppError::client(
+            ErrorCode::JobExists,
+            format!("topic {} has a job {}", job.topic, job.id),
+        ));
+    }
+    metrics::counter!("engage_jobs_scheduled_total", "topic" => job.topic.clone()).increment(1);
+    Ok(JobView {
+        id: job.id,
+        topic: job.topic,
+        body: spec.body,
+        run_at_ms: spec.run_at_ms,
+        attempts: 0,
+        max_attempts,
+        status: JobStatus::Delayed,
+        last_error: None,
+        callback_url: spec.callback_url,
+    })
+}
+
+/// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
+pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> {
+    check_name("topic", topic, 64)?;
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let cancelled: i64 = JOBS_CANCEL
+        .key(keys.jobs_delayed(topic))
+        .key(keys.jobs_ready(topic))
+        .key(keys.jobs_running(topic))
+        .key(keys.job_pool(topic))
+        .key(keys.jobs_finished(topic))
+        .arg(id)
+        .arg(state.clock.now_ms())
+        .invoke_async(&mut *conn)
+        .await?;
+    Ok(cancelled == 1)
+}
+
+/// Where a job is and what it holds; `None` for an unknown job.
+pub async fn find(state: &AppState, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+    check_name("topic", topic, 64)?;
+    Ok(describe(state, topic, &[id.to_string()])
+        .await?
+        .pop()
+        .flatten()
+        .or(dead(state, topic, id).await?))
+}
+
+/// Details of jobs of one topic, in one pipeline.
+async fn describe(
+    state: &AppState,
+    topic: &str,
+    ids: &[String],
+) -> AppResult<Vec<Option<JobView>>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = &state.keys;
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.cmd("HMGET")
+            .arg(keys.job_pool(topic))
+            .arg(id)
+            .arg(format!("{id}:attempts"))
+            .arg(format!("{id}:error"))
+            .arg(format!("{id}:status"));
+        pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
+        pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
+    }
+    let mut conn = state.redis.get().await?;
+    let replies: Vec<RedisValue> = pipe.query_async(&mut *conn).await?;
+    let mut replies = replies.into_iter();
+    let mut views = Vec::with_capacity(ids.len());
+    for id in ids {
+        let parse = |v: Option<RedisValue>| v.unwrap_or(RedisValue::Nil);
+        let (json, attempts, error, status): (
+            Option<String>,
+            Option<u32>,
+            Option<String>,
+            Option<String>,
+        ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
+            .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+        let delayed: Option<f64> =
+            redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
+        let running: Option<f64> =
+            redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
+        let Some(json) = json else {
+            views.push(None);
+            continue;
+        };
+        let spec: JobSpec = serde_json::from_str(&json).map_err(AppError::internal)?;
+        let status = match (status.as_deref(), running, delayed) {
+            (Some("DONE"), _, _) => JobStatus::Done,
+            (Some("CANCELLED"), _, _) => JobStatus::Cancelled,
+            (_, Some(_), _) => JobStatus::Running,
+            (_, _, Some(_)) => JobStatus::Delayed,
+            _ => JobStatus::Ready,
+        };
+        views.push(Some(JobView {
+            id: id.clone(),
+            topic: topic.to_string(),
+            body: spec.body,
+            run_at_ms: delayed.map_or(spec.run_at_ms, |at| at as i64),
+            attempts: attempts.unwrap_or(0),
+            max_attempts: spec.max_attempts,
+            status,
+            last_error: error,
+            callback_url: spec.callback_url,
+        }));
+    }
+    Ok(views)
+}
+
+/// The newest unrequeued death of a job, if any.
+async fn dead(state: &AppState, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+    let row = sqlx::query(
+        "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+         WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
+    )
+    .bind(topic)
+    .bind(id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    row.map(|row| dead_view(&row)).transpose()
+}
+
+fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
+    Ok(JobView {
+        id: row.try_get("job_id")?,
+        topic: row.try_get("topic")?,
+        body: row.try_get("body")?,
+        run_at_ms: row.try_get("died_at_ms")?,
+        attempts: row.try_get::<i64, _>("attempts")? as u32,
+        max_attempts: row.try_get::<i64, _>("max_attempts")? as u32,
+        status: JobStatus::Dead,
+        last_error: Some(row.try_get("last_error")?),
+        callback_url: row.try_get("callback_url")?,
+    })
+}
+
+/// A page of a topic's jobs in one state (`offset` based: an admin view).
+pub async fn list(
+    state: &AppState,
+    topic: &str,
+    status: JobStatus,
+    first: usize,
+    offset: usize,
+) -> AppResult<(Vec<JobView>, bool)> {
+    check_name("topic", topic, 64)?;
+    let keys = &state.keys;
+    let (start, stop) = (offset as i64, (offset + first) as i64); // one extra: is there more?
+    let ids: Vec<String> = {
+        let mut conn = state.redis.get().await?;
+        match status {
+            JobStatus::Delayed => {
+                redis::cmd("ZRANGE")
+                    .arg(keys.jobs_delayed(topic))
+                    .arg(start)
+                    .arg(stop)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Ready => {
+                redis::cmd("LRANGE")
+                    .arg(keys.jobs_ready(topic))
+                    .arg(start)
+                    .arg(stop)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Running => {
+                redis::cmd("ZRANGE")
+                    .arg(keys.jobs_running(topic))
+                    .arg(start)
+                    .arg(stop)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Done | JobStatus::Cancelled => {
+                redis::cmd("ZREVRANGE")
+                    .arg(keys.jobs_finished(topic))
+                    .arg(0)
+                    .arg(FINISHED_KEPT)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Dead => return list_dead(state, topic, first, offset).await,
+        }
+    };
+    let mut views: Vec<JobView> = describe(state, topic, &ids)
+        .await?
+        .into_iter()
+        .flatten()
+        .filter(|v| v.status == status)
+        .collect();
+    if matches!(status, JobStatus::Done | JobStatus::Cancelled) {
+        views = views.into_iter().skip(offset).collect();
+    }
+    let more = views.len() > first;
+    views.truncate(first);
+    Ok((views, more))
+}
+
+async fn list_dead(
+    state: &AppState,
+    topic: &str,
+    first: usize,
+    offset: usize,
+) -> AppResult<(Vec<JobView>, bool)> {
+    let rows = sqlx::query(
+        "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+         WHERE topic = $1 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT $2 OFFSET $3",
+    )
+    .bind(topic)
+    .bind(first as i64 + 1)
+    .bind(offset as i64)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut views = rows.iter().map(dead_view).collect::<AppResult<Vec<_>>>()?;
+    let more = views.len() > first;
+    views.truncate(first);
+    Ok((views, more))
+}
+
+/// Puts a dead job back in the queue (due now, attempts from zero).
+pub async fn requeue_dead(state: &AppState, topic: &str, id: &str) -> AppResult<JobView> {
+    let dead = dead(state, topic, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no dead job {id} in topic {topic}")))?;
+    let view = schedule(
+        state,
+        NewJob {
+            id: dead.id.clone(),
+            topic: dead.topic.clone(),
+            body: dead.body.clone(),
+            delay: Duration::ZERO,
+            max_attempts: Some(dead.max_attempts),
+            callback_url: dead.callback_url.clone(),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
+        .bind(state.clock.now_ms())
+        .bind(topic)
+        .bind(id)
+        .execute(&state.db.pool)
+        .await?;
+    Ok(view)
+}
+
+/// Per-topic depth of ready lists, for `/metrics`.
+pub async fn ready_depths(state: &AppState, topics: &[String]) -> AppResult<HashMap<String, i64>> {
+    let mut pipe = redis::pipe();
+    for topic in topics {
+        pipe.cmd("LLEN").arg(state.keys.jobs_ready(topic));
+    }
+    let mut conn = state.redis.get().await?;
+    let depths: Vec<i64> = pipe.query_async(&mut *conn).await?;
+    Ok(topics.iter().cloned().zip(depths).collect())
+}

@@ -1,0 +1,488 @@
+//! The delay queue: due times, exactly-once delivery to healthy workers, redelivery after a
+//! worker dies, the retry ladder, cancellation anywhere, callbacks behind an allow-list.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use engage::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob, TopicPolicy};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::harness::{first_code, TestApp};
+
+/// Records every delivery: job id → (attempt, epoch ms) of each.
+#[derive(Default, Clone)]
+struct Recorder {
+    deliveries: Arc<Mutex<HashMap<String, Vec<(u32, i64)>>>>,
+}
+
+impl Recorder {
+    fn count(&self, id: &str) -> usize {
+        self.deliveries.lock().unwrap().get(id).map_or(0, Vec::len)
+    }
+
+    fn total(&self) -> usize {
+        self.deliveries.lock().unwrap().values().map(Vec::len).sum()
+    }
+}
+
+#[async_trait::async_trait]
+impl JobHandler for Recorder {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        let now = chrono::Utc::now().timestamp_millis();
+        self.deliveries
+            .lock()
+            .unwrap()
+            .entry(delivery.id.clone())
+            .or_default()
+            .push((delivery.attempt, now));
+        Ok(())
+    }
+}
+
+fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
+    NewJob {
+        id: id.into(),
+        topic: topic.into(),
+        body: "{}".into(),
+        delay,
+        max_attempts: None,
+        callback_url: None,
+    }
+}
+
+fn policy(ladder: &[u64], visibility_ms: u64) -> Option<TopicPolicy> {
+    Some(TopicPolicy {
+        ladder: ladder.iter().map(|s| Duration::from_secs(*s)).collect(),
+        visibility: Duration::from_millis(visibility_ms),
+    })
+}
+
+async fn until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn due_times_are_honoured_within_a_second() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("due", Arc::new(recorder.clone()), None);
+    let mut due = HashMap::new();
+    for i in 0..20 {
+        let delay = Duration::from_millis(500 + 100 * i);
+        let view = jobs::schedule(&app.state, job(&format!("j{i}"), "due", delay))
+            .await
+            .unwrap();
+        due.insert(view.id, view.run_at_ms);
+    }
+    until("all delivered", Duration::from_secs(10), || {
+        recorder.total() == 20
+    })
+    .await;
+    for (id, deliveries) in recorder.deliveries.lock().unwrap().iter() {
+        let late = deliveries[0].1 - due[id];
+        assert!(
+            (0..1000).contains(&late),
+            "{id} ran {late} ms after its due time"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_jobs_due_together_are_delivered_once_by_two_instances() {
+    let first = TestApp::spawn().await;
+    let second = first.spawn_sibling().await;
+    let recorder = Recorder::default();
+    first
+        .state
+        .jobs
+        .register("burst", Arc::new(recorder.clone()), None);
+    second
+        .state
+        .jobs
+        .register("burst", Arc::new(recorder.clone()), None);
+
+    let state = first.state.clone();
+    let scheduling: Vec<_> = (0..10)
+        .map(|worker| {
+            let state = state.clone();
+            tokio::spawn(async move {
+                for i in 0..1000 {
+                    let id = format!("b{worker}-{i}");
+                    jobs::schedule(&state, job(&id, "burst", Duration::from_secs(2)))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in scheduling {
+        task.await.unwrap();
+    }
+    until("10,000 delivered", Duration::from_secs(60), || {
+        recorder.total() >= 10_000
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deliveries = recorder.deliveries.lock().unwrap();
+    assert_eq!(deliveries.len(), 10_000);
+    assert!(
+        deliveries.values().all(|d| d.len() == 1),
+        "no job was delivered twice"
+    );
+}
+
+struct DiesOnFirstAttempt(Recorder);
+
+#[async_trait::async_trait]
+impl JobHandler for DiesOnFirstAttempt {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        if delivery.attempt == 1 {
+            // The worker's task ends mid-job without a word, as a crash would end it.
+            panic!("worker killed mid-job");
+        }
+        self.0.handle(delivery).await
+    }
+}
+
+#[tokio::test]
+async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadline() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state.jobs.register(
+        "fragile",
+        Arc::new(DiesOnFirstAttempt(recorder.clone())),
+        policy(&[60], 1000),
+    );
+    let started = Instant::now();
+    jobs::schedule(&app.state, job("f1", "fragile", Duration::ZERO))
+        .await
+        .unwrap();
+    until("redelivered", Duration::from_secs(10), || {
+        recorder.count("f1") == 1
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "not before the deadline"
+    );
+    assert_eq!(
+        recorder.deliveries.lock().unwrap()["f1"][0].0,
+        2,
+        "the second attempt"
+    );
+}
+
+struct AlwaysFails;
+
+#[async_trait::async_trait]
+impl JobHandler for AlwaysFails {
+    async fn handle(&self, _: &Delivery) -> Result<(), JobError> {
+        Err(JobError::Retry("the partner API answered 503".into()))
+    }
+}
+
+const JOB: &str = "query($t: String!, $id: ID!) { job(topic: $t, id: $id) { id status attempts maxAttempts runAt lastError } }";
+
+async fn job_status(app: &TestApp, topic: &str, id: &str) -> Value {
+    app.data(
+        Some(&app.admin_token()),
+        JOB,
+        json!({ "t": topic, "id": id }),
+    )
+    .await["job"]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_failing_job_climbs_the_ladder_dies_and_can_be_requeued() {
+    let app = TestApp::spawn().await;
+    app.state
+        .jobs
+        .register("flaky", Arc::new(AlwaysFails), policy(&[15, 180], 5000));
+    let mut new = job("x1", "flaky", Duration::ZERO);
+    new.max_attempts = Some(3);
+    jobs::schedule(&app.state, new).await.unwrap();
+
+    let admin = app.admin_token();
+    let mut seen = Vec::new();
+    for (attempt, wait) in [(1, 0), (2, 16), (3, 181)] {
+        app.state.clock.advance(chrono::Duration::seconds(wait));
+        let mut status = Value::Null;
+        for _ in 0..200 {
+            status = job_status(&app, "flaky", "x1").await;
+            if status["attempts"] == attempt
+                && status["status"] != "RUNNING"
+                && status["status"] != "READY"
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        seen.push(status["status"].as_str().unwrap_or("?").to_string());
+        assert_eq!(status["attempts"], attempt, "{status}");
+    }
+    assert_eq!(seen, ["DELAYED", "DELAYED", "DEAD"]);
+    let dead = job_status(&app, "flaky", "x1").await;
+    assert_eq!(dead["lastError"], "the partner API answered 503");
+
+    let listed = app
+        .data(
+            Some(&admin),
+            "{ jobs(topic: \"flaky\", status: DEAD) { edges { node { id status } } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        listed["jobs"]["edges"],
+        json!([{ "node": { "id": "x1", "status": "DEAD" } }])
+    );
+
+    let requeued = app
+        .data(
+            Some(&admin),
+            "mutation { requeueDeadJob(topic: \"flaky\", id: \"x1\") { status attempts } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        requeued["requeueDeadJob"],
+        json!({ "status": "DELAYED", "attempts": 0 })
+    );
+    let listed = app
+        .data(
+            Some(&admin),
+            "{ jobs(topic: \"flaky\", status: DEAD) { edges { node { id } } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(listed["jobs"]["edges"], json!([]));
+}
+
+/// Blocks each delivery until released; counts deliveries.
+#[derive(Clone, Default)]
+struct Gate {
+    recorder: Recorder,
+    release: Arc<Notify>,
+}
+
+#[async_trait::async_trait]
+impl JobHandler for Gate {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.recorder.handle(delivery).await?;
+        self.release.notified().await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
+    let app = TestApp::spawn_with(|config| config.jobs_concurrency = 1).await;
+    let gate = Gate::default();
+    app.state
+        .jobs
+        .register("gated", Arc::new(gate.clone()), policy(&[1], 30_000));
+
+    // Before promotion: still delayed.
+    jobs::schedule(&app.state, job("early", "gated", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(jobs::cancel(&app.state, "gated", "early").await.unwrap());
+    assert_eq!(
+        job_status(&app, "gated", "early").await["status"],
+        "CANCELLED"
+    );
+
+    // During: the job is running when it is cancelled; its completion changes nothing.
+    jobs::schedule(&app.state, job("during", "gated", Duration::ZERO))
+        .await
+        .unwrap();
+    until("running", Duration::from_secs(5), || {
+        gate.recorder.count("during") == 1
+    })
+    .await;
+    assert_eq!(
+        job_status(&app, "gated", "during").await["status"],
+        "RUNNING"
+    );
+    // After promotion: ready, waiting for the single worker slot that "during" holds.
+    jobs::schedule(&app.state, job("after", "gated", Duration::ZERO))
+        .await
+        .unwrap();
+    let mut ready = Value::Null;
+    for _ in 0..100 {
+        ready = job_status(&app, "gated", "after").await;
+        if ready["status"] == "READY" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready["status"], "READY");
+    assert!(jobs::cancel(&app.state, "gated", "after").await.unwrap());
+    assert!(jobs::cancel(&app.state, "gated", "during").await.unwrap());
+    assert!(
+        !jobs::cancel(&app.state, "gated", "during").await.unwrap(),
+        "a second cancel finds nothing"
+    );
+    gate.release.notify_waiters();
+
+    app.state.clock.advance(chrono::Duration::seconds(120));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(gate.recorder.count("early"), 0);
+    assert_eq!(gate.recorder.count("after"), 0);
+    assert_eq!(gate.recorder.count("during"), 1, "not run again");
+    assert_eq!(
+        job_status(&app, "gated", "during").await["status"],
+        "CANCELLED"
+    );
+}
+
+/// A local HTTP endpoint that counts the callbacks it receives.
+async fn callback_target() -> (u16, Arc<Mutex<usize>>) {
+    let hits = Arc::new(Mutex::new(0));
+    let counter = hits.clone();
+    let router = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let counter = counter.clone();
+            async move {
+                *counter.lock().unwrap() += 1;
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (port, hits)
+}
+
+const SCHEDULE: &str =
+    "mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) { id status runAt } }";
+
+async fn schedule_callback(app: &TestApp, id: &str, url: &str) {
+    let input = json!({ "id": id, "topic": "hooks", "body": "{\"order\":1}", "delaySeconds": 0, "callbackUrl": url });
+    app.data(
+        Some(&app.admin_token()),
+        SCHEDULE,
+        json!({ "input": input }),
+    )
+    .await;
+}
+
+async fn settled(app: &TestApp, id: &str) -> Value {
+    for _ in 0..200 {
+        let status = job_status(app, "hooks", id).await;
+        if status["status"] == "DONE" || status["status"] == "DEAD" {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("job {id} did not settle");
+}
+
+#[tokio::test]
+async fn callbacks_reach_only_listed_hosts_and_never_unlisted_internal_addresses() {
+    let (port, hits) = callback_target().await;
+    let app = TestApp::spawn_with(move |config| {
+        config.callback_hosts = format!("localhost:{port},127.0.0.1:{}", port)
+    })
+    .await;
+    let unlisted = TestApp::spawn().await;
+
+    schedule_callback(
+        &unlisted,
+        "refused",
+        &format!("http://127.0.0.1:{port}/hook"),
+    )
+    .await;
+    let refused = settled(&unlisted, "refused").await;
+    assert_eq!(refused["status"], "DEAD");
+    assert!(
+        refused["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("not on ENGAGE_CALLBACK_HOSTS"),
+        "{refused}"
+    );
+    assert_eq!(*hits.lock().unwrap(), 0, "no request was made");
+
+    schedule_callback(&app, "delivered", &format!("http://127.0.0.1:{port}/hook")).await;
+    assert_eq!(settled(&app, "delivered").await["status"], "DONE");
+    assert_eq!(*hits.lock().unwrap(), 1);
+
+    // A listed name that resolves to loopback is refused: only the address itself may be listed.
+    let named =
+        TestApp::spawn_with(move |config| config.callback_hosts = format!("localhost:{port}"))
+            .await;
+    schedule_callback(&named, "rebound", &format!("http://localhost:{port}/hook")).await;
+    let rebound = settled(&named, "rebound").await;
+    assert_eq!(rebound["status"], "DEAD");
+    assert!(
+        rebound["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("internal address"),
+        "{rebound}"
+    );
+    assert_eq!(*hits.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn scheduling_checks_ids_input_and_roles() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let input = |id: &str, body: &str, delay: i64| json!({ "input": { "id": id, "topic": "mail", "body": body, "delaySeconds": delay } });
+    let created = app
+        .data(Some(&admin), SCHEDULE, input("m1", "{}", 60))
+        .await;
+    assert_eq!(created["scheduleJob"]["status"], "DELAYED");
+    assert_eq!(
+        first_code(&app.gql(Some(&admin), SCHEDULE, input("m1", "{}", 60)).await),
+        "JOB_EXISTS"
+    );
+    for bad in [
+        input("m2", "not json", 1),
+        input("m 3", "{}", 1),
+        input("m4", "{}", -1),
+    ] {
+        assert_eq!(
+            first_code(&app.gql(Some(&admin), SCHEDULE, bad.clone()).await),
+            "BAD_USER_INPUT",
+            "{bad}"
+        );
+    }
+    let callback = json!({ "input": { "id": "m5", "topic": "mail", "body": "{}", "delaySeconds": 1, "callbackUrl": "ftp://x/y" } });
+    assert_eq!(
+        first_code(&app.gql(Some(&admin), SCHEDULE, callback).await),
+        "BAD_USER_INPUT"
+    );
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&app.user_token(5)), SCHEDULE, input("m6", "{}", 1))
+                .await
+        ),
+        "FORBIDDEN"
+    );
+    let cancel = "mutation { cancelJob(topic: \"mail\", id: \"m1\") }";
+    assert_eq!(
+        app.data(Some(&admin), cancel, json!({})).await["cancelJob"],
+        true
+    );
+    assert_eq!(
+        app.data(Some(&admin), cancel, json!({})).await["cancelJob"],
+        false
+    );
+}
