@@ -13,10 +13,13 @@ use tokio::sync::Notify;
 
 use crate::harness::{first_code, TestApp};
 
-/// Records every delivery: job id → (attempt, epoch ms) of each.
+/// (attempt, epoch ms) of each delivery of a job.
+type Deliveries = Vec<(u32, i64)>;
+
+/// Records every delivery, by job id.
 #[derive(Default, Clone)]
 struct Recorder {
-    deliveries: Arc<Mutex<HashMap<String, Vec<(u32, i64)>>>>,
+    deliveries: Arc<Mutex<HashMap<String, Deliveries>>>,
 }
 
 impl Recorder {
