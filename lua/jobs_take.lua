@@ -1,22 +1,30 @@
 --[[
-  Takes the next ready job with a visibility deadline (the seed's BLPOP would lose a job
-  whose worker dies; here it returns when the deadline passes).
+  Takes up to ARGV[3] ready jobs, each with a visibility deadline (the seed's BLPOP would
+  lose a job whose worker dies; here it comes back when the deadline passes).
 
   Input:
     KEYS[1] ready list   KEYS[2] in-flight zset   KEYS[3] job pool hash
-    ARGV[1] visibility deadline, epoch ms   ARGV[2] lease token of this delivery
+    ARGV[1] visibility deadline, epoch ms   ARGV[2] lease token prefix of this take
+    ARGV[3] most jobs to take
 
-  Output: {} when nothing is ready, else { id, job JSON, attempts (this one included) }
+  Output: { id, job JSON, attempts (this one included), lease, ... } - four per job
 ]]
-local id = redis.call('LPOP', KEYS[1])
-if not id then
-  return {}
+local out = {}
+for n = 1, tonumber(ARGV[3]) do
+  local id = redis.call('LPOP', KEYS[1])
+  if not id then
+    break
+  end
+  local job = redis.call('HGET', KEYS[3], id)
+  if job then
+    local lease = ARGV[2] .. ':' .. n
+    redis.call('ZADD', KEYS[2], ARGV[1], id)
+    redis.call('HSET', KEYS[3], id .. ':lease', lease)
+    local attempts = redis.call('HINCRBY', KEYS[3], id .. ':attempts', 1)
+    out[#out + 1] = id
+    out[#out + 1] = job
+    out[#out + 1] = attempts
+    out[#out + 1] = lease
+  end
 end
-local job = redis.call('HGET', KEYS[3], id)
-if not job then
-  return {}
-end
-redis.call('ZADD', KEYS[2], ARGV[1], id)
-redis.call('HSET', KEYS[3], id .. ':lease', ARGV[2])
-local attempts = redis.call('HINCRBY', KEYS[3], id .. ':attempts', 1)
-return {id, job, attempts}
+return out

@@ -1,11 +1,13 @@
-//! The delay queue's tick, run by every instance: promote due jobs of every topic (one atomic
-//! script per topic: no lock, no double move), then take ready jobs while this instance has
-//! capacity and run each in its own task. A tick every `ENGAGE_JOBS_TICK_MS` (100 ms) keeps
-//! due times well within a second.
+//! The delay queue's workers, run by every instance: a tick that promotes due jobs of every
+//! topic (one atomic script per topic: no lock, no double move) every `ENGAGE_JOBS_TICK_MS`
+//! (100 ms, so due times hold well within a second), and a taker that hands ready jobs to
+//! handler tasks, in batches, whenever this instance has capacity.
 
 use std::{sync::Arc, time::Duration};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use std::sync::Mutex;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     handlers::{Delivery, JobError},
@@ -19,27 +21,93 @@ use crate::{
 
 /// Most jobs one promotion moves per topic per tick.
 const PROMOTE_BATCH: usize = 5000;
+/// Most jobs one take hands out.
+const TAKE_BATCH: usize = 100;
 
 pub async fn run(state: AppState) {
-    let tick = Duration::from_millis(state.config.jobs_tick_ms.max(10));
     let capacity = state.config.jobs_concurrency.max(1);
     let permits = Arc::new(Semaphore::new(capacity));
-    let mut every = tokio::time::interval(tick);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            () = state.shutdown.cancelled() => break,
-            _ = every.tick() => {}
-        }
-        if let Err(error) = tick_once(&state, &permits).await {
-            tracing::warn!(%error, "delay queue tick failed");
-        }
-    }
+    let topics = Mutex::new(Vec::new());
+    let promoted = Notify::new();
+    tokio::join!(
+        promote_loop(&state, &topics, &promoted),
+        take_loop(&state, &topics, &promoted, &permits)
+    );
     // Let running jobs finish (the app bounds this wait by its grace period).
     let _ = permits.acquire_many(capacity as u32).await;
 }
 
-async fn topics(state: &AppState) -> AppResult<Vec<String>> {
+/// Every tick: refresh the topic list and promote due jobs of every topic.
+async fn promote_loop(state: &AppState, topics: &Mutex<Vec<String>>, promoted: &Notify) {
+    let mut every = tokio::time::interval(Duration::from_millis(state.config.jobs_tick_ms.max(10)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let pass = async {
+            let current = all_topics(state).await?;
+            for topic in &current {
+                promote(state, topic).await?;
+            }
+            *topics.lock().expect("poisoned") = current;
+            AppResult::Ok(())
+        };
+        match pass.await {
+            Ok(()) => promoted.notify_one(),
+            Err(error) => tracing::warn!(%error, "delay queue promotion failed"),
+        }
+    }
+}
+
+/// Takes ready jobs as long as this instance has free capacity and the lists have jobs; a
+/// finished job frees capacity at once, so a backlog drains at the handlers' pace, not the
+/// tick's.
+async fn take_loop(
+    state: &AppState,
+    topics: &Mutex<Vec<String>>,
+    promoted: &Notify,
+    permits: &Arc<Semaphore>,
+) {
+    loop {
+        let current = topics.lock().expect("poisoned").clone();
+        let mut took_any = false;
+        for topic in &current {
+            let permit = tokio::select! {
+                () = state.shutdown.cancelled() => return,
+                permit = permits.clone().acquire_owned() => permit.expect("never closed"),
+            };
+            let want = 1 + permits.available_permits().min(TAKE_BATCH - 1);
+            let taken = match take(state, topic, want).await {
+                Ok(taken) => taken,
+                Err(error) => {
+                    tracing::warn!(%error, topic, "taking jobs failed");
+                    Vec::new()
+                }
+            };
+            let mut permit = Some(permit);
+            for (delivery, lease) in taken {
+                took_any = true;
+                let permit = match permit.take() {
+                    Some(first) => first,
+                    None => permits.clone().try_acquire_owned().expect("counted above"),
+                };
+                let state = state.clone();
+                tokio::spawn(async move { deliver(state, delivery, lease, permit).await });
+            }
+        }
+        if !took_any {
+            tokio::select! {
+                () = state.shutdown.cancelled() => return,
+                () = promoted.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(state.config.jobs_tick_ms.max(10))) => {}
+            }
+        }
+    }
+}
+
+async fn all_topics(state: &AppState) -> AppResult<Vec<String>> {
     let mut conn = state.redis.get().await?;
     let mut topics: Vec<String> = redis::cmd("SMEMBERS")
         .arg(state.keys.job_topics())
@@ -49,25 +117,6 @@ async fn topics(state: &AppState) -> AppResult<Vec<String>> {
     topics.sort();
     topics.dedup();
     Ok(topics)
-}
-
-async fn tick_once(state: &AppState, permits: &Arc<Semaphore>) -> AppResult<()> {
-    let topics = topics(state).await?;
-    for topic in &topics {
-        promote(state, topic).await?;
-    }
-    for topic in &topics {
-        while let Ok(permit) = permits.clone().try_acquire_owned() {
-            match take(state, topic).await? {
-                Some((delivery, lease)) => {
-                    let state = state.clone();
-                    tokio::spawn(async move { deliver(state, delivery, lease, permit).await });
-                }
-                None => break,
-            }
-        }
-    }
-    Ok(())
 }
 
 async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
@@ -104,7 +153,8 @@ async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
     Ok(())
 }
 
-async fn take(state: &AppState, topic: &str) -> AppResult<Option<(Delivery, String)>> {
+/// Takes up to `count` ready jobs of a topic in one round trip.
+async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<(Delivery, String)>> {
     let keys = &state.keys;
     let lease = uuid::Uuid::new_v4().simple().to_string();
     let visibility = state.jobs.policy(topic).visibility;
@@ -115,23 +165,23 @@ async fn take(state: &AppState, topic: &str) -> AppResult<Option<(Delivery, Stri
         .key(keys.job_pool(topic))
         .arg(state.clock.now_ms() + visibility.as_millis() as i64)
         .arg(&lease)
+        .arg(count)
         .invoke_async(&mut *conn)
         .await?;
-    let mut taken = taken.into_iter();
-    let (Some(id), Some(json), Some(attempt)) = (taken.next(), taken.next(), taken.next()) else {
-        return Ok(None);
-    };
-    let attempt = attempt.parse().unwrap_or(1);
-    let spec: JobSpec = serde_json::from_str(&json).map_err(crate::error::AppError::internal)?;
-    Ok(Some((
-        Delivery {
-            id,
-            topic: topic.to_string(),
-            spec,
-            attempt,
-        },
-        lease,
-    )))
+    taken
+        .chunks_exact(4)
+        .map(|job| {
+            let spec: JobSpec =
+                serde_json::from_str(&job[1]).map_err(crate::error::AppError::internal)?;
+            let delivery = Delivery {
+                id: job[0].clone(),
+                topic: topic.to_string(),
+                spec,
+                attempt: job[2].parse().unwrap_or(1),
+            };
+            Ok((delivery, job[3].clone()))
+        })
+        .collect()
 }
 
 /// Runs one delivery and records its outcome. Only this delivery's lease may finish it:

@@ -1,0 +1,132 @@
+//! Delay-queue benchmark, in process against the real Redis: N jobs all due in the same
+//! second, a no-op handler; reports how fast they are promoted and delivered and how late
+//! each delivery was relative to its due time.
+//!
+//! ```sh
+//! cargo run --release --example bench_jobs -- --jobs 50000
+//! ```
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use engage::{
+    app::App,
+    cli::Cli,
+    jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob},
+};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 50_000)]
+    jobs: usize,
+    /// Seconds from now at which every job is due.
+    #[arg(long, default_value_t = 5)]
+    due_in: u64,
+    /// Jobs run at once (ENGAGE_JOBS_CONCURRENCY).
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+}
+
+struct Lateness(Arc<Mutex<Vec<(i64, i64)>>>);
+
+#[async_trait::async_trait]
+impl JobHandler for Lateness {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        let now = chrono::Utc::now().timestamp_millis();
+        self.0
+            .lock()
+            .unwrap()
+            .push((now, now - delivery.spec.run_at_ms));
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = std::env::temp_dir().join(format!("engage-bench-jobs-{}", std::process::id()));
+    let mut config = Cli::try_parse_from(["engage"])?.config;
+    config.bind = "127.0.0.1:0".parse()?;
+    config.database_url = format!("sqlite://{}/bench.db", dir.display());
+    config.redis_prefix = format!("bench-jobs-{}:", std::process::id());
+    config.jobs_concurrency = args.concurrency;
+    let app = App::start(config).await?;
+    let state = app.state.clone();
+    let seen = Arc::new(Mutex::new(Vec::with_capacity(args.jobs)));
+    state
+        .jobs
+        .register("bench", Arc::new(Lateness(seen.clone())), None);
+
+    let scheduling = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|worker| {
+            let state = state.clone();
+            let count = args.jobs / 8 + usize::from(worker < args.jobs % 8);
+            let due_in = Duration::from_secs(args.due_in);
+            tokio::spawn(async move {
+                for i in 0..count {
+                    let job = NewJob {
+                        id: format!("w{worker}-{i}"),
+                        topic: "bench".into(),
+                        body: "{}".into(),
+                        delay: due_in,
+                        max_attempts: None,
+                        callback_url: None,
+                    };
+                    jobs::schedule(&state, job).await.expect("scheduled");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await?;
+    }
+    println!(
+        "scheduled {} jobs in {:.2}s",
+        args.jobs,
+        scheduling.elapsed().as_secs_f64()
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(args.due_in + 120);
+    while seen.lock().unwrap().len() < args.jobs && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut seen = seen.lock().unwrap().clone();
+    anyhow::ensure!(
+        seen.len() == args.jobs,
+        "only {} of {} delivered",
+        seen.len(),
+        args.jobs
+    );
+    let first = seen.iter().map(|(at, _)| *at).min().unwrap_or(0);
+    let last = seen.iter().map(|(at, _)| *at).max().unwrap_or(0);
+    seen.sort_by_key(|(_, late)| *late);
+    let at = |p: f64| seen[((seen.len() as f64 * p) as usize).min(seen.len() - 1)].1;
+    println!(
+        "{} jobs due together: delivered over {} ms ({:.0} jobs/s promoted and delivered); lateness p50 {} ms, p99 {} ms, max {} ms",
+        seen.len(),
+        last - first,
+        seen.len() as f64 / ((last - first).max(1) as f64 / 1000.0),
+        at(0.5),
+        at(0.99),
+        seen.last().map_or(0, |(_, late)| *late)
+    );
+
+    let mut conn = state.redis.get().await?;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", state.keys.prefix()))
+        .query_async(&mut *conn)
+        .await?;
+    if !keys.is_empty() {
+        let () = redis::cmd("UNLINK")
+            .arg(keys)
+            .query_async(&mut *conn)
+            .await?;
+    }
+    state.shutdown.cancel();
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
