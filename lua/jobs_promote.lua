@@ -10,11 +10,11 @@
     KEYS[4] job pool hash     {jobs:<topic>}:pool
     ARGV[1] now, epoch ms   ARGV[2] most jobs to move
 
-  Output: { promoted, reclaimed, run-at of each promoted job... }
+  Output: { promoted, reclaimed, ready list length, run-at of each promoted job... }
 ]]
 local now, limit = ARGV[1], tonumber(ARGV[2])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-local out = {0, 0}
+local out = {0, 0, 0}
 for i = 1, #due, 2 do
   redis.call('RPUSH', KEYS[2], due[i])
   redis.call('ZREM', KEYS[1], due[i])
@@ -28,4 +28,5 @@ for _, id in ipairs(expired) do
   redis.call('LPUSH', KEYS[2], id)
 end
 out[2] = #expired
+out[3] = redis.call('LLEN', KEYS[2])
 return out

@@ -6,6 +6,10 @@
 //! - `engage_graphql_errors_total{code}`
 //! - `engage_redis_round_trips_total`
 //! - `engage_redis_pool_connections{state}`, `engage_sql_pool_connections{state}`
+//! - stream consumers: `engage_stream_entries_archived_total{consumer}`,
+//!   `engage_stream_dead_letters_total{consumer}`, `engage_stream_consumer_stalls_total{consumer}`
+//! - delay queue, per topic: `engage_jobs_{scheduled,promoted,succeeded,retried,dead,reclaimed}_total`,
+//!   `engage_jobs_ready` (ready-list depth), `engage_jobs_promotion_lag_seconds`
 
 use std::{sync::OnceLock, time::Duration};
 

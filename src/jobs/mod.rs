@@ -12,7 +12,7 @@
 pub mod handlers;
 pub mod worker;
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use redis::Value as RedisValue;
 use serde::{Deserialize, Serialize};
@@ -426,15 +426,4 @@ pub async fn requeue_dead(state: &AppState, topic: &str, id: &str) -> AppResult<
         .execute(&state.db.pool)
         .await?;
     Ok(view)
-}
-
-/// Per-topic depth of ready lists, for `/metrics`.
-pub async fn ready_depths(state: &AppState, topics: &[String]) -> AppResult<HashMap<String, i64>> {
-    let mut pipe = redis::pipe();
-    for topic in topics {
-        pipe.cmd("LLEN").arg(state.keys.jobs_ready(topic));
-    }
-    let mut conn = state.redis.get().await?;
-    let depths: Vec<i64> = pipe.query_async(&mut *conn).await?;
-    Ok(topics.iter().cloned().zip(depths).collect())
 }

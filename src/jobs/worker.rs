@@ -141,7 +141,7 @@ async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
             .increment(promoted as u64);
         let lag =
             metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => topic.to_string());
-        for run_at in &moved[2..] {
+        for run_at in moved.iter().skip(3) {
             lag.record((now - run_at).max(0) as f64 / 1000.0);
         }
     }
