@@ -178,6 +178,8 @@ impl App {
             server.await?;
             state.tasks.close();
             state.tasks.wait().await;
+            // Ends the sessions (and any transaction a stopped task left open).
+            state.db.pool.close().await;
             anyhow::Ok(())
         };
         tokio::select! {

@@ -51,6 +51,8 @@ pub enum Command {
         #[command(subcommand)]
         command: SeasonCommand,
     },
+    /// Reconcile Redis counters with SQL and report drift (exit status 1 when any).
+    Verify,
     /// Add demo users, items, remarks and likes.
     SeedDemo {
         /// How many users (each writes a remark and likes a few).
@@ -116,6 +118,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let season = crate::clock::Month::parse_id(&season)
                 .ok_or_else(|| anyhow::anyhow!("--season must be YYYYMM"))?;
             archive_with_progress(&state, season).await
+        }
+        Command::Verify => {
+            let state = Services::start(config).await?;
+            let checks = crate::vouchers::verify(&state)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut drift = 0;
+            for check in &checks {
+                let verdict = if check.consistent() { "ok" } else { "DRIFT" };
+                drift += usize::from(!check.consistent());
+                println!(
+                    "voucher {}: initial {} | redis stock {} + live orders {} | sql stock {} + live orders {} | {verdict}",
+                    check.voucher_id,
+                    check.initial,
+                    check.redis_stock,
+                    check.redis_live_orders,
+                    check.sql_stock,
+                    check.sql_live_orders
+                );
+            }
+            println!("{} vouchers checked, {drift} with drift", checks.len());
+            if drift > 0 {
+                anyhow::bail!("stock drift between Redis and SQL");
+            }
+            Ok(())
         }
         Command::SeedDemo { users } => {
             let state = Services::start(config).await?;

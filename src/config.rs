@@ -169,6 +169,10 @@ pub struct Config {
     )]
     pub rollover_check_seconds: u64,
 
+    /// Order streams of the flash sale (and hash-tag groups of voucher keys).
+    #[arg(long, env = "ENGAGE_SALE_SHARDS", default_value_t = 4, global = true)]
+    pub sale_shards: u32,
+
     /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
     /// link-local and private addresses are refused unless listed.
     #[arg(long, env = "ENGAGE_CALLBACK_HOSTS", default_value = "", global = true)]

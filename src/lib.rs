@@ -32,3 +32,4 @@ pub mod schema;
 pub mod signin;
 pub mod streams;
 pub mod users;
+pub mod vouchers;

@@ -12,15 +12,17 @@
 
 use std::{
     collections::HashMap,
+    future::Future,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use futures::StreamExt;
+use futures::{stream::select_all, Stream, StreamExt};
 use redis::aio::PubSubSink;
 use tokio::sync::broadcast;
+use tokio::sync::mpsc;
 
-use crate::app::AppState;
+use crate::{app::AppState, error::AppResult};
 
 /// Messages a channel keeps for slow subscribers before they are told they lagged.
 const CHANNEL_CAPACITY: usize = 64;
@@ -163,6 +165,86 @@ impl Drop for LiveSubscription {
     fn drop(&mut self) {
         self.hub.release(&self.channel);
     }
+}
+
+/// Changes of published counters arriving within this window are sent as one update.
+pub const COALESCE: Duration = Duration::from_millis(100);
+
+/// Counters that scripts PUBLISH on a channel per id (like counts, voucher stock): the
+/// current values first, then every change, coalesced to the latest value per id within
+/// [`COALESCE`]. Subscribes before reading (confirmed by Redis), so no change slips between
+/// the read and the subscription; after a lag or a reconnect the values are read again.
+pub async fn counter_changes<R, Fut>(
+    state: &AppState,
+    ids: Vec<i64>,
+    channel: impl Fn(i64) -> String,
+    read: R,
+) -> AppResult<impl Stream<Item = (i64, i64)>>
+where
+    R: Fn(AppState, Vec<i64>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = AppResult<HashMap<i64, i64>>> + Send,
+{
+    let mut subscriptions = Vec::with_capacity(ids.len());
+    for &id in &ids {
+        subscriptions.push((id, state.live.subscribe(channel(id)).await));
+    }
+    let initial = read(state.clone(), ids.clone()).await?;
+    let (sender, mut receiver) = mpsc::channel::<(i64, i64)>(ids.len() * 2 + 1);
+    for &id in &ids {
+        let _ = sender.try_send((id, initial.get(&id).copied().unwrap_or(0)));
+    }
+    let state = state.clone();
+    tokio::spawn(async move {
+        let streams = subscriptions.into_iter().map(|(id, subscription)| {
+            futures::stream::unfold(subscription, move |mut subscription| async move {
+                subscription
+                    .recv()
+                    .await
+                    .map(|message| ((id, message), subscription))
+            })
+            .boxed()
+        });
+        let mut messages = select_all(streams);
+        let mut pending: HashMap<i64, i64> = HashMap::new();
+        let mut flush_at: Option<tokio::time::Instant> = None;
+        loop {
+            let flush = async {
+                match flush_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = state.shutdown.cancelled() => return,
+                () = sender.closed() => return,
+                () = flush => {
+                    for change in pending.drain() {
+                        if sender.send(change).await.is_err() {
+                            return;
+                        }
+                    }
+                    flush_at = None;
+                }
+                message = messages.next() => {
+                    let Some((id, message)) = message else { return };
+                    match message {
+                        LiveMessage::Payload(value) => {
+                            if let Ok(value) = value.parse() {
+                                pending.insert(id, value);
+                            }
+                        }
+                        LiveMessage::Resync => {
+                            if let Ok(values) = read(state.clone(), vec![id]).await {
+                                pending.extend(values);
+                            }
+                        }
+                    }
+                    flush_at.get_or_insert_with(|| tokio::time::Instant::now() + COALESCE);
+                }
+            }
+        }
+    });
+    Ok(futures::stream::poll_fn(move |cx| receiver.poll_recv(cx)))
 }
 
 /// Keeps the hub's connection up until shutdown: connects, subscribes every wanted channel,

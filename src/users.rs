@@ -4,6 +4,7 @@ use std::{collections::HashMap, collections::HashSet, sync::Mutex};
 
 use async_graphql::dataloader::Loader;
 use sqlx::Row;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{auth::Claims, db::Db, error::AppError};
 
@@ -15,21 +16,38 @@ pub struct UserRecord {
 }
 
 /// Remembers which users this instance has already written, so that first sight costs one
-/// `INSERT … ON CONFLICT DO NOTHING` per user per instance rather than one per request.
+/// write per user per instance rather than one per request. First sights are written in
+/// batches (one multi-row `INSERT … ON CONFLICT DO NOTHING` per batch): a burst of new users,
+/// as a flash sale brings, costs a few transactions instead of one each.
 pub struct UserDirectory {
     db: Db,
     seen: Mutex<HashSet<i64>>,
+    registrar: mpsc::Sender<FirstSight>,
 }
+
+struct FirstSight {
+    user_id: i64,
+    name: String,
+    now_ms: i64,
+    written: oneshot::Sender<Result<(), AppError>>,
+}
+
+/// Most users written by one statement.
+const BATCH: usize = 300;
 
 /// Past this many remembered ids the memory is cleared; the cost is one idempotent insert
 /// per user afterwards.
 const SEEN_CAPACITY: usize = 100_000;
 
 impl UserDirectory {
+    /// Must be called within the runtime: it starts the batch writer.
     pub fn new(db: Db) -> Self {
+        let (registrar, queue) = mpsc::channel(4 * BATCH);
+        tokio::spawn(write_first_sights(db.clone(), queue));
         Self {
             db,
             seen: Mutex::new(HashSet::new()),
+            registrar,
         }
     }
 
@@ -44,15 +62,20 @@ impl UserDirectory {
             .map(|n| n.trim().chars().take(64).collect::<String>())
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| format!("user{user_id}"));
-        sqlx::query(
-            "INSERT INTO users (id, name, created_at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(user_id)
-        .bind(name)
-        .bind(now_ms)
-        .execute(&self.db.pool)
-        .await?;
+        let (written, result) = oneshot::channel();
+        let sight = FirstSight {
+            user_id,
+            name,
+            now_ms,
+            written,
+        };
+        self.registrar
+            .send(sight)
+            .await
+            .map_err(|_| AppError::Unavailable("user writer stopped".into()))?;
+        result
+            .await
+            .map_err(|_| AppError::Unavailable("user writer stopped".into()))??;
         let mut seen = self.seen.lock().expect("poisoned");
         if seen.len() >= SEEN_CAPACITY {
             seen.clear();
@@ -87,6 +110,40 @@ impl UserDirectory {
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(Into::into)
+    }
+}
+
+/// Writes queued first sights in batches until every sender is gone.
+async fn write_first_sights(db: Db, mut queue: mpsc::Receiver<FirstSight>) {
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        batch.sort_by_key(|sight| sight.user_id);
+        let placeholders = (0..batch.len())
+            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("INSERT INTO users (id, name, created_at_ms) VALUES {placeholders} ON CONFLICT (id) DO NOTHING");
+        let mut query = sqlx::query(&sql);
+        for sight in &batch {
+            query = query
+                .bind(sight.user_id)
+                .bind(&sight.name)
+                .bind(sight.now_ms);
+        }
+        let result = query
+            .execute(&db.pool)
+            .await
+            .map(|_| ())
+            .map_err(AppError::from);
+        for sight in batch {
+            let _ = sight.written.send(result.clone());
+        }
     }
 }
 

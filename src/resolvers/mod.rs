@@ -9,3 +9,4 @@ pub mod remark;
 pub mod signin;
 pub mod system;
 pub mod user;
+pub mod voucher;

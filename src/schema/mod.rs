@@ -12,6 +12,7 @@ pub mod points;
 pub mod remark;
 pub mod signin;
 pub mod user;
+pub mod voucher;
 
 use async_graphql::{dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema};
 
@@ -27,6 +28,7 @@ pub struct QueryRoot(
     resolvers::points::PointsQuery,
     resolvers::leaderboard::LeaderboardQuery,
     resolvers::jobs::JobQuery,
+    resolvers::voucher::VoucherQuery,
 );
 
 #[derive(MergedObject, Default)]
@@ -37,6 +39,7 @@ pub struct MutationRoot(
     resolvers::signin::SignInMutation,
     resolvers::points::PointsMutation,
     resolvers::jobs::JobMutation,
+    resolvers::voucher::VoucherMutation,
 );
 
 #[derive(MergedSubscription, Default)]
@@ -45,6 +48,7 @@ pub struct SubscriptionRoot(
     resolvers::system::SystemSubscription,
     resolvers::remark::RemarkSubscription,
     resolvers::leaderboard::LeaderboardSubscription,
+    resolvers::voucher::VoucherSubscription,
 );
 
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -70,6 +74,10 @@ pub fn build(state: Option<AppState>) -> AppSchema {
                 tokio::spawn,
             ))
             .data(DataLoader::new(LikeInfoLoader(state.clone()), tokio::spawn))
+            .data(DataLoader::new(
+                voucher::StockLoader(state.clone()),
+                tokio::spawn,
+            ))
             .data(state);
     }
     builder.finish()

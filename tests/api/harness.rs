@@ -74,8 +74,11 @@ impl TestApp {
                     .unwrap();
                 admin.close().await;
                 let separator = if url.contains('?') { '&' } else { '?' };
-                config.database_url =
-                    format!("{url}{separator}options=-c%20search_path%3D{schema}");
+                // The application name lets the cleanup end this app's sessions, whatever
+                // they hold, before it drops the schema.
+                config.database_url = format!(
+                    "{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
+                );
                 postgres = Some((url, schema));
             }
             None => {
@@ -185,6 +188,42 @@ impl TestApp {
     }
 }
 
+/// Waits until `group` has read and acknowledged everything in each of `streams`.
+pub async fn streams_settled(app: &TestApp, streams: &[String], group: &str) {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for _ in 0..300 {
+        let mut settled = true;
+        for stream in streams {
+            let Ok(info) = redis::cmd("XINFO")
+                .arg("STREAM")
+                .arg(stream)
+                .query_async::<redis::streams::StreamInfoStreamReply>(&mut conn)
+                .await
+            else {
+                continue; // no stream yet: nothing to archive
+            };
+            let groups: redis::streams::StreamInfoGroupsReply = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(stream)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            match groups.groups.iter().find(|g| g.name == group) {
+                Some(g) => {
+                    settled &= g.pending == 0 && g.last_delivered_id == info.last_generated_id
+                }
+                None => settled &= info.length == 0,
+            }
+        }
+        if settled {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{group} did not catch up with {streams:?}");
+}
+
 /// The `extensions.code` of the first error.
 pub fn first_code(body: &Value) -> &str {
     body["errors"][0]["extensions"]["code"]
@@ -241,11 +280,23 @@ impl Cleanup {
             }
         }
         if let Some((url, schema)) = self.postgres {
-            if let Ok(pool) = sqlx::PgPool::connect(&url).await {
-                let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                    .execute(&pool)
+            use sqlx::Connection;
+            if let Ok(mut conn) = sqlx::PgConnection::connect(&url).await {
+                // A task of the app stopped mid-transaction may still hold locks; its
+                // session goes first, then the schema.
+                let _ = sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                )
+                .bind(&schema)
+                .execute(&mut conn)
+                .await;
+                let _ = sqlx::query("SET lock_timeout = '10s'")
+                    .execute(&mut conn)
                     .await;
-                pool.close().await;
+                let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .execute(&mut conn)
+                    .await;
+                let _ = conn.close().await;
             }
         }
     }

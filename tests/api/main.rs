@@ -14,4 +14,5 @@ mod lock;
 mod points;
 mod remarks;
 mod signin;
+mod vouchers;
 mod websocket;

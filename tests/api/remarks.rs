@@ -68,42 +68,10 @@ async fn vote_log_rows(app: &TestApp) -> i64 {
 
 /// Waits until every vote stream's archive group has nothing pending or undelivered.
 async fn archive_settled(app: &TestApp) {
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    for _ in 0..300 {
-        let mut settled = true;
-        for shard in 0..app.state.remarks.shards {
-            let stream = app.state.keys.vote_stream(shard);
-            let groups: redis::streams::StreamInfoGroupsReply = redis::cmd("XINFO")
-                .arg("GROUPS")
-                .arg(&stream)
-                .query_async(&mut conn)
-                .await
-                .unwrap_or_default();
-            let info: redis::streams::StreamInfoStreamReply = match redis::cmd("XINFO")
-                .arg("STREAM")
-                .arg(&stream)
-                .query_async(&mut conn)
-                .await
-            {
-                Ok(info) => info,
-                Err(_) => continue,
-            };
-            for group in groups.groups.iter().filter(|g| g.name == "archive") {
-                if group.pending > 0 || group.last_delivered_id != info.last_generated_id {
-                    settled = false;
-                }
-            }
-            if groups.groups.is_empty() && info.length > 0 {
-                settled = false;
-            }
-        }
-        if settled {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the archive did not catch up");
+    let streams: Vec<String> = (0..app.state.remarks.shards)
+        .map(|s| app.state.keys.vote_stream(s))
+        .collect();
+    crate::harness::streams_settled(app, &streams, "archive").await;
 }
 
 #[tokio::test]

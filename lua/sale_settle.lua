@@ -1,0 +1,49 @@
+--[[
+  Ends an unpaid order: paid, cancelled by its buyer, or expired by its delay-queue job.
+  Exactly one of the three wins; cancel and expiry give the stock back and let the buyer
+  order again, once.
+
+  Input:
+    KEYS[1] order hash   KEYS[2] voucher hash   KEYS[3] buyers set   KEYS[4] order stream
+    ARGV[1] outcome: PAID | CANCELLED | EXPIRED
+    ARGV[2] now, epoch ms
+    ARGV[3] acting buyer id ("" for the expiry job)
+    ARGV[4] stock channel   ARGV[5] order id   ARGV[6] seconds to keep the order hash
+
+  Output: { status, order status now }
+    status 0 changed, 1 already settled (order status unchanged), -1 no such order,
+           -2 not the buyer's order, -3 expiry before pay-by (retry later)
+
+  Payment after pay-by expires the order instead (the expiry job may simply not have run).
+  Events: XADD {type=settled, order, voucher, buyer, status, at, created, pay_by};
+          PUBLISH the stock when it comes back.
+]]
+local order = redis.call('HMGET', KEYS[1], 'status', 'buyer', 'voucher', 'created', 'pay_by')
+local status, buyer = order[1], order[2]
+if not status then
+  return {-1, ''}
+end
+if ARGV[3] ~= '' and ARGV[3] ~= buyer then
+  return {-2, status}
+end
+if status ~= 'UNPAID' then
+  return {1, status}
+end
+local now, outcome = tonumber(ARGV[2]), ARGV[1]
+local pay_by = tonumber(order[5])
+if outcome == 'PAID' and now > pay_by then
+  outcome = 'EXPIRED'
+end
+if outcome == 'EXPIRED' and now < pay_by then
+  return {-3, status}
+end
+redis.call('HSET', KEYS[1], 'status', outcome)
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+if outcome ~= 'PAID' then
+  local stock = redis.call('HINCRBY', KEYS[2], 'stock', 1)
+  redis.call('SREM', KEYS[3], buyer)
+  redis.call('PUBLISH', ARGV[4], stock)
+end
+redis.call('XADD', KEYS[4], '*', 'type', 'settled', 'order', ARGV[5], 'voucher', order[3],
+  'buyer', buyer, 'status', outcome, 'at', now, 'created', order[4], 'pay_by', order[5])
+return {0, outcome}

@@ -1,0 +1,237 @@
+//! Orders after the sale: payment (simulated), cancellation by the buyer, expiry by the
+//! delay queue. One script settles an order, so exactly one of paid, cancelled and expired
+//! wins, and stock comes back exactly once.
+
+use std::sync::Arc;
+
+use sqlx::Row;
+
+use super::{shards, EXPIRY_TOPIC};
+use crate::{
+    app::AppState,
+    error::{AppError, AppResult, ErrorCode},
+    jobs::{handlers::Delivery, JobError, JobHandler},
+    redis::scripts::SALE_SETTLE,
+};
+
+/// Settled orders stay readable in Redis this long (SQL has them for ever).
+const KEEP_SETTLED_SECONDS: u64 = 30 * 24 * 3600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
+pub enum OrderStatus {
+    Unpaid,
+    Paid,
+    Cancelled,
+    Expired,
+}
+
+impl OrderStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unpaid => "UNPAID",
+            Self::Paid => "PAID",
+            Self::Cancelled => "CANCELLED",
+            Self::Expired => "EXPIRED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Unpaid, Self::Paid, Self::Cancelled, Self::Expired]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderRecord {
+    pub id: i64,
+    pub voucher_id: i64,
+    pub buyer_id: i64,
+    pub status: OrderStatus,
+    pub created_at_ms: i64,
+    pub pay_by_ms: i64,
+}
+
+/// An order as its buyer sees it: from Redis while it is there (fresh, and available before
+/// the consumer archived it), from SQL otherwise.
+pub async fn find(state: &AppState, order_id: i64) -> AppResult<Option<OrderRecord>> {
+    let mut conn = state.redis.get().await?;
+    let voucher: Option<i64> = redis::cmd("GET")
+        .arg(state.keys.order_voucher(order_id))
+        .query_async(&mut *conn)
+        .await?;
+    if let Some(voucher_id) = voucher {
+        let (buyer, status, created, pay_by): (
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+        ) = redis::cmd("HMGET")
+            .arg(state.keys.order(voucher_id, order_id, shards(state)))
+            .arg("buyer")
+            .arg("status")
+            .arg("created")
+            .arg("pay_by")
+            .query_async(&mut *conn)
+            .await?;
+        if let (Some(buyer_id), Some(status), Some(created_at_ms), Some(pay_by_ms)) =
+            (buyer, status, created, pay_by)
+        {
+            return Ok(Some(OrderRecord {
+                id: order_id,
+                voucher_id,
+                buyer_id,
+                status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
+                created_at_ms,
+                pay_by_ms,
+            }));
+        }
+    }
+    drop(conn);
+    let row = sqlx::query(
+        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders WHERE id = $1",
+    )
+    .bind(order_id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    Ok(row.map(|row| record_of(&row)).transpose()?)
+}
+
+fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
+    let status: String = row.try_get("status")?;
+    Ok(OrderRecord {
+        id: row.try_get("id")?,
+        voucher_id: row.try_get("voucher_id")?,
+        buyer_id: row.try_get("buyer_id")?,
+        status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
+        created_at_ms: row.try_get("created_at_ms")?,
+        pay_by_ms: row.try_get("pay_by_ms")?,
+    })
+}
+
+/// A buyer's orders, newest first, before the order `before` (exclusive).
+pub async fn of_buyer(
+    state: &AppState,
+    buyer_id: i64,
+    first: usize,
+    before: Option<i64>,
+) -> AppResult<(Vec<OrderRecord>, bool)> {
+    let rows = sqlx::query(
+        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
+         WHERE buyer_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+    )
+    .bind(buyer_id)
+    .bind(before.unwrap_or(i64::MAX))
+    .bind(first as i64 + 1)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut orders = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
+    let more = orders.len() > first;
+    orders.truncate(first);
+    Ok((orders, more))
+}
+
+/// Where an order must go; `buyer` is the acting user (`None` for the expiry job).
+pub async fn settle(
+    state: &AppState,
+    voucher_id: i64,
+    order_id: i64,
+    outcome: OrderStatus,
+    buyer: Option<i64>,
+) -> AppResult<(bool, OrderStatus)> {
+    let keys = &state.keys;
+    let shards = shards(state);
+    let mut conn = state.redis.get().await?;
+    let (status, now): (i64, String) = SALE_SETTLE
+        .key(keys.order(voucher_id, order_id, shards))
+        .key(keys.voucher(voucher_id, shards))
+        .key(keys.voucher_buyers(voucher_id, shards))
+        .key(keys.order_stream_of(voucher_id, shards))
+        .arg(outcome.as_str())
+        .arg(state.clock.now_ms())
+        .arg(buyer.map(|b| b.to_string()).unwrap_or_default())
+        .arg(keys.voucher_stock_channel(voucher_id))
+        .arg(order_id)
+        .arg(KEEP_SETTLED_SECONDS)
+        .invoke_async(&mut *conn)
+        .await?;
+    let now = OrderStatus::parse(&now);
+    match (status, now) {
+        (0, Some(now)) => Ok((true, now)),
+        (1, Some(now)) => Ok((false, now)),
+        (-1, _) => Err(AppError::not_found(format!("no order {order_id}"))),
+        (-2, _) => Err(AppError::forbidden("this is not your order")),
+        (-3, _) => Err(AppError::client(
+            ErrorCode::NotStarted,
+            "the order is not due to expire yet",
+        )),
+        (other, _) => Err(AppError::internal(anyhow::anyhow!(
+            "settle script answered {other}"
+        ))),
+    }
+}
+
+/// Pays or cancels the buyer's order. Repeating what already happened is a no-op; trying to
+/// pay a cancelled or expired order (or cancel a paid one) is a `CONFLICT`; paying after
+/// the pay-by time expires the order and answers `ENDED`.
+pub async fn act(
+    state: &AppState,
+    buyer_id: i64,
+    order_id: i64,
+    outcome: OrderStatus,
+) -> AppResult<OrderRecord> {
+    let order = find(state, order_id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no order {order_id}")))?;
+    if order.buyer_id != buyer_id {
+        return Err(AppError::forbidden("this is not your order"));
+    }
+    let (_, now) = settle(state, order.voucher_id, order_id, outcome, Some(buyer_id)).await?;
+    if now != outcome {
+        if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
+            return Err(AppError::client(
+                ErrorCode::Ended,
+                "the time to pay is over; the order expired",
+            ));
+        }
+        return Err(AppError::conflict(format!("the order is {}", now.as_str())));
+    }
+    Ok(OrderRecord {
+        status: now,
+        ..order
+    })
+}
+
+/// The expiry job of an order: settles it as expired if it is still unpaid.
+pub struct ExpireOrder(pub AppState);
+
+#[async_trait::async_trait]
+impl JobHandler for ExpireOrder {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        let body: serde_json::Value = serde_json::from_str(&delivery.spec.body)
+            .map_err(|e| JobError::Permanent(format!("bad body: {e}")))?;
+        let (Some(order), Some(voucher)) = (body["order"].as_i64(), body["voucher"].as_i64())
+        else {
+            return Err(JobError::Permanent("body lacks order or voucher".into()));
+        };
+        match settle(&self.0, voucher, order, OrderStatus::Expired, None).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.code() == ErrorCode::NotFound => Ok(()), // nothing left to expire
+            Err(error) => Err(JobError::Retry(error.to_string())),
+        }
+    }
+}
+
+pub fn register_expiry(state: &AppState) {
+    let mut policy = state.jobs.policy(EXPIRY_TOPIC);
+    // An early delivery (a clock ahead) is retried soon, not on the long ladder.
+    policy.ladder = vec![
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(5),
+    ];
+    state.jobs.register(
+        EXPIRY_TOPIC,
+        Arc::new(ExpireOrder(state.clone())),
+        Some(policy),
+    );
+}

@@ -1,0 +1,389 @@
+//! Flash-sale vouchers: never oversold, one order per person, windows, expiry, pay races,
+//! replay safety, live stock.
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{TimeZone, Utc};
+use serde_json::{json, Value};
+use sqlx::Row;
+
+use crate::harness::{first_code, TestApp};
+
+const CREATE: &str = "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id title stock remaining beginsAt endsAt } }";
+const SECKILL: &str =
+    "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id status payBy voucher { id } } }";
+const PAY: &str = "mutation($o: ID!) { payOrder(orderId: $o) { id status } }";
+const CANCEL: &str = "mutation($o: ID!) { cancelOrder(orderId: $o) { id status } }";
+
+async fn busy_app() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.jobs_concurrency = 64;
+    })
+    .await
+}
+
+/// A voucher on a new item, its window open from a minute ago for an hour.
+async fn voucher(app: &TestApp, stock: i64, pay_within: i64) -> String {
+    let admin = app.admin_token();
+    let item = app
+        .data(
+            Some(&admin),
+            "mutation { createItem(input: { name: \"Dumplings\" }) { id } }",
+            json!({}),
+        )
+        .await;
+    let now = app.state.clock.now();
+    let input = json!({
+        "itemId": item["createItem"]["id"], "title": "Half price", "stock": stock,
+        "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+        "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
+        "payWithinSeconds": pay_within,
+    });
+    app.data(Some(&admin), CREATE, json!({ "input": input }))
+        .await["createVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The stock checks once the order consumer has caught up; they must all agree.
+async fn consistent(app: &TestApp) -> Vec<engage::vouchers::StockCheck> {
+    let streams: Vec<String> = (0..app.state.config.sale_shards)
+        .map(|s| app.state.keys.order_stream(s))
+        .collect();
+    crate::harness::streams_settled(app, &streams, "archive").await;
+    for _ in 0..300 {
+        let checks = engage::vouchers::verify(&app.state).await.unwrap();
+        if checks.iter().all(|c| c.consistent()) {
+            return checks;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "Redis and SQL never agreed: {:?}",
+        engage::vouchers::verify(&app.state).await.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_attempts_by_a_thousand_users_never_oversell_stock_of_100() {
+    let app = Arc::new(busy_app().await);
+    let voucher = voucher(&app, 100, 600).await;
+    let attempts: Vec<_> = (0..2000)
+        .map(|n| {
+            let (app, voucher) = (app.clone(), voucher.clone());
+            tokio::spawn(async move {
+                let buyer = 10_000 + (n % 1000);
+                app.gql(
+                    Some(&app.user_token(buyer)),
+                    SECKILL,
+                    json!({ "v": voucher }),
+                )
+                .await
+            })
+        })
+        .collect();
+    let (mut ordered, mut refused) = (0, std::collections::HashMap::<String, usize>::new());
+    for attempt in attempts {
+        let body = attempt.await.unwrap();
+        match body["errors"][0]["extensions"]["code"].as_str() {
+            None => ordered += 1,
+            Some(code) => *refused.entry(code.to_string()).or_default() += 1,
+        }
+    }
+    assert_eq!(ordered, 100, "exactly the stock was sold: {refused:?}");
+    assert!(
+        refused
+            .keys()
+            .all(|code| code == "SOLD_OUT" || code == "ALREADY_ORDERED"),
+        "{refused:?}"
+    );
+
+    let checks = consistent(&app).await;
+    let check = checks
+        .iter()
+        .find(|c| c.voucher_id.to_string() == voucher)
+        .unwrap();
+    assert_eq!(
+        (check.redis_stock, check.sql_stock, check.sql_live_orders),
+        (0, 0, 100)
+    );
+    let rows = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT buyer_id) AS buyers FROM orders WHERE voucher_id = $1")
+        .bind(voucher.parse::<i64>().unwrap())
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows.get::<i64, _>("n"), 100);
+    assert_eq!(rows.get::<i64, _>("buyers"), 100, "no user twice");
+    let remaining = app
+        .data(
+            None,
+            "query($v: ID!) { voucher(id: $v) { remaining stock } }",
+            json!({ "v": voucher }),
+        )
+        .await;
+    assert_eq!(
+        remaining["voucher"],
+        json!({ "remaining": 0, "stock": 100 })
+    );
+}
+
+#[tokio::test]
+async fn the_window_is_checked_against_the_servers_clock() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 5, 600).await;
+    let token = app.user_token(20);
+    app.state.clock.advance(chrono::Duration::minutes(-5));
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&token), SECKILL, json!({ "v": voucher }))
+                .await
+        ),
+        "NOT_STARTED"
+    );
+    app.state.clock.advance(chrono::Duration::hours(2));
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&token), SECKILL, json!({ "v": voucher }))
+                .await
+        ),
+        "ENDED"
+    );
+    assert_eq!(
+        first_code(&app.gql(Some(&token), SECKILL, json!({ "v": "123" })).await),
+        "NOT_FOUND"
+    );
+    assert_eq!(
+        first_code(&app.gql(None, SECKILL, json!({ "v": voucher })).await),
+        "UNAUTHENTICATED"
+    );
+}
+
+#[tokio::test]
+async fn an_unpaid_order_expires_at_pay_by_and_the_buyer_may_buy_again() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 1, 60).await;
+    let token = app.user_token(30);
+    let order = app
+        .data(Some(&token), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]
+        .clone();
+    assert_eq!(order["status"], "UNPAID");
+    let order_id = order["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&app.user_token(31)), SECKILL, json!({ "v": voucher }))
+                .await
+        ),
+        "SOLD_OUT"
+    );
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&token), SECKILL, json!({ "v": voucher }))
+                .await
+        ),
+        "ALREADY_ORDERED"
+    );
+
+    app.state.clock.advance(chrono::Duration::seconds(61));
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        let orders = app
+            .data(
+                Some(&token),
+                "{ myOrders { edges { node { id status } } } }",
+                json!({}),
+            )
+            .await;
+        status = orders["myOrders"]["edges"][0]["node"]["status"].clone();
+        if status == "EXPIRED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, "EXPIRED");
+    let late = app.gql(Some(&token), PAY, json!({ "o": order_id })).await;
+    assert_eq!(first_code(&late), "ENDED", "too late to pay: {late}");
+    consistent(&app).await;
+    let again = app
+        .data(Some(&token), SECKILL, json!({ "v": voucher }))
+        .await;
+    assert_eq!(
+        again["seckillVoucher"]["status"], "UNPAID",
+        "the stock came back and the buyer may buy again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paying_and_expiring_race_and_exactly_one_wins() {
+    let app = Arc::new(busy_app().await);
+    for round in 0..20 {
+        let voucher = voucher(&app, 1, 5).await;
+        let token = app.user_token(100 + round);
+        let order = app
+            .data(Some(&token), SECKILL, json!({ "v": voucher }))
+            .await["seckillVoucher"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // Right at pay-by: the expiry job and the payment go at the same moment.
+        app.state
+            .clock
+            .advance(chrono::Duration::milliseconds(5000));
+        let (pay, cancel) = tokio::join!(
+            app.gql(Some(&token), PAY, json!({ "o": order })),
+            app.gql(Some(&token), CANCEL, json!({ "o": order })),
+        );
+        let winners = [&pay, &cancel]
+            .iter()
+            .filter(|b| b.get("errors").is_none())
+            .count();
+        assert!(winners <= 1, "pay and cancel both won: {pay} {cancel}");
+    }
+    let checks = consistent(&app).await;
+    assert!(checks.iter().all(|c| c.consistent()));
+}
+
+#[tokio::test]
+async fn pay_and_cancel_are_idempotent_and_only_for_the_buyer() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 3, 600).await;
+    let token = app.user_token(40);
+    let order = app
+        .data(Some(&token), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .clone();
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&app.user_token(41)), PAY, json!({ "o": order }))
+                .await
+        ),
+        "FORBIDDEN"
+    );
+    assert_eq!(
+        app.data(Some(&token), PAY, json!({ "o": order })).await["payOrder"]["status"],
+        "PAID"
+    );
+    assert_eq!(
+        app.data(Some(&token), PAY, json!({ "o": order })).await["payOrder"]["status"],
+        "PAID"
+    );
+    assert_eq!(
+        first_code(&app.gql(Some(&token), CANCEL, json!({ "o": order })).await),
+        "CONFLICT"
+    );
+
+    let second = app
+        .data(Some(&app.user_token(42)), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .clone();
+    let buyer = app.user_token(42);
+    assert_eq!(
+        app.data(Some(&buyer), CANCEL, json!({ "o": second })).await["cancelOrder"]["status"],
+        "CANCELLED"
+    );
+    assert_eq!(
+        app.data(Some(&buyer), CANCEL, json!({ "o": second })).await["cancelOrder"]["status"],
+        "CANCELLED"
+    );
+    let checks = consistent(&app).await;
+    let check = checks
+        .iter()
+        .find(|c| c.voucher_id.to_string() == voucher.as_str())
+        .unwrap();
+    assert_eq!(
+        (check.redis_stock, check.sql_stock),
+        (2, 2),
+        "one paid, one cancelled and returned"
+    );
+}
+
+#[tokio::test]
+async fn replaying_the_order_stream_inserts_nothing_twice() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 10, 600).await;
+    for buyer in 0..5 {
+        let order = app
+            .data(
+                Some(&app.user_token(50 + buyer)),
+                SECKILL,
+                json!({ "v": voucher }),
+            )
+            .await;
+        if buyer == 0 {
+            let id = order["seckillVoucher"]["id"].clone();
+            app.data(Some(&app.user_token(50)), CANCEL, json!({ "o": id }))
+                .await;
+        }
+    }
+    consistent(&app).await;
+    let mut conn = app.state.redis.get().await.unwrap();
+    for shard in 0..app.state.config.sale_shards {
+        let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("SETID")
+            .arg(app.state.keys.order_stream(shard))
+            .arg("archive")
+            .arg("0")
+            .query_async(&mut *conn)
+            .await;
+    }
+    drop(conn);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let checks = consistent(&app).await;
+    let check = checks
+        .iter()
+        .find(|c| c.voucher_id.to_string() == voucher.as_str())
+        .unwrap();
+    assert_eq!((check.sql_stock, check.sql_live_orders), (6, 4));
+    let orders: i64 = sqlx::query("SELECT COUNT(*) AS n FROM orders")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(orders, 5);
+}
+
+#[tokio::test]
+async fn only_admins_create_vouchers_with_checked_input() {
+    let app = busy_app().await;
+    let admin = app.admin_token();
+    let item = app
+        .data(
+            Some(&admin),
+            "mutation { createItem(input: { name: \"Tea\" }) { id } }",
+            json!({}),
+        )
+        .await;
+    let item = item["createItem"]["id"].clone();
+    let at = |h: i64| {
+        (Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::hours(h))
+            .to_rfc3339()
+    };
+    let input = |stock: i64, begins: String, ends: String, pay: i64| json!({ "input": { "itemId": item, "title": "Deal", "stock": stock, "beginsAt": begins, "endsAt": ends, "payWithinSeconds": pay } });
+    assert_eq!(
+        app.data(Some(&admin), CREATE, input(5, at(0), at(1), 60))
+            .await["createVoucher"]["remaining"],
+        5
+    );
+    for bad in [
+        input(0, at(0), at(1), 60),
+        input(5, at(1), at(0), 60),
+        input(5, "soon".into(), at(1), 60),
+        input(5, at(0), at(1), 0),
+    ] {
+        assert_eq!(
+            first_code(&app.gql(Some(&admin), CREATE, bad.clone()).await),
+            "BAD_USER_INPUT",
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&app.user_token(3)), CREATE, input(5, at(0), at(1), 60))
+                .await
+        ),
+        "FORBIDDEN"
+    );
+}
