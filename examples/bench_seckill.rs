@@ -1,0 +1,149 @@
+//! Flash-sale load test: N attempts at once from N distinct users on one voucher, against a
+//! running server; reports throughput, latency and how many got an order.
+//!
+//! ```sh
+//! ENGAGE_RATE_LIMIT_PER_IP=0 ENGAGE_RATE_LIMIT_PER_USER=0 cargo run --release &
+//! cargo run --release --example bench_seckill -- --attempts 10000 --stock 1000 --in-flight 256
+//! cargo run --release -- verify
+//! ```
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use engage::auth::{Role, Tokens};
+use futures::{stream, StreamExt};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "http://127.0.0.1:8000/graphql")]
+    url: String,
+    #[arg(long, default_value_t = 10_000)]
+    attempts: usize,
+    #[arg(long, default_value_t = 1_000)]
+    stock: i64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 256)]
+    in_flight: usize,
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    query: &str,
+    variables: Value,
+) -> anyhow::Result<Value> {
+    Ok(client
+        .post(url)
+        .bearer_auth(token)
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await?
+        .json()
+        .await?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let secret = std::env::var("ENGAGE_JWT_SECRET")
+        .unwrap_or_else(|_| engage::config::DEV_JWT_SECRET.into());
+    let tokens = Tokens::new(&secret);
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.in_flight)
+        .build()?;
+    let admin = tokens.mint(1, Role::Admin, 3600, None);
+    let item = post(
+        &client,
+        &args.url,
+        &admin,
+        "mutation { createItem(input: { name: \"bench\" }) { id } }",
+        json!({}),
+    )
+    .await?;
+    let now = chrono::Utc::now();
+    let input = json!({
+        "itemId": item["data"]["createItem"]["id"], "title": "bench", "stock": args.stock,
+        "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+        "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(), "payWithinSeconds": 900,
+    });
+    let voucher = post(
+        &client,
+        &args.url,
+        &admin,
+        "mutation($i: CreateVoucherInput!) { createVoucher(input: $i) { id } }",
+        json!({ "i": input }),
+    )
+    .await?;
+    let voucher = voucher["data"]["createVoucher"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let base = 5_000_000_000 + (now.timestamp() % 100_000) * 100_000;
+    let users: Arc<Vec<String>> = Arc::new(
+        (0..args.attempts as i64)
+            .map(|i| tokens.mint(base + i, Role::User, 3600, None))
+            .collect(),
+    );
+
+    let started = Instant::now();
+    let results: Vec<(Duration, String)> = stream::iter(0..args.attempts)
+        .map(|n| {
+            let (client, url, users, voucher) = (
+                client.clone(),
+                args.url.clone(),
+                users.clone(),
+                voucher.clone(),
+            );
+            async move {
+                let at = Instant::now();
+                let body = post(
+                    &client,
+                    &url,
+                    &users[n],
+                    "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id status } }",
+                    json!({ "v": voucher }),
+                )
+                .await;
+                let outcome = match body {
+                    Ok(body) => body["errors"][0]["extensions"]["code"]
+                        .as_str()
+                        .unwrap_or("ORDERED")
+                        .to_string(),
+                    Err(_) => "TRANSPORT".to_string(),
+                };
+                (at.elapsed(), outcome)
+            }
+        })
+        .buffer_unordered(args.in_flight)
+        .collect()
+        .await;
+    let elapsed = started.elapsed();
+    let mut latencies: Vec<Duration> = results.iter().map(|(l, _)| *l).collect();
+    latencies.sort();
+    let mut outcomes: HashMap<&str, usize> = HashMap::new();
+    for (_, outcome) in &results {
+        *outcomes.entry(outcome.as_str()).or_default() += 1;
+    }
+    let at = |p: f64| {
+        latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)].as_secs_f64()
+            * 1e3
+    };
+    println!(
+        "seckillVoucher: {} attempts ({} in flight) on stock {}: {:.2}s, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms; outcomes {:?}",
+        results.len(),
+        args.in_flight,
+        args.stock,
+        elapsed.as_secs_f64(),
+        results.len() as f64 / elapsed.as_secs_f64(),
+        at(0.5),
+        at(0.99),
+        outcomes
+    );
+    Ok(())
+}
