@@ -14,6 +14,7 @@ pub fn spawn_all(state: &AppState) {
         crate::leaderboard::rollover::run_periodically,
     );
     crate::vouchers::archive::spawn(state);
+    crate::feed::spawn(state);
     crate::vouchers::orders::register_expiry(state);
     state.spawn_background("delay-queue", crate::jobs::worker::run);
 }

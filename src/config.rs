@@ -169,6 +169,25 @@ pub struct Config {
     )]
     pub rollover_check_seconds: u64,
 
+    /// Authors with more followers than this are not pushed to inboxes: their remarks are
+    /// pulled from their outbox when a follower reads the feed.
+    #[arg(
+        long,
+        env = "ENGAGE_FEED_PUSH_LIMIT",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub feed_push_limit: u64,
+
+    /// Entries kept per inbox and per outbox (the oldest are trimmed).
+    #[arg(
+        long,
+        env = "ENGAGE_FEED_INBOX_SIZE",
+        default_value_t = 800,
+        global = true
+    )]
+    pub feed_inbox_size: u64,
+
     /// Order streams of the flash sale (and hash-tag groups of voucher keys).
     #[arg(long, env = "ENGAGE_SALE_SHARDS", default_value_t = 4, global = true)]
     pub sale_shards: u32,

@@ -1,5 +1,5 @@
-//! `engage seed-demo`: users, items, remarks, likes, sign-ins and a season board to explore
-//! in the playground.
+//! `engage seed-demo`: users, located items, remarks, likes, follows, sign-ins and a season
+//! board to explore in the playground.
 //! Everything goes through the same domain functions as the API, so the demo data is as
 //! real as any (likes reach the archive once a server runs).
 
@@ -32,7 +32,7 @@ const REVIEWS: &[&str] = &[
 
 pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
     let users = users.max(2);
-    let steps = users as u64 + ITEMS.len() as u64 + users as u64 * 3;
+    let steps = users as u64 + ITEMS.len() as u64 + users as u64 * 4;
     let bar = ProgressBar::new(steps).with_style(
         ProgressStyle::with_template("{spinner} {msg:<10} [{bar:40}] {pos}/{len}")?
             .progress_chars("=> "),
@@ -101,6 +101,25 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
         }
         bar.inc(1);
     }
+    bar.set_message("follows");
+    for user in 1..=users {
+        let followees: Vec<i64> = {
+            let mut rng = rand::rng();
+            (1..=users)
+                .filter(|other| *other != user)
+                .collect::<Vec<_>>()
+                .choose_multiple(&mut rng, 3)
+                .copied()
+                .collect()
+        };
+        for followee in followees {
+            crate::feed::follow(state, user, followee)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        bar.inc(1);
+    }
+
     bar.set_message("sign-ins");
     for user in 1..=users {
         crate::signin::sign_in(state, user)

@@ -83,6 +83,9 @@ pub async fn create(state: &AppState, created_by: i64, item: NewItem) -> AppResu
     .bind(now_ms)
     .execute(&state.db.pool)
     .await?;
+    if let Some(location) = item.location {
+        crate::nearby::place(state, id, location).await?;
+    }
     Ok(ItemRecord {
         id,
         name: item.name,
@@ -92,20 +95,34 @@ pub async fn create(state: &AppState, created_by: i64, item: NewItem) -> AppResu
 }
 
 pub async fn find(state: &AppState, id: i64) -> AppResult<Option<ItemRecord>> {
-    let row = sqlx::query("SELECT id, name, lat, lng, created_at_ms FROM items WHERE id = $1")
-        .bind(id)
-        .fetch_optional(&state.db.pool)
-        .await?;
-    row.map(|row| -> Result<ItemRecord, sqlx::Error> {
-        let lat: Option<f64> = row.try_get("lat")?;
-        let lng: Option<f64> = row.try_get("lng")?;
-        Ok(ItemRecord {
-            id: row.try_get("id")?,
-            name: row.try_get("name")?,
-            location: lat.zip(lng).map(|(lat, lng)| Location { lat, lng }),
-            created_at_ms: row.try_get("created_at_ms")?,
-        })
+    Ok(find_many(state, &[id]).await?.pop())
+}
+
+/// Items by id (in no particular order).
+pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Integers only, so inlining them is safe and keeps one statement for any count.
+    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let rows = sqlx::query(&format!(
+        "SELECT id, name, lat, lng, created_at_ms FROM items WHERE id IN ({list})"
+    ))
+    .fetch_all(&state.db.pool)
+    .await?;
+    rows.iter()
+        .map(item_of)
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+fn item_of(row: &sqlx::any::AnyRow) -> Result<ItemRecord, sqlx::Error> {
+    let lat: Option<f64> = row.try_get("lat")?;
+    let lng: Option<f64> = row.try_get("lng")?;
+    Ok(ItemRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        location: lat.zip(lng).map(|(lat, lng)| Location { lat, lng }),
+        created_at_ms: row.try_get("created_at_ms")?,
     })
-    .transpose()
-    .map_err(Into::into)
 }

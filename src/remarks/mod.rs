@@ -200,6 +200,9 @@ pub async fn create(
     if let Err(error) = likes::prepare_counter(state, id, author_id).await {
         tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
     }
+    if let Err(error) = crate::feed::publish_remark(state, id, author_id, now_ms).await {
+        tracing::warn!(remark = id, %error, "remark not announced to the feed");
+    }
     let points = state.points.rules.rule(PointsType::Remark).points;
     if let Err(error) = crate::points::award(
         state,

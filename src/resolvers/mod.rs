@@ -1,9 +1,11 @@
 //! Root fields per domain. Resolvers are thin: they check arguments, call the domain layer
 //! and map its records to schema types. No Redis commands, SQL or business rules here.
 
+pub mod feed;
 pub mod item;
 pub mod jobs;
 pub mod leaderboard;
+pub mod nearby;
 pub mod points;
 pub mod remark;
 pub mod signin;

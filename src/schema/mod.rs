@@ -7,6 +7,7 @@ pub mod errors;
 pub mod item;
 pub mod jobs;
 pub mod leaderboard;
+pub mod nearby;
 pub mod page;
 pub mod points;
 pub mod remark;
@@ -29,6 +30,8 @@ pub struct QueryRoot(
     resolvers::leaderboard::LeaderboardQuery,
     resolvers::jobs::JobQuery,
     resolvers::voucher::VoucherQuery,
+    resolvers::feed::FeedQuery,
+    resolvers::nearby::NearbyQuery,
 );
 
 #[derive(MergedObject, Default)]
@@ -40,6 +43,7 @@ pub struct MutationRoot(
     resolvers::points::PointsMutation,
     resolvers::jobs::JobMutation,
     resolvers::voucher::VoucherMutation,
+    resolvers::feed::FeedMutation,
 );
 
 #[derive(MergedSubscription, Default)]

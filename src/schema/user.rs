@@ -1,10 +1,12 @@
 //! GraphQL types of users.
 
-use async_graphql::{SimpleObject, ID};
+use async_graphql::{ComplexObject, Context, SimpleObject, ID};
 
-use crate::users::UserRecord;
+use super::ContextExt;
+use crate::{error::AppResult, ids, users::UserRecord};
 
 #[derive(SimpleObject, Clone)]
+#[graphql(complex)]
 pub struct User {
     pub id: ID,
     pub name: String,
@@ -18,5 +20,26 @@ impl From<UserRecord> for User {
             name: user.name,
             avatar_url: user.avatar_url,
         }
+    }
+}
+
+#[ComplexObject]
+impl User {
+    /// How many users follow this one.
+    async fn followers(&self, ctx: &Context<'_>) -> AppResult<i64> {
+        Ok(
+            crate::feed::counts(ctx.state(), ids::parse(&self.id, "id")?)
+                .await?
+                .0,
+        )
+    }
+
+    /// How many users this one follows.
+    async fn following(&self, ctx: &Context<'_>) -> AppResult<i64> {
+        Ok(
+            crate::feed::counts(ctx.state(), ids::parse(&self.id, "id")?)
+                .await?
+                .1,
+        )
     }
 }

@@ -1,0 +1,355 @@
+//! The follow feed (seed 004): push to followers' inboxes, pull from big authors' outboxes.
+//!
+//! - Follows live in SQL; Redis keeps each user's following set and everyone's follower
+//!   count, which reads need.
+//! - A new remark is XADDed to `{feed}:remarks` by `createRemark`; the `feed-fanout` consumer,
+//!   off the request path, adds it to the author's outbox and, unless the author has more
+//!   than `ENGAGE_FEED_PUSH_LIMIT` followers, to each follower's inbox (both capped zsets).
+//! - `feed` merges the inbox with the outboxes of the big authors the reader follows, and
+//!   drops entries of authors no longer followed. Cost per page: three round trips (following
+//!   set, follower counts, then inbox and outboxes in one pipeline), and one outbox range per
+//!   followed big author: reads grow linearly with the big authors one follows, writes with
+//!   the followers of small authors.
+//!
+//! Entries are `<remark id, 20 digits>:<author>` scored by creation time in ms; the cursor is
+//! (score, member), so equal timestamps and remarks arriving between pages neither repeat
+//! nor skip entries.
+
+use std::{collections::HashSet, sync::Arc};
+
+use sqlx::{Any, Row, Transaction};
+
+use crate::{
+    app::AppState,
+    error::{AppError, AppResult},
+    redis::Keys,
+    streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+};
+
+impl Keys {
+    pub fn feed_inbox(&self, user_id: i64) -> String {
+        self.tagged(&format!("feed:{user_id}"), "inbox")
+    }
+
+    pub fn feed_outbox(&self, user_id: i64) -> String {
+        self.tagged(&format!("feed:{user_id}"), "outbox")
+    }
+
+    pub fn following(&self, user_id: i64) -> String {
+        self.tagged(&format!("feed:{user_id}"), "following")
+    }
+
+    pub fn follower_counts(&self) -> String {
+        self.tagged("feed", "follower-counts")
+    }
+
+    pub fn remark_stream(&self) -> String {
+        self.tagged("feed", "remarks")
+    }
+}
+
+fn member(remark_id: i64, author_id: i64) -> String {
+    format!("{remark_id:020}:{author_id}")
+}
+
+fn parse_member(member: &str) -> Option<(i64, i64)> {
+    let (remark, author) = member.split_once(':')?;
+    Some((remark.parse().ok()?, author.parse().ok()?))
+}
+
+/// Follows `followee`; `true` when this call created the follow.
+pub async fn follow(state: &AppState, follower: i64, followee: i64) -> AppResult<bool> {
+    if follower == followee {
+        return Err(AppError::bad_input("you cannot follow yourself"));
+    }
+    if state.users.find(followee).await?.is_none() {
+        return Err(AppError::not_found(format!("no user {followee}")));
+    }
+    let created = sqlx::query(
+        "INSERT INTO follows (follower_id, followee_id, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    )
+    .bind(follower)
+    .bind(followee)
+    .bind(state.clock.now_ms())
+    .execute(&state.db.pool)
+    .await?
+    .rows_affected()
+        == 1;
+    let mut conn = state.redis.get().await?;
+    let mut pipe = redis::pipe();
+    pipe.cmd("SADD")
+        .arg(state.keys.following(follower))
+        .arg(followee)
+        .ignore();
+    if created {
+        pipe.cmd("HINCRBY")
+            .arg(state.keys.follower_counts())
+            .arg(followee)
+            .arg(1)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(created)
+}
+
+/// Stops following; the author's entries leave the inbox. `true` when a follow ended.
+pub async fn unfollow(state: &AppState, follower: i64, followee: i64) -> AppResult<bool> {
+    if follower == followee {
+        return Err(AppError::bad_input("you cannot unfollow yourself"));
+    }
+    let removed = sqlx::query("DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2")
+        .bind(follower)
+        .bind(followee)
+        .execute(&state.db.pool)
+        .await?
+        .rows_affected()
+        == 1;
+    let inbox = state.keys.feed_inbox(follower);
+    let mut conn = state.redis.get().await?;
+    let entries: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&inbox)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut *conn)
+        .await?;
+    let theirs: Vec<&String> = entries
+        .iter()
+        .filter(|m| parse_member(m).is_some_and(|(_, author)| author == followee))
+        .collect();
+    let mut pipe = redis::pipe();
+    pipe.cmd("SREM")
+        .arg(state.keys.following(follower))
+        .arg(followee)
+        .ignore();
+    if !theirs.is_empty() {
+        pipe.cmd("ZREM").arg(&inbox).arg(theirs).ignore();
+    }
+    if removed {
+        pipe.cmd("HINCRBY")
+            .arg(state.keys.follower_counts())
+            .arg(followee)
+            .arg(-1)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(removed)
+}
+
+/// Followers and followees of a user.
+pub async fn counts(state: &AppState, user_id: i64) -> AppResult<(i64, i64)> {
+    let mut conn = state.redis.get().await?;
+    let (followers, following): (Option<i64>, i64) = redis::pipe()
+        .cmd("HGET")
+        .arg(state.keys.follower_counts())
+        .arg(user_id)
+        .cmd("SCARD")
+        .arg(state.keys.following(user_id))
+        .query_async(&mut *conn)
+        .await?;
+    Ok((followers.unwrap_or(0).max(0), following))
+}
+
+/// Announces a new remark to the feed (called after the remark is stored).
+pub async fn publish_remark(
+    state: &AppState,
+    remark_id: i64,
+    author_id: i64,
+    created_at_ms: i64,
+) -> AppResult<()> {
+    let mut conn = state.redis.get().await?;
+    let _: String = redis::cmd("XADD")
+        .arg(state.keys.remark_stream())
+        .arg("*")
+        .arg("remark")
+        .arg(remark_id)
+        .arg("author")
+        .arg(author_id)
+        .arg("created")
+        .arg(created_at_ms)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub fn spawn(state: &AppState) {
+    let spec = ConsumerSpec::new(&state.config, "feed-fanout", "fanout");
+    streams::spawn(
+        state,
+        spec,
+        vec![state.keys.remark_stream()],
+        Arc::new(FanOut(state.clone())),
+    );
+}
+
+struct FanOut(AppState);
+
+#[async_trait::async_trait]
+impl StreamHandler for FanOut {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let state = &self.0;
+        let keep = state.config.feed_inbox_size.max(1) as i64;
+        for entry in entries {
+            let (remark, author, created) = (
+                entry.number("remark")?,
+                entry.number("author")?,
+                entry.number("created")?,
+            );
+            let followers: Vec<i64> = if is_big(state, author).await.map_err(unavailable)? {
+                Vec::new()
+            } else {
+                sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
+                    .bind(author)
+                    .fetch_all(&state.db.pool)
+                    .await?
+                    .iter()
+                    .map(|row| row.try_get("follower_id"))
+                    .collect::<Result<_, _>>()?
+            };
+            let entry_member = member(remark, author);
+            let mut pipe = redis::pipe();
+            for inbox in std::iter::once(state.keys.feed_outbox(author))
+                .chain(followers.iter().map(|f| state.keys.feed_inbox(*f)))
+            {
+                pipe.cmd("ZADD")
+                    .arg(&inbox)
+                    .arg(created)
+                    .arg(&entry_member)
+                    .ignore();
+                pipe.cmd("ZREMRANGEBYRANK")
+                    .arg(&inbox)
+                    .arg(0)
+                    .arg(-keep - 1)
+                    .ignore();
+            }
+            let mut conn = state.redis.get().await.map_err(|e| unavailable(e.into()))?;
+            let () = pipe
+                .query_async(&mut *conn)
+                .await
+                .map_err(|e| unavailable(e.into()))?;
+        }
+        Ok(())
+    }
+}
+
+fn unavailable(error: AppError) -> HandleError {
+    HandleError::Unavailable(error.to_string())
+}
+
+async fn is_big(state: &AppState, author: i64) -> AppResult<bool> {
+    let mut conn = state.redis.get().await?;
+    let followers: Option<i64> = redis::cmd("HGET")
+        .arg(state.keys.follower_counts())
+        .arg(author)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(followers.unwrap_or(0) > state.config.feed_push_limit as i64)
+}
+
+/// Where a feed page ends: the last entry's score and member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedCursor {
+    pub score: i64,
+    pub member: String,
+}
+
+impl FeedCursor {
+    pub fn encode(&self) -> String {
+        format!("{}|{}", self.score, self.member)
+    }
+
+    pub fn decode(text: &str) -> AppResult<Self> {
+        let bad = || AppError::bad_input("not a cursor of the feed");
+        let (score, member) = text.split_once('|').ok_or_else(bad)?;
+        parse_member(member).ok_or_else(bad)?;
+        Ok(Self {
+            score: score.parse().map_err(|_| bad())?,
+            member: member.to_string(),
+        })
+    }
+}
+
+/// A page of the reader's feed, newest first: remark ids with their cursors.
+pub async fn page(
+    state: &AppState,
+    reader: i64,
+    first: usize,
+    after: Option<FeedCursor>,
+) -> AppResult<(Vec<(i64, FeedCursor)>, bool)> {
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let following: Vec<i64> = redis::cmd("SMEMBERS")
+        .arg(keys.following(reader))
+        .query_async(&mut *conn)
+        .await?;
+    let big: Vec<i64> = if following.is_empty() {
+        Vec::new()
+    } else {
+        let counts: Vec<Option<i64>> = redis::cmd("HMGET")
+            .arg(keys.follower_counts())
+            .arg(&following)
+            .query_async(&mut *conn)
+            .await?;
+        following
+            .iter()
+            .zip(counts)
+            .filter(|(_, count)| count.unwrap_or(0) > state.config.feed_push_limit as i64)
+            .map(|(author, _)| *author)
+            .collect()
+    };
+    let followed: HashSet<i64> = following.into_iter().collect();
+
+    // Each source contributes at most `first + 1` entries older than the cursor; entries
+    // tied with the cursor's score are filtered by member, so fetch a margin for ties.
+    let max = after
+        .as_ref()
+        .map_or("+inf".to_string(), |c| c.score.to_string());
+    let want = first + 1 + 64;
+    let mut pipe = redis::pipe();
+    for source in
+        std::iter::once(keys.feed_inbox(reader)).chain(big.iter().map(|a| keys.feed_outbox(*a)))
+    {
+        pipe.cmd("ZREVRANGEBYSCORE")
+            .arg(source)
+            .arg(&max)
+            .arg("-inf")
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(want);
+    }
+    let sources: Vec<Vec<(String, i64)>> = pipe.query_async(&mut *conn).await?;
+    drop(conn);
+
+    let mut seen = HashSet::new();
+    let mut entries: Vec<(i64, String)> = sources
+        .into_iter()
+        .flatten()
+        .filter(|(member, score)| match &after {
+            Some(cursor) => {
+                *score < cursor.score || (*score == cursor.score && *member < cursor.member)
+            }
+            None => true,
+        })
+        .filter(|(member, _)| {
+            parse_member(member).is_some_and(|(_, author)| followed.contains(&author))
+        })
+        .filter(|(member, _)| seen.insert(member.clone()))
+        .map(|(member, score)| (score, member))
+        .collect();
+    entries.sort_by(|a, b| b.cmp(a));
+    let more = entries.len() > first;
+    entries.truncate(first);
+    Ok((
+        entries
+            .into_iter()
+            .filter_map(|(score, member)| {
+                parse_member(&member).map(|(remark, _)| (remark, FeedCursor { score, member }))
+            })
+            .collect(),
+        more,
+    ))
+}
