@@ -9,22 +9,13 @@
   The relation becomes "0" (with the TTL) rather than being deleted: a missing key means
   "ask the archive", and the archive may not hold this unlike yet.
 ]]
-local author = redis.call('HGET', KEYS[1], 'author')
+-- @include remarks_relation.lua
+
+local author, relation = read_relation(KEYS[1], KEYS[2], ARGV[5])
 if not author then
-  return {-1, 0, 0, 0}
+  return {relation, 0, 0, 0}
 end
 local ttl = tonumber(ARGV[4])
-local relation = redis.call('GET', KEYS[2])
-if not relation then
-  local known = ARGV[5]
-  if known == 'young' and redis.call('HGET', KEYS[1], 'hydrated') then
-    known = 'unknown'
-  end
-  if known == 'unknown' then
-    return {-2, 0, 0, 0}
-  end
-  relation = (known == 'liked') and '1' or '0'
-end
 if relation ~= '1' then
   redis.call('SET', KEYS[2], '0', 'EX', ttl)
   return {0, tonumber(redis.call('HGET', KEYS[1], 'likes') or '0'), 0, 0}

@@ -224,6 +224,65 @@ pub async fn streams_settled(app: &TestApp, streams: &[String], group: &str) {
     panic!("{group} did not catch up with {streams:?}");
 }
 
+pub type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A `graphql-transport-ws` connection (acknowledged, with a token if given) running one
+/// subscription under the id "1".
+pub async fn subscribe(app: &TestApp, token: Option<&str>, query: &str) -> Socket {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+
+    let mut request = app.ws_url().into_client_request().unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade accepted");
+    let payload = token.map_or(
+        json!({}),
+        |token| json!({ "Authorization": format!("Bearer {token}") }),
+    );
+    let init = json!({ "type": "connection_init", "payload": payload });
+    socket.send(Message::text(init.to_string())).await.unwrap();
+    assert_eq!(next_message(&mut socket).await["type"], "connection_ack");
+    let subscribe = json!({ "id": "1", "type": "subscribe", "payload": { "query": query } });
+    socket
+        .send(Message::text(subscribe.to_string()))
+        .await
+        .unwrap();
+    socket
+}
+
+/// The next text message, as JSON (within ten seconds).
+pub async fn next_message(socket: &mut Socket) -> Value {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("a message within 10s")
+            .expect("the socket is open")
+            .expect("a readable message");
+        if let Message::Text(text) = message {
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+}
+
+/// `data` of the next `next` message.
+pub async fn next_data(socket: &mut Socket) -> Value {
+    loop {
+        let message = next_message(socket).await;
+        if message["type"] == "next" {
+            return message["payload"]["data"].clone();
+        }
+    }
+}
+
 /// The `extensions.code` of the first error.
 pub fn first_code(body: &Value) -> &str {
     body["errors"][0]["extensions"]["code"]

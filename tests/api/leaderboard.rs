@@ -10,13 +10,9 @@ use engage::{
     leaderboard::rollover::{archive_season, Options},
     lock,
 };
-use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio_tungstenite::{
-    connect_async, tungstenite::client::IntoClientRequest, tungstenite::Message,
-};
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{first_code, next_data, subscribe, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: SIGN_IN, points: $p, idempotencyKey: $k) { awarded } }";
@@ -255,38 +251,9 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
 async fn a_subscriber_sees_the_top_change_after_a_sign_in() {
     let app = app().await;
     award(&app, 71, 5).await;
-    let mut request = app.ws_url().into_client_request().unwrap();
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
-    let (mut socket, _) = connect_async(request).await.unwrap();
-    socket
-        .send(Message::text(
-            json!({ "type": "connection_init" }).to_string(),
-        ))
-        .await
-        .unwrap();
     let query = "subscription { leaderboardChanged(top: 3) { season { id } entries { rank points user { id } } } }";
-    socket
-        .send(Message::text(
-            json!({ "id": "1", "type": "subscribe", "payload": { "query": query } }).to_string(),
-        ))
-        .await
-        .unwrap();
-    let mut next = async || loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        if let Message::Text(text) = message {
-            let value: Value = serde_json::from_str(&text).unwrap();
-            if value["type"] == "next" {
-                return value["payload"]["data"]["leaderboardChanged"]["entries"].clone();
-            }
-        }
-    };
+    let mut socket = subscribe(&app, None, query).await;
+    let mut next = async || next_data(&mut socket).await["leaderboardChanged"]["entries"].clone();
     assert_eq!(
         next().await,
         json!([{ "rank": 1, "points": 5, "user": { "id": "71" } }])
@@ -314,39 +281,14 @@ async fn my_rank_changes_are_pushed_to_the_signed_in_viewer() {
     let app = app().await;
     award(&app, 81, 50).await;
     award(&app, 82, 10).await;
-    let mut request = app.ws_url().into_client_request().unwrap();
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
-    let (mut socket, _) = connect_async(request).await.unwrap();
-    let token = format!("Bearer {}", app.user_token(82));
-    socket
-        .send(Message::text(
-            json!({ "type": "connection_init", "payload": { "Authorization": token } }).to_string(),
-        ))
-        .await
-        .unwrap();
-    let query = "subscription { myRankChanged { rank points } }";
-    socket
-        .send(Message::text(
-            json!({ "id": "1", "type": "subscribe", "payload": { "query": query } }).to_string(),
-        ))
-        .await
-        .unwrap();
-    let mut next = async || loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        if let Message::Text(text) = message {
-            let value: Value = serde_json::from_str(&text).unwrap();
-            if value["type"] == "next" {
-                return value["payload"]["data"]["myRankChanged"].clone();
-            }
-        }
-    };
+    let token = app.user_token(82);
+    let mut socket = subscribe(
+        &app,
+        Some(&token),
+        "subscription { myRankChanged { rank points } }",
+    )
+    .await;
+    let mut next = async || next_data(&mut socket).await["myRankChanged"].clone();
     assert_eq!(next().await, json!({ "rank": 2, "points": 10 }));
     award(&app, 82, 45).await;
     assert_eq!(next().await, json!({ "rank": 1, "points": 55 }));
