@@ -61,12 +61,6 @@ pub struct Viewer {
     pub role: Role,
 }
 
-impl Viewer {
-    pub fn is_admin(&self) -> bool {
-        self.role == Role::Admin
-    }
-}
-
 #[derive(Clone)]
 pub struct Tokens {
     encoding: EncodingKey,

@@ -27,10 +27,6 @@ impl Clock {
         }
     }
 
-    pub fn tz(&self) -> Tz {
-        self.tz
-    }
-
     pub fn now(&self) -> DateTime<Utc> {
         Utc::now() + chrono::Duration::milliseconds(self.offset_ms.load(Ordering::Relaxed))
     }

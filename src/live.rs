@@ -155,10 +155,6 @@ impl LiveSubscription {
             Err(broadcast::error::RecvError::Closed) => None,
         }
     }
-
-    pub fn channel(&self) -> &str {
-        &self.channel
-    }
 }
 
 impl Drop for LiveSubscription {

@@ -121,13 +121,6 @@ pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
     (state.connections, state.idle_connections)
 }
 
-/// Small helper so call sites read `redis::conn(&pool).await?`.
-pub async fn conn(
-    pool: &RedisPool,
-) -> Result<bb8::PooledConnection<'_, counting::CountingManager>, crate::error::AppError> {
-    Ok(pool.get().await?)
-}
-
 /// Whether Redis answers now (readiness).
 pub async fn is_ready(pool: &RedisPool) -> bool {
     let Ok(mut conn) = pool.get().await else {
