@@ -16,8 +16,11 @@ use std::{
 };
 
 use clap::Parser;
-use engage::auth::{Role, Tokens};
+use engage::auth::Role;
 use serde_json::{json, Value};
+
+#[path = "support/mod.rs"]
+mod support;
 
 #[derive(Parser)]
 struct Args {
@@ -38,9 +41,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let secret = std::env::var("ENGAGE_JWT_SECRET")
-        .unwrap_or_else(|_| engage::config::DEV_JWT_SECRET.into());
-    let tokens = Tokens::new(&secret);
+    let tokens = support::tokens();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections)
         .build()?;
@@ -48,18 +49,7 @@ async fn main() -> anyhow::Result<()> {
     let call = move |token: String, query: &'static str, variables: Value| {
         let client = client.clone();
         let url = url.clone();
-        async move {
-            let body: Value = client
-                .post(url)
-                .bearer_auth(token)
-                .json(&json!({ "query": query, "variables": variables }))
-                .send()
-                .await?
-                .json()
-                .await?;
-            anyhow::ensure!(body.get("errors").is_none(), "errors: {body}");
-            Ok::<Value, anyhow::Error>(body["data"].clone())
-        }
+        async move { support::data(&client, &url, &token, query, variables).await }
     };
 
     let admin = tokens.mint(1, Role::Admin, 3600, None);
@@ -140,16 +130,14 @@ async fn main() -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed();
     latencies.sort();
-    let percentile =
-        |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
         "likeRemark: {} requests, {} connections, {:.2}s, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, failures {}",
         latencies.len(),
         args.connections,
         elapsed.as_secs_f64(),
         latencies.len() as f64 / elapsed.as_secs_f64(),
-        percentile(0.50).as_secs_f64() * 1000.0,
-        percentile(0.99).as_secs_f64() * 1000.0,
+        support::percentile_ms(&latencies, 0.50),
+        support::percentile_ms(&latencies, 0.99),
         failures
     );
     Ok(())

@@ -18,9 +18,13 @@ use std::{
 };
 
 use clap::Parser;
-use engage::auth::{Role, Tokens};
+use engage::auth::Role;
 use rand::Rng;
 use serde_json::{json, Value};
+
+#[path = "support/mod.rs"]
+mod support;
+use support::data as post;
 
 #[derive(Parser)]
 struct Args {
@@ -39,25 +43,6 @@ struct Args {
     members: usize,
     #[arg(long, default_value_t = 2_000)]
     queries: usize,
-}
-
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    token: &str,
-    query: &str,
-    variables: Value,
-) -> anyhow::Result<Value> {
-    let body: Value = client
-        .post(url)
-        .bearer_auth(token)
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await?
-        .json()
-        .await?;
-    anyhow::ensure!(body.get("errors").is_none(), "errors: {body}");
-    Ok(body["data"].clone())
 }
 
 /// Runs `total` calls of `call(n)` over `connections` workers; returns sorted latencies.
@@ -103,10 +88,7 @@ fn report(
     connections: usize,
     (latencies, elapsed, failures): (Vec<Duration>, Duration, usize),
 ) {
-    let at = |p: f64| {
-        latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)].as_secs_f64()
-            * 1e3
-    };
+    let at = |p: f64| support::percentile_ms(&latencies, p);
     println!(
         "{what}: {} requests, {connections} connections, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, failures {failures}",
         latencies.len(),
@@ -119,9 +101,7 @@ fn report(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let secret = std::env::var("ENGAGE_JWT_SECRET")
-        .unwrap_or_else(|_| engage::config::DEV_JWT_SECRET.into());
-    let tokens = Tokens::new(&secret);
+    let tokens = support::tokens();
     let client = reqwest::Client::new();
     let base = 3_000_000_000 + (chrono::Utc::now().timestamp() % 100_000) * 100_000;
 
@@ -203,7 +183,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         report(
-            "leaderboard (1M members, random offset, with me)",
+            &format!("leaderboard ({members} members, random offset, with me)"),
             connections,
             result,
         );

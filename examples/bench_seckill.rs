@@ -14,9 +14,13 @@ use std::{
 };
 
 use clap::Parser;
-use engage::auth::{Role, Tokens};
+use engage::auth::Role;
 use futures::{stream, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
+
+#[path = "support/mod.rs"]
+mod support;
+use support::post;
 
 #[derive(Parser)]
 struct Args {
@@ -31,29 +35,10 @@ struct Args {
     in_flight: usize,
 }
 
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    token: &str,
-    query: &str,
-    variables: Value,
-) -> anyhow::Result<Value> {
-    Ok(client
-        .post(url)
-        .bearer_auth(token)
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await?
-        .json()
-        .await?)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let secret = std::env::var("ENGAGE_JWT_SECRET")
-        .unwrap_or_else(|_| engage::config::DEV_JWT_SECRET.into());
-    let tokens = Tokens::new(&secret);
+    let tokens = support::tokens();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.in_flight)
         .build()?;
@@ -130,10 +115,7 @@ async fn main() -> anyhow::Result<()> {
     for (_, outcome) in &results {
         *outcomes.entry(outcome.as_str()).or_default() += 1;
     }
-    let at = |p: f64| {
-        latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)].as_secs_f64()
-            * 1e3
-    };
+    let at = |p: f64| support::percentile_ms(&latencies, p);
     println!(
         "seckillVoucher: {} attempts ({} in flight) on stock {}: {:.2}s, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms; outcomes {:?}",
         results.len(),

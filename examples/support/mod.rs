@@ -1,0 +1,52 @@
+//! Helpers shared by the load generators of `examples/` (included with `#[path]`).
+
+#![allow(dead_code)] // each example uses a part
+
+use std::time::Duration;
+
+use engage::auth::Tokens;
+use serde_json::{json, Value};
+
+/// Tokens signed like the server's: `ENGAGE_JWT_SECRET`, or the development secret.
+pub fn tokens() -> Tokens {
+    let secret = std::env::var("ENGAGE_JWT_SECRET")
+        .unwrap_or_else(|_| engage::config::DEV_JWT_SECRET.into());
+    Tokens::new(&secret)
+}
+
+/// POSTs a GraphQL request and returns the whole body.
+pub async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    query: &str,
+    variables: Value,
+) -> anyhow::Result<Value> {
+    Ok(client
+        .post(url)
+        .bearer_auth(token)
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await?
+        .json()
+        .await?)
+}
+
+/// `data` of a request that must succeed.
+pub async fn data(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    query: &str,
+    variables: Value,
+) -> anyhow::Result<Value> {
+    let body = post(client, url, token, query, variables).await?;
+    anyhow::ensure!(body.get("errors").is_none(), "errors: {body}");
+    Ok(body["data"].clone())
+}
+
+/// The `p` quantile (0..1) of sorted latencies, in milliseconds.
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
