@@ -94,6 +94,19 @@ impl Db {
     }
 }
 
+/// Ids inlined into `IN (…)`. They are integers, so inlining is safe, and one statement
+/// serves any number of them (no placeholder-count limit per backend).
+pub fn id_list(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A page read with `LIMIT first + 1`: the first `first` rows, and whether more follow.
+pub fn split_page<T>(mut rows: Vec<T>, first: usize) -> (Vec<T>, bool) {
+    let more = rows.len() > first;
+    rows.truncate(first);
+    (rows, more)
+}
+
 /// Creates the SQLite file (and its folder) and switches it to WAL; the journal mode is
 /// stored in the file, so every later connection uses it.
 async fn prepare_sqlite_file(url: &str) -> anyhow::Result<()> {

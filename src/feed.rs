@@ -135,18 +135,24 @@ pub async fn unfollow(state: &AppState, follower: i64, followee: i64) -> AppResu
     Ok(removed)
 }
 
-/// Followers and followees of a user.
-pub async fn counts(state: &AppState, user_id: i64) -> AppResult<(i64, i64)> {
+/// How many users follow `user_id`.
+pub async fn follower_count(state: &AppState, user_id: i64) -> AppResult<i64> {
     let mut conn = state.redis.get().await?;
-    let (followers, following): (Option<i64>, i64) = redis::pipe()
-        .cmd("HGET")
+    let count: Option<i64> = redis::cmd("HGET")
         .arg(state.keys.follower_counts())
         .arg(user_id)
-        .cmd("SCARD")
-        .arg(state.keys.following(user_id))
         .query_async(&mut *conn)
         .await?;
-    Ok((followers.unwrap_or(0).max(0), following))
+    Ok(count.unwrap_or(0).max(0))
+}
+
+/// How many users `user_id` follows.
+pub async fn following_count(state: &AppState, user_id: i64) -> AppResult<i64> {
+    let mut conn = state.redis.get().await?;
+    Ok(redis::cmd("SCARD")
+        .arg(state.keys.following(user_id))
+        .query_async(&mut *conn)
+        .await?)
 }
 
 /// Announces a new remark to the feed (called after the remark is stored).
@@ -341,8 +347,7 @@ pub async fn page(
         .map(|(member, score)| (score, member))
         .collect();
     entries.sort_by(|a, b| b.cmp(a));
-    let more = entries.len() > first;
-    entries.truncate(first);
+    let (entries, more) = crate::db::split_page(entries, first);
     Ok((
         entries
             .into_iter()

@@ -103,8 +103,7 @@ pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<Vec<ItemRecor
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    // Integers only, so inlining them is safe and keeps one statement for any count.
-    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let list = crate::db::id_list(ids);
     let rows = sqlx::query(&format!(
         "SELECT id, name, lat, lng, created_at_ms FROM items WHERE id IN ({list})"
     ))

@@ -92,8 +92,7 @@ impl UserDirectory {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        // Ids are integers, so inlining them is safe and keeps one statement for any count.
-        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let list = crate::db::id_list(ids);
         let rows = sqlx::query(&format!(
             "SELECT id, name, avatar_url FROM users WHERE id IN ({list})"
         ))

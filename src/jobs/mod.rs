@@ -376,9 +376,7 @@ pub async fn list(
     if matches!(status, JobStatus::Done | JobStatus::Cancelled) {
         views = views.into_iter().skip(offset).collect();
     }
-    let more = views.len() > first;
-    views.truncate(first);
-    Ok((views, more))
+    Ok(crate::db::split_page(views, first))
 }
 
 async fn list_dead(
@@ -396,10 +394,8 @@ async fn list_dead(
     .bind(offset as i64)
     .fetch_all(&state.db.pool)
     .await?;
-    let mut views = rows.iter().map(dead_view).collect::<AppResult<Vec<_>>>()?;
-    let more = views.len() > first;
-    views.truncate(first);
-    Ok((views, more))
+    let views = rows.iter().map(dead_view).collect::<AppResult<Vec<_>>>()?;
+    Ok(crate::db::split_page(views, first))
 }
 
 /// Puts a dead job back in the queue (due now, attempts from zero).

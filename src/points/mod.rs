@@ -214,7 +214,5 @@ pub async fn history(
             awarded_at_ms: row.try_get("awarded_at_ms")?,
         });
     }
-    let more = records.len() > first;
-    records.truncate(first);
-    Ok((records, more))
+    Ok(crate::db::split_page(records, first))
 }

@@ -266,7 +266,7 @@ pub async fn like_infos(
 }
 
 async fn rolled_up_counts(state: &AppState, ids: &[i64]) -> AppResult<Vec<(i64, i64)>> {
-    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let list = crate::db::id_list(ids);
     let rows = sqlx::query(&format!(
         "SELECT id, like_count FROM remarks WHERE id IN ({list})"
     ))
@@ -284,11 +284,7 @@ async fn archived_likes(
     voter_id: i64,
     remark_ids: &[i64],
 ) -> AppResult<Vec<i64>> {
-    let list = remark_ids
-        .iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = crate::db::id_list(remark_ids);
     let rows = sqlx::query(&format!(
         "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = $1 AND v.remark_id IN ({list}) \
          AND v.voting = 1 AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \

@@ -234,8 +234,7 @@ pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<HashMap<i64, 
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    // Integers only, so inlining them is safe and keeps one statement for any count.
-    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let list = crate::db::id_list(ids);
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM remarks WHERE id IN ({list})"
     ))
@@ -263,11 +262,9 @@ pub async fn page(
     .bind(first as i64 + 1)
     .fetch_all(&state.db.pool)
     .await?;
-    let mut remarks = rows
+    let remarks = rows
         .iter()
         .map(RemarkRecord::from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    let more = remarks.len() > first;
-    remarks.truncate(first);
-    Ok((remarks, more))
+    Ok(crate::db::split_page(remarks, first))
 }

@@ -18,11 +18,6 @@ impl UserQuery {
         let Some(viewer) = auth::viewer(ctx) else {
             return Ok(None);
         };
-        Ok(ctx
-            .state()
-            .users
-            .find(viewer.user_id)
-            .await?
-            .map(User::from))
+        Ok(ctx.state().users.find(viewer.user_id).await?.map(User))
     }
 }

@@ -2,7 +2,10 @@
 
 use async_graphql::{Context, Object, SimpleObject, ID};
 
-use super::{remark::load_user, user::User, ContextExt};
+use super::{
+    user::{load_user, User},
+    ContextExt,
+};
 use crate::{
     error::AppResult,
     leaderboard::{self, RankEntry as Entry, SeasonInfo},

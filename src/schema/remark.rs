@@ -2,7 +2,11 @@
 
 use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject, ID};
 
-use super::{page::PageInfo, user::User, ContextExt};
+use super::{
+    page::PageInfo,
+    user::{load_user, User},
+    ContextExt,
+};
 use crate::{
     auth,
     error::{AppError, AppResult},
@@ -79,7 +83,7 @@ impl Remark {
             .map_err(|e| (*e).clone())?;
         Ok(ids
             .iter()
-            .filter_map(|id| users.get(id).cloned().map(User::from))
+            .filter_map(|id| users.get(id).cloned().map(User))
             .collect())
     }
 }
@@ -97,17 +101,6 @@ impl Remark {
             .map_err(|e| (*e).clone())?
             .unwrap_or_default())
     }
-}
-
-/// A user by id through the request's batch loader (a placeholder if the row is gone).
-pub async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User> {
-    let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
-    let user = loader.load_one(user_id).await.map_err(|e| (*e).clone())?;
-    Ok(user.map(User::from).unwrap_or_else(|| User {
-        id: ID(user_id.to_string()),
-        name: format!("user{user_id}"),
-        avatar_url: None,
-    }))
 }
 
 #[derive(SimpleObject)]

@@ -125,10 +125,8 @@ pub async fn of_buyer(
     .bind(first as i64 + 1)
     .fetch_all(&state.db.pool)
     .await?;
-    let mut orders = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
-    let more = orders.len() > first;
-    orders.truncate(first);
-    Ok((orders, more))
+    let orders = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::db::split_page(orders, first))
 }
 
 /// Where an order must go; `buyer` is the acting user (`None` for the expiry job).

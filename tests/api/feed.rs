@@ -38,21 +38,14 @@ async fn follow(app: &TestApp, follower: i64, followee: i64) -> Value {
 
 /// Each author reviews a new item; returns the remark ids in creation order.
 async fn remarks_by(app: &TestApp, authors: &[i64]) -> Vec<String> {
-    let admin = app.admin_token();
     let mut ids = Vec::new();
     for author in authors {
-        let item = app
-            .data(
-                Some(&admin),
-                "mutation { createItem(input: { name: \"Tea\" }) { id } }",
-                json!({}),
-            )
-            .await;
+        let item = app.create_item().await;
         let remark = app
             .data(
                 Some(&app.user_token(*author)),
                 "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 4, content: \"nice\" }) { id } }",
-                json!({ "i": item["createItem"]["id"] }),
+                json!({ "i": item }),
             )
             .await;
         ids.push(remark["createRemark"]["id"].as_str().unwrap().to_string());

@@ -94,6 +94,14 @@ impl TestApp {
             redis_prefix: config.redis_prefix.clone(),
             postgres,
         };
+        Self::start(config, Some(cleanup), sqlite_dir).await
+    }
+
+    async fn start(
+        config: Config,
+        cleanup: Option<Cleanup>,
+        sqlite_dir: Option<tempfile::TempDir>,
+    ) -> Self {
         let app = App::start(config).await.expect("the app starts");
         let base = format!("http://{}", app.local_addr());
         let state = app.state.clone();
@@ -106,7 +114,7 @@ impl TestApp {
                 .build()
                 .unwrap(),
             server: Some(server),
-            cleanup: Some(cleanup),
+            cleanup,
             _sqlite_dir: sqlite_dir,
         }
     }
@@ -116,21 +124,17 @@ impl TestApp {
     pub async fn spawn_sibling(&self) -> Self {
         let mut config = self.state.config.clone();
         config.bind = "127.0.0.1:0".parse().unwrap();
-        let app = App::start(config).await.expect("the sibling starts");
-        let base = format!("http://{}", app.local_addr());
-        let state = app.state.clone();
-        let server = tokio::spawn(app.serve(std::future::pending()));
-        Self {
-            base,
-            state,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
-            server: Some(server),
-            cleanup: None,
-            _sqlite_dir: None,
-        }
+        Self::start(config, None, None).await
+    }
+
+    /// An item created by an admin; its id.
+    pub async fn create_item(&self) -> String {
+        let query = "mutation { createItem(input: { name: \"Tea House\" }) { id } }";
+        let data = self.data(Some(&self.admin_token()), query, json!({})).await;
+        data["createItem"]["id"]
+            .as_str()
+            .expect("an item id")
+            .to_string()
     }
 
     pub fn url(&self, path: &str) -> String {

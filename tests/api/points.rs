@@ -161,15 +161,7 @@ async fn other_services_award_through_the_intake_stream_idempotently() {
 #[tokio::test]
 async fn authors_earn_points_for_likes_from_others_but_not_from_themselves() {
     let app = unlimited().await;
-    let admin = app.admin_token();
-    let item = app
-        .data(
-            Some(&admin),
-            "mutation { createItem(input: { name: \"Tea\" }) { id } }",
-            json!({}),
-        )
-        .await;
-    let item = item["createItem"]["id"].as_str().unwrap().to_string();
+    let item = app.create_item().await;
     let author = app.user_token(45);
     let remark = app
         .data(Some(&author), "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }", json!({ "i": item }))

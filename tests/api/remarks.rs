@@ -28,14 +28,7 @@ async fn busy_app() -> TestApp {
 }
 
 async fn create_item(app: &TestApp) -> String {
-    let data = app
-        .data(
-            Some(&app.admin_token()),
-            "mutation { createItem(input: { name: \"Tea House\" }) { id } }",
-            json!({}),
-        )
-        .await;
-    data["createItem"]["id"].as_str().unwrap().to_string()
+    app.create_item().await
 }
 
 async fn create_remark(app: &TestApp, author: i64, item: &str) -> String {

@@ -27,16 +27,10 @@ async fn busy_app() -> TestApp {
 /// A voucher on a new item, its window open from a minute ago for an hour.
 async fn voucher(app: &TestApp, stock: i64, pay_within: i64) -> String {
     let admin = app.admin_token();
-    let item = app
-        .data(
-            Some(&admin),
-            "mutation { createItem(input: { name: \"Dumplings\" }) { id } }",
-            json!({}),
-        )
-        .await;
+    let item = app.create_item().await;
     let now = app.state.clock.now();
     let input = json!({
-        "itemId": item["createItem"]["id"], "title": "Half price", "stock": stock,
+        "itemId": item, "title": "Half price", "stock": stock,
         "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
         "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
         "payWithinSeconds": pay_within,
@@ -349,14 +343,7 @@ async fn replaying_the_order_stream_inserts_nothing_twice() {
 async fn only_admins_create_vouchers_with_checked_input() {
     let app = busy_app().await;
     let admin = app.admin_token();
-    let item = app
-        .data(
-            Some(&admin),
-            "mutation { createItem(input: { name: \"Tea\" }) { id } }",
-            json!({}),
-        )
-        .await;
-    let item = item["createItem"]["id"].clone();
+    let item = app.create_item().await;
     let at = |h: i64| {
         (Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::hours(h))
             .to_rfc3339()
