@@ -163,7 +163,8 @@ impl Drop for LiveSubscription {
     }
 }
 
-/// Changes of published counters arriving within this window are sent as one update.
+/// Changes of published counters arriving within this window of the previous update are
+/// sent as one update (the first change after a quiet window is sent at once).
 pub const COALESCE: Duration = Duration::from_millis(100);
 
 /// Counters that scripts PUBLISH on a channel per id (like counts, voucher stock): the
@@ -203,6 +204,10 @@ where
         let mut messages = select_all(streams);
         let mut pending: HashMap<i64, i64> = HashMap::new();
         let mut flush_at: Option<tokio::time::Instant> = None;
+        // Leading edge: a change after a quiet window goes out at once; changes that follow
+        // within the window wait for its end and go out together, latest value per id.
+        let now = tokio::time::Instant::now();
+        let mut last_flush = now.checked_sub(COALESCE).unwrap_or(now);
         loop {
             let flush = async {
                 match flush_at {
@@ -220,6 +225,7 @@ where
                         }
                     }
                     flush_at = None;
+                    last_flush = tokio::time::Instant::now();
                 }
                 message = messages.next() => {
                     let Some((id, message)) = message else { return };
@@ -235,7 +241,9 @@ where
                             }
                         }
                     }
-                    flush_at.get_or_insert_with(|| tokio::time::Instant::now() + COALESCE);
+                    flush_at.get_or_insert_with(|| {
+                        (last_flush + COALESCE).max(tokio::time::Instant::now())
+                    });
                 }
             }
         }

@@ -61,17 +61,21 @@ where
     let state = state.clone();
     tokio::spawn(async move {
         let mut last = first;
+        let now = tokio::time::Instant::now();
+        let mut last_read = now.checked_sub(COALESCE).unwrap_or(now);
         loop {
             tokio::select! {
                 () = state.shutdown.cancelled() => return,
                 () = sender.closed() => return,
                 message = subscription.recv() => if message.is_none() { return },
             }
-            // Let the burst gather, then drop what queued meanwhile: one read covers it.
-            tokio::time::sleep(COALESCE).await;
+            // At most one read per window: the first change after a quiet window is read at
+            // once; a burst waits for the window's end, and one read covers what queued.
+            tokio::time::sleep_until(last_read + COALESCE).await;
             while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, subscription.recv()).await
             {
             }
+            last_read = tokio::time::Instant::now();
             let Ok(now) = read(state.clone()).await else {
                 continue;
             };
