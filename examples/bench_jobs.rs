@@ -106,13 +106,17 @@ async fn main() -> anyhow::Result<()> {
     seen.sort_by_key(|(_, late)| *late);
     let at = |p: f64| seen[((seen.len() as f64 * p) as usize).min(seen.len() - 1)].1;
     println!(
-        "{} jobs due together: delivered over {} ms ({:.0} jobs/s promoted and delivered); lateness p50 {} ms, p99 {} ms, max {} ms",
-        seen.len(),
-        last - first,
-        seen.len() as f64 / ((last - first).max(1) as f64 / 1000.0),
-        at(0.5),
-        at(0.99),
-        seen.last().map_or(0, |(_, late)| *late)
+        "RESULT {}",
+        serde_json::json!({
+            "scenario": "delay queue",
+            "jobs": seen.len(),
+            "concurrency": args.concurrency,
+            "delivered_over_ms": last - first,
+            "jobs_per_s": (seen.len() as f64 / ((last - first).max(1) as f64 / 1000.0)).round(),
+            "lateness_p50_ms": at(0.5),
+            "lateness_p99_ms": at(0.99),
+            "lateness_max_ms": seen.last().map_or(0, |(_, late)| *late),
+        })
     );
 
     let mut conn = state.redis.get().await?;

@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! ENGAGE_RATE_LIMIT_PER_IP=0 ENGAGE_RATE_LIMIT_PER_USER=0 cargo run --release &
-//! cargo run --release --example bench_seckill -- --attempts 10000 --stock 1000 --in-flight 256
+//! cargo run --release --example bench_seckill -- --attempts 10000 --stock 1000 --in-flight 64
 //! cargo run --release -- verify
 //! ```
 
@@ -31,8 +31,11 @@ struct Args {
     #[arg(long, default_value_t = 1_000)]
     stock: i64,
     /// Requests in flight at once.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 64)]
     in_flight: usize,
+    /// The server's database: how long after the burst every order is in SQL.
+    #[arg(long)]
+    database_url: Option<String>,
 }
 
 #[tokio::main]
@@ -116,16 +119,46 @@ async fn main() -> anyhow::Result<()> {
         *outcomes.entry(outcome.as_str()).or_default() += 1;
     }
     let at = |p: f64| support::percentile_ms(&latencies, p);
+    let ordered = outcomes.get("ORDERED").copied().unwrap_or(0);
+    let in_sql_after = match &args.database_url {
+        Some(url) => Some(orders_in_sql(url, &voucher, ordered).await?),
+        None => None,
+    };
     println!(
-        "seckillVoucher: {} attempts ({} in flight) on stock {}: {:.2}s, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms; outcomes {:?}",
-        results.len(),
-        args.in_flight,
-        args.stock,
-        elapsed.as_secs_f64(),
-        results.len() as f64 / elapsed.as_secs_f64(),
-        at(0.5),
-        at(0.99),
-        outcomes
+        "RESULT {}",
+        json!({
+            "scenario": "seckillVoucher",
+            "attempts": results.len(),
+            "in_flight": args.in_flight,
+            "stock": args.stock,
+            "seconds": elapsed.as_secs_f64(),
+            "rps": (results.len() as f64 / elapsed.as_secs_f64()).round(),
+            "p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0),
+            "outcomes": outcomes,
+            "all_orders_in_sql_after_ms": in_sql_after,
+        })
     );
     Ok(())
+}
+
+/// Milliseconds from now until SQL holds `expected` orders of the voucher.
+async fn orders_in_sql(url: &str, voucher: &str, expected: usize) -> anyhow::Result<u128> {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(url).await?;
+    let voucher: i64 = voucher.parse()?;
+    let waiting = Instant::now();
+    loop {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE voucher_id = $1")
+            .bind(voucher)
+            .fetch_one(&pool)
+            .await?;
+        if count as usize >= expected {
+            return Ok(waiting.elapsed().as_millis());
+        }
+        anyhow::ensure!(
+            waiting.elapsed() < Duration::from_secs(60),
+            "orders missing in SQL"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

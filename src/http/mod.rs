@@ -1,6 +1,8 @@
 //! The HTTP surface: routes, shared middleware and the small helpers the handlers share.
 
 pub mod apq;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod graphql;
 pub mod health;
 pub mod playground;
@@ -39,12 +41,15 @@ pub fn router(state: AppState, schema: AppSchema) -> Router {
     crate::metrics::install();
     let max_body = state.config.max_body_bytes;
     let http = HttpState { state, schema };
-    Router::new()
+    let routes = Router::new()
         .route("/", get(playground::page))
         .route("/graphql", get(graphql::get).post(graphql::post))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+        .route("/metrics", get(health::metrics));
+    #[cfg(feature = "bench")]
+    let routes = routes.route("/bench/like", axum::routing::post(bench::like));
+    routes
         .layer(DefaultBodyLimit::max(max_body))
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("a handler panicked");

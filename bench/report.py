@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Renders bench/run's results (JSON lines) as the tables of BENCHMARKS.md.
+
+Each table sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` in BENCHMARKS.md; the
+prose around the markers is kept. Every figure is min / median / max over the measured runs
+(run 0 is the warm-up and is left out)."""
+
+import json
+import platform
+import re
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    runs = defaultdict(list)  # scenario -> [(run, result)]
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            entry = json.loads(line)
+            if entry["run"] == 0:
+                continue
+            runs[entry["result"]["scenario"]].append((entry["run"], entry["result"]))
+    return runs
+
+
+def spread(values, fmt="{:,.0f}"):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "–"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    if len(values) == 1:
+        return fmt.format(mid)
+    return f"{fmt.format(low)} / **{fmt.format(mid)}** / {fmt.format(high)}"
+
+
+def ms(values):
+    return spread(values, "{:.2f}")
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def verdict(ok):
+    return "met" if ok else "**missed**"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def command(*args):
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def machine():
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_gib = int(f.readline().split()[1]) / 1024 / 1024
+    redis = re.search(r"v=(\S+)", command("redis-server", "--version"))
+    return table(
+        ["", ""],
+        [
+            ["CPU", f"{command('nproc')} × {cpu}"],
+            ["memory", f"{mem_gib:.0f} GiB"],
+            ["kernel", platform.release()],
+            ["Redis", redis.group(1) if redis else "?"],
+            ["PostgreSQL", command("psql", "--version").split()[-1]],
+            ["load generator", command("sh", "-c", "wrk -v 2>&1 | head -1").split(" [")[0]],
+            ["rustc", command("rustc", "--version")],
+        ],
+    ) + "\n\nServer, Redis, PostgreSQL and the load generators share these cores."
+
+
+def per_run(runs, scenario, key, connections=None):
+    out = {}
+    for run, result in runs.get(scenario, []):
+        if connections is None or result.get("connections") == connections:
+            out[run] = result.get(key)
+    return out
+
+
+def ratio(a, b):
+    return [a[r] / b[r] for r in a if r in b and b[r]]
+
+
+def render(runs):
+    blocks = {"machine": machine()}
+    http = ["bare like route", "likeRemark", "remarks page", "signIn"]
+    rows = []
+    for name in http:
+        results = [r for _, r in runs.get(name, [])]
+        rows.append([
+            name,
+            spread([r["rps"] for r in results]),
+            ms([r["p50_ms"] for r in results]),
+            ms([r["p99_ms"] for r in results]),
+            sum(r["non2xx"] + r["socket_errors"] + r.get("graphql_errors", 0) for r in results),
+        ])
+    blocks["http"] = table(
+        ["scenario (64 connections)", "req/s", "p50 ms", "p99 ms", "errors"], rows)
+
+    like = per_run(runs, "likeRemark", "rps")
+    bare = per_run(runs, "bare like route", "rps")
+    page = per_run(runs, "remarks page", "rps")
+    sign = per_run(runs, "signIn", "rps")
+    evalsha = per_run(runs, "redis-benchmark EVALSHA like", "rps")
+    like_p99 = median(per_run(runs, "likeRemark", "p99_ms").values())
+    rows = [
+        ["likeRemark ÷ bare route", "≥ 70 %", spread([x * 100 for x in ratio(like, bare)], "{:.0f} %"),
+         verdict((median(ratio(like, bare)) or 0) >= 0.70)],
+        ["likeRemark p99", "≤ 10 ms", ms(per_run(runs, "likeRemark", "p99_ms").values()),
+         verdict(like_p99 is not None and like_p99 <= 10)],
+        ["likeRemark ÷ redis-benchmark EVALSHA", "(reported)",
+         spread([x * 100 for x in ratio(like, evalsha)], "{:.0f} %"), ""],
+        ["remarks page ÷ likeRemark", "≥ 50 %", spread([x * 100 for x in ratio(page, like)], "{:.0f} %"),
+         verdict((median(ratio(page, like)) or 0) >= 0.50)],
+        ["signIn ÷ likeRemark", "≥ 80 %", spread([x * 100 for x in ratio(sign, like)], "{:.0f} %"),
+         verdict((median(ratio(sign, like)) or 0) >= 0.80)],
+    ]
+    blocks["ratios"] = table(["measure (same run)", "target", "min / median / max", ""], rows)
+    blocks["redis"] = table(
+        ["redis-benchmark, like script by EVALSHA", "req/s"],
+        [["64 connections, no pipelining", spread(list(evalsha.values()))]])
+
+    rows = []
+    for connections in (1, 4, 16, 64):
+        results = [r for _, r in runs.get("leaderboard", []) if r["connections"] == connections]
+        if results:
+            p99 = median([r["p99_ms"] for r in results])
+            rows.append([connections, spread([r["rps"] for r in results]),
+                         ms([r["p50_ms"] for r in results]), ms([r["p99_ms"] for r in results]),
+                         verdict(p99 <= 5)])
+    blocks["leaderboard"] = table(
+        ["connections", "req/s", "p50 ms", "p99 ms", "p99 ≤ 5 ms"], rows)
+
+    results = [r for _, r in runs.get("seckillVoucher", [])]
+    if results:
+        outcomes = defaultdict(set)
+        for r in results:
+            for k, v in r["outcomes"].items():
+                outcomes[k].add(v)
+        p99 = median([r["p99_ms"] for r in results])
+        sql = [r["all_orders_in_sql_after_ms"] for r in results]
+        blocks["seckill"] = table(
+            ["attempts", "stock", "req/s", "p50 ms", "p99 ms", "outcomes (every run)",
+             "all orders in SQL after", "targets"],
+            [[f"{results[0]['attempts']:,}", f"{results[0]['stock']:,}",
+              spread([r["rps"] for r in results]), ms([r["p50_ms"] for r in results]),
+              ms([r["p99_ms"] for r in results]),
+              ", ".join(f"{k} {'/'.join(str(v) for v in sorted(vs))}" for k, vs in sorted(outcomes.items())),
+              spread(sql, "{:,.0f} ms"),
+              f"p99 ≤ 50 ms {verdict(p99 <= 50)}; SQL ≤ 2 s {verdict(max(sql) <= 2000)}"]])
+
+    results = [r for _, r in runs.get("subscriptions", [])]
+    if results:
+        p99 = median([r["p99_ms"] for r in results])
+        rss = max(r["server_peak_rss_mib"] for r in results)
+        complete = all(r["saw_final_count"] == r["subscribers"] for r in results)
+        pubsub = {r["server_pubsub_connections"] for r in results}
+        blocks["subscriptions"] = table(
+            ["subscribers", "likes/s", "deliveries per run", "p50 ms", "p99 ms", "max ms",
+             "every subscriber saw the final count", "server peak RSS MiB",
+             "Redis pub/sub connections"],
+            [[f"{results[0]['subscribers']:,}", spread([r["likes_per_s"] for r in results]),
+              spread([r["deliveries"] for r in results]), ms([r["p50_ms"] for r in results]),
+              ms([r["p99_ms"] for r in results]), ms([r["max_ms"] for r in results]),
+              "yes" if complete else "**no**", spread([r["server_peak_rss_mib"] for r in results]),
+              "/".join(str(p) for p in sorted(pubsub, key=str))]]) + (
+            f"\n\nTargets: p99 ≤ 100 ms {verdict(p99 <= 100)}; nothing lost {verdict(complete)}; "
+            f"one pub/sub connection {verdict(pubsub == {1})}; RSS ≤ 400 MiB {verdict(rss <= 400)}.")
+
+    rows = []
+    for backend, target in (("PostgreSQL", 20000), ("SQLite", 10000)):
+        results = [r for _, r in runs.get(f"archive into {backend}", [])]
+        if results:
+            drain = median([r["drain_per_s"] for r in results])
+            lag = max(r["lag_max_ms"] for r in results)
+            exact = all(r["vote_log_rows"] == r["likes"] for r in results)
+            rows.append([backend, spread([r["drain_per_s"] for r in results]),
+                         f"≥ {target:,}/s {verdict(drain >= target)}",
+                         spread([r["steady_rate"] for r in results]),
+                         spread([r["lag_max_ms"] for r in results], "{:,.0f} ms"),
+                         f"≤ 2 s {verdict(lag <= 2000)}",
+                         "yes" if exact else "**no**"])
+    blocks["archive"] = table(
+        ["database", "drain events/s", "target", "steady events/s", "max lag", "target",
+         "one row per like"], rows)
+
+    results = [r for _, r in runs.get("delay queue", [])]
+    if results:
+        rate = median([r["jobs_per_s"] for r in results])
+        late = max(r["lateness_max_ms"] for r in results)
+        blocks["jobs"] = table(
+            ["jobs due together", "jobs/s (promoted and delivered)", "delivered over",
+             "lateness p50 ms", "p99 ms", "max ms", "targets"],
+            [[f"{results[0]['jobs']:,}", spread([r["jobs_per_s"] for r in results]),
+              spread([r["delivered_over_ms"] for r in results], "{:,.0f} ms"),
+              spread([r["lateness_p50_ms"] for r in results]),
+              spread([r["lateness_p99_ms"] for r in results]),
+              spread([r["lateness_max_ms"] for r in results]),
+              f"≥ 20,000/s {verdict(rate >= 20000)}; all within 5 s {verdict(late <= 5000)}"]])
+
+    results = [r for _, r in runs.get("start", [])]
+    if results:
+        ready = median([r["ready_ms"] for r in results])
+        rss = max(r["idle_rss_mib"] for r in results)
+        blocks["start"] = table(
+            ["start to ready (migrations applied)", "idle RSS MiB", "targets"],
+            [[spread([r["ready_ms"] for r in results], "{:,.0f} ms"),
+              spread([r["idle_rss_mib"] for r in results], "{:.1f}"),
+              f"≤ 1 s {verdict(ready <= 1000)}; ≤ 50 MiB {verdict(rss <= 50)}"]])
+    return blocks
+
+
+def rewrite(path, blocks):
+    with open(path) as f:
+        text = f.read()
+    for name, body in blocks.items():
+        pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)
+        text, n = pattern.subn(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+        if n == 0:
+            print(f"BENCHMARKS.md has no <!-- bench:{name} --> block", file=sys.stderr)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    blocks = render(load(sys.argv[1]))
+    if len(sys.argv) > 2:
+        rewrite(sys.argv[2], blocks)
+    else:
+        for name, body in blocks.items():
+            print(f"## {name}\n\n{body}\n")

@@ -1,0 +1,198 @@
+//! Fixtures for `bench/run`: an item with remarks, a season board of a million members and
+//! files of bearer tokens that the wrk scenarios of `bench/wrk/` read (one per line).
+//!
+//! ```sh
+//! cargo run --release --example bench_seed -- --url http://127.0.0.1:8000/graphql \
+//!     --prefix bench: --out /tmp/engage-bench
+//! ```
+//! Tokens are minted with `ENGAGE_JWT_SECRET` (or the development secret), as the server's.
+
+use std::{fmt::Write as _, path::PathBuf, time::Instant};
+
+use clap::Parser;
+use engage::{
+    auth::Role,
+    clock::Month,
+    redis::{scripts::REMARKS_LIKE, Keys},
+    remarks::RemarkSettings,
+};
+use rand::Rng;
+use serde_json::json;
+
+#[path = "support/mod.rs"]
+mod support;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "http://127.0.0.1:8000/graphql")]
+    url: String,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// The server's `ENGAGE_REDIS_PREFIX`.
+    #[arg(long, default_value = "engage:")]
+    prefix: String,
+    /// Where the fixture files go.
+    #[arg(long)]
+    out: PathBuf,
+    /// Remarks of the item the likes spread over (the remarks page shows 20 of them).
+    #[arg(long, default_value_t = 100)]
+    remarks: usize,
+    /// Distinct voters (also the viewers of the remarks page).
+    #[arg(long, default_value_t = 20_000)]
+    voters: i64,
+    /// Measured runs; each signs in users never seen before.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Fresh users per run for signIn (more than a run can sign in).
+    #[arg(long, default_value_t = 100_000)]
+    sign_ins_per_run: i64,
+    /// Members of the current season's board.
+    #[arg(long, default_value_t = 1_000_000)]
+    members: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.out)?;
+    let tokens = support::tokens();
+    let client = reqwest::Client::new();
+    let call = |token: String, query: &'static str, variables: serde_json::Value| {
+        let (client, url) = (client.clone(), args.url.clone());
+        async move { support::data(&client, &url, &token, query, variables).await }
+    };
+    let write = |name: &str, lines: &mut dyn Iterator<Item = String>| {
+        let mut text = String::new();
+        for line in lines {
+            let _ = writeln!(text, "{line}");
+        }
+        std::fs::write(args.out.join(name), text)
+    };
+    // Users of different runs of the suite never meet: ids start from the clock.
+    let base = 1_000_000_000 + (chrono::Utc::now().timestamp() % 1_000_000) * 10_000_000;
+
+    let admin = tokens.mint(1, Role::Admin, 7200, None);
+    let item = call(
+        admin,
+        "mutation { createItem(input: { name: \"bench\" }) { id } }",
+        json!({}),
+    )
+    .await?["createItem"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut remarks = Vec::new();
+    for author in 0..args.remarks as i64 {
+        let data = call(
+            tokens.mint(base + author, Role::User, 7200, None),
+            "mutation($i: CreateRemarkInput!) { createRemark(input: $i) { id } }",
+            json!({ "i": { "itemId": item, "score": 5, "content": format!("bench remark {author}") } }),
+        )
+        .await?;
+        remarks.push(
+            data["createRemark"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    write("item.txt", &mut std::iter::once(item.clone()))?;
+    write("remarks.txt", &mut remarks.iter().cloned())?;
+    let voters = base + 1_000_000;
+    write(
+        "voters.txt",
+        &mut (0..args.voters).map(|v| tokens.mint(voters + v, Role::User, 7200, None)),
+    )?;
+    write(
+        "viewer.txt",
+        &mut std::iter::once(tokens.mint(voters, Role::User, 7200, None)),
+    )?;
+    // Run 0 is the warm-up.
+    for run in 0..=args.runs as i64 {
+        let first = base + 2_000_000 + run * args.sign_ins_per_run;
+        write(
+            &format!("signin-{run}.txt"),
+            &mut (0..args.sign_ins_per_run).map(|u| tokens.mint(first + u, Role::User, 7200, None)),
+        )?;
+    }
+
+    // The board: one signIn makes the current season known, then members go in directly.
+    let season = call(
+        tokens.mint(voters, Role::User, 7200, None),
+        "{ leaderboard(first: 1) { season { id } } }",
+        json!({}),
+    )
+    .await?["leaderboard"]["season"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let season = Month::parse_id(&season)
+        .ok_or_else(|| anyhow::anyhow!("the server answered season {season:?}"))?;
+    let board = Keys::new(args.prefix.clone()).season_board(season);
+    let mut conn = redis::Client::open(args.redis.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let filling = Instant::now();
+    let mut rng = rand::rng();
+    for chunk in (0..args.members).step_by(10_000) {
+        let mut pipe = redis::pipe();
+        for member in chunk..(chunk + 10_000).min(args.members) {
+            let points: u64 = rng.random_range(1..5_000);
+            let tie: u64 = rng.random_range(0..2_678_400);
+            let score = points as f64 * 4_194_304.0 + (4_194_303 - tie) as f64;
+            pipe.cmd("ZADD")
+                .arg(&board)
+                .arg(score)
+                .arg(4_000_000_000_i64 + member as i64)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut conn).await?;
+    }
+    let members: usize = redis::cmd("ZCARD")
+        .arg(&board)
+        .query_async(&mut conn)
+        .await?;
+    write("members.txt", &mut std::iter::once(members.to_string()))?;
+    write(
+        "like_script.txt",
+        &mut std::iter::once(like_script_call(&args, &remarks[0])?),
+    )?;
+    println!(
+        "seeded {}: item {item}, {} remarks, {} voters, {} runs of {} sign-ins, board {board} with {members} members ({:.1}s)",
+        args.out.display(),
+        remarks.len(),
+        args.voters,
+        args.runs,
+        args.sign_ins_per_run,
+        filling.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The like script as `likeRemark` calls it, for redis-benchmark: every like by a random
+/// voter (`__rand_int__`) on one remark, with the server's keys and default settings.
+fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
+    let config = engage::cli::Cli::try_parse_from(["engage"])?.config;
+    let settings = RemarkSettings::from_config(&config);
+    let keys = Keys::new(args.prefix.clone());
+    let remark: i64 = remark.parse()?;
+    let shards = settings.shards;
+    Ok([
+        "EVALSHA".to_string(),
+        REMARKS_LIKE.get_hash().to_string(),
+        "4".into(),
+        keys.remark_info(remark, shards),
+        keys.like_relation(remark, 0, shards)
+            .replace(":voter:0", ":voter:__rand_int__"),
+        keys.remark_likers(remark, shards),
+        keys.vote_stream_of(remark, shards),
+        "__rand_int__".into(),
+        remark.to_string(),
+        chrono::Utc::now().timestamp_millis().to_string(),
+        settings.relation_ttl_seconds.to_string(),
+        "young".into(),
+        keys.like_count_channel(remark),
+        engage::remarks::likes::LIKERS_KEPT.to_string(),
+    ]
+    .join(" "))
+}

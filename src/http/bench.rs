@@ -1,0 +1,77 @@
+//! `POST /bench/like`, compiled only with the `bench` feature: the like path without GraphQL.
+//!
+//! Same token check, same first-sight user write, same rate limits, same Lua script through
+//! the same pool as `likeRemark`; only parsing, validation and execution of a GraphQL
+//! document are left out. `bench/run` loads it beside `likeRemark` in one run, so the ratio
+//! of the two is what GraphQL costs on the hot path.
+
+use std::net::SocketAddr;
+
+use axum::{
+    extract::{ConnectInfo, State},
+    http::{header, HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{client_ip, HttpState};
+use crate::{
+    error::{AppError, AppResult},
+    remarks::likes::{self, Vote},
+};
+
+#[derive(Deserialize)]
+pub struct LikeBody {
+    #[serde(rename = "remarkId")]
+    remark_id: String,
+}
+
+pub async fn like(
+    State(http): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Json(body): Json<LikeBody>,
+) -> Response {
+    match vote(&http, peer, &headers, &body).await {
+        Ok(outcome) => Json(json!({
+            "remarkId": outcome.remark_id.to_string(),
+            "likeCount": outcome.like_count,
+            "liked": outcome.liked,
+            "changed": outcome.changed,
+        }))
+        .into_response(),
+        Err(error) => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "code": error.code().as_str() })),
+        )
+            .into_response(),
+    }
+}
+
+async fn vote(
+    http: &HttpState,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: &LikeBody,
+) -> AppResult<likes::VoteOutcome> {
+    let state = &http.state;
+    state
+        .rate_limits
+        .check_ip(client_ip(headers, peer, state.config.trust_proxy))?;
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let (viewer, claims) = state
+        .tokens
+        .from_header_value(authorization)?
+        .ok_or_else(|| AppError::unauthenticated("sign in first"))?;
+    state.rate_limits.check_user(viewer.user_id)?;
+    state
+        .users
+        .ensure(viewer.user_id, &claims, state.clock.now_ms())
+        .await?;
+    let remark_id = crate::ids::parse(&body.remark_id, "remarkId")?;
+    likes::vote(state, viewer.user_id, remark_id, Vote::Like).await
+}
