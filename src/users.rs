@@ -123,11 +123,10 @@ async fn write_first_sights(db: Db, mut queue: mpsc::Receiver<FirstSight>) {
             }
         }
         batch.sort_by_key(|sight| sight.user_id);
-        let placeholders = (0..batch.len())
-            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!("INSERT INTO users (id, name, created_at_ms) VALUES {placeholders} ON CONFLICT (id) DO NOTHING");
+        let sql = format!(
+            "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING",
+            crate::db::values_placeholders(batch.len(), 3)
+        );
         let mut query = sqlx::query(&sql);
         for sight in &batch {
             query = query

@@ -14,6 +14,7 @@ use sqlx::{Any, Transaction};
 use super::PointsType;
 use crate::{
     app::AppState,
+    db::values_placeholders,
     error::{AppError, ErrorCode},
     streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
@@ -53,6 +54,15 @@ impl StreamHandler for PointsArchive {
         tx: &mut Transaction<'static, Any>,
         entries: &[StreamEntry],
     ) -> Result<(), HandleError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "INSERT INTO points_record (event_id, user_id, kind, points, requested, idempotency_key, \
+             season, awarded_at_ms, award_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
+            values_placeholders(entries.len(), 10)
+        );
+        let mut insert = sqlx::query(&sql);
         for entry in entries {
             let kind = entry.field("type")?;
             if PointsType::parse(kind).is_none() {
@@ -67,24 +77,19 @@ impl StreamHandler for PointsArchive {
                 .clock
                 .date_of(chrono::DateTime::from_timestamp_millis(at).unwrap_or_default());
             let (ms, seq) = entry.id_parts();
-            sqlx::query(
-                "INSERT INTO points_record (event_id, user_id, kind, points, requested, idempotency_key, \
-                 season, awarded_at_ms, award_date, event_order) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
-            )
-            .bind(&entry.id)
-            .bind(entry.number("user")?)
-            .bind(kind)
-            .bind(entry.number("points")?)
-            .bind(entry.number("requested")?)
-            .bind(entry.field("key")?)
-            .bind(entry.number("season")?)
-            .bind(at)
-            .bind(date.year() as i64 * 10_000 + date.month() as i64 * 100 + date.day() as i64)
-            .bind(ms * 1_000_000 + seq)
-            .execute(&mut **tx)
-            .await?;
+            insert = insert
+                .bind(&entry.id)
+                .bind(entry.number("user")?)
+                .bind(kind)
+                .bind(entry.number("points")?)
+                .bind(entry.number("requested")?)
+                .bind(entry.field("key")?)
+                .bind(entry.number("season")?)
+                .bind(at)
+                .bind(date.year() as i64 * 10_000 + date.month() as i64 * 100 + date.day() as i64)
+                .bind(ms * 1_000_000 + seq);
         }
+        insert.execute(&mut **tx).await?;
         Ok(())
     }
 }

@@ -16,7 +16,7 @@ use sqlx::{Any, Transaction};
 
 use crate::{
     app::AppState,
-    db::Backend,
+    db::{values_placeholders, Backend},
     streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
@@ -120,23 +120,27 @@ impl StreamHandler for VoteArchive {
             .iter()
             .map(|e| self.decode(e))
             .collect::<Result<Vec<_>, _>>()?;
+        if rows.is_empty() {
+            return Ok(());
+        }
         self.ensure_partitions(&rows).await;
+        let sql = format!(
+            "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
+             vote_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
+            values_placeholders(rows.len(), 8)
+        );
+        let mut insert = sqlx::query(&sql);
         let mut newest: HashMap<i64, (i64, i64)> = HashMap::new();
         for row in &rows {
-            sqlx::query(
-                "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
-                 vote_date, event_order) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-            )
-            .bind(&row.event_id)
-            .bind(row.remark_id)
-            .bind(row.voter_id)
-            .bind(row.voting)
-            .bind(row.like_count)
-            .bind(row.voted_at_ms)
-            .bind(row.vote_date)
-            .bind(row.event_order)
-            .execute(&mut **tx)
-            .await?;
+            insert = insert
+                .bind(&row.event_id)
+                .bind(row.remark_id)
+                .bind(row.voter_id)
+                .bind(row.voting)
+                .bind(row.like_count)
+                .bind(row.voted_at_ms)
+                .bind(row.vote_date)
+                .bind(row.event_order);
             let slot = newest
                 .entry(row.remark_id)
                 .or_insert((row.event_order, row.like_count));
@@ -144,19 +148,30 @@ impl StreamHandler for VoteArchive {
                 *slot = (row.event_order, row.like_count);
             }
         }
+        insert.execute(&mut **tx).await?;
+
         // Batches of one stream may be archived out of order by two instances; the order
-        // guard keeps the newest count.
+        // guard keeps the newest count. One statement for every remark of the batch.
+        let counts: Vec<String> = (0..newest.len())
+            .map(|i| {
+                format!(
+                    "SELECT ${} AS id, ${} AS cnt, ${} AS ord",
+                    3 * i + 1,
+                    3 * i + 2,
+                    3 * i + 3
+                )
+            })
+            .collect();
+        let sql = format!(
+            "UPDATE remarks SET like_count = v.cnt, like_count_order = v.ord \
+             FROM ({}) AS v WHERE remarks.id = v.id AND remarks.like_count_order < v.ord",
+            counts.join(" UNION ALL ")
+        );
+        let mut update = sqlx::query(&sql);
         for (remark_id, (order, count)) in newest {
-            sqlx::query(
-                "UPDATE remarks SET like_count = $1, like_count_order = $2 \
-                 WHERE id = $3 AND like_count_order < $2",
-            )
-            .bind(count)
-            .bind(order)
-            .bind(remark_id)
-            .execute(&mut **tx)
-            .await?;
+            update = update.bind(remark_id).bind(count).bind(order);
         }
+        update.execute(&mut **tx).await?;
         Ok(())
     }
 }
