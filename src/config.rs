@@ -138,6 +138,17 @@ pub struct Config {
     )]
     pub recommended_refresh_seconds: u64,
 
+    /// How long a page of remarks (with authors) is served from the instance's memory, in
+    /// milliseconds; 0 reads SQL every time. A new remark shows at once on the instance that
+    /// took it, on others within this time.
+    #[arg(
+        long,
+        env = "ENGAGE_REMARK_PAGE_CACHE_MS",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub remark_page_cache_ms: u64,
+
     /// Longest pause of a stream consumer while SQL fails, in milliseconds.
     #[arg(
         long,

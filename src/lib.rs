@@ -10,6 +10,7 @@ pub mod app;
 pub mod auth;
 pub mod background;
 pub mod backoff;
+pub mod cache;
 pub mod cli;
 pub mod clock;
 pub mod config;

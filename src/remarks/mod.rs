@@ -13,16 +13,18 @@ pub mod likes;
 pub mod live;
 pub mod recommended;
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use sqlx::{any::AnyRow, Row};
 
 use crate::{
     app::AppState,
+    cache::TtlCache,
     config::Config,
     error::{AppError, AppResult, ResultExt},
     points::PointsType,
     redis::Keys,
+    users::UserRecord,
 };
 
 pub const MAX_CONTENT_CHARS: usize = 2000;
@@ -36,6 +38,10 @@ pub struct RemarkSettings {
     pub recommended_refresh_seconds: u64,
     /// Refreshes of recommended lists started by this instance (tests count them).
     pub recommended_refreshes: std::sync::atomic::AtomicU64,
+    /// Pages of remarks with their authors, shared by the requests of this instance.
+    pub pages: TtlCache<PageKey, RemarkPage>,
+    /// Pages read from SQL by this instance (tests count them).
+    pub page_reads: std::sync::atomic::AtomicU64,
 }
 
 impl RemarkSettings {
@@ -45,6 +51,8 @@ impl RemarkSettings {
             relation_ttl_seconds: u64::from(config.like_relation_ttl_days.max(1)) * 24 * 3600,
             recommended_refresh_seconds: config.recommended_refresh_seconds.max(1),
             recommended_refreshes: Default::default(),
+            page_reads: Default::default(),
+            pages: TtlCache::new(Duration::from_millis(config.remark_page_cache_ms), 10_000),
         }
     }
 }
@@ -195,6 +203,10 @@ pub async fn create(
     .execute(&state.db.pool)
     .await
     .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
+    state
+        .remarks
+        .pages
+        .forget(|page| page.item_id == remark.item_id);
 
     // If this fails the info is rebuilt from SQL on the first like, so the remark stands.
     if let Err(error) = likes::prepare_counter(state, id, author_id).await {
@@ -246,25 +258,80 @@ pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<HashMap<i64, 
         .map_err(Into::into)
 }
 
-/// A page of an item's remarks, newest first, after the remark `after` (exclusive).
-/// Returns the page and whether more follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageKey {
+    item_id: i64,
+    first: usize,
+    after: Option<i64>,
+}
+
+/// A page of an item's remarks, newest first, with the authors' user records.
+pub struct RemarkPage {
+    pub remarks: Vec<RemarkRecord>,
+    pub authors: HashMap<i64, UserRecord>,
+    /// Whether more remarks follow.
+    pub more: bool,
+}
+
+/// A page after the remark `after` (exclusive): one SQL query (remarks joined with their
+/// authors), and none while the instance's page cache holds it. Pages are keyset pages, so a
+/// new remark changes only the first page of its item: this instance forgets its cached
+/// pages of the item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
 pub async fn page(
     state: &AppState,
     item_id: i64,
     first: usize,
     after: Option<i64>,
-) -> AppResult<(Vec<RemarkRecord>, bool)> {
+) -> AppResult<Arc<RemarkPage>> {
+    let key = PageKey {
+        item_id,
+        first,
+        after,
+    };
+    if let Some(page) = state.remarks.pages.get(&key) {
+        return Ok(page);
+    }
+    state
+        .remarks
+        .page_reads
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let columns = COLUMNS
+        .split(", ")
+        .map(|column| format!("r.{column}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let rows = sqlx::query(&format!(
-        "SELECT {COLUMNS} FROM remarks WHERE item_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+        "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url \
+         FROM remarks r LEFT JOIN users u ON u.id = r.author_id \
+         WHERE r.item_id = $1 AND r.id < $2 ORDER BY r.id DESC LIMIT $3"
     ))
     .bind(item_id)
     .bind(after.unwrap_or(i64::MAX))
     .bind(first as i64 + 1)
     .fetch_all(&state.db.pool)
     .await?;
-    let remarks = rows
-        .iter()
-        .map(RemarkRecord::from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(crate::db::split_page(remarks, first))
+    let mut remarks = Vec::with_capacity(rows.len());
+    let mut authors = HashMap::new();
+    for row in &rows {
+        let remark = RemarkRecord::from_row(row)?;
+        if let Some(name) = row.try_get::<Option<String>, _>("author_name")? {
+            authors.insert(
+                remark.author_id,
+                UserRecord {
+                    id: remark.author_id,
+                    name,
+                    avatar_url: row.try_get("author_avatar_url")?,
+                },
+            );
+        }
+        remarks.push(remark);
+    }
+    let (remarks, more) = crate::db::split_page(remarks, first);
+    let page = Arc::new(RemarkPage {
+        remarks,
+        authors,
+        more,
+    });
+    state.remarks.pages.insert(key, page.clone());
+    Ok(page)
 }

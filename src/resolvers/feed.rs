@@ -10,7 +10,7 @@ use crate::{
     schema::{
         page::PageInfo,
         page_size,
-        remark::{Remark, RemarkConnection, RemarkEdge},
+        remark::{RemarkConnection, RemarkEdge},
         ContextExt,
     },
 };
@@ -43,7 +43,7 @@ impl FeedQuery {
             .filter_map(|(id, cursor)| {
                 found.remove(&id).map(|r| RemarkEdge {
                     cursor: cursor.encode(),
-                    node: Remark(r),
+                    node: r.into(),
                 })
             })
             .collect();

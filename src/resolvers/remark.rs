@@ -13,7 +13,10 @@ use crate::{
     schema::{
         page::{decode_cursor, encode_cursor, PageInfo},
         page_size,
-        remark::{CreateRemarkInput, LikeCount, LikeResult, Remark, RemarkConnection, RemarkEdge},
+        remark::{
+            page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark, RemarkConnection,
+            RemarkEdge,
+        },
         ContextExt,
     },
 };
@@ -36,19 +39,19 @@ impl RemarkQuery {
         let item_id = ids::parse(&item_id, "itemId")?;
         let first = page_size(first)?;
         let after = decode_cursor(after.as_deref())?;
-        let (page, more) = remarks::page(ctx.state(), item_id, first, after).await?;
-        let end_cursor = page.last().map(|r| encode_cursor(r.id));
+        let page = remarks::page(ctx.state(), item_id, first, after).await?;
+        let nodes = page_nodes(ctx, ctx.look_ahead().field("edges").field("node"), &page).await?;
         Ok(RemarkConnection {
-            edges: page
+            edges: nodes
                 .into_iter()
-                .map(|r| RemarkEdge {
-                    cursor: encode_cursor(r.id),
-                    node: Remark(r),
+                .map(|node| RemarkEdge {
+                    cursor: encode_cursor(node.record.id),
+                    node,
                 })
                 .collect(),
             page_info: PageInfo {
-                has_next_page: more,
-                end_cursor,
+                has_next_page: page.more,
+                end_cursor: page.remarks.last().map(|r| encode_cursor(r.id)),
             },
         })
     }
@@ -75,7 +78,7 @@ impl RemarkQuery {
         Ok(ids
             .iter()
             .filter_map(|id| found.remove(id))
-            .map(Remark)
+            .map(Remark::from)
             .collect())
     }
 }
@@ -100,9 +103,9 @@ impl RemarkMutation {
             &input.content,
             input.images.unwrap_or_default(),
         )?;
-        Ok(Remark(
-            remarks::create(ctx.state(), viewer.user_id, remark).await?,
-        ))
+        Ok(remarks::create(ctx.state(), viewer.user_id, remark)
+            .await?
+            .into())
     }
 
     #[graphql(guard = "RoleGuard::signed_in()")]

@@ -184,10 +184,10 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     }
     let viewer = app.user_token(7);
     let query = "query($item: ID!) { remarks(itemId: $item, first: 20) { edges { node { id likeCount likedByMe author { name } } } } }";
+    // The viewer's first sight. Background work of the instance (the feed fan-out of the new
+    // remarks) uses the same pool: let it finish so that only the page is counted.
     app.data(Some(&viewer), query, json!({ "item": item }))
-        .await; // the viewer's first sight
-                // Background work of the instance (the feed fan-out of the new remarks) uses the same
-                // pool: let it finish so that only the page is counted.
+        .await;
     crate::harness::streams_settled(&app, &[app.state.keys.remark_stream()], "fanout").await;
     let before = app.state.redis_round_trips.load(Ordering::SeqCst);
     let page = app
@@ -196,6 +196,44 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     let after = app.state.redis_round_trips.load(Ordering::SeqCst);
     assert_eq!(page["remarks"]["edges"].as_array().unwrap().len(), 20);
     assert_eq!(after - before, 1, "one pipeline for the whole page");
+}
+
+#[tokio::test]
+async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
+    let app = TestApp::spawn_with(|config| config.remark_page_cache_ms = 60_000).await;
+    let item = create_item(&app).await;
+    let first = create_remark(&app, 11, &item).await;
+    let second = create_remark(&app, 12, &item).await;
+    vote(&app, 13, &first, true).await;
+    let reads = || app.state.remarks.page_reads.load(Ordering::SeqCst);
+    let viewer = app.user_token(13);
+    async fn page(app: &TestApp, viewer: &str, item: &str) -> Value {
+        let query = "query($item: ID!) { remarks(itemId: $item) { edges { node { id likeCount likedByMe author { id } } } } }";
+        app.data(Some(viewer), query, json!({ "item": item })).await["remarks"]["edges"].clone()
+    }
+
+    let before = reads();
+    let edges = page(&app, &viewer, &item).await;
+    assert_eq!(reads() - before, 1, "remarks and authors in one query");
+    assert_eq!(
+        edges,
+        json!([
+            { "node": { "id": second, "likeCount": 0, "likedByMe": false, "author": { "id": "12" } } },
+            { "node": { "id": first, "likeCount": 1, "likedByMe": true, "author": { "id": "11" } } },
+        ])
+    );
+    vote(&app, 13, &second, true).await;
+    let edges = page(&app, &viewer, &item).await;
+    assert_eq!(reads() - before, 1, "served from the page cache");
+    assert_eq!(
+        edges[0]["node"]["likeCount"], 1,
+        "counts are live, not cached"
+    );
+
+    let third = create_remark(&app, 14, &item).await;
+    let edges = page(&app, &viewer, &item).await;
+    assert_eq!(reads() - before, 2, "a new remark makes the page stale");
+    assert_eq!(edges[0]["node"]["id"], json!(third));
 }
 
 #[tokio::test]

@@ -1,0 +1,87 @@
+//! A small in-process cache whose entries live for a fixed time: for reads that many
+//! requests repeat and that may be a moment old (the first page of an item's remarks).
+//!
+//! A mutex around a map rather than a concurrent cache crate: entries are few and short-
+//! lived, lookups hold the lock for a hash probe and an `Arc` clone, and the whole thing
+//! stays readable in one screen.
+
+use std::{
+    collections::HashMap,
+    hash::Hash,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+pub struct TtlCache<K, V> {
+    ttl: Duration,
+    capacity: usize,
+    entries: Mutex<HashMap<K, (Instant, Arc<V>)>>,
+}
+
+impl<K: Eq + Hash, V> TtlCache<K, V> {
+    /// Entries expire after `ttl`; past `capacity` entries the expired ones are dropped, and
+    /// if none had expired, all of them (a burst of distinct keys must not grow memory).
+    pub fn new(ttl: Duration, capacity: usize) -> Self {
+        Self {
+            ttl,
+            capacity,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn get(&self, key: &K) -> Option<Arc<V>> {
+        let entries = self.entries.lock().expect("poisoned");
+        let (stored_at, value) = entries.get(key)?;
+        (stored_at.elapsed() < self.ttl).then(|| value.clone())
+    }
+
+    pub fn insert(&self, key: K, value: Arc<V>) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut entries = self.entries.lock().expect("poisoned");
+        if entries.len() >= self.capacity {
+            entries.retain(|_, (stored_at, _)| stored_at.elapsed() < self.ttl);
+            if entries.len() >= self.capacity {
+                entries.clear();
+            }
+        }
+        entries.insert(key, (Instant::now(), value));
+    }
+
+    /// Forgets the entries `stale` picks (a write made them wrong).
+    pub fn forget(&self, stale: impl Fn(&K) -> bool) {
+        self.entries
+            .lock()
+            .expect("poisoned")
+            .retain(|key, _| !stale(key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_expire_and_can_be_forgotten() {
+        let cache = TtlCache::new(Duration::from_millis(50), 10);
+        cache.insert(1, Arc::new("one"));
+        cache.insert(2, Arc::new("two"));
+        assert_eq!(cache.get(&1).as_deref(), Some(&"one"));
+        cache.forget(|key| *key == 1);
+        assert_eq!(cache.get(&1), None);
+        assert_eq!(cache.get(&2).as_deref(), Some(&"two"));
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(cache.get(&2), None);
+    }
+
+    #[test]
+    fn a_full_cache_does_not_grow() {
+        let cache = TtlCache::new(Duration::from_secs(60), 3);
+        for key in 0..10 {
+            cache.insert(key, Arc::new(key));
+        }
+        assert!(cache.entries.lock().unwrap().len() <= 3);
+        assert_eq!(cache.get(&9).as_deref(), Some(&9));
+    }
+}
