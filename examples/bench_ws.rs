@@ -5,7 +5,7 @@
 //! server's peak RSS and how many Redis pub/sub connections the server holds.
 //!
 //! ```sh
-//! ulimit -n 65536
+//! ulimit -n 20000
 //! cargo run --release --example bench_ws -- --fixtures /tmp/engage-bench \
 //!     --subscribers 10000 --rate 200 --seconds 30 --server-pid $(pgrep -n engage)
 //! ```
@@ -34,7 +34,7 @@ struct Args {
     url: String,
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
-    /// Directory written by `bench_seed` (remarks.txt, voters.txt).
+    /// Directory written by `bench_seed` (remarks.txt).
     #[arg(long)]
     fixtures: PathBuf,
     #[arg(long, default_value_t = 10_000)]
@@ -56,7 +56,12 @@ type Received = Vec<(usize, i64, Instant)>;
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let remarks = lines(&args.fixtures.join("remarks.txt"))?;
-    let voters = lines(&args.fixtures.join("voters.txt"))?;
+    // Voters never seen before, so that every like changes a count and is published.
+    let tokens = support::tokens();
+    let first_voter = 7_000_000_000 + chrono::Utc::now().timestamp_millis() % 1_000_000_000;
+    let voters: Vec<String> = (0..(args.rate * args.seconds) as i64)
+        .map(|v| tokens.mint(first_voter + v, engage::auth::Role::User, 3600, None))
+        .collect();
     let index_of: Arc<HashMap<String, usize>> = Arc::new(
         remarks
             .iter()
@@ -130,6 +135,10 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
             let count = data["likeRemark"]["likeCount"].as_i64().unwrap_or(-1);
+            anyhow::ensure!(
+                data["likeRemark"]["changed"] == true,
+                "a like changed nothing"
+            );
             sent.lock().expect("poisoned").insert((remark, count), at);
             anyhow::Ok((remark, count))
         }));
