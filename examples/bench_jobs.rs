@@ -22,8 +22,8 @@ use engage::{
 struct Args {
     #[arg(long, default_value_t = 50_000)]
     jobs: usize,
-    /// Seconds from now at which every job is due.
-    #[arg(long, default_value_t = 5)]
+    /// Seconds from now at which every job is due (longer than scheduling them takes).
+    #[arg(long, default_value_t = 10)]
     due_in: u64,
     /// Jobs run at once (ENGAGE_JOBS_CONCURRENCY).
     #[arg(long, default_value_t = 32)]
@@ -65,14 +65,15 @@ async fn main() -> anyhow::Result<()> {
         .map(|worker| {
             let state = state.clone();
             let count = args.jobs / 8 + usize::from(worker < args.jobs % 8);
-            let due_in = Duration::from_secs(args.due_in);
+            // One due time for all, however long scheduling takes.
+            let due_at = scheduling + Duration::from_secs(args.due_in);
             tokio::spawn(async move {
                 for i in 0..count {
                     let job = NewJob {
                         id: format!("w{worker}-{i}"),
                         topic: "bench".into(),
                         body: "{}".into(),
-                        delay: due_in,
+                        delay: due_at.saturating_duration_since(Instant::now()),
                         max_attempts: None,
                         callback_url: None,
                     };

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use std::sync::Mutex;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     handlers::{Delivery, JobError},
@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     app::AppState,
-    error::AppResult,
+    error::{AppError, AppResult},
     redis::scripts::{JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
 };
 
@@ -29,9 +29,15 @@ pub async fn run(state: AppState) {
     let permits = Arc::new(Semaphore::new(capacity));
     let topics = Mutex::new(Vec::new());
     let promoted = Notify::new();
+    let (finisher, outcomes) = Finisher::new();
     tokio::join!(
         promote_loop(&state, &topics, &promoted),
-        take_loop(&state, &topics, &promoted, &permits)
+        async {
+            take_loop(&state, &topics, &promoted, &permits, &finisher).await;
+            // Deliveries still running hold clones; the finisher ends after the last.
+            drop(finisher);
+        },
+        finish_loop(&state, outcomes),
     );
     // Let running jobs finish (the app bounds this wait by its grace period).
     let _ = permits.acquire_many(capacity as u32).await;
@@ -69,6 +75,7 @@ async fn take_loop(
     topics: &Mutex<Vec<String>>,
     promoted: &Notify,
     permits: &Arc<Semaphore>,
+    finisher: &Finisher,
 ) {
     loop {
         let current = topics.lock().expect("poisoned").clone();
@@ -93,8 +100,10 @@ async fn take_loop(
                     Some(first) => first,
                     None => permits.clone().try_acquire_owned().expect("counted above"),
                 };
-                let state = state.clone();
-                tokio::spawn(async move { deliver(state, delivery, lease, permit).await });
+                let (state, finisher) = (state.clone(), finisher.clone());
+                tokio::spawn(
+                    async move { deliver(state, finisher, delivery, lease, permit).await },
+                );
             }
         }
         if !took_any {
@@ -188,9 +197,10 @@ async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<(Del
 /// if the job was cancelled or handed to another worker meanwhile, the outcome is dropped.
 async fn deliver(
     state: AppState,
+    finisher: Finisher,
     delivery: Delivery,
     lease: String,
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 ) {
     let policy = state.jobs.policy(&delivery.topic);
     let outcome = match tokio::time::timeout(policy.visibility, state.jobs.run(&delivery)).await {
@@ -200,9 +210,13 @@ async fn deliver(
             policy.visibility
         ))),
     };
+    // The permit bounds running handlers; recording the outcome is not the handler's work,
+    // and holding the permit through that round trip would halve a burst's throughput.
+    drop(permit);
     let topic = delivery.topic.clone();
     let recorded = match &outcome {
-        Ok(()) => finish(&state, &delivery, &lease, "done", 0, "")
+        Ok(()) => finisher
+            .finish(&delivery, &lease, Outcome::Done)
             .await
             .map(|applied| {
                 if applied {
@@ -213,7 +227,8 @@ async fn deliver(
         Err(JobError::Retry(error)) if delivery.attempt < delivery.spec.max_attempts => {
             let retry_at =
                 state.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
-            finish(&state, &delivery, &lease, "retry", retry_at, error)
+            finisher
+                .finish(&delivery, &lease, Outcome::Retry { retry_at, error })
                 .await
                 .map(|applied| {
                     if applied {
@@ -223,7 +238,7 @@ async fn deliver(
                 })
         }
         Err(JobError::Retry(error) | JobError::Permanent(error)) => {
-            bury(&state, &delivery, &lease, error).await
+            bury(&state, &finisher, &delivery, &lease, error).await
         }
     };
     if let Err(error) = recorded {
@@ -232,37 +247,137 @@ async fn deliver(
     }
 }
 
-async fn finish(
-    state: &AppState,
-    delivery: &Delivery,
-    lease: &str,
-    outcome: &str,
+/// How a delivery ended.
+enum Outcome<'a> {
+    Done,
+    Retry { retry_at: i64, error: &'a str },
+    Dead { error: &'a str },
+}
+
+/// A delivery's end, queued for the finish loop.
+struct Finish {
+    topic: String,
+    job_id: String,
+    lease: String,
+    outcome: &'static str,
     retry_at: i64,
-    error: &str,
-) -> AppResult<bool> {
-    let keys = &state.keys;
-    let topic = &delivery.topic;
-    let mut conn = state.redis.get().await?;
-    let applied: i64 = JOBS_FINISH
-        .key(keys.jobs_running(topic))
-        .key(keys.jobs_delayed(topic))
-        .key(keys.job_pool(topic))
-        .key(keys.jobs_finished(topic))
-        .arg(&delivery.id)
-        .arg(lease)
-        .arg(outcome)
-        .arg(state.clock.now_ms())
-        .arg(retry_at)
-        .arg(error)
-        .arg(super::FINISHED_KEPT)
-        .invoke_async(&mut *conn)
-        .await?;
-    Ok(applied == 1)
+    error: String,
+    applied: oneshot::Sender<AppResult<bool>>,
+}
+
+/// Hands the ends of deliveries to [`finish_loop`], which records them many at a time: one
+/// script call per topic for all that queued meanwhile, every topic in one pipeline. One
+/// round trip per delivery was what bounded a burst of due jobs.
+#[derive(Clone)]
+struct Finisher(mpsc::Sender<Finish>);
+
+/// Most delivery ends recorded by one round trip.
+const FINISH_BATCH: usize = 500;
+
+impl Finisher {
+    fn new() -> (Self, mpsc::Receiver<Finish>) {
+        let (sender, receiver) = mpsc::channel(FINISH_BATCH * 4);
+        (Self(sender), receiver)
+    }
+
+    /// Whether the outcome was applied (false: the lease is no longer this delivery's).
+    async fn finish(
+        &self,
+        delivery: &Delivery,
+        lease: &str,
+        outcome: Outcome<'_>,
+    ) -> AppResult<bool> {
+        let (outcome, retry_at, error) = match outcome {
+            Outcome::Done => ("done", 0, ""),
+            Outcome::Retry { retry_at, error } => ("retry", retry_at, error),
+            Outcome::Dead { error } => ("dead", 0, error),
+        };
+        let (applied, reply) = oneshot::channel();
+        let stopped = || AppError::Unavailable("the delay queue is stopping".into());
+        self.0
+            .send(Finish {
+                topic: delivery.topic.clone(),
+                job_id: delivery.id.clone(),
+                lease: lease.to_string(),
+                outcome,
+                retry_at,
+                error: error.to_string(),
+                applied,
+            })
+            .await
+            .map_err(|_| stopped())?;
+        reply.await.map_err(|_| stopped())?
+    }
+}
+
+async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
+    let mut batch = Vec::with_capacity(FINISH_BATCH);
+    while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
+        let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
+        for end in batch.drain(..) {
+            match by_topic.iter_mut().find(|(topic, _)| *topic == end.topic) {
+                Some((_, ends)) => ends.push(end),
+                None => by_topic.push((end.topic.clone(), vec![end])),
+            }
+        }
+        let keys = &state.keys;
+        let now = state.clock.now_ms();
+        let mut pipe = redis::pipe();
+        for (topic, ends) in &by_topic {
+            let mut call = JOBS_FINISH.prepare_invoke();
+            call.key(keys.jobs_running(topic))
+                .key(keys.jobs_delayed(topic))
+                .key(keys.job_pool(topic))
+                .key(keys.jobs_finished(topic))
+                .arg(now)
+                .arg(super::FINISHED_KEPT);
+            for end in ends {
+                call.arg(&end.job_id)
+                    .arg(&end.lease)
+                    .arg(end.outcome)
+                    .arg(end.retry_at)
+                    .arg(&end.error);
+            }
+            pipe.invoke_script(&call);
+        }
+        let applied: AppResult<Vec<Vec<i64>>> = async {
+            let mut conn = state.redis.get().await?;
+            match pipe.query_async(&mut *conn).await {
+                // Inside a pipeline the `redis` crate does not reload a script Redis forgot
+                // (a restart): load it and send again. Every call of the pipeline is this
+                // one script, so none of them ran.
+                Err(error)
+                    if error.kind()
+                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    JOBS_FINISH.prepare_invoke().load_async(&mut *conn).await?;
+                    Ok(pipe.query_async(&mut *conn).await?)
+                }
+                replies => Ok(replies?),
+            }
+        }
+        .await;
+        for (index, (_, ends)) in by_topic.into_iter().enumerate() {
+            for (position, end) in ends.into_iter().enumerate() {
+                let result = match &applied {
+                    Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
+                    Err(error) => Err(error.clone()),
+                };
+                let _ = end.applied.send(result);
+            }
+        }
+    }
 }
 
 /// Stores an exhausted job in `dead_job` first, then removes it from Redis; if the job was
 /// cancelled or reclaimed meanwhile, the row is taken back.
-async fn bury(state: &AppState, delivery: &Delivery, lease: &str, error: &str) -> AppResult<()> {
+async fn bury(
+    state: &AppState,
+    finisher: &Finisher,
+    delivery: &Delivery,
+    lease: &str,
+    error: &str,
+) -> AppResult<()> {
     let died_at = state.clock.now_ms();
     sqlx::query(
         "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms) \
@@ -278,7 +393,10 @@ async fn bury(state: &AppState, delivery: &Delivery, lease: &str, error: &str) -
     .bind(died_at)
     .execute(&state.db.pool)
     .await?;
-    if finish(state, delivery, lease, "dead", 0, error).await? {
+    if finisher
+        .finish(delivery, lease, Outcome::Dead { error })
+        .await?
+    {
         metrics::counter!("engage_jobs_dead_total", "topic" => delivery.topic.clone()).increment(1);
         tracing::warn!(
             topic = delivery.topic,
