@@ -24,7 +24,11 @@ def load(path):
             entry = json.loads(line)
             if entry["run"] == 0:
                 continue
-            runs[entry["result"]["scenario"]].append((entry["run"], entry["result"]))
+            result = entry["result"]
+            scenario = result["scenario"]
+            if "redis_mode" in result:
+                scenario += f" ({result['redis_mode']})"
+            runs[scenario].append((entry["run"], result))
     return runs
 
 
@@ -135,6 +139,14 @@ def render(runs):
          verdict((median(ratio(sign, like)) or 0) >= 0.80)],
     ]
     blocks["ratios"] = table(["measure (same run)", "target", "min / median / max", ""], rows)
+    rows = []
+    for name in ("bare like route", "likeRemark"):
+        for mode in ("pool", "shared"):
+            results = [r for _, r in runs.get(f"{name} ({mode})", [])]
+            if results:
+                rows.append([name, mode, spread([r["rps"] for r in results]),
+                             ms([r["p50_ms"] for r in results]), ms([r["p99_ms"] for r in results])])
+    blocks["redis_mode"] = table(["path", "ENGAGE_REDIS_MODE", "req/s", "p50 ms", "p99 ms"], rows)
     blocks["redis"] = table(
         ["redis-benchmark, like script by EVALSHA", "req/s"],
         [["64 connections, no pipelining", spread(list(evalsha.values()))]])

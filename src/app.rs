@@ -69,7 +69,12 @@ impl Services {
             );
         }
         let redis_round_trips = Arc::new(AtomicU64::new(0));
-        let redis = redis_access::connect(&config.redis_url, redis_round_trips.clone()).await?;
+        let redis = redis_access::connect(
+            &config.redis_url,
+            config.redis_mode,
+            redis_round_trips.clone(),
+        )
+        .await?;
         redis_access::scripts::load_all(&redis).await?;
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;

@@ -31,6 +31,17 @@ pub struct Config {
     )]
     pub redis_url: String,
 
+    /// How requests reach Redis: `pool` (a connection lent to each request) or `shared`
+    /// (one multiplexed connection every request pipelines on).
+    #[arg(
+        long,
+        env = "ENGAGE_REDIS_MODE",
+        value_enum,
+        default_value_t = crate::redis::RedisMode::Pool,
+        global = true
+    )]
+    pub redis_mode: crate::redis::RedisMode,
+
     /// SQLite (`sqlite://path`, the embedded default) or PostgreSQL (`postgres://…`).
     #[arg(
         long,

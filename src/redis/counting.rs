@@ -10,7 +10,10 @@ use std::sync::{
 };
 
 use bb8_redis::RedisConnectionManager;
-use redis::{aio::ConnectionLike, aio::MultiplexedConnection, Cmd, Pipeline, RedisFuture, Value};
+use redis::{
+    aio::{ConnectionLike, ConnectionManager, MultiplexedConnection},
+    Cmd, Pipeline, RedisFuture, Value,
+};
 
 pub struct CountingManager {
     inner: RedisConnectionManager,
@@ -30,29 +33,56 @@ impl bb8::ManageConnection for CountingManager {
     async fn connect(&self) -> Result<CountedConnection, redis::RedisError> {
         let inner = self.inner.connect().await?;
         Ok(CountedConnection {
-            inner,
+            inner: Link::Pooled(inner),
             round_trips: self.round_trips.clone(),
         })
     }
 
     async fn is_valid(&self, conn: &mut CountedConnection) -> Result<(), redis::RedisError> {
-        self.inner.is_valid(&mut conn.inner).await
+        match &mut conn.inner {
+            Link::Pooled(inner) => self.inner.is_valid(inner).await,
+            Link::Shared(_) => Ok(()),
+        }
     }
 
     fn has_broken(&self, conn: &mut CountedConnection) -> bool {
-        self.inner.has_broken(&mut conn.inner)
+        match &mut conn.inner {
+            Link::Pooled(inner) => self.inner.has_broken(inner),
+            Link::Shared(_) => false,
+        }
     }
 }
 
+#[derive(Clone)]
 pub struct CountedConnection {
-    inner: MultiplexedConnection,
+    inner: Link,
     round_trips: Arc<AtomicU64>,
+}
+
+/// A connection of the pool, or the one shared, reconnecting connection.
+#[derive(Clone)]
+enum Link {
+    Pooled(MultiplexedConnection),
+    Shared(ConnectionManager),
+}
+
+impl CountedConnection {
+    /// The connection every request shares (`ENGAGE_REDIS_MODE=shared`).
+    pub fn shared(inner: ConnectionManager, round_trips: Arc<AtomicU64>) -> Self {
+        Self {
+            inner: Link::Shared(inner),
+            round_trips,
+        }
+    }
 }
 
 impl ConnectionLike for CountedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.inner.req_packed_command(cmd)
+        match &mut self.inner {
+            Link::Pooled(conn) => conn.req_packed_command(cmd),
+            Link::Shared(conn) => conn.req_packed_command(cmd),
+        }
     }
 
     fn req_packed_commands<'a>(
@@ -62,10 +92,16 @@ impl ConnectionLike for CountedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.inner.req_packed_commands(pipeline, offset, count)
+        match &mut self.inner {
+            Link::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Shared(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        match &self.inner {
+            Link::Pooled(conn) => conn.get_db(),
+            Link::Shared(conn) => conn.get_db(),
+        }
     }
 }

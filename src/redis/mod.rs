@@ -17,22 +17,97 @@ use redis::AsyncCommands;
 
 pub use keys::Keys;
 
-pub type RedisPool = bb8::Pool<counting::CountingManager>;
+/// How requests reach Redis (`ENGAGE_REDIS_MODE`):
+/// - `Pool`: bb8 lends each request a connection of its own (up to 32);
+/// - `Shared`: every request clones one auto-reconnecting multiplexed connection, so the
+///   commands of concurrent requests leave pipelined on one socket and Redis reads many per
+///   system call.
+///
+/// `bench/run` measures both on the like path; BENCHMARKS.md has the figures behind the
+/// default.
+#[derive(Clone)]
+pub enum RedisPool {
+    Pool(bb8::Pool<counting::CountingManager>),
+    Shared(counting::CountedConnection),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RedisMode {
+    Pool,
+    Shared,
+}
+
+/// A connection lent to one request.
+pub enum RedisConn<'a> {
+    Pooled(bb8::PooledConnection<'a, counting::CountingManager>),
+    Shared(counting::CountedConnection),
+}
+
+impl std::ops::Deref for RedisConn<'_> {
+    type Target = counting::CountedConnection;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Self::Pooled(conn) => conn,
+            Self::Shared(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for RedisConn<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Self::Pooled(conn) => conn,
+            Self::Shared(conn) => conn,
+        }
+    }
+}
+
+impl RedisPool {
+    pub async fn get(&self) -> Result<RedisConn<'_>, bb8::RunError<redis::RedisError>> {
+        match self {
+            Self::Pool(pool) => pool.get().await.map(RedisConn::Pooled),
+            Self::Shared(conn) => Ok(RedisConn::Shared(conn.clone())),
+        }
+    }
+}
 
 /// Connects the pool and checks that Redis answers; fails fast with a message that says how
 /// to start one. When nothing listens on a loopback address and `redis-server` is on the
 /// PATH, one is started (without persistence) so that the first command of the README
 /// works on a fresh machine.
 /// `round_trips` counts every command and pipeline sent through the pool.
-pub async fn connect(url: &str, round_trips: Arc<AtomicU64>) -> anyhow::Result<RedisPool> {
-    let manager = counting::CountingManager::new(
-        RedisConnectionManager::new(url).context("REDIS_URL is not a valid Redis URL")?,
-        round_trips,
-    );
-    let pool = bb8::Pool::builder()
-        .max_size(32)
-        .connection_timeout(Duration::from_secs(3))
-        .build_unchecked(manager);
+pub async fn connect(
+    url: &str,
+    mode: RedisMode,
+    round_trips: Arc<AtomicU64>,
+) -> anyhow::Result<RedisPool> {
+    let pool = match mode {
+        RedisMode::Pool => {
+            let manager = counting::CountingManager::new(
+                RedisConnectionManager::new(url).context("REDIS_URL is not a valid Redis URL")?,
+                round_trips,
+            );
+            RedisPool::Pool(
+                bb8::Pool::builder()
+                    .max_size(32)
+                    .connection_timeout(Duration::from_secs(3))
+                    .build_unchecked(manager),
+            )
+        }
+        RedisMode::Shared => {
+            let client = redis::Client::open(url).context("REDIS_URL is not a valid Redis URL")?;
+            // While Redis is away, requests fail within about a second (UNAVAILABLE) rather
+            // than queueing behind long reconnection back-offs.
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500));
+            // Lazy: the first command connects, so a missing Redis can still be started below.
+            let manager = redis::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+            RedisPool::Shared(counting::CountedConnection::shared(manager, round_trips))
+        }
+    };
 
     if ping(&pool).await.is_err() {
         if let Some(port) = local_port(url) {
@@ -117,8 +192,13 @@ fn start_local_server(port: u16) -> anyhow::Result<bool> {
 
 /// Pool usage, for `/metrics`.
 pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
-    let state = pool.state();
-    (state.connections, state.idle_connections)
+    match pool {
+        RedisPool::Pool(pool) => {
+            let state = pool.state();
+            (state.connections, state.idle_connections)
+        }
+        RedisPool::Shared(_) => (1, 1),
+    }
 }
 
 /// Whether Redis answers now (readiness).
