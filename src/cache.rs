@@ -1,11 +1,13 @@
 //! A small in-process cache whose entries live for a fixed time: for reads that many
-//! requests repeat and that may be a moment old (the first page of an item's remarks).
+//! requests repeat and that may be a moment old (the first page of an item's remarks), and
+//! for work that gives the same result every time (parsing a GraphQL document).
 //!
 //! A mutex around a map rather than a concurrent cache crate: entries are few and short-
 //! lived, lookups hold the lock for a hash probe and an `Arc` clone, and the whole thing
 //! stays readable in one screen.
 
 use std::{
+    borrow::Borrow,
     collections::HashMap,
     hash::Hash,
     sync::{Arc, Mutex},
@@ -29,7 +31,11 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         }
     }
 
-    pub fn get(&self, key: &K) -> Option<Arc<V>> {
+    pub fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let entries = self.entries.lock().expect("poisoned");
         let (stored_at, value) = entries.get(key)?;
         (stored_at.elapsed() < self.ttl).then(|| value.clone())

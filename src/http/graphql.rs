@@ -9,7 +9,11 @@
 //! Order of checks, cheapest first: per-IP rate limit, token, per-user rate limit, body,
 //! persisted query, parse, method, execution.
 
-use std::{net::SocketAddr, time::Instant};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, LazyLock},
+    time::{Duration, Instant},
+};
 
 use async_graphql::{
     parser::types::{DocumentOperations, ExecutableDocument, OperationType},
@@ -27,6 +31,7 @@ use serde_json::{json, Value};
 use super::{apq, client_ip, request_id, ws, HttpState};
 use crate::{
     auth::Viewer,
+    cache::TtlCache,
     error::{AppError, ErrorCode},
     metrics,
     schema::errors::{code_of, RequestId},
@@ -299,7 +304,7 @@ async fn run(
     let resolved = apq::resolve(state, params.query, params.extensions.as_ref())
         .await
         .map_err(app_error)?;
-    let document = parse(&resolved.query).map_err(app_error)?;
+    let document = parse_cached(&resolved.query).map_err(app_error)?;
     let operation_type = operation_type(&document, params.operation_name.as_deref());
     if *method == Method::GET && operation_type.is_some_and(|ty| ty != OperationType::Query) {
         return Err(Rejection::new(
@@ -359,6 +364,24 @@ async fn run(
         .headers_mut()
         .insert(header::CONTENT_TYPE, media.content_type());
     Ok(http_response)
+}
+
+/// Parsed documents of the queries clients repeat (every client sends the same few
+/// operations): parsing was the largest single cost of a `likeRemark` after the network.
+/// Only short documents are kept, so the cache stays a few MB whatever clients send.
+static PARSED: LazyLock<TtlCache<String, ExecutableDocument>> =
+    LazyLock::new(|| TtlCache::new(Duration::from_secs(600), 512));
+const CACHED_QUERY_MAX_BYTES: usize = 4096;
+
+fn parse_cached(query: &str) -> Result<ExecutableDocument, AppError> {
+    if let Some(document) = PARSED.get(query) {
+        return Ok((*document).clone());
+    }
+    let document = parse(query)?;
+    if query.len() <= CACHED_QUERY_MAX_BYTES {
+        PARSED.insert(query.to_string(), Arc::new(document.clone()));
+    }
+    Ok(document)
 }
 
 /// The parser of async-graphql recurses once per nesting level; a document nested
