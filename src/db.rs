@@ -12,10 +12,10 @@ use std::{str::FromStr, time::Duration};
 
 use anyhow::Context;
 use sqlx::{
-    any::AnyPoolOptions,
+    any::{AnyConnectOptions, AnyPoolOptions},
     migrate::Migrator,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
-    AnyPool, Executor,
+    AnyPool, ConnectOptions, Executor,
 };
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -46,6 +46,12 @@ impl Db {
         };
 
         let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(5));
+        // sqlx logs a slow statement with its whole text at WARN; an archive batch is one
+        // statement with hundreds of rows of placeholders, so under load that would flood the
+        // log. Slow statements go to DEBUG; the request and consumer metrics show slowness.
+        let connect_options = AnyConnectOptions::from_str(url)
+            .with_context(|| format!("cannot parse DATABASE_URL {}", redact(url)))?
+            .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1));
         let pool = match backend {
             Backend::Sqlite => {
                 prepare_sqlite_file(url).await?;
@@ -61,10 +67,15 @@ impl Db {
                             Ok(())
                         })
                     })
-                    .connect(url)
+                    .connect_with(connect_options)
                     .await
             }
-            Backend::Postgres => options.max_connections(16).connect(url).await,
+            Backend::Postgres => {
+                options
+                    .max_connections(16)
+                    .connect_with(connect_options)
+                    .await
+            }
         }
         .with_context(|| format!("cannot open the database at {}", redact(url)))?;
         Ok(Self { pool, backend })
@@ -126,8 +137,6 @@ pub fn split_page<T>(mut rows: Vec<T>, first: usize) -> (Vec<T>, bool) {
 /// Creates the SQLite file (and its folder) and switches it to WAL; the journal mode is
 /// stored in the file, so every later connection uses it.
 async fn prepare_sqlite_file(url: &str) -> anyhow::Result<()> {
-    use sqlx::ConnectOptions;
-
     let options = SqliteConnectOptions::from_str(url)?;
     let path = options.get_filename().to_path_buf();
     if path.as_os_str() == ":memory:" {
