@@ -180,6 +180,9 @@ def render(runs):
               spread(sql, "{:,.0f} ms"),
               f"p99 ≤ 50 ms {verdict(p99 <= 50)}; SQL ≤ 2 s {verdict(max(sql) <= 2000)}"]])
 
+    verify = [r for _, r in runs.get("verify", [])]
+    if verify and "seckill" in blocks:
+        blocks["seckill"] += f"\n\n`engage verify` after the runs: {verify[0]['summary']}."
     results = [r for _, r in runs.get("subscriptions", [])]
     if results:
         p99 = median([r["p99_ms"] for r in results])

@@ -130,7 +130,7 @@ async fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("the server answered season {season:?}"))?;
     let board = Keys::new(args.prefix.clone()).season_board(season);
     let mut conn = redis::Client::open(args.redis.as_str())?
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&support::patient_redis())
         .await?;
     let filling = Instant::now();
     let mut rng = rand::rng();

@@ -283,7 +283,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// peer port of each client; the process's own TCP sockets are matched by inode.
 async fn pubsub_connections(redis_url: &str, pid: u32) -> anyhow::Result<usize> {
     let mut conn = redis::Client::open(redis_url)?
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&support::patient_redis())
         .await?;
     let clients: String = redis::cmd("CLIENT")
         .arg("LIST")

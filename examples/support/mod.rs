@@ -50,3 +50,9 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     let index = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
     sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
+
+/// Redis connections of the load generators wait for slow replies (a pipeline of 10,000
+/// ZADD on a busy machine) instead of the crate's 500 ms.
+pub fn patient_redis() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)))
+}

@@ -12,17 +12,29 @@ use std::sync::{
 use bb8_redis::RedisConnectionManager;
 use redis::{
     aio::{ConnectionLike, ConnectionManager, MultiplexedConnection},
-    Cmd, Pipeline, RedisFuture, Value,
+    AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
 };
 
 pub struct CountingManager {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
     inner: RedisConnectionManager,
     round_trips: Arc<AtomicU64>,
 }
 
 impl CountingManager {
-    pub fn new(inner: RedisConnectionManager, round_trips: Arc<AtomicU64>) -> Self {
-        Self { inner, round_trips }
+    /// Connections of the pool are made with `config` (timeouts), not the crate's defaults.
+    pub fn new(
+        url: &str,
+        config: AsyncConnectionConfig,
+        round_trips: Arc<AtomicU64>,
+    ) -> redis::RedisResult<Self> {
+        Ok(Self {
+            client: redis::Client::open(url)?,
+            config,
+            inner: RedisConnectionManager::new(url)?,
+            round_trips,
+        })
     }
 }
 
@@ -31,7 +43,10 @@ impl bb8::ManageConnection for CountingManager {
     type Error = redis::RedisError;
 
     async fn connect(&self) -> Result<CountedConnection, redis::RedisError> {
-        let inner = self.inner.connect().await?;
+        let inner = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
         Ok(CountedConnection {
             inner: Link::Pooled(inner),
             round_trips: self.round_trips.clone(),

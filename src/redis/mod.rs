@@ -12,7 +12,6 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use bb8_redis::RedisConnectionManager;
 use redis::AsyncCommands;
 
 pub use keys::Keys;
@@ -36,6 +35,13 @@ pub enum RedisMode {
     Pool,
     Shared,
 }
+
+/// A Redis that does not accept a connection within this is down: fail the request.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+/// The `redis` crate's default (500 ms) failed healthy commands on a busy 2-core machine
+/// (Redis shares the cores with the server); a reply slower than this means Redis is in
+/// trouble, and the request answers UNAVAILABLE.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A connection lent to one request.
 pub enum RedisConn<'a> {
@@ -84,10 +90,11 @@ pub async fn connect(
 ) -> anyhow::Result<RedisPool> {
     let pool = match mode {
         RedisMode::Pool => {
-            let manager = counting::CountingManager::new(
-                RedisConnectionManager::new(url).context("REDIS_URL is not a valid Redis URL")?,
-                round_trips,
-            );
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT));
+            let manager = counting::CountingManager::new(url, config, round_trips)
+                .context("REDIS_URL is not a valid Redis URL")?;
             RedisPool::Pool(
                 bb8::Pool::builder()
                     .max_size(32)
@@ -100,7 +107,8 @@ pub async fn connect(
             // While Redis is away, requests fail within about a second (UNAVAILABLE) rather
             // than queueing behind long reconnection back-offs.
             let config = redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT))
                 .set_number_of_retries(1)
                 .set_max_delay(Duration::from_millis(500));
             // Lazy: the first command connects, so a missing Redis can still be started below.
