@@ -191,5 +191,17 @@ async function startStock() {
   );
 }
 
-startTicker();
-startStock();
+// The first reads go over HTTP; if the server is not up yet, try again until it is.
+async function retrying(start) {
+  for (let delay = 1000; ; delay = Math.min(2 * delay, 10000)) {
+    try {
+      return await start();
+    } catch (error) {
+      console.warn('engage: retrying in', delay, 'ms:', error);
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+}
+
+retrying(startTicker);
+retrying(startStock);
