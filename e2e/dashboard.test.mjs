@@ -270,7 +270,9 @@ test('the playground runs a saved example with the token from its dev token butt
 
   // A subscription through GraphiQL's WebSocket transport.
   await page.click('button[data-example="04_server_time"]');
-  await page.waitForFunction(() => document.querySelector('.graphiql-query-editor')?.textContent.includes('subscription ServerTime'));
+  // The tab takes the operation's name once GraphiQL has parsed the new text; running
+  // before that would still name the previous tab's operation.
+  await page.waitForFunction(() => document.querySelector('.graphiql-tab-active')?.textContent.includes('ServerTime'));
   await page.click('.graphiql-execute-button');
   await page.waitForFunction(() => (document.querySelector('.result-window')?.textContent || '').includes('"serverTime"'),
     null, { timeout: 5000 });
