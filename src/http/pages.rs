@@ -47,13 +47,14 @@ const FEATURE_HEADER: &str = "# feature:";
 /// `(feature, name, operation text)` of a saved operation: the feature comes from its
 /// first line, `# feature: Remarks & likes`, which is not shown in the editor.
 fn saved_operation(name: &str, source: &str) -> (String, String, String) {
-    match source.split_once('\n') {
-        Some((first, rest)) if first.starts_with(FEATURE_HEADER) => (
-            first[FEATURE_HEADER.len()..].trim().to_string(),
+    let (first, rest) = source.split_once('\n').unwrap_or((source, ""));
+    match first.strip_prefix(FEATURE_HEADER) {
+        Some(feature) => (
+            feature.trim().to_string(),
             name.to_string(),
             rest.to_string(),
         ),
-        _ => ("Other".to_string(), name.to_string(), source.to_string()),
+        None => ("Other".to_string(), name.to_string(), source.to_string()),
     }
 }
 
