@@ -79,6 +79,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let address = app.local_addr();
             tracing::info!("engage is listening on http://{address}");
             println!("engage: playground at http://{address}/ (GraphQL endpoint http://{address}/graphql)");
+            println!("engage: live dashboard at http://{address}/dashboard");
             app.serve(app::shutdown_signal()).await
         }
         Command::Migrate => {

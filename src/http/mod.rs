@@ -5,7 +5,7 @@ pub mod apq;
 pub mod bench;
 pub mod graphql;
 pub mod health;
-pub mod playground;
+pub mod pages;
 pub mod rate_limit;
 pub mod ws;
 
@@ -40,9 +40,10 @@ pub struct HttpState {
 pub fn router(state: AppState, schema: AppSchema) -> Router {
     crate::metrics::install();
     let max_body = state.config.max_body_bytes;
+    let dev_mode = state.config.uses_dev_secret();
     let http = HttpState { state, schema };
     let routes = Router::new()
-        .route("/", get(playground::page))
+        .merge(pages::router(dev_mode))
         .route("/graphql", get(graphql::get).post(graphql::post))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

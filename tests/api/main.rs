@@ -12,6 +12,7 @@ mod jobs;
 mod leaderboard;
 mod limits;
 mod lock;
+mod pages;
 mod points;
 mod remarks;
 mod signin;
