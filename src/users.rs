@@ -1,6 +1,6 @@
 //! Users: rows in SQL, created the first time a valid token names them.
 
-use std::{collections::HashMap, collections::HashSet, sync::Mutex};
+use std::{collections::HashMap, collections::HashSet, sync::Mutex, time::Duration};
 
 use async_graphql::dataloader::Loader;
 use sqlx::Row;
@@ -31,6 +31,9 @@ struct FirstSight {
     now_ms: i64,
     written: oneshot::Sender<Result<(), AppError>>,
 }
+
+/// How long a request waits for its user's first-sight write (see [`UserDirectory::ensure`]).
+const FIRST_SIGHT_WAIT: Duration = Duration::from_millis(500);
 
 /// Most users written by one statement.
 const BATCH: usize = 300;
@@ -69,13 +72,32 @@ impl UserDirectory {
             now_ms,
             written,
         };
-        self.registrar
-            .send(sight)
-            .await
-            .map_err(|_| AppError::Unavailable("user writer stopped".into()))?;
-        result
-            .await
-            .map_err(|_| AppError::Unavailable("user writer stopped".into()))??;
+        // The request does not wait on SQL for long: likes, sign-ins and flash-sale orders
+        // live in Redis and do not need the row. When SQL is slow or down (or the writer is
+        // backed up) the request goes on, the user stays unremembered, and a later request
+        // writes the row. Failing here would turn an SQL outage into an outage of every
+        // Redis path for every user this instance has not met yet.
+        match self.registrar.try_send(sight) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Err(AppError::Unavailable("user writer stopped".into()))
+            }
+        }
+        match tokio::time::timeout(FIRST_SIGHT_WAIT, result).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(AppError::Unavailable(error)))) => {
+                tracing::debug!(
+                    user_id,
+                    error,
+                    "first sight not written yet: SQL unavailable"
+                );
+                return Ok(());
+            }
+            Ok(Ok(Err(error))) => return Err(error),
+            Ok(Err(_)) => return Err(AppError::Unavailable("user writer stopped".into())),
+            Err(_) => return Ok(()), // still queued: written when SQL answers
+        }
         let mut seen = self.seen.lock().expect("poisoned");
         if seen.len() >= SEEN_CAPACITY {
             seen.clear();

@@ -1,0 +1,461 @@
+//! Faults: Redis and SQL going away under the running app, two instances side by side, and a
+//! WebSocket client that never reads. What must hold: requests fail fast with `UNAVAILABLE`
+//! (never a hang, a 5xx or a panic), the app recovers by itself, and every acknowledged write
+//! reaches SQL exactly once.
+//!
+//! Outages are made with [`Plug`], a TCP proxy in front of the shared Redis or PostgreSQL
+//! that the test can pull out: its connections drop and new ones are closed at once, as when
+//! the server is stopped. The shared servers themselves are never touched.
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+use sqlx::Row;
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::watch,
+};
+
+use crate::harness::{first_code, next_data, streams_settled, subscribe, Socket, TestApp};
+
+const CREATE_REMARK: &str =
+    "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id } }";
+const LIKE: &str = "mutation($id: ID!) { likeRemark(remarkId: $id) { likeCount changed } }";
+const SIGN_IN: &str = "mutation { signIn { alreadySigned } }";
+
+/// A TCP proxy to `upstream` that can be unplugged and plugged back.
+struct Plug {
+    addr: SocketAddr,
+    plugged: watch::Sender<bool>,
+}
+
+impl Plug {
+    async fn to(upstream: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (plugged, _) = watch::channel(true);
+        let state = plugged.clone();
+        let upstream = upstream.to_string();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !*state.borrow() {
+                    continue; // dropped: the client sees its connection closed at once
+                }
+                let mut unplugged = state.subscribe();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = unplugged.wait_for(|plugged| !plugged) => {}
+                    }
+                });
+            }
+        });
+        Self { addr, plugged }
+    }
+
+    fn unplug(&self) {
+        self.plugged.send_replace(false);
+    }
+
+    fn plug_in(&self) {
+        self.plugged.send_replace(true);
+    }
+}
+
+/// Where a `redis://` or `postgres://` URL points (`host:port`), and the URL with that part
+/// replaced by `replacement`.
+fn split_authority(url: &str) -> (String, impl Fn(&str) -> String + '_) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    let host_start = url[start..end].rfind('@').map_or(start, |i| start + i + 1);
+    let host_port = url[host_start..end].to_string();
+    (host_port, move |replacement: &str| {
+        format!("{}{replacement}{}", &url[..host_start], &url[end..])
+    })
+}
+
+/// A plug in front of the server a URL names, and the URL that goes through it.
+async fn plugged(url: &str) -> (Plug, String) {
+    let (upstream, replace) = split_authority(url);
+    let plug = Plug::to(&upstream).await;
+    let through = replace(&plug.addr.to_string());
+    (plug, through)
+}
+
+fn unlimited(config: &mut engage::config::Config) {
+    config.rate_limit_per_ip = 0;
+    config.rate_limit_per_user = 0;
+    config.consumer_max_backoff_ms = 500;
+}
+
+async fn create_remark(app: &TestApp, author: i64) -> String {
+    let item = app.create_item().await;
+    let input = json!({ "input": { "itemId": item, "score": 5, "content": "fault test" } });
+    let data = app
+        .data(Some(&app.user_token(author)), CREATE_REMARK, input)
+        .await;
+    data["createRemark"]["id"].as_str().unwrap().to_string()
+}
+
+/// POSTs a request and returns the HTTP status with the body.
+async fn post(app: &TestApp, token: &str, query: &str, variables: Value) -> (u16, Value) {
+    let response = app
+        .http
+        .post(app.url("/graphql"))
+        .bearer_auth(token)
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+async fn readyz(app: &TestApp) -> (u16, Value) {
+    let response = app.http.get(app.url("/readyz")).send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// Vote rows per event id: (rows, distinct event ids).
+async fn vote_log_counts(app: &TestApp) -> (i64, i64) {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n, COUNT(DISTINCT event_id) AS distinct_events FROM vote_log",
+    )
+    .fetch_one(&app.state.db.pool)
+    .await
+    .unwrap();
+    (row.get("n"), row.get("distinct_events"))
+}
+
+async fn archive_settled(app: &TestApp) {
+    let streams: Vec<String> = (0..app.state.remarks.shards)
+        .map(|s| app.state.keys.vote_stream(s))
+        .collect();
+    streams_settled(app, &streams, "archive").await;
+}
+
+/// Polls `check` every 50 ms until it holds, for at most `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The next `likeCountChanged` count on a socket.
+async fn next_count(socket: &mut Socket) -> i64 {
+    next_data(socket).await["likeCountChanged"]["likeCount"]
+        .as_i64()
+        .expect("a count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_redis_outage_writes_fail_fast_with_unavailable_and_everything_recovers_alone() {
+    let (plug, redis_url) = plugged(&crate::harness::base_config().redis_url).await;
+    let app = TestApp::spawn_with(|config| {
+        unlimited(config);
+        config.redis_url = redis_url;
+    })
+    .await;
+    let remark = create_remark(&app, 1).await;
+    let token = app.user_token(2);
+    let (_, liked) = post(&app, &token, LIKE, json!({ "id": remark })).await;
+    assert_eq!(liked["data"]["likeRemark"]["likeCount"], 1);
+    let query = format!(
+        "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
+    );
+    let mut socket = subscribe(&app, None, &query).await;
+    assert_eq!(next_count(&mut socket).await, 1, "current count first");
+
+    plug.unplug();
+    for (query, variables) in [(LIKE, json!({ "id": remark })), (SIGN_IN, json!({}))] {
+        let mut request = app
+            .http
+            .post(app.url("/graphql"))
+            .bearer_auth(app.user_token(3))
+            .json(&json!({ "query": query, "variables": variables }))
+            .build()
+            .unwrap();
+        // The answer must come long before this; a hang would fail here.
+        *request.timeout_mut() = Some(Duration::from_secs(15));
+        let response = app.http.execute(request).await.expect("an answer, no hang");
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap();
+        assert!(status < 500, "no 5xx during the outage: {status} {body}");
+        assert_eq!(first_code(&body), "UNAVAILABLE", "{body}");
+    }
+    let (status, ready) = readyz(&app).await;
+    assert_eq!((status, ready["redis"].as_str()), (503, Some("down")));
+
+    plug.plug_in();
+    // The pool replaces its dead connections; the next request succeeds.
+    eventually(
+        "a like after Redis came back",
+        Duration::from_secs(10),
+        || async {
+            let (_, body) = post(&app, &app.user_token(3), LIKE, json!({ "id": remark })).await;
+            body["data"]["likeRemark"]["likeCount"] == 2
+        },
+    )
+    .await;
+    // The hub resubscribed by itself: the subscriber resumes with the current count, then
+    // sees the next change.
+    let mut seen = next_count(&mut socket).await;
+    let (_, body) = post(&app, &app.user_token(4), LIKE, json!({ "id": remark })).await;
+    assert_eq!(body["data"]["likeRemark"]["likeCount"], 3, "{body}");
+    while seen != 3 {
+        seen = next_count(&mut socket).await;
+    }
+    archive_settled(&app).await;
+    assert_eq!(
+        vote_log_counts(&app).await,
+        (3, 3),
+        "each acknowledged like archived once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_seconds_and_subscribers_resume(
+) {
+    let shared = crate::harness::base_config().redis_url;
+    let (plug, redis_url) = plugged(&shared).await;
+    let app = TestApp::spawn_with(|config| {
+        unlimited(config);
+        config.redis_url = redis_url;
+    })
+    .await;
+    let remark = create_remark(&app, 1).await;
+    let query = format!(
+        "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
+    );
+    let mut socket = subscribe(&app, None, &query).await;
+    assert_eq!(next_count(&mut socket).await, 0);
+
+    // A long outage: the hub's back-off has grown by the time Redis returns.
+    plug.unplug();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    plug.plug_in();
+    let channel = app.state.keys.like_count_channel(remark.parse().unwrap());
+    let client = redis::Client::open(shared.as_str()).unwrap();
+    eventually("the hub subscribed again", Duration::from_secs(2), || {
+        let (client, channel) = (client.clone(), channel.clone());
+        async move {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            listeners == 1
+        }
+    })
+    .await;
+    // The subscriber resumes: it is sent the current count again, then the next change.
+    assert_eq!(next_count(&mut socket).await, 0);
+    let (_, body) = post(&app, &app.user_token(2), LIKE, json!({ "id": remark })).await;
+    assert_eq!(body["data"]["likeRemark"]["likeCount"], 1, "{body}");
+    let mut seen = 0;
+    while seen != 1 {
+        seen = next_count(&mut socket).await;
+    }
+}
+
+/// The database behind a plug (PostgreSQL), or held by an exclusive lock (SQLite, which has
+/// no server to lose).
+enum SqlOutage {
+    Plug(Plug),
+    Sqlite(String),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_an_sql_outage_likes_keep_answering_and_the_archive_catches_up_exactly_once() {
+    let postgres = std::env::var("TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"));
+    let plug = match &postgres {
+        Some(url) => Some(Plug::to(&split_authority(url).0).await),
+        None => None,
+    };
+    let plug_addr = plug.as_ref().map(|p| p.addr.to_string());
+    let app = TestApp::spawn_with(|config| {
+        unlimited(config);
+        if let Some(addr) = plug_addr {
+            let through = split_authority(&config.database_url).1(&addr);
+            config.database_url = through;
+        }
+    })
+    .await;
+    let outage = match plug {
+        Some(plug) => SqlOutage::Plug(plug),
+        None => SqlOutage::Sqlite(app.state.config.database_url.clone()),
+    };
+    let remark = create_remark(&app, 1).await;
+    let voters: Vec<i64> = (100..140).collect();
+    // These voters are known before the outage ...
+    for &voter in &voters {
+        app.data(Some(&app.user_token(voter)), "{ viewer { id } }", json!({}))
+            .await;
+    }
+
+    let mut sqlite_lock = None;
+    match &outage {
+        SqlOutage::Plug(plug) => plug.unplug(),
+        SqlOutage::Sqlite(url) => {
+            use sqlx::Connection;
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            sqlx::query("BEGIN EXCLUSIVE")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            sqlite_lock = Some(conn);
+        }
+    }
+    let mut acknowledged = 0;
+    // ... and so is a user this instance meets for the first time during the outage.
+    for &voter in voters.iter().chain([&999]) {
+        let (status, body) =
+            post(&app, &app.user_token(voter), LIKE, json!({ "id": remark })).await;
+        assert!(status < 500, "{status} {body}");
+        assert!(body.get("errors").is_none(), "likes keep answering: {body}");
+        acknowledged += 1;
+        assert_eq!(body["data"]["likeRemark"]["likeCount"], acknowledged);
+    }
+    if let SqlOutage::Plug(_) = &outage {
+        let (status, ready) = readyz(&app).await;
+        assert_eq!((status, ready["sql"].as_str()), (503, Some("down")));
+        assert_eq!(ready["redis"], "ok");
+    }
+    match &outage {
+        SqlOutage::Plug(plug) => plug.plug_in(),
+        SqlOutage::Sqlite(_) => {
+            let mut conn = sqlite_lock.take().unwrap();
+            sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+        }
+    }
+    archive_settled(&app).await;
+    assert_eq!(
+        vote_log_counts(&app).await,
+        (acknowledged, acknowledged),
+        "each acknowledged like archived exactly once"
+    );
+    let (status, _) = readyz(&app).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() {
+    let first = TestApp::spawn_with(unlimited).await;
+    let second = first.spawn_sibling().await;
+    let remark = create_remark(&first, 1).await;
+    let query = format!(
+        "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
+    );
+    let mut on_first = subscribe(&first, None, &query).await;
+    let mut on_second = subscribe(&second, None, &query).await;
+    assert_eq!(next_count(&mut on_first).await, 0);
+    assert_eq!(next_count(&mut on_second).await, 0);
+
+    let likes = 200;
+    let mut handles = Vec::new();
+    for voter in 0..likes {
+        let app = if voter % 2 == 0 { &first } else { &second };
+        let (http, url, token) = (
+            app.http.clone(),
+            app.url("/graphql"),
+            app.user_token(1000 + voter),
+        );
+        let remark = remark.clone();
+        handles.push(tokio::spawn(async move {
+            let body: Value = http
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({ "query": LIKE, "variables": { "id": remark } }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body["data"]["likeRemark"]["changed"] == true
+        }));
+    }
+    for handle in handles {
+        assert!(handle.await.unwrap(), "every like acknowledged");
+    }
+    // Each subscriber ends on the total, whichever instance took each like.
+    for socket in [&mut on_first, &mut on_second] {
+        let mut seen = 0;
+        while seen != likes {
+            seen = next_count(socket).await;
+        }
+    }
+    archive_settled(&first).await;
+    assert_eq!(vote_log_counts(&first).await, (likes, likes));
+    let delivered_to: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
+        .bind(remark.parse::<i64>().unwrap())
+        .fetch_one(&first.state.db.pool)
+        .await
+        .unwrap()
+        .get("like_count");
+    assert_eq!(
+        delivered_to, likes,
+        "the rolled-up count saw each event once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
+    let app = TestApp::spawn_with(unlimited).await;
+    let remark = create_remark(&app, 1).await;
+    let remark_id: i64 = remark.parse().unwrap();
+    let query = format!(
+        "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
+    );
+    let mut socket = subscribe(&app, None, &query).await;
+    assert_eq!(next_count(&mut socket).await, 0);
+
+    // Ten thousand changes published while the client reads nothing (made-up values; the
+    // pub/sub connection may be cut by Redis's output-buffer limit meanwhile, then the hub
+    // resyncs from the real count) ...
+    let channel = app.state.keys.like_count_channel(remark_id);
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let published: Vec<i64> = (1_000..11_000).collect();
+    for chunk in published.chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for value in chunk {
+            pipe.cmd("PUBLISH").arg(&channel).arg(value).ignore();
+        }
+        let () = pipe.query_async(&mut conn).await.unwrap();
+    }
+    // ... then one real like, whose count (1) is the latest value either way.
+    let (_, body) = post(&app, &app.user_token(2), LIKE, json!({ "id": remark })).await;
+    assert_eq!(body["data"]["likeRemark"]["likeCount"], 1, "{body}");
+    // The subscriber, reading at last, gets a handful of coalesced updates ending on the
+    // latest value, not one message per change.
+    let mut received = 0;
+    let mut seen = 0;
+    while seen != 1 {
+        seen = next_count(&mut socket).await;
+        received += 1;
+    }
+    assert!(
+        received < 1_000,
+        "{received} messages queued for one slow subscriber"
+    );
+}
