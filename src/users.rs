@@ -77,26 +77,21 @@ impl UserDirectory {
         // backed up) the request goes on, the user stays unremembered, and a later request
         // writes the row. Failing here would turn an SQL outage into an outage of every
         // Redis path for every user this instance has not met yet.
-        match self.registrar.try_send(sight) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => return Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                return Err(AppError::Unavailable("user writer stopped".into()))
-            }
-        }
-        match tokio::time::timeout(FIRST_SIGHT_WAIT, result).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(AppError::Unavailable(error)))) => {
-                tracing::debug!(
-                    user_id,
-                    error,
-                    "first sight not written yet: SQL unavailable"
-                );
+        let stopped = || AppError::Unavailable("user writer stopped".into());
+        let written = async {
+            // Waiting for room in the queue (a burst of new users) counts against the same
+            // bound, so that a burst slows first sights down instead of dropping them.
+            self.registrar.send(sight).await.map_err(|_| stopped())?;
+            result.await.map_err(|_| stopped())?
+        };
+        match tokio::time::timeout(FIRST_SIGHT_WAIT, written).await {
+            Ok(Ok(())) => {}
+            Ok(Err(AppError::Unavailable(error))) => {
+                tracing::debug!(user_id, error, "first sight not written: SQL unavailable");
                 return Ok(());
             }
-            Ok(Ok(Err(error))) => return Err(error),
-            Ok(Err(_)) => return Err(AppError::Unavailable("user writer stopped".into())),
-            Err(_) => return Ok(()), // still queued: written when SQL answers
+            Ok(Err(error)) => return Err(error),
+            Err(_) => return Ok(()), // written when the writer gets to it, or on a later request
         }
         let mut seen = self.seen.lock().expect("poisoned");
         if seen.len() >= SEEN_CAPACITY {
