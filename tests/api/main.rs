@@ -3,8 +3,10 @@
 
 mod harness;
 
+mod abuse;
 mod auth;
 mod feed;
+mod fuzz;
 mod graphql_http;
 mod ids;
 mod items;
