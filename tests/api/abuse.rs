@@ -171,6 +171,8 @@ async fn every_mutation_argument_out_of_bounds_answers_bad_user_input_or_not_fou
         (As::User, format!(r#"mutation {{ createRemark(input: {{ itemId: "{item}", score: -2147483648, content: "x" }}) {{ id }} }}"#), "BAD_USER_INPUT"),
         (As::User, format!(r#"mutation {{ createRemark(input: {{ itemId: "{item}", score: 5, content: "" }}) {{ id }} }}"#), "BAD_USER_INPUT"),
         (As::User, format!(r#"mutation {{ createRemark(input: {{ itemId: "{item}", score: 5, content: "{long_content}" }}) {{ id }} }}"#), "BAD_USER_INPUT"),
+        (As::User, format!(r#"mutation {{ createRemark(input: {{ itemId: "{item}", score: 5, content: "a\u0000b" }}) {{ id }} }}"#), "BAD_USER_INPUT"),
+        (As::Admin, r#"mutation { createItem(input: { name: "a\u0000b" }) { id } }"#.into(), "BAD_USER_INPUT"),
         (As::User, r#"mutation { createRemark(input: { itemId: "123456", score: 5, content: "x" }) { id } }"#.into(), "NOT_FOUND"),
         (As::User, r#"mutation { createRemark(input: { itemId: "x", score: 5, content: "x" }) { id } }"#.into(), "BAD_USER_INPUT"),
         (As::User, r#"mutation { likeRemark(remarkId: "x") { liked } }"#.into(), "BAD_USER_INPUT"),
@@ -519,7 +521,7 @@ async fn hostile_strings_in_content_names_keys_and_ids_never_change_which_keys_a
     let marker = format!("hostilemarker{}", uuid::Uuid::new_v4().simple());
     let hostile = format!(
         "{marker} {{{marker}}} * : \n KEYS[1] ARGV[1] redis.call('FLUSHALL') redis.call('SET', '{marker}', 1) \
-         ]] .. '{marker}' -- {prefix}{marker} engage:{marker} \u{0}\u{202e}😀 {}",
+         ]] .. '{marker}' -- {prefix}{marker} engage:{marker} \u{202e}😀 {}",
         "x".repeat(1500)
     );
     exercise(&app, 200, &hostile).await;
