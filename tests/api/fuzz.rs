@@ -293,7 +293,8 @@ fn request_body(rng: &mut Rng, document: &str, corpus: &Corpus) -> String {
     );
     match rng.below(12) {
         0 => format!("[{body}, {body}]"),
-        1 => body[..rng.below(body.len() + 1)].to_string(), // truncated JSON
+        // Truncated JSON, possibly inside a multi-byte character.
+        1 => String::from_utf8_lossy(&body.as_bytes()[..rng.below(body.len() + 1)]).into_owned(),
         2 => format!("{{\"query\": {}}}", rng.pick(HOSTILE_JSON_VALUES)),
         3 => format!(
             "{{\"extensions\": {{\"persistedQuery\": {{\"version\": {}, \"sha256Hash\": {}}}}}}}",
