@@ -61,6 +61,10 @@ impl NewItem {
                 "name must have 1 to {MAX_NAME_CHARS} characters"
             )));
         }
+        // PostgreSQL text cannot hold NUL; refused here rather than failing in the INSERT.
+        if name.contains('\0') {
+            return Err(AppError::bad_input("name must not contain NUL characters"));
+        }
         Ok(Self {
             name: name.to_string(),
             location: Location::from_parts(lat, lng)?,

@@ -154,6 +154,12 @@ impl NewRemark {
                 "content must have 1 to {MAX_CONTENT_CHARS} characters"
             )));
         }
+        // PostgreSQL text cannot hold NUL; refused here rather than failing in the INSERT.
+        if content.contains('\0') {
+            return Err(AppError::bad_input(
+                "content must not contain NUL characters",
+            ));
+        }
         if images.len() > MAX_IMAGES {
             return Err(AppError::bad_input(format!("at most {MAX_IMAGES} images")));
         }

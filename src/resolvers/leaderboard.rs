@@ -43,7 +43,9 @@ impl LeaderboardQuery {
         let season = parse_season(state, season_id.as_ref().map(|id| id.as_str()))?;
         let first = page_size(first)?;
         if !(0..=1_000_000_000).contains(&offset) {
-            return Err(AppError::bad_input("offset must be 0 or more"));
+            return Err(AppError::bad_input(format!(
+                "offset must be between 0 and 1000000000, got {offset}"
+            )));
         }
         let viewer = auth::viewer(ctx).map(|v| v.user_id);
         let board = leaderboard::board(state, season, viewer, first, offset as usize).await?;

@@ -3,9 +3,11 @@
 
 mod harness;
 
+mod abuse;
 mod auth;
 mod faults;
 mod feed;
+mod fuzz;
 mod graphql_http;
 mod ids;
 mod items;
