@@ -85,7 +85,7 @@ def machine():
             ["memory", f"{mem_gib:.0f} GiB"],
             ["kernel", platform.release()],
             ["Redis", redis.group(1) if redis else "?"],
-            ["PostgreSQL", command("psql", "--version").split()[-1]],
+            ["PostgreSQL", (re.search(r"PostgreSQL\) (\S+)", command("psql", "--version")) or [None, "?"])[1]],
             ["load generator", command("sh", "-c", "wrk -v 2>&1 | head -1").split(" [")[0]],
             ["rustc", command("rustc", "--version")],
         ],

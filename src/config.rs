@@ -31,13 +31,14 @@ pub struct Config {
     )]
     pub redis_url: String,
 
-    /// How requests reach Redis: `pool` (a connection lent to each request) or `shared`
-    /// (one multiplexed connection every request pipelines on).
+    /// How requests reach Redis: `shared` (one multiplexed connection every request
+    /// pipelines on; about half again the like throughput of the pool in BENCHMARKS.md) or
+    /// `pool` (a connection lent to each request).
     #[arg(
         long,
         env = "ENGAGE_REDIS_MODE",
         value_enum,
-        default_value_t = crate::redis::RedisMode::Pool,
+        default_value_t = crate::redis::RedisMode::Shared,
         global = true
     )]
     pub redis_mode: crate::redis::RedisMode,

@@ -158,6 +158,13 @@ impl From<sqlx::Error> for AppError {
                 Self::Unavailable(format!("sql: {error}"))
             }
             sqlx::Error::RowNotFound => Self::not_found("not found"),
+            // PostgreSQL refuses the NUL character in text (22021, and 22P05 for an
+            // untranslatable character): whatever field carried it, the input is at fault.
+            sqlx::Error::Database(ref db)
+                if matches!(db.code().as_deref(), Some("22021" | "22P05")) =>
+            {
+                Self::bad_input("text must not contain the NUL character (U+0000)")
+            }
             other => Self::internal(anyhow::Error::new(other).context("sql")),
         }
     }

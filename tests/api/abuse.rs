@@ -12,7 +12,7 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use engage::auth::Role;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
+use crate::harness::{first_code, TestApp};
 
 /// The code of the first error, or "" when the request succeeded.
 fn outcome(body: &Value) -> String {
@@ -533,4 +533,25 @@ async fn hostile_strings_in_content_names_keys_and_ids_never_change_which_keys_a
         escaped.is_empty(),
         "keys named after user input: {escaped:?}"
     );
+}
+
+#[tokio::test]
+async fn a_nul_character_in_any_text_postgresql_stores_is_bad_user_input_not_internal() {
+    let app = TestApp::spawn().await;
+    let item = app.create_item().await;
+    let now = chrono::Utc::now();
+    let query = "mutation($i: CreateVoucherInput!) { createVoucher(input: $i) { id title } }";
+    let input = json!({ "i": {
+        "itemId": item, "title": "half\u{0}price", "stock": 5,
+        "beginsAt": now.to_rfc3339(), "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
+        "payWithinSeconds": 60,
+    }});
+    let body = app.gql(Some(&app.admin_token()), query, input).await;
+    // SQLite stores the character as it is; PostgreSQL's text cannot hold it.
+    match app.state.db.backend {
+        engage::db::Backend::Postgres => assert_eq!(first_code(&body), "BAD_USER_INPUT"),
+        engage::db::Backend::Sqlite => {
+            assert_eq!(body["data"]["createVoucher"]["title"], "half\u{0}price")
+        }
+    }
 }
