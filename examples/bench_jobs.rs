@@ -25,9 +25,9 @@ struct Args {
     /// Seconds from now at which every job is due (longer than scheduling them takes).
     #[arg(long, default_value_t = 10)]
     due_in: u64,
-    /// Jobs run at once (ENGAGE_JOBS_CONCURRENCY).
-    #[arg(long, default_value_t = 32)]
-    concurrency: usize,
+    /// Jobs run at once (ENGAGE_JOBS_CONCURRENCY); the server's default when left out.
+    #[arg(long)]
+    concurrency: Option<usize>,
 }
 
 struct Lateness(Arc<Mutex<Vec<(i64, i64)>>>);
@@ -52,7 +52,10 @@ async fn main() -> anyhow::Result<()> {
     config.bind = "127.0.0.1:0".parse()?;
     config.database_url = format!("sqlite://{}/bench.db", dir.display());
     config.redis_prefix = format!("bench-jobs-{}:", std::process::id());
-    config.jobs_concurrency = args.concurrency;
+    if let Some(concurrency) = args.concurrency {
+        config.jobs_concurrency = concurrency;
+    }
+    let concurrency = config.jobs_concurrency;
     let app = App::start(config).await?;
     let state = app.state.clone();
     let seen = Arc::new(Mutex::new(Vec::with_capacity(args.jobs)));
@@ -111,7 +114,7 @@ async fn main() -> anyhow::Result<()> {
         serde_json::json!({
             "scenario": "delay queue",
             "jobs": seen.len(),
-            "concurrency": args.concurrency,
+            "concurrency": concurrency,
             "delivered_over_ms": last - first,
             "jobs_per_s": (seen.len() as f64 / ((last - first).max(1) as f64 / 1000.0)).round(),
             "lateness_p50_ms": at(0.5),

@@ -238,11 +238,13 @@ pub struct Config {
     )]
     pub jobs_tick_ms: u64,
 
-    /// Jobs one instance runs at once.
+    /// Jobs one instance runs at once. Handlers are async (in-process code or an HTTP
+    /// callback), so many can wait at once; a take hands out at most as many jobs as there
+    /// are free slots, and at 32 a burst of 100,000 due jobs took more than 5 s to deliver.
     #[arg(
         long,
         env = "ENGAGE_JOBS_CONCURRENCY",
-        default_value_t = 32,
+        default_value_t = 128,
         global = true
     )]
     pub jobs_concurrency: usize,
