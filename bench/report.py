@@ -104,6 +104,40 @@ def ratio(a, b):
     return [a[r] / b[r] for r in a if r in b and b[r]]
 
 
+# What a profiled function belongs to: the first group whose pattern matches its symbol (the
+# kernel by its DSO). Order matters: async-graphql's generic code instantiates tokio's.
+PROFILE_GROUPS = [
+    ("kernel: socket reads and writes, epoll, scheduling", None),
+    ("allocation and memory copies (mimalloc, memmove, memcmp)",
+     r"^(_?mi_|__mem|mem(cpy|move|set|cmp)|malloc|free|realloc)"),
+    ("async-graphql: validation, field resolution, response building", r"async_graphql|pest"),
+    ("SQL (sqlx, SQLite)", r"sqlx|sqlite3"),
+    ("tokio and futures", r"tokio|futures|mio::"),
+    ("HTTP (hyper, axum, tower)", r"hyper|axum|tower|\bhttp::"),
+    ("redis client", r"\bredis::|combine::"),
+    ("engage's own code", r"engage::"),
+    ("the rest: generic `core`/`alloc`/`serde`/`hashbrown` code inlined from all of the above", r""),
+]
+
+
+def profile_groups(name, report):
+    """Shares of a flat `perf report --sort dso,sym` per group of PROFILE_GROUPS."""
+    shares = defaultdict(float)
+    for line in report:
+        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[(.)\]\s+(.*)", line)
+        if not m:
+            continue
+        percent, dso, kind, symbol = float(m[1]), m[2], m[3], m[4]
+        for group, pattern in PROFILE_GROUPS:
+            if (pattern is None and (kind == "k" or "kernel" in dso)) or (
+                    pattern is not None and kind != "k" and re.search(pattern, symbol)):
+                shares[group] += percent
+                break
+    total = sum(shares.values()) or 1
+    return {"scenario": "profile", "profile": name,
+            "groups": {group: round(100 * shares[group] / total, 1) for group, _ in PROFILE_GROUPS}}
+
+
 def render(runs):
     blocks = {"machine": machine()}
     http = ["bare like route", "likeRemark", "remarks page", "signIn"]
@@ -232,6 +266,15 @@ def render(runs):
               spread([r["lateness_max_ms"] for r in results]),
               f"≥ 20,000/s {verdict(rate >= 20000)}; all within 5 s {verdict(late <= 5000)}"]])
 
+    profiles = {r["profile"]: r["groups"] for _, r in runs.get("profile", [])}
+    if profiles:
+        names = [n for n in ("like_remark", "remarks_page") if n in profiles]
+        blocks["profile"] = table(
+            ["share of the server's CPU samples"]
+            + [{"like_remark": "likeRemark", "remarks_page": "remarks page"}[n] for n in names],
+            [[group] + [f"{profiles[n].get(group, 0):.0f} %" for n in names]
+             for group, _ in PROFILE_GROUPS])
+
     results = [r for _, r in runs.get("start", [])]
     if results:
         ready = median([r["ready_ms"] for r in results])
@@ -257,6 +300,9 @@ def rewrite(path, blocks):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--profile":  # bench/run pipes `perf report` in: print one result line
+        print(json.dumps(profile_groups(sys.argv[2], sys.stdin)))
+        sys.exit(0)
     blocks = render(load(sys.argv[1]))
     if len(sys.argv) > 2:
         rewrite(sys.argv[2], blocks)
