@@ -176,12 +176,28 @@ impl From<redis::RedisError> for AppError {
             || error.is_connection_dropped()
             || error.is_connection_refusal()
             || error.is_timeout()
+            || redis_refuses_for_now(&error)
         {
             Self::Unavailable(format!("redis: {error}"))
         } else {
             Self::internal(anyhow::Error::new(error).context("redis"))
         }
     }
+}
+
+/// Answers of a Redis that is up but cannot serve the command for the moment: loading its
+/// data after a restart (`LOADING`, seconds with a large AOF), a failover in progress
+/// (`TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a demoted primary), full under
+/// `noeviction` (`OOM`) or blocked by a script past its time limit (`BUSY`). The client
+/// should retry later, so they answer UNAVAILABLE, not INTERNAL.
+fn redis_refuses_for_now(error: &redis::RedisError) -> bool {
+    matches!(error.retry_method(), redis::RetryMethod::WaitAndRetry)
+        || matches!(
+            error.code(),
+            Some(
+                "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY" | "OOM" | "BUSY"
+            )
+        )
 }
 
 impl From<bb8::RunError<redis::RedisError>> for AppError {
@@ -205,5 +221,36 @@ impl<T> ResultExt<T> for Result<T, sqlx::Error> {
             sqlx::Error::Database(db) if db.is_unique_violation() => error(),
             _ => e.into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis_reply_error(reply: &str) -> redis::RedisError {
+        redis::parse_redis_value(reply.as_bytes())
+            .and_then(redis::Value::extract_error)
+            .expect_err("an error reply")
+    }
+
+    #[test]
+    fn a_redis_that_cannot_serve_for_now_is_unavailable_and_a_bad_command_is_internal() {
+        for reply in [
+            "-LOADING Redis is loading the dataset in memory\r\n",
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-MASTERDOWN Link with MASTER is down\r\n",
+            "-READONLY You can't write against a read only replica.\r\n",
+            "-OOM command not allowed when used memory > 'maxmemory'.\r\n",
+            "-BUSY Redis is busy running a script.\r\n",
+        ] {
+            let error = AppError::from(redis_reply_error(reply));
+            assert!(
+                matches!(error, AppError::Unavailable(_)),
+                "{reply}: {error:?}"
+            );
+        }
+        let error = AppError::from(redis_reply_error("-ERR unknown command 'NOPE'\r\n"));
+        assert_eq!(error.code(), ErrorCode::Internal);
     }
 }
