@@ -9,13 +9,18 @@
 //!   it from UNPAID to its outcome, and give the stock back for cancellation and expiry,
 //!   both only if the row was still UNPAID: exactly once.
 
-use std::sync::Arc;
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+};
 
-use sqlx::{Any, Transaction};
+use futures::StreamExt;
+use sqlx::{Any, Row, Transaction};
 
 use super::{orders::OrderStatus, NewOrder};
 use crate::{
     app::AppState,
+    db::values_placeholders,
     streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
@@ -29,93 +34,42 @@ pub fn spawn(state: &AppState) {
 
 struct OrderArchive(AppState);
 
-impl OrderArchive {
-    async fn insert(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        entry: &StreamEntry,
-    ) -> Result<NewOrder, HandleError> {
-        let order = NewOrder {
-            order_id: entry.number("order")?,
-            voucher_id: entry.number("voucher")?,
-            created_at_ms: entry.number("created")?,
-            pay_by_ms: entry.number("pay_by")?,
-        };
-        let inserted = sqlx::query(
-            "INSERT INTO orders (id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms) \
-             VALUES ($1, $2, $3, 'UNPAID', $4, $5) ON CONFLICT DO NOTHING",
-        )
-        .bind(order.order_id)
-        .bind(order.voucher_id)
-        .bind(entry.number("buyer")?)
-        .bind(order.created_at_ms)
-        .bind(order.pay_by_ms)
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-        if inserted == 1 {
-            let taken = sqlx::query(
-                "UPDATE vouchers SET remaining = remaining - 1 WHERE id = $1 AND remaining > 0",
-            )
-            .bind(order.voucher_id)
-            .execute(&mut **tx)
-            .await?
-            .rows_affected();
-            if taken == 0 {
-                // Redis sold more than SQL holds: never expected; `engage verify` shows it.
-                tracing::error!(
-                    voucher = order.voucher_id,
-                    order = order.order_id,
-                    "SQL stock exhausted before Redis stock"
-                );
-            }
-        }
-        Ok(order)
-    }
-
-    async fn settle(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        entry: &StreamEntry,
-    ) -> Result<(), HandleError> {
-        let order = self.insert(tx, entry).await?;
-        let status = entry.field("status")?;
-        let outcome = OrderStatus::parse(status)
-            .filter(|s| *s != OrderStatus::Unpaid)
-            .ok_or_else(|| {
-                HandleError::Poison(format!("entry {}: bad status {status}", entry.id))
-            })?;
-        let moved = sqlx::query(
-            "UPDATE orders SET status = $1, settled_at_ms = $2 WHERE id = $3 AND status = 'UNPAID'",
-        )
-        .bind(outcome.as_str())
-        .bind(entry.number("at")?)
-        .bind(order.order_id)
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-        if moved == 1 && outcome != OrderStatus::Paid {
-            sqlx::query("UPDATE vouchers SET remaining = remaining + 1 WHERE id = $1")
-                .bind(order.voucher_id)
-                .execute(&mut **tx)
-                .await?;
-        }
-        Ok(())
-    }
-}
+/// Expiry jobs scheduled at once while a batch is handled.
+const EXPIRIES_IN_FLIGHT: usize = 32;
 
 #[async_trait::async_trait]
 impl StreamHandler for OrderArchive {
+    /// A batch costs a few statements whatever its size (one insert of every order it names,
+    /// one update of every settled order, one stock update per voucher): a statement per
+    /// entry could not keep up with a flash sale once a backlog had built up.
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Any>,
         entries: &[StreamEntry],
     ) -> Result<(), HandleError> {
+        // Every entry is read before anything is written, so a malformed one is isolated
+        // by the consumer before the batch touches SQL.
+        let mut orders = Vec::with_capacity(entries.len());
         let mut created = Vec::new();
+        let mut settled = Vec::new();
         for entry in entries {
+            let order = NewOrder {
+                order_id: entry.number("order")?,
+                voucher_id: entry.number("voucher")?,
+                created_at_ms: entry.number("created")?,
+                pay_by_ms: entry.number("pay_by")?,
+            };
             match entry.field("type")? {
-                "created" => created.push(self.insert(tx, entry).await?),
-                "settled" => self.settle(tx, entry).await?,
+                "created" => created.push(order),
+                "settled" => {
+                    let status = entry.field("status")?;
+                    let outcome = OrderStatus::parse(status)
+                        .filter(|s| *s != OrderStatus::Unpaid)
+                        .ok_or_else(|| {
+                            HandleError::Poison(format!("entry {}: bad status {status}", entry.id))
+                        })?;
+                    settled.push((order.order_id, outcome, entry.number("at")?));
+                }
                 other => {
                     return Err(HandleError::Poison(format!(
                         "entry {}: unknown type {other}",
@@ -123,12 +77,126 @@ impl StreamHandler for OrderArchive {
                     )))
                 }
             }
+            // A settled entry carries its order too: it may arrive before `created`.
+            orders.push((order, entry.number("buyer")?));
         }
-        for order in created {
-            super::schedule_expiry(&self.0, &order)
-                .await
-                .map_err(|error| HandleError::Unavailable(error.to_string()))?;
+        insert_orders(tx, &orders).await?;
+        settle_orders(tx, &settled).await?;
+        let state = &self.0;
+        let mut scheduled = futures::stream::iter(created)
+            .map(|order| async move { super::schedule_expiry(state, &order).await })
+            .buffer_unordered(EXPIRIES_IN_FLIGHT);
+        while let Some(result) = scheduled.next().await {
+            result.map_err(|error| HandleError::Unavailable(error.to_string()))?;
         }
         Ok(())
     }
+}
+
+/// Inserts the orders not archived yet and takes one from SQL's stock for each of them, with
+/// the `remaining > 0` guard.
+async fn insert_orders(
+    tx: &mut Transaction<'static, Any>,
+    orders: &[(NewOrder, i64)],
+) -> Result<(), HandleError> {
+    let mut seen = HashSet::new();
+    let orders: Vec<_> = orders
+        .iter()
+        .filter(|(order, _)| seen.insert(order.order_id))
+        .collect();
+    if orders.is_empty() {
+        return Ok(());
+    }
+    let sql = format!(
+        "INSERT INTO orders (id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms) \
+         VALUES {} ON CONFLICT DO NOTHING RETURNING voucher_id",
+        values_placeholders(orders.len(), 6)
+    );
+    let mut query = sqlx::query(&sql);
+    for (order, buyer) in &orders {
+        query = query
+            .bind(order.order_id)
+            .bind(order.voucher_id)
+            .bind(*buyer)
+            .bind(OrderStatus::Unpaid.as_str())
+            .bind(order.created_at_ms)
+            .bind(order.pay_by_ms);
+    }
+    let mut taken: BTreeMap<i64, i64> = BTreeMap::new();
+    for row in query.fetch_all(&mut **tx).await? {
+        *taken.entry(row.try_get("voucher_id")?).or_default() += 1;
+    }
+    for (voucher, count) in taken {
+        let updated = sqlx::query(
+            "UPDATE vouchers SET remaining = remaining - $1 WHERE id = $2 AND remaining >= $1",
+        )
+        .bind(count)
+        .bind(voucher)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if updated == 0 {
+            // Redis sold more than SQL holds: never expected; `engage verify` shows it.
+            tracing::error!(
+                voucher,
+                orders = count,
+                "SQL stock exhausted before Redis stock"
+            );
+            sqlx::query("UPDATE vouchers SET remaining = 0 WHERE id = $1")
+                .bind(voucher)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves orders from UNPAID to their outcome and gives the stock back for cancellations and
+/// expiries; an order no longer UNPAID is left alone, so each settles exactly once.
+async fn settle_orders(
+    tx: &mut Transaction<'static, Any>,
+    settled: &[(i64, OrderStatus, i64)],
+) -> Result<(), HandleError> {
+    let mut seen = HashSet::new();
+    let settled: Vec<_> = settled
+        .iter()
+        .filter(|(order, _, _)| seen.insert(*order))
+        .collect();
+    if settled.is_empty() {
+        return Ok(());
+    }
+    // Parameters per order: $id, $status, $at.
+    let param = |n: usize, column: usize| format!("${}", 3 * n + column);
+    let status_cases: String = (0..settled.len())
+        .map(|n| format!(" WHEN {} THEN {}", param(n, 1), param(n, 2)))
+        .collect();
+    let at_cases: String = (0..settled.len())
+        .map(|n| format!(" WHEN {} THEN {}", param(n, 1), param(n, 3)))
+        .collect();
+    let ids: Vec<String> = (0..settled.len()).map(|n| param(n, 1)).collect();
+    let sql = format!(
+        "UPDATE orders SET status = CASE id{status_cases} END, \
+         settled_at_ms = CASE id{at_cases} END \
+         WHERE status = 'UNPAID' AND id IN ({}) RETURNING voucher_id, status",
+        ids.join(", ")
+    );
+    let mut query = sqlx::query(&sql);
+    for (order, outcome, at) in &settled {
+        query = query.bind(*order).bind(outcome.as_str()).bind(*at);
+    }
+    let mut returned: BTreeMap<i64, i64> = BTreeMap::new();
+    for row in query.fetch_all(&mut **tx).await? {
+        let status: String = row.try_get("status")?;
+        if status != OrderStatus::Paid.as_str() {
+            *returned.entry(row.try_get("voucher_id")?).or_default() += 1;
+        }
+    }
+    for (voucher, count) in returned {
+        sqlx::query("UPDATE vouchers SET remaining = remaining + $1 WHERE id = $2")
+            .bind(count)
+            .bind(voucher)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }
