@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use chrono::Datelike;
+use futures::{stream::FuturesOrdered, StreamExt};
 use sqlx::{Any, Transaction};
 
 use super::PointsType;
@@ -112,6 +113,7 @@ impl StreamHandler for PointsIntake {
         _tx: &mut Transaction<'static, Any>,
         entries: &[StreamEntry],
     ) -> Result<(), HandleError> {
+        let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
             let kind = entry.field("type")?;
             let kind = PointsType::parse(kind).ok_or_else(|| {
@@ -120,11 +122,9 @@ impl StreamHandler for PointsIntake {
             let user = entry.number("user")?;
             let points = entry.number("points")?;
             let key = format!("intake:{}", entry.field("key")?);
-            super::award(&self.0, user, kind, points, &key)
-                .await
-                .map_err(|e| award_failure(entry, e))?;
+            awards.push((entry, user, kind, points, key));
         }
-        Ok(())
+        award_all(&self.0, awards).await
     }
 }
 
@@ -138,16 +138,47 @@ impl StreamHandler for LikePoints {
         entries: &[StreamEntry],
     ) -> Result<(), HandleError> {
         let points = self.0.points.rules.rule(PointsType::LikeReceived).points;
+        let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
             let (voter, author) = (entry.number("voter")?, entry.number("author")?);
             if entry.number("voting")? != 1 || voter == author {
                 continue; // unlikes take nothing back; liking oneself earns nothing
             }
             let key = format!("like:{}:{voter}", entry.number("remark")?);
-            super::award(&self.0, author, PointsType::LikeReceived, points, &key)
-                .await
-                .map_err(|e| award_failure(entry, e))?;
+            awards.push((entry, author, PointsType::LikeReceived, points, key));
         }
-        Ok(())
+        award_all(&self.0, awards).await
+    }
+}
+
+/// Awards in flight at once while a batch is handled.
+const AWARDS_IN_FLIGHT: usize = 32;
+
+/// Runs a batch's awards a few dozen at a time: each is one script call, and one after the
+/// other they capped a consumer at one award per Redis round trip (it could not catch up
+/// with a backlog while likes kept coming). Awards are idempotent on their key, so a batch
+/// that fails part-way is simply handled again; started in entry order, they reach Redis in
+/// that order on the shared connection.
+async fn award_all(
+    state: &AppState,
+    awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
+) -> Result<(), HandleError> {
+    let mut awards = awards.into_iter();
+    let mut in_flight = FuturesOrdered::new();
+    loop {
+        while in_flight.len() < AWARDS_IN_FLIGHT {
+            let Some((entry, user, kind, points, key)) = awards.next() else {
+                break;
+            };
+            in_flight.push_back(async move {
+                super::award(state, user, kind, points, &key)
+                    .await
+                    .map_err(|e| award_failure(entry, e))
+            });
+        }
+        match in_flight.next().await {
+            Some(result) => result?,
+            None => return Ok(()),
+        };
     }
 }
