@@ -506,8 +506,18 @@ async fn main() -> anyhow::Result<()> {
         }
         if last_report.elapsed() > Duration::from_secs(10) {
             last_report = Instant::now();
+            // The groups holding most of the backlog name the slowest consumer.
+            let mut groups = group_backlogs(&redis).await?;
+            groups.sort_by_key(|(_, _, pending, lag)| std::cmp::Reverse(pending + lag));
+            let largest: Vec<String> = groups
+                .iter()
+                .take(3)
+                .filter(|(_, _, pending, lag)| pending + lag > 0)
+                .map(|(stream, group, pending, lag)| format!("{stream} {group} {}", pending + lag))
+                .collect();
             say(&format!(
-                "  backlog: {pending} pending, {lag} not delivered"
+                "  backlog: {pending} pending, {lag} not delivered; largest: {}",
+                largest.join(", ")
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -583,6 +593,13 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(16)).await;
     while stream_backlog(&redis).await? > 0 && drain_started.elapsed() < Duration::from_secs(150) {
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (stream, group, pending, lag) in group_backlogs(&redis).await? {
+        if pending + lag > 0 {
+            say(&format!(
+                "not drained: {stream} group {group}: {pending} pending, {lag} not delivered"
+            ));
+        }
     }
 
     // Checks.
@@ -731,6 +748,19 @@ async fn main() -> anyhow::Result<()> {
     let reclaimed = logs
         .matches("jobs of a silent worker are ready again")
         .count();
+    // Why the servers failed requests (UNAVAILABLE and INTERNAL are logged), most frequent
+    // first: an INTERNAL answer is explained here.
+    let mut failure_causes: HashMap<String, u64> = HashMap::new();
+    for line in logs.lines().filter(|line| line.contains("request failed")) {
+        let line = without_ansi_colours(line);
+        let cause = line.split_once("error=").map_or(&*line, |(_, cause)| cause);
+        *failure_causes
+            .entry(cause.chars().take(120).collect())
+            .or_default() += 1;
+    }
+    let mut failure_causes: Vec<_> = failure_causes.into_iter().collect();
+    failure_causes.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+    let internal = ledger.other_errors.get("INTERNAL").copied().unwrap_or(0);
 
     println!();
     println!("| write | acknowledged | lost | duplicates | notes |");
@@ -742,6 +772,9 @@ async fn main() -> anyhow::Result<()> {
     println!("requests: {}, 5xx: {}, panics: {panics}, UNAVAILABLE: {}, other errors: {:?}, unanswered (in doubt): {}",
         ledger.requests, ledger.status_5xx, ledger.unavailable, ledger.other_errors, ledger.in_doubt);
     println!("slowest failed request: {:.2?}", ledger.slowest_failure);
+    for (cause, count) in failure_causes.iter().take(5) {
+        println!("failed requests logged ({count}×): {cause}");
+    }
     println!("stream entries pending at the kill: {pending_of_dead}; take-overs logged: {takeovers}; job reclaims logged: {reclaimed}");
     println!("SQL outage: backlog {backlog} entries, waited {drain_time:.1?} for it under load (at most 60 s); /readyz truthful {readyz_truthful}/{readyz_checks}");
     println!(
@@ -759,6 +792,8 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .any(|(_, _, lost, dup, _)| *lost > 0 || *dup > 0)
         || ledger.status_5xx > 0
+        // An outage must answer UNAVAILABLE; INTERNAL means an error was not classified.
+        || internal > 0
         || panics > 0
         || !verify.status.success();
 
@@ -844,25 +879,50 @@ async fn streams(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result
 
 /// Per group of every stream: (entries pending, entries not delivered yet).
 async fn group_counts(redis: &redis::Client) -> anyhow::Result<(u64, u64)> {
+    let groups = group_backlogs(redis).await?;
+    Ok(groups.iter().fold((0, 0), |(pending, lag), group| {
+        (pending + group.2, lag + group.3)
+    }))
+}
+
+/// Every consumer group: (stream, group, pending entries, entries not yet delivered).
+async fn group_backlogs(redis: &redis::Client) -> anyhow::Result<Vec<(String, String, u64, u64)>> {
     // A busy Redis may take longer than the default response timeout for a scan.
     let config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
     let mut conn = redis
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
-    let (mut pending, mut lag) = (0, 0);
+    let mut backlogs = Vec::new();
     for stream in streams(&mut conn).await? {
+        let info: redis::streams::StreamInfoStreamReply = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(&stream)
+            .query_async(&mut conn)
+            .await?;
         let groups: redis::streams::StreamInfoGroupsReply = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(&stream)
             .query_async(&mut conn)
             .await?;
         for group in groups.groups {
-            pending += group.pending as u64;
-            lag += group.lag.unwrap_or(0) as u64;
+            // Redis's `lag` is an estimate that can stay above zero for good once a stream
+            // was trimmed and Redis restarted (7.0): a group that was handed the stream's last
+            // entry has nothing left to deliver, whatever `lag` says.
+            let not_delivered = if group.last_delivered_id == info.last_generated_id {
+                0
+            } else {
+                group.lag.unwrap_or(1).max(1) as u64
+            };
+            backlogs.push((
+                stream.clone(),
+                group.name,
+                group.pending as u64,
+                not_delivered,
+            ));
         }
     }
-    Ok((pending, lag))
+    Ok(backlogs)
 }
 
 /// Stream entries some group has not acknowledged yet (pending or not delivered).
@@ -924,4 +984,23 @@ async fn slow_subscriber(
         "variables": { "ids": ids } } });
     socket.send(Message::text(subscribe.to_string())).await?;
     Ok(socket)
+}
+
+/// A log line without the terminal colour codes the server's logger writes.
+fn without_ansi_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ parameters m
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
