@@ -15,7 +15,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{
@@ -29,10 +28,13 @@ use clap::Parser;
 use engage::auth::{Role, Tokens};
 use serde_json::{json, Value};
 use sqlx::Row;
-use tokio::{
-    net::{TcpListener, TcpStream},
-    sync::watch,
-};
+use tokio::net::{TcpListener, TcpStream};
+
+#[path = "support/plug.rs"]
+mod plug;
+#[path = "support/mod.rs"]
+mod support;
+use plug::Plug;
 
 #[derive(Parser)]
 struct Args {
@@ -56,40 +58,6 @@ struct Args {
 const LIKE: &str = "mutation($id: ID!) { likeRemark(remarkId: $id) { changed } }";
 const SIGN_IN: &str = "mutation { signIn { alreadySigned } }";
 const SECKILL: &str = "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } }";
-
-/// A TCP proxy that can be unplugged (its connections dropped, new ones closed at once).
-struct Plug {
-    addr: SocketAddr,
-    plugged: watch::Sender<bool>,
-}
-
-impl Plug {
-    async fn to(upstream: String) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let (plugged, _) = watch::channel(true);
-        let state = plugged.clone();
-        tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                if !*state.borrow() {
-                    continue;
-                }
-                let mut unplugged = state.subscribe();
-                let upstream = upstream.clone();
-                tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = unplugged.wait_for(|plugged| !plugged) => {}
-                    }
-                });
-            }
-        });
-        Ok(Self { addr, plugged })
-    }
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -218,7 +186,7 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|rest| rest.split(['/', '?']).next())
         .unwrap_or("127.0.0.1:5432")
         .to_string();
-    let sql_plug = Plug::to(pg_host.clone()).await?;
+    let sql_plug = Plug::to(&pg_host).await?;
     let options = format!("options=-c%20search_path%3D{schema}");
     let direct_url = format!("{}?{options}", args.postgres);
     let plugged_url = format!(
@@ -279,7 +247,7 @@ async fn main() -> anyhow::Result<()> {
         .pool_max_idle_per_host(args.in_flight)
         .build()?;
     let admin_token = tokens.mint(1, Role::Admin, 7200, None);
-    let item = gql(
+    let item = support::post(
         &http,
         &a.url(),
         &admin_token,
@@ -294,7 +262,7 @@ async fn main() -> anyhow::Result<()> {
     for author in 0..20 {
         let token = tokens.mint(10 + author, Role::User, 7200, None);
         let input = json!({ "input": { "itemId": item, "score": 5, "content": format!("remark {author}") } });
-        let body = gql(
+        let body = support::post(
             &http,
             &a.url(),
             &token,
@@ -315,7 +283,7 @@ async fn main() -> anyhow::Result<()> {
         "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
         "endsAt": (now + chrono::Duration::hours(2)).to_rfc3339(), "payWithinSeconds": 15,
     }});
-    let voucher = gql(
+    let voucher = support::post(
         &http,
         &a.url(),
         &admin_token,
@@ -331,7 +299,7 @@ async fn main() -> anyhow::Result<()> {
     for job in 0..jobs {
         let input = json!({ "input": { "id": format!("hook-{job}"), "topic": "hooks", "body": "{}",
             "delaySeconds": 6, "callbackUrl": format!("http://127.0.0.1:{hook_port}/hook/{job}"), "maxAttempts": 5 } });
-        let body = gql(
+        let body = support::post(
             &http,
             &b.url(),
             &admin_token,
@@ -465,7 +433,7 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     // Fault 2: SQL unreachable.
-    sql_plug.plugged.send_replace(false);
+    sql_plug.unplug();
     say(&format!("SQL unplugged for {} s", args.sql_outage));
     let outage_started = Instant::now();
     let mut readyz_truthful = 0;
@@ -490,7 +458,7 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    sql_plug.plugged.send_replace(true);
+    sql_plug.plug_in();
     let backlog = stream_backlog(&redis).await?;
     say(&format!(
         "SQL plugged in; archive backlog {backlog} entries; /readyz truthful {readyz_truthful}/{readyz_checks}"
@@ -549,7 +517,7 @@ async fn main() -> anyhow::Result<()> {
         loop {
             let user = load.next_user.fetch_add(1, Ordering::Relaxed) as i64;
             let token = tokens.mint(user, Role::User, 7200, None);
-            match gql(&http, &instance.url(), &token, SIGN_IN, json!({})).await {
+            match support::post(&http, &instance.url(), &token, SIGN_IN, json!({})).await {
                 Ok(body) if body["data"]["signIn"]["alreadySigned"] == false => {
                     load.ledger.lock().expect("poisoned").sign_ins.push(user);
                     break;
@@ -620,7 +588,7 @@ async fn main() -> anyhow::Result<()> {
         .filter(|pair| !archived.contains_key(pair))
         .count();
     let duplicates = archived.values().filter(|&&n| n > 1).count();
-    let body = gql(
+    let body = support::post(
         &http,
         &b.url(),
         &admin_token,
@@ -671,7 +639,7 @@ async fn main() -> anyhow::Result<()> {
             let token = tokens.mint(user, Role::User, 7200, None);
             let (http, url) = (http.clone(), b.url());
             async move {
-                gql(
+                support::post(
                     &http,
                     &url,
                     &token,
@@ -813,23 +781,6 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn gql(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    query: &str,
-    variables: Value,
-) -> anyhow::Result<Value> {
-    Ok(http
-        .post(url)
-        .bearer_auth(token)
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await?
-        .json()
-        .await?)
-}
-
 async fn wait_for<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
@@ -888,8 +839,7 @@ async fn group_counts(redis: &redis::Client) -> anyhow::Result<(u64, u64)> {
 /// Every consumer group: (stream, group, pending entries, entries not yet delivered).
 async fn group_backlogs(redis: &redis::Client) -> anyhow::Result<Vec<(String, String, u64, u64)>> {
     // A busy Redis may take longer than the default response timeout for a scan.
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+    let config = support::patient_redis();
     let mut conn = redis
         .get_multiplexed_async_connection_with_config(&config)
         .await?;

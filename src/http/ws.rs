@@ -28,6 +28,7 @@ use axum::{
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::{client_ip, HttpState};
 use crate::{
@@ -112,7 +113,7 @@ async fn serve(
             }
         }
     });
-    let _reader = AbortOnDrop(reader);
+    let _reader = AbortOnDropHandle::new(reader);
     let input = futures::stream::poll_fn(move |cx| inbox.poll_recv(cx))
         .take_until(shutdown.clone().cancelled_owned());
 
@@ -174,15 +175,6 @@ async fn serve(
         let _ = sink.send(Message::Close(Some(frame))).await;
     }
     let _ = sink.close().await;
-}
-
-/// Stops a spawned task when dropped (the reader of a connection that is done).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// `Authorization` (any case) from a `connection_init` payload; `authToken` and `token` as

@@ -7,67 +7,20 @@
 //! that the test can pull out: its connections drop and new ones are closed at once, as when
 //! the server is stopped. The shared servers themselves are never touched.
 
-use std::{
-    net::SocketAddr,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sqlx::Row;
-use tokio::{
-    net::{TcpListener, TcpStream},
-    sync::watch,
-};
 
-use crate::harness::{first_code, next_data, streams_settled, subscribe, Socket, TestApp};
+use crate::{
+    harness::{first_code, next_data, streams_settled, subscribe, Socket, TestApp},
+    plug::Plug,
+};
 
 const CREATE_REMARK: &str =
     "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id } }";
 const LIKE: &str = "mutation($id: ID!) { likeRemark(remarkId: $id) { likeCount changed } }";
 const SIGN_IN: &str = "mutation { signIn { alreadySigned } }";
-
-/// A TCP proxy to `upstream` that can be unplugged and plugged back.
-struct Plug {
-    addr: SocketAddr,
-    plugged: watch::Sender<bool>,
-}
-
-impl Plug {
-    async fn to(upstream: &str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (plugged, _) = watch::channel(true);
-        let state = plugged.clone();
-        let upstream = upstream.to_string();
-        tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                if !*state.borrow() {
-                    continue; // dropped: the client sees its connection closed at once
-                }
-                let mut unplugged = state.subscribe();
-                let upstream = upstream.clone();
-                tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = unplugged.wait_for(|plugged| !plugged) => {}
-                    }
-                });
-            }
-        });
-        Self { addr, plugged }
-    }
-
-    fn unplug(&self) {
-        self.plugged.send_replace(false);
-    }
-
-    fn plug_in(&self) {
-        self.plugged.send_replace(true);
-    }
-}
 
 /// Where a `redis://` or `postgres://` URL points (`host:port`), and the URL with that part
 /// replaced by `replacement`.
@@ -86,7 +39,7 @@ fn split_authority(url: &str) -> (String, impl Fn(&str) -> String + '_) {
 /// A plug in front of the server a URL names, and the URL that goes through it.
 async fn plugged(url: &str) -> (Plug, String) {
     let (upstream, replace) = split_authority(url);
-    let plug = Plug::to(&upstream).await;
+    let plug = Plug::to(&upstream).await.unwrap();
     let through = replace(&plug.addr.to_string());
     (plug, through)
 }
@@ -288,7 +241,7 @@ async fn during_an_sql_outage_likes_keep_answering_and_the_archive_catches_up_ex
         .ok()
         .filter(|u| u.starts_with("postgres"));
     let plug = match &postgres {
-        Some(url) => Some(Plug::to(&split_authority(url).0).await),
+        Some(url) => Some(Plug::to(&split_authority(url).0).await.unwrap()),
         None => None,
     };
     let plug_addr = plug.as_ref().map(|p| p.addr.to_string());

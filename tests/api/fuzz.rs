@@ -7,7 +7,7 @@ use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
+use crate::harness::{percent_encode, TestApp};
 
 /// SplitMix64: a few lines instead of a crate, and the same sequence on every platform.
 struct Rng(u64);
@@ -304,17 +304,6 @@ fn request_body(rng: &mut Rng, document: &str, corpus: &Corpus) -> String {
         4 => rng.pick(HOSTILE_JSON_VALUES).to_string(),
         _ => body,
     }
-}
-
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn generate(rng: &mut Rng, corpus: &Corpus) -> Case {

@@ -169,15 +169,7 @@ async fn health_readiness_and_metrics_answer() {
         .await
         .unwrap();
     app.gql(None, "{ nope }", json!({})).await;
-    let metrics = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.get_text("/metrics").await;
     assert!(
         metrics.contains("engage_graphql_requests_total{operation=\"Probe\"}"),
         "{metrics}"

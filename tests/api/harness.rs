@@ -141,6 +141,18 @@ impl TestApp {
         format!("{}{path}", self.base)
     }
 
+    /// GETs a path and returns the body as text (whatever the status).
+    pub async fn get_text(&self, path: &str) -> String {
+        self.http
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn ws_url(&self) -> String {
         self.url("/graphql").replacen("http", "ws", 1)
     }
@@ -363,4 +375,16 @@ impl Cleanup {
             }
         }
     }
+}
+
+/// A URL query component: unreserved characters kept, every other byte `%XX`.
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

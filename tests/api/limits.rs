@@ -4,7 +4,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{first_code, percent_encode, TestApp};
 
 #[tokio::test]
 async fn a_depth_bomb_is_refused_without_a_server_error() {
@@ -141,7 +141,7 @@ async fn automatic_persisted_queries_round_trip() {
     let url = format!(
         "{}?extensions={}",
         app.url("/graphql"),
-        urlencode(&extensions.to_string())
+        percent_encode(&extensions.to_string())
     );
     let by_get: Value = app
         .http
@@ -162,15 +162,4 @@ async fn automatic_persisted_queries_round_trip() {
         .await
         .unwrap();
     assert_eq!(first_code(&wrong), "BAD_REQUEST");
-}
-
-fn urlencode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -2,6 +2,9 @@
 //! One test binary with a module per feature keeps linking time down.
 
 mod harness;
+/// The unpluggable TCP proxy, shared with the long fault suite of `examples/`.
+#[path = "../../examples/support/plug.rs"]
+mod plug;
 
 mod abuse;
 mod auth;

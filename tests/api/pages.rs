@@ -58,16 +58,7 @@ async fn with_a_configured_secret_the_dev_route_does_not_exist() {
 
 #[tokio::test]
 async fn the_playground_shows_the_dev_token_button_only_in_dev_mode() {
-    let page = |app: TestApp| async move {
-        app.http
-            .get(app.url("/"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
+    let page = |app: TestApp| async move { app.get_text("/").await };
     let with_secret = page(TestApp::spawn().await).await;
     assert!(with_secret.contains("const DEV_MODE = false;"));
     let dev = page(dev_mode_app().await).await;
@@ -77,15 +68,7 @@ async fn the_playground_shows_the_dev_token_button_only_in_dev_mode() {
 #[tokio::test]
 async fn the_playground_embeds_every_saved_operation_grouped_by_feature() {
     let app = TestApp::spawn().await;
-    let page = app
-        .http
-        .get(app.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = app.get_text("/").await;
     assert!(!page.contains("unpkg.com"), "the page must work offline");
     let start = page.find("const SAVED_OPERATIONS = ").unwrap() + 25;
     let end = start + page[start..].find(";\n").unwrap();
