@@ -16,7 +16,7 @@ local removed = redis.call('ZREM', KEYS[1], id)
 if removed == 0 then
   return 0
 end
-redis.call('HDEL', KEYS[4], id .. ':lease')
-redis.call('HSET', KEYS[4], id .. ':status', 'CANCELLED')
+redis.call('HDEL', KEYS[4], id .. '/lease')
+redis.call('HSET', KEYS[4], id .. '/status', 'CANCELLED')
 redis.call('ZADD', KEYS[5], ARGV[2], id)
 return 1

@@ -18,18 +18,18 @@ local out = {}
 local finished_any = false
 for i = 3, #ARGV, 5 do
   local id, lease, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('HGET', KEYS[3], id .. ':lease') ~= lease then
+  if redis.call('HGET', KEYS[3], id .. '/lease') ~= lease then
     out[#out + 1] = 0
   else
     redis.call('ZREM', KEYS[1], id)
-    redis.call('HDEL', KEYS[3], id .. ':lease')
+    redis.call('HDEL', KEYS[3], id .. '/lease')
     if outcome == 'retry' then
-      redis.call('HSET', KEYS[3], id .. ':error', ARGV[i + 4])
+      redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4])
       redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
     elseif outcome == 'dead' then
-      redis.call('HDEL', KEYS[3], id, id .. ':attempts', id .. ':error', id .. ':status')
+      redis.call('HDEL', KEYS[3], id, id .. '/attempts', id .. '/error', id .. '/status')
     else
-      redis.call('HSET', KEYS[3], id .. ':status', 'DONE')
+      redis.call('HSET', KEYS[3], id .. '/status', 'DONE')
       redis.call('ZADD', KEYS[4], now, id)
       finished_any = true
     end
@@ -41,7 +41,7 @@ if finished_any then
   local excess = redis.call('ZCARD', KEYS[4]) - keep
   if excess > 0 then
     for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, excess - 1)) do
-      redis.call('HDEL', KEYS[3], old, old .. ':attempts', old .. ':error', old .. ':status')
+      redis.call('HDEL', KEYS[3], old, old .. '/attempts', old .. '/error', old .. '/status')
     end
     redis.call('ZREMRANGEBYRANK', KEYS[4], 0, excess - 1)
   end

@@ -24,7 +24,7 @@ out[1] = #due / 2
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id .. ':lease')
+  redis.call('HDEL', KEYS[4], id .. '/lease')
   redis.call('LPUSH', KEYS[2], id)
 end
 out[2] = #expired

@@ -19,8 +19,8 @@ for n = 1, tonumber(ARGV[3]) do
   if job then
     local lease = ARGV[2] .. ':' .. n
     redis.call('ZADD', KEYS[2], ARGV[1], id)
-    redis.call('HSET', KEYS[3], id .. ':lease', lease)
-    local attempts = redis.call('HINCRBY', KEYS[3], id .. ':attempts', 1)
+    redis.call('HSET', KEYS[3], id .. '/lease', lease)
+    local attempts = redis.call('HINCRBY', KEYS[3], id .. '/attempts', 1)
     out[#out + 1] = id
     out[#out + 1] = job
     out[#out + 1] = attempts

@@ -25,6 +25,9 @@
   Events: on a change, XADD to KEYS[4] {remark, voter, author, voting=1, count, at}
           and PUBLISH the new count on ARGV[6].
 
+  The earliest likers (KEYS[3]) hold the first ARGV[7] current likers, or fewer when unlikes
+  left a gap (see below); `likers` refills a short set from the archive.
+
   Why a relation key per voter rather than a set per remark: each key expires on its own,
   so memory follows recent activity; the archive answers for older votes.
 ]]
@@ -42,10 +45,14 @@ end
 
 redis.call('SET', KEYS[2], '1', 'EX', ttl)
 local likes = redis.call('HINCRBY', KEYS[1], 'likes', 1)
-redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[1])
+-- The newest liker belongs to the earliest ARGV[7] only while the set still holds every
+-- earlier liker. Once an unlike has taken one of the kept likers out while others were
+-- waiting past the cap (or after a Redis loss), the set has a gap that only the archive can
+-- fill with the right voter: the newest is left out and the reader refills from the archive.
 local keep = tonumber(ARGV[7])
-if redis.call('ZCARD', KEYS[3]) > keep then
-  redis.call('ZREMRANGEBYRANK', KEYS[3], keep, -1)
+local kept = redis.call('ZCARD', KEYS[3])
+if kept < keep and kept == likes - 1 then
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[1])
 end
 redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
   'voting', 1, 'count', likes, 'at', ARGV[3])

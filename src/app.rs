@@ -8,6 +8,7 @@ use std::{
     future::Future,
     net::SocketAddr,
     sync::{atomic::AtomicU64, Arc},
+    time::Duration,
 };
 
 use anyhow::Context;
@@ -22,6 +23,7 @@ use crate::{
     http::{self, rate_limit::RateLimits},
     ids::IdGenerator,
     jobs::JobRegistry,
+    leaderboard::live::SharedBoards,
     live::LiveHub,
     points::PointsSettings,
     redis::{self as redis_access, Keys, RedisPool},
@@ -47,6 +49,8 @@ pub struct Services {
     pub instance_id: String,
     /// The one pub/sub connection of this instance, fanned out to subscriptions.
     pub live: Arc<LiveHub>,
+    /// Leaderboard readers shared by the subscribers of this instance.
+    pub boards: SharedBoards,
     pub remarks: RemarkSettings,
     pub points: PointsSettings,
     /// In-process handlers of delay-queue topics.
@@ -88,11 +92,12 @@ impl Services {
             config.id_block_size,
         );
         Ok(Arc::new(Services {
-            tokens: Tokens::new(config.jwt_secret()),
+            tokens: Tokens::new(config.jwt_secret()).with_max_ttl(config.jwt_max_ttl_seconds),
             users: Arc::new(UserDirectory::new(db.clone())),
             rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user),
             instance_id: format!("engage-{}", uuid::Uuid::new_v4().simple()),
             live: LiveHub::new(&config.redis_url),
+            boards: SharedBoards::default(),
             remarks: RemarkSettings::from_config(&config),
             points: PointsSettings::from_config(&config)?,
             jobs: JobRegistry::from_config(&config),
@@ -132,6 +137,7 @@ pub struct App {
 
 impl App {
     pub async fn start(config: Config) -> anyhow::Result<Self> {
+        config.check()?;
         let listener = TcpListener::bind(config.bind)
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;
@@ -172,15 +178,15 @@ impl App {
             }
         });
 
-        let server = axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let limits = http::server::Limits {
+            max_connections: http::server::connection_cap(state.config.max_connections),
+            header_read_timeout: Duration::from_secs(state.config.header_read_timeout_seconds),
+        };
+        let server = http::server::serve(listener, router, limits, shutdown.clone());
 
         let grace = state.config.shutdown_grace();
         let served = async {
-            server.await?;
+            server.await;
             state.tasks.close();
             state.tasks.wait().await;
             // Ends the sessions (and any transaction a stopped task left open).

@@ -49,6 +49,12 @@ pub struct Claims {
     pub role: Role,
     /// Expiry, seconds since the Unix epoch.
     pub exp: i64,
+    /// Not valid before, seconds since the Unix epoch (checked when present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
+    /// Issued at, seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<i64>,
     /// Display name used when the user is first seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -66,25 +72,39 @@ pub struct Tokens {
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
+    /// Longest lifetime a token may claim (`ENGAGE_JWT_MAX_TTL_SECONDS`).
+    max_ttl_seconds: Option<i64>,
 }
 
 impl Tokens {
     pub fn new(secret: &str) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 5;
+        validation.validate_nbf = true;
         validation.set_required_spec_claims(&["exp", "sub"]);
         Self {
             encoding: EncodingKey::from_secret(secret.as_bytes()),
             decoding: DecodingKey::from_secret(secret.as_bytes()),
             validation,
+            max_ttl_seconds: None,
         }
     }
 
+    /// Refuses tokens that claim to live longer than `seconds` (from now, and from `iat`
+    /// when they carry it): a leaked long-lived token stays usable for its whole life.
+    pub fn with_max_ttl(mut self, seconds: Option<u64>) -> Self {
+        self.max_ttl_seconds = seconds.map(|s| i64::try_from(s).unwrap_or(i64::MAX));
+        self
+    }
+
     pub fn mint(&self, user_id: i64, role: Role, ttl_seconds: i64, name: Option<String>) -> String {
+        let now = chrono::Utc::now().timestamp();
         let claims = Claims {
             sub: user_id.to_string(),
             role,
-            exp: chrono::Utc::now().timestamp() + ttl_seconds,
+            exp: now + ttl_seconds,
+            nbf: None,
+            iat: Some(now),
             name,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
@@ -103,10 +123,23 @@ impl Tokens {
                         "token algorithm is not HS256"
                     }
                     ErrorKind::MissingRequiredClaim(_) => "token lacks a required claim",
+                    ErrorKind::ImmatureSignature => "token is not valid yet (nbf)",
                     _ => "token is malformed",
                 };
                 AppError::unauthenticated(reason)
             })?;
+        if let Some(max) = self.max_ttl_seconds {
+            let claims = &data.claims;
+            let now = chrono::Utc::now().timestamp();
+            let lifetime = claims
+                .exp
+                .saturating_sub(claims.iat.unwrap_or(now).min(now));
+            if lifetime > max {
+                return Err(AppError::unauthenticated(format!(
+                    "token lives longer than the {max} s this server accepts"
+                )));
+            }
+        }
         let user_id = crate::ids::parse(&data.claims.sub, "token subject")
             .map_err(|_| AppError::unauthenticated("token subject is not a user id"))?;
         Ok((

@@ -9,6 +9,7 @@ pub fn spawn_all(state: &AppState) {
     state.spawn_background("live-hub", crate::live::run);
     crate::remarks::archive::spawn(state);
     crate::points::archive::spawn(state);
+    state.spawn_background("season-watch", crate::leaderboard::live::watch_seasons);
     state.spawn_background(
         "season-rollover",
         crate::leaderboard::rollover::run_periodically,

@@ -113,6 +113,62 @@ pub struct Config {
     )]
     pub trust_proxy: bool,
 
+    /// Trusted proxies in front of the service: the client IP is the entry this many places
+    /// from the right of `X-Forwarded-For`, the one the outermost trusted proxy added.
+    #[arg(
+        long,
+        env = "ENGAGE_TRUSTED_PROXY_HOPS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=16),
+        global = true
+    )]
+    pub trusted_proxy_hops: u32,
+
+    /// Mutation fields one request may run (aliases and fragments included); each one also
+    /// counts against the per-IP and per-user rates.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_MUTATIONS_PER_REQUEST",
+        default_value_t = 20,
+        global = true
+    )]
+    pub max_mutations_per_request: usize,
+
+    /// Open client connections (HTTP and WebSocket) one instance serves at once; capped
+    /// below the process's file-descriptor limit with a reserve for Redis, SQL and callbacks.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_CONNECTIONS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub max_connections: usize,
+
+    /// Seconds a client has to send its request headers (half-open connections are closed).
+    #[arg(
+        long,
+        env = "ENGAGE_HEADER_READ_TIMEOUT_SECONDS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=300),
+        global = true
+    )]
+    pub header_read_timeout_seconds: u64,
+
+    /// Operations one WebSocket connection may have running at once (subscriptions
+    /// included; `ENGAGE_MAX_SUBSCRIPTIONS` caps those further).
+    #[arg(
+        long,
+        env = "ENGAGE_WS_MAX_OPERATIONS",
+        default_value_t = 32,
+        global = true
+    )]
+    pub ws_max_operations: usize,
+
+    /// Longest lifetime of an accepted token in seconds (`exp` minus now, and minus `iat`
+    /// when present); unset: any.
+    #[arg(long, env = "ENGAGE_JWT_MAX_TTL_SECONDS", global = true)]
+    pub jwt_max_ttl_seconds: Option<u64>,
+
     /// Subscriptions one WebSocket connection may hold at once.
     #[arg(
         long,
@@ -121,6 +177,25 @@ pub struct Config {
         global = true
     )]
     pub max_subscriptions_per_connection: usize,
+
+    /// Largest query text stored as a persisted query; larger ones run but are not stored.
+    #[arg(
+        long,
+        env = "ENGAGE_APQ_MAX_QUERY_BYTES",
+        default_value_t = 16 * 1024,
+        global = true
+    )]
+    pub apq_max_query_bytes: usize,
+
+    /// Bytes all persisted queries together may use in Redis (each counts its length and
+    /// 256 bytes of bookkeeping); the least recently used go first to make room.
+    #[arg(
+        long,
+        env = "ENGAGE_APQ_MAX_BYTES",
+        default_value_t = 2 * 1024 * 1024,
+        global = true
+    )]
+    pub apq_max_bytes: usize,
 
     /// Sequence numbers the ID generator reserves per Redis round trip.
     #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64, global = true)]
@@ -277,7 +352,35 @@ pub struct Config {
     pub shutdown_grace_seconds: u64,
 }
 
+/// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
 impl Config {
+    /// Refuses settings that would leave the service open: a short secret, or the
+    /// development secret (and with it `/dev/token`) on an address other hosts can reach.
+    pub fn check(&self) -> anyhow::Result<()> {
+        match self.jwt_secret.as_deref() {
+            Some("") => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is set but empty; set it to a secret of at least \
+                 {MIN_JWT_SECRET_BYTES} bytes, or unset it to use the development secret \
+                 (loopback addresses only)"
+            ),
+            Some(secret) if secret.len() < MIN_JWT_SECRET_BYTES => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is {} bytes long; it must be at least {MIN_JWT_SECRET_BYTES} \
+                 (e.g. `openssl rand -hex 32`)",
+                secret.len()
+            ),
+            None if !self.bind.ip().is_loopback() => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is not set, so tokens would be signed with the development \
+                 secret that anyone can read, and /dev/token would mint them for anyone; that \
+                 is only allowed on a loopback address, and ENGAGE_BIND is {}. Set \
+                 ENGAGE_JWT_SECRET (at least {MIN_JWT_SECRET_BYTES} bytes) to listen there",
+                self.bind
+            ),
+            _ => Ok(()),
+        }
+    }
+
     /// The secret tokens are signed with; the development one when none is configured.
     pub fn jwt_secret(&self) -> &str {
         self.jwt_secret.as_deref().unwrap_or(DEV_JWT_SECRET)

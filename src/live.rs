@@ -9,6 +9,9 @@
 //!
 //! Rejected alternative: a Redis connection per GraphQL subscriber, which ties Redis's
 //! connection count to the number of open browsers.
+//!
+//! The subscriptions bound what they ask the hub to hold: see [`crate::remarks::live`] for
+//! the channels one connection may hold.
 
 use std::{
     collections::{HashMap, VecDeque},

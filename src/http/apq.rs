@@ -3,20 +3,30 @@
 //!
 //! A client first sends only `extensions.persistedQuery.sha256Hash`; if the query is unknown
 //! it gets `PERSISTED_QUERY_NOT_FOUND` and sends the text with the hash, which is stored once
-//! it has parsed and validated (so no garbage is kept). Entries expire when unused for a week.
+//! it has parsed and validated (so no garbage is kept).
+//!
+//! Anyone may register, so the store is bounded: a text longer than
+//! `ENGAGE_APQ_MAX_QUERY_BYTES` runs but is not stored (its hash alone keeps answering
+//! `PERSISTED_QUERY_NOT_FOUND`, and the client goes on sending the text), and all stored
+//! texts together stay within `ENGAGE_APQ_MAX_BYTES`: registering evicts the least recently
+//! used, and a lookup marks its query used (`lua/apq_register.lua`, `lua/apq_lookup.lua`).
+//! A query unused for a week is forgotten at the next registration. Rejected: a key per
+//! query with a TTL (as before), which bounds nothing while registrations keep coming.
 
-use redis::AsyncCommands;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::{
     app::AppState,
     error::{AppError, ErrorCode},
+    redis::scripts::{APQ_LOOKUP, APQ_REGISTER},
 };
 
-const TTL_SECONDS: u64 = 7 * 24 * 3600;
+/// A stored query unused this long is forgotten.
+const UNUSED_FOR_MS: u64 = 7 * 24 * 3600 * 1000;
 
-/// The query to run, and the hash to register once it proves valid.
+/// The query to run, and the hash to register once it proves valid (only for texts the
+/// store takes, so that admission charges a registration only when one will happen).
 pub struct Resolved {
     pub query: String,
     pub register: Option<String>,
@@ -62,18 +72,18 @@ pub async fn resolve(
                     "provided sha does not match query",
                 ));
             }
-            Ok(Resolved {
-                query,
-                register: Some(hash),
-            })
+            // A text over the size cap runs but is never stored: nothing to register.
+            let register = (query.len() <= state.config.apq_max_query_bytes).then_some(hash);
+            Ok(Resolved { query, register })
         }
         None => {
             let mut conn = state.redis.get().await?;
-            let stored: Option<String> = redis::cmd("GETEX")
-                .arg(state.keys.persisted_query(&hash))
-                .arg("EX")
-                .arg(TTL_SECONDS)
-                .query_async(&mut *conn)
+            let stored: Option<String> = APQ_LOOKUP
+                .key(state.keys.persisted_queries())
+                .key(state.keys.persisted_query_recency())
+                .arg(&hash)
+                .arg(state.clock.now_ms())
+                .invoke_async(&mut *conn)
                 .await?;
             stored
                 .map(|query| Resolved {
@@ -87,11 +97,25 @@ pub async fn resolve(
     }
 }
 
-/// Stores a query that has run, under its hash.
+/// Stores a query that has run under its hash (one that [`resolve`] marked for it); older
+/// queries may be evicted to make room.
 pub async fn register(state: &AppState, hash: &str, query: &str) -> Result<(), AppError> {
+    let config = &state.config;
+    let keys = &state.keys;
     let mut conn = state.redis.get().await?;
-    let () = conn
-        .set_ex(state.keys.persisted_query(hash), query, TTL_SECONDS)
+    let (_stored, evicted): (i64, u64) = APQ_REGISTER
+        .key(keys.persisted_queries())
+        .key(keys.persisted_query_recency())
+        .key(keys.persisted_query_bytes())
+        .arg(hash)
+        .arg(query)
+        .arg(state.clock.now_ms())
+        .arg(config.apq_max_bytes)
+        .arg(UNUSED_FOR_MS)
+        .invoke_async(&mut *conn)
         .await?;
+    if evicted > 0 {
+        metrics::counter!("engage_persisted_queries_evicted_total").increment(evicted);
+    }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `POST /bench/like`, compiled only with the `bench` feature: the like path without GraphQL.
 //!
-//! Same token check, same first-sight user write, same rate limits, same Lua script through
+//! Same admission of the caller (rate limits, token check, first-sight user write), same Lua script through
 //! the same pool as `likeRemark`; only parsing, validation and execution of a GraphQL
 //! document are left out. `bench/run` loads it beside `likeRemark` in one run, so the ratio
 //! of the two is what GraphQL costs on the hot path.
@@ -16,7 +16,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{client_ip, HttpState};
+use super::{admission, client_ip, HttpState};
 use crate::{
     error::{AppError, AppResult},
     remarks::likes::{self, Vote},
@@ -57,21 +57,14 @@ async fn vote(
     body: &LikeBody,
 ) -> AppResult<likes::VoteOutcome> {
     let state = &http.state;
-    state
-        .rate_limits
-        .check_ip(client_ip(headers, peer, state.config.trust_proxy))?;
+    let ip = client_ip(headers, peer, &state.config);
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let (viewer, claims) = state
-        .tokens
-        .from_header_value(authorization)?
+    let caller = admission::identify(state, ip, authorization).await?;
+    let viewer = caller
+        .viewer
         .ok_or_else(|| AppError::unauthenticated("sign in first"))?;
-    state.rate_limits.check_user(viewer.user_id)?;
-    state
-        .users
-        .ensure(viewer.user_id, &claims, state.clock.now_ms())
-        .await?;
     let remark_id = crate::ids::parse(&body.remark_id, "remarkId")?;
     likes::vote(state, viewer.user_id, remark_id, Vote::Like).await
 }

@@ -6,19 +6,12 @@
 //! `application/json` gets 200 for every well-formed request, as legacy clients expect.
 //! Either way a request that is not GraphQL at all answers 4xx with `BAD_REQUEST`.
 //!
-//! Order of checks, cheapest first: per-IP rate limit, token, per-user rate limit, body,
-//! persisted query, parse, method, execution.
+//! Every request passes [`admission`] (rates, token, size, persisted query, parse, cost)
+//! before it runs; this module only speaks HTTP around it.
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, LazyLock},
-    time::{Duration, Instant},
-};
+use std::{net::SocketAddr, time::Instant};
 
-use async_graphql::{
-    parser::types::{DocumentOperations, ExecutableDocument, OperationType},
-    Variables,
-};
+use async_graphql::{parser::types::OperationType, Variables};
 use axum::{
     body::Bytes,
     extract::{rejection::BytesRejection, ConnectInfo, FromRequestParts, RawQuery, Request, State},
@@ -28,13 +21,16 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{apq, client_ip, request_id, ws, HttpState};
+use super::{
+    admission::{self, RawOperation, Transport},
+    apq, client_ip, request_id,
+    server::ConnectionSlot,
+    ws, HttpState,
+};
 use crate::{
-    auth::Viewer,
-    cache::TtlCache,
     error::{AppError, ErrorCode},
     metrics,
-    schema::errors::{code_of, RequestId},
+    schema::errors::code_of,
 };
 
 /// The body of a POST, or the parameters of a GET.
@@ -180,7 +176,10 @@ pub async fn get(
     if ws::is_upgrade(&parts.headers) {
         return match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await
         {
-            Ok(upgrade) => ws::upgrade(http, peer, &parts.headers, upgrade),
+            Ok(upgrade) => {
+                let slot = parts.extensions.remove::<ConnectionSlot>();
+                ws::upgrade(http, peer, &parts.headers, slot, upgrade)
+            }
             Err(rejection) => rejection.into_response(),
         };
     }
@@ -251,62 +250,61 @@ async fn execute(
     let started = Instant::now();
     let media = MediaType::negotiate(headers);
     let request_id = request_id(headers);
-    let operation = params
-        .as_ref()
-        .ok()
-        .and_then(|p| p.operation_name.as_deref())
-        .map(str::to_string);
-    let response = match run(http, peer, headers, &method, params, media, &request_id).await {
+    let mut label = admission::UNREAD;
+    let incoming = Incoming {
+        peer,
+        headers,
+        method,
+    };
+    let response = match run(http, &incoming, params, media, &request_id, &mut label).await {
         Ok(response) => response,
         Err(rejection) => rejection.into_response(media, &request_id),
     };
-    metrics::record_request(
-        &metrics::operation_label(operation.as_deref()),
-        started.elapsed(),
-    );
+    metrics::record_request(label, started.elapsed());
     response
+}
+
+/// Where a request came from and how.
+struct Incoming<'a> {
+    peer: SocketAddr,
+    headers: &'a HeaderMap,
+    method: Method,
 }
 
 async fn run(
     http: &HttpState,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-    method: &Method,
+    incoming: &Incoming<'_>,
     params: Result<GraphqlParams, Rejection>,
     media: MediaType,
     request_id: &str,
+    label: &mut &'static str,
 ) -> Result<Response, Rejection> {
     let state = &http.state;
-    let ip = client_ip(headers, peer, state.config.trust_proxy);
     let app_error = |error: AppError| Rejection::from_app_error(media, error);
-    state.rate_limits.check_ip(ip).map_err(app_error)?;
-
-    let authorization = headers
+    let ip = client_ip(incoming.headers, incoming.peer, &state.config);
+    let authorization = incoming
+        .headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let viewer = state
-        .tokens
-        .from_header_value(authorization)
-        .map_err(app_error)?;
-    if let Some((viewer, claims)) = &viewer {
-        state
-            .rate_limits
-            .check_user(viewer.user_id)
-            .map_err(app_error)?;
-        state
-            .users
-            .ensure(viewer.user_id, claims, state.clock.now_ms())
-            .await
-            .map_err(app_error)?;
-    }
-
-    let params = params?;
-    let resolved = apq::resolve(state, params.query, params.extensions.as_ref())
+    let caller = admission::identify(state, ip, authorization)
         .await
         .map_err(app_error)?;
-    let document = parse_cached(&resolved.query).map_err(app_error)?;
-    let operation_type = operation_type(&document, params.operation_name.as_deref());
-    if *method == Method::GET && operation_type.is_some_and(|ty| ty != OperationType::Query) {
+    let params = params?;
+    let operation = RawOperation {
+        query: params.query,
+        operation_name: params.operation_name,
+        variables: Variables::from_json(params.variables.unwrap_or(Value::Null)),
+        extensions: params.extensions,
+    };
+    let admitted = admission::admit(state, &caller, operation, Transport::Http, request_id)
+        .await
+        .map_err(app_error)?;
+    *label = admitted.label;
+    if incoming.method == Method::GET
+        && admitted
+            .operation_type
+            .is_some_and(|ty| ty != OperationType::Query)
+    {
         return Err(Rejection::new(
             StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::BadRequest,
@@ -314,29 +312,12 @@ async fn run(
         ));
     }
 
-    let mut request = async_graphql::Request::new(resolved.query.clone())
-        .variables(Variables::from_json(
-            params.variables.unwrap_or(Value::Null),
-        ))
-        .data(RequestId(request_id.to_string()));
-    if let Some(name) = params.operation_name {
-        request = request.operation_name(name);
-    }
-    if let Some((viewer, _)) = viewer {
-        request = request.data::<Viewer>(viewer);
-    }
-    request.set_parsed_query(document);
-    let response = http.schema.execute(request).await;
+    let response = http.schema.execute(admitted.request).await;
 
-    let request_error = response.data == async_graphql::Value::Null
-        && response.errors.iter().any(|e| {
-            code_of(e).is_some_and(|code| {
-                code == ErrorCode::GraphqlParseFailed.as_str()
-                    || code == ErrorCode::GraphqlValidationFailed.as_str()
-            })
-        });
-    if let Some(hash) = resolved.register.filter(|_| !request_error) {
-        if let Err(error) = apq::register(state, &hash, &resolved.query).await {
+    let request_error =
+        response.data == async_graphql::Value::Null && admission::is_request_error(&response);
+    if let Some((hash, query)) = admitted.register.filter(|_| !request_error) {
+        if let Err(error) = apq::register(state, &hash, &query).await {
             tracing::warn!(request_id, %error, "could not store a persisted query");
         }
     }
@@ -364,100 +345,4 @@ async fn run(
         .headers_mut()
         .insert(header::CONTENT_TYPE, media.content_type());
     Ok(http_response)
-}
-
-/// Parsed documents of the queries clients repeat (every client sends the same few
-/// operations): parsing was the largest single cost of a `likeRemark` after the network.
-/// Only short documents are kept, so the cache stays a few MB whatever clients send.
-static PARSED: LazyLock<TtlCache<String, ExecutableDocument>> =
-    LazyLock::new(|| TtlCache::new(Duration::from_secs(600), 512));
-const CACHED_QUERY_MAX_BYTES: usize = 4096;
-
-fn parse_cached(query: &str) -> Result<ExecutableDocument, AppError> {
-    if let Some(document) = PARSED.get(query) {
-        return Ok((*document).clone());
-    }
-    let document = parse(query)?;
-    if query.len() <= CACHED_QUERY_MAX_BYTES {
-        PARSED.insert(query.to_string(), Arc::new(document.clone()));
-    }
-    Ok(document)
-}
-
-/// The parser of async-graphql recurses once per nesting level; a document nested
-/// thousands of levels deep could exhaust the stack before its own limit applies. This
-/// linear scan refuses such documents first.
-pub const MAX_NESTING: usize = 64;
-
-fn parse(query: &str) -> Result<ExecutableDocument, AppError> {
-    let parse_failed = |message: String| AppError::client(ErrorCode::GraphqlParseFailed, message);
-    if nesting_depth(query) > MAX_NESTING {
-        return Err(parse_failed(format!(
-            "the document nests deeper than {MAX_NESTING} levels"
-        )));
-    }
-    async_graphql::parser::parse_query(query).map_err(|e| parse_failed(e.to_string()))
-}
-
-/// The deepest nesting of `{`, `(` and `[` outside strings and comments.
-fn nesting_depth(query: &str) -> usize {
-    let bytes = query.as_bytes();
-    let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'#' => {
-                while i < bytes.len() && bytes[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'"' if bytes[i..].starts_with(b"\"\"\"") => {
-                i += 3;
-                while i < bytes.len() && !bytes[i..].starts_with(b"\"\"\"") {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 2;
-            }
-            b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-            }
-            b'{' | b'(' | b'[' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b'}' | b')' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
-    }
-    deepest
-}
-
-fn operation_type(document: &ExecutableDocument, name: Option<&str>) -> Option<OperationType> {
-    match (&document.operations, name) {
-        (DocumentOperations::Single(operation), _) => Some(operation.node.ty),
-        (DocumentOperations::Multiple(operations), Some(name)) => {
-            operations.get(name).map(|operation| operation.node.ty)
-        }
-        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => operations
-            .values()
-            .next()
-            .map(|operation| operation.node.ty),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::nesting_depth;
-
-    #[test]
-    fn nesting_ignores_strings_and_comments() {
-        assert_eq!(nesting_depth("{ a { b } }"), 2);
-        assert_eq!(nesting_depth("{ a(x: \"{{{{\") } # {{{{"), 2);
-        assert_eq!(nesting_depth("{ a(x: \"\"\"{{{ \\\"\"\" {\"\"\") }"), 2);
-        assert_eq!(nesting_depth(&"{".repeat(10_000)), 10_000);
-    }
 }

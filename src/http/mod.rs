@@ -1,12 +1,15 @@
 //! The HTTP surface: routes, shared middleware and the small helpers the handlers share.
 
+pub mod admission;
 pub mod apq;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod document;
 pub mod graphql;
 pub mod health;
 pub mod pages;
 pub mod rate_limit;
+pub mod server;
 pub mod ws;
 
 use std::net::{IpAddr, SocketAddr};
@@ -23,10 +26,13 @@ use tower_http::{
     catch_panic::CatchPanicLayer,
     cors::CorsLayer,
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    timeout::RequestBodyTimeoutLayer,
     trace::TraceLayer,
 };
 
-use crate::{app::AppState, error::AppError, schema::AppSchema};
+use crate::{app::AppState, config::Config, error::AppError, schema::AppSchema};
+
+const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -52,6 +58,8 @@ pub fn router(state: AppState, schema: AppSchema) -> Router {
     let routes = routes.route("/bench/like", axum::routing::post(bench::like));
     routes
         .layer(DefaultBodyLimit::max(max_body))
+        // A client that sends its body slowly holds a connection; this bounds for how long.
+        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("a handler panicked");
             plain_error(StatusCode::INTERNAL_SERVER_ERROR, &AppError::internal(anyhow::anyhow!("panic")))
@@ -76,19 +84,30 @@ pub fn request_id(headers: &HeaderMap) -> String {
         .to_string()
 }
 
-/// The client's address: the peer, or the first `X-Forwarded-For` hop behind a trusted proxy.
-pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, trust_proxy: bool) -> IpAddr {
-    if trust_proxy {
-        let forwarded = headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|list| list.split(',').next())
-            .and_then(|first| first.trim().parse().ok());
-        if let Some(ip) = forwarded {
-            return ip;
-        }
+/// The client's address: the peer, or behind trusted proxies the `X-Forwarded-For` entry
+/// that the outermost of them added.
+///
+/// Each proxy appends the address it received the request from, so the right-most entries
+/// are the trusted ones and everything to their left is whatever the client wrote. With
+/// `ENGAGE_TRUSTED_PROXY_HOPS` proxies the client is the entry that many places from the
+/// right. A header with fewer entries did not come through all of them: the peer is used.
+pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, config: &Config) -> IpAddr {
+    if !config.trust_proxy {
+        return peer.ip();
     }
-    peer.ip()
+    let hops = config.trusted_proxy_hops as usize;
+    let entries: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .map(str::trim)
+        .collect();
+    entries
+        .len()
+        .checked_sub(hops)
+        .and_then(|index| entries[index].parse().ok())
+        .unwrap_or_else(|| peer.ip())
 }
 
 /// A JSON error body outside GraphQL execution (panics, refused upgrades).

@@ -26,11 +26,21 @@ impl RateLimits {
     }
 
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), AppError> {
-        check(self.per_ip.as_ref(), &ip)
+        check_n(self.per_ip.as_ref(), &ip, 1)
     }
 
     pub fn check_user(&self, user_id: i64) -> Result<(), AppError> {
-        check(self.per_user.as_ref(), &user_id)
+        check_n(self.per_user.as_ref(), &user_id, 1)
+    }
+
+    /// Takes `cost` requests at once from a client IP's allowance (a request that writes
+    /// many times pays for each write).
+    pub fn charge_ip(&self, ip: IpAddr, cost: u32) -> Result<(), AppError> {
+        check_n(self.per_ip.as_ref(), &ip, cost)
+    }
+
+    pub fn charge_user(&self, user_id: i64, cost: u32) -> Result<(), AppError> {
+        check_n(self.per_user.as_ref(), &user_id, cost)
     }
 
     fn forget_idle(&self) {
@@ -53,19 +63,28 @@ fn limiter<K: std::hash::Hash + Eq + Clone>(per_second: u32) -> Option<DefaultKe
     ))
 }
 
-fn check<K: std::hash::Hash + Eq + Clone>(
+fn check_n<K: std::hash::Hash + Eq + Clone>(
     limiter: Option<&DefaultKeyedRateLimiter<K>>,
     key: &K,
+    cost: u32,
 ) -> Result<(), AppError> {
-    let Some(limiter) = limiter else {
+    let (Some(limiter), Some(cost)) = (limiter, NonZeroU32::new(cost)) else {
         return Ok(());
     };
-    limiter.check_key(key).map_err(|not_until| {
-        let wait = not_until.wait_time_from(DefaultClock::default().now());
-        AppError::RateLimited {
-            retry_after_secs: wait.as_secs() + 1,
+    match limiter.check_key_n(key, cost) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(not_until)) => {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            Err(AppError::RateLimited {
+                retry_after_secs: wait.as_secs() + 1,
+            })
         }
-    })
+        // More than a whole burst: no amount of waiting lets this request through.
+        Err(_) => Err(AppError::client(
+            crate::error::ErrorCode::RateLimited,
+            format!("the request costs {cost} requests, more than the rate allows at once"),
+        )),
+    }
 }
 
 /// Drops the state of clients that have been quiet, so memory follows active clients only.

@@ -2,14 +2,15 @@
 //! expiry, …), or, for admin-scheduled jobs with a `callbackUrl`, an HTTP POST of the body.
 //!
 //! Callbacks go only to hosts on `ENGAGE_CALLBACK_HOSTS`. The host is resolved once and the
-//! request pinned to the checked address (no second lookup to rebind), redirects are not
-//! followed, and an address that is loopback, private, link-local or otherwise internal is
-//! refused unless that address itself is listed: a listed name that resolves inward is
-//! still refused (no server-side request forgery).
+//! request pinned to the checked address (no second lookup to rebind, and no proxy, which
+//! would look it up again), redirects are not followed, and an address that is loopback,
+//! private, link-local or otherwise special-purpose, or an IPv6 translation of IPv4 (NAT64,
+//! 6to4, Teredo), is refused unless that address itself is listed: a listed name that
+//! resolves inward is still refused (no server-side request forgery).
 
 use std::{
     collections::{HashMap, HashSet},
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     sync::{Arc, RwLock},
     time::Duration,
 };
@@ -216,7 +217,10 @@ impl Callbacks {
             Url::parse(url).map_err(|_| JobError::Permanent("callback URL is not a URL".into()))?;
         let address = self.resolve(&url).await?;
         let host = url.host_str().unwrap_or_default().to_string();
+        // No proxy, whatever the environment says: a proxy would resolve the host again
+        // itself, and the checked address would not be the one called.
         let client = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(self.timeout)
             .resolve(&host, address)
@@ -243,32 +247,64 @@ impl Callbacks {
     }
 }
 
-/// Loopback, private, link-local, shared, unspecified, broadcast, multicast or documentation.
+/// IPv4 ranges a callback may not reach unless the address itself is listed (the IANA
+/// special-purpose registry, plus multicast and reserved space).
+const INTERNAL_V4: &[(Ipv4Addr, u8)] = &[
+    (Ipv4Addr::new(0, 0, 0, 0), 8),       // "this network", unspecified
+    (Ipv4Addr::new(10, 0, 0, 0), 8),      // private
+    (Ipv4Addr::new(100, 64, 0, 0), 10),   // shared address space (carrier-grade NAT)
+    (Ipv4Addr::new(127, 0, 0, 0), 8),     // loopback
+    (Ipv4Addr::new(169, 254, 0, 0), 16),  // link-local (cloud metadata services)
+    (Ipv4Addr::new(172, 16, 0, 0), 12),   // private
+    (Ipv4Addr::new(192, 0, 0, 0), 24),    // IETF protocol assignments
+    (Ipv4Addr::new(192, 0, 2, 0), 24),    // documentation
+    (Ipv4Addr::new(192, 88, 99, 0), 24),  // 6to4 relay anycast
+    (Ipv4Addr::new(192, 168, 0, 0), 16),  // private
+    (Ipv4Addr::new(198, 18, 0, 0), 15),   // benchmarking
+    (Ipv4Addr::new(198, 51, 100, 0), 24), // documentation
+    (Ipv4Addr::new(203, 0, 113, 0), 24),  // documentation
+    (Ipv4Addr::new(224, 0, 0, 0), 4),     // multicast
+    (Ipv4Addr::new(240, 0, 0, 0), 4),     // reserved, and the broadcast address
+];
+
+/// IPv6 ranges a callback may not reach, besides everything outside global unicast
+/// (2000::/3: loopback, unspecified, IPv4-compatible, NAT64, discard-only, unique local,
+/// link-local, site-local, multicast). Translated forms are refused whatever they embed:
+/// where a NAT64 gateway, 6to4 relay or Teredo server sends a request is theirs to decide,
+/// and an IPv4-only target can be listed by address.
+const INTERNAL_V6: &[(Ipv6Addr, u8)] = &[
+    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23), // IETF protocol assignments, Teredo
+    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32), // documentation
+    (Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16), // 6to4
+    (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20), // documentation
+];
+
+/// Global unicast IPv6, the only space a callback may reach by name.
+const GLOBAL_UNICAST_V6: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 0), 3);
+
+fn in_v4(ip: Ipv4Addr, (network, length): (Ipv4Addr, u8)) -> bool {
+    let mask = u32::MAX.checked_shl(32 - u32::from(length)).unwrap_or(0);
+    u32::from(ip) & mask == u32::from(network) & mask
+}
+
+fn in_v6(ip: Ipv6Addr, (network, length): (Ipv6Addr, u8)) -> bool {
+    let mask = u128::MAX.checked_shl(128 - u32::from(length)).unwrap_or(0);
+    u128::from(ip) & mask == u128::from(network) & mask
+}
+
+/// Whether a callback to this address could reach something that is not the public
+/// internet: this host, the private network, the cloud's metadata service, or a translator
+/// that could lead to any of them. An IPv4-mapped address (`::ffff:a.b.c.d`) is judged by
+/// the IPv4 address it is.
 fn is_internal(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b)) // shared address space
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
+        IpAddr::V4(v4) => INTERNAL_V4.iter().any(|range| in_v4(v4, *range)),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_internal(IpAddr::V4(v4)),
+            None => {
+                !in_v6(v6, GLOBAL_UNICAST_V6) || INTERNAL_V6.iter().any(|range| in_v6(v6, *range))
             }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00 // unique local
-                || (first & 0xffc0) == 0xfe80 // link-local
-        }
+        },
     }
 }
 
@@ -295,6 +331,66 @@ mod tests {
         }
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn translated_special_purpose_and_disguised_addresses_are_internal() {
+        let internal = [
+            // IPv4 special-purpose ranges
+            ("0.1.2.3", "this network"),
+            ("100.127.255.254", "shared address space (CGNAT)"),
+            ("192.0.0.8", "IETF protocol assignments"),
+            ("192.0.2.1", "documentation"),
+            ("198.18.0.1", "benchmarking"),
+            ("198.19.255.255", "benchmarking"),
+            ("198.51.100.7", "documentation"),
+            ("203.0.113.9", "documentation"),
+            ("192.88.99.1", "6to4 relay anycast"),
+            ("224.0.0.251", "multicast"),
+            ("240.0.0.1", "reserved"),
+            ("255.255.255.255", "broadcast"),
+            // IPv4 inside IPv6
+            ("::ffff:10.0.0.1", "IPv4-mapped private"),
+            ("::ffff:169.254.169.254", "IPv4-mapped link-local"),
+            ("::127.0.0.1", "IPv4-compatible loopback"),
+            ("::10.0.0.1", "IPv4-compatible private"),
+            ("64:ff9b::7f00:1", "NAT64 of loopback"),
+            ("64:ff9b::808:808", "NAT64: the translator decides"),
+            ("64:ff9b:1::a00:1", "local-use NAT64"),
+            ("2002:7f00:1::1", "6to4 of loopback"),
+            ("2002:808:808::1", "6to4: the relay decides"),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),
+            // IPv6 special-purpose ranges
+            ("::", "unspecified"),
+            ("::1", "loopback"),
+            ("100::1", "discard-only"),
+            ("2001:2::1", "benchmarking"),
+            ("2001:db8::1", "documentation"),
+            ("3fff::1", "documentation"),
+            ("fc00::1", "unique local"),
+            ("fdff:ffff::1", "unique local"),
+            ("fe80::1", "link-local"),
+            ("febf::1", "link-local"),
+            ("fec0::1", "site-local"),
+            ("ff02::1", "multicast"),
+        ];
+        for (ip, why) in internal {
+            assert!(is_internal(ip.parse().unwrap()), "{ip} ({why})");
+        }
+        for ip in [
+            "1.1.1.1",
+            "100.63.255.255",
+            "100.128.0.1",
+            "172.32.0.1",
+            "192.0.1.1",
+            "198.20.0.1",
+            "223.255.255.254",
+            "::ffff:8.8.8.8",
+            "2001:4860:4860::8888",
+            "2a00:1450:4001:81b::200e",
+        ] {
+            assert!(!is_internal(ip.parse().unwrap()), "{ip} is public");
         }
     }
 

@@ -4,7 +4,10 @@
 //! attempts are used up. Delivery is at-least-once; handlers are idempotent.
 //!
 //! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
-//! in-flight zset, finished zset. Every script touches one topic, so one slot.
+//! in-flight zset, finished zset. Every script touches one topic, so one slot. The pool
+//! holds a job's JSON under its id and its bookkeeping under `<id>/attempts`, `<id>/error`,
+//! `<id>/lease` and `<id>/status` ([`pool_field`]): `/` is the one character ids and topics
+//! may not contain, so no id names another job's field.
 //!
 //! - [`worker`]: the tick that promotes and runs jobs in every instance;
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
@@ -35,6 +38,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_DELAY_SECONDS: i64 = 365 * 24 * 3600;
 /// Finished (done or cancelled) jobs remembered per topic for `job`/`jobs`.
 pub const FINISHED_KEPT: usize = 1000;
+/// `jobs` pages through the first 100,000 jobs of a topic in one state (an admin view; the
+/// dead ones come from SQL by OFFSET, which grows with the position).
+pub const MAX_LIST_OFFSET: usize = 100_000;
 
 impl Keys {
     fn jobs_tag(topic: &str) -> String {
@@ -111,13 +117,23 @@ pub struct NewJob {
     pub callback_url: Option<String>,
 }
 
-fn check_name(what: &str, value: &str, max: usize) -> AppResult<()> {
-    let ok = !value.is_empty()
+/// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
+/// join them the same way.
+fn pool_field(id: &str, part: &str) -> String {
+    format!("{id}/{part}")
+}
+
+/// Ids and topics: 1 to `max` of A-Z a-z 0-9 _ - . : (never `/`, see [`pool_field`]).
+fn is_name(value: &str, max: usize) -> bool {
+    !value.is_empty()
         && value.len() <= max
         && value
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+}
+
+fn check_name(what: &str, value: &str, max: usize) -> AppResult<()> {
+    if is_name(value, max) {
         Ok(())
     } else {
         Err(AppError::bad_input(format!(
@@ -126,10 +142,22 @@ fn check_name(what: &str, value: &str, max: usize) -> AppResult<()> {
     }
 }
 
+const MAX_ID_BYTES: usize = 128;
+
+/// Whether a string could be a job's id. Nothing else is looked up in a pool, where
+/// `<id>/…` are a job's own fields: any other string names no job.
+fn is_job_id(id: &str) -> bool {
+    is_name(id, MAX_ID_BYTES)
+}
+
+fn check_topic(topic: &str) -> AppResult<()> {
+    check_name("topic", topic, 64)
+}
+
 impl NewJob {
     fn validate(&self, state: &AppState) -> AppResult<u32> {
-        check_name("id", &self.id, 128)?;
-        check_name("topic", &self.topic, 64)?;
+        check_name("id", &self.id, MAX_ID_BYTES)?;
+        check_topic(&self.topic)?;
         if self.body.len() > MAX_BODY_BYTES
             || serde_json::from_str::<serde_json::Value>(&self.body).is_err()
         {
@@ -200,7 +228,10 @@ pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
 
 /// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
 pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> {
-    check_name("topic", topic, 64)?;
+    check_topic(topic)?;
+    if !is_job_id(id) {
+        return Ok(false);
+    }
     let keys = &state.keys;
     let mut conn = state.redis.get().await?;
     let cancelled: i64 = JOBS_CANCEL
@@ -218,7 +249,10 @@ pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> 
 
 /// Where a job is and what it holds; `None` for an unknown job.
 pub async fn find(state: &AppState, topic: &str, id: &str) -> AppResult<Option<JobView>> {
-    check_name("topic", topic, 64)?;
+    check_topic(topic)?;
+    if !is_job_id(id) {
+        return Ok(None);
+    }
     Ok(describe(state, topic, &[id.to_string()])
         .await?
         .pop()
@@ -241,9 +275,9 @@ async fn describe(
         pipe.cmd("HMGET")
             .arg(keys.job_pool(topic))
             .arg(id)
-            .arg(format!("{id}:attempts"))
-            .arg(format!("{id}:error"))
-            .arg(format!("{id}:status"));
+            .arg(pool_field(id, "attempts"))
+            .arg(pool_field(id, "error"))
+            .arg(pool_field(id, "status"));
         pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
         pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
     }
@@ -326,7 +360,7 @@ pub async fn list(
     first: usize,
     offset: usize,
 ) -> AppResult<(Vec<JobView>, bool)> {
-    check_name("topic", topic, 64)?;
+    check_topic(topic)?;
     let keys = &state.keys;
     let (start, stop) = (offset as i64, (offset + first) as i64); // one extra: is there more?
     let ids: Vec<String> = {

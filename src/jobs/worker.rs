@@ -94,16 +94,31 @@ async fn take_loop(
                 }
             };
             let mut permit = Some(permit);
-            for (delivery, lease) in taken {
+            for taken in taken {
                 took_any = true;
                 let permit = match permit.take() {
                     Some(first) => first,
                     None => permits.clone().try_acquire_owned().expect("counted above"),
                 };
                 let (state, finisher) = (state.clone(), finisher.clone());
-                tokio::spawn(
-                    async move { deliver(state, finisher, delivery, lease, permit).await },
-                );
+                tokio::spawn(async move {
+                    match taken {
+                        Taken::Run { delivery, lease } => {
+                            deliver(state, finisher, delivery, lease, permit).await
+                        }
+                        Taken::Unreadable {
+                            delivery,
+                            lease,
+                            error,
+                        } => {
+                            drop(permit);
+                            let buried = bury(&state, &finisher, &delivery, &lease, &error).await;
+                            if let Err(error) = buried {
+                                tracing::warn!(job = delivery.id, %error, "could not bury an unreadable job");
+                            }
+                        }
+                    }
+                });
             }
         }
         if !took_any {
@@ -162,8 +177,23 @@ async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
     Ok(())
 }
 
+/// A job handed out by a take, with the lease of this delivery.
+enum Taken {
+    Run {
+        delivery: Delivery,
+        lease: String,
+    },
+    /// Its stored JSON does not read as a job: it goes to `dead_job` as it is (the text in
+    /// its body) instead of failing the jobs taken with it.
+    Unreadable {
+        delivery: Delivery,
+        lease: String,
+        error: String,
+    },
+}
+
 /// Takes up to `count` ready jobs of a topic in one round trip.
-async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<(Delivery, String)>> {
+async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
     let keys = &state.keys;
     let lease = uuid::Uuid::new_v4().simple().to_string();
     let visibility = state.jobs.policy(topic).visibility;
@@ -177,20 +207,37 @@ async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<(Del
         .arg(count)
         .invoke_async(&mut *conn)
         .await?;
-    taken
+    let taken = taken
         .chunks_exact(4)
         .map(|job| {
-            let spec: JobSpec =
-                serde_json::from_str(&job[1]).map_err(crate::error::AppError::internal)?;
-            let delivery = Delivery {
+            let attempt = job[2].parse().unwrap_or(1);
+            let delivery = |spec| Delivery {
                 id: job[0].clone(),
                 topic: topic.to_string(),
                 spec,
-                attempt: job[2].parse().unwrap_or(1),
+                attempt,
             };
-            Ok((delivery, job[3].clone()))
+            let lease = job[3].clone();
+            match serde_json::from_str::<JobSpec>(&job[1]) {
+                Ok(spec) => Taken::Run {
+                    delivery: delivery(spec),
+                    lease,
+                },
+                Err(error) => Taken::Unreadable {
+                    delivery: delivery(JobSpec {
+                        body: job[1].clone(),
+                        run_at_ms: state.clock.now_ms(),
+                        max_attempts: attempt,
+                        callback_url: None,
+                        created_at_ms: 0,
+                    }),
+                    lease,
+                    error: format!("the stored job does not read as a job: {error}"),
+                },
+            }
         })
-        .collect()
+        .collect();
+    Ok(taken)
 }
 
 /// Runs one delivery and records its outcome. Only this delivery's lease may finish it:

@@ -34,9 +34,19 @@ impl Keys {
         self.tagged("ids", &format!("seq:{}", day.format("%Y%m%d")))
     }
 
-    /// An Automatic Persisted Query, by the SHA-256 of its text.
-    pub fn persisted_query(&self, sha256_hex: &str) -> String {
-        self.tagged("apq", sha256_hex)
+    /// The Automatic Persisted Queries: their texts by the SHA-256 of each.
+    pub fn persisted_queries(&self) -> String {
+        self.tagged("apq", "documents")
+    }
+
+    /// When each persisted query was last used (its eviction order).
+    pub fn persisted_query_recency(&self) -> String {
+        self.tagged("apq", "recency")
+    }
+
+    /// What the persisted queries count against their byte budget.
+    pub fn persisted_query_bytes(&self) -> String {
+        self.tagged("apq", "bytes")
     }
 
     /// A pattern matching every key of this prefix (tests clean up with it).
@@ -54,6 +64,6 @@ mod tests {
         let keys = Keys::new("engage:");
         let day = NaiveDate::from_ymd_opt(2026, 11, 23).unwrap();
         assert_eq!(keys.id_sequence(day), "engage:{ids}:seq:20261123");
-        assert_eq!(keys.persisted_query("ab"), "engage:{apq}:ab");
+        assert_eq!(keys.persisted_queries(), "engage:{apq}:documents");
     }
 }

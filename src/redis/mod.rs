@@ -118,25 +118,62 @@ pub async fn connect(
     };
 
     if ping(&pool).await.is_err() {
+        let mut started = false;
         if let Some(port) = local_port(url) {
             if start_local_server(port)? {
                 for _ in 0..50 {
                     if ping(&pool).await.is_ok() {
-                        return Ok(pool);
+                        started = true;
+                        break;
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         }
-        if let Err(error) = ping(&pool).await {
-            bail!(
-                "Redis does not answer at {url} ({error}).\n\
-                 Start one with `redis-server --daemonize yes --save '' --appendonly no` \
-                 or point REDIS_URL at a running Redis 7."
-            );
+        if !started {
+            if let Err(error) = ping(&pool).await {
+                bail!(
+                    "Redis does not answer at {url} ({error}).\n\
+                     Start one with `redis-server --daemonize yes --save '' --appendonly no` \
+                     or point REDIS_URL at a running Redis 7."
+                );
+            }
         }
     }
+    warn_if_evicting(&pool).await;
     Ok(pool)
+}
+
+/// Says loudly at start when Redis may evict keys. Like relations, buyer sets, jobs and
+/// entries not yet archived are data, not cache: an evicted like relation lets the same
+/// like count twice. (`INFO` rather than `CONFIG GET`, which managed Redis often refuses.)
+async fn warn_if_evicting(pool: &RedisPool) {
+    let Ok(mut conn) = pool.get().await else {
+        return;
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut *conn)
+        .await
+        .unwrap_or_default();
+    if let Some(warning) = eviction_risk(&info) {
+        tracing::warn!("!!! {warning} !!!");
+    }
+}
+
+/// The warning an `INFO memory` reply calls for, if any.
+fn eviction_risk(info: &str) -> Option<String> {
+    let policy = info
+        .lines()
+        .find_map(|line| line.strip_prefix("maxmemory_policy:"))?
+        .trim();
+    (policy != "noeviction").then(|| {
+        format!(
+            "Redis maxmemory-policy is {policy}: under memory pressure it will evict like \
+             relations, buyer sets, jobs and unarchived events, and a like may then count \
+             twice. Set `maxmemory-policy noeviction` (see deploy/redis.conf)"
+        )
+    })
 }
 
 async fn ping(pool: &RedisPool) -> anyhow::Result<()> {
@@ -215,4 +252,18 @@ pub async fn is_ready(pool: &RedisPool) -> bool {
         return false;
     };
     conn.ping::<String>().await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eviction_risk;
+
+    #[test]
+    fn a_redis_that_may_evict_keys_is_warned_about() {
+        let info = "# Memory\r\nused_memory:1000\r\nmaxmemory_policy:allkeys-lru\r\n";
+        assert!(eviction_risk(info).is_some_and(|w| w.contains("allkeys-lru")));
+        let info = "# Memory\r\nmaxmemory_policy:noeviction\r\n";
+        assert_eq!(eviction_risk(info), None);
+        assert_eq!(eviction_risk(""), None);
+    }
 }

@@ -80,9 +80,12 @@ impl VoteArchive {
 
     /// Creates the monthly partitions a batch needs (PostgreSQL). Outside the batch's
     /// transaction, so that two instances racing to create one do not fail a batch.
-    async fn ensure_partitions(&self, rows: &[VoteRow]) {
+    ///
+    /// A partition that cannot be made is the database's fault, not the votes': the batch
+    /// waits (and the consumer retries with back-off) instead of being dead-lettered.
+    async fn ensure_partitions(&self, rows: &[VoteRow]) -> Result<(), HandleError> {
         if self.state.db.backend != Backend::Postgres {
-            return;
+            return Ok(());
         }
         let months: HashSet<i32> = rows.iter().map(|r| r.vote_date / 100).collect();
         for month in months {
@@ -99,15 +102,36 @@ impl VoteArchive {
                 "CREATE TABLE IF NOT EXISTS vote_log_{month} PARTITION OF vote_log \
                  FOR VALUES FROM ({month}00) TO ({next}00)"
             );
-            match sqlx::query(&ddl).execute(&self.state.db.pool).await {
-                Ok(_) => {
-                    self.partitions.lock().expect("poisoned").insert(month);
+            if let Err(error) = sqlx::query(&ddl).execute(&self.state.db.pool).await {
+                // Another instance may have created it a moment before: only a partition
+                // that is still missing stops the batch.
+                if !self.partition_exists(month).await {
+                    return Err(HandleError::Unavailable(format!(
+                        "the vote_log partition for {month} cannot be created: {error}"
+                    )));
                 }
-                Err(error) => tracing::debug!(%error, month, "partition not created (may exist)"),
             }
+            self.partitions.lock().expect("poisoned").insert(month);
         }
+        Ok(())
+    }
+
+    /// Whether `vote_log` has a partition attached for `month`.
+    async fn partition_exists(&self, month: i32) -> bool {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM pg_inherits \
+             WHERE inhparent = 'vote_log'::regclass AND inhrelid::regclass::text = $1",
+        )
+        .bind(format!("vote_log_{month}"))
+        .fetch_one(&self.state.db.pool)
+        .await
+        .is_ok_and(|count| count > 0)
     }
 }
+
+/// PostgreSQL's "no partition of relation found for row" (`check_violation`, which is also a
+/// failed CHECK constraint; `vote_log` has none).
+const NO_PARTITION_FOR_ROW: &str = "23514";
 
 #[async_trait::async_trait]
 impl StreamHandler for VoteArchive {
@@ -123,7 +147,7 @@ impl StreamHandler for VoteArchive {
         if rows.is_empty() {
             return Ok(());
         }
-        self.ensure_partitions(&rows).await;
+        self.ensure_partitions(&rows).await?;
         let sql = format!(
             "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
              vote_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
@@ -148,7 +172,18 @@ impl StreamHandler for VoteArchive {
                 *slot = (row.event_order, row.like_count);
             }
         }
-        insert.execute(&mut **tx).await?;
+        if let Err(error) = insert.execute(&mut **tx).await {
+            return Err(match &error {
+                // A month whose table exists but is not attached as a partition (made by
+                // hand, or detached): forget what this instance believed, so the next try
+                // creates it, and wait rather than blame the votes.
+                sqlx::Error::Database(db) if db.code().as_deref() == Some(NO_PARTITION_FOR_ROW) => {
+                    self.partitions.lock().expect("poisoned").clear();
+                    HandleError::Unavailable(format!("a vote_log partition is missing: {error}"))
+                }
+                _ => error.into(),
+            });
+        }
 
         // Batches of one stream may be archived out of order by two instances; the order
         // guard keeps the newest count. One statement for every remark of the batch.

@@ -368,7 +368,8 @@ pub async fn earliest_likers(
          ORDER BY v.event_order LIMIT $2",
     )
     .bind(remark_id)
-    .bind(LIKERS_KEPT as i64)
+    // Twice as many as kept: room for voters whose unlike the archive does not hold yet.
+    .bind(2 * LIKERS_KEPT as i64)
     .fetch_all(&state.db.pool)
     .await?;
     let archived: Vec<(i64, i64)> = rows
@@ -378,6 +379,26 @@ pub async fn earliest_likers(
     if archived.is_empty() {
         return Ok(likers);
     }
+    // The archive lags: a voter it still lists may have unliked since. Redis's relation key
+    // is the truth while it lives ("0": no longer liked); without one the archive decides.
+    let relations: Vec<Option<String>> = {
+        let keys: Vec<String> = archived
+            .iter()
+            .map(|(voter, _)| {
+                state
+                    .keys
+                    .like_relation(remark_id, *voter, state.remarks.shards)
+            })
+            .collect();
+        let mut conn = state.redis.get().await?;
+        redis::cmd("MGET").arg(keys).query_async(&mut *conn).await?
+    };
+    let archived: Vec<(i64, i64)> = archived
+        .into_iter()
+        .zip(relations)
+        .filter(|(_, relation)| relation.as_deref() != Some("0"))
+        .map(|(liker, _)| liker)
+        .collect();
     let mut refill = redis::pipe();
     for (voter, at) in &archived {
         refill

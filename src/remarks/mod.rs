@@ -13,7 +13,11 @@ pub mod likes;
 pub mod live;
 pub mod recommended;
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use sqlx::{any::AnyRow, Row};
 
@@ -260,6 +264,21 @@ pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<HashMap<i64, 
     .await?;
     rows.iter()
         .map(|row| RemarkRecord::from_row(row).map(|r| (r.id, r)))
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+/// Which of these remarks exist: one SQL query.
+pub async fn existing(state: &AppState, ids: &[i64]) -> AppResult<HashSet<i64>> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let list = crate::db::id_list(ids);
+    let rows = sqlx::query(&format!("SELECT id FROM remarks WHERE id IN ({list})"))
+        .fetch_all(&state.db.pool)
+        .await?;
+    rows.iter()
+        .map(|row| row.try_get::<i64, _>("id"))
         .collect::<Result<_, _>>()
         .map_err(Into::into)
 }

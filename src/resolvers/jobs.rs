@@ -11,7 +11,7 @@ use crate::{
     jobs::{self, JobStatus, NewJob, MAX_DELAY_SECONDS},
     schema::{
         jobs::{Job, JobConnection, JobEdge, ScheduleJobInput},
-        page::{decode_cursor, encode_cursor, PageInfo},
+        page::{decode_offset_cursor, encode_cursor, PageInfo},
         page_size, ContextExt,
     },
 };
@@ -28,7 +28,10 @@ impl JobQuery {
     }
 
     /// A topic's jobs in one state, in queue order (dead jobs: newest first).
-    #[graphql(guard = "RoleGuard::admin()")]
+    #[graphql(
+        guard = "RoleGuard::admin()",
+        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+    )]
     async fn jobs(
         &self,
         ctx: &Context<'_>,
@@ -39,7 +42,7 @@ impl JobQuery {
     ) -> AppResult<JobConnection> {
         let first = page_size(first.unwrap_or(20))?;
         // The cursor is the position after the last job of the previous page.
-        let offset = decode_cursor(after.as_deref())?.unwrap_or(0).max(0) as usize;
+        let offset = decode_offset_cursor(after.as_deref(), jobs::MAX_LIST_OFFSET)?;
         let (views, more) = jobs::list(ctx.state(), &topic, status, first, offset).await?;
         let count = views.len();
         let end_cursor = (count > 0).then(|| encode_cursor((offset + count) as i64));

@@ -91,13 +91,14 @@ impl LeaderboardSubscription {
         season_id: Option<ID>,
         #[graphql(default = 10)] top: Option<i32>,
     ) -> Result<impl Stream<Item = LeaderboardSnapshot>, AppError> {
-        let top = top.unwrap_or(10);
+        let top = page_size(top.unwrap_or(10))?;
         let state = ctx.state().clone();
-        let season = parse_season(&state, season_id.as_ref().map(|id| id.as_str()))?;
-        let top = page_size(top)?;
+        let season = season_id
+            .map(|id| parse_season(&state, Some(id.as_str())))
+            .transpose()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let snapshots = live::top_changes(&state, season, top).await?;
-        Ok(snapshots.map(move |top| {
+        let snapshots = live::board_changes(&state, season, top).await?;
+        Ok(snapshots.map(move |(season, top)| {
             let _held = &slot;
             LeaderboardSnapshot {
                 season: Season(season_info(&state, season)),
@@ -114,8 +115,7 @@ impl LeaderboardSubscription {
         let viewer = auth::require_viewer(ctx)?;
         let state = ctx.state();
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let changes =
-            live::my_rank_changes(state, state.clock.current_month(), viewer.user_id).await?;
+        let changes = live::my_current_rank_changes(state, viewer.user_id).await?;
         Ok(changes.map(move |entry| {
             let _held = &slot;
             RankEntry(entry)

@@ -11,7 +11,7 @@ use crate::{
     schema::{
         item::Item,
         nearby::{NearbyItem, NearbyItemConnection, NearbyItemEdge},
-        page::{decode_cursor, encode_cursor, PageInfo},
+        page::{decode_offset_cursor, encode_cursor, PageInfo},
         page_size, ContextExt,
     },
 };
@@ -21,7 +21,8 @@ pub struct NearbyQuery;
 
 #[Object]
 impl NearbyQuery {
-    /// Items within `radiusKm` (at most 1000) of a point, nearest first.
+    /// Items within `radiusKm` (at most 1000) of a point, nearest first; a search pages
+    /// through its 1000 nearest items.
     #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
     async fn nearby_items(
         &self,
@@ -35,10 +36,12 @@ impl NearbyQuery {
         let from = Location::new(lat, lng)?;
         let first = page_size(first.unwrap_or(20))?;
         // The cursor is the position after the last item of the previous page.
-        let offset = decode_cursor(after.as_deref())?.unwrap_or(0).max(0) as usize;
+        let offset = decode_offset_cursor(after.as_deref(), nearby::MAX_RESULTS)?;
         let state = ctx.state();
         let (found, more) = nearby::search(state, from, radius_km, first, offset).await?;
         let ids: Vec<i64> = found.iter().map(|(id, _)| *id).collect();
+        // An item gone from SQL is skipped, yet the next page starts after it.
+        let end = offset + found.len();
         let mut items: HashMap<i64, _> = items::find_many(state, &ids)
             .await?
             .into_iter()
@@ -57,7 +60,7 @@ impl NearbyQuery {
                 })
             })
             .collect();
-        let end_cursor = (!edges.is_empty()).then(|| encode_cursor((offset + edges.len()) as i64));
+        let end_cursor = (end > offset).then(|| encode_cursor(end as i64));
         Ok(NearbyItemConnection {
             edges,
             page_info: PageInfo {

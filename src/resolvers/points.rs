@@ -34,7 +34,10 @@ impl PointsQuery {
     }
 
     /// The viewer's archived awards, newest first.
-    #[graphql(guard = "RoleGuard::signed_in()")]
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+    )]
     async fn points_history(
         &self,
         ctx: &Context<'_>,

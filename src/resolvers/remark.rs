@@ -9,7 +9,7 @@ use crate::{
     error::{AppError, AppResult},
     http::ws::SubscriptionSlot,
     ids,
-    remarks::{self, likes::Vote, live::MAX_REMARKS, recommended, NewRemark},
+    remarks::{self, likes::Vote, recommended, NewRemark},
     schema::{
         page::{decode_cursor, encode_cursor, PageInfo},
         page_size,
@@ -134,18 +134,13 @@ pub struct RemarkSubscription;
 
 #[Subscription]
 impl RemarkSubscription {
-    /// The current like counts of the remarks, then each change (bursts coalesced to the
-    /// latest count per remark within 100 ms).
+    /// The current like counts of the remarks (1 to 100, each existing), then each change
+    /// (bursts coalesced to the latest count per remark within 100 ms).
     async fn like_count_changed(
         &self,
         ctx: &Context<'_>,
         remark_ids: Vec<ID>,
     ) -> Result<impl Stream<Item = LikeCount>, AppError> {
-        if remark_ids.is_empty() || remark_ids.len() > MAX_REMARKS {
-            return Err(AppError::bad_input(format!(
-                "watch 1 to {MAX_REMARKS} remarks"
-            )));
-        }
         let ids = remark_ids
             .iter()
             .map(|id| ids::parse(id, "remarkIds"))

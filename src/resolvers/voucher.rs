@@ -50,7 +50,10 @@ impl VoucherQuery {
     }
 
     /// The viewer's orders, newest first.
-    #[graphql(guard = "RoleGuard::signed_in()")]
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+    )]
     async fn my_orders(
         &self,
         ctx: &Context<'_>,

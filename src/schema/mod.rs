@@ -65,10 +65,10 @@ pub fn build(state: Option<AppState>) -> AppSchema {
         SubscriptionRoot::default(),
     )
     .extension(errors::ErrorCodes)
-    // The HTTP layer refuses documents nested deeper than this before parsing; here the
-    // same bound applies to WebSocket operations. `limit_depth` (far lower) then gives
-    // the precise validation error.
-    .limit_recursive_depth(crate::http::graphql::MAX_NESTING);
+    // Admission refuses documents nested deeper than this before they reach the schema
+    // (`http::document`); the schema's own check stays as a second line. `limit_depth`
+    // (far lower) then gives the precise validation error.
+    .limit_recursive_depth(crate::http::document::MAX_NESTING);
     if let Some(state) = state {
         builder = builder
             .limit_depth(state.config.max_depth)

@@ -82,6 +82,7 @@ impl Remark {
     }
 
     /// The earliest users who like this remark (at most 20).
+    #[graphql(complexity = "first.unwrap_or(5).clamp(1, 20) as usize * child_complexity")]
     async fn likers(
         &self,
         ctx: &Context<'_>,

@@ -4,7 +4,8 @@
 //!
 //! - `created`: insert the order (`ON CONFLICT DO NOTHING`) and, only if it was inserted,
 //!   take one from `vouchers.remaining` with the `remaining > 0` guard; then make sure its
-//!   expiry job exists (the durable path; the request scheduled it already, best effort).
+//!   expiry job exists if it is still unpaid (the durable path; the request scheduled it
+//!   already, best effort), and none if it was settled meanwhile.
 //! - `settled`: first the same as `created` (the order may not be archived yet), then move
 //!   it from UNPAID to its outcome, and give the stock back for cancellation and expiry,
 //!   both only if the row was still UNPAID: exactly once.
@@ -14,7 +15,6 @@ use std::{
     sync::Arc,
 };
 
-use futures::StreamExt;
 use sqlx::{Any, Row, Transaction};
 
 use super::{orders::OrderStatus, NewOrder};
@@ -33,9 +33,6 @@ pub fn spawn(state: &AppState) {
 }
 
 struct OrderArchive(AppState);
-
-/// Expiry jobs scheduled at once while a batch is handled.
-const EXPIRIES_IN_FLIGHT: usize = 32;
 
 #[async_trait::async_trait]
 impl StreamHandler for OrderArchive {
@@ -82,14 +79,9 @@ impl StreamHandler for OrderArchive {
         }
         insert_orders(tx, &orders).await?;
         settle_orders(tx, &settled).await?;
-        let state = &self.0;
-        let mut scheduled = futures::stream::iter(created)
-            .map(|order| async move { super::schedule_expiry(state, &order).await })
-            .buffer_unordered(EXPIRIES_IN_FLIGHT);
-        while let Some(result) = scheduled.next().await {
-            result.map_err(|error| HandleError::Unavailable(error.to_string()))?;
-        }
-        Ok(())
+        super::ensure_expiries(&self.0, &created)
+            .await
+            .map_err(|error| HandleError::Unavailable(error.to_string()))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod orders;
 use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use sqlx::Row;
 
 use crate::{
@@ -23,6 +24,7 @@ use crate::{
     error::{AppError, AppResult, ErrorCode},
     jobs::{self, NewJob},
     redis::{scripts::SALE_SECKILL, Keys},
+    vouchers::orders::OrderStatus,
 };
 
 /// The delay-queue topic of order expiry.
@@ -383,6 +385,57 @@ pub async fn schedule_expiry(state: &AppState, order: &NewOrder) -> AppResult<()
         Err(error) if error.code() == ErrorCode::JobExists => Ok(()),
         Err(error) => Err(error),
     }
+}
+
+/// Takes the expiry job of a settled order off the delay queue (otherwise it would wait
+/// there until the pay-by time, to find nothing to do). Best effort: a job left behind
+/// finds the order settled and ends.
+pub async fn cancel_expiry(state: &AppState, order_id: i64) {
+    if let Err(error) = jobs::cancel(state, EXPIRY_TOPIC, &order_id.to_string()).await {
+        tracing::warn!(order = order_id, %error, "expiry job of a settled order not cancelled");
+    }
+}
+
+/// Makes sure each order still unpaid has its expiry job, and that no job is left for an
+/// order settled meanwhile. The jobs are scheduled first and the orders' status read
+/// after: a settlement came either before that read (seen here: its job is cancelled) or
+/// after the job existed (and its settler cancels it), so no interleaving leaves one behind.
+pub async fn ensure_expiries(state: &AppState, orders: &[NewOrder]) -> AppResult<()> {
+    /// Expiry jobs scheduled at once.
+    const IN_FLIGHT: usize = 32;
+    if orders.is_empty() {
+        return Ok(());
+    }
+    let mut scheduled = futures::stream::iter(orders.iter().copied())
+        .map(|order| async move { schedule_expiry(state, &order).await })
+        .buffer_unordered(IN_FLIGHT);
+    while let Some(result) = scheduled.next().await {
+        result?;
+    }
+    let mut pipe = redis::pipe();
+    for order in orders {
+        pipe.cmd("HGET")
+            .arg(
+                state
+                    .keys
+                    .order(order.voucher_id, order.order_id, shards(state)),
+            )
+            .arg("status");
+    }
+    let statuses: Vec<Option<String>> = {
+        let mut conn = state.redis.get().await?;
+        pipe.query_async(&mut *conn).await?
+    };
+    let settled = orders.iter().zip(statuses).filter(|(_, status)| {
+        status
+            .as_deref()
+            .and_then(OrderStatus::parse)
+            .is_some_and(|status| status != OrderStatus::Unpaid)
+    });
+    for (order, _) in settled {
+        cancel_expiry(state, order.order_id).await;
+    }
+    Ok(())
 }
 
 /// One voucher's counts in Redis and SQL.

@@ -157,8 +157,7 @@ pub async fn settle(
     match (status, now) {
         (0, Some(now)) => Ok((true, now)),
         (1, Some(now)) => Ok((false, now)),
-        (-1, _) => Err(AppError::not_found(format!("no order {order_id}"))),
-        (-2, _) => Err(AppError::forbidden("this is not your order")),
+        (-1 | -2, _) => Err(no_such_order(order_id)),
         (-3, _) => Err(AppError::client(
             ErrorCode::NotStarted,
             "the order is not due to expire yet",
@@ -169,9 +168,17 @@ pub async fn settle(
     }
 }
 
+/// Someone else's order answers as a missing one does: which order ids exist is nobody's
+/// business but their buyers'. (`FORBIDDEN` for someone else's order told a stranger that
+/// the id was a real order.)
+fn no_such_order(order_id: i64) -> AppError {
+    AppError::not_found(format!("no order {order_id}"))
+}
+
 /// Pays or cancels the buyer's order. Repeating what already happened is a no-op; trying to
 /// pay a cancelled or expired order (or cancel a paid one) is a `CONFLICT`; paying after
-/// the pay-by time expires the order and answers `ENDED`.
+/// the pay-by time expires the order and answers `ENDED`. Once settled, the order's expiry
+/// job leaves the delay queue.
 pub async fn act(
     state: &AppState,
     buyer_id: i64,
@@ -180,11 +187,10 @@ pub async fn act(
 ) -> AppResult<OrderRecord> {
     let order = find(state, order_id)
         .await?
-        .ok_or_else(|| AppError::not_found(format!("no order {order_id}")))?;
-    if order.buyer_id != buyer_id {
-        return Err(AppError::forbidden("this is not your order"));
-    }
+        .filter(|order| order.buyer_id == buyer_id)
+        .ok_or_else(|| no_such_order(order_id))?;
     let (_, now) = settle(state, order.voucher_id, order_id, outcome, Some(buyer_id)).await?;
+    super::cancel_expiry(state, order_id).await;
     if now != outcome {
         if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
             return Err(AppError::client(

@@ -12,7 +12,7 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use engage::auth::Role;
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{eventually, first_code, scan, TestApp};
 
 /// The code of the first error, or "" when the request succeeded.
 fn outcome(body: &Value) -> String {
@@ -386,28 +386,6 @@ async fn a_callback_redirect_from_a_listed_host_to_an_unlisted_one_is_not_follow
     );
 }
 
-/// Every key matching `pattern` in the whole keyspace.
-async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .unwrap();
-        keys.extend(page);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
-    }
-}
-
 /// A key's family: the key without the prefix, each hash of user input (a long hex segment)
 /// replaced by `<hash>` and each other run of digits by `#`.
 fn family(prefix: &str, key: &str) -> String {
@@ -469,6 +447,18 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
         .as_str()
         .unwrap()
         .to_string();
+    // The remark reaches the author's outbox off the request path; wait for it, so that both
+    // runs are compared with every key they will ever touch.
+    let outbox = app.state.keys.feed_outbox(user);
+    eventually(async || {
+        let mut conn = app.state.redis.get().await.unwrap();
+        redis::cmd("EXISTS")
+            .arg(&outbox)
+            .query_async::<bool>(&mut *conn)
+            .await
+            .unwrap()
+    })
+    .await;
     app.data(
         Some(&app.user_token(user + 1)),
         "mutation($id: ID!) { likeRemark(remarkId: $id) { liked } }",

@@ -315,3 +315,71 @@ async fn nearby_items_come_nearest_first_with_known_distances() {
         assert_eq!(first_code(&body), "BAD_USER_INPUT", "{lat} {lng} {r}");
     }
 }
+
+#[tokio::test]
+async fn a_malformed_or_out_of_reach_nearby_cursor_is_bad_user_input() {
+    let app = app(1000, 100).await;
+    let huge = format!("c{}", "9".repeat(40_000));
+    for after in [
+        "",
+        "c",
+        "c-1",
+        "c+1",
+        "c1.5",
+        "cursor",
+        "Y3Vyc29yOjIw",
+        "c1001",
+        "c9223372036854775807",
+        "c99999999999999999999",
+        huge.as_str(),
+    ] {
+        let body = app
+            .gql(
+                None,
+                NEARBY,
+                json!({ "lat": 31.2304, "lng": 121.4737, "r": 10.0, "first": 20, "after": after }),
+            )
+            .await;
+        assert_eq!(
+            first_code(&body),
+            "BAD_USER_INPUT",
+            "{}",
+            &after[..after.len().min(40)]
+        );
+        let message = body["errors"][0]["message"].as_str().unwrap();
+        assert!(message.len() < 200, "the cursor is not echoed whole");
+    }
+}
+
+#[tokio::test]
+async fn a_nearby_search_pages_through_its_1000_nearest_items_and_no_further() {
+    let app = app(1000, 100).await;
+    // 1,100 places around one point, put straight into the GEO set.
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut add = redis::cmd("GEOADD");
+    add.arg(app.state.keys.item_locations());
+    for i in 1..=1100 {
+        add.arg(121.4737 + f64::from(i) * 1e-5).arg(31.2304).arg(i);
+    }
+    let added: i64 = add.query_async(&mut conn).await.unwrap();
+    assert_eq!(added, 1100);
+
+    let page = |after: &str| {
+        app.data(
+            None,
+            NEARBY,
+            json!({ "lat": 31.2304, "lng": 121.4737, "r": 100.0, "first": 20, "after": after }),
+        )
+    };
+    let inside = page("c500").await;
+    assert_eq!(inside["nearbyItems"]["pageInfo"]["endCursor"], "c520");
+    assert_eq!(inside["nearbyItems"]["pageInfo"]["hasNextPage"], true);
+    // The last page of the window is cut at its end and says nothing follows.
+    let last = page("c990").await;
+    assert_eq!(last["nearbyItems"]["pageInfo"]["endCursor"], "c1000");
+    assert_eq!(last["nearbyItems"]["pageInfo"]["hasNextPage"], false);
+    let end = page("c1000").await;
+    assert_eq!(end["nearbyItems"]["pageInfo"]["endCursor"], Value::Null);
+    assert_eq!(end["nearbyItems"]["pageInfo"]["hasNextPage"], false);
+}

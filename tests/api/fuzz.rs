@@ -1,13 +1,18 @@
-//! Random and mutated GraphQL requests against the real server: whatever arrives, the answer
-//! is never a 5xx, never a dropped connection, always JSON, and every error carries
-//! `extensions.code`. Deterministic from a seed (`ENGAGE_FUZZ_SEED`, printed on failure);
+//! Random and mutated GraphQL requests against the real server, over HTTP and both WebSocket
+//! protocols: whatever arrives, the answer is never a 5xx, never a dropped connection,
+//! always JSON, and every error carries `extensions.code`. Nesting of every shape the parser
+//! recurses on, behind comments ended by CR, LF or CRLF, is generated on purpose. Deterministic from a seed (`ENGAGE_FUZZ_SEED`, printed on failure);
 //! `ENGAGE_FUZZ_CASES` raises the count for a long run (default 3,000).
 
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use reqwest::Method;
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 
-use crate::harness::{percent_encode, TestApp};
+use crate::{
+    harness::{percent_encode, TestApp},
+    via::{self, Via},
+};
 
 /// SplitMix64: a few lines instead of a crate, and the same sequence on every platform.
 struct Rng(u64);
@@ -36,11 +41,19 @@ impl Rng {
 
 /// One request as sent on the wire.
 struct Case {
+    transport: Transport,
     method: Method,
     path_and_query: String,
     content_type: Option<&'static str>,
     body: Vec<u8>,
     with_token: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Http,
+    /// The body becomes a `subscribe` (or legacy `start`) message's payload.
+    WebSocket(Via),
 }
 
 /// Raw JSON fragments for values: numbers past every integer and float range, odd strings.
@@ -209,8 +222,49 @@ fn mutate_document(rng: &mut Rng, corpus: &Corpus) -> String {
     tokens.join(" ")
 }
 
+/// Nesting in one of the shapes the parser recurses on, up to thousands of levels, with
+/// comments and line ends of every kind, sometimes left unclosed.
+fn nesting_document(rng: &mut Rng) -> String {
+    let depth = if rng.chance(3) {
+        1 + rng.below(80)
+    } else {
+        1 + rng.below(5_000)
+    };
+    let (open, inner, close, frame): (&str, &str, &str, fn(String) -> String) = match rng.below(8) {
+        0 => ("[", "1", "]", |n| format!("{{ __typename(a: {n}) }}")),
+        1 => ("{a:", "1", "}", |n| format!("{{ __typename(a: {n}) }}")),
+        2 => ("[", "Int", "]", |n| {
+            format!("query($v: {n}) {{ __typename }}")
+        }),
+        3 => ("[", "1", "]", |n| {
+            format!("query($v: Int = {n}) {{ __typename }}")
+        }),
+        4 => ("[", "true", "]", |n| {
+            format!("{{ __typename @include(if: {n}) }}")
+        }),
+        5 => ("... on Query { ", "__typename", " }", |n| {
+            format!("{{ {n} }}")
+        }),
+        6 => ("viewer { ", "id", " }", |n| format!("{{ {n} }}")),
+        _ => ("(a: ", "1", ")", |n| format!("{{ __typename{n} }}")),
+    };
+    let closing = if rng.chance(5) { 0 } else { depth };
+    let nested = open.repeat(depth) + inner + &close.repeat(closing);
+    let line_end = *rng.pick(&["\r", "\n", "\r\n"]);
+    let comment = format!("# {}{line_end}", rng.pick(&["", "{[(", "\"\"\"", "#"]));
+    let mut document = format!("{comment}{}{line_end}", frame(nested));
+    if rng.chance(3) {
+        // A document whose only line ends are CRs.
+        document = document.replace(['\n', ' '], "\r");
+    }
+    document
+}
+
 fn structural_document(rng: &mut Rng, corpus: &Corpus) -> String {
     let field = rng.pick(&corpus.words).clone();
+    if rng.chance(2) {
+        return nesting_document(rng);
+    }
     match rng.below(9) {
         0 => {
             let depth = 1 + rng.below(5_000);
@@ -329,6 +383,7 @@ fn generate(rng: &mut Rng, corpus: &Corpus) -> Case {
             _ => format!("{}=%ff%fe", rng.pick(&corpus.words)),
         };
         return Case {
+            transport: Transport::Http,
             method: Method::GET,
             path_and_query: format!("/graphql?{query}"),
             content_type: None,
@@ -347,7 +402,13 @@ fn generate(rng: &mut Rng, corpus: &Corpus) -> Case {
         let at = rng.below(body.len() + 1);
         body.insert(at, 0xff);
     }
+    let transport = if rng.chance(5) {
+        Transport::WebSocket(*rng.pick(&[Via::TransportWs, Via::LegacyWs]))
+    } else {
+        Transport::Http
+    };
     Case {
+        transport,
         method: Method::POST,
         path_and_query: "/graphql".into(),
         content_type,
@@ -358,6 +419,9 @@ fn generate(rng: &mut Rng, corpus: &Corpus) -> Case {
 
 /// Checks one answer; a description of what is wrong, if anything.
 async fn check(app: &TestApp, token: &str, case: Case) -> Result<(), String> {
+    if let Transport::WebSocket(via) = case.transport {
+        return check_websocket(app, token, via, case).await;
+    }
     let mut request = app
         .http
         .request(case.method.clone(), app.url(&case.path_and_query))
@@ -399,6 +463,54 @@ async fn check(app: &TestApp, token: &str, case: Case) -> Result<(), String> {
         Value::Array(items) => items.clone(),
         _ => vec![body.clone()],
     };
+    check_answers(&answers, &describe)
+}
+
+/// Close codes a server may answer a malformed message with: protocol error, too big, and
+/// graphql-transport-ws's own (bad request, duplicate id, too many inits, unauthorised).
+const WEBSOCKET_CLOSE_CODES: &[u16] = &[1002, 1009, 4400, 4403, 4409, 4429];
+
+/// The same case as one operation on a fresh WebSocket: an answer with coded errors, or a
+/// close with a protocol code, never a dropped socket.
+async fn check_websocket(app: &TestApp, token: &str, via: Via, case: Case) -> Result<(), String> {
+    let body = String::from_utf8_lossy(&case.body).into_owned();
+    let describe = || {
+        let shown: String = body.chars().take(300).collect();
+        format!("{via:?}: {shown}")
+    };
+    let mut socket = via::open(app, via, case.with_token.then_some(token)).await;
+    let start = if via == Via::LegacyWs {
+        "start"
+    } else {
+        "subscribe"
+    };
+    // The body is spliced in as it is: a payload that is not JSON makes the message invalid.
+    let message = format!("{{\"id\": \"1\", \"type\": \"{start}\", \"payload\": {body}}}");
+    if socket.send(Message::text(message)).await.is_err() {
+        return Err(format!("the socket refused a message for {}", describe()));
+    }
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        via::answer(&mut socket, "1"),
+    )
+    .await;
+    let _ = socket.close(None).await;
+    // A subscription may rightly stay quiet: only what arrives is judged.
+    let Ok(answer) = answer else { return Ok(()) };
+    if let Some(closed) = answer.get("closed") {
+        let code = closed.as_u64().map(|c| c as u16);
+        return match code {
+            Some(code) if WEBSOCKET_CLOSE_CODES.contains(&code) => Ok(()),
+            _ => Err(format!("closed with {closed} for {}", describe())),
+        };
+    }
+    if answer.get("completed").is_some() {
+        return Ok(());
+    }
+    check_answers(&[answer], &describe)
+}
+
+fn check_answers(answers: &[Value], describe: &dyn Fn() -> String) -> Result<(), String> {
     for answer in answers {
         if let Some(errors) = answer.get("errors") {
             let errors = errors

@@ -171,7 +171,7 @@ async fn health_readiness_and_metrics_answer() {
     app.gql(None, "{ nope }", json!({})).await;
     let metrics = app.get_text("/metrics").await;
     assert!(
-        metrics.contains("engage_graphql_requests_total{operation=\"Probe\"}"),
+        metrics.contains("engage_graphql_requests_total{operation=\"introspection\"}"),
         "{metrics}"
     );
     assert!(metrics.contains("engage_graphql_request_duration_seconds_bucket"));

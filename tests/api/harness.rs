@@ -204,6 +204,18 @@ impl TestApp {
     }
 }
 
+/// Polls `check` every 100 ms until it holds, for at most 10 s: for effects that background
+/// consumers bring about after a request has been answered.
+pub async fn eventually(mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..100 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("condition not reached in 10s");
+}
+
 /// Waits until `group` has read and acknowledged everything in each of `streams`.
 pub async fn streams_settled(app: &TestApp, streams: &[String], group: &str) {
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
@@ -387,4 +399,26 @@ pub fn percent_encode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// Every key matching `pattern` in the whole keyspace.
+pub async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .unwrap();
+        keys.extend(page);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
 }

@@ -489,3 +489,121 @@ async fn scheduling_checks_ids_input_and_roles() {
         false
     );
 }
+
+#[tokio::test]
+async fn job_ids_and_topics_with_colons_are_scheduled_run_and_cancelled_like_any_other() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    let topic = "billing:eu";
+    app.state
+        .jobs
+        .register(topic, Arc::new(recorder.clone()), None);
+    // Ids that look like the pool's bookkeeping of the job "invoice".
+    let ids = [
+        "invoice:attempts",
+        "invoice",
+        "invoice:lease",
+        "invoice:status",
+        "invoice:error",
+    ];
+    for id in ids {
+        jobs::schedule(&app.state, job(id, topic, Duration::ZERO))
+            .await
+            .unwrap();
+    }
+    until("every job ran", Duration::from_secs(10), || {
+        ids.iter().all(|id| recorder.count(id) == 1)
+    })
+    .await;
+    for id in ids {
+        let mut status = Value::Null;
+        for _ in 0..100 {
+            status = job_status(&app, topic, id).await;
+            if status["status"] == "DONE" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(status["status"], "DONE", "{id}: {status}");
+        assert_eq!(status["attempts"], 1, "{id}: {status}");
+    }
+
+    let admin = app.admin_token();
+    let later = json!({ "input": { "id": "invoice:2024:07", "topic": topic, "body": "{}", "delaySeconds": 60 } });
+    app.data(Some(&admin), SCHEDULE, later).await;
+    let cancel = "mutation($t: String!) { cancelJob(topic: $t, id: \"invoice:2024:07\") }";
+    assert_eq!(
+        app.data(Some(&admin), cancel, json!({ "t": topic })).await["cancelJob"],
+        true
+    );
+    assert_eq!(
+        job_status(&app, topic, "invoice:2024:07").await["status"],
+        "CANCELLED"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(recorder.total(), ids.len(), "nothing ran twice");
+
+    // A string outside the documented characters names no job, even where it spells a
+    // job's own field.
+    assert_eq!(
+        job_status(&app, topic, "invoice/attempts").await,
+        Value::Null
+    );
+    let cancel_field = "mutation($t: String!) { cancelJob(topic: $t, id: \"invoice/status\") }";
+    assert_eq!(
+        app.data(Some(&admin), cancel_field, json!({ "t": topic }))
+            .await["cancelJob"],
+        false
+    );
+}
+
+#[tokio::test]
+async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("mixed", Arc::new(recorder.clone()), None);
+    // A pool entry that is not a job's JSON (left by an older layout, say), ready to take.
+    let keys = &app.state.keys;
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(keys.job_pool("mixed"))
+        .arg("garbled")
+        .arg("3")
+        .ignore()
+        .cmd("RPUSH")
+        .arg(keys.jobs_ready("mixed"))
+        .arg("garbled")
+        .ignore()
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    jobs::schedule(&app.state, job("sound", "mixed", Duration::ZERO))
+        .await
+        .unwrap();
+    until("the sound job ran", Duration::from_secs(10), || {
+        recorder.count("sound") == 1
+    })
+    .await;
+    for _ in 0..100 {
+        // Until it is buried, its pool entry cannot be shown.
+        let found = jobs::find(&app.state, "mixed", "garbled").await;
+        if found.is_ok_and(|job| job.is_some_and(|job| job.status == jobs::JobStatus::Dead)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dead = job_status(&app, "mixed", "garbled").await;
+    assert_eq!(dead["status"], "DEAD", "{dead}");
+    assert!(
+        dead["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("does not read as a job"),
+        "{dead}"
+    );
+    assert_eq!(recorder.count("garbled"), 0);
+}

@@ -295,3 +295,131 @@ async fn my_rank_changes_are_pushed_to_the_signed_in_viewer() {
     award(&app, 81, 10).await; // someone else overtakes: the viewer's rank changes too
     assert_eq!(next().await, json!({ "rank": 2, "points": 55 }));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
+    // Periodic background work shares the pool: slow it down so that only reads count.
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.rollover_check_seconds = 3600;
+        config.jobs_tick_ms = 600_000;
+    })
+    .await;
+    award(&app, 91, 50).await;
+    let query =
+        "subscription { leaderboardChanged(top: 5) { entries { rank points user { id } } } }";
+    let mut sockets = Vec::new();
+    for _ in 0..20 {
+        let mut socket = subscribe(&app, None, query).await;
+        let first = next_data(&mut socket).await;
+        assert_eq!(
+            first["leaderboardChanged"]["entries"],
+            json!([{ "rank": 1, "points": 50, "user": { "id": "91" } }])
+        );
+        sockets.push(socket);
+    }
+    crate::harness::streams_settled(&app, &[app.state.keys.points_stream()], "archive").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The board changes behind the app's back (as another instance's award would), so that
+    // only the subscribers' reads are counted.
+    let season = app.state.clock.current_month();
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let before = app
+        .state
+        .redis_round_trips
+        .load(std::sync::atomic::Ordering::SeqCst);
+    let score = 60.0 * engage::leaderboard::SCORE_TIME_UNIT;
+    let () = redis::pipe()
+        .cmd("ZADD")
+        .arg(app.state.keys.season_board(season))
+        .arg(score)
+        .arg(92)
+        .ignore()
+        .cmd("PUBLISH")
+        .arg(app.state.keys.board_channel(season))
+        .arg(92)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for socket in &mut sockets {
+        let change = next_data(socket).await;
+        assert_eq!(
+            change["leaderboardChanged"]["entries"][0]["user"]["id"], "92",
+            "{change}"
+        );
+    }
+    let reads = app
+        .state
+        .redis_round_trips
+        .load(std::sync::atomic::Ordering::SeqCst)
+        - before;
+    assert!(
+        reads <= 3,
+        "{reads} round trips for one change seen by 20 subscribers"
+    );
+    assert_eq!(app.state.boards.readers(), 1);
+
+    // The reader and its channel go with the last subscriber.
+    let channel = app.state.keys.board_channel(season);
+    drop(sockets);
+    for _ in 0..250 {
+        if app.state.boards.readers() == 0 && app.state.live.local_subscribers(&channel) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(app.state.boards.readers(), 0);
+    assert_eq!(app.state.live.local_subscribers(&channel), 0);
+}
+
+#[tokio::test]
+async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
+    let app = app().await;
+    let before_midnight = Utc.with_ymd_and_hms(2031, 1, 31, 23, 59, 50).unwrap();
+    app.state.clock.set(before_midnight);
+    award(&app, 71, 40).await;
+    let board = "subscription { leaderboardChanged(top: 5) { season { id } entries { points user { id } } } }";
+    let mut board = subscribe(&app, None, board).await;
+    let first = next_data(&mut board).await["leaderboardChanged"].clone();
+    assert_eq!(first["season"]["id"], "203101");
+    assert_eq!(
+        first["entries"],
+        json!([{ "points": 40, "user": { "id": "71" } }])
+    );
+    let token = app.user_token(71);
+    let mut mine = subscribe(
+        &app,
+        Some(&token),
+        "subscription { myRankChanged { rank points } }",
+    )
+    .await;
+    assert_eq!(
+        next_data(&mut mine).await["myRankChanged"],
+        json!({ "rank": 1, "points": 40 })
+    );
+
+    // The month turns: the board moves to February's, empty until someone scores there.
+    app.state
+        .clock
+        .set(before_midnight + chrono::Duration::seconds(20));
+    let turned = next_data(&mut board).await["leaderboardChanged"].clone();
+    assert_eq!(
+        turned,
+        json!({ "season": { "id": "203102" }, "entries": [] })
+    );
+    award(&app, 71, 5).await;
+    let scored = next_data(&mut board).await["leaderboardChanged"].clone();
+    assert_eq!(scored["season"]["id"], "203102");
+    assert_eq!(
+        scored["entries"],
+        json!([{ "points": 5, "user": { "id": "71" } }])
+    );
+    assert_eq!(
+        next_data(&mut mine).await["myRankChanged"],
+        json!({ "rank": 1, "points": 5 })
+    );
+}

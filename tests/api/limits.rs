@@ -4,7 +4,10 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::harness::{first_code, percent_encode, TestApp};
+use crate::{
+    harness::{first_code, percent_encode, TestApp},
+    via::{self, Via},
+};
 
 #[tokio::test]
 async fn a_depth_bomb_is_refused_without_a_server_error() {
@@ -162,4 +165,119 @@ async fn automatic_persisted_queries_round_trip() {
         .await
         .unwrap();
     assert_eq!(first_code(&wrong), "BAD_REQUEST");
+}
+
+/// A distinct document of about `bytes` bytes that parses and validates: a comment pads it.
+fn padded_document(n: usize, bytes: usize) -> String {
+    let head = format!("query Padded{n} {{ __typename }}\n#");
+    let padding = "x".repeat(bytes.saturating_sub(head.len()));
+    format!("{head}{padding}")
+}
+
+/// Registers a document the APQ way (hash and text) and checks that it ran.
+async fn register_persisted(app: &TestApp, query: &str) {
+    let response = via::send(app, Via::PersistedQuery, None, query, json!({})).await;
+    assert_eq!(response["data"]["__typename"], "Query", "{response}");
+}
+
+/// Runs a document by its hash alone; the error code when it is not stored.
+async fn run_persisted(app: &TestApp, query: &str) -> Result<(), String> {
+    let hash = hex::encode(Sha256::digest(query.as_bytes()));
+    let body = json!({ "extensions": { "persistedQuery": { "version": 1, "sha256Hash": hash } } });
+    let response: Value = app
+        .http
+        .post(app.url("/graphql"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    match response["data"]["__typename"].as_str() {
+        Some("Query") => Ok(()),
+        _ => Err(first_code(&response).to_string()),
+    }
+}
+
+/// Bytes Redis holds for the persisted queries of this app's prefix (MEMORY USAGE, every
+/// element counted).
+async fn persisted_query_memory(app: &TestApp) -> u64 {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{}{{apq}}*", app.state.keys.prefix());
+    let keys = crate::harness::scan(&mut conn, &pattern).await;
+    let mut total = 0;
+    for key in keys {
+        let used: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&key)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        total += used.unwrap_or(0);
+    }
+    total
+}
+
+#[tokio::test]
+async fn one_client_registering_300_documents_of_30_kb_grows_redis_by_at_most_4_mb() {
+    let app = TestApp::spawn_with(|config| config.rate_limit_per_ip = 0).await;
+    let before = persisted_query_memory(&app).await;
+    for n in 0..300 {
+        register_persisted(&app, &padded_document(n, 30_000)).await;
+    }
+    let grown = persisted_query_memory(&app).await - before;
+    println!("persisted queries: Redis grew by {grown} bytes for 300 documents of 30 KB");
+    assert!(grown <= 4_000_000, "Redis grew by {grown} bytes");
+}
+
+#[tokio::test]
+async fn a_document_over_the_size_cap_runs_but_is_not_stored() {
+    let app = TestApp::spawn().await;
+    let small = padded_document(1, 1_000);
+    let large = padded_document(2, 20_000);
+    register_persisted(&app, &small).await;
+    register_persisted(&app, &large).await;
+    assert_eq!(run_persisted(&app, &small).await, Ok(()));
+    assert_eq!(
+        run_persisted(&app, &large).await,
+        Err("PERSISTED_QUERY_NOT_FOUND".to_string())
+    );
+}
+
+#[tokio::test]
+async fn persisted_queries_stay_within_their_budget_and_the_least_recently_used_go_first() {
+    // Documents of 30 KB are storable here, so the byte budget is what bounds the store.
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.apq_max_query_bytes = 64 * 1024;
+        config.apq_max_bytes = 2 * 1024 * 1024;
+    })
+    .await;
+    let before = persisted_query_memory(&app).await;
+    let kept = padded_document(0, 30_000);
+    register_persisted(&app, &kept).await;
+    for n in 1..300 {
+        register_persisted(&app, &padded_document(n, 30_000)).await;
+        // A document in use is never the least recently used one.
+        if n % 20 == 0 {
+            assert_eq!(run_persisted(&app, &kept).await, Ok(()), "after {n}");
+        }
+    }
+    let grown = persisted_query_memory(&app).await - before;
+    println!("persisted queries: Redis grew by {grown} bytes for 300 stored documents of 30 KB");
+    assert!(grown <= 4_000_000, "Redis grew by {grown} bytes");
+    assert_eq!(run_persisted(&app, &kept).await, Ok(()));
+    assert_eq!(
+        run_persisted(&app, &padded_document(299, 30_000)).await,
+        Ok(())
+    );
+    assert_eq!(
+        run_persisted(&app, &padded_document(1, 30_000)).await,
+        Err("PERSISTED_QUERY_NOT_FOUND".to_string()),
+        "the least recently used were evicted"
+    );
 }

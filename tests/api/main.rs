@@ -2,6 +2,9 @@
 //! One test binary with a module per feature keeps linking time down.
 
 mod harness;
+/// Hostile documents, shared with the abuse run of `examples/`.
+#[path = "../../examples/support/hostile.rs"]
+mod hostile_documents;
 /// The unpluggable TCP proxy, shared with the long fault suite of `examples/`.
 #[path = "../../examples/support/plug.rs"]
 mod plug;
@@ -12,6 +15,7 @@ mod faults;
 mod feed;
 mod fuzz;
 mod graphql_http;
+mod hostile;
 mod ids;
 mod items;
 mod jobs;
@@ -22,5 +26,6 @@ mod pages;
 mod points;
 mod remarks;
 mod signin;
+mod via;
 mod vouchers;
 mod websocket;

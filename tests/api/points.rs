@@ -5,7 +5,7 @@ use std::time::Duration;
 use engage::auth::Role;
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{eventually, first_code, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $t: PointsType!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: $t, points: $p, idempotencyKey: $k) { awarded capped duplicate } }";
@@ -112,16 +112,6 @@ async fn an_idempotency_key_awards_once_and_a_partial_award_reaches_the_cap() {
             .await;
         assert_eq!(first_code(&body), "BAD_USER_INPUT", "{points} {key:?}");
     }
-}
-
-async fn eventually(mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..100 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("condition not reached in 10s");
 }
 
 #[tokio::test]

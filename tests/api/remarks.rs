@@ -475,6 +475,46 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
     }
 }
 
+#[tokio::test]
+async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channel() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let missing = (remark.parse::<i64>().unwrap() + 1000).to_string();
+    for ids in [vec![missing.clone()], vec![remark.clone(), missing.clone()]] {
+        let query = format!(
+            "subscription {{ likeCountChanged(remarkIds: {}) {{ remarkId likeCount }} }}",
+            json!(ids)
+        );
+        let mut socket = subscribe(&app, None, &query).await;
+        let message = crate::harness::next_message(&mut socket).await;
+        let errors = if message["type"] == "error" {
+            &message["payload"]
+        } else {
+            &message["payload"]["errors"]
+        };
+        assert_eq!(errors[0]["extensions"]["code"], "NOT_FOUND", "{message}");
+        assert!(
+            errors[0]["message"].as_str().unwrap().contains(&missing),
+            "{message}"
+        );
+        // Nothing is held, neither in this instance's hub nor in Redis, while the
+        // connection stays open.
+        let mut conn = app.state.redis.get().await.unwrap();
+        for id in &ids {
+            let channel = app.state.keys.like_count_channel(id.parse().unwrap());
+            assert_eq!(app.state.live.local_subscribers(&channel), 0, "{id}");
+            let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(listeners, 0, "{id}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() {
     let app = busy_app().await;
@@ -656,4 +696,64 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
         .await
         .unwrap();
     assert_eq!(pending.count(), 0);
+}
+
+#[tokio::test]
+async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_lettered() {
+    let app = busy_app().await;
+    if app.state.db.backend != engage::db::Backend::Postgres {
+        return; // SQLite has no partitions: vote_log is one table there.
+    }
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 2_001, &item).await;
+    // A table of this month's name that is not attached as a partition: creating the
+    // partition is then a no-op, and the insert finds no partition for the row (23514).
+    let date = app.state.clock.format_ms(app.state.clock.now_ms());
+    let month = format!("{}{}", &date[..4], &date[5..7]);
+    let blocker = format!("vote_log_{month}");
+    sqlx::query(&format!("CREATE TABLE {blocker} (LIKE vote_log)"))
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    vote(&app, 2_002, &remark, true).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dead: i64 = sqlx::query("SELECT COUNT(*) AS n FROM dead_letters")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(dead, 0, "the vote was blamed for the database's state");
+    assert_eq!(vote_log_rows(&app).await, 0);
+
+    // Once the table is out of the way, the waiting vote is archived.
+    sqlx::query(&format!("DROP TABLE {blocker}"))
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    archive_settled(&app).await;
+    assert_eq!(vote_log_rows(&app).await, 1);
+}
+
+#[tokio::test]
+async fn an_unliked_early_liker_is_replaced_by_the_next_earliest_not_the_newest() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 3_000, &item).await;
+    for voter in 3_001..=3_025 {
+        vote(&app, voter, &remark, true).await;
+    }
+    archive_settled(&app).await;
+    vote(&app, 3_003, &remark, false).await; // one of the earliest twenty goes
+    vote(&app, 3_026, &remark, true).await; // and a newcomer arrives
+    let likers = app
+        .data(None, "query($item: ID!) { remarks(itemId: $item) { edges { node { likers(first: 20) { id } } } } }", json!({ "item": item }))
+        .await;
+    let ids: Vec<i64> = likers["remarks"]["edges"][0]["node"]["likers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    let expected: Vec<i64> = (3_001..=3_021).filter(|v| *v != 3_003).collect();
+    assert_eq!(ids, expected);
 }

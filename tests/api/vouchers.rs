@@ -254,7 +254,7 @@ async fn pay_and_cancel_are_idempotent_and_only_for_the_buyer() {
             &app.gql(Some(&app.user_token(41)), PAY, json!({ "o": order }))
                 .await
         ),
-        "FORBIDDEN"
+        "NOT_FOUND"
     );
     assert_eq!(
         app.data(Some(&token), PAY, json!({ "o": order })).await["payOrder"]["status"],
@@ -373,4 +373,136 @@ async fn only_admins_create_vouchers_with_checked_input() {
         ),
         "FORBIDDEN"
     );
+}
+
+#[tokio::test]
+async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 3, 600).await;
+    let order = app
+        .data(Some(&app.user_token(50)), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let missing = (order.parse::<i64>().unwrap() + 1000).to_string();
+    let stranger = app.user_token(51);
+    for mutation in [PAY, CANCEL] {
+        let theirs = app
+            .gql(Some(&stranger), mutation, json!({ "o": order }))
+            .await;
+        let nobodys = app
+            .gql(Some(&stranger), mutation, json!({ "o": missing }))
+            .await;
+        assert_eq!(first_code(&theirs), "NOT_FOUND", "{theirs}");
+        assert_eq!(first_code(&nobodys), "NOT_FOUND", "{nobodys}");
+        // The same words, but for the id: nothing tells the two apart.
+        assert_eq!(
+            theirs["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .replace(&order, "ID"),
+            nobodys["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .replace(&missing, "ID"),
+        );
+    }
+    // The order is untouched and still its buyer's to pay.
+    assert_eq!(
+        app.data(Some(&app.user_token(50)), PAY, json!({ "o": order }))
+            .await["payOrder"]["status"],
+        "PAID"
+    );
+}
+
+/// Where the delay queue holds an order's expiry job: `None` when nowhere pending.
+async fn pending_expiry(app: &TestApp, order: &str) -> Option<&'static str> {
+    let topic = engage::vouchers::EXPIRY_TOPIC;
+    let keys = &app.state.keys;
+    let mut conn = app.state.redis.get().await.unwrap();
+    let (delayed, running, ready): (Option<f64>, Option<f64>, Option<i64>) = redis::pipe()
+        .cmd("ZSCORE")
+        .arg(keys.jobs_delayed(topic))
+        .arg(order)
+        .cmd("ZSCORE")
+        .arg(keys.jobs_running(topic))
+        .arg(order)
+        .cmd("LPOS")
+        .arg(keys.jobs_ready(topic))
+        .arg(order)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    match (delayed, running, ready) {
+        (Some(_), _, _) => Some("delayed"),
+        (_, Some(_), _) => Some("running"),
+        (_, _, Some(_)) => Some("ready"),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
+    let app = busy_app().await;
+    // A day to pay: a job left behind would wait that long.
+    let voucher = voucher(&app, 5, 86_400).await;
+    for (buyer, settle, field) in [(60, CANCEL, "cancelOrder"), (61, PAY, "payOrder")] {
+        let token = app.user_token(buyer);
+        let order = app
+            .data(Some(&token), SECKILL, json!({ "v": voucher }))
+            .await["seckillVoucher"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
+        let settled = app.data(Some(&token), settle, json!({ "o": order })).await;
+        assert!(settled[field]["status"].is_string(), "{settled}");
+        assert_eq!(pending_expiry(&app, &order).await, None, "{field}");
+        // The order consumer, which makes sure each order's expiry job exists, does not
+        // bring it back once it has caught up.
+        consistent(&app).await;
+        assert_eq!(
+            pending_expiry(&app, &order).await,
+            None,
+            "{field}, archived"
+        );
+
+        // A consumer far behind handles the order's creation only now, after the queue
+        // forgot the cancelled job (it keeps the last 1,000 finished jobs per topic).
+        forget_job(&app, &order).await;
+        let late = engage::vouchers::NewOrder {
+            order_id: order.parse().unwrap(),
+            voucher_id: voucher.parse().unwrap(),
+            created_at_ms: app.state.clock.now_ms(),
+            pay_by_ms: app.state.clock.now_ms() + 86_400_000,
+        };
+        engage::vouchers::ensure_expiries(&app.state, &[late])
+            .await
+            .unwrap();
+        assert_eq!(pending_expiry(&app, &order).await, None, "{field}, late");
+    }
+}
+
+/// Removes every trace of a job from the delay queue, as when it ages out of the finished
+/// jobs kept.
+async fn forget_job(app: &TestApp, id: &str) {
+    let topic = engage::vouchers::EXPIRY_TOPIC;
+    let keys = &app.state.keys;
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = redis::pipe()
+        .cmd("HDEL")
+        .arg(keys.job_pool(topic))
+        .arg(id)
+        .arg(format!("{id}/attempts"))
+        .arg(format!("{id}/error"))
+        .arg(format!("{id}/status"))
+        .ignore()
+        .cmd("ZREM")
+        .arg(keys.jobs_finished(topic))
+        .arg(id)
+        .ignore()
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
 }

@@ -3,15 +3,17 @@
 
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio_tungstenite::{
     connect_async,
-    tungstenite::{client::IntoClientRequest, http::HeaderValue, protocol::CloseFrame, Message},
+    tungstenite::{client::IntoClientRequest, http::HeaderValue},
     MaybeTlsStream, WebSocketStream,
 };
 
-use crate::harness::TestApp;
+use crate::{
+    harness::TestApp,
+    via::{next, write as send},
+};
 
 type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -24,28 +26,6 @@ async fn connect(app: &TestApp, protocol: &str) -> Socket {
     let (socket, response) = connect_async(request).await.expect("upgrade accepted");
     assert_eq!(response.headers()["sec-websocket-protocol"], protocol);
     socket
-}
-
-async fn send(socket: &mut Socket, message: Value) {
-    socket
-        .send(Message::text(message.to_string()))
-        .await
-        .unwrap();
-}
-
-/// The next text message as JSON, or the close frame.
-async fn next(socket: &mut Socket) -> Result<Value, Option<CloseFrame>> {
-    loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
-            .await
-            .expect("a message within 10s");
-        match message {
-            Some(Ok(Message::Text(text))) => return Ok(serde_json::from_str(&text).unwrap()),
-            Some(Ok(Message::Close(frame))) => return Err(frame),
-            Some(Ok(_)) => continue,
-            Some(Err(_)) | None => return Err(None),
-        }
-    }
 }
 
 #[tokio::test]
