@@ -7,14 +7,20 @@
     KEYS[2] idempotency marker    {points}:award:<user>:<key>
     KEYS[3] season board          {points}:board:<YYYYMM>
     KEYS[4] points stream         {points}:events
+    KEYS[5] rebuild hold          {points}:rebuilding
     ARGV[1] user id   ARGV[2] type   ARGV[3] requested points   ARGV[4] daily cap (-1: none)
     ARGV[5] now, epoch ms   ARGV[6] seconds since the season began   ARGV[7] season id
     ARGV[8] board channel   ARGV[9] idempotency key   ARGV[10] marker TTL seconds
     ARGV[11] daily hash TTL seconds
 
-  Output: { points_awarded, duplicate (0/1) } - a duplicate answers the first award.
+  Output: { points_awarded, duplicate (0/1) } - a duplicate answers the first award;
+          { HELD, 0 } while a rebuild holds awards back.
 ]]
 -- @include points_award.lua
+
+if held(KEYS[5]) then
+  return {HELD, 0}
+end
 
 local prior = redis.call('GET', KEYS[2])
 if prior then

@@ -4,6 +4,7 @@
 
   Input:
     KEYS[1..6] as signin_sign.lua   KEYS[7] make-up counter {points}:makeups:<user>:<YYYYMM>
+    KEYS[8] rebuild hold {points}:rebuilding
     ARGV[1] user id     ARGV[2] the missed day (before today)   ARGV[3] today's day
     ARGV[4] days in the previous month
     ARGV[5] previous month YYYYMM   ARGV[6] the month before it YYYYMM
@@ -12,12 +13,18 @@
     ARGV[10] season id      ARGV[11] board channel
     ARGV[12] daily hash TTL seconds   ARGV[13] counter TTL seconds
     ARGV[14] base points    ARGV[15] idempotency text for the event
+    ARGV[16] the missed day, YYYYMMDD (the sign_ins row the archive writes from the event)
 
   Output: { status, streak, points_awarded, make_ups_left }
-    status 0 done, -1 the day is already signed, -2 no make-ups left this month
+    status 0 done, -1 the day is already signed, -2 no make-ups left this month,
+           HELD while a rebuild holds make-ups back
 ]]
 -- @include points_award.lua
 -- @include signin_streak.lua
+
+if held(KEYS[8]) then
+  return {HELD, 0, 0, 0}
+end
 
 local day, today = tonumber(ARGV[2]), tonumber(ARGV[3])
 local allowed = tonumber(ARGV[7])
@@ -39,5 +46,6 @@ redis.call('SETBIT', KEYS[1], day - 1, 1)
 redis.call('INCR', KEYS[7])
 redis.call('EXPIRE', KEYS[7], ARGV[13])
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]), -1,
-  ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[15], ARGV[12])
+  ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[15], ARGV[12],
+  {'day', ARGV[16], 'made_up', 1})
 return {0, current_streak(), awarded, allowed - used - 1}

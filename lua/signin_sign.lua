@@ -9,6 +9,7 @@
     KEYS[4] today's points hash      {points}:daily:<user>:<YYYYMMDD>
     KEYS[5] season board             {points}:board:<YYYYMM>
     KEYS[6] points stream            {points}:events
+    KEYS[7] rebuild hold             {points}:rebuilding
     ARGV[1] user id          ARGV[2] day of month (1..31)
     ARGV[3] days in the previous month
     ARGV[4] previous month YYYYMM    ARGV[5] the month before it YYYYMM
@@ -17,11 +18,17 @@
     ARGV[10] daily hash TTL seconds  ARGV[11] bitmap TTL seconds
     ARGV[12] base points     ARGV[13] bonuses "streak:points,..." e.g. "7:10,14:20,28:40"
     ARGV[14] idempotency text for the event (signin:<user>:<date>)
+    ARGV[15] today, YYYYMMDD (the sign_ins row the archive writes from the event)
 
-  Output: { already_signed (0/1), streak, points_awarded }
+  Output: { already_signed (0/1), streak, points_awarded }; { HELD, 0, 0 } while a rebuild
+          holds sign-ins back.
 ]]
 -- @include points_award.lua
 -- @include signin_streak.lua
+
+if held(KEYS[7]) then
+  return {HELD, 0, 0}
+end
 
 local day = tonumber(ARGV[2])
 local was = redis.call('SETBIT', KEYS[1], day - 1, 1)
@@ -38,5 +45,5 @@ for rule in string.gmatch(ARGV[13], '[^,]+') do
   end
 end
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
-  tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[14], ARGV[10])
+  tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
 return {0, streak, awarded}

@@ -7,7 +7,7 @@ use crate::{
     auth::{Role, Tokens},
     config::Config,
     db::Db,
-    schema,
+    recovery, schema,
 };
 
 #[derive(Debug, Parser)]
@@ -51,8 +51,10 @@ pub enum Command {
         #[command(subcommand)]
         command: SeasonCommand,
     },
-    /// Reconcile Redis counters with SQL and report drift (exit status 1 when any).
+    /// Compare every feature's Redis state with SQL and report drift (exit status 1 when any).
     Verify,
+    /// Restore every feature's Redis state from SQL (idempotent; a stopped run resumes).
+    Rebuild,
     /// Add demo users, items, remarks and likes.
     SeedDemo {
         /// How many users (each writes a remark and likes a few).
@@ -122,27 +124,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Verify => {
             let state = Services::start(config).await?;
-            let checks = crate::vouchers::verify(&state)
+            let reports = recovery::verify(&state)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let mut drift = 0;
-            for check in &checks {
-                let verdict = if check.consistent() { "ok" } else { "DRIFT" };
-                drift += usize::from(!check.consistent());
+            let mut drifted = 0;
+            for report in &reports {
+                let verdict = if report.is_clean() { "ok" } else { "DRIFT" };
                 println!(
-                    "voucher {}: initial {} | redis stock {} + live orders {} | sql stock {} + live orders {} | {verdict}",
-                    check.voucher_id,
-                    check.initial,
-                    check.redis_stock,
-                    check.redis_live_orders,
-                    check.sql_stock,
-                    check.sql_live_orders
+                    "{:>22}: {} checked, {} drifted | {verdict}",
+                    report.feature, report.checked, report.drifted
                 );
+                for example in &report.examples {
+                    println!("{:>22}  - {example}", "");
+                }
+                drifted += usize::from(!report.is_clean());
             }
-            println!("{} vouchers checked, {drift} with drift", checks.len());
-            if drift > 0 {
-                anyhow::bail!("stock drift between Redis and SQL");
+            if drifted > 0 {
+                anyhow::bail!("{drifted} features drifted from SQL: run `engage rebuild`");
             }
+            Ok(())
+        }
+        Command::Rebuild => {
+            let state = Services::start(config).await?;
+            recovery::rebuild(&state, true)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("rebuilt from SQL; `engage verify` compares again");
             Ok(())
         }
         Command::SeedDemo { users } => {

@@ -12,6 +12,20 @@ use std::sync::{
 use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, TimeZone, Utc};
 use chrono_tz::Tz;
 
+/// A date as SQL keeps it: `yyyymmdd` as one integer (vote_date, award_date, sign_ins.day).
+pub fn day_number(date: NaiveDate) -> i64 {
+    date.year() as i64 * 10_000 + date.month() as i64 * 100 + date.day() as i64
+}
+
+/// The date of a `yyyymmdd` integer, if it is one.
+pub fn date_of_day_number(number: i64) -> Option<NaiveDate> {
+    NaiveDate::from_ymd_opt(
+        i32::try_from(number / 10_000).ok()?,
+        u32::try_from(number / 100 % 100).ok()?,
+        u32::try_from(number % 100).ok()?,
+    )
+}
+
 #[derive(Clone)]
 pub struct Clock {
     tz: Tz,

@@ -28,7 +28,7 @@ use redis::{
 };
 use sqlx::{Any, Transaction};
 
-use crate::{app::AppState, backoff::Backoff};
+use crate::{app::AppState, backoff::Backoff, error::AppResult};
 
 /// One stream entry, its fields decoded as strings.
 #[derive(Debug, Clone)]
@@ -455,6 +455,58 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// A stream position no entry added from now on can precede: Redis's clock as an entry id
+/// (ids are Redis's time in ms, never below the last one).
+pub async fn position_now(state: &AppState) -> AppResult<(u64, u64)> {
+    let mut conn = state.redis.get().await?;
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut *conn).await?;
+    Ok((seconds * 1000 + micros / 1000, u64::MAX))
+}
+
+/// Whether `group` has handled (its handler committed and acknowledged) every entry of
+/// `stream` up to `through`. A stream or group that does not exist has nothing waiting.
+pub async fn handled_through(
+    state: &AppState,
+    stream: &str,
+    group: &str,
+    through: (u64, u64),
+) -> AppResult<bool> {
+    let mut conn = state.redis.get().await?;
+    let info: Option<redis::streams::StreamInfoStreamReply> = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(stream)
+        .query_async(&mut *conn)
+        .await
+        .ok();
+    let Some(info) = info else {
+        return Ok(true);
+    };
+    let groups: StreamInfoGroupsReply = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query_async(&mut *conn)
+        .await?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == group) else {
+        return Ok(info.length == 0);
+    };
+    let last = parse_id(&info.last_generated_id).unwrap_or((0, 0));
+    let delivered = parse_id(&group.last_delivered_id).unwrap_or((0, 0));
+    if delivered < last.min(through) {
+        return Ok(false);
+    }
+    let pending: StreamPendingReply = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(&group.name)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(match pending {
+        StreamPendingReply::Data(data) => {
+            parse_id(&data.start_id).is_none_or(|oldest| oldest > through)
+        }
+        _ => true,
+    })
 }
 
 fn entries_of(stream: &str, reply: StreamReadReply) -> Vec<StreamEntry> {

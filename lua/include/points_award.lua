@@ -6,8 +6,19 @@
 -- fewer than 2^22 seconds; scores stay exact doubles up to 2^31 points (src/points/board.rs).
 local SCORE_TIME_UNIT = 4194304
 
+-- While `engage rebuild` rewrites the points from SQL, it holds awards back: the scripts
+-- answer HELD (first reply element) without writing, and the server tries again shortly
+-- (src/points/recovery.rs).
+local HELD = -9
+local function held(hold_key)
+  return redis.call('EXISTS', hold_key) == 1
+end
+
+--
+-- Every decision is XADDed, a zero award too: SQL then knows each idempotency key that was
+-- used, and each sign-in. `extra` (optional) is a list of more field/value pairs.
 local function award(daily_key, board_key, stream_key, user, kind, requested, cap, now_ms,
-                     season_seconds, season, channel, idempotency, day_ttl)
+                     season_seconds, season, channel, idempotency, day_ttl, extra)
   local allowed = requested
   if cap >= 0 then
     local today = tonumber(redis.call('HGET', daily_key, kind) or '0')
@@ -20,9 +31,10 @@ local function award(daily_key, board_key, stream_key, user, kind, requested, ca
     local points = math.floor(score / SCORE_TIME_UNIT) + allowed
     local tie = SCORE_TIME_UNIT - 1 - season_seconds
     redis.call('ZADD', board_key, string.format('%.0f', points * SCORE_TIME_UNIT + tie), user)
-    redis.call('XADD', stream_key, '*', 'user', user, 'type', kind, 'points', allowed,
-      'requested', requested, 'key', idempotency, 'season', season, 'at', now_ms)
     redis.call('PUBLISH', channel, user)
   end
+  redis.call('XADD', stream_key, '*', 'user', user, 'type', kind, 'points', allowed,
+    'requested', requested, 'key', idempotency, 'season', season, 'at', now_ms,
+    unpack(extra or {}))
   return allowed
 end

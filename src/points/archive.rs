@@ -8,13 +8,13 @@
 
 use std::sync::Arc;
 
-use chrono::Datelike;
 use futures::{stream::FuturesOrdered, StreamExt};
 use sqlx::{Any, Transaction};
 
 use super::PointsType;
 use crate::{
     app::AppState,
+    clock::day_number,
     db::values_placeholders,
     error::{AppError, ErrorCode},
     streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
@@ -48,8 +48,19 @@ pub fn spawn(state: &AppState) {
 
 struct PointsArchive(AppState);
 
+/// A sign-in or make-up carried by a SIGN_IN award (its `day` and `made_up` fields).
+struct SignInRow {
+    user_id: i64,
+    day: i64,
+    made_up: i64,
+    signed_at_ms: i64,
+}
+
 #[async_trait::async_trait]
 impl StreamHandler for PointsArchive {
+    /// Awards go to `points_record` once per event and once per (user, idempotency key): a
+    /// repeat whose Redis marker had expired is not archived a second time. Sign-ins go to
+    /// `sign_ins` once per user and day.
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Any>,
@@ -64,6 +75,7 @@ impl StreamHandler for PointsArchive {
             values_placeholders(entries.len(), 10)
         );
         let mut insert = sqlx::query(&sql);
+        let mut sign_ins = Vec::new();
         for entry in entries {
             let kind = entry.field("type")?;
             if PointsType::parse(kind).is_none() {
@@ -78,19 +90,44 @@ impl StreamHandler for PointsArchive {
                 .clock
                 .date_of(chrono::DateTime::from_timestamp_millis(at).unwrap_or_default());
             let (ms, seq) = entry.id_parts();
+            let user = entry.number("user")?;
             insert = insert
                 .bind(&entry.id)
-                .bind(entry.number("user")?)
+                .bind(user)
                 .bind(kind)
                 .bind(entry.number("points")?)
                 .bind(entry.number("requested")?)
                 .bind(entry.field("key")?)
                 .bind(entry.number("season")?)
                 .bind(at)
-                .bind(date.year() as i64 * 10_000 + date.month() as i64 * 100 + date.day() as i64)
+                .bind(day_number(date))
                 .bind(ms * 1_000_000 + seq);
+            if entry.fields.contains_key("day") {
+                sign_ins.push(SignInRow {
+                    user_id: user,
+                    day: entry.number("day")?,
+                    made_up: entry.number("made_up")?,
+                    signed_at_ms: at,
+                });
+            }
         }
         insert.execute(&mut **tx).await?;
+        if !sign_ins.is_empty() {
+            let sql = format!(
+                "INSERT INTO sign_ins (user_id, day, made_up, signed_at_ms) VALUES {} \
+                 ON CONFLICT DO NOTHING",
+                values_placeholders(sign_ins.len(), 4)
+            );
+            let mut insert = sqlx::query(&sql);
+            for row in &sign_ins {
+                insert = insert
+                    .bind(row.user_id)
+                    .bind(row.day)
+                    .bind(row.made_up)
+                    .bind(row.signed_at_ms);
+            }
+            insert.execute(&mut **tx).await?;
+        }
         Ok(())
     }
 }
@@ -121,7 +158,8 @@ impl StreamHandler for PointsIntake {
             })?;
             let user = entry.number("user")?;
             let points = entry.number("points")?;
-            let key = format!("intake:{}", entry.field("key")?);
+            let key =
+                super::service_key(entry.field("key")?).map_err(|e| award_failure(entry, e))?;
             awards.push((entry, user, kind, points, key));
         }
         award_all(&self.0, awards).await

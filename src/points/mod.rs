@@ -8,7 +8,10 @@
 //! read) is the path beyond that.
 
 pub mod archive;
+pub mod recovery;
 pub mod rules;
+
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use sqlx::Row;
@@ -73,6 +76,11 @@ impl Keys {
         self.tagged(TAG, &format!("board:{}", season.id()))
     }
 
+    /// Set while a rebuild holds points writes back (see `recovery`).
+    pub fn points_hold(&self) -> String {
+        self.tagged(TAG, "rebuilding")
+    }
+
     pub fn points_stream(&self) -> String {
         self.tagged(TAG, "events")
     }
@@ -105,52 +113,121 @@ pub struct AwardOutcome {
     pub duplicate: bool,
 }
 
-/// Awards points once per `(user, idempotency key)`, within the type's daily cap.
+/// The idempotency key of an award for another service (`awardPoints`, the intake stream,
+/// which share it). Service keys live in their own namespace, so that none can collide
+/// with the keys of internal awards (`like:…`, `signin:…`, `makeup:…`).
+pub fn service_key(key: &str) -> AppResult<String> {
+    let key = key.trim();
+    if key.is_empty() || key.chars().count() > MAX_KEY_CHARS {
+        return Err(AppError::bad_input(format!(
+            "idempotencyKey must have 1 to {MAX_KEY_CHARS} characters"
+        )));
+    }
+    Ok(format!("service:{key}"))
+}
+
+/// Awards points once per `(user, idempotency key)`, within the type's daily cap. The Redis
+/// marker answers repeats for a week; after that `points_record` (unique on the pair) does.
 pub async fn award(
     state: &AppState,
     user_id: i64,
     kind: PointsType,
     points: i64,
-    idempotency_key: &str,
+    key: &str,
 ) -> AppResult<AwardOutcome> {
     if !(1..=MAX_AWARD).contains(&points) {
         return Err(AppError::bad_input(format!(
             "points must be between 1 and {MAX_AWARD}"
         )));
     }
-    let key = idempotency_key.trim();
-    if key.is_empty() || key.chars().count() > MAX_KEY_CHARS {
-        return Err(AppError::bad_input(format!(
-            "idempotencyKey must have 1 to {MAX_KEY_CHARS} characters"
-        )));
+    if let Some(awarded) = archived_award(state, user_id, key).await {
+        return Ok(AwardOutcome {
+            awarded,
+            capped: awarded < points,
+            duplicate: true,
+        });
     }
     let rule = state.points.rules.rule(kind);
-    let (season, season_seconds) = season_now(state);
     let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
-    let (awarded, duplicate): (i64, i64) = POINTS_AWARD
-        .key(keys.points_today(user_id, state.clock.today()))
-        .key(keys.points_award_marker(user_id, key))
-        .key(keys.season_board(season))
-        .key(keys.points_stream())
-        .arg(user_id)
-        .arg(kind.as_str())
-        .arg(points)
-        .arg(rule.daily_cap.unwrap_or(-1))
-        .arg(state.clock.now_ms())
-        .arg(season_seconds)
-        .arg(season.id())
-        .arg(keys.board_channel(season))
-        .arg(key)
-        .arg(IDEMPOTENCY_TTL_SECONDS)
-        .arg(DAILY_TTL_SECONDS)
-        .invoke_async(&mut *conn)
-        .await?;
+    let (awarded, duplicate): (i64, i64) = unless_held(
+        || async move {
+            let (season, season_seconds) = season_now(state);
+            let mut conn = state.redis.get().await?;
+            Ok(POINTS_AWARD
+                .key(keys.points_today(user_id, state.clock.today()))
+                .key(keys.points_award_marker(user_id, key))
+                .key(keys.season_board(season))
+                .key(keys.points_stream())
+                .key(keys.points_hold())
+                .arg(user_id)
+                .arg(kind.as_str())
+                .arg(points)
+                .arg(rule.daily_cap.unwrap_or(-1))
+                .arg(state.clock.now_ms())
+                .arg(season_seconds)
+                .arg(season.id())
+                .arg(keys.board_channel(season))
+                .arg(key)
+                .arg(IDEMPOTENCY_TTL_SECONDS)
+                .arg(DAILY_TTL_SECONDS)
+                .invoke_async(&mut *conn)
+                .await?)
+        },
+        |(awarded, _)| *awarded,
+    )
+    .await?;
     Ok(AwardOutcome {
         awarded,
         capped: awarded < points,
         duplicate: duplicate == 1,
     })
+}
+
+/// The first reply element of a points script that a rebuild held back.
+pub const HELD: i64 = -9;
+
+/// How long a points write waits for a rebuild to lift its hold before it answers
+/// UNAVAILABLE (the hold lasts the seconds a rebuild needs to catch up, see `recovery`).
+const HOLD_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs a points script, again while a rebuild holds points writes back (`status` reads the
+/// reply's first element).
+pub async fn unless_held<T, F, Fut>(mut run: F, status: impl Fn(&T) -> i64) -> AppResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = AppResult<T>>,
+{
+    let started = Instant::now();
+    loop {
+        let reply = run().await?;
+        if status(&reply) != HELD {
+            return Ok(reply);
+        }
+        if started.elapsed() > HOLD_WAIT {
+            return Err(AppError::Unavailable(
+                "points are being rebuilt from SQL".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What an award with this key paid, if SQL has archived one. While SQL cannot be read the
+/// Redis marker alone decides (it covers a week): awards keep working through an outage.
+async fn archived_award(state: &AppState, user_id: i64, key: &str) -> Option<i64> {
+    let row =
+        sqlx::query("SELECT points FROM points_record WHERE user_id = $1 AND idempotency_key = $2")
+            .bind(user_id)
+            .bind(key)
+            .fetch_optional(&state.db.pool)
+            .await;
+    match row {
+        Ok(row) => row.and_then(|row| row.try_get("points").ok()),
+        Err(error) => {
+            tracing::warn!(%error, "archived awards not read; the Redis marker decides");
+            None
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use chrono::{Datelike, NaiveDate};
+use chrono::NaiveDate;
 use sqlx::{Any, Transaction};
 
 use crate::{
@@ -73,7 +73,7 @@ impl VoteArchive {
             voting: entry.number("voting")? as i32,
             like_count: entry.number("count")?,
             voted_at_ms,
-            vote_date: date.year() * 10_000 + date.month() as i32 * 100 + date.day() as i32,
+            vote_date: crate::clock::day_number(date) as i32,
             event_order: ms * 1_000_000 + seq,
         })
     }

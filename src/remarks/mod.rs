@@ -12,6 +12,7 @@ pub mod archive;
 pub mod likes;
 pub mod live;
 pub mod recommended;
+pub mod recovery;
 
 use std::{
     collections::{HashMap, HashSet},

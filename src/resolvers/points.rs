@@ -88,7 +88,7 @@ impl PointsMutation {
             user_id,
             kind,
             i64::from(points),
-            &idempotency_key,
+            &points::service_key(&idempotency_key)?,
         )
         .await?
         .into())

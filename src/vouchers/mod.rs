@@ -12,6 +12,9 @@
 
 pub mod archive;
 pub mod orders;
+pub mod recovery;
+
+pub use recovery::{stock_checks, StockCheck};
 
 use std::{collections::HashMap, time::Duration};
 
@@ -121,7 +124,7 @@ impl NewVoucher {
     }
 }
 
-fn shards(state: &AppState) -> u32 {
+pub(crate) fn shards(state: &AppState) -> u32 {
     state.config.sale_shards.max(1)
 }
 
@@ -160,7 +163,7 @@ pub async fn create(state: &AppState, voucher: NewVoucher) -> AppResult<VoucherR
 
 /// Writes a voucher's stock, window and live buyers into Redis (at creation, or to rebuild
 /// them from SQL after Redis lost them). HSETNX: a rebuild never overwrites live stock.
-async fn preload(
+pub(crate) async fn preload(
     state: &AppState,
     voucher: &VoucherRecord,
     stock: i64,
@@ -194,7 +197,7 @@ async fn preload(
 }
 
 /// Rebuilds a voucher in Redis from SQL; `NOT_FOUND` when there is no such voucher.
-async fn rebuild(state: &AppState, voucher_id: i64) -> AppResult<()> {
+pub(crate) async fn rebuild(state: &AppState, voucher_id: i64) -> AppResult<()> {
     let voucher = find(state, voucher_id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no voucher {voucher_id}")))?;
@@ -212,9 +215,10 @@ async fn rebuild(state: &AppState, voucher_id: i64) -> AppResult<()> {
     preload(state, &voucher, remaining, &buyers).await
 }
 
-const COLUMNS: &str = "id, item_id, title, stock, begins_at_ms, ends_at_ms, pay_within_seconds";
+pub(crate) const COLUMNS: &str =
+    "id, item_id, title, stock, begins_at_ms, ends_at_ms, pay_within_seconds";
 
-fn record_of(row: &sqlx::any::AnyRow) -> Result<VoucherRecord, sqlx::Error> {
+pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<VoucherRecord, sqlx::Error> {
     Ok(VoucherRecord {
         id: row.try_get("id")?,
         item_id: row.try_get("item_id")?,
@@ -270,7 +274,7 @@ pub async fn remaining(state: &AppState, voucher_ids: &[i64]) -> AppResult<HashM
 }
 
 /// SQL's stock of a voucher and its live (unpaid or paid) orders.
-async fn sql_stock(state: &AppState, voucher_id: i64) -> AppResult<(i64, i64)> {
+pub(crate) async fn sql_stock(state: &AppState, voucher_id: i64) -> AppResult<(i64, i64)> {
     let row = sqlx::query(
         "SELECT v.remaining AS remaining, (SELECT COUNT(*) FROM orders o WHERE o.voucher_id = v.id \
          AND o.status IN ('UNPAID', 'PAID')) AS live FROM vouchers v WHERE v.id = $1",
@@ -436,55 +440,4 @@ pub async fn ensure_expiries(state: &AppState, orders: &[NewOrder]) -> AppResult
         cancel_expiry(state, order.order_id).await;
     }
     Ok(())
-}
-
-/// One voucher's counts in Redis and SQL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StockCheck {
-    pub voucher_id: i64,
-    pub initial: i64,
-    pub redis_stock: i64,
-    pub redis_live_orders: i64,
-    pub sql_stock: i64,
-    pub sql_live_orders: i64,
-}
-
-impl StockCheck {
-    /// Redis stock + live orders = initial stock = SQL stock + SQL live orders.
-    pub fn consistent(&self) -> bool {
-        self.redis_stock + self.redis_live_orders == self.initial
-            && self.sql_stock + self.sql_live_orders == self.initial
-    }
-}
-
-/// Reconciles every voucher's stock between Redis and SQL (`engage verify`). Counts taken
-/// while orders are in flight to SQL may differ for a moment; a second run then agrees.
-pub async fn verify(state: &AppState) -> AppResult<Vec<StockCheck>> {
-    let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM vouchers ORDER BY id"))
-        .fetch_all(&state.db.pool)
-        .await?;
-    let mut checks = Vec::new();
-    for row in &rows {
-        let voucher = record_of(row)?;
-        let mut conn = state.redis.get().await?;
-        let (stock, buyers): (Option<i64>, i64) = redis::pipe()
-            .cmd("HGET")
-            .arg(state.keys.voucher(voucher.id, shards(state)))
-            .arg("stock")
-            .cmd("SCARD")
-            .arg(state.keys.voucher_buyers(voucher.id, shards(state)))
-            .query_async(&mut *conn)
-            .await?;
-        drop(conn);
-        let (sql_stock, sql_live) = sql_stock(state, voucher.id).await?;
-        checks.push(StockCheck {
-            voucher_id: voucher.id,
-            initial: voucher.stock,
-            redis_stock: stock.unwrap_or(sql_stock),
-            redis_live_orders: if stock.is_some() { buyers } else { sql_live },
-            sql_stock,
-            sql_live_orders: sql_live,
-        });
-    }
-    Ok(checks)
 }

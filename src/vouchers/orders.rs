@@ -97,7 +97,7 @@ pub async fn find(state: &AppState, order_id: i64) -> AppResult<Option<OrderReco
     Ok(row.map(|row| record_of(&row)).transpose()?)
 }
 
-fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
+pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
     let status: String = row.try_get("status")?;
     Ok(OrderRecord {
         id: row.try_get("id")?,
@@ -129,7 +129,9 @@ pub async fn of_buyer(
     Ok(crate::db::split_page(orders, first))
 }
 
-/// Where an order must go; `buyer` is the acting user (`None` for the expiry job).
+/// Where an order must go; `buyer` is the acting user (`None` for the expiry job). An order
+/// Redis does not know but SQL holds live (Redis lost it and was not rebuilt yet) is
+/// restored from SQL first: it stays payable, cancellable and expirable.
 pub async fn settle(
     state: &AppState,
     voucher_id: i64,
@@ -137,6 +139,25 @@ pub async fn settle(
     outcome: OrderStatus,
     buyer: Option<i64>,
 ) -> AppResult<(bool, OrderStatus)> {
+    if let Some(settled) = settle_in_redis(state, voucher_id, order_id, outcome, buyer).await? {
+        return Ok(settled);
+    }
+    if restore_from_sql(state, voucher_id, order_id).await? {
+        if let Some(settled) = settle_in_redis(state, voucher_id, order_id, outcome, buyer).await? {
+            return Ok(settled);
+        }
+    }
+    Err(no_such_order(order_id))
+}
+
+/// One run of the settle script; `None` when Redis does not know the order.
+async fn settle_in_redis(
+    state: &AppState,
+    voucher_id: i64,
+    order_id: i64,
+    outcome: OrderStatus,
+    buyer: Option<i64>,
+) -> AppResult<Option<(bool, OrderStatus)>> {
     let keys = &state.keys;
     let shards = shards(state);
     let mut conn = state.redis.get().await?;
@@ -155,9 +176,10 @@ pub async fn settle(
         .await?;
     let now = OrderStatus::parse(&now);
     match (status, now) {
-        (0, Some(now)) => Ok((true, now)),
-        (1, Some(now)) => Ok((false, now)),
-        (-1 | -2, _) => Err(no_such_order(order_id)),
+        (0, Some(now)) => Ok(Some((true, now))),
+        (1, Some(now)) => Ok(Some((false, now))),
+        (-1, _) => Ok(None),
+        (-2, _) => Err(no_such_order(order_id)),
         (-3, _) => Err(AppError::client(
             ErrorCode::NotStarted,
             "the order is not due to expire yet",
@@ -166,6 +188,63 @@ pub async fn settle(
             "settle script answered {other}"
         ))),
     }
+}
+
+/// Puts a live SQL order (and its voucher) back into Redis; false when SQL has no such live
+/// order of that voucher.
+async fn restore_from_sql(state: &AppState, voucher_id: i64, order_id: i64) -> AppResult<bool> {
+    let row = sqlx::query(
+        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
+         WHERE id = $1 AND voucher_id = $2 AND status IN ('UNPAID', 'PAID')",
+    )
+    .bind(order_id)
+    .bind(voucher_id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let order = record_of(&row)?;
+    super::rebuild(state, voucher_id).await?;
+    restore(state, &[order]).await?;
+    Ok(true)
+}
+
+/// Writes live orders into Redis where it lacks them (field by field with HSETNX, so an
+/// order a script changed meanwhile keeps its state), with the index of their voucher.
+pub async fn restore(state: &AppState, orders: &[OrderRecord]) -> AppResult<()> {
+    if orders.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for order in orders {
+        let key = state.keys.order(order.voucher_id, order.id, shards(state));
+        for (field, value) in [
+            ("voucher", order.voucher_id.to_string()),
+            ("buyer", order.buyer_id.to_string()),
+            ("status", order.status.as_str().to_string()),
+            ("created", order.created_at_ms.to_string()),
+            ("pay_by", order.pay_by_ms.to_string()),
+        ] {
+            pipe.cmd("HSETNX").arg(&key).arg(field).arg(value).ignore();
+        }
+        if order.status != OrderStatus::Unpaid {
+            pipe.cmd("EXPIRE")
+                .arg(&key)
+                .arg(KEEP_SETTLED_SECONDS)
+                .ignore();
+        }
+        pipe.cmd("SET")
+            .arg(state.keys.order_voucher(order.id))
+            .arg(order.voucher_id)
+            .arg("NX")
+            .arg("EX")
+            .arg(KEEP_SETTLED_SECONDS)
+            .ignore();
+    }
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
 }
 
 /// Someone else's order answers as a missing one does: which order ids exist is nobody's

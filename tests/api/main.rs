@@ -24,6 +24,7 @@ mod limits;
 mod lock;
 mod pages;
 mod points;
+mod recovery;
 mod remarks;
 mod signin;
 mod via;

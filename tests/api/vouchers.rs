@@ -49,7 +49,7 @@ async fn consistent(app: &TestApp) -> Vec<engage::vouchers::StockCheck> {
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
     for _ in 0..300 {
-        let checks = engage::vouchers::verify(&app.state).await.unwrap();
+        let checks = engage::vouchers::stock_checks(&app.state).await.unwrap();
         if checks.iter().all(|c| c.consistent()) {
             return checks;
         }
@@ -57,7 +57,7 @@ async fn consistent(app: &TestApp) -> Vec<engage::vouchers::StockCheck> {
     }
     panic!(
         "Redis and SQL never agreed: {:?}",
-        engage::vouchers::verify(&app.state).await.unwrap()
+        engage::vouchers::stock_checks(&app.state).await.unwrap()
     );
 }
 

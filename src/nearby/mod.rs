@@ -7,6 +7,8 @@
 //! sends back only the page and one more, not everything before it. Rejected: a cursor
 //! carrying the last distance, since GEOSEARCH has no inner radius to start from.
 
+pub mod recovery;
+
 use crate::{
     app::AppState,
     error::{AppError, AppResult},

@@ -2,18 +2,22 @@
 //! across month boundaries, make-up sign-ins for missed days of this month, and SIGN_IN
 //! points with the streak bonus, all in one Lua script per action.
 
+pub mod recovery;
+
 use chrono::{Datelike, NaiveDate};
 
 use crate::{
     app::AppState,
-    clock::Month,
+    clock::{day_number, Month},
     error::{AppError, AppResult},
     points::{self, PointsType, DAILY_TTL_SECONDS},
     redis::scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
 };
 
 /// Bitmaps are kept for a little over a year (calendars of past months).
-const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
+pub const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
+/// A month's make-up counter outlives the month a little.
+pub const MAKE_UP_COUNTER_TTL_SECONDS: u64 = 40 * 24 * 3600;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SignInOutcome {
@@ -27,33 +31,41 @@ pub struct SignInOutcome {
 pub async fn sign_in(state: &AppState, user_id: i64) -> AppResult<SignInOutcome> {
     let today = state.clock.today();
     let month = Month::of(today);
-    let (season, season_seconds) = points::season_now(state);
     let rules = &state.points.rules;
     let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
-    let (already, streak, awarded): (i64, i64, i64) = SIGNIN_SIGN
-        .key(keys.sign_bitmap(user_id, month))
-        .key(keys.sign_bitmap(user_id, month.previous()))
-        .key(keys.sign_streak(user_id))
-        .key(keys.points_today(user_id, today))
-        .key(keys.season_board(season))
-        .key(keys.points_stream())
-        .arg(user_id)
-        .arg(today.day())
-        .arg(month.previous().days())
-        .arg(month.previous().id())
-        .arg(month.previous().previous().id())
-        .arg(state.clock.now_ms())
-        .arg(season_seconds)
-        .arg(season.id())
-        .arg(keys.board_channel(season))
-        .arg(DAILY_TTL_SECONDS)
-        .arg(BITMAP_TTL_SECONDS)
-        .arg(rules.rule(PointsType::SignIn).points)
-        .arg(rules.bonuses_arg())
-        .arg(format!("signin:{user_id}:{today}"))
-        .invoke_async(&mut *conn)
-        .await?;
+    let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
+        || async move {
+            let (season, season_seconds) = points::season_now(state);
+            let mut conn = state.redis.get().await?;
+            Ok(SIGNIN_SIGN
+                .key(keys.sign_bitmap(user_id, month))
+                .key(keys.sign_bitmap(user_id, month.previous()))
+                .key(keys.sign_streak(user_id))
+                .key(keys.points_today(user_id, today))
+                .key(keys.season_board(season))
+                .key(keys.points_stream())
+                .key(keys.points_hold())
+                .arg(user_id)
+                .arg(today.day())
+                .arg(month.previous().days())
+                .arg(month.previous().id())
+                .arg(month.previous().previous().id())
+                .arg(state.clock.now_ms())
+                .arg(season_seconds)
+                .arg(season.id())
+                .arg(keys.board_channel(season))
+                .arg(DAILY_TTL_SECONDS)
+                .arg(BITMAP_TTL_SECONDS)
+                .arg(rules.rule(PointsType::SignIn).points)
+                .arg(rules.bonuses_arg())
+                .arg(format!("signin:{user_id}:{today}"))
+                .arg(day_number(today))
+                .invoke_async(&mut *conn)
+                .await?)
+        },
+        |(already, _, _)| *already,
+    )
+    .await?;
     Ok(SignInOutcome {
         date: today,
         streak,
@@ -74,34 +86,42 @@ pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResu
             today.pred_opt().unwrap_or(today)
         )));
     }
-    let (season, season_seconds) = points::season_now(state);
     let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
-    let (status, streak, awarded, _left): (i64, i64, i64, i64) = SIGNIN_MAKE_UP
-        .key(keys.sign_bitmap(user_id, month))
-        .key(keys.sign_bitmap(user_id, month.previous()))
-        .key(keys.sign_streak(user_id))
-        .key(keys.points_today(user_id, today))
-        .key(keys.season_board(season))
-        .key(keys.points_stream())
-        .key(keys.sign_make_ups(user_id, month))
-        .arg(user_id)
-        .arg(date.day())
-        .arg(today.day())
-        .arg(month.previous().days())
-        .arg(month.previous().id())
-        .arg(month.previous().previous().id())
-        .arg(state.points.make_ups_per_month)
-        .arg(state.clock.now_ms())
-        .arg(season_seconds)
-        .arg(season.id())
-        .arg(keys.board_channel(season))
-        .arg(DAILY_TTL_SECONDS)
-        .arg(40 * 24 * 3600)
-        .arg(state.points.rules.rule(PointsType::SignIn).points)
-        .arg(format!("makeup:{user_id}:{date}"))
-        .invoke_async(&mut *conn)
-        .await?;
+    let (status, streak, awarded, _left): (i64, i64, i64, i64) = points::unless_held(
+        || async move {
+            let (season, season_seconds) = points::season_now(state);
+            let mut conn = state.redis.get().await?;
+            Ok(SIGNIN_MAKE_UP
+                .key(keys.sign_bitmap(user_id, month))
+                .key(keys.sign_bitmap(user_id, month.previous()))
+                .key(keys.sign_streak(user_id))
+                .key(keys.points_today(user_id, today))
+                .key(keys.season_board(season))
+                .key(keys.points_stream())
+                .key(keys.sign_make_ups(user_id, month))
+                .key(keys.points_hold())
+                .arg(user_id)
+                .arg(date.day())
+                .arg(today.day())
+                .arg(month.previous().days())
+                .arg(month.previous().id())
+                .arg(month.previous().previous().id())
+                .arg(state.points.make_ups_per_month)
+                .arg(state.clock.now_ms())
+                .arg(season_seconds)
+                .arg(season.id())
+                .arg(keys.board_channel(season))
+                .arg(DAILY_TTL_SECONDS)
+                .arg(MAKE_UP_COUNTER_TTL_SECONDS)
+                .arg(state.points.rules.rule(PointsType::SignIn).points)
+                .arg(format!("makeup:{user_id}:{date}"))
+                .arg(day_number(date))
+                .invoke_async(&mut *conn)
+                .await?)
+        },
+        |(status, _, _, _)| *status,
+    )
+    .await?;
     match status {
         0 => Ok(SignInOutcome {
             date,

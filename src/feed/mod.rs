@@ -19,6 +19,8 @@ use std::{collections::HashSet, sync::Arc};
 
 use sqlx::{Any, Row, Transaction};
 
+pub mod recovery;
+
 use crate::{
     app::AppState,
     error::{AppError, AppResult},
@@ -45,6 +47,13 @@ impl Keys {
 
     pub fn remark_stream(&self) -> String {
         self.tagged("feed", "remarks")
+    }
+
+    /// Authors whose followers pull their outbox: every author who ever had more than
+    /// `ENGAGE_FEED_PUSH_LIMIT` followers. Once pulled, always pulled: what they posted
+    /// while big is only in their outbox, so falling back under the limit must not hide it.
+    pub fn pulled_authors(&self) -> String {
+        self.tagged("feed", "pulled")
     }
 }
 
@@ -89,7 +98,82 @@ pub async fn follow(state: &AppState, follower: i64, followee: i64) -> AppResult
             .ignore();
     }
     let () = pipe.query_async(&mut *conn).await?;
+    // A pulled author's remarks reach the reader from their outbox; anyone else's recent
+    // ones are pushed into the new follower's inbox now, as if they had followed all along.
+    if created
+        && pulled_among(state, &mut conn, &[followee])
+            .await?
+            .is_empty()
+    {
+        drop(conn);
+        let recent = latest_remarks(state, followee).await?;
+        push_into_inbox(state, follower, followee, &recent).await?;
+    }
     Ok(created)
+}
+
+/// An author's newest remarks, as many as an inbox keeps: `(remark id, created at ms)`.
+async fn latest_remarks(state: &AppState, author: i64) -> AppResult<Vec<(i64, i64)>> {
+    let rows = sqlx::query(
+        "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 ORDER BY id DESC LIMIT $2",
+    )
+    .bind(author)
+    .bind(state.config.feed_inbox_size.max(1) as i64)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut remarks = Vec::with_capacity(rows.len());
+    for row in &rows {
+        remarks.push((row.try_get("id")?, row.try_get("created_at_ms")?));
+    }
+    Ok(remarks)
+}
+
+/// Adds an author's remarks to a reader's inbox.
+async fn push_into_inbox(
+    state: &AppState,
+    reader: i64,
+    author: i64,
+    remarks: &[(i64, i64)],
+) -> AppResult<()> {
+    if remarks.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    push(
+        state,
+        &mut pipe,
+        &state.keys.feed_inbox(reader),
+        author,
+        remarks,
+    );
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
+}
+
+/// Queues the adding of an author's remarks `(id, created at ms)` to an inbox or outbox,
+/// which keeps its `ENGAGE_FEED_INBOX_SIZE` newest entries.
+fn push(
+    state: &AppState,
+    pipe: &mut redis::Pipeline,
+    key: &str,
+    author: i64,
+    remarks: &[(i64, i64)],
+) {
+    if remarks.is_empty() {
+        return;
+    }
+    let keep = state.config.feed_inbox_size.max(1) as i64;
+    let add = pipe.cmd("ZADD").arg(key);
+    for &(remark, created) in remarks {
+        add.arg(created).arg(member(remark, author));
+    }
+    add.ignore();
+    pipe.cmd("ZREMRANGEBYRANK")
+        .arg(key)
+        .arg(0)
+        .arg(-keep - 1)
+        .ignore();
 }
 
 /// Stops following; the author's entries leave the inbox. `true` when a follow ended.
@@ -197,14 +281,14 @@ impl StreamHandler for FanOut {
         entries: &[StreamEntry],
     ) -> Result<(), HandleError> {
         let state = &self.0;
-        let keep = state.config.feed_inbox_size.max(1) as i64;
         for entry in entries {
             let (remark, author, created) = (
                 entry.number("remark")?,
                 entry.number("author")?,
                 entry.number("created")?,
             );
-            let followers: Vec<i64> = if is_big(state, author).await.map_err(unavailable)? {
+            let big = is_big(state, author).await.map_err(unavailable)?;
+            let followers: Vec<i64> = if big {
                 Vec::new()
             } else {
                 sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
@@ -215,21 +299,17 @@ impl StreamHandler for FanOut {
                     .map(|row| row.try_get("follower_id"))
                     .collect::<Result<_, _>>()?
             };
-            let entry_member = member(remark, author);
             let mut pipe = redis::pipe();
+            if big {
+                pipe.cmd("SADD")
+                    .arg(state.keys.pulled_authors())
+                    .arg(author)
+                    .ignore();
+            }
             for inbox in std::iter::once(state.keys.feed_outbox(author))
                 .chain(followers.iter().map(|f| state.keys.feed_inbox(*f)))
             {
-                pipe.cmd("ZADD")
-                    .arg(&inbox)
-                    .arg(created)
-                    .arg(&entry_member)
-                    .ignore();
-                pipe.cmd("ZREMRANGEBYRANK")
-                    .arg(&inbox)
-                    .arg(0)
-                    .arg(-keep - 1)
-                    .ignore();
+                push(state, &mut pipe, &inbox, author, &[(remark, created)]);
             }
             let mut conn = state.redis.get().await.map_err(|e| unavailable(e.into()))?;
             let () = pipe
@@ -253,6 +333,34 @@ async fn is_big(state: &AppState, author: i64) -> AppResult<bool> {
         .query_async(&mut *conn)
         .await?;
     Ok(followers.unwrap_or(0) > state.config.feed_push_limit as i64)
+}
+
+/// Of the followed authors, those whose outbox the reader pulls: above the push limit now,
+/// or ever before (see [`Keys::pulled_authors`]).
+async fn pulled_among(
+    state: &AppState,
+    conn: &mut crate::redis::RedisConn<'_>,
+    authors: &[i64],
+) -> AppResult<Vec<i64>> {
+    if authors.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (counts, pulled): (Vec<Option<i64>>, Vec<bool>) = redis::pipe()
+        .cmd("HMGET")
+        .arg(state.keys.follower_counts())
+        .arg(authors)
+        .cmd("SMISMEMBER")
+        .arg(state.keys.pulled_authors())
+        .arg(authors)
+        .query_async(&mut **conn)
+        .await?;
+    let limit = state.config.feed_push_limit as i64;
+    Ok(authors
+        .iter()
+        .zip(counts.iter().zip(pulled))
+        .filter(|(_, (count, pulled))| *pulled || count.unwrap_or(0) > limit)
+        .map(|(author, _)| *author)
+        .collect())
 }
 
 /// Where a feed page ends: the last entry's score and member.
@@ -291,41 +399,36 @@ pub async fn page(
         .arg(keys.following(reader))
         .query_async(&mut *conn)
         .await?;
-    let big: Vec<i64> = if following.is_empty() {
-        Vec::new()
-    } else {
-        let counts: Vec<Option<i64>> = redis::cmd("HMGET")
-            .arg(keys.follower_counts())
-            .arg(&following)
-            .query_async(&mut *conn)
-            .await?;
-        following
-            .iter()
-            .zip(counts)
-            .filter(|(_, count)| count.unwrap_or(0) > state.config.feed_push_limit as i64)
-            .map(|(author, _)| *author)
-            .collect()
-    };
+    let pulled = pulled_among(state, &mut conn, &following).await?;
     let followed: HashSet<i64> = following.into_iter().collect();
 
-    // Each source contributes at most `first + 1` entries older than the cursor; entries
-    // tied with the cursor's score are filtered by member, so fetch a margin for ties.
-    let max = after
-        .as_ref()
-        .map_or("+inf".to_string(), |c| c.score.to_string());
-    let want = first + 1 + 64;
+    // Each source contributes its `first + 1` newest entries older than the cursor's score,
+    // and every entry tied with it (the member decides among those): a source is a capped
+    // zset, so the ties are bounded, and a page never ends early however many remarks share
+    // one millisecond.
     let mut pipe = redis::pipe();
     for source in
-        std::iter::once(keys.feed_inbox(reader)).chain(big.iter().map(|a| keys.feed_outbox(*a)))
+        std::iter::once(keys.feed_inbox(reader)).chain(pulled.iter().map(|a| keys.feed_outbox(*a)))
     {
+        let max = match &after {
+            Some(cursor) => {
+                pipe.cmd("ZREVRANGEBYSCORE")
+                    .arg(&source)
+                    .arg(cursor.score)
+                    .arg(cursor.score)
+                    .arg("WITHSCORES");
+                format!("({}", cursor.score)
+            }
+            None => "+inf".to_string(),
+        };
         pipe.cmd("ZREVRANGEBYSCORE")
-            .arg(source)
-            .arg(&max)
+            .arg(&source)
+            .arg(max)
             .arg("-inf")
             .arg("WITHSCORES")
             .arg("LIMIT")
             .arg(0)
-            .arg(want);
+            .arg(first + 1);
     }
     let sources: Vec<Vec<(String, i64)>> = pipe.query_async(&mut *conn).await?;
     drop(conn);

@@ -1,0 +1,25 @@
+-- What a rebuild of Redis needs from SQL that the earlier tables did not hold.
+
+-- Every sign-in and make-up, one row per user and day (written by the points archive from
+-- the sign-in scripts' awards). made_up = 1 for a missed day signed later.
+CREATE TABLE sign_ins (
+    user_id      BIGINT  NOT NULL,
+    day          INTEGER NOT NULL, -- yyyymmdd in ENGAGE_TIMEZONE
+    made_up      INTEGER NOT NULL, -- 0 or 1
+    signed_at_ms BIGINT  NOT NULL,
+    PRIMARY KEY (user_id, day)
+);
+
+-- An idempotency key pays once for ever, not only while its Redis marker lives. Repeats
+-- archived before this index existed were double payments; the first one stays.
+DELETE FROM points_record later
+    USING points_record earlier
+    WHERE later.user_id = earlier.user_id
+      AND later.idempotency_key = earlier.idempotency_key
+      AND later.event_order > earlier.event_order;
+CREATE UNIQUE INDEX points_record_once ON points_record (user_id, idempotency_key);
+CREATE INDEX points_record_by_season ON points_record (season, user_id);
+CREATE INDEX points_record_by_date ON points_record (award_date, user_id);
+
+-- An author's latest remarks: their outbox, and the backfill of a new follower's inbox.
+CREATE INDEX remarks_by_author ON remarks (author_id, id);

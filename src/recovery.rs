@@ -1,0 +1,237 @@
+//! `engage verify` and `engage rebuild`: SQL is the system of record, and Redis can be told
+//! how far it has drifted from it, or be rebuilt from it, feature by feature.
+//!
+//! Each feature owns its part, next to its code: `verify(state) -> Report` compares what
+//! Redis holds with what SQL says it must hold (a key Redis lost is drift, so an empty Redis
+//! is never clean), and `rebuild(run)` writes what SQL says, idempotently, in chunks. A
+//! rebuild records after each chunk how far it got (in Redis, under `{recovery}`), so one
+//! that was stopped goes on from there; a finished one forgets its place, and the next
+//! starts over.
+//!
+//! Verify compares with what the archive consumers have written: run it when their streams
+//! are drained, or run it twice (drift in flight disappears, lasting drift does not).
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::{app::AppState, error::AppResult};
+
+/// Drift examples kept per feature (the rest is counted).
+const EXAMPLES_KEPT: usize = 10;
+
+/// What `verify` found for one feature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub feature: &'static str,
+    /// Things compared (keys, members, rows).
+    pub checked: u64,
+    /// Of which differ.
+    pub drifted: u64,
+    /// The first few differences, said in words.
+    pub examples: Vec<String>,
+}
+
+impl Report {
+    pub fn new(feature: &'static str) -> Self {
+        Self {
+            feature,
+            checked: 0,
+            drifted: 0,
+            examples: Vec::new(),
+        }
+    }
+
+    /// Counts one comparison; `describe` says what differs when it is not `consistent`.
+    pub fn check(&mut self, consistent: bool, describe: impl FnOnce() -> String) {
+        self.checked += 1;
+        if !consistent {
+            self.drifted += 1;
+            if self.examples.len() < EXAMPLES_KEPT {
+                self.examples.push(describe());
+            }
+        }
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.drifted == 0
+    }
+}
+
+/// One feature's rebuild: where it resumes, and its progress on the terminal.
+pub struct Rebuild<'a> {
+    pub state: &'a AppState,
+    feature: &'static str,
+    bar: ProgressBar,
+}
+
+impl Rebuild<'_> {
+    /// The cursor a stopped run of this feature reached (0 when it starts over): the last
+    /// id of the last chunk it finished.
+    pub async fn resume_from(&self) -> AppResult<i64> {
+        Ok(self.recall("").await?.unwrap_or(0))
+    }
+
+    /// Records that everything up to `cursor` is rebuilt, and moves the bar by `done`.
+    pub async fn finished_through(&self, cursor: i64, done: u64) -> AppResult<()> {
+        self.remember("", cursor).await?;
+        self.bar.inc(done);
+        Ok(())
+    }
+
+    /// A value this feature's run remembered under `part` (a cursor of one of its parts, a
+    /// snapshot position), if a stopped run left one.
+    pub async fn recall(&self, part: &str) -> AppResult<Option<i64>> {
+        let mut conn = self.state.redis.get().await?;
+        Ok(redis::cmd("HGET")
+            .arg(self.state.keys.recovery_cursors())
+            .arg(format!("{}/{part}", self.feature))
+            .query_async(&mut *conn)
+            .await?)
+    }
+
+    /// Remembers `value` under `part` until the whole rebuild has finished.
+    pub async fn remember(&self, part: &str, value: i64) -> AppResult<()> {
+        let mut conn = self.state.redis.get().await?;
+        let () = redis::cmd("HSET")
+            .arg(self.state.keys.recovery_cursors())
+            .arg(format!("{}/{part}", self.feature))
+            .arg(value)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// How many things (rows, members) the rebuild will write, for the bar.
+    pub fn expect(&self, total: u64) {
+        self.bar.set_length(total);
+    }
+
+    /// Moves the bar for work that keeps no cursor.
+    pub fn advance(&self, done: u64) {
+        self.bar.inc(done);
+    }
+}
+
+/// Every feature with state in Redis that SQL can restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    Likes,
+    Calendars,
+    Boards,
+    DailyCaps,
+    Follows,
+    Feeds,
+    Nearby,
+    Vouchers,
+}
+
+impl Feature {
+    /// In rebuild order.
+    pub const ALL: [Feature; 8] = [
+        Feature::Likes,
+        Feature::Calendars,
+        Feature::Boards,
+        Feature::DailyCaps,
+        Feature::Follows,
+        Feature::Feeds,
+        Feature::Nearby,
+        Feature::Vouchers,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Likes => "likes",
+            Feature::Calendars => "sign-in calendars",
+            Feature::Boards => "season boards",
+            Feature::DailyCaps => "daily caps",
+            Feature::Follows => "follows",
+            Feature::Feeds => "feeds",
+            Feature::Nearby => "items near me",
+            Feature::Vouchers => "vouchers and orders",
+        }
+    }
+
+    async fn verify(self, state: &AppState) -> AppResult<Report> {
+        match self {
+            Feature::Likes => crate::remarks::recovery::verify(state).await,
+            Feature::Calendars => crate::signin::recovery::verify(state).await,
+            Feature::Boards => crate::points::recovery::verify_boards(state).await,
+            Feature::DailyCaps => crate::points::recovery::verify_daily(state).await,
+            Feature::Follows => crate::feed::recovery::verify_follows(state).await,
+            Feature::Feeds => crate::feed::recovery::verify_feeds(state).await,
+            Feature::Nearby => crate::nearby::recovery::verify(state).await,
+            Feature::Vouchers => crate::vouchers::recovery::verify(state).await,
+        }
+    }
+
+    async fn rebuild(self, run: &Rebuild<'_>) -> AppResult<()> {
+        match self {
+            Feature::Likes => crate::remarks::recovery::rebuild(run).await,
+            Feature::Calendars => crate::signin::recovery::rebuild(run).await,
+            // Boards, daily totals and make-up counters change together in one award, so
+            // they are rebuilt together, under one hold.
+            Feature::Boards => crate::points::recovery::rebuild(run).await,
+            Feature::DailyCaps => Ok(()),
+            Feature::Follows => crate::feed::recovery::rebuild_follows(run).await,
+            Feature::Feeds => crate::feed::recovery::rebuild_feeds(run).await,
+            Feature::Nearby => crate::nearby::recovery::rebuild(run).await,
+            Feature::Vouchers => crate::vouchers::recovery::rebuild(run).await,
+        }
+    }
+}
+
+/// Verifies every feature; the reports come in the order of [`Feature::ALL`].
+pub async fn verify(state: &AppState) -> AppResult<Vec<Report>> {
+    let mut reports = Vec::with_capacity(Feature::ALL.len());
+    for feature in Feature::ALL {
+        reports.push(feature.verify(state).await?);
+    }
+    Ok(reports)
+}
+
+/// Rebuilds every feature from SQL, resuming a stopped run; with `show` a bar per feature.
+pub async fn rebuild(state: &AppState, show: bool) -> AppResult<()> {
+    for feature in Feature::ALL {
+        let bar = if show {
+            ProgressBar::new(0)
+        } else {
+            ProgressBar::hidden()
+        };
+        if let Ok(style) =
+            ProgressStyle::with_template("{prefix:>22} [{bar:40}] {pos}/{len} {elapsed}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(feature.name());
+        let run = Rebuild {
+            state,
+            feature: feature.name(),
+            bar,
+        };
+        feature.rebuild(&run).await?;
+        run.bar.finish();
+    }
+    // Every feature finished: the next run starts over.
+    let mut conn = state.redis.get().await?;
+    let () = redis::cmd("DEL")
+        .arg(state.keys.recovery_cursors())
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+impl crate::redis::Keys {
+    /// Where a stopped rebuild resumes: the cursor each feature reached.
+    pub fn recovery_cursors(&self) -> String {
+        self.tagged("recovery", "cursors")
+    }
+}
+
+/// Sends a pipeline of writes whose replies nobody reads; an empty one sends nothing.
+pub async fn write(state: &AppState, pipe: &redis::Pipeline) -> AppResult<()> {
+    if pipe.is_empty() {
+        return Ok(());
+    }
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! SQL is the system of record: `verify` finds every feature's drift (a Redis that lost
+//! everything included), and `rebuild` brings back every answer the API gave before.
+
+use chrono::{Duration, NaiveDate, TimeZone, Utc};
+use serde_json::{json, Value};
+
+use crate::harness::{first_code, scan, streams_settled, TestApp};
+
+const CALENDAR: &str =
+    "{ signCalendar { month days signedToday streak signedDays makeUpsLeft } pointsToday { type points } }";
+const BOARD: &str =
+    "{ leaderboard(first: 50) { total entries { rank points user { id } } me { rank points } } }";
+const VIEWER: &str =
+    "{ viewer { id followers following } feed(first: 50) { edges { node { id } } } }";
+const NEARBY: &str =
+    "{ nearbyItems(lat: 31.23, lng: 121.47, radiusKm: 50, first: 50) { edges { node { distanceKm item { id } } } } }";
+const REMARKS: &str =
+    "query($item: ID!) { remarks(itemId: $item, first: 50) { edges { node { id likeCount likedByMe } } } }";
+const MY_ORDERS: &str = "{ myOrders(first: 10) { edges { node { id status } } } }";
+
+async fn unlimited() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.consumer_max_backoff_ms = 200;
+    })
+    .await
+}
+
+/// Every consumer of every stream has handled everything: SQL holds all that Redis does.
+async fn settled(app: &TestApp) {
+    let keys = &app.state.keys;
+    let votes: Vec<String> = (0..app.state.remarks.shards)
+        .map(|s| keys.vote_stream(s))
+        .collect();
+    let orders: Vec<String> = (0..app.state.config.sale_shards)
+        .map(|s| keys.order_stream(s))
+        .collect();
+    streams_settled(app, &votes, "archive").await;
+    streams_settled(app, &votes, "points").await;
+    streams_settled(app, &orders, "archive").await;
+    streams_settled(app, &[keys.remark_stream()], "fanout").await;
+    streams_settled(app, &[keys.points_intake_stream()], "intake").await;
+    streams_settled(app, &[keys.points_stream()], "archive").await;
+}
+
+/// Features `verify` finds drift in.
+async fn drifted(app: &TestApp) -> Vec<String> {
+    engage::recovery::verify(&app.state)
+        .await
+        .expect("verify runs")
+        .into_iter()
+        .filter(|report| !report.is_clean())
+        .map(|report| format!("{}: {:?}", report.feature, report.examples))
+        .collect()
+}
+
+fn day(n: u32) -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 11, n).unwrap()
+}
+
+/// Sets the clock to 10:00 of a November day in the service's zone (Asia/Shanghai).
+fn at_day(app: &TestApp, n: u32) {
+    app.state
+        .clock
+        .set(Utc.with_ymd_and_hms(2026, 11, n, 2, 0, 0).unwrap());
+}
+
+struct Seeded {
+    items: Vec<String>,
+    orders: Vec<(i64, String)>,
+    remarks: Vec<String>,
+    voucher: String,
+}
+
+/// Every feature with some state: sign-ins with a make-up, awards, likes, follows, placed
+/// items, a sold voucher with a paid and an unpaid order.
+async fn seed(app: &TestApp) -> Seeded {
+    let admin = app.admin_token();
+    for n in 10..=20 {
+        at_day(app, n);
+        for user in 1..=6 {
+            if user == 1 && n == 15 {
+                continue;
+            }
+            app.data(
+                Some(&app.user_token(user)),
+                "mutation { signIn { date } }",
+                json!({}),
+            )
+            .await;
+        }
+    }
+    let made_up = app
+        .data(
+            Some(&app.user_token(1)),
+            "mutation($d: String!) { makeUpSignIn(date: $d) { pointsAwarded } }",
+            json!({ "d": day(15).to_string() }),
+        )
+        .await;
+    assert_eq!(made_up["makeUpSignIn"]["pointsAwarded"], 1);
+    let service = app.token(900, engage::auth::Role::Service);
+    for user in 1..=6 {
+        app.data(
+            Some(&service),
+            "mutation($u: ID!, $p: Int!) { awardPoints(userId: $u, type: LEARNING, points: $p, idempotencyKey: \"lesson\") { awarded } }",
+            json!({ "u": user.to_string(), "p": user * 3 }),
+        )
+        .await;
+    }
+    let mut items = Vec::new();
+    for (lat, lng) in [(31.23, 121.47), (31.25, 121.50), (31.30, 121.40)] {
+        let item = app
+            .data(
+                Some(&admin),
+                "mutation($lat: Float!, $lng: Float!) { createItem(input: { name: \"shop\", lat: $lat, lng: $lng }) { id } }",
+                json!({ "lat": lat, "lng": lng }),
+            )
+            .await["createItem"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        items.push(item);
+    }
+    let mut remarks = Vec::new();
+    for author in 1..=3 {
+        let remark = app
+            .data(
+                Some(&app.user_token(author)),
+                "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 4, content: \"good\" }) { id } }",
+                json!({ "i": items[0] }),
+            )
+            .await["createRemark"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        remarks.push(remark);
+    }
+    for (voter, remark) in [(4, 0), (5, 0), (6, 0), (4, 1), (5, 2)] {
+        app.data(
+            Some(&app.user_token(voter)),
+            "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }",
+            json!({ "r": remarks[remark] }),
+        )
+        .await;
+    }
+    app.data(
+        Some(&app.user_token(6)),
+        "mutation($r: ID!) { unlikeRemark(remarkId: $r) { changed } }",
+        json!({ "r": remarks[0] }),
+    )
+    .await;
+    for (follower, followee) in [(4, 1), (5, 1), (5, 2), (6, 3)] {
+        app.data(
+            Some(&app.user_token(follower)),
+            "mutation($u: ID!) { follow(userId: $u) }",
+            json!({ "u": followee.to_string() }),
+        )
+        .await;
+    }
+    let now = app.state.clock.now();
+    let voucher = app
+        .data(
+            Some(&admin),
+            "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id } }",
+            json!({ "input": {
+                "itemId": items[0], "title": "Half price", "stock": 10,
+                "beginsAt": (now - Duration::minutes(1)).to_rfc3339(),
+                "endsAt": (now + Duration::hours(1)).to_rfc3339(),
+                "payWithinSeconds": 3600,
+            } }),
+        )
+        .await["createVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut orders = Vec::new();
+    for buyer in [4, 5] {
+        let order = app
+            .data(
+                Some(&app.user_token(buyer)),
+                "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } }",
+                json!({ "v": voucher }),
+            )
+            .await["seckillVoucher"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        orders.push((buyer, order));
+    }
+    app.data(
+        Some(&app.user_token(5)),
+        "mutation($o: ID!) { payOrder(orderId: $o) { status } }",
+        json!({ "o": orders[1].1 }),
+    )
+    .await;
+    Seeded {
+        items,
+        orders,
+        remarks,
+        voucher,
+    }
+}
+
+/// What the API answers about everything seeded, per user.
+async fn answers(app: &TestApp, seeded: &Seeded) -> Vec<Value> {
+    let mut answers = Vec::new();
+    for user in 1..=6 {
+        let token = app.user_token(user);
+        for query in [CALENDAR, BOARD, VIEWER, NEARBY, MY_ORDERS] {
+            answers.push(app.data(Some(&token), query, json!({})).await);
+        }
+        answers.push(
+            app.data(Some(&token), REMARKS, json!({ "item": seeded.items[0] }))
+                .await,
+        );
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
+    let app = unlimited().await;
+    let seeded = seed(&app).await;
+    settled(&app).await;
+    assert_eq!(drifted(&app).await, Vec::<String>::new(), "before the loss");
+    let before = answers(&app, &seeded).await;
+
+    // Redis loses everything of this service.
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
+    assert!(keys.len() > 50, "{} keys", keys.len());
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let lost = drifted(&app).await;
+    for feature in [
+        "likes",
+        "sign-in calendars",
+        "season boards",
+        "daily caps",
+        "follows",
+        "feeds",
+        "items near me",
+        "vouchers and orders",
+    ] {
+        assert!(
+            lost.iter().any(|d| d.starts_with(feature)),
+            "{feature} not found drifted: {lost:?}"
+        );
+    }
+
+    engage::recovery::rebuild(&app.state, false)
+        .await
+        .expect("rebuild");
+    assert_eq!(
+        drifted(&app).await,
+        Vec::<String>::new(),
+        "after the rebuild"
+    );
+    assert_eq!(answers(&app, &seeded).await, before);
+
+    // A second rebuild changes nothing.
+    engage::recovery::rebuild(&app.state, false)
+        .await
+        .expect("rebuild again");
+    assert_eq!(answers(&app, &seeded).await, before);
+
+    // Repeats are still repeats.
+    let again = app
+        .data(
+            Some(&app.user_token(1)),
+            "mutation { signIn { alreadySigned } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(again["signIn"]["alreadySigned"], true);
+    let again = app
+        .data(
+            Some(&app.user_token(4)),
+            "mutation($r: ID!) { likeRemark(remarkId: $r) { changed likeCount } }",
+            json!({ "r": seeded.remarks[0] }),
+        )
+        .await;
+    assert_eq!(again["likeRemark"]["changed"], false);
+    let again = app
+        .gql(
+            Some(&app.user_token(4)),
+            "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } }",
+            json!({ "v": seeded.voucher }),
+        )
+        .await;
+    assert_eq!(first_code(&again), "ALREADY_ORDERED", "{again}");
+    let again = app
+        .gql(
+            Some(&app.user_token(6)),
+            "mutation($d: String!) { makeUpSignIn(date: $d) { alreadySigned } }",
+            json!({ "d": day(15).to_string() }),
+        )
+        .await;
+    assert_eq!(
+        again["data"]["makeUpSignIn"]["alreadySigned"], true,
+        "{again}"
+    );
+
+    // The unpaid order is still payable.
+    let paid = app
+        .data(
+            Some(&app.user_token(4)),
+            "mutation($o: ID!) { payOrder(orderId: $o) { status } }",
+            json!({ "o": seeded.orders[0].1 }),
+        )
+        .await;
+    assert_eq!(paid["payOrder"]["status"], "PAID");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpaid_order_redis_lost_stays_payable_without_a_rebuild() {
+    let app = unlimited().await;
+    let seeded = seed(&app).await;
+    settled(&app).await;
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let (buyer, order) = &seeded.orders[0];
+    let cancelled = app
+        .data(
+            Some(&app.user_token(*buyer)),
+            "mutation($o: ID!) { cancelOrder(orderId: $o) { status } }",
+            json!({ "o": order }),
+        )
+        .await;
+    assert_eq!(cancelled["cancelOrder"]["status"], "CANCELLED");
+    // The stock came back once, on top of SQL's: 10 - 2 sold + 1 cancelled.
+    let voucher = app
+        .data(
+            None,
+            "query($v: ID!) { voucher(id: $v) { remaining } }",
+            json!({ "v": seeded.voucher }),
+        )
+        .await;
+    assert_eq!(voucher["voucher"]["remaining"], 9);
+}
