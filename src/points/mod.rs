@@ -272,7 +272,8 @@ pub async fn history(
 ) -> AppResult<(Vec<PointsRecord>, bool)> {
     let rows = sqlx::query(
         "SELECT event_order, kind, points, season, awarded_at_ms FROM points_record \
-         WHERE user_id = $1 AND event_order < $2 ORDER BY event_order DESC LIMIT $3",
+         WHERE user_id = $1 AND event_order < $2 AND points > 0 \
+         ORDER BY event_order DESC LIMIT $3",
     )
     .bind(user_id)
     .bind(before.unwrap_or(i64::MAX))

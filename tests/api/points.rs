@@ -214,3 +214,113 @@ async fn authors_earn_points_for_likes_from_others_but_not_from_themselves() {
         .collect();
     assert_eq!(kinds, ["LIKE_RECEIVED", "LIKE_RECEIVED", "REMARK"]);
 }
+
+#[tokio::test]
+async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired() {
+    let app = unlimited().await;
+    let item = app.create_item().await;
+    let author = app.user_token(45);
+    let remark = app
+        .data(Some(&author), "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }", json!({ "i": item }))
+        .await["createRemark"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let liker = app.user_token(46);
+    let like = "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }";
+    let unlike = "mutation($r: ID!) { unlikeRemark(remarkId: $r) { changed } }";
+    app.data(Some(&liker), like, json!({ "r": remark })).await;
+    let history = "{ pointsHistory(first: 10) { edges { node { type points } } } }";
+    eventually(async || {
+        app.data(Some(&author), history, json!({})).await["pointsHistory"]["edges"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 2
+    })
+    .await;
+
+    // A week later the Redis marker is gone; the liker unlikes and likes again.
+    let mut conn = app.state.redis.get().await.unwrap();
+    let marker = app
+        .state
+        .keys
+        .points_award_marker(45, &format!("like:{remark}:46"));
+    let removed: i64 = redis::cmd("DEL")
+        .arg(&marker)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1, "the marker existed");
+    drop(conn);
+    app.data(Some(&liker), unlike, json!({ "r": remark })).await;
+    app.data(Some(&liker), like, json!({ "r": remark })).await;
+    let votes: Vec<String> = (0..app.state.remarks.shards)
+        .map(|s| app.state.keys.vote_stream(s))
+        .collect();
+    crate::harness::streams_settled(&app, &votes, "points").await;
+    assert_eq!(
+        points_of(&app.data(Some(&author), TODAY, json!({})).await, "LIKE_RECEIVED"),
+        2,
+        "paid once"
+    );
+}
+
+#[tokio::test]
+async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_internal_ones() {
+    let app = unlimited().await;
+    let service = app.token(9, Role::Service);
+    let award = "mutation($u: ID!, $k: String!) { awardPoints(userId: $u, type: LEARNING, points: 5, idempotencyKey: $k) { awarded duplicate } }";
+    let mut conn = app.state.redis.get().await.unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(app.state.keys.points_intake_stream())
+        .arg("*")
+        .arg("user")
+        .arg(44)
+        .arg("type")
+        .arg("LEARNING")
+        .arg("points")
+        .arg(5)
+        .arg("key")
+        .arg("lesson-9")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    crate::harness::streams_settled(
+        &app,
+        &[app.state.keys.points_intake_stream()],
+        "intake",
+    )
+    .await;
+    let again = app
+        .data(Some(&service), award, json!({ "u": "44", "k": "lesson-9" }))
+        .await;
+    assert_eq!(again["awardPoints"]["duplicate"], true, "{again}");
+
+    // A service key that spells an internal one is a key of its own.
+    let item = app.create_item().await;
+    let author = app.user_token(45);
+    let remark = app
+        .data(Some(&author), "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }", json!({ "i": item }))
+        .await["createRemark"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for key in ["signin:45:2026-11-23".to_string(), format!("like:{remark}:46")] {
+        let first = app
+            .data(Some(&service), award, json!({ "u": "45", "k": key }))
+            .await;
+        assert_eq!(first["awardPoints"]["duplicate"], false, "{key}: {first}");
+    }
+    app.data(
+        Some(&app.user_token(46)),
+        "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }",
+        json!({ "r": remark }),
+    )
+    .await;
+    eventually(async || {
+        points_of(&app.data(Some(&author), TODAY, json!({})).await, "LIKE_RECEIVED") == 2
+    })
+    .await;
+}
