@@ -383,3 +383,70 @@ async fn a_nearby_search_pages_through_its_1000_nearest_items_and_no_further() {
     assert_eq!(end["nearbyItems"]["pageInfo"]["endCursor"], Value::Null);
     assert_eq!(end["nearbyItems"]["pageInfo"]["hasNextPage"], false);
 }
+
+#[tokio::test]
+async fn a_hundred_remarks_of_one_millisecond_all_come_back_page_by_page() {
+    let app = app(1000, 200).await;
+    meet(&app, &[1, 2]).await;
+    follow(&app, 1, 2).await;
+    let written = remarks_by(&app, &[2; 100]).await;
+    // As if all hundred were written in the same millisecond.
+    let mut conn = app.state.redis.get().await.unwrap();
+    let inbox = app.state.keys.feed_inbox(1);
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&inbox)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 100);
+    let mut same = redis::cmd("ZADD");
+    same.arg(&inbox);
+    for member in &members {
+        same.arg(1_700_000_000_000_i64).arg(member);
+    }
+    let _: i64 = same.query_async(&mut *conn).await.unwrap();
+    drop(conn);
+
+    for page in [1, 7, 20] {
+        let read = read_all(&app, 1, page).await;
+        assert_eq!(read.len(), 100, "pages of {page}");
+        let mut sorted = read.clone();
+        sorted.sort();
+        sorted.dedup();
+        let mut expected = written.clone();
+        expected.sort();
+        assert_eq!(sorted, expected, "pages of {page}");
+    }
+}
+
+#[tokio::test]
+async fn an_author_back_under_the_push_limit_keeps_what_they_posted_while_above_it() {
+    let app = app(2, 100).await;
+    meet(&app, &[1, 2, 3, 4]).await;
+    for follower in [1, 3, 4] {
+        follow(&app, follower, 2).await;
+    }
+    let while_big = remarks_by(&app, &[2]).await;
+    app.data(
+        Some(&app.user_token(4)),
+        "mutation($u: ID!) { unfollow(userId: $u) }",
+        json!({ "u": "2" }),
+    )
+    .await;
+    let while_small = remarks_by(&app, &[2]).await;
+    let read = read_all(&app, 1, 10).await;
+    assert_eq!(read, [while_small[0].clone(), while_big[0].clone()]);
+}
+
+#[tokio::test]
+async fn following_someone_brings_their_recent_remarks_into_the_feed() {
+    let app = app(1000, 100).await;
+    meet(&app, &[1, 2]).await;
+    let mut written = remarks_by(&app, &[2, 2, 2]).await;
+    assert!(read_all(&app, 1, 10).await.is_empty());
+    follow(&app, 1, 2).await;
+    written.reverse();
+    assert_eq!(read_all(&app, 1, 10).await, written, "newest first");
+}
