@@ -17,7 +17,11 @@
 //!
 //! Every instance runs the same workers: the consumer group spreads the entries.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use redis::{
     aio::MultiplexedConnection,
@@ -279,10 +283,11 @@ impl Worker {
             .arg("0")
             .query_async(conn)
             .await?;
-        let own = entries_of(&stream, own);
-        if !own.is_empty() {
-            return Ok(own);
-        }
+        let mut batch = entries_of(&stream, own);
+        // A due claim joins the own retries rather than waiting behind them: an entry held
+        // back until an earlier one is written (an order waiting for its buyer's previous
+        // order to settle) would otherwise wait for ever on an entry that a dead consumer
+        // holds. One batch, in stream order, handles both.
         if claim {
             let claimed: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
                 .arg(&stream)
@@ -300,12 +305,19 @@ impl Worker {
                     taken = claimed.claimed.len(),
                     "took over entries of a silent consumer"
                 );
-                return Ok(claimed
-                    .claimed
-                    .into_iter()
-                    .map(|e| StreamEntry::from_redis(&stream, e))
-                    .collect());
+                let own: HashSet<String> = batch.iter().map(|e| e.id.clone()).collect();
+                batch.extend(
+                    claimed
+                        .claimed
+                        .into_iter()
+                        .map(|e| StreamEntry::from_redis(&stream, e))
+                        .filter(|e| !own.contains(&e.id)),
+                );
+                batch.sort_by_key(StreamEntry::id_parts);
             }
+        }
+        if !batch.is_empty() {
+            return Ok(batch);
         }
         let fresh: Option<StreamReadReply> = redis::cmd("XREADGROUP")
             .arg("GROUP")

@@ -2,13 +2,15 @@
 //! order id and indifferent to the order in which the events of one order arrive (two
 //! instances may archive neighbouring batches out of order).
 //!
-//! - `created`: insert the order (`ON CONFLICT DO NOTHING`) and, only if it was inserted,
-//!   take one from `vouchers.remaining` with the `remaining > 0` guard; then make sure its
-//!   expiry job exists if it is still unpaid (the durable path; the request scheduled it
-//!   already, best effort), and none if it was settled meanwhile.
-//! - `settled`: first the same as `created` (the order may not be archived yet), then move
-//!   it from UNPAID to its outcome, and give the stock back for cancellation and expiry,
-//!   both only if the row was still UNPAID: exactly once.
+//! A batch first settles the orders SQL already has (UNPAID to their outcome, giving the
+//! stock back for cancellation and expiry, only if the row was still UNPAID: exactly once),
+//! then inserts the orders SQL lacks, each with its last known status, taking stock only for
+//! live ones (UNPAID, PAID). That order matters: a buyer whose order A was cancelled may
+//! already hold order B, and B's row only fits the one-live-order-per-buyer index once A is
+//! settled. When A's settlement is in a batch another instance has not committed yet, B's
+//! batch waits (it is retried) rather than dropping B. Unpaid orders get their expiry job
+//! (the durable path; the request scheduled it already, best effort), and none if they were
+//! settled meanwhile.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -46,7 +48,7 @@ impl StreamHandler for OrderArchive {
     ) -> Result<(), HandleError> {
         // Every entry is read before anything is written, so a malformed one is isolated
         // by the consumer before the batch touches SQL.
-        let mut orders = Vec::with_capacity(entries.len());
+        let mut orders: Vec<ArchivedOrder> = Vec::with_capacity(entries.len());
         let mut created = Vec::new();
         let mut settled = Vec::new();
         for entry in entries {
@@ -56,8 +58,12 @@ impl StreamHandler for OrderArchive {
                 created_at_ms: entry.number("created")?,
                 pay_by_ms: entry.number("pay_by")?,
             };
+            let buyer = entry.number("buyer")?;
             match entry.field("type")? {
-                "created" => created.push(order),
+                "created" => {
+                    created.push(order);
+                    orders.push(ArchivedOrder::unpaid(order, buyer));
+                }
                 "settled" => {
                     let status = entry.field("status")?;
                     let outcome = OrderStatus::parse(status)
@@ -65,7 +71,15 @@ impl StreamHandler for OrderArchive {
                         .ok_or_else(|| {
                             HandleError::Poison(format!("entry {}: bad status {status}", entry.id))
                         })?;
-                    settled.push((order.order_id, outcome, entry.number("at")?));
+                    let at = entry.number("at")?;
+                    settled.push((order.order_id, outcome, at));
+                    // A settled entry carries its order too: it may arrive before `created`.
+                    orders.push(ArchivedOrder {
+                        order,
+                        buyer,
+                        status: outcome,
+                        settled_at_ms: Some(at),
+                    });
                 }
                 other => {
                     return Err(HandleError::Poison(format!(
@@ -74,49 +88,87 @@ impl StreamHandler for OrderArchive {
                     )))
                 }
             }
-            // A settled entry carries its order too: it may arrive before `created`.
-            orders.push((order, entry.number("buyer")?));
         }
-        insert_orders(tx, &orders).await?;
         settle_orders(tx, &settled).await?;
+        insert_orders(tx, &orders).await?;
         super::ensure_expiries(&self.0, &created)
             .await
             .map_err(|error| HandleError::Unavailable(error.to_string()))
     }
 }
 
-/// Inserts the orders not archived yet and takes one from SQL's stock for each of them, with
-/// the `remaining > 0` guard.
+/// An order as a batch last saw it.
+struct ArchivedOrder {
+    order: NewOrder,
+    buyer: i64,
+    status: OrderStatus,
+    settled_at_ms: Option<i64>,
+}
+
+impl ArchivedOrder {
+    fn unpaid(order: NewOrder, buyer: i64) -> Self {
+        Self {
+            order,
+            buyer,
+            status: OrderStatus::Unpaid,
+            settled_at_ms: None,
+        }
+    }
+}
+
+/// Inserts the orders not archived yet, each with its last status in the batch, and takes
+/// one from SQL's stock for each live one, with the `remaining > 0` guard.
 async fn insert_orders(
     tx: &mut Transaction<'static, Any>,
-    orders: &[(NewOrder, i64)],
+    orders: &[ArchivedOrder],
 ) -> Result<(), HandleError> {
-    let mut seen = HashSet::new();
-    let orders: Vec<_> = orders
-        .iter()
-        .filter(|(order, _)| seen.insert(order.order_id))
-        .collect();
-    if orders.is_empty() {
+    // The last event of an order in the batch is its status now.
+    let mut last: BTreeMap<i64, &ArchivedOrder> = BTreeMap::new();
+    for order in orders {
+        let kept = last.entry(order.order.order_id).or_insert(order);
+        if order.status != OrderStatus::Unpaid {
+            *kept = order;
+        }
+    }
+    if last.is_empty() {
         return Ok(());
     }
     let sql = format!(
-        "INSERT INTO orders (id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms) \
-         VALUES {} ON CONFLICT DO NOTHING RETURNING voucher_id",
-        values_placeholders(orders.len(), 6)
+        "INSERT INTO orders (id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms, \
+         settled_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING voucher_id, status",
+        values_placeholders(last.len(), 7)
     );
     let mut query = sqlx::query(&sql);
-    for (order, buyer) in &orders {
+    for archived in last.values() {
         query = query
-            .bind(order.order_id)
-            .bind(order.voucher_id)
-            .bind(*buyer)
-            .bind(OrderStatus::Unpaid.as_str())
-            .bind(order.created_at_ms)
-            .bind(order.pay_by_ms);
+            .bind(archived.order.order_id)
+            .bind(archived.order.voucher_id)
+            .bind(archived.buyer)
+            .bind(archived.status.as_str())
+            .bind(archived.order.created_at_ms)
+            .bind(archived.order.pay_by_ms)
+            .bind(archived.settled_at_ms);
     }
+    let inserted = match query.fetch_all(&mut **tx).await {
+        Ok(rows) => rows,
+        // The buyer's earlier order is live in SQL still: its settlement is on its way in a
+        // batch not committed yet. Wait for it; the order is never dropped.
+        Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+            return Err(HandleError::Unavailable(format!(
+                "an order waits for its buyer's earlier order to be settled in SQL: {db}"
+            )))
+        }
+        Err(error) => return Err(error.into()),
+    };
     let mut taken: BTreeMap<i64, i64> = BTreeMap::new();
-    for row in query.fetch_all(&mut **tx).await? {
-        *taken.entry(row.try_get("voucher_id")?).or_default() += 1;
+    for row in inserted {
+        let status: String = row.try_get("status")?;
+        if matches!(
+            OrderStatus::parse(&status),
+            Some(OrderStatus::Unpaid | OrderStatus::Paid)
+        ) {
+            *taken.entry(row.try_get("voucher_id")?).or_default() += 1;
+        }
     }
     for (voucher, count) in taken {
         let updated = sqlx::query(

@@ -260,7 +260,10 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
         .collect();
     crate::harness::streams_settled(&app, &votes, "points").await;
     assert_eq!(
-        points_of(&app.data(Some(&author), TODAY, json!({})).await, "LIKE_RECEIVED"),
+        points_of(
+            &app.data(Some(&author), TODAY, json!({})).await,
+            "LIKE_RECEIVED"
+        ),
         2,
         "paid once"
     );
@@ -287,12 +290,7 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
         .await
         .unwrap();
     drop(conn);
-    crate::harness::streams_settled(
-        &app,
-        &[app.state.keys.points_intake_stream()],
-        "intake",
-    )
-    .await;
+    crate::harness::streams_settled(&app, &[app.state.keys.points_intake_stream()], "intake").await;
     let again = app
         .data(Some(&service), award, json!({ "u": "44", "k": "lesson-9" }))
         .await;
@@ -307,7 +305,10 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
         .as_str()
         .unwrap()
         .to_string();
-    for key in ["signin:45:2026-11-23".to_string(), format!("like:{remark}:46")] {
+    for key in [
+        "signin:45:2026-11-23".to_string(),
+        format!("like:{remark}:46"),
+    ] {
         let first = app
             .data(Some(&service), award, json!({ "u": "45", "k": key }))
             .await;
@@ -320,7 +321,10 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
     )
     .await;
     eventually(async || {
-        points_of(&app.data(Some(&author), TODAY, json!({})).await, "LIKE_RECEIVED") == 2
+        points_of(
+            &app.data(Some(&author), TODAY, json!({})).await,
+            "LIKE_RECEIVED",
+        ) == 2
     })
     .await;
 }

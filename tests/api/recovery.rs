@@ -351,3 +351,43 @@ async fn an_unpaid_order_redis_lost_stays_payable_without_a_rebuild() {
         .await;
     assert_eq!(voucher["voucher"]["remaining"], 9);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebuild_mends_the_count()
+{
+    let app = unlimited().await;
+    let seeded = seed(&app).await;
+    settled(&app).await;
+    assert_eq!(drifted(&app).await, Vec::<String>::new());
+
+    // Redis failed after SQL committed a follow: the count never moved.
+    let mut conn = app.state.redis.get().await.unwrap();
+    let _: i64 = redis::cmd("HINCRBY")
+        .arg(app.state.keys.follower_counts())
+        .arg(1)
+        .arg(-1)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let found = drifted(&app).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("follows"), "{found:?}");
+    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    assert_eq!(drifted(&app).await, Vec::<String>::new());
+    let viewer = app.data(Some(&app.user_token(1)), VIEWER, json!({})).await;
+    assert_eq!(viewer["viewer"]["followers"], 2);
+
+    // An order Redis sold that never reached SQL.
+    sqlx::query("DELETE FROM orders WHERE id = $1")
+        .bind(seeded.orders[0].1.parse::<i64>().unwrap())
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    let found = drifted(&app).await;
+    assert!(
+        found.iter().any(|d| d.starts_with("vouchers and orders")
+            && d.contains("has a live order in Redis that SQL lacks")),
+        "{found:?}"
+    );
+}

@@ -506,3 +506,158 @@ async fn forget_job(app: &TestApp, id: &str) {
         .await
         .unwrap();
 }
+
+/// A fresh app whose consumers retry quickly.
+async fn quick_app() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.consumer_max_backoff_ms = 200;
+        config.consumer_claim_idle_ms = 300;
+    })
+    .await
+}
+
+/// An archived order's voucher, created and pay-by times.
+async fn archived_order(app: &TestApp, order: i64) -> (i64, i64, i64, String) {
+    let row = sqlx::query(
+        "SELECT voucher_id, created_at_ms, pay_by_ms, status FROM orders WHERE id = $1",
+    )
+    .bind(order)
+    .fetch_one(&app.state.db.pool)
+    .await
+    .unwrap();
+    (
+        row.get("voucher_id"),
+        row.get("created_at_ms"),
+        row.get("pay_by_ms"),
+        row.get("status"),
+    )
+}
+
+/// XADDs order events to a voucher's stream in one transaction, so that one batch reads
+/// them all.
+async fn order_events(app: &TestApp, voucher: i64, events: &[Vec<(&str, String)>]) {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    let stream = app
+        .state
+        .keys
+        .order_stream_of(voucher, app.state.config.sale_shards);
+    for fields in events {
+        let add = pipe.cmd("XADD").arg(&stream).arg("*");
+        for (name, value) in fields {
+            add.arg(*name).arg(value);
+        }
+        add.ignore();
+    }
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = pipe.query_async(&mut *conn).await.unwrap();
+}
+
+/// Buyer 40's order A (archived UNPAID), A's `settled` (cancelled) event and the `created`
+/// event of their next order B.
+async fn rebought(
+    app: &TestApp,
+) -> (
+    i64,
+    Vec<(&'static str, String)>,
+    i64,
+    Vec<(&'static str, String)>,
+) {
+    let voucher = voucher(app, 5, 600).await;
+    let a: i64 = app
+        .data(Some(&app.user_token(40)), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    consistent(app).await;
+    let (voucher, created, pay_by, status) = archived_order(app, a).await;
+    assert_eq!(status, "UNPAID");
+    let now = app.state.clock.now_ms();
+    let settled = vec![
+        ("type", "settled".to_string()),
+        ("order", a.to_string()),
+        ("voucher", voucher.to_string()),
+        ("buyer", "40".to_string()),
+        ("status", "CANCELLED".to_string()),
+        ("at", now.to_string()),
+        ("created", created.to_string()),
+        ("pay_by", pay_by.to_string()),
+    ];
+    let b = app.state.ids.next_id().await.unwrap();
+    let bought = vec![
+        ("type", "created".to_string()),
+        ("order", b.to_string()),
+        ("voucher", voucher.to_string()),
+        ("buyer", "40".to_string()),
+        ("created", now.to_string()),
+        ("pay_by", (now + 600_000).to_string()),
+    ];
+    (voucher, settled, b, bought)
+}
+
+async fn orders_settled(app: &TestApp) {
+    let streams: Vec<String> = (0..app.state.config.sale_shards)
+        .map(|s| app.state.keys.order_stream(s))
+        .collect();
+    crate::harness::streams_settled(app, &streams, "archive").await;
+}
+
+#[tokio::test]
+async fn a_rebought_order_whose_predecessor_settles_in_the_same_batch_reaches_sql() {
+    let app = quick_app().await;
+    let (voucher, settled, b, bought) = rebought(&app).await;
+    order_events(&app, voucher, &[settled, bought]).await;
+    orders_settled(&app).await;
+    let (_, _, _, status) = archived_order(&app, b).await;
+    assert_eq!(status, "UNPAID");
+    let remaining: i64 = sqlx::query("SELECT remaining FROM vouchers WHERE id = $1")
+        .bind(voucher)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get("remaining");
+    assert_eq!(remaining, 4, "A's stock came back, B took one");
+}
+
+#[tokio::test]
+async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it() {
+    let app = quick_app().await;
+    let (voucher, settled, b, bought) = rebought(&app).await;
+    // A's settlement is taken by another instance, which dies before it commits; B comes
+    // to this one, and is archived first.
+    let stream = app
+        .state
+        .keys
+        .order_stream_of(voucher, app.state.config.sale_shards);
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    let add = pipe.cmd("XADD").arg(&stream).arg("*");
+    for (name, value) in &settled {
+        add.arg(*name).arg(value);
+    }
+    add.ignore();
+    pipe.cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("archive")
+        .arg("an-instance-that-dies")
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .ignore();
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = pipe.query_async(&mut *conn).await.unwrap();
+    drop(conn);
+    order_events(&app, voucher, &[bought]).await;
+    orders_settled(&app).await;
+    let (_, _, _, status) = archived_order(&app, b).await;
+    assert_eq!(status, "UNPAID");
+    let a: i64 = settled[1].1.parse().unwrap();
+    let (_, _, _, a) = archived_order(&app, a).await;
+    assert_eq!(a, "CANCELLED");
+}
