@@ -1,6 +1,12 @@
 //! Season rollover (seed 003): after a season ends, its Redis board is copied to SQL in
 //! chunks, verified by count, its top three recorded as winners, and only then unlinked.
 //!
+//! - **From a stable snapshot**: the copy reads a copy of the board taken when it starts
+//!   (`COPY`, atomic), never the live board, whose ranks shift under a late write (an award
+//!   that computed its season just before midnight and ran just after). When the copy is
+//!   verified, the live board is compared with the snapshot: if a late write changed it, a
+//!   new snapshot is taken and copied instead, and only an unchanged board is unlinked.
+//!
 //! - **One instance**: the work runs under the lock `rollover:<season>`; its fencing number is
 //!   stored with the progress, and a holder whose number is older cannot write progress.
 //! - **Resumable and idempotent**: progress (`season_archives.copied`, `status`) is written in
@@ -28,6 +34,14 @@ pub const VERIFIED: &str = "verified";
 pub const DONE: &str = "done";
 pub const CHUNK: usize = 1000;
 const STEP_ATTEMPTS: u32 = 5;
+/// Fresh snapshots taken for late writes before a run gives up (and the next check
+/// tries again).
+const MAX_RECOPIES: u32 = 3;
+
+/// The board a rollover copies from: the live board as it was when the copy started.
+fn snapshot_key(state: &AppState, season: Month) -> String {
+    format!("{}:snapshot", state.keys.season_board(season))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
@@ -72,26 +86,45 @@ async fn run(
 ) -> AppResult<Progress> {
     let mut progress = retried("start", || start(state, season, held.fence)).await?;
     let mut chunks = 0;
-    while progress.copied < progress.total && !progress.done {
-        if options.stop_after_chunks == Some(chunks) {
-            return Ok(progress);
+    let mut recopies = 0;
+    while !progress.done {
+        while progress.copied < progress.total {
+            if options.stop_after_chunks == Some(chunks) {
+                return Ok(progress);
+            }
+            if held.lost.is_cancelled() {
+                return Err(AppError::Unavailable("rollover lock lost".into()));
+            }
+            progress = retried("copy", || copy_chunk(state, season, held.fence, progress)).await?;
+            chunks += 1;
+            if let Some(report) = options.on_progress {
+                report(progress);
+            }
         }
-        if held.lost.is_cancelled() {
-            return Err(AppError::Unavailable("rollover lock lost".into()));
-        }
-        progress = retried("copy", || copy_chunk(state, season, held.fence, progress)).await?;
-        chunks += 1;
-        if let Some(report) = options.on_progress {
-            report(progress);
-        }
-    }
-    if !progress.done {
-        retried("verify", || {
+        let verified = retried("verify", || {
             verify(state, season, held.fence, progress.total)
         })
         .await?;
-        retried("unlink", || unlink(state, season, held.fence)).await?;
-        progress.done = true;
+        match verified {
+            Some(fresh) if recopies < MAX_RECOPIES => {
+                recopies += 1;
+                tracing::info!(
+                    season = season.id(),
+                    "late writes: copying a fresh snapshot"
+                );
+                progress = fresh;
+            }
+            Some(_) => {
+                return Err(AppError::Unavailable(format!(
+                    "season {} keeps changing after its end",
+                    season.id()
+                )))
+            }
+            None => {
+                retried("unlink", || unlink(state, season, held.fence)).await?;
+                progress.done = true;
+            }
+        }
     }
     if let Some(report) = options.on_progress {
         report(progress);
@@ -130,12 +163,34 @@ async fn start(state: &AppState, season: Month, fence: i64) -> AppResult<Progres
             tracing::debug!(%error, "season partition not created (may exist)");
         }
     }
-    let mut conn = state.redis.get().await?;
-    let total: i64 = redis::cmd("ZCARD")
-        .arg(state.keys.season_board(season))
-        .query_async(&mut *conn)
+    let row = sqlx::query("SELECT total, copied, status FROM season_archives WHERE season = $1")
+        .bind(id)
+        .fetch_optional(&state.db.pool)
         .await?;
-    drop(conn);
+    if let Some(row) = &row {
+        let status: String = row.try_get("status")?;
+        if status != COPYING {
+            return Ok(Progress {
+                total: row.try_get("total")?,
+                copied: row.try_get("copied")?,
+                done: status == DONE,
+            });
+        }
+        let mut conn = state.redis.get().await?;
+        let snapshot: bool = redis::cmd("EXISTS")
+            .arg(snapshot_key(state, season))
+            .query_async(&mut *conn)
+            .await?;
+        if snapshot {
+            return Ok(Progress {
+                total: row.try_get("total")?,
+                copied: row.try_get("copied")?,
+                done: false,
+            });
+        }
+    }
+    // No copy yet, or one whose snapshot is gone: start from a fresh snapshot.
+    let total = take_snapshot(state, season).await?;
     sqlx::query(
         "INSERT INTO season_archives (season, total, copied, status, fence, updated_at_ms) \
          VALUES ($1, $2, 0, $3, $4, $5) ON CONFLICT (season) DO NOTHING",
@@ -147,14 +202,64 @@ async fn start(state: &AppState, season: Month, fence: i64) -> AppResult<Progres
     .bind(state.clock.now_ms())
     .execute(&state.db.pool)
     .await?;
-    let row = sqlx::query("SELECT total, copied, status FROM season_archives WHERE season = $1")
-        .bind(id)
-        .fetch_one(&state.db.pool)
+    restart(state, season, fence, total).await
+}
+
+/// Snapshots the live board (atomically, with `COPY`); its member count.
+async fn take_snapshot(state: &AppState, season: Month) -> AppResult<i64> {
+    let snapshot = snapshot_key(state, season);
+    let mut conn = state.redis.get().await?;
+    let (_, total): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("COPY")
+        .arg(state.keys.season_board(season))
+        .arg(&snapshot)
+        .arg("REPLACE")
+        .cmd("ZCARD")
+        .arg(&snapshot)
+        .query_async(&mut *conn)
         .await?;
+    if total == 0 {
+        // An empty board of a season with awards is a board Redis lost: archiving it would
+        // record a season without winners. `engage rebuild` brings it back first.
+        let awarded = sqlx::query(
+            "SELECT 1 AS found FROM points_record WHERE season = $1 AND points > 0 LIMIT 1",
+        )
+        .bind(i64::from(season.id()))
+        .fetch_optional(&state.db.pool)
+        .await?;
+        if awarded.is_some() {
+            return Err(AppError::Unavailable(format!(
+                "the board of season {} is missing from Redis: run `engage rebuild`",
+                season.id()
+            )));
+        }
+    }
+    Ok(total)
+}
+
+/// Forgets what was copied and starts over from the snapshot of `total` members.
+async fn restart(state: &AppState, season: Month, fence: i64, total: i64) -> AppResult<Progress> {
+    let mut tx = state.db.pool.begin().await?;
+    for table in ["season_ranks", "season_winners"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE season = $1"))
+            .bind(i64::from(season.id()))
+            .execute(&mut *tx)
+            .await?;
+    }
+    advance(
+        &mut tx,
+        season,
+        fence,
+        Change::Started(total),
+        state.clock.now_ms(),
+    )
+    .await?;
+    tx.commit().await?;
     Ok(Progress {
-        total: row.try_get("total")?,
-        copied: row.try_get("copied")?,
-        done: row.try_get::<String, _>("status")? == DONE,
+        total,
+        copied: 0,
+        done: false,
     })
 }
 
@@ -168,7 +273,7 @@ async fn copy_chunk(
     let from = progress.copied as usize;
     let mut conn = state.redis.get().await?;
     let page: Vec<(i64, f64)> = redis::cmd("ZREVRANGE")
-        .arg(state.keys.season_board(season))
+        .arg(snapshot_key(state, season))
         .arg(from)
         .arg(from + CHUNK - 1)
         .arg("WITHSCORES")
@@ -213,6 +318,8 @@ async fn copy_chunk(
 enum Change {
     Copied(i64),
     Status(&'static str),
+    /// A fresh start from a snapshot of this many members.
+    Started(i64),
 }
 
 /// Writes progress only for the newest lock holder (fencing).
@@ -229,9 +336,13 @@ async fn advance(
     const SET_STATUS: &str =
         "UPDATE season_archives SET status = $1, fence = $2, updated_at_ms = $3 \
                               WHERE season = $4 AND fence <= $2";
+    const START: &str =
+        "UPDATE season_archives SET total = $1, copied = 0, status = 'copying', fence = $2, \
+         updated_at_ms = $3 WHERE season = $4 AND fence <= $2";
     let query = match change {
         Change::Copied(copied) => sqlx::query(SET_COPIED).bind(copied),
         Change::Status(status) => sqlx::query(SET_STATUS).bind(status),
+        Change::Started(total) => sqlx::query(START).bind(total),
     };
     let updated = query
         .bind(fence)
@@ -245,17 +356,23 @@ async fn advance(
     Ok(())
 }
 
-/// Checks the copy by count (recopying from the start if it is short) and records the
-/// winners.
-async fn verify(state: &AppState, season: Month, fence: i64, total: i64) -> AppResult<()> {
+/// Checks the copy by count (recopying from the start if it is short) and the live board
+/// against the snapshot, then records the winners. `Some(progress)` when late writes
+/// changed the board: a fresh snapshot is to be copied.
+async fn verify(
+    state: &AppState,
+    season: Month,
+    fence: i64,
+    total: i64,
+) -> AppResult<Option<Progress>> {
     let id = i64::from(season.id());
     let copied: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
         .bind(id)
         .fetch_one(&state.db.pool)
         .await?
         .try_get("n")?;
-    let mut tx = state.db.pool.begin().await?;
     if copied != total {
+        let mut tx = state.db.pool.begin().await?;
         advance(
             &mut tx,
             season,
@@ -269,6 +386,11 @@ async fn verify(state: &AppState, season: Month, fence: i64, total: i64) -> AppR
             "season {id}: {copied} rows copied of {total}"
         )));
     }
+    if !unchanged_since_snapshot(state, season).await? {
+        let total = take_snapshot(state, season).await?;
+        return Ok(Some(restart(state, season, fence, total).await?));
+    }
+    let mut tx = state.db.pool.begin().await?;
     sqlx::query(
         "INSERT INTO season_winners (season, rank, user_id, points) \
          SELECT season, rank, user_id, points FROM season_ranks WHERE season = $1 AND rank <= 3 \
@@ -286,7 +408,36 @@ async fn verify(state: &AppState, season: Month, fence: i64, total: i64) -> AppR
     )
     .await?;
     tx.commit().await?;
-    Ok(())
+    Ok(None)
+}
+
+/// Whether the live board still equals its snapshot, member by member (read in chunks).
+async fn unchanged_since_snapshot(state: &AppState, season: Month) -> AppResult<bool> {
+    let (live, snapshot) = (state.keys.season_board(season), snapshot_key(state, season));
+    let mut from = 0;
+    loop {
+        let mut conn = state.redis.get().await?;
+        let (a, b): (Vec<(String, f64)>, Vec<(String, f64)>) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(&live)
+            .arg(from)
+            .arg(from + CHUNK - 1)
+            .arg("WITHSCORES")
+            .cmd("ZRANGE")
+            .arg(&snapshot)
+            .arg(from)
+            .arg(from + CHUNK - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut *conn)
+            .await?;
+        if a != b {
+            return Ok(false);
+        }
+        if a.len() < CHUNK {
+            return Ok(true);
+        }
+        from += CHUNK;
+    }
 }
 
 /// Removes the Redis board once SQL holds it, then marks the season done.
@@ -294,6 +445,7 @@ async fn unlink(state: &AppState, season: Month, fence: i64) -> AppResult<()> {
     let mut conn = state.redis.get().await?;
     let _: i64 = redis::cmd("UNLINK")
         .arg(state.keys.season_board(season))
+        .arg(snapshot_key(state, season))
         .query_async(&mut *conn)
         .await?;
     drop(conn);
@@ -352,13 +504,16 @@ async fn archive_finished(state: &AppState) -> AppResult<()> {
     }
     due.sort();
     due.dedup();
+    // One season that fails does not hold back the others.
     for season in due.into_iter().filter(|m| *m < current) {
-        if let Some(progress) = archive_season(state, season, Options::default()).await? {
-            tracing::info!(
+        match archive_season(state, season, Options::default()).await {
+            Ok(Some(progress)) => tracing::info!(
                 season = season.id(),
                 total = progress.total,
                 "season archived"
-            );
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(season = season.id(), %error, "season not archived"),
         }
     }
     Ok(())

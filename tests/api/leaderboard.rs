@@ -11,6 +11,7 @@ use engage::{
     lock,
 };
 use serde_json::{json, Value};
+use sqlx::Row;
 
 use crate::harness::{first_code, next_data, subscribe, TestApp};
 
@@ -421,5 +422,95 @@ async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
     assert_eq!(
         next_data(&mut mine).await["myRankChanged"],
         json!({ "rank": 1, "points": 5 })
+    );
+}
+
+#[tokio::test]
+async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_once() {
+    let app = app().await;
+    let april = Month::parse_id("202604").unwrap();
+    app.state
+        .clock
+        .set(Utc.with_ymd_and_hms(2026, 4, 20, 12, 0, 0).unwrap());
+    for (user, points) in [(71, 300), (72, 200)] {
+        award(&app, user, points).await;
+    }
+    let mut conn = app.state.redis.get().await.unwrap();
+    let mut pipe = redis::pipe();
+    for user in 1000..3500_i64 {
+        let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
+        pipe.cmd("ZADD")
+            .arg(app.state.keys.season_board(april))
+            .arg(score)
+            .arg(user)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut *conn).await.unwrap();
+    drop(conn);
+    app.state
+        .clock
+        .set(Utc.with_ymd_and_hms(2026, 5, 1, 0, 1, 0).unwrap());
+    let partial = archive_season(
+        &app.state,
+        april,
+        Options {
+            stop_after_chunks: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(partial.copied, 1000);
+
+    // An award that took its season before midnight lands now, at the top of the board.
+    let mut conn = app.state.redis.get().await.unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg(app.state.keys.season_board(april))
+        .arg(500.0 * 4_194_304.0)
+        .arg(73)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+
+    let finished = archive_season(&app.state, april, Options::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((finished.total, finished.done), (2503, true));
+    let rows = sqlx::query(
+        "SELECT COUNT(*) AS n, COUNT(DISTINCT user_id) AS users, MIN(rank) AS first, \
+         MAX(rank) AS last FROM season_ranks WHERE season = 202604",
+    )
+    .fetch_one(&app.state.db.pool)
+    .await
+    .unwrap();
+    let count = |column: &str| rows.try_get::<i64, _>(column).unwrap();
+    assert_eq!(
+        (count("n"), count("users"), count("first"), count("last")),
+        (2503, 2503, 1, 2503)
+    );
+    let seasons = app
+        .data(
+            None,
+            "{ seasons { id winners { rank user { id } } } }",
+            json!({}),
+        )
+        .await;
+    let winners = seasons["seasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "202604")
+        .unwrap()["winners"]
+        .clone();
+    assert_eq!(
+        winners,
+        json!([
+            { "rank": 1, "user": { "id": "73" } },
+            { "rank": 2, "user": { "id": "71" } },
+            { "rank": 3, "user": { "id": "72" } },
+        ])
     );
 }
