@@ -146,9 +146,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Rebuild => {
             let state = Services::start(config).await?;
-            recovery::rebuild(&state, true)
+            let rebuilt = recovery::rebuild(&state, true)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
+            for feature in &rebuilt {
+                println!(
+                    "{:>22}: {} written in {:.2} s",
+                    feature.feature,
+                    feature.written,
+                    feature.took.as_secs_f64()
+                );
+            }
             println!("rebuilt from SQL; `engage verify` compares again");
             Ok(())
         }

@@ -188,8 +188,18 @@ pub async fn verify(state: &AppState) -> AppResult<Vec<Report>> {
     Ok(reports)
 }
 
+/// What one feature's rebuild wrote, and how long it took.
+#[derive(Debug, Clone)]
+pub struct Rebuilt {
+    pub feature: &'static str,
+    /// Rows, members or users written (what its bar counted).
+    pub written: u64,
+    pub took: std::time::Duration,
+}
+
 /// Rebuilds every feature from SQL, resuming a stopped run; with `show` a bar per feature.
-pub async fn rebuild(state: &AppState, show: bool) -> AppResult<()> {
+pub async fn rebuild(state: &AppState, show: bool) -> AppResult<Vec<Rebuilt>> {
+    let mut rebuilt = Vec::with_capacity(Feature::ALL.len());
     for feature in Feature::ALL {
         let bar = if show {
             ProgressBar::new(0)
@@ -207,8 +217,14 @@ pub async fn rebuild(state: &AppState, show: bool) -> AppResult<()> {
             feature: feature.name(),
             bar,
         };
+        let started = std::time::Instant::now();
         feature.rebuild(&run).await?;
         run.bar.finish();
+        rebuilt.push(Rebuilt {
+            feature: feature.name(),
+            written: run.bar.position(),
+            took: started.elapsed(),
+        });
     }
     // Every feature finished: the next run starts over.
     let mut conn = state.redis.get().await?;
@@ -216,7 +232,7 @@ pub async fn rebuild(state: &AppState, show: bool) -> AppResult<()> {
         .arg(state.keys.recovery_cursors())
         .query_async(&mut *conn)
         .await?;
-    Ok(())
+    Ok(rebuilt)
 }
 
 impl crate::redis::Keys {

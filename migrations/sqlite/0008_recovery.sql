@@ -10,6 +10,19 @@ CREATE TABLE sign_ins (
     PRIMARY KEY (user_id, day)
 );
 
+-- Sign-ins archived before this table existed, from their awards' keys
+-- (signin:<user>:<YYYY-MM-DD>, makeup:<user>:<YYYY-MM-DD>).
+INSERT INTO sign_ins (user_id, day, made_up, signed_at_ms)
+SELECT user_id,
+       CAST(REPLACE(SUBSTR(idempotency_key, LENGTH(idempotency_key) - 9), '-', '') AS INTEGER),
+       CASE WHEN idempotency_key LIKE 'makeup:%' THEN 1 ELSE 0 END,
+       MIN(awarded_at_ms)
+FROM points_record
+WHERE kind = 'SIGN_IN'
+  AND (idempotency_key LIKE 'signin:%' OR idempotency_key LIKE 'makeup:%')
+GROUP BY 1, 2, 3
+ON CONFLICT DO NOTHING;
+
 -- An idempotency key pays once for ever, not only while its Redis marker lives. Repeats
 -- archived before this index existed were double payments; the first one stays.
 DELETE FROM points_record

@@ -1,8 +1,13 @@
 //! GraphQL types of sign-in.
 
-use async_graphql::SimpleObject;
+use async_graphql::{ComplexObject, Context, SimpleObject};
 
-use crate::signin::{Calendar, SignInOutcome};
+use crate::{
+    clock::Month,
+    error::AppResult,
+    schema::ContextExt,
+    signin::{self, Calendar, SignInOutcome},
+};
 
 #[derive(SimpleObject)]
 pub struct SignInResult {
@@ -25,7 +30,12 @@ impl From<SignInOutcome> for SignInResult {
 }
 
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct SignCalendar {
+    #[graphql(skip)]
+    pub user_id: i64,
+    #[graphql(skip)]
+    pub shown: Month,
     /// `YYYY-MM`.
     pub month: String,
     /// One per day from day 1: up to today for this month, the whole month for past ones.
@@ -40,6 +50,8 @@ pub struct SignCalendar {
 impl From<Calendar> for SignCalendar {
     fn from(calendar: Calendar) -> Self {
         Self {
+            user_id: calendar.user_id,
+            shown: calendar.month,
             month: calendar.month.dashed(),
             signed_days: calendar.signed_days() as i64,
             days: calendar.days,
@@ -47,5 +59,14 @@ impl From<Calendar> for SignCalendar {
             streak: calendar.streak,
             make_ups_left: i64::from(calendar.make_ups_left),
         }
+    }
+}
+
+#[ComplexObject]
+impl SignCalendar {
+    /// The days (of `days`, 1 = the 1st) signed by a make-up, as archived: a make-up shows
+    /// here a moment after it was made.
+    async fn made_up_days(&self, ctx: &Context<'_>) -> AppResult<Vec<u32>> {
+        signin::made_up_days(ctx.state(), self.user_id, self.shown).await
     }
 }

@@ -5,6 +5,7 @@
 pub mod recovery;
 
 use chrono::{Datelike, NaiveDate};
+use sqlx::Row;
 
 use crate::{
     app::AppState,
@@ -147,6 +148,7 @@ pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResu
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Calendar {
+    pub user_id: i64,
     pub month: Month,
     /// Day 1 first; up to today for this month, the whole month for past ones.
     pub days: Vec<bool>,
@@ -202,10 +204,29 @@ pub async fn calendar(state: &AppState, user_id: i64, month: Option<Month>) -> A
         0
     };
     Ok(Calendar {
+        user_id,
         month: shown,
         days,
         signed_today: signed_today == 1,
         streak,
         make_ups_left,
     })
+}
+
+/// The days of a month a user signed by a make-up, from `sign_ins`.
+pub async fn made_up_days(state: &AppState, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
+    let rows = sqlx::query(
+        "SELECT day FROM sign_ins WHERE user_id = $1 AND made_up = 1 AND day >= $2 AND day < $3 \
+         ORDER BY day",
+    )
+    .bind(user_id)
+    .bind(day_number(month.first_day()))
+    .bind(day_number(month.next().first_day()))
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut days = Vec::with_capacity(rows.len());
+    for row in &rows {
+        days.push((row.try_get::<i64, _>("day")? % 100) as u32);
+    }
+    Ok(days)
 }

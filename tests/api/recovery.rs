@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::harness::{first_code, scan, streams_settled, TestApp};
 
 const CALENDAR: &str =
-    "{ signCalendar { month days signedToday streak signedDays makeUpsLeft } pointsToday { type points } }";
+    "{ signCalendar { month days signedToday streak signedDays makeUpsLeft madeUpDays } pointsToday { type points } }";
 const BOARD: &str =
     "{ leaderboard(first: 50) { total entries { rank points user { id } } me { rank points } } }";
 const VIEWER: &str =
@@ -225,6 +225,13 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     settled(&app).await;
     assert_eq!(drifted(&app).await, Vec::<String>::new(), "before the loss");
     let before = answers(&app, &seeded).await;
+    assert_eq!(
+        before[0]["signCalendar"]["madeUpDays"],
+        json!([15]),
+        "{}",
+        before[0]
+    );
+    assert_eq!(before[0]["signCalendar"]["signedDays"], 11);
 
     // Redis loses everything of this service.
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
