@@ -288,37 +288,48 @@ impl StreamHandler for FanOut {
                 entry.number("created")?,
             );
             let big = is_big(state, author).await.map_err(unavailable)?;
-            let followers: Vec<i64> = if big {
-                Vec::new()
-            } else {
-                sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
-                    .bind(author)
-                    .fetch_all(&state.db.pool)
-                    .await?
-                    .iter()
-                    .map(|row| row.try_get("follower_id"))
-                    .collect::<Result<_, _>>()?
-            };
-            let mut pipe = redis::pipe();
-            if big {
-                pipe.cmd("SADD")
-                    .arg(state.keys.pulled_authors())
-                    .arg(author)
-                    .ignore();
-            }
-            for inbox in std::iter::once(state.keys.feed_outbox(author))
-                .chain(followers.iter().map(|f| state.keys.feed_inbox(*f)))
-            {
-                push(state, &mut pipe, &inbox, author, &[(remark, created)]);
-            }
-            let mut conn = state.redis.get().await.map_err(|e| unavailable(e.into()))?;
-            let () = pipe
-                .query_async(&mut *conn)
+            fan_out(state, author, big, &[(remark, created)])
                 .await
-                .map_err(|e| unavailable(e.into()))?;
+                .map_err(unavailable)?;
         }
         Ok(())
     }
+}
+
+/// Adds an author's remarks `(id, created at ms)` to their outbox and, unless they are
+/// `big` (their followers pull the outbox, and they stay pulled), to each follower's inbox.
+pub(crate) async fn fan_out(
+    state: &AppState,
+    author: i64,
+    big: bool,
+    remarks: &[(i64, i64)],
+) -> AppResult<()> {
+    let followers: Vec<i64> = if big {
+        Vec::new()
+    } else {
+        sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
+            .bind(author)
+            .fetch_all(&state.db.pool)
+            .await?
+            .iter()
+            .map(|row| row.try_get("follower_id"))
+            .collect::<Result<_, _>>()?
+    };
+    let mut pipe = redis::pipe();
+    if big {
+        pipe.cmd("SADD")
+            .arg(state.keys.pulled_authors())
+            .arg(author)
+            .ignore();
+    }
+    for key in std::iter::once(state.keys.feed_outbox(author))
+        .chain(followers.iter().map(|f| state.keys.feed_inbox(*f)))
+    {
+        push(state, &mut pipe, &key, author, remarks);
+    }
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
 }
 
 fn unavailable(error: AppError) -> HandleError {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::Row;
 
-use super::{latest_remarks, push};
+use super::{fan_out, latest_remarks};
 use crate::{
     app::AppState,
     db::id_list,
@@ -230,30 +230,7 @@ pub async fn rebuild_feeds(run: &Rebuild<'_>) -> AppResult<()> {
         for &author in &authors {
             let remarks = latest_remarks(state, author).await?;
             let big = counts.get(&author).copied().unwrap_or(0) > limit;
-            let followers: Vec<i64> = if big {
-                Vec::new()
-            } else {
-                sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
-                    .bind(author)
-                    .fetch_all(&state.db.pool)
-                    .await?
-                    .iter()
-                    .map(|row| row.try_get("follower_id"))
-                    .collect::<Result<_, _>>()?
-            };
-            let mut pipe = redis::pipe();
-            if big {
-                pipe.cmd("SADD")
-                    .arg(state.keys.pulled_authors())
-                    .arg(author)
-                    .ignore();
-            }
-            for key in std::iter::once(state.keys.feed_outbox(author))
-                .chain(followers.iter().map(|f| state.keys.feed_inbox(*f)))
-            {
-                push(state, &mut pipe, &key, author, &remarks);
-            }
-            crate::recovery::write(state, &pipe).await?;
+            fan_out(state, author, big, &remarks).await?;
         }
         run.finished_through(last, authors.len() as u64).await?;
         after = last;
