@@ -12,6 +12,7 @@
 //! are drained, or run it twice (drift in flight disappears, lasting drift does not).
 
 use indicatif::{ProgressBar, ProgressStyle};
+use sqlx::Row;
 
 use crate::{app::AppState, error::AppResult};
 
@@ -103,6 +104,16 @@ impl Rebuild<'_> {
     /// How many things (rows, members) the rebuild will write, for the bar.
     pub fn expect(&self, total: u64) {
         self.bar.set_length(total);
+    }
+
+    /// Sets the bar's length to what `count` (a `SELECT COUNT(…) AS n …`) answers.
+    pub async fn expect_count(&self, count: &str) -> AppResult<()> {
+        let total: i64 = sqlx::query(count)
+            .fetch_one(&self.state.db.pool)
+            .await?
+            .try_get("n")?;
+        self.expect(total.max(0) as u64);
+        Ok(())
     }
 
     /// Moves the bar for work that keeps no cursor.
@@ -250,4 +261,46 @@ pub async fn write(state: &AppState, pipe: &redis::Pipeline) -> AppResult<()> {
     let mut conn = state.redis.get().await?;
     let () = pipe.query_async(&mut *conn).await?;
     Ok(())
+}
+
+/// The next `limit` distinct values of `column` in `table` above `after` (of the rows
+/// `scope`, an SQL condition, selects), ascending: how features walk their users, authors
+/// or followers in chunks. Read as plain ordered pages of the column's index and made
+/// distinct here: PostgreSQL plans `SELECT DISTINCT … LIMIT` on a table it has not
+/// analysed yet as a scan of the whole table, each time.
+pub async fn next_ids(
+    state: &AppState,
+    table: &str,
+    column: &str,
+    scope: &str,
+    after: i64,
+    limit: usize,
+) -> AppResult<Vec<i64>> {
+    let page = (limit * 8).max(1024);
+    let sql = format!(
+        "SELECT {column} AS id FROM {table} WHERE {scope} AND {column} > $1 \
+         ORDER BY {column} LIMIT $2"
+    );
+    let mut ids: Vec<i64> = Vec::with_capacity(limit);
+    let mut cursor = after;
+    loop {
+        let rows = sqlx::query(&sql)
+            .bind(cursor)
+            .bind(page as i64)
+            .fetch_all(&state.db.pool)
+            .await?;
+        for row in &rows {
+            let id: i64 = row.try_get("id")?;
+            if ids.last() != Some(&id) {
+                if ids.len() == limit {
+                    return Ok(ids);
+                }
+                ids.push(id);
+            }
+        }
+        match ids.last() {
+            Some(&last) if rows.len() == page => cursor = last,
+            _ => return Ok(ids),
+        }
+    }
 }

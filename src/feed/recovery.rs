@@ -15,26 +15,11 @@ use crate::{
     app::AppState,
     db::id_list,
     error::AppResult,
-    recovery::{Rebuild, Report},
+    recovery::{next_ids, Rebuild, Report},
 };
 
 /// Users read per round trip.
-const CHUNK: i64 = 500;
-
-/// The next chunk of distinct values of `column` in `table` above `after`.
-async fn next_ids(state: &AppState, column: &str, table: &str, after: i64) -> AppResult<Vec<i64>> {
-    let rows = sqlx::query(&format!(
-        "SELECT DISTINCT {column} AS id FROM {table} WHERE {column} > $1 ORDER BY {column} LIMIT $2"
-    ))
-    .bind(after)
-    .bind(CHUNK)
-    .fetch_all(&state.db.pool)
-    .await?;
-    Ok(rows
-        .iter()
-        .map(|row| row.try_get("id"))
-        .collect::<Result<_, _>>()?)
-}
+const CHUNK: usize = 500;
 
 /// Whom each of `followers` follows, in SQL.
 async fn followees_of(
@@ -98,7 +83,7 @@ pub async fn verify_follows(state: &AppState) -> AppResult<Report> {
     let mut report = Report::new("follows");
     let mut after = 0;
     loop {
-        let followers = next_ids(state, "follower_id", "follows", after).await?;
+        let followers = next_ids(state, "follows", "follower_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followers.last() else { break };
         let sql = followees_of(state, &followers).await?;
         for (follower, redis) in followers.iter().zip(redis_sets(state, &followers).await?) {
@@ -111,7 +96,7 @@ pub async fn verify_follows(state: &AppState) -> AppResult<Report> {
     }
     let mut after = 0;
     loop {
-        let followees = next_ids(state, "followee_id", "follows", after).await?;
+        let followees = next_ids(state, "follows", "followee_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followees.last() else { break };
         let sql = follower_counts(state, &followees).await?;
         for (followee, redis) in followees.iter().zip(redis_counts(state, &followees).await?) {
@@ -129,14 +114,11 @@ pub async fn verify_follows(state: &AppState) -> AppResult<Report> {
 /// each followee's count.
 pub async fn rebuild_follows(run: &Rebuild<'_>) -> AppResult<()> {
     let state = run.state;
-    let total: i64 = sqlx::query("SELECT COUNT(DISTINCT follower_id) AS n FROM follows")
-        .fetch_one(&state.db.pool)
-        .await?
-        .try_get("n")?;
-    run.expect(total as u64);
+    run.expect_count("SELECT COUNT(DISTINCT follower_id) AS n FROM follows")
+        .await?;
     let mut after = run.resume_from().await?;
     loop {
-        let followers = next_ids(state, "follower_id", "follows", after).await?;
+        let followers = next_ids(state, "follows", "follower_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followers.last() else { break };
         let sql = followees_of(state, &followers).await?;
         let redis = redis_sets(state, &followers).await?;
@@ -159,7 +141,7 @@ pub async fn rebuild_follows(run: &Rebuild<'_>) -> AppResult<()> {
     // Counts: small next to the sets, so they keep no cursor.
     let mut after = 0;
     loop {
-        let followees = next_ids(state, "followee_id", "follows", after).await?;
+        let followees = next_ids(state, "follows", "followee_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followees.last() else { break };
         let counts = follower_counts(state, &followees).await?;
         let mut set = redis::cmd("HSET");
@@ -180,7 +162,7 @@ pub async fn verify_feeds(state: &AppState) -> AppResult<Report> {
     let mut report = Report::new("feeds");
     let mut after = 0;
     loop {
-        let authors = next_ids(state, "author_id", "remarks", after).await?;
+        let authors = next_ids(state, "remarks", "author_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = authors.last() else { break };
         let newest = sqlx::query(&format!(
             "SELECT author_id, MAX(id) AS newest FROM remarks WHERE author_id IN ({}) \
@@ -216,15 +198,12 @@ pub async fn verify_feeds(state: &AppState) -> AppResult<Report> {
 /// inboxes stay capped, so fan-out running meanwhile is not held back.
 pub async fn rebuild_feeds(run: &Rebuild<'_>) -> AppResult<()> {
     let state = run.state;
-    let total: i64 = sqlx::query("SELECT COUNT(DISTINCT author_id) AS n FROM remarks")
-        .fetch_one(&state.db.pool)
-        .await?
-        .try_get("n")?;
-    run.expect(total as u64);
+    run.expect_count("SELECT COUNT(DISTINCT author_id) AS n FROM remarks")
+        .await?;
     let limit = state.config.feed_push_limit as i64;
     let mut after = run.resume_from().await?;
     loop {
-        let authors = next_ids(state, "author_id", "remarks", after).await?;
+        let authors = next_ids(state, "remarks", "author_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = authors.last() else { break };
         let counts = follower_counts(state, &authors).await?;
         for &author in &authors {

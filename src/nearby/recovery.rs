@@ -75,12 +75,8 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
 /// `createItem` adds the same position, so nothing is held back.
 pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
     let state = run.state;
-    let total: i64 =
-        sqlx::query("SELECT COUNT(*) AS n FROM items WHERE lat IS NOT NULL AND lng IS NOT NULL")
-            .fetch_one(&state.db.pool)
-            .await?
-            .try_get("n")?;
-    run.expect(total as u64);
+    run.expect_count("SELECT COUNT(*) AS n FROM items WHERE lat IS NOT NULL AND lng IS NOT NULL")
+        .await?;
     let key = state.keys.item_locations();
     let mut after = run.resume_from().await?;
     loop {

@@ -24,13 +24,13 @@ use crate::{
     db::id_list,
     error::{AppError, AppResult},
     leaderboard::{points_of, rollover::DONE, SCORE_TIME_UNIT},
-    recovery::{Rebuild, Report},
+    recovery::{next_ids, Rebuild, Report},
     signin::MAKE_UP_COUNTER_TTL_SECONDS,
     streams,
 };
 
 /// Board members read and written per round trip.
-const CHUNK: i64 = 5000;
+const CHUNK: usize = 5000;
 /// How long the hold lasts at most if the rebuild dies holding it.
 const HOLD_SECONDS: u64 = 60;
 /// How long the rebuild waits for the archive to catch up with the stream.
@@ -91,24 +91,39 @@ const STANDING: &str = "SELECT user_id, CAST(SUM(points) AS BIGINT) AS points, \
      MAX(CASE WHEN points > 0 THEN awarded_at_ms ELSE 0 END) AS last_award_ms \
      FROM points_record";
 
-/// A chunk of a season's standings: users above `after`, awards up to `through`.
+/// The next chunk of a season's standings: users above `after`, awards up to `through`;
+/// with the last user the chunk covered (`None` when no user is left). The users come
+/// first, from the index alone, so that the sums read a bounded range of it.
 async fn standings(
     state: &AppState,
     season: Month,
     after: i64,
     through: i64,
-) -> AppResult<Vec<Standing>> {
+) -> AppResult<Option<(Vec<Standing>, i64)>> {
+    let season = i64::from(season.id());
+    let users = next_ids(
+        state,
+        "points_record",
+        "user_id",
+        &format!("season = {season}"),
+        after,
+        CHUNK,
+    )
+    .await?;
+    let Some(&last) = users.last() else {
+        return Ok(None);
+    };
     let rows = sqlx::query(&format!(
-        "{STANDING} WHERE season = $1 AND user_id > $2 AND event_order <= $3 \
-         GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id LIMIT $4"
+        "{STANDING} WHERE season = $1 AND user_id > $2 AND user_id <= $3 AND event_order <= $4 \
+         GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id"
     ))
-    .bind(i64::from(season.id()))
+    .bind(season)
     .bind(after)
+    .bind(last)
     .bind(through)
-    .bind(CHUNK)
     .fetch_all(&state.db.pool)
     .await?;
-    standings_of(&rows)
+    Ok(Some((standings_of(&rows)?, last)))
 }
 
 /// Each live season's board holds every user with points, with SQL's points.
@@ -119,10 +134,13 @@ pub async fn verify_boards(state: &AppState) -> AppResult<Report> {
         let mut after = 0;
         let mut members = 0u64;
         loop {
-            let chunk = standings(state, season, after, i64::MAX).await?;
-            let Some(last) = chunk.last().map(|s| s.user_id) else {
+            let Some((chunk, last)) = standings(state, season, after, i64::MAX).await? else {
                 break;
             };
+            if chunk.is_empty() {
+                after = last;
+                continue;
+            }
             let users: Vec<i64> = chunk.iter().map(|s| s.user_id).collect();
             let mut conn = state.redis.get().await?;
             let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
@@ -259,18 +277,18 @@ async fn copy_board(run: &Rebuild<'_>, season: Month, snapshot: i64) -> AppResul
     let part = season.id().to_string();
     let mut after = run.recall(&part).await?.unwrap_or(0);
     loop {
-        let chunk = standings(state, season, after, snapshot).await?;
-        let Some(last) = chunk.last().map(|s| s.user_id) else {
+        let Some((chunk, last)) = standings(state, season, after, snapshot).await? else {
             return Ok(());
         };
-        let mut add = redis::cmd("ZADD");
-        add.arg(&side);
-        for standing in &chunk {
-            add.arg(standing.score(state, season)).arg(standing.user_id);
+        if !chunk.is_empty() {
+            let mut add = redis::cmd("ZADD");
+            add.arg(&side);
+            for standing in &chunk {
+                add.arg(standing.score(state, season)).arg(standing.user_id);
+            }
+            let mut conn = state.redis.get().await?;
+            let _: i64 = add.query_async(&mut *conn).await?;
         }
-        let mut conn = state.redis.get().await?;
-        let _: i64 = add.query_async(&mut *conn).await?;
-        drop(conn);
         run.remember(&part, last).await?;
         run.advance(chunk.len() as u64);
         after = last;

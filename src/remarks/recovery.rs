@@ -126,11 +126,8 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
 /// Restores each remark's counter where Redis lacks it, marked `hydrated`.
 pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
     let state = run.state;
-    let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM remarks")
-        .fetch_one(&state.db.pool)
-        .await?
-        .try_get("n")?;
-    run.expect(total as u64);
+    run.expect_count("SELECT COUNT(*) AS n FROM remarks")
+        .await?;
     let shards = state.remarks.shards;
     let mut after = run.resume_from().await?;
     loop {

@@ -18,11 +18,11 @@ use crate::{
     clock::{date_of_day_number, Month},
     db::id_list,
     error::AppResult,
-    recovery::{Rebuild, Report},
+    recovery::{next_ids, Rebuild, Report},
 };
 
 /// Users read and written per round trip.
-const CHUNK: i64 = 500;
+const CHUNK: usize = 500;
 
 /// Months whose bitmaps Redis keeps: the bitmap TTL, in whole months, back from this one.
 fn kept_months(state: &AppState) -> Vec<Month> {
@@ -33,21 +33,6 @@ fn kept_months(state: &AppState) -> Vec<Month> {
         months.push(month);
     }
     months
-}
-
-/// The next chunk of users with sign-ins, above `after`.
-async fn users_after(state: &AppState, after: i64) -> AppResult<Vec<i64>> {
-    let rows = sqlx::query(
-        "SELECT DISTINCT user_id FROM sign_ins WHERE user_id > $1 ORDER BY user_id LIMIT $2",
-    )
-    .bind(after)
-    .bind(CHUNK)
-    .fetch_all(&state.db.pool)
-    .await?;
-    Ok(rows
-        .iter()
-        .map(|row| row.try_get("user_id"))
-        .collect::<Result<_, _>>()?)
 }
 
 /// Every day each of `users` signed (or made up).
@@ -91,7 +76,7 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
     let months = kept_months(state);
     let mut after = 0;
     loop {
-        let users = users_after(state, after).await?;
+        let users = next_ids(state, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = users.last() else {
             return Ok(report);
         };
@@ -131,16 +116,13 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
 /// month.
 pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
     let state = run.state;
-    let total: i64 = sqlx::query("SELECT COUNT(DISTINCT user_id) AS n FROM sign_ins")
-        .fetch_one(&state.db.pool)
-        .await?
-        .try_get("n")?;
-    run.expect(total as u64);
+    run.expect_count("SELECT COUNT(DISTINCT user_id) AS n FROM sign_ins")
+        .await?;
     let months = kept_months(state);
     let current = state.clock.current_month();
     let mut after = run.resume_from().await?;
     loop {
-        let users = users_after(state, after).await?;
+        let users = next_ids(state, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = users.last() else {
             return Ok(());
         };

@@ -4,8 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use sqlx::Row;
-
 use super::{
     orders::{self, OrderRecord},
     preload, record_of, shards, sql_stock, VoucherRecord, COLUMNS,
@@ -196,11 +194,8 @@ async fn verify_voucher(
 /// and nothing is held back.
 pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
     let state = run.state;
-    let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM vouchers")
-        .fetch_one(&state.db.pool)
-        .await?
-        .try_get("n")?;
-    run.expect(total as u64);
+    run.expect_count("SELECT COUNT(*) AS n FROM vouchers")
+        .await?;
     let mut after = run.resume_from().await?;
     loop {
         let vouchers = vouchers_after(state, after).await?;
