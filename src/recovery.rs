@@ -304,3 +304,14 @@ pub async fn next_ids(
         }
     }
 }
+
+/// `<column> BETWEEN <first> AND <last>` of an ascending chunk of ids, for the queries that
+/// read a chunk's rows: a range its index reads directly, where PostgreSQL planned a long
+/// `IN (…)` list on a table it had not analysed yet as a scan of the whole table. Ids
+/// between the two that are not in the chunk are the caller's to skip.
+pub fn within(column: &str, ids: &[i64]) -> String {
+    match (ids.first(), ids.last()) {
+        (Some(first), Some(last)) => format!("{column} BETWEEN {first} AND {last}"),
+        _ => "FALSE".to_string(),
+    }
+}

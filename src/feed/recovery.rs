@@ -13,9 +13,8 @@ use sqlx::Row;
 use super::{fan_out, latest_remarks};
 use crate::{
     app::AppState,
-    db::id_list,
     error::AppResult,
-    recovery::{next_ids, Rebuild, Report},
+    recovery::{next_ids, within, Rebuild, Report},
 };
 
 /// Users read per round trip.
@@ -27,8 +26,8 @@ async fn followees_of(
     followers: &[i64],
 ) -> AppResult<BTreeMap<i64, BTreeSet<i64>>> {
     let rows = sqlx::query(&format!(
-        "SELECT follower_id, followee_id FROM follows WHERE follower_id IN ({})",
-        id_list(followers)
+        "SELECT follower_id, followee_id FROM follows WHERE {}",
+        within("follower_id", followers)
     ))
     .fetch_all(&state.db.pool)
     .await?;
@@ -44,9 +43,8 @@ async fn followees_of(
 /// How many follow each of `followees`, in SQL.
 async fn follower_counts(state: &AppState, followees: &[i64]) -> AppResult<BTreeMap<i64, i64>> {
     let rows = sqlx::query(&format!(
-        "SELECT followee_id, COUNT(*) AS n FROM follows WHERE followee_id IN ({}) \
-         GROUP BY followee_id",
-        id_list(followees)
+        "SELECT followee_id, COUNT(*) AS n FROM follows WHERE {} GROUP BY followee_id",
+        within("followee_id", followees)
     ))
     .fetch_all(&state.db.pool)
     .await?;
@@ -165,9 +163,9 @@ pub async fn verify_feeds(state: &AppState) -> AppResult<Report> {
         let authors = next_ids(state, "remarks", "author_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = authors.last() else { break };
         let newest = sqlx::query(&format!(
-            "SELECT author_id, MAX(id) AS newest FROM remarks WHERE author_id IN ({}) \
+            "SELECT author_id, MAX(id) AS newest FROM remarks WHERE {} \
              GROUP BY author_id ORDER BY author_id",
-            id_list(&authors)
+            within("author_id", &authors)
         ))
         .fetch_all(&state.db.pool)
         .await?;

@@ -13,9 +13,8 @@ use sqlx::Row;
 
 use crate::{
     app::AppState,
-    db::id_list,
     error::AppResult,
-    recovery::{Rebuild, Report},
+    recovery::{within, Rebuild, Report},
 };
 
 /// Remarks read and written per round trip.
@@ -44,10 +43,10 @@ async fn remarks_after(state: &AppState, after: i64) -> AppResult<Vec<(i64, i64,
 /// Who currently likes each of `remarks`, by the archive (each voter's latest vote).
 async fn likers_of(state: &AppState, remarks: &[i64]) -> AppResult<BTreeMap<i64, Vec<i64>>> {
     let rows = sqlx::query(&format!(
-        "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.remark_id IN ({}) \
+        "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.{} \
          AND v.voting = 1 AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
          WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)",
-        id_list(remarks)
+        within("remark_id", remarks)
     ))
     .fetch_all(&state.db.pool)
     .await?;

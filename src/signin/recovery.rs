@@ -16,9 +16,8 @@ use super::BITMAP_TTL_SECONDS;
 use crate::{
     app::AppState,
     clock::{date_of_day_number, Month},
-    db::id_list,
     error::AppResult,
-    recovery::{next_ids, Rebuild, Report},
+    recovery::{next_ids, within, Rebuild, Report},
 };
 
 /// Users read and written per round trip.
@@ -38,8 +37,8 @@ fn kept_months(state: &AppState) -> Vec<Month> {
 /// Every day each of `users` signed (or made up).
 async fn days_of(state: &AppState, users: &[i64]) -> AppResult<BTreeMap<i64, BTreeSet<NaiveDate>>> {
     let rows = sqlx::query(&format!(
-        "SELECT user_id, day FROM sign_ins WHERE user_id IN ({})",
-        id_list(users)
+        "SELECT user_id, day FROM sign_ins WHERE {}",
+        within("user_id", users)
     ))
     .fetch_all(&state.db.pool)
     .await?;
