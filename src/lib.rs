@@ -28,6 +28,7 @@ pub mod lock;
 pub mod metrics;
 pub mod nearby;
 pub mod points;
+pub mod recovery;
 pub mod redis;
 pub mod remarks;
 pub mod resolvers;
