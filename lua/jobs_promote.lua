@@ -1,7 +1,9 @@
 --[[
   Moves due jobs of a topic to its ready list, and jobs whose visibility deadline passed
-  (their worker died) back to the front of it. Atomic, so every instance may run it on
-  every tick without a lock and no job moves twice.
+  (their worker died or hung: a stall) back to the front of it. A stall does not use one of
+  the job's attempts (the delivery never reported back); it is counted under <id>/stalls,
+  and the taker buries a job that stalled more often than its topic allows. Atomic, so
+  every instance may run it on every tick without a lock and no job moves twice.
 
   Input:
     KEYS[1] delay zset        {jobs:<topic>}:delayed
@@ -25,6 +27,8 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, li
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id .. '/lease')
+  redis.call('HINCRBY', KEYS[4], id .. '/stalls', 1)
+  redis.call('HINCRBY', KEYS[4], id .. '/attempts', -1)
   redis.call('LPUSH', KEYS[2], id)
 end
 out[2] = #expired

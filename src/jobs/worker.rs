@@ -2,6 +2,14 @@
 //! topic (one atomic script per topic: no lock, no double move) every `ENGAGE_JOBS_TICK_MS`
 //! (100 ms, so due times hold well within a second), and a taker that hands ready jobs to
 //! handler tasks, in batches, whenever this instance has capacity.
+//!
+//! A delivery holds a lease: the job is invisible until its visibility deadline, which the
+//! deliverer moves forward every third of the visibility timeout while the handler runs (as
+//! [`crate::lock`] renews its lease), so a handler may run longer than the timeout and still
+//! be the only one. When the deadline passes anyway, the process is gone (or cut off from
+//! Redis): the delivery stalled, and promotion hands the job out again. A job that stalls
+//! more often than its topic allows is buried instead of being run again, so a job that
+//! crashes its process cannot loop for ever.
 
 use std::{sync::Arc, time::Duration};
 
@@ -16,7 +24,7 @@ use super::{
 use crate::{
     app::AppState,
     error::{AppError, AppResult},
-    redis::scripts::{JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
+    redis::scripts::{JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
 };
 
 /// Most jobs one promotion moves per topic per tick.
@@ -106,7 +114,7 @@ async fn take_loop(
                         Taken::Run { delivery, lease } => {
                             deliver(state, finisher, delivery, lease, permit).await
                         }
-                        Taken::Unreadable {
+                        Taken::Bury {
                             delivery,
                             lease,
                             error,
@@ -114,7 +122,7 @@ async fn take_loop(
                             drop(permit);
                             let buried = bury(&state, &finisher, &delivery, &lease, &error).await;
                             if let Err(error) = buried {
-                                tracing::warn!(job = delivery.id, %error, "could not bury an unreadable job");
+                                tracing::warn!(job = delivery.id, %error, "could not bury a job");
                             }
                         }
                     }
@@ -183,9 +191,10 @@ enum Taken {
         delivery: Delivery,
         lease: String,
     },
-    /// Its stored JSON does not read as a job: it goes to `dead_job` as it is (the text in
-    /// its body) instead of failing the jobs taken with it.
-    Unreadable {
+    /// Goes to `dead_job` without running: its stored JSON does not read as a job (it is
+    /// kept as it is, the text in its body, instead of failing the jobs taken with it), or
+    /// it stalled more often than its topic allows.
+    Bury {
         delivery: Delivery,
         lease: String,
         error: String,
@@ -196,19 +205,19 @@ enum Taken {
 async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
     let keys = &state.keys;
     let lease = uuid::Uuid::new_v4().simple().to_string();
-    let visibility = state.jobs.policy(topic).visibility;
+    let policy = state.jobs.policy(topic);
     let mut conn = state.redis.get().await?;
     let taken: Vec<String> = JOBS_TAKE
         .key(keys.jobs_ready(topic))
         .key(keys.jobs_running(topic))
         .key(keys.job_pool(topic))
-        .arg(state.clock.now_ms() + visibility.as_millis() as i64)
+        .arg(state.clock.now_ms() + policy.visibility.as_millis() as i64)
         .arg(&lease)
         .arg(count)
         .invoke_async(&mut *conn)
         .await?;
     let taken = taken
-        .chunks_exact(4)
+        .chunks_exact(5)
         .map(|job| {
             let attempt = job[2].parse().unwrap_or(1);
             let delivery = |spec| Delivery {
@@ -218,12 +227,21 @@ async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Take
                 attempt,
             };
             let lease = job[3].clone();
+            let stalls: u32 = job[4].parse().unwrap_or(0);
             match serde_json::from_str::<JobSpec>(&job[1]) {
+                Ok(spec) if stalls > policy.max_stalls => Taken::Bury {
+                    delivery: delivery(spec),
+                    lease,
+                    error: format!(
+                        "stalled {stalls} times: each time its lease ran out before the \
+                         handler reported back (the process running it died, or lost Redis)"
+                    ),
+                },
                 Ok(spec) => Taken::Run {
                     delivery: delivery(spec),
                     lease,
                 },
-                Err(error) => Taken::Unreadable {
+                Err(error) => Taken::Bury {
                     delivery: delivery(JobSpec {
                         body: job[1].clone(),
                         run_at_ms: state.clock.now_ms(),
@@ -250,11 +268,12 @@ async fn deliver(
     permit: OwnedSemaphorePermit,
 ) {
     let policy = state.jobs.policy(&delivery.topic);
-    let outcome = match tokio::time::timeout(policy.visibility, state.jobs.run(&delivery)).await {
+    let run = tokio::time::timeout(policy.timeout, state.jobs.run(&delivery));
+    let outcome = match holding_lease(&state, &delivery, &lease, policy.visibility, run).await {
         Ok(outcome) => outcome,
         Err(_) => Err(JobError::Retry(format!(
             "handler ran longer than {:?}",
-            policy.visibility
+            policy.timeout
         ))),
     };
     // The permit bounds running handlers; recording the outcome is not the handler's work,
@@ -292,6 +311,61 @@ async fn deliver(
         // The lease runs out and the job is delivered again: nothing is lost.
         tracing::warn!(topic, job = delivery.id, %error, "could not record a job's outcome");
     }
+}
+
+/// Runs `work` while moving the delivery's visibility deadline forward every third of the
+/// visibility timeout. A lease found lost (the job was cancelled, or reclaimed after this
+/// process could not extend it in time) is left alone: the outcome will not be applied. A
+/// failed extension is tried again at the next third; one that never succeeds lets the job
+/// be delivered again, which is what the lease is for.
+async fn holding_lease<T>(
+    state: &AppState,
+    delivery: &Delivery,
+    lease: &str,
+    visibility: Duration,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut every = tokio::time::interval(visibility / 3);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    let mut held = true;
+    loop {
+        tokio::select! {
+            outcome = &mut work => return outcome,
+            _ = every.tick(), if held => {
+                match extend(state, delivery, lease, visibility).await {
+                    Ok(still_held) => held = still_held,
+                    Err(error) => tracing::warn!(
+                        topic = delivery.topic,
+                        job = delivery.id,
+                        %error,
+                        "could not extend a job's lease"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the lease was this delivery's and now runs a whole visibility timeout from now.
+async fn extend(
+    state: &AppState,
+    delivery: &Delivery,
+    lease: &str,
+    visibility: Duration,
+) -> AppResult<bool> {
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let extended: i64 = JOBS_EXTEND
+        .key(keys.jobs_running(&delivery.topic))
+        .key(keys.job_pool(&delivery.topic))
+        .arg(state.clock.now_ms() + visibility.as_millis() as i64)
+        .arg(&delivery.id)
+        .arg(lease)
+        .invoke_async(&mut *conn)
+        .await?;
+    Ok(extended == 1)
 }
 
 /// How a delivery ended.

@@ -58,10 +58,10 @@ fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
 }
 
 fn policy(ladder: &[u64], visibility_ms: u64) -> Option<TopicPolicy> {
-    Some(TopicPolicy {
-        ladder: ladder.iter().map(|s| Duration::from_secs(*s)).collect(),
-        visibility: Duration::from_millis(visibility_ms),
-    })
+    Some(TopicPolicy::new(
+        ladder.iter().map(|s| Duration::from_secs(*s)).collect(),
+        Duration::from_millis(visibility_ms),
+    ))
 }
 
 async fn until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -147,12 +147,12 @@ async fn ten_thousand_jobs_due_together_are_delivered_once_by_two_instances() {
     );
 }
 
-struct DiesOnFirstAttempt(Recorder);
+struct DiesOnFirstDelivery(Recorder, std::sync::atomic::AtomicBool);
 
 #[async_trait::async_trait]
-impl JobHandler for DiesOnFirstAttempt {
+impl JobHandler for DiesOnFirstDelivery {
     async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
-        if delivery.attempt == 1 {
+        if !self.1.swap(true, std::sync::atomic::Ordering::SeqCst) {
             // The worker's task ends mid-job without a word, as a crash would end it.
             panic!("worker killed mid-job");
         }
@@ -166,7 +166,7 @@ async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadlin
     let recorder = Recorder::default();
     app.state.jobs.register(
         "fragile",
-        Arc::new(DiesOnFirstAttempt(recorder.clone())),
+        Arc::new(DiesOnFirstDelivery(recorder.clone(), Default::default())),
         policy(&[60], 1000),
     );
     let started = Instant::now();
@@ -183,8 +183,8 @@ async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadlin
     );
     assert_eq!(
         recorder.deliveries.lock().unwrap()["f1"][0].0,
-        2,
-        "the second attempt"
+        1,
+        "a delivery that stalled used no attempt"
     );
 }
 
@@ -606,4 +606,101 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
         "{dead}"
     );
     assert_eq!(recorder.count("garbled"), 0);
+}
+
+/// Polls a job (without GraphQL, so no rate limit) until `done` holds for it; its view then.
+async fn job_when(
+    app: &TestApp,
+    topic: &str,
+    id: &str,
+    timeout: Duration,
+    done: impl Fn(&jobs::JobView) -> bool,
+) -> jobs::JobView {
+    let started = Instant::now();
+    loop {
+        let view = jobs::find(&app.state, topic, id).await.unwrap();
+        match view {
+            Some(view) if done(&view) => return view,
+            view => assert!(
+                started.elapsed() < timeout,
+                "{topic}/{id} not as expected within {timeout:?}: {view:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ends its process mid-job on every delivery, as a handler that crashes it would.
+struct CrashesItsProcess(Recorder);
+
+#[async_trait::async_trait]
+impl JobHandler for CrashesItsProcess {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.0.handle(delivery).await?;
+        panic!("the process running this job died");
+    }
+}
+
+#[tokio::test]
+async fn a_job_whose_handler_crashes_its_process_is_dead_lettered_after_max_stalled_deliveries() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    let mut crashing = policy(&[1], 300).unwrap();
+    crashing.max_stalls = 2;
+    app.state.jobs.register(
+        "crashing",
+        Arc::new(CrashesItsProcess(recorder.clone())),
+        Some(crashing),
+    );
+    jobs::schedule(&app.state, job("c1", "crashing", Duration::ZERO))
+        .await
+        .unwrap();
+    let dead = job_when(&app, "crashing", "c1", Duration::from_secs(10), |job| {
+        job.status == jobs::JobStatus::Dead
+    })
+    .await;
+    assert!(
+        dead.last_error.as_deref().unwrap().contains("stalled"),
+        "{dead:?}"
+    );
+    assert_eq!(dead.attempts, 1, "stalls use no attempt: {dead:?}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let deliveries = recorder.deliveries.lock().unwrap()["c1"].clone();
+    assert_eq!(
+        deliveries.iter().map(|d| d.0).collect::<Vec<_>>(),
+        [1, 1, 1],
+        "the first delivery and two after a stall, each the first attempt; none after"
+    );
+}
+
+/// Takes longer than its topic's visibility timeout.
+struct Slow(Recorder, Duration);
+
+#[async_trait::async_trait]
+impl JobHandler for Slow {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.0.handle(delivery).await?;
+        tokio::time::sleep(self.1).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_handler_that_runs_longer_than_the_visibility_timeout_is_delivered_once() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state.jobs.register(
+        "slow",
+        Arc::new(Slow(recorder.clone(), Duration::from_millis(2500))),
+        policy(&[1], 600),
+    );
+    jobs::schedule(&app.state, job("s1", "slow", Duration::ZERO))
+        .await
+        .unwrap();
+    let done = job_when(&app, "slow", "s1", Duration::from_secs(6), |job| {
+        job.status == jobs::JobStatus::Done
+    })
+    .await;
+    assert_eq!(done.attempts, 1, "{done:?}");
+    assert_eq!(recorder.count("s1"), 1, "delivered once");
 }
