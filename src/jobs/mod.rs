@@ -177,7 +177,8 @@ impl NewJob {
     }
 }
 
-/// Adds a job; `JOB_EXISTS` if the topic already has a job with this id.
+/// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
+/// ended, done or cancelled, may be used again).
 pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
     let max_attempts = job.validate(state)?;
     let now = state.clock.now_ms();
@@ -198,12 +199,14 @@ pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
         .arg(&job.topic)
         .query_async(&mut *conn)
         .await?;
-    let added: i64 = JOBS_SCHEDULE
+    let (added, _pending): (i64, String) = JOBS_SCHEDULE
         .key(keys.job_pool(&job.topic))
         .key(keys.jobs_delayed(&job.topic))
+        .key(keys.jobs_finished(&job.topic))
         .arg(&job.id)
         .arg(json)
         .arg(spec.run_at_ms)
+        .arg(0)
         .invoke_async(&mut *conn)
         .await?;
     if added != 1 {

@@ -51,7 +51,7 @@ impl Job {
 
 #[derive(InputObject)]
 pub struct ScheduleJobInput {
-    /// Unique within the topic: 1 to 128 of A-Z a-z 0-9 _ - . :
+    /// Unique among the topic's pending jobs: 1 to 128 of A-Z a-z 0-9 _ - . :
     pub id: ID,
     /// 1 to 64 of A-Z a-z 0-9 _ - . :
     pub topic: String,

@@ -704,3 +704,57 @@ async fn a_handler_that_runs_longer_than_the_visibility_timeout_is_delivered_onc
     assert_eq!(done.attempts, 1, "{done:?}");
     assert_eq!(recorder.count("s1"), 1, "delivered once");
 }
+
+#[tokio::test]
+async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one_cannot() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("again", Arc::new(recorder.clone()), None);
+    jobs::schedule(&app.state, job("done", "again", Duration::ZERO))
+        .await
+        .unwrap();
+    until("ran", Duration::from_secs(5), || {
+        recorder.count("done") == 1
+    })
+    .await;
+    job_when(&app, "again", "done", Duration::from_secs(5), |job| {
+        job.status == jobs::JobStatus::Done
+    })
+    .await;
+    jobs::schedule(
+        &app.state,
+        job("cancelled", "again", Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    assert!(jobs::cancel(&app.state, "again", "cancelled")
+        .await
+        .unwrap());
+
+    for id in ["done", "cancelled"] {
+        let view = jobs::schedule(&app.state, job(id, "again", Duration::ZERO))
+            .await
+            .unwrap_or_else(|e| panic!("{id} scheduled again: {e}"));
+        assert_eq!((view.status, view.attempts), (jobs::JobStatus::Delayed, 0));
+    }
+    until("each ran again", Duration::from_secs(5), || {
+        recorder.count("done") == 2 && recorder.count("cancelled") == 1
+    })
+    .await;
+    assert_eq!(
+        recorder.deliveries.lock().unwrap()["done"][1].0,
+        1,
+        "attempts start over"
+    );
+
+    jobs::schedule(&app.state, job("waiting", "again", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let twice = jobs::schedule(&app.state, job("waiting", "again", Duration::ZERO)).await;
+    assert_eq!(
+        twice.map(|_| ()).unwrap_err().code(),
+        engage::error::ErrorCode::JobExists
+    );
+}
