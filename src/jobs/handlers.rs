@@ -135,15 +135,6 @@ impl JobRegistry {
             .map_or_else(|| self.default_policy.clone(), |(_, policy)| policy.clone())
     }
 
-    pub fn registered_topics(&self) -> Vec<String> {
-        self.handlers
-            .read()
-            .expect("poisoned")
-            .keys()
-            .cloned()
-            .collect()
-    }
-
     /// Runs one delivery with its topic's handler, or its callback.
     pub async fn run(&self, delivery: &Delivery) -> Result<(), JobError> {
         if let Some(url) = &delivery.spec.callback_url {

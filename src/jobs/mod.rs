@@ -6,13 +6,15 @@
 //! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
 //! in-flight zset, finished zset. Every script touches one topic, so one slot. The pool
 //! holds a job's JSON under its id and its bookkeeping under `<id>/attempts`, `<id>/error`,
-//! `<id>/lease` and `<id>/status` ([`pool_field`]): `/` is the one character ids and topics
-//! may not contain, so no id names another job's field.
+//! `<id>/lease`, `<id>/stalls` and `<id>/status` ([`pool_field`]): `/` is the one character
+//! ids and topics may not contain, so no id names another job's field.
 //!
 //! - [`worker`]: the tick that promotes and runs jobs in every instance;
+//! - [`topics`]: the index of topics with work due, which the tick walks;
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
 
 pub mod handlers;
+mod topics;
 pub mod worker;
 
 use std::time::Duration;
@@ -65,11 +67,6 @@ impl Keys {
 
     pub fn jobs_finished(&self, topic: &str) -> String {
         self.tagged(&Self::jobs_tag(topic), "finished")
-    }
-
-    /// Every topic that ever had a job (the tick visits them all).
-    pub fn job_topics(&self) -> String {
-        self.tagged("jobs", "topics")
     }
 }
 
@@ -192,13 +189,6 @@ pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
     let json = serde_json::to_string(&spec).map_err(AppError::internal)?;
     let keys = &state.keys;
     let mut conn = state.redis.get().await?;
-    // The topic index lives in another slot; listing a topic that ends up with no job is
-    // harmless, so it is written first and on its own.
-    let () = redis::cmd("SADD")
-        .arg(keys.job_topics())
-        .arg(&job.topic)
-        .query_async(&mut *conn)
-        .await?;
     let (added, _pending): (i64, String) = JOBS_SCHEDULE
         .key(keys.job_pool(&job.topic))
         .key(keys.jobs_delayed(&job.topic))
@@ -209,12 +199,14 @@ pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
         .arg(0)
         .invoke_async(&mut *conn)
         .await?;
+    drop(conn);
     if added != 1 {
         return Err(AppError::client(
             ErrorCode::JobExists,
             format!("topic {} has a job {}", job.topic, job.id),
         ));
     }
+    topics::index(state, &[(job.topic.clone(), spec.run_at_ms)]).await?;
     metrics::counter!("engage_jobs_scheduled_total", "topic" => job.topic.clone()).increment(1);
     Ok(JobView {
         id: job.id,

@@ -1,7 +1,8 @@
 //! The delay queue's workers, run by every instance: a tick that promotes due jobs of every
-//! topic (one atomic script per topic: no lock, no double move) every `ENGAGE_JOBS_TICK_MS`
-//! (100 ms, so due times hold well within a second), and a taker that hands ready jobs to
-//! handler tasks, in batches, whenever this instance has capacity.
+//! topic with work due ([`super::topics`]; one atomic script per topic: no lock, no double
+//! move) every `ENGAGE_JOBS_TICK_MS` (100 ms, so due times hold well within a second), and a
+//! taker that hands ready jobs to handler tasks, in batches, whenever this instance has
+//! capacity.
 //!
 //! A delivery holds a lease: the job is invisible until its visibility deadline, which the
 //! deliverer moves forward every third of the visibility timeout while the handler runs (as
@@ -19,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     handlers::{Delivery, JobError},
-    JobSpec,
+    topics, JobSpec,
 };
 use crate::{
     app::AppState,
@@ -29,19 +30,21 @@ use crate::{
 
 /// Most jobs one promotion moves per topic per tick.
 const PROMOTE_BATCH: usize = 5000;
+/// Most topics one tick walks (the earliest due first; the others stay due for the next).
+const TOPICS_PER_TICK: usize = 1000;
 /// Most jobs one take hands out.
 const TAKE_BATCH: usize = 100;
 
 pub async fn run(state: AppState) {
     let capacity = state.config.jobs_concurrency.max(1);
     let permits = Arc::new(Semaphore::new(capacity));
-    let topics = Mutex::new(Vec::new());
+    let ready_topics = Mutex::new(Vec::new());
     let promoted = Notify::new();
     let (finisher, outcomes) = Finisher::new();
     tokio::join!(
-        promote_loop(&state, &topics, &promoted),
+        promote_loop(&state, &ready_topics, &promoted),
         async {
-            take_loop(&state, &topics, &promoted, &permits, &finisher).await;
+            take_loop(&state, &ready_topics, &promoted, &permits, &finisher).await;
             // Deliveries still running hold clones; the finisher ends after the last.
             drop(finisher);
         },
@@ -51,21 +54,37 @@ pub async fn run(state: AppState) {
     let _ = permits.acquire_many(capacity as u32).await;
 }
 
-/// Every tick: refresh the topic list and promote due jobs of every topic.
-async fn promote_loop(state: &AppState, topics: &Mutex<Vec<String>>, promoted: &Notify) {
+/// Every tick: promote due jobs of the topics due by now, move each topic to its next
+/// visit, and hand the topics with ready jobs to the taker.
+async fn promote_loop(state: &AppState, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
     let mut every = tokio::time::interval(Duration::from_millis(state.config.jobs_tick_ms.max(10)));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut adopted = false;
     loop {
         tokio::select! {
             () = state.shutdown.cancelled() => return,
             _ = every.tick() => {}
         }
-        let pass = async {
-            let current = all_topics(state).await?;
-            for topic in &current {
-                promote(state, topic).await?;
+        if !adopted {
+            match topics::adopt_topic_set(state).await {
+                Ok(()) => adopted = true,
+                Err(error) => tracing::warn!(%error, "delay queue topics not adopted yet"),
             }
-            *topics.lock().expect("poisoned") = current;
+        }
+        let pass = async {
+            let now = state.clock.now_ms();
+            let due = topics::due(state, now, TOPICS_PER_TICK).await?;
+            let mut visited = Vec::with_capacity(due.len());
+            let mut ready = Vec::new();
+            for visit in due {
+                let promotion = promote(state, &visit.topic, now).await?;
+                if promotion.ready > 0 {
+                    ready.push(visit.topic.clone());
+                }
+                visited.push((visit, promotion.next_visit));
+            }
+            topics::reindex(state, &visited).await?;
+            *ready_topics.lock().expect("poisoned") = ready;
             AppResult::Ok(())
         };
         match pass.await {
@@ -80,13 +99,13 @@ async fn promote_loop(state: &AppState, topics: &Mutex<Vec<String>>, promoted: &
 /// tick's.
 async fn take_loop(
     state: &AppState,
-    topics: &Mutex<Vec<String>>,
+    ready_topics: &Mutex<Vec<String>>,
     promoted: &Notify,
     permits: &Arc<Semaphore>,
     finisher: &Finisher,
 ) {
     loop {
-        let current = topics.lock().expect("poisoned").clone();
+        let current = ready_topics.lock().expect("poisoned").clone();
         let mut took_any = false;
         for topic in &current {
             let permit = tokio::select! {
@@ -139,21 +158,16 @@ async fn take_loop(
     }
 }
 
-async fn all_topics(state: &AppState) -> AppResult<Vec<String>> {
-    let mut conn = state.redis.get().await?;
-    let mut topics: Vec<String> = redis::cmd("SMEMBERS")
-        .arg(state.keys.job_topics())
-        .query_async(&mut *conn)
-        .await?;
-    topics.extend(state.jobs.registered_topics());
-    topics.sort();
-    topics.dedup();
-    Ok(topics)
+/// What a promotion left in a topic.
+struct Promotion {
+    /// Jobs ready to take.
+    ready: i64,
+    /// When the topic needs promoting again; `None` when it has no pending job.
+    next_visit: Option<i64>,
 }
 
-async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
+async fn promote(state: &AppState, topic: &str, now: i64) -> AppResult<Promotion> {
     let keys = &state.keys;
-    let now = state.clock.now_ms();
     let mut conn = state.redis.get().await?;
     let moved: Vec<i64> = JOBS_PROMOTE
         .key(keys.jobs_delayed(topic))
@@ -164,16 +178,14 @@ async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
         .arg(PROMOTE_BATCH)
         .invoke_async(&mut *conn)
         .await?;
-    let (promoted, reclaimed) = (
-        moved.first().copied().unwrap_or(0),
-        moved.get(1).copied().unwrap_or(0),
-    );
+    let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
+    let (promoted, reclaimed) = (reply(0), reply(1));
     if promoted > 0 {
         metrics::counter!("engage_jobs_promoted_total", "topic" => topic.to_string())
             .increment(promoted as u64);
         let lag =
             metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => topic.to_string());
-        for run_at in moved.iter().skip(3) {
+        for run_at in moved.iter().skip(4) {
             lag.record((now - run_at).max(0) as f64 / 1000.0);
         }
     }
@@ -182,7 +194,10 @@ async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
         metrics::counter!("engage_jobs_reclaimed_total", "topic" => topic.to_string())
             .increment(reclaimed as u64);
     }
-    Ok(())
+    Ok(Promotion {
+        ready: reply(2),
+        next_visit: moved.get(3).copied().filter(|at| *at >= 0),
+    })
 }
 
 /// A job handed out by a take, with the lease of this delivery.
@@ -478,14 +493,26 @@ async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
             }
         }
         .await;
-        for (index, (_, ends)) in by_topic.into_iter().enumerate() {
+        // A retry may be due before the topic's next visit (which was at most the job's
+        // visibility deadline): the topic's visit moves to the earliest retry.
+        let mut retries: Vec<(String, i64)> = Vec::new();
+        for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
             for (position, end) in ends.into_iter().enumerate() {
                 let result = match &applied {
                     Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
                     Err(error) => Err(error.clone()),
                 };
+                if matches!(result, Ok(true)) && end.outcome == "retry" {
+                    match retries.iter_mut().find(|(t, _)| *t == topic) {
+                        Some((_, at)) => *at = (*at).min(end.retry_at),
+                        None => retries.push((topic.clone(), end.retry_at)),
+                    }
+                }
                 let _ = end.applied.send(result);
             }
+        }
+        if let Err(error) = topics::index(state, &retries).await {
+            tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
         }
     }
 }

@@ -758,3 +758,73 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
         engage::error::ErrorCode::JobExists
     );
 }
+
+/// Whether any key of the jobs' shared slot still names `topic` (a set or zset member, a hash field).
+async fn topic_kept(app: &TestApp, topic: &str) -> bool {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{}{{jobs}}:*", app.state.keys.prefix());
+    for key in crate::harness::scan(&mut conn, &pattern).await {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let kept: bool = match kind.as_str() {
+            "set" => redis::cmd("SISMEMBER")
+                .arg(&key)
+                .arg(topic)
+                .query_async(&mut conn)
+                .await
+                .unwrap(),
+            "zset" => redis::cmd("ZSCORE")
+                .arg(&key)
+                .arg(topic)
+                .query_async::<Option<f64>>(&mut conn)
+                .await
+                .unwrap()
+                .is_some(),
+            "hash" => redis::cmd("HEXISTS")
+                .arg(&key)
+                .arg(topic)
+                .query_async(&mut conn)
+                .await
+                .unwrap(),
+            _ => false,
+        };
+        if kept {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_topic_whose_jobs_all_ended_is_no_longer_kept_or_walked() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("once", Arc::new(recorder.clone()), None);
+    jobs::schedule(&app.state, job("o1", "once", Duration::ZERO))
+        .await
+        .unwrap();
+    jobs::schedule(&app.state, job("o2", "later", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    until("ran", Duration::from_secs(5), || recorder.count("o1") == 1).await;
+    for _ in 0..100 {
+        if !topic_kept(&app, "once").await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !topic_kept(&app, "once").await,
+        "a topic with no pending job is dropped"
+    );
+    assert!(
+        topic_kept(&app, "later").await,
+        "a topic with a pending job is kept"
+    );
+}
