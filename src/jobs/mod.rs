@@ -14,6 +14,7 @@
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
 
 pub mod handlers;
+mod pending;
 mod topics;
 pub mod worker;
 
@@ -79,6 +80,10 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_url: Option<String>,
     pub created_at_ms: i64,
+    /// This scheduling's number (an id from [`crate::ids`]), the key of its SQL row; 0 for a
+    /// job scheduled before SQL recorded pending jobs.
+    #[serde(default)]
+    pub seq: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
@@ -177,59 +182,198 @@ impl NewJob {
 /// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
 /// ended, done or cancelled, may be used again).
 pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
-    let max_attempts = job.validate(state)?;
+    let mut sql = state.db.pool.acquire().await?;
+    let mut views = schedule_in(state, &mut sql, vec![job]).await?;
+    views
+        .pop()
+        .unwrap_or_else(|| Err(AppError::internal(anyhow::anyhow!("no answer for a job"))))
+}
+
+/// Adds jobs of any topics, their SQL rows written through `sql` (a caller's transaction,
+/// or a pooled connection): one answer per job, in order, each its view or why not
+/// (`JOB_EXISTS`, `BAD_USER_INPUT`). A batch costs a few statements and one script call per
+/// topic, whatever its size.
+///
+/// The rows are written before Redis is: a job Redis accepted is in SQL (unless the caller's
+/// transaction then rolls back, and then the caller failed too). When SQL is down, nothing
+/// is scheduled and the caller hears UNAVAILABLE: an acknowledged job survives the loss of
+/// Redis. (Scheduling into Redis alone and recording later would keep scheduling up during
+/// an SQL outage, but a Redis lost meanwhile would take acknowledged jobs with it.) When
+/// Redis fails after SQL, the rows stay: the caller heard UNAVAILABLE (the job may or may
+/// not be scheduled), `engage verify` names them and a rebuild schedules them.
+pub async fn schedule_in(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    jobs: Vec<NewJob>,
+) -> AppResult<Vec<AppResult<JobView>>> {
     let now = state.clock.now_ms();
-    let spec = JobSpec {
-        body: job.body,
-        run_at_ms: now + job.delay.as_millis() as i64,
-        max_attempts,
-        callback_url: job.callback_url,
-        created_at_ms: now,
-    };
-    let json = serde_json::to_string(&spec).map_err(AppError::internal)?;
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
-    let (added, _pending): (i64, String) = JOBS_SCHEDULE
-        .key(keys.job_pool(&job.topic))
-        .key(keys.jobs_delayed(&job.topic))
-        .key(keys.jobs_finished(&job.topic))
-        .arg(&job.id)
-        .arg(json)
-        .arg(spec.run_at_ms)
-        .arg(0)
-        .invoke_async(&mut *conn)
-        .await?;
-    drop(conn);
-    if added != 1 {
-        return Err(AppError::client(
-            ErrorCode::JobExists,
-            format!("topic {} has a job {}", job.topic, job.id),
-        ));
+    let mut answers: Vec<Option<AppResult<JobView>>> = Vec::with_capacity(jobs.len());
+    let mut records = Vec::with_capacity(jobs.len());
+    let mut positions = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let max_attempts = match job.validate(state) {
+            Ok(max_attempts) => max_attempts,
+            Err(error) => {
+                answers.push(Some(Err(error)));
+                continue;
+            }
+        };
+        positions.push(answers.len());
+        answers.push(None);
+        records.push(pending::Record {
+            spec: JobSpec {
+                body: job.body,
+                run_at_ms: now + job.delay.as_millis() as i64,
+                max_attempts,
+                callback_url: job.callback_url,
+                created_at_ms: now,
+                seq: state.ids.next_id().await?,
+            },
+            topic: job.topic,
+            id: job.id,
+            attempts: 0,
+        });
     }
-    topics::index(state, &[(job.topic.clone(), spec.run_at_ms)]).await?;
-    metrics::counter!("engage_jobs_scheduled_total", "topic" => job.topic.clone()).increment(1);
-    Ok(JobView {
-        id: job.id,
-        topic: job.topic,
-        body: spec.body,
-        run_at_ms: spec.run_at_ms,
-        attempts: 0,
-        max_attempts,
-        status: JobStatus::Delayed,
-        last_error: None,
-        callback_url: spec.callback_url,
-    })
+    let written = pending::insert_new(sql, &records).await?;
+    let placed = place(state, &records).await?;
+
+    // Make each row describe the job Redis holds.
+    let mut rewrite = Vec::new();
+    let mut refused = Vec::new();
+    for (record, placed) in records.iter().zip(&placed) {
+        let ours = written.contains(&record.spec.seq);
+        match placed {
+            // A row was in the way: one of a job that ended without its row being removed,
+            // or of a scheduling whose Redis write failed.
+            Placed::Added if !ours => rewrite.push(record.clone()),
+            // Our row stands for a job Redis refused: it must describe the pending one.
+            Placed::Pending(pending) if ours => match pending.as_ref().filter(|p| p.seq > 0) {
+                Some(spec) => rewrite.push(pending::Record {
+                    spec: spec.clone(),
+                    attempts: 0,
+                    ..record.clone()
+                }),
+                // A job scheduled before SQL recorded jobs has no row to keep.
+                None => refused.push(record.spec.seq),
+            },
+            Placed::Added | Placed::Pending(_) => {}
+        }
+    }
+    pending::put(sql, &rewrite).await?;
+    pending::forget(sql, &refused).await?;
+
+    for ((record, placed), position) in records.into_iter().zip(placed).zip(positions) {
+        answers[position] = Some(match placed {
+            Placed::Added => {
+                metrics::counter!("engage_jobs_scheduled_total", "topic" => record.topic.clone())
+                    .increment(1);
+                Ok(JobView {
+                    id: record.id,
+                    topic: record.topic,
+                    body: record.spec.body,
+                    run_at_ms: record.spec.run_at_ms,
+                    attempts: 0,
+                    max_attempts: record.spec.max_attempts,
+                    status: JobStatus::Delayed,
+                    last_error: None,
+                    callback_url: record.spec.callback_url,
+                })
+            }
+            Placed::Pending(_) => Err(AppError::client(
+                ErrorCode::JobExists,
+                format!("topic {} has a job {}", record.topic, record.id),
+            )),
+        });
+    }
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// How the schedule script answered for one job.
+enum Placed {
+    Added,
+    /// A pending job has the id; what it holds, if it reads as a job.
+    Pending(Option<JobSpec>),
+}
+
+/// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
+/// refused), then moves each topic's visit to its earliest new job. Answers per record.
+async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
+    let keys = &state.keys;
+    let mut by_topic: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        match by_topic
+            .iter_mut()
+            .find(|(topic, _)| *topic == record.topic)
+        {
+            Some((_, indices)) => indices.push(index),
+            None => by_topic.push((&record.topic, vec![index])),
+        }
+    }
+    let mut placed: Vec<Option<Placed>> = records.iter().map(|_| None).collect();
+    let mut due = Vec::new();
+    let mut conn = state.redis.get().await?;
+    for (topic, indices) in &by_topic {
+        let mut call = JOBS_SCHEDULE.prepare_invoke();
+        call.key(keys.job_pool(topic))
+            .key(keys.jobs_delayed(topic))
+            .key(keys.jobs_finished(topic));
+        for &index in indices {
+            let record = &records[index];
+            let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
+            call.arg(&record.id)
+                .arg(json)
+                .arg(record.spec.run_at_ms)
+                .arg(record.attempts);
+        }
+        let replies: Vec<RedisValue> = call.invoke_async(&mut *conn).await?;
+        let mut earliest = None;
+        for (&index, reply) in indices.iter().zip(replies.chunks_exact(2)) {
+            let added: i64 = redis::FromRedisValue::from_redis_value(reply[0].clone())
+                .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+            placed[index] = Some(if added == 1 {
+                let run_at = records[index].spec.run_at_ms;
+                earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
+                Placed::Added
+            } else {
+                let json: String = redis::FromRedisValue::from_redis_value(reply[1].clone())
+                    .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+                Placed::Pending(serde_json::from_str(&json).ok())
+            });
+        }
+        if let Some(at) = earliest {
+            due.push((topic.to_string(), at));
+        }
+    }
+    drop(conn);
+    topics::index(state, &due).await?;
+    placed
+        .into_iter()
+        .map(|p| {
+            p.ok_or_else(|| AppError::internal(anyhow::anyhow!("schedule script answered short")))
+        })
+        .collect()
 }
 
 /// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
 pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> {
+    let mut sql = state.db.pool.acquire().await?;
+    cancel_in(state, &mut sql, topic, id).await
+}
+
+/// [`cancel`], removing the job's SQL row through `sql` (a caller's transaction).
+pub async fn cancel_in(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    topic: &str,
+    id: &str,
+) -> AppResult<bool> {
     check_topic(topic)?;
     if !is_job_id(id) {
         return Ok(false);
     }
     let keys = &state.keys;
     let mut conn = state.redis.get().await?;
-    let cancelled: i64 = JOBS_CANCEL
+    let (cancelled, json): (i64, String) = JOBS_CANCEL
         .key(keys.jobs_delayed(topic))
         .key(keys.jobs_ready(topic))
         .key(keys.jobs_running(topic))
@@ -239,7 +383,16 @@ pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> 
         .arg(state.clock.now_ms())
         .invoke_async(&mut *conn)
         .await?;
-    Ok(cancelled == 1)
+    drop(conn);
+    if cancelled != 1 {
+        return Ok(false);
+    }
+    // Redis cancelled it; a row left behind (SQL failed here) is one that a rebuild finds
+    // cancelled in the pool and removes.
+    if let Ok(spec) = serde_json::from_str::<JobSpec>(&json) {
+        pending::forget(sql, &[spec.seq]).await?;
+    }
+    Ok(true)
 }
 
 /// Where a job is and what it holds; `None` for an unknown job.

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     handlers::{Delivery, JobError},
-    topics, JobSpec,
+    pending, topics, JobSpec,
 };
 use crate::{
     app::AppState,
@@ -263,6 +263,7 @@ async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Take
                         max_attempts: attempt,
                         callback_url: None,
                         created_at_ms: 0,
+                        seq: 0,
                     }),
                     lease,
                     error: format!("the stored job does not read as a job: {error}"),
@@ -394,6 +395,9 @@ enum Outcome<'a> {
 struct Finish {
     topic: String,
     job_id: String,
+    /// The job's SQL row.
+    seq: i64,
+    attempt: u32,
     lease: String,
     outcome: &'static str,
     retry_at: i64,
@@ -434,6 +438,8 @@ impl Finisher {
             .send(Finish {
                 topic: delivery.topic.clone(),
                 job_id: delivery.id.clone(),
+                seq: delivery.spec.seq,
+                attempt: delivery.attempt,
                 lease: lease.to_string(),
                 outcome,
                 retry_at,
@@ -493,26 +499,69 @@ async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
             }
         }
         .await;
-        // A retry may be due before the topic's next visit (which was at most the job's
-        // visibility deadline): the topic's visit moves to the earliest retry.
-        let mut retries: Vec<(String, i64)> = Vec::new();
+        let mut ended = Ended::default();
         for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
             for (position, end) in ends.into_iter().enumerate() {
                 let result = match &applied {
                     Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
                     Err(error) => Err(error.clone()),
                 };
-                if matches!(result, Ok(true)) && end.outcome == "retry" {
-                    match retries.iter_mut().find(|(t, _)| *t == topic) {
-                        Some((_, at)) => *at = (*at).min(end.retry_at),
-                        None => retries.push((topic.clone(), end.retry_at)),
-                    }
+                if matches!(result, Ok(true)) {
+                    ended.add(&topic, &end);
                 }
                 let _ = end.applied.send(result);
             }
         }
-        if let Err(error) = topics::index(state, &retries).await {
+        ended.record(state).await;
+    }
+}
+
+/// What the applied ends of a batch change outside the topics' keys.
+#[derive(Default)]
+struct Ended {
+    /// SQL rows of jobs that are done or dead.
+    forgotten: Vec<i64>,
+    retries: Vec<pending::Retry>,
+    /// Each topic's earliest retry.
+    retry_visits: Vec<(String, i64)>,
+}
+
+impl Ended {
+    fn add(&mut self, topic: &str, end: &Finish) {
+        if end.outcome != "retry" {
+            self.forgotten.push(end.seq);
+            return;
+        }
+        self.retries.push(pending::Retry {
+            seq: end.seq,
+            run_at_ms: end.retry_at,
+            attempts: end.attempt,
+        });
+        match self.retry_visits.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, at)) => *at = (*at).min(end.retry_at),
+            None => self.retry_visits.push((topic.to_string(), end.retry_at)),
+        }
+    }
+
+    /// After the deliveries heard back: their ends are applied in Redis already, and
+    /// nothing here may hold them up.
+    async fn record(self, state: &AppState) {
+        // A retry may be due before the topic's next visit (which was at most the job's
+        // visibility deadline): the topic's visit moves to the earliest retry.
+        if let Err(error) = topics::index(state, &self.retry_visits).await {
             tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
+        }
+        let recorded: AppResult<()> = async {
+            let mut sql = state.db.pool.acquire().await?;
+            pending::forget(&mut sql, &self.forgotten).await?;
+            pending::record_retries(&mut sql, &self.retries).await
+        }
+        .await;
+        if let Err(error) = recorded {
+            // Rows left behind are of jobs Redis no longer holds as pending: verify names
+            // them, and a rebuild removes those the pool remembers as done (a dead one, or
+            // one forgotten meanwhile, would run again: delivery is at least once).
+            tracing::warn!(%error, jobs = self.forgotten.len() + self.retries.len(), "ends of jobs not recorded in SQL");
         }
     }
 }

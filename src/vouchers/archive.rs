@@ -4,8 +4,9 @@
 //!
 //! - `created`: insert the order (`ON CONFLICT DO NOTHING`) and, only if it was inserted,
 //!   take one from `vouchers.remaining` with the `remaining > 0` guard; then make sure its
-//!   expiry job exists if it is still unpaid (the durable path; the request scheduled it
-//!   already, best effort), and none if it was settled meanwhile.
+//!   expiry job exists if it is still unpaid (the durable path: the job's SQL row commits
+//!   with the order; the request scheduled it already, best effort), and none if it was
+//!   settled meanwhile.
 //! - `settled`: first the same as `created` (the order may not be archived yet), then move
 //!   it from UNPAID to its outcome, and give the stock back for cancellation and expiry,
 //!   both only if the row was still UNPAID: exactly once.
@@ -79,7 +80,7 @@ impl StreamHandler for OrderArchive {
         }
         insert_orders(tx, &orders).await?;
         settle_orders(tx, &settled).await?;
-        super::ensure_expiries(&self.0, &created)
+        super::ensure_expiries(&self.0, tx, &created)
             .await
             .map_err(|error| HandleError::Unavailable(error.to_string()))
     }

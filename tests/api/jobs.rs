@@ -9,6 +9,7 @@ use std::{
 
 use engage::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob, TopicPolicy};
 use serde_json::{json, Value};
+use sqlx::Row;
 use tokio::sync::Notify;
 
 use crate::harness::{first_code, TestApp};
@@ -827,4 +828,120 @@ async fn a_topic_whose_jobs_all_ended_is_no_longer_kept_or_walked() {
         topic_kept(&app, "later").await,
         "a topic with a pending job is kept"
     );
+}
+
+/// A topic's rows of `pending_job`: (id, run at, attempts, seq), by id.
+async fn pending_rows(app: &TestApp, topic: &str) -> Vec<(String, i64, i64, i64)> {
+    sqlx::query(
+        "SELECT job_id, run_at_ms, attempts, seq FROM pending_job WHERE topic = $1 ORDER BY job_id",
+    )
+    .bind(topic)
+    .fetch_all(&app.state.db.pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| {
+        (
+            row.get("job_id"),
+            row.get("run_at_ms"),
+            row.get("attempts"),
+            row.get("seq"),
+        )
+    })
+    .collect()
+}
+
+/// Fails the job "retried", succeeds the others.
+struct FailsOne(Recorder);
+
+#[async_trait::async_trait]
+impl JobHandler for FailsOne {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.0.handle(delivery).await?;
+        match delivery.id.as_str() {
+            "retried" => Err(JobError::Retry("try later".into())),
+            "dies" => Err(JobError::Permanent("cannot ever work".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state.jobs.register(
+        "kept",
+        Arc::new(FailsOne(recorder.clone())),
+        policy(&[600], 30_000),
+    );
+    let now = app.state.clock.now_ms();
+    for (id, delay) in [
+        ("runs", 0),
+        ("retried", 0),
+        ("dies", 0),
+        ("cancelled", 60),
+        ("waits", 60),
+    ] {
+        jobs::schedule(&app.state, job(id, "kept", Duration::from_secs(delay)))
+            .await
+            .unwrap();
+    }
+    let rows = pending_rows(&app, "kept").await;
+    let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(ids, ["cancelled", "dies", "retried", "runs", "waits"]);
+    assert!(rows.iter().all(|r| r.1 >= now && r.2 == 0), "{rows:?}");
+    let first_seq = rows[3].3;
+
+    assert!(jobs::cancel(&app.state, "kept", "cancelled").await.unwrap());
+    until("each due job ran", Duration::from_secs(5), || {
+        ["runs", "retried", "dies"]
+            .iter()
+            .all(|id| recorder.count(id) == 1)
+    })
+    .await;
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        rows = pending_rows(&app, "kept").await;
+        if rows.len() == 2 && rows[0].2 == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["retried", "waits"],
+        "done, dead and cancelled jobs left"
+    );
+    let retried = &rows[0];
+    assert_eq!(retried.2, 1, "a retry records its attempts");
+    assert!(retried.1 >= now + 600_000, "and its due time: {retried:?}");
+
+    // The id of a job that ended is scheduled again with a row of its own.
+    jobs::schedule(&app.state, job("runs", "kept", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let again = pending_rows(&app, "kept").await;
+    let runs = again.iter().find(|r| r.0 == "runs").unwrap();
+    assert!(runs.3 != first_seq && runs.2 == 0, "{again:?}");
+}
+
+#[tokio::test]
+async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
+    let app = TestApp::spawn().await;
+    app.state.db.pool.close().await;
+    let refused = jobs::schedule(&app.state, job("j1", "nosql", Duration::ZERO)).await;
+    assert_eq!(
+        refused.map(|_| ()).unwrap_err().code(),
+        engage::error::ErrorCode::Unavailable
+    );
+    let mut conn = app.state.redis.get().await.unwrap();
+    let pooled: bool = redis::cmd("HEXISTS")
+        .arg(app.state.keys.job_pool("nosql"))
+        .arg("j1")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert!(!pooled, "Redis holds no job that SQL does not");
 }

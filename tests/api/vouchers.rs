@@ -477,7 +477,8 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
             created_at_ms: app.state.clock.now_ms(),
             pay_by_ms: app.state.clock.now_ms() + 86_400_000,
         };
-        engage::vouchers::ensure_expiries(&app.state, &[late])
+        let mut sql = app.state.db.pool.acquire().await.unwrap();
+        engage::vouchers::ensure_expiries(&app.state, &mut sql, &[late])
             .await
             .unwrap();
         assert_eq!(pending_expiry(&app, &order).await, None, "{field}, late");
