@@ -100,6 +100,17 @@ impl Rebuild<'_> {
     }
 }
 
+impl<'a> Rebuild<'a> {
+    /// One feature's rebuild without a bar, driven on its own (tests do).
+    pub fn hidden(state: &'a AppState, feature: &'static str) -> Self {
+        Self {
+            state,
+            feature,
+            bar: ProgressBar::hidden(),
+        }
+    }
+}
+
 /// Every feature with state in Redis that SQL can restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Feature {

@@ -9,12 +9,16 @@
 //! `<id>/lease`, `<id>/stalls` and `<id>/status` ([`pool_field`]): `/` is the one character
 //! ids and topics may not contain, so no id names another job's field.
 //!
+//! SQL holds every job still to run ([`pending`]), so that a Redis that lost its data can be
+//! told what it lacks and be given it back ([`recovery`]).
+//!
 //! - [`worker`]: the tick that promotes and runs jobs in every instance;
 //! - [`topics`]: the index of topics with work due, which the tick walks;
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
 
 pub mod handlers;
 mod pending;
+pub mod recovery;
 mod topics;
 pub mod worker;
 

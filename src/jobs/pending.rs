@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use sqlx::{AnyConnection, Row};
+use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::JobSpec;
 use crate::{
@@ -142,4 +142,60 @@ pub async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -> AppRe
         .await?;
     }
     Ok(())
+}
+fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
+    Ok(Record {
+        topic: row.try_get("topic")?,
+        id: row.try_get("job_id")?,
+        attempts: row
+            .try_get::<i64, _>("attempts")?
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        spec: JobSpec {
+            body: row.try_get("body")?,
+            run_at_ms: row.try_get("run_at_ms")?,
+            max_attempts: row.try_get::<i64, _>("max_attempts")?.clamp(1, 25) as u32,
+            callback_url: row.try_get("callback_url")?,
+            created_at_ms: row.try_get("created_at_ms")?,
+            seq: row.try_get("seq")?,
+        },
+    })
+}
+
+/// Rows after `seq`, in seq order: a rebuild's chunk.
+pub async fn after(pool: &AnyPool, seq: i64, limit: usize) -> AppResult<Vec<Record>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM pending_job WHERE seq > $1 ORDER BY seq LIMIT $2"
+    ))
+    .bind(seq)
+    .bind(limit as i64)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(record_of).collect()
+}
+
+/// How many rows come after `seq`.
+pub async fn count_after(pool: &AnyPool, seq: i64) -> AppResult<u64> {
+    let count: i64 = sqlx::query("SELECT COUNT(*) AS n FROM pending_job WHERE seq > $1")
+        .bind(seq)
+        .fetch_one(pool)
+        .await?
+        .try_get("n")?;
+    Ok(count.max(0) as u64)
+}
+
+/// Every topic with a pending job.
+pub async fn topics(pool: &AnyPool) -> AppResult<Vec<String>> {
+    let rows = sqlx::query("SELECT DISTINCT topic FROM pending_job ORDER BY topic")
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(|row| Ok(row.try_get("topic")?)).collect()
+}
+
+/// The ids of a topic's pending jobs.
+pub async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<String>> {
+    let rows = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1 ORDER BY job_id")
+        .bind(topic)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(|row| Ok(row.try_get("job_id")?)).collect()
 }

@@ -154,3 +154,17 @@ pub(super) async fn adopt_topic_set(state: &AppState) -> AppResult<()> {
     );
     Ok(())
 }
+
+/// Whether each topic is in the index (`engage verify`).
+pub(super) async fn indexed(state: &AppState, topics: &[String]) -> AppResult<Vec<bool>> {
+    if topics.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut conn = state.redis.get().await?;
+    let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
+        .arg(state.keys.jobs_due_topics())
+        .arg(topics)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(scores.into_iter().map(|score| score.is_some()).collect())
+}

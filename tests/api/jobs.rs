@@ -945,3 +945,132 @@ async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
         .unwrap();
     assert!(!pooled, "Redis holds no job that SQL does not");
 }
+
+/// Deletes every key of this app's prefix, as a Redis that lost its data would have none.
+async fn lose_redis(app: &TestApp) {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{}*", app.state.keys.prefix());
+    for key in crate::harness::scan(&mut conn, &pattern).await {
+        let () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+async fn rebuild_jobs(app: &TestApp) {
+    let run = engage::recovery::Rebuild::hidden(&app.state, "delayed jobs");
+    jobs::recovery::rebuild(&run).await.unwrap();
+}
+
+#[tokio::test]
+async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    for topic in ["rebuilt-a", "rebuilt-b"] {
+        app.state
+            .jobs
+            .register(topic, Arc::new(recorder.clone()), None);
+    }
+    jobs::schedule(&app.state, job("ran", "rebuilt-a", Duration::ZERO))
+        .await
+        .unwrap();
+    until("ran", Duration::from_secs(5), || recorder.count("ran") == 1).await;
+    for (id, topic, delay) in [
+        ("a1", "rebuilt-a", 30),
+        ("a2", "rebuilt-a", 30),
+        ("b1", "rebuilt-b", 90),
+        ("gone", "rebuilt-b", 30),
+    ] {
+        jobs::schedule(&app.state, job(id, topic, Duration::from_secs(delay)))
+            .await
+            .unwrap();
+    }
+    assert!(jobs::cancel(&app.state, "rebuilt-b", "gone").await.unwrap());
+    let before = jobs::recovery::verify(&app.state).await.unwrap();
+    assert!(before.is_clean(), "{before:?}");
+
+    lose_redis(&app).await;
+    let lost = jobs::recovery::verify(&app.state).await.unwrap();
+    assert_eq!(lost.drifted, 3, "{lost:?}");
+    assert!(
+        lost.examples
+            .iter()
+            .any(|e| e.contains("a1") && e.contains("not in Redis")),
+        "{lost:?}"
+    );
+
+    rebuild_jobs(&app).await;
+    let rebuilt = jobs::recovery::verify(&app.state).await.unwrap();
+    assert!(rebuilt.is_clean(), "{rebuilt:?}");
+    assert_eq!(rebuilt.checked, 5, "three jobs and two topics: {rebuilt:?}");
+    // Starting over (no cursor) leaves the pending jobs alone.
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = redis::cmd("DEL")
+        .arg(app.state.keys.recovery_cursors())
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    rebuild_jobs(&app).await;
+    assert!(jobs::recovery::verify(&app.state).await.unwrap().is_clean());
+
+    app.state.clock.advance(chrono::Duration::seconds(31));
+    until("a1 and a2 ran", Duration::from_secs(5), || {
+        recorder.count("a1") == 1 && recorder.count("a2") == 1
+    })
+    .await;
+    assert_eq!(recorder.count("b1"), 0, "not before its time");
+    app.state.clock.advance(chrono::Duration::seconds(60));
+    until("b1 ran", Duration::from_secs(5), || {
+        recorder.count("b1") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (
+            recorder.count("ran"),
+            recorder.count("gone"),
+            recorder.total()
+        ),
+        (1, 0, 4),
+        "each job ran once; the ended ones not again"
+    );
+}
+
+#[tokio::test]
+async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_again() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("ended", Arc::new(recorder.clone()), None);
+    jobs::schedule(&app.state, job("e1", "ended", Duration::ZERO))
+        .await
+        .unwrap();
+    let rows = pending_rows(&app, "ended").await;
+    job_when(&app, "ended", "e1", Duration::from_secs(5), |job| {
+        job.status == jobs::JobStatus::Done
+    })
+    .await;
+    // The row comes back, as when the ending's SQL write failed.
+    sqlx::query(
+        "INSERT INTO pending_job (topic, job_id, seq, body, run_at_ms, attempts, max_attempts, \
+         created_at_ms) VALUES ('ended', 'e1', $1, '{}', $2, 0, 10, $2)",
+    )
+    .bind(rows[0].3)
+    .bind(rows[0].1)
+    .execute(&app.state.db.pool)
+    .await
+    .unwrap();
+    let stale = jobs::recovery::verify(&app.state).await.unwrap();
+    assert_eq!(stale.drifted, 1, "{stale:?}");
+
+    rebuild_jobs(&app).await;
+    assert!(jobs::recovery::verify(&app.state).await.unwrap().is_clean());
+    assert!(pending_rows(&app, "ended").await.is_empty());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(recorder.count("e1"), 1, "not run again");
+}
