@@ -63,6 +63,9 @@ pub struct TopicPolicy {
     /// The longest a handler may run; the delivery then fails and is retried on the ladder.
     /// (The lease no longer bounds it: it is extended while the handler runs.)
     pub timeout: Duration,
+    /// Attempts of a job that does not say (`maxAttempts`); `None`: one per ladder step,
+    /// plus the first.
+    pub attempts: Option<u32>,
 }
 
 /// Three, not BullMQ's one: a Redis outage longer than the visibility timeout stalls every
@@ -81,7 +84,13 @@ impl TopicPolicy {
             visibility,
             max_stalls: DEFAULT_MAX_STALLS,
             timeout: DEFAULT_TIMEOUT,
+            attempts: None,
         }
+    }
+
+    /// Attempts of a job of this topic that does not say.
+    pub fn default_attempts(&self) -> u32 {
+        self.attempts.unwrap_or(self.ladder.len() as u32 + 1)
     }
 
     pub fn retry_delay(&self, attempt: u32) -> Duration {

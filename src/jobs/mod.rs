@@ -174,8 +174,9 @@ impl NewJob {
         if let Some(url) = &self.callback_url {
             handlers::check_callback_syntax(url)?;
         }
-        let ladder = state.jobs.policy(&self.topic).ladder.len() as u32;
-        let max_attempts = self.max_attempts.unwrap_or(ladder + 1);
+        let max_attempts = self
+            .max_attempts
+            .unwrap_or_else(|| state.jobs.policy(&self.topic).default_attempts());
         if !(1..=25).contains(&max_attempts) {
             return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
         }

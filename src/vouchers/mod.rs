@@ -6,12 +6,14 @@
 //!   in (the seed built keys inside Lua, which breaks Redis Cluster).
 //! - [`orders`]: payment, cancellation and expiry, mutually exclusive in one script.
 //! - [`archive`]: the order consumer that writes SQL (`stock > 0` guard, idempotent).
+//! - [`sweep`]: the backstop that expires overdue orders whose expiry job was lost.
 //!
 //! A voucher's keys and its shard's order stream share the hash tag `{sale:S}`,
 //! S = voucher id mod `ENGAGE_SALE_SHARDS`.
 
 pub mod archive;
 pub mod orders;
+pub mod sweep;
 
 use std::{collections::HashMap, time::Duration};
 
