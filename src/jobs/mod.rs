@@ -303,6 +303,9 @@ enum Placed {
 /// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
 /// refused), then moves each topic's visit to its earliest new job. Answers per record.
 async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
     let keys = &state.keys;
     let mut by_topic: Vec<(&str, Vec<usize>)> = Vec::new();
     for (index, record) in records.iter().enumerate() {

@@ -342,7 +342,7 @@ async fn holding_lease<T>(
     work: impl std::future::Future<Output = T>,
 ) -> T {
     tokio::pin!(work);
-    let mut every = tokio::time::interval(visibility / 3);
+    let mut every = tokio::time::interval((visibility / 3).max(Duration::from_millis(10)));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     every.tick().await;
     let mut held = true;
@@ -407,7 +407,8 @@ struct Finish {
 
 /// Hands the ends of deliveries to [`finish_loop`], which records them many at a time: one
 /// script call per topic for all that queued meanwhile, every topic in one pipeline. One
-/// round trip per delivery was what bounded a burst of due jobs.
+/// round trip per delivery was what bounded a burst of due jobs. SQL's record follows in two
+/// statements per batch, after the deliveries heard back ([`Ended`]).
 #[derive(Clone)]
 struct Finisher(mpsc::Sender<Finish>);
 
@@ -550,6 +551,9 @@ impl Ended {
         // visibility deadline): the topic's visit moves to the earliest retry.
         if let Err(error) = topics::index(state, &self.retry_visits).await {
             tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
+        }
+        if self.forgotten.is_empty() && self.retries.is_empty() {
+            return;
         }
         let recorded: AppResult<()> = async {
             let mut sql = state.db.pool.acquire().await?;
