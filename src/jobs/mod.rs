@@ -188,8 +188,20 @@ impl NewJob {
 /// ended, done or cancelled, may be used again).
 pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
     let mut sql = state.db.pool.acquire().await?;
-    let mut views = schedule_in(state, &mut sql, vec![job]).await?;
-    views
+    only_answer(schedule_jobs(state, Some(&mut sql), vec![job]).await?)
+}
+
+/// [`schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
+/// whose archiving schedules the job again with its row ([`schedule_in`] then finds the
+/// job pending and records it): until then the job is as durable as what it belongs to, and
+/// the request that made it pays no SQL write. A seckill schedules its order's expiry so;
+/// the order consumer records it with the order.
+pub async fn schedule_ahead_of_record(state: &AppState, job: NewJob) -> AppResult<JobView> {
+    only_answer(schedule_jobs(state, None, vec![job]).await?)
+}
+
+fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
+    answers
         .pop()
         .unwrap_or_else(|| Err(AppError::internal(anyhow::anyhow!("no answer for a job"))))
 }
@@ -209,6 +221,15 @@ pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
 pub async fn schedule_in(
     state: &AppState,
     sql: &mut sqlx::AnyConnection,
+    jobs: Vec<NewJob>,
+) -> AppResult<Vec<AppResult<JobView>>> {
+    schedule_jobs(state, Some(sql), jobs).await
+}
+
+/// [`schedule_in`], or without SQL rows when `sql` is `None`.
+async fn schedule_jobs(
+    state: &AppState,
+    sql: Option<&mut sqlx::AnyConnection>,
     jobs: Vec<NewJob>,
 ) -> AppResult<Vec<AppResult<JobView>>> {
     let now = state.clock.now_ms();
@@ -239,6 +260,10 @@ pub async fn schedule_in(
             attempts: 0,
         });
     }
+    let Some(sql) = sql else {
+        let placed = place(state, &records).await?;
+        return Ok(answer(answers, records, placed, positions));
+    };
     let written = pending::insert_new(sql, &records).await?;
     let placed = place(state, &records).await?;
 
@@ -266,7 +291,16 @@ pub async fn schedule_in(
     }
     pending::put(sql, &rewrite).await?;
     pending::forget(sql, &refused).await?;
+    Ok(answer(answers, records, placed, positions))
+}
 
+/// Fills the answers of the placed records (at their `positions`) and returns them all.
+fn answer(
+    mut answers: Vec<Option<AppResult<JobView>>>,
+    records: Vec<pending::Record>,
+    placed: Vec<Placed>,
+    positions: Vec<usize>,
+) -> Vec<AppResult<JobView>> {
     for ((record, placed), position) in records.into_iter().zip(placed).zip(positions) {
         answers[position] = Some(match placed {
             Placed::Added => {
@@ -290,7 +324,7 @@ pub async fn schedule_in(
             )),
         });
     }
-    Ok(answers.into_iter().flatten().collect())
+    answers.into_iter().flatten().collect()
 }
 
 /// How the schedule script answered for one job.

@@ -393,9 +393,10 @@ fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
     }
 }
 
-/// Schedules the expiry of an unpaid order at its pay-by time; an existing job is fine.
+/// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
+/// record (the order consumer records the job with the order); an existing job is fine.
 pub async fn schedule_expiry(state: &AppState, order: &NewOrder) -> AppResult<()> {
-    scheduled_or_pending(jobs::schedule(state, expiry_job(state, order)).await)
+    scheduled_or_pending(jobs::schedule_ahead_of_record(state, expiry_job(state, order)).await)
 }
 
 /// Takes the expiry job of a settled order off the delay queue (otherwise it would wait

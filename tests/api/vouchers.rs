@@ -588,3 +588,38 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
         "the stock came back and the buyer may buy again"
     );
 }
+
+#[tokio::test]
+async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 5, 600).await;
+    let mut orders = Vec::new();
+    for buyer in 0..3 {
+        let order = app
+            .data(
+                Some(&app.user_token(95 + buyer)),
+                SECKILL,
+                json!({ "v": voucher }),
+            )
+            .await["seckillVoucher"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        orders.push(order);
+    }
+    consistent(&app).await;
+    let rows: Vec<String> = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1")
+        .bind(engage::vouchers::EXPIRY_TOPIC)
+        .fetch_all(&app.state.db.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get("job_id"))
+        .collect();
+    orders.sort();
+    let mut rows = rows;
+    rows.sort();
+    assert_eq!(rows, orders, "each unpaid order's expiry job has its row");
+    let report = engage::jobs::recovery::verify(&app.state).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
