@@ -277,7 +277,7 @@ async fn schedule_jobs(
             // or of a scheduling whose Redis write failed.
             Placed::Added if !ours => rewrite.push(record.clone()),
             // Our row stands for a job Redis refused: it must describe the pending one.
-            Placed::Pending(pending) if ours => match pending.as_ref().filter(|p| p.seq > 0) {
+            Placed::Pending(theirs) if ours => match theirs.as_ref().filter(|t| t.seq > 0) {
                 Some(spec) => rewrite.push(pending::Record {
                     spec: spec.clone(),
                     attempts: 0,

@@ -324,7 +324,7 @@ async fn deliver(
         }
     };
     if let Err(error) = recorded {
-        // The lease runs out and the job is delivered again: nothing is lost.
+        // The lease runs out and the job is delivered again (a stall): nothing is lost.
         tracing::warn!(topic, job = delivery.id, %error, "could not record a job's outcome");
     }
 }
