@@ -1,22 +1,23 @@
 --[[
   Cancels a job wherever it is: delayed, ready or in flight. An in-flight delivery loses its
-  lease, so its completion afterwards changes nothing.
+  lease, so its completion afterwards changes nothing. The id may be scheduled again.
 
   Input:
     KEYS[1] delay zset   KEYS[2] ready list   KEYS[3] in-flight zset   KEYS[4] job pool hash
     KEYS[5] finished zset
     ARGV[1] job id   ARGV[2] now, epoch ms
 
-  Output: 1 cancelled, 0 no such pending job (unknown, finished or already cancelled)
+  Output: {1, <JSON of the job>} cancelled (its JSON tells the caller which SQL record to
+          remove), {0, ''} no such pending job (unknown, finished or already cancelled)
 ]]
 local id = ARGV[1]
 local removed = redis.call('ZREM', KEYS[1], id)
   + redis.call('LREM', KEYS[2], 0, id)
   + redis.call('ZREM', KEYS[3], id)
 if removed == 0 then
-  return 0
+  return {0, ''}
 end
 redis.call('HDEL', KEYS[4], id .. '/lease')
 redis.call('HSET', KEYS[4], id .. '/status', 'CANCELLED')
 redis.call('ZADD', KEYS[5], ARGV[2], id)
-return 1
+return {1, redis.call('HGET', KEYS[4], id) or ''}

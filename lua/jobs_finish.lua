@@ -27,8 +27,10 @@ for i = 3, #ARGV, 5 do
       redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4])
       redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
     elseif outcome == 'dead' then
-      redis.call('HDEL', KEYS[3], id, id .. '/attempts', id .. '/error', id .. '/status')
+      redis.call('HDEL', KEYS[3], id, id .. '/attempts', id .. '/error', id .. '/status',
+        id .. '/stalls')
     else
+      redis.call('HDEL', KEYS[3], id .. '/stalls')
       redis.call('HSET', KEYS[3], id .. '/status', 'DONE')
       redis.call('ZADD', KEYS[4], now, id)
       finished_any = true
@@ -41,7 +43,8 @@ if finished_any then
   local excess = redis.call('ZCARD', KEYS[4]) - keep
   if excess > 0 then
     for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, excess - 1)) do
-      redis.call('HDEL', KEYS[3], old, old .. '/attempts', old .. '/error', old .. '/status')
+      redis.call('HDEL', KEYS[3], old, old .. '/attempts', old .. '/error', old .. '/status',
+        old .. '/stalls')
     end
     redis.call('ZREMRANGEBYRANK', KEYS[4], 0, excess - 1)
   end

@@ -1,20 +1,38 @@
 --[[
-  Adds a delayed job (seed 002: job pool + delay bucket).
+  Adds delayed jobs of one topic (seed 002: job pool + delay bucket), many per call: a batch
+  of new jobs, or a chunk of a rebuild from SQL. An id is refused while its job is pending
+  (delayed, ready or in flight); once that job ended (done or cancelled) the id may be used
+  again, and the new job replaces what the pool remembered of the old one.
 
   Input:
     KEYS[1] job pool hash    {jobs:<topic>}:pool   fields <id> (JSON), <id>/attempts,
-                                                   <id>/error, <id>/lease, <id>/status
-    KEYS[2] delay zset       {jobs:<topic>}:delayed   score = run at, epoch ms
-    ARGV[1] job id   ARGV[2] job JSON   ARGV[3] run at, epoch ms
+                                                   <id>/error, <id>/lease, <id>/stalls,
+                                                   <id>/status
+    KEYS[2] delay zset       {jobs:<topic>}:delayed    score = run at, epoch ms
+    KEYS[3] finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
+    then four per job:  ARGV job id, job JSON, run at (epoch ms), attempts so far (0 if new)
 
-  Output: 1 added, -1 a job with this id exists (JOB_EXISTS)
+  Output: two per job, in order: 1, '' added; -1, <JSON of the pending job> refused
+          (JOB_EXISTS; the caller's SQL record then describes the job that is pending)
 
   A job's own fields join its id and their name with '/', which no id may contain: with
   ':', allowed in ids, the job "a:attempts" and the attempts of the job "a" were one field.
 ]]
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  return -1
+local out = {}
+for i = 1, #ARGV, 4 do
+  local id = ARGV[i]
+  local status = redis.call('HGET', KEYS[1], id .. '/status')
+  local pending = redis.call('HGET', KEYS[1], id)
+  if pending and status ~= 'DONE' and status ~= 'CANCELLED' then
+    out[#out + 1] = -1
+    out[#out + 1] = pending
+  else
+    redis.call('HDEL', KEYS[1], id .. '/status', id .. '/error', id .. '/lease', id .. '/stalls')
+    redis.call('HSET', KEYS[1], id, ARGV[i + 1], id .. '/attempts', ARGV[i + 3])
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('ZADD', KEYS[2], ARGV[i + 2], id)
+    out[#out + 1] = 1
+    out[#out + 1] = ''
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[1] .. '/attempts', 0)
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
+return out

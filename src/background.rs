@@ -5,6 +5,8 @@
 use crate::app::AppState;
 
 pub fn spawn_all(state: &AppState) {
+    // Registrations first: consumers schedule jobs with their topics' policies.
+    crate::vouchers::orders::register_expiry(state);
     state.spawn_background("rate-limit-sweeper", crate::http::rate_limit::sweep);
     state.spawn_background("live-hub", crate::live::run);
     crate::remarks::archive::spawn(state);
@@ -16,6 +18,6 @@ pub fn spawn_all(state: &AppState) {
     );
     crate::vouchers::archive::spawn(state);
     crate::feed::spawn(state);
-    crate::vouchers::orders::register_expiry(state);
+    state.spawn_background("order-expiry-sweep", crate::vouchers::sweep::run);
     state.spawn_background("delay-queue", crate::jobs::worker::run);
 }

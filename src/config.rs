@@ -267,6 +267,16 @@ pub struct Config {
     )]
     pub rollover_check_seconds: u64,
 
+    /// Seconds between sweeps for unpaid orders past their pay-by time whose expiry job was
+    /// lost (one instance sweeps at a time).
+    #[arg(
+        long,
+        env = "ENGAGE_ORDER_SWEEP_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub order_sweep_seconds: u64,
+
     /// Authors with more followers than this are not pushed to inboxes: their remarks are
     /// pulled from their outbox when a follower reads the feed.
     #[arg(

@@ -122,9 +122,21 @@ impl Rebuild<'_> {
     }
 }
 
+impl<'a> Rebuild<'a> {
+    /// One feature's rebuild without a bar, driven on its own (tests do).
+    pub fn hidden(state: &'a AppState, feature: &'static str) -> Self {
+        Self {
+            state,
+            feature,
+            bar: ProgressBar::hidden(),
+        }
+    }
+}
+
 /// Every feature with state in Redis that SQL can restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Feature {
+    Jobs,
     Likes,
     Calendars,
     Boards,
@@ -137,7 +149,8 @@ pub enum Feature {
 
 impl Feature {
     /// In rebuild order.
-    pub const ALL: [Feature; 8] = [
+    pub const ALL: [Feature; 9] = [
+        Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
         Feature::Boards,
@@ -150,6 +163,7 @@ impl Feature {
 
     pub fn name(self) -> &'static str {
         match self {
+            Feature::Jobs => "delayed jobs",
             Feature::Likes => "likes",
             Feature::Calendars => "sign-in calendars",
             Feature::Boards => "season boards",
@@ -163,6 +177,7 @@ impl Feature {
 
     async fn verify(self, state: &AppState) -> AppResult<Report> {
         match self {
+            Feature::Jobs => crate::jobs::recovery::verify(state).await,
             Feature::Likes => crate::remarks::recovery::verify(state).await,
             Feature::Calendars => crate::signin::recovery::verify(state).await,
             Feature::Boards => crate::points::recovery::verify_boards(state).await,
@@ -176,6 +191,7 @@ impl Feature {
 
     async fn rebuild(self, run: &Rebuild<'_>) -> AppResult<()> {
         match self {
+            Feature::Jobs => crate::jobs::recovery::rebuild(run).await,
             Feature::Likes => crate::remarks::recovery::rebuild(run).await,
             Feature::Calendars => crate::signin::recovery::rebuild(run).await,
             // Boards, daily totals and make-up counters change together in one award, so

@@ -53,11 +53,46 @@ pub trait JobHandler: Send + Sync + 'static {
 pub struct TopicPolicy {
     /// Waits before the 2nd, 3rd, … delivery; the last step repeats.
     pub ladder: Vec<Duration>,
-    /// How long a taken job stays invisible to other workers.
+    /// How long a taken job stays invisible to other workers unless its delivery reports
+    /// back; while the handler runs, its deliverer extends it every third of itself.
     pub visibility: Duration,
+    /// Deliveries whose lease ran out (the process running the handler died, or could not
+    /// reach Redis for a whole visibility timeout) that a job survives; at the next one it
+    /// goes to `dead_job` (BullMQ's `maxStalledCount`). A stall uses none of the attempts.
+    pub max_stalls: u32,
+    /// The longest a handler may run; the delivery then fails and is retried on the ladder.
+    /// (The lease no longer bounds it: it is extended while the handler runs.)
+    pub timeout: Duration,
+    /// Attempts of a job that does not say (`maxAttempts`); `None`: one per ladder step,
+    /// plus the first.
+    pub attempts: Option<u32>,
 }
 
+/// Three, not BullMQ's one: a Redis outage longer than the visibility timeout stalls every
+/// running delivery of every instance at once, and a healthy job should survive a few of
+/// those; a job that kills its process is still stopped after four runs.
+pub const DEFAULT_MAX_STALLS: u32 = 3;
+/// In-process handlers are short (callbacks have their own, shorter, timeout).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
 impl TopicPolicy {
+    /// A policy with this ladder and visibility timeout, and the default stall limit and
+    /// handler timeout.
+    pub fn new(ladder: Vec<Duration>, visibility: Duration) -> Self {
+        Self {
+            ladder,
+            visibility,
+            max_stalls: DEFAULT_MAX_STALLS,
+            timeout: DEFAULT_TIMEOUT,
+            attempts: None,
+        }
+    }
+
+    /// Attempts of a job of this topic that does not say.
+    pub fn default_attempts(&self) -> u32 {
+        self.attempts.unwrap_or(self.ladder.len() as u32 + 1)
+    }
+
     pub fn retry_delay(&self, attempt: u32) -> Duration {
         let step = (attempt.max(1) as usize - 1).min(self.ladder.len().saturating_sub(1));
         self.ladder
@@ -80,13 +115,13 @@ impl JobRegistry {
     pub fn from_config(config: &Config) -> Self {
         Self {
             handlers: RwLock::new(HashMap::new()),
-            default_policy: TopicPolicy {
-                ladder: DEFAULT_LADDER
+            default_policy: TopicPolicy::new(
+                DEFAULT_LADDER
                     .iter()
                     .map(|s| Duration::from_secs(*s))
                     .collect(),
-                visibility: Duration::from_secs(config.jobs_visibility_seconds.max(1)),
-            },
+                Duration::from_secs(config.jobs_visibility_seconds.max(1)),
+            ),
             callbacks: Callbacks::from_config(config),
         }
     }
@@ -107,15 +142,6 @@ impl JobRegistry {
             .expect("poisoned")
             .get(topic)
             .map_or_else(|| self.default_policy.clone(), |(_, policy)| policy.clone())
-    }
-
-    pub fn registered_topics(&self) -> Vec<String> {
-        self.handlers
-            .read()
-            .expect("poisoned")
-            .keys()
-            .cloned()
-            .collect()
     }
 
     /// Runs one delivery with its topic's handler, or its callback.
@@ -396,10 +422,10 @@ mod tests {
 
     #[test]
     fn the_ladder_repeats_its_last_step() {
-        let policy = TopicPolicy {
-            ladder: vec![Duration::from_secs(15), Duration::from_secs(180)],
-            visibility: Duration::from_secs(1),
-        };
+        let policy = TopicPolicy::new(
+            vec![Duration::from_secs(15), Duration::from_secs(180)],
+            Duration::from_secs(1),
+        );
         assert_eq!(policy.retry_delay(1), Duration::from_secs(15));
         assert_eq!(policy.retry_delay(2), Duration::from_secs(180));
         assert_eq!(policy.retry_delay(9), Duration::from_secs(180));

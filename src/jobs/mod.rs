@@ -6,13 +6,20 @@
 //! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
 //! in-flight zset, finished zset. Every script touches one topic, so one slot. The pool
 //! holds a job's JSON under its id and its bookkeeping under `<id>/attempts`, `<id>/error`,
-//! `<id>/lease` and `<id>/status` ([`pool_field`]): `/` is the one character ids and topics
-//! may not contain, so no id names another job's field.
+//! `<id>/lease`, `<id>/stalls` and `<id>/status` ([`pool_field`]): `/` is the one character
+//! ids and topics may not contain, so no id names another job's field.
+//!
+//! SQL holds every job still to run ([`pending`]), so that a Redis that lost its data can be
+//! told what it lacks and be given it back ([`recovery`]).
 //!
 //! - [`worker`]: the tick that promotes and runs jobs in every instance;
+//! - [`topics`]: the index of topics with work due, which the tick walks;
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
 
 pub mod handlers;
+mod pending;
+pub mod recovery;
+mod topics;
 pub mod worker;
 
 use std::time::Duration;
@@ -66,11 +73,6 @@ impl Keys {
     pub fn jobs_finished(&self, topic: &str) -> String {
         self.tagged(&Self::jobs_tag(topic), "finished")
     }
-
-    /// Every topic that ever had a job (the tick visits them all).
-    pub fn job_topics(&self) -> String {
-        self.tagged("jobs", "topics")
-    }
 }
 
 /// What the pool stores of a job.
@@ -82,6 +84,10 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_url: Option<String>,
     pub created_at_ms: i64,
+    /// This scheduling's number (an id from [`crate::ids`]), the key of its SQL row; 0 for a
+    /// job scheduled before SQL recorded pending jobs.
+    #[serde(default)]
+    pub seq: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
@@ -168,8 +174,9 @@ impl NewJob {
         if let Some(url) = &self.callback_url {
             handlers::check_callback_syntax(url)?;
         }
-        let ladder = state.jobs.policy(&self.topic).ladder.len() as u32;
-        let max_attempts = self.max_attempts.unwrap_or(ladder + 1);
+        let max_attempts = self
+            .max_attempts
+            .unwrap_or_else(|| state.jobs.policy(&self.topic).default_attempts());
         if !(1..=25).contains(&max_attempts) {
             return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
         }
@@ -177,64 +184,238 @@ impl NewJob {
     }
 }
 
-/// Adds a job; `JOB_EXISTS` if the topic already has a job with this id.
+/// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
+/// ended, done or cancelled, may be used again).
 pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
-    let max_attempts = job.validate(state)?;
+    let mut sql = state.db.pool.acquire().await?;
+    only_answer(schedule_jobs(state, Some(&mut sql), vec![job]).await?)
+}
+
+/// [`schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
+/// whose archiving schedules the job again with its row ([`schedule_in`] then finds the
+/// job pending and records it): until then the job is as durable as what it belongs to, and
+/// the request that made it pays no SQL write. A seckill schedules its order's expiry so;
+/// the order consumer records it with the order.
+pub async fn schedule_ahead_of_record(state: &AppState, job: NewJob) -> AppResult<JobView> {
+    only_answer(schedule_jobs(state, None, vec![job]).await?)
+}
+
+fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
+    answers
+        .pop()
+        .unwrap_or_else(|| Err(AppError::internal(anyhow::anyhow!("no answer for a job"))))
+}
+
+/// Adds jobs of any topics, their SQL rows written through `sql` (a caller's transaction,
+/// or a pooled connection): one answer per job, in order, each its view or why not
+/// (`JOB_EXISTS`, `BAD_USER_INPUT`). A batch costs a few statements and one script call per
+/// topic, whatever its size.
+///
+/// The rows are written before Redis is: a job Redis accepted is in SQL (unless the caller's
+/// transaction then rolls back, and then the caller failed too). When SQL is down, nothing
+/// is scheduled and the caller hears UNAVAILABLE: an acknowledged job survives the loss of
+/// Redis. (Scheduling into Redis alone and recording later would keep scheduling up during
+/// an SQL outage, but a Redis lost meanwhile would take acknowledged jobs with it.) When
+/// Redis fails after SQL, the rows stay: the caller heard UNAVAILABLE (the job may or may
+/// not be scheduled), `engage verify` names them and a rebuild schedules them.
+pub async fn schedule_in(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    jobs: Vec<NewJob>,
+) -> AppResult<Vec<AppResult<JobView>>> {
+    schedule_jobs(state, Some(sql), jobs).await
+}
+
+/// [`schedule_in`], or without SQL rows when `sql` is `None`.
+async fn schedule_jobs(
+    state: &AppState,
+    sql: Option<&mut sqlx::AnyConnection>,
+    jobs: Vec<NewJob>,
+) -> AppResult<Vec<AppResult<JobView>>> {
     let now = state.clock.now_ms();
-    let spec = JobSpec {
-        body: job.body,
-        run_at_ms: now + job.delay.as_millis() as i64,
-        max_attempts,
-        callback_url: job.callback_url,
-        created_at_ms: now,
-    };
-    let json = serde_json::to_string(&spec).map_err(AppError::internal)?;
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
-    // The topic index lives in another slot; listing a topic that ends up with no job is
-    // harmless, so it is written first and on its own.
-    let () = redis::cmd("SADD")
-        .arg(keys.job_topics())
-        .arg(&job.topic)
-        .query_async(&mut *conn)
-        .await?;
-    let added: i64 = JOBS_SCHEDULE
-        .key(keys.job_pool(&job.topic))
-        .key(keys.jobs_delayed(&job.topic))
-        .arg(&job.id)
-        .arg(json)
-        .arg(spec.run_at_ms)
-        .invoke_async(&mut *conn)
-        .await?;
-    if added != 1 {
-        return Err(AppError::client(
-            ErrorCode::JobExists,
-            format!("topic {} has a job {}", job.topic, job.id),
-        ));
+    let mut answers: Vec<Option<AppResult<JobView>>> = Vec::with_capacity(jobs.len());
+    let mut records = Vec::with_capacity(jobs.len());
+    let mut positions = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let max_attempts = match job.validate(state) {
+            Ok(max_attempts) => max_attempts,
+            Err(error) => {
+                answers.push(Some(Err(error)));
+                continue;
+            }
+        };
+        positions.push(answers.len());
+        answers.push(None);
+        records.push(pending::Record {
+            spec: JobSpec {
+                body: job.body,
+                run_at_ms: now + job.delay.as_millis() as i64,
+                max_attempts,
+                callback_url: job.callback_url,
+                created_at_ms: now,
+                seq: state.ids.next_id().await?,
+            },
+            topic: job.topic,
+            id: job.id,
+            attempts: 0,
+        });
     }
-    metrics::counter!("engage_jobs_scheduled_total", "topic" => job.topic.clone()).increment(1);
-    Ok(JobView {
-        id: job.id,
-        topic: job.topic,
-        body: spec.body,
-        run_at_ms: spec.run_at_ms,
-        attempts: 0,
-        max_attempts,
-        status: JobStatus::Delayed,
-        last_error: None,
-        callback_url: spec.callback_url,
-    })
+    let Some(sql) = sql else {
+        let placed = place(state, &records).await?;
+        return Ok(answer(answers, records, placed, positions));
+    };
+    let written = pending::insert_new(sql, &records).await?;
+    let placed = place(state, &records).await?;
+
+    // Make each row describe the job Redis holds.
+    let mut rewrite = Vec::new();
+    let mut refused = Vec::new();
+    for (record, placed) in records.iter().zip(&placed) {
+        let ours = written.contains(&record.spec.seq);
+        match placed {
+            // A row was in the way: one of a job that ended without its row being removed,
+            // or of a scheduling whose Redis write failed.
+            Placed::Added if !ours => rewrite.push(record.clone()),
+            // Our row stands for a job Redis refused: it must describe the pending one.
+            Placed::Pending(theirs) if ours => match theirs.as_ref().filter(|t| t.seq > 0) {
+                Some(spec) => rewrite.push(pending::Record {
+                    spec: spec.clone(),
+                    attempts: 0,
+                    ..record.clone()
+                }),
+                // A job scheduled before SQL recorded jobs has no row to keep.
+                None => refused.push(record.spec.seq),
+            },
+            Placed::Added | Placed::Pending(_) => {}
+        }
+    }
+    pending::put(sql, &rewrite).await?;
+    pending::forget(sql, &refused).await?;
+    Ok(answer(answers, records, placed, positions))
+}
+
+/// Fills the answers of the placed records (at their `positions`) and returns them all.
+fn answer(
+    mut answers: Vec<Option<AppResult<JobView>>>,
+    records: Vec<pending::Record>,
+    placed: Vec<Placed>,
+    positions: Vec<usize>,
+) -> Vec<AppResult<JobView>> {
+    for ((record, placed), position) in records.into_iter().zip(placed).zip(positions) {
+        answers[position] = Some(match placed {
+            Placed::Added => {
+                metrics::counter!("engage_jobs_scheduled_total", "topic" => record.topic.clone())
+                    .increment(1);
+                Ok(JobView {
+                    id: record.id,
+                    topic: record.topic,
+                    body: record.spec.body,
+                    run_at_ms: record.spec.run_at_ms,
+                    attempts: 0,
+                    max_attempts: record.spec.max_attempts,
+                    status: JobStatus::Delayed,
+                    last_error: None,
+                    callback_url: record.spec.callback_url,
+                })
+            }
+            Placed::Pending(_) => Err(AppError::client(
+                ErrorCode::JobExists,
+                format!("topic {} has a job {}", record.topic, record.id),
+            )),
+        });
+    }
+    answers.into_iter().flatten().collect()
+}
+
+/// How the schedule script answered for one job.
+enum Placed {
+    Added,
+    /// A pending job has the id; what it holds, if it reads as a job.
+    Pending(Option<JobSpec>),
+}
+
+/// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
+/// refused), then moves each topic's visit to its earliest new job. Answers per record.
+async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = &state.keys;
+    let mut by_topic: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        match by_topic
+            .iter_mut()
+            .find(|(topic, _)| *topic == record.topic)
+        {
+            Some((_, indices)) => indices.push(index),
+            None => by_topic.push((&record.topic, vec![index])),
+        }
+    }
+    let mut placed: Vec<Option<Placed>> = records.iter().map(|_| None).collect();
+    let mut due = Vec::new();
+    let mut conn = state.redis.get().await?;
+    for (topic, indices) in &by_topic {
+        let mut call = JOBS_SCHEDULE.prepare_invoke();
+        call.key(keys.job_pool(topic))
+            .key(keys.jobs_delayed(topic))
+            .key(keys.jobs_finished(topic));
+        for &index in indices {
+            let record = &records[index];
+            let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
+            call.arg(&record.id)
+                .arg(json)
+                .arg(record.spec.run_at_ms)
+                .arg(record.attempts);
+        }
+        let replies: Vec<RedisValue> = call.invoke_async(&mut *conn).await?;
+        let mut earliest = None;
+        for (&index, reply) in indices.iter().zip(replies.chunks_exact(2)) {
+            let added: i64 = redis::FromRedisValue::from_redis_value(reply[0].clone())
+                .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+            placed[index] = Some(if added == 1 {
+                let run_at = records[index].spec.run_at_ms;
+                earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
+                Placed::Added
+            } else {
+                let json: String = redis::FromRedisValue::from_redis_value(reply[1].clone())
+                    .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+                Placed::Pending(serde_json::from_str(&json).ok())
+            });
+        }
+        if let Some(at) = earliest {
+            due.push((topic.to_string(), at));
+        }
+    }
+    drop(conn);
+    topics::index(state, &due).await?;
+    placed
+        .into_iter()
+        .map(|p| {
+            p.ok_or_else(|| AppError::internal(anyhow::anyhow!("schedule script answered short")))
+        })
+        .collect()
 }
 
 /// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
 pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> {
+    let mut sql = state.db.pool.acquire().await?;
+    cancel_in(state, &mut sql, topic, id).await
+}
+
+/// [`cancel`], removing the job's SQL row through `sql` (a caller's transaction).
+pub async fn cancel_in(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    topic: &str,
+    id: &str,
+) -> AppResult<bool> {
     check_topic(topic)?;
     if !is_job_id(id) {
         return Ok(false);
     }
     let keys = &state.keys;
     let mut conn = state.redis.get().await?;
-    let cancelled: i64 = JOBS_CANCEL
+    let (cancelled, json): (i64, String) = JOBS_CANCEL
         .key(keys.jobs_delayed(topic))
         .key(keys.jobs_ready(topic))
         .key(keys.jobs_running(topic))
@@ -244,7 +425,16 @@ pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> 
         .arg(state.clock.now_ms())
         .invoke_async(&mut *conn)
         .await?;
-    Ok(cancelled == 1)
+    drop(conn);
+    if cancelled != 1 {
+        return Ok(false);
+    }
+    // Redis cancelled it; a row left behind (SQL failed here) is one that a rebuild finds
+    // cancelled in the pool and removes.
+    if let Ok(spec) = serde_json::from_str::<JobSpec>(&json) {
+        pending::forget(sql, &[spec.seq]).await?;
+    }
+    Ok(true)
 }
 
 /// Where a job is and what it holds; `None` for an unknown job.

@@ -1,7 +1,16 @@
 //! The delay queue's workers, run by every instance: a tick that promotes due jobs of every
-//! topic (one atomic script per topic: no lock, no double move) every `ENGAGE_JOBS_TICK_MS`
-//! (100 ms, so due times hold well within a second), and a taker that hands ready jobs to
-//! handler tasks, in batches, whenever this instance has capacity.
+//! topic with work due ([`super::topics`]; one atomic script per topic: no lock, no double
+//! move) every `ENGAGE_JOBS_TICK_MS` (100 ms, so due times hold well within a second), and a
+//! taker that hands ready jobs to handler tasks, in batches, whenever this instance has
+//! capacity.
+//!
+//! A delivery holds a lease: the job is invisible until its visibility deadline, which the
+//! deliverer moves forward every third of the visibility timeout while the handler runs (as
+//! [`crate::lock`] renews its lease), so a handler may run longer than the timeout and still
+//! be the only one. When the deadline passes anyway, the process is gone (or cut off from
+//! Redis): the delivery stalled, and promotion hands the job out again. A job that stalls
+//! more often than its topic allows is buried instead of being run again, so a job that
+//! crashes its process cannot loop for ever.
 
 use std::{sync::Arc, time::Duration};
 
@@ -11,29 +20,31 @@ use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     handlers::{Delivery, JobError},
-    JobSpec,
+    pending, topics, JobSpec,
 };
 use crate::{
     app::AppState,
     error::{AppError, AppResult},
-    redis::scripts::{JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
+    redis::scripts::{JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
 };
 
 /// Most jobs one promotion moves per topic per tick.
 const PROMOTE_BATCH: usize = 5000;
+/// Most topics one tick walks (the earliest due first; the others stay due for the next).
+const TOPICS_PER_TICK: usize = 1000;
 /// Most jobs one take hands out.
 const TAKE_BATCH: usize = 100;
 
 pub async fn run(state: AppState) {
     let capacity = state.config.jobs_concurrency.max(1);
     let permits = Arc::new(Semaphore::new(capacity));
-    let topics = Mutex::new(Vec::new());
+    let ready_topics = Mutex::new(Vec::new());
     let promoted = Notify::new();
     let (finisher, outcomes) = Finisher::new();
     tokio::join!(
-        promote_loop(&state, &topics, &promoted),
+        promote_loop(&state, &ready_topics, &promoted),
         async {
-            take_loop(&state, &topics, &promoted, &permits, &finisher).await;
+            take_loop(&state, &ready_topics, &promoted, &permits, &finisher).await;
             // Deliveries still running hold clones; the finisher ends after the last.
             drop(finisher);
         },
@@ -43,21 +54,37 @@ pub async fn run(state: AppState) {
     let _ = permits.acquire_many(capacity as u32).await;
 }
 
-/// Every tick: refresh the topic list and promote due jobs of every topic.
-async fn promote_loop(state: &AppState, topics: &Mutex<Vec<String>>, promoted: &Notify) {
+/// Every tick: promote due jobs of the topics due by now, move each topic to its next
+/// visit, and hand the topics with ready jobs to the taker.
+async fn promote_loop(state: &AppState, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
     let mut every = tokio::time::interval(Duration::from_millis(state.config.jobs_tick_ms.max(10)));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut adopted = false;
     loop {
         tokio::select! {
             () = state.shutdown.cancelled() => return,
             _ = every.tick() => {}
         }
-        let pass = async {
-            let current = all_topics(state).await?;
-            for topic in &current {
-                promote(state, topic).await?;
+        if !adopted {
+            match topics::adopt_topic_set(state).await {
+                Ok(()) => adopted = true,
+                Err(error) => tracing::warn!(%error, "delay queue topics not adopted yet"),
             }
-            *topics.lock().expect("poisoned") = current;
+        }
+        let pass = async {
+            let now = state.clock.now_ms();
+            let due = topics::due(state, now, TOPICS_PER_TICK).await?;
+            let mut visited = Vec::with_capacity(due.len());
+            let mut ready = Vec::new();
+            for visit in due {
+                let promotion = promote(state, &visit.topic, now).await?;
+                if promotion.ready > 0 {
+                    ready.push(visit.topic.clone());
+                }
+                visited.push((visit, promotion.next_visit));
+            }
+            topics::reindex(state, &visited).await?;
+            *ready_topics.lock().expect("poisoned") = ready;
             AppResult::Ok(())
         };
         match pass.await {
@@ -72,13 +99,13 @@ async fn promote_loop(state: &AppState, topics: &Mutex<Vec<String>>, promoted: &
 /// tick's.
 async fn take_loop(
     state: &AppState,
-    topics: &Mutex<Vec<String>>,
+    ready_topics: &Mutex<Vec<String>>,
     promoted: &Notify,
     permits: &Arc<Semaphore>,
     finisher: &Finisher,
 ) {
     loop {
-        let current = topics.lock().expect("poisoned").clone();
+        let current = ready_topics.lock().expect("poisoned").clone();
         let mut took_any = false;
         for topic in &current {
             let permit = tokio::select! {
@@ -106,7 +133,7 @@ async fn take_loop(
                         Taken::Run { delivery, lease } => {
                             deliver(state, finisher, delivery, lease, permit).await
                         }
-                        Taken::Unreadable {
+                        Taken::Bury {
                             delivery,
                             lease,
                             error,
@@ -114,7 +141,7 @@ async fn take_loop(
                             drop(permit);
                             let buried = bury(&state, &finisher, &delivery, &lease, &error).await;
                             if let Err(error) = buried {
-                                tracing::warn!(job = delivery.id, %error, "could not bury an unreadable job");
+                                tracing::warn!(job = delivery.id, %error, "could not bury a job");
                             }
                         }
                     }
@@ -131,21 +158,16 @@ async fn take_loop(
     }
 }
 
-async fn all_topics(state: &AppState) -> AppResult<Vec<String>> {
-    let mut conn = state.redis.get().await?;
-    let mut topics: Vec<String> = redis::cmd("SMEMBERS")
-        .arg(state.keys.job_topics())
-        .query_async(&mut *conn)
-        .await?;
-    topics.extend(state.jobs.registered_topics());
-    topics.sort();
-    topics.dedup();
-    Ok(topics)
+/// What a promotion left in a topic.
+struct Promotion {
+    /// Jobs ready to take.
+    ready: i64,
+    /// When the topic needs promoting again; `None` when it has no pending job.
+    next_visit: Option<i64>,
 }
 
-async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
+async fn promote(state: &AppState, topic: &str, now: i64) -> AppResult<Promotion> {
     let keys = &state.keys;
-    let now = state.clock.now_ms();
     let mut conn = state.redis.get().await?;
     let moved: Vec<i64> = JOBS_PROMOTE
         .key(keys.jobs_delayed(topic))
@@ -156,16 +178,14 @@ async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
         .arg(PROMOTE_BATCH)
         .invoke_async(&mut *conn)
         .await?;
-    let (promoted, reclaimed) = (
-        moved.first().copied().unwrap_or(0),
-        moved.get(1).copied().unwrap_or(0),
-    );
+    let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
+    let (promoted, reclaimed) = (reply(0), reply(1));
     if promoted > 0 {
         metrics::counter!("engage_jobs_promoted_total", "topic" => topic.to_string())
             .increment(promoted as u64);
         let lag =
             metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => topic.to_string());
-        for run_at in moved.iter().skip(3) {
+        for run_at in moved.iter().skip(4) {
             lag.record((now - run_at).max(0) as f64 / 1000.0);
         }
     }
@@ -174,7 +194,10 @@ async fn promote(state: &AppState, topic: &str) -> AppResult<()> {
         metrics::counter!("engage_jobs_reclaimed_total", "topic" => topic.to_string())
             .increment(reclaimed as u64);
     }
-    Ok(())
+    Ok(Promotion {
+        ready: reply(2),
+        next_visit: moved.get(3).copied().filter(|at| *at >= 0),
+    })
 }
 
 /// A job handed out by a take, with the lease of this delivery.
@@ -183,9 +206,10 @@ enum Taken {
         delivery: Delivery,
         lease: String,
     },
-    /// Its stored JSON does not read as a job: it goes to `dead_job` as it is (the text in
-    /// its body) instead of failing the jobs taken with it.
-    Unreadable {
+    /// Goes to `dead_job` without running: its stored JSON does not read as a job (it is
+    /// kept as it is, the text in its body, instead of failing the jobs taken with it), or
+    /// it stalled more often than its topic allows.
+    Bury {
         delivery: Delivery,
         lease: String,
         error: String,
@@ -196,19 +220,19 @@ enum Taken {
 async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
     let keys = &state.keys;
     let lease = uuid::Uuid::new_v4().simple().to_string();
-    let visibility = state.jobs.policy(topic).visibility;
+    let policy = state.jobs.policy(topic);
     let mut conn = state.redis.get().await?;
     let taken: Vec<String> = JOBS_TAKE
         .key(keys.jobs_ready(topic))
         .key(keys.jobs_running(topic))
         .key(keys.job_pool(topic))
-        .arg(state.clock.now_ms() + visibility.as_millis() as i64)
+        .arg(state.clock.now_ms() + policy.visibility.as_millis() as i64)
         .arg(&lease)
         .arg(count)
         .invoke_async(&mut *conn)
         .await?;
     let taken = taken
-        .chunks_exact(4)
+        .chunks_exact(5)
         .map(|job| {
             let attempt = job[2].parse().unwrap_or(1);
             let delivery = |spec| Delivery {
@@ -218,18 +242,28 @@ async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Take
                 attempt,
             };
             let lease = job[3].clone();
+            let stalls: u32 = job[4].parse().unwrap_or(0);
             match serde_json::from_str::<JobSpec>(&job[1]) {
+                Ok(spec) if stalls > policy.max_stalls => Taken::Bury {
+                    delivery: delivery(spec),
+                    lease,
+                    error: format!(
+                        "stalled {stalls} times: each time its lease ran out before the \
+                         handler reported back (the process running it died, or lost Redis)"
+                    ),
+                },
                 Ok(spec) => Taken::Run {
                     delivery: delivery(spec),
                     lease,
                 },
-                Err(error) => Taken::Unreadable {
+                Err(error) => Taken::Bury {
                     delivery: delivery(JobSpec {
                         body: job[1].clone(),
                         run_at_ms: state.clock.now_ms(),
                         max_attempts: attempt,
                         callback_url: None,
                         created_at_ms: 0,
+                        seq: 0,
                     }),
                     lease,
                     error: format!("the stored job does not read as a job: {error}"),
@@ -250,11 +284,12 @@ async fn deliver(
     permit: OwnedSemaphorePermit,
 ) {
     let policy = state.jobs.policy(&delivery.topic);
-    let outcome = match tokio::time::timeout(policy.visibility, state.jobs.run(&delivery)).await {
+    let run = tokio::time::timeout(policy.timeout, state.jobs.run(&delivery));
+    let outcome = match holding_lease(&state, &delivery, &lease, policy.visibility, run).await {
         Ok(outcome) => outcome,
         Err(_) => Err(JobError::Retry(format!(
             "handler ran longer than {:?}",
-            policy.visibility
+            policy.timeout
         ))),
     };
     // The permit bounds running handlers; recording the outcome is not the handler's work,
@@ -289,9 +324,64 @@ async fn deliver(
         }
     };
     if let Err(error) = recorded {
-        // The lease runs out and the job is delivered again: nothing is lost.
+        // The lease runs out and the job is delivered again (a stall): nothing is lost.
         tracing::warn!(topic, job = delivery.id, %error, "could not record a job's outcome");
     }
+}
+
+/// Runs `work` while moving the delivery's visibility deadline forward every third of the
+/// visibility timeout. A lease found lost (the job was cancelled, or reclaimed after this
+/// process could not extend it in time) is left alone: the outcome will not be applied. A
+/// failed extension is tried again at the next third; one that never succeeds lets the job
+/// be delivered again, which is what the lease is for.
+async fn holding_lease<T>(
+    state: &AppState,
+    delivery: &Delivery,
+    lease: &str,
+    visibility: Duration,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut every = tokio::time::interval((visibility / 3).max(Duration::from_millis(10)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    let mut held = true;
+    loop {
+        tokio::select! {
+            outcome = &mut work => return outcome,
+            _ = every.tick(), if held => {
+                match extend(state, delivery, lease, visibility).await {
+                    Ok(still_held) => held = still_held,
+                    Err(error) => tracing::warn!(
+                        topic = delivery.topic,
+                        job = delivery.id,
+                        %error,
+                        "could not extend a job's lease"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the lease was this delivery's and now runs a whole visibility timeout from now.
+async fn extend(
+    state: &AppState,
+    delivery: &Delivery,
+    lease: &str,
+    visibility: Duration,
+) -> AppResult<bool> {
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let extended: i64 = JOBS_EXTEND
+        .key(keys.jobs_running(&delivery.topic))
+        .key(keys.job_pool(&delivery.topic))
+        .arg(state.clock.now_ms() + visibility.as_millis() as i64)
+        .arg(&delivery.id)
+        .arg(lease)
+        .invoke_async(&mut *conn)
+        .await?;
+    Ok(extended == 1)
 }
 
 /// How a delivery ended.
@@ -305,6 +395,9 @@ enum Outcome<'a> {
 struct Finish {
     topic: String,
     job_id: String,
+    /// The job's SQL row.
+    seq: i64,
+    attempt: u32,
     lease: String,
     outcome: &'static str,
     retry_at: i64,
@@ -314,7 +407,8 @@ struct Finish {
 
 /// Hands the ends of deliveries to [`finish_loop`], which records them many at a time: one
 /// script call per topic for all that queued meanwhile, every topic in one pipeline. One
-/// round trip per delivery was what bounded a burst of due jobs.
+/// round trip per delivery was what bounded a burst of due jobs. SQL's record follows in two
+/// statements per batch, after the deliveries heard back ([`Ended`]).
 #[derive(Clone)]
 struct Finisher(mpsc::Sender<Finish>);
 
@@ -345,6 +439,8 @@ impl Finisher {
             .send(Finish {
                 topic: delivery.topic.clone(),
                 job_id: delivery.id.clone(),
+                seq: delivery.spec.seq,
+                attempt: delivery.attempt,
                 lease: lease.to_string(),
                 outcome,
                 retry_at,
@@ -404,14 +500,72 @@ async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
             }
         }
         .await;
-        for (index, (_, ends)) in by_topic.into_iter().enumerate() {
+        let mut ended = Ended::default();
+        for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
             for (position, end) in ends.into_iter().enumerate() {
                 let result = match &applied {
                     Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
                     Err(error) => Err(error.clone()),
                 };
+                if matches!(result, Ok(true)) {
+                    ended.add(&topic, &end);
+                }
                 let _ = end.applied.send(result);
             }
+        }
+        ended.record(state).await;
+    }
+}
+
+/// What the applied ends of a batch change outside the topics' keys.
+#[derive(Default)]
+struct Ended {
+    /// SQL rows of jobs that are done or dead.
+    forgotten: Vec<i64>,
+    retries: Vec<pending::Retry>,
+    /// Each topic's earliest retry.
+    retry_visits: Vec<(String, i64)>,
+}
+
+impl Ended {
+    fn add(&mut self, topic: &str, end: &Finish) {
+        if end.outcome != "retry" {
+            self.forgotten.push(end.seq);
+            return;
+        }
+        self.retries.push(pending::Retry {
+            seq: end.seq,
+            run_at_ms: end.retry_at,
+            attempts: end.attempt,
+        });
+        match self.retry_visits.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, at)) => *at = (*at).min(end.retry_at),
+            None => self.retry_visits.push((topic.to_string(), end.retry_at)),
+        }
+    }
+
+    /// After the deliveries heard back: their ends are applied in Redis already, and
+    /// nothing here may hold them up.
+    async fn record(self, state: &AppState) {
+        // A retry may be due before the topic's next visit (which was at most the job's
+        // visibility deadline): the topic's visit moves to the earliest retry.
+        if let Err(error) = topics::index(state, &self.retry_visits).await {
+            tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
+        }
+        if self.forgotten.is_empty() && self.retries.is_empty() {
+            return;
+        }
+        let recorded: AppResult<()> = async {
+            let mut sql = state.db.pool.acquire().await?;
+            pending::forget(&mut sql, &self.forgotten).await?;
+            pending::record_retries(&mut sql, &self.retries).await
+        }
+        .await;
+        if let Err(error) = recorded {
+            // Rows left behind are of jobs Redis no longer holds as pending: verify names
+            // them, and a rebuild removes those the pool remembers as done (a dead one, or
+            // one forgotten meanwhile, would run again: delivery is at least once).
+            tracing::warn!(%error, jobs = self.forgotten.len() + self.retries.len(), "ends of jobs not recorded in SQL");
         }
     }
 }

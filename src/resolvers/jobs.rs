@@ -68,7 +68,8 @@ pub struct JobMutation;
 
 #[Object]
 impl JobMutation {
-    /// Adds a job due in `delaySeconds`; `JOB_EXISTS` if the topic has a job with this id.
+    /// Adds a job due in `delaySeconds`; `JOB_EXISTS` if the topic has a pending job with
+    /// this id (the id of a job that is done or cancelled may be used again).
     #[graphql(guard = "RoleGuard::admin()")]
     async fn schedule_job(&self, ctx: &Context<'_>, input: ScheduleJobInput) -> AppResult<Job> {
         if !(0..=MAX_DELAY_SECONDS).contains(&i64::from(input.delay_seconds)) {

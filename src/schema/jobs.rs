@@ -51,7 +51,7 @@ impl Job {
 
 #[derive(InputObject)]
 pub struct ScheduleJobInput {
-    /// Unique within the topic: 1 to 128 of A-Z a-z 0-9 _ - . :
+    /// Unique among the topic's pending jobs: 1 to 128 of A-Z a-z 0-9 _ - . :
     pub id: ID,
     /// 1 to 64 of A-Z a-z 0-9 _ - . :
     pub topic: String,
@@ -61,7 +61,8 @@ pub struct ScheduleJobInput {
     pub delay_seconds: i32,
     /// POSTed the body when due; its host must be on ENGAGE_CALLBACK_HOSTS.
     pub callback_url: Option<String>,
-    /// 1 to 25; default: the topic's retry ladder plus one.
+    /// 1 to 25; default: the topic's (one per step of its retry ladder, plus one, unless
+    /// the topic says otherwise).
     pub max_attempts: Option<i32>,
 }
 

@@ -9,8 +9,8 @@
 //! already hold order B, and B's row only fits the one-live-order-per-buyer index once A is
 //! settled. When A's settlement is in a batch another instance has not committed yet, B's
 //! batch waits (it is retried) rather than dropping B. Unpaid orders get their expiry job
-//! (the durable path; the request scheduled it already, best effort), and none if they were
-//! settled meanwhile.
+//! (the durable path: the job's SQL row commits with the order; the request scheduled it
+//! already, best effort), and none if they were settled meanwhile.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -91,7 +91,7 @@ impl StreamHandler for OrderArchive {
         }
         settle_orders(tx, &settled).await?;
         insert_orders(tx, &orders).await?;
-        super::ensure_expiries(&self.0, &created)
+        super::ensure_expiries(&self.0, tx, &created)
             .await
             .map_err(|error| HandleError::Unavailable(error.to_string()))
     }

@@ -6,6 +6,7 @@
 //!   in (the seed built keys inside Lua, which breaks Redis Cluster).
 //! - [`orders`]: payment, cancellation and expiry, mutually exclusive in one script.
 //! - [`archive`]: the order consumer that writes SQL (`stock > 0` guard, idempotent).
+//! - [`sweep`]: the backstop that expires overdue orders whose expiry job was lost.
 //!
 //! A voucher's keys and its shard's order stream share the hash tag `{sale:S}`,
 //! S = voucher id mod `ENGAGE_SALE_SHARDS`.
@@ -13,13 +14,13 @@
 pub mod archive;
 pub mod orders;
 pub mod recovery;
+pub mod sweep;
 
 pub use recovery::{stock_checks, StockCheck};
 
 use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use sqlx::Row;
 
 use crate::{
@@ -372,23 +373,34 @@ pub async fn remember_voucher_of(state: &AppState, order: &NewOrder) {
     }
 }
 
-/// Schedules the expiry of an unpaid order at its pay-by time; an existing job is fine.
-pub async fn schedule_expiry(state: &AppState, order: &NewOrder) -> AppResult<()> {
+/// The expiry job of an order: due at its pay-by time, its id the order's.
+fn expiry_job(state: &AppState, order: &NewOrder) -> NewJob {
     let delay = (order.pay_by_ms - state.clock.now_ms()).max(0) as u64;
-    let job = NewJob {
+    NewJob {
         id: order.order_id.to_string(),
         topic: EXPIRY_TOPIC.into(),
         body: serde_json::json!({ "order": order.order_id, "voucher": order.voucher_id })
             .to_string(),
         delay: Duration::from_millis(delay),
+        // The topic's policy (orders::register_expiry) gives it its attempts.
         max_attempts: None,
         callback_url: None,
-    };
-    match jobs::schedule(state, job).await {
+    }
+}
+
+/// An expiry job that exists already is as good as a new one.
+fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
+    match answer {
         Ok(_) => Ok(()),
         Err(error) if error.code() == ErrorCode::JobExists => Ok(()),
         Err(error) => Err(error),
     }
+}
+
+/// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
+/// record (the order consumer records the job with the order); an existing job is fine.
+pub async fn schedule_expiry(state: &AppState, order: &NewOrder) -> AppResult<()> {
+    scheduled_or_pending(jobs::schedule_ahead_of_record(state, expiry_job(state, order)).await)
 }
 
 /// Takes the expiry job of a settled order off the delay queue (otherwise it would wait
@@ -401,20 +413,39 @@ pub async fn cancel_expiry(state: &AppState, order_id: i64) {
 }
 
 /// Makes sure each order still unpaid has its expiry job, and that no job is left for an
-/// order settled meanwhile. The jobs are scheduled first and the orders' status read
+/// order settled meanwhile. An order settled already gets none; the jobs of the others are
+/// scheduled in one batch, their SQL rows written through `sql` (the order consumer's
+/// transaction, which commits them with the orders), and the orders' status read again
 /// after: a settlement came either before that read (seen here: its job is cancelled) or
 /// after the job existed (and its settler cancels it), so no interleaving leaves one behind.
-pub async fn ensure_expiries(state: &AppState, orders: &[NewOrder]) -> AppResult<()> {
-    /// Expiry jobs scheduled at once.
-    const IN_FLIGHT: usize = 32;
-    if orders.is_empty() {
+pub async fn ensure_expiries(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    orders: &[NewOrder],
+) -> AppResult<()> {
+    let unpaid = unsettled(state, orders).await?;
+    if unpaid.is_empty() {
         return Ok(());
     }
-    let mut scheduled = futures::stream::iter(orders.iter().copied())
-        .map(|order| async move { schedule_expiry(state, &order).await })
-        .buffer_unordered(IN_FLIGHT);
-    while let Some(result) = scheduled.next().await {
-        result?;
+    let jobs = unpaid
+        .iter()
+        .map(|order| expiry_job(state, order))
+        .collect();
+    for answer in jobs::schedule_in(state, sql, jobs).await? {
+        scheduled_or_pending(answer)?;
+    }
+    let still_unpaid = unsettled(state, &unpaid).await?;
+    for order in unpaid.iter().filter(|order| !still_unpaid.contains(order)) {
+        jobs::cancel_in(state, sql, EXPIRY_TOPIC, &order.order_id.to_string()).await?;
+    }
+    Ok(())
+}
+
+/// The orders that Redis does not hold as settled (unpaid ones, and unknown ones: their
+/// expiry job finds nothing to do), in one round trip.
+async fn unsettled(state: &AppState, orders: &[NewOrder]) -> AppResult<Vec<NewOrder>> {
+    if orders.is_empty() {
+        return Ok(Vec::new());
     }
     let mut pipe = redis::pipe();
     for order in orders {
@@ -430,14 +461,15 @@ pub async fn ensure_expiries(state: &AppState, orders: &[NewOrder]) -> AppResult
         let mut conn = state.redis.get().await?;
         pipe.query_async(&mut *conn).await?
     };
-    let settled = orders.iter().zip(statuses).filter(|(_, status)| {
-        status
-            .as_deref()
-            .and_then(OrderStatus::parse)
-            .is_some_and(|status| status != OrderStatus::Unpaid)
-    });
-    for (order, _) in settled {
-        cancel_expiry(state, order.order_id).await;
-    }
-    Ok(())
+    Ok(orders
+        .iter()
+        .zip(statuses)
+        .filter(|(_, status)| {
+            status
+                .as_deref()
+                .and_then(OrderStatus::parse)
+                .is_none_or(|status| status == OrderStatus::Unpaid)
+        })
+        .map(|(order, _)| *order)
+        .collect())
 }

@@ -297,21 +297,50 @@ impl JobHandler for ExpireOrder {
         else {
             return Err(JobError::Permanent("body lacks order or voucher".into()));
         };
-        match settle(&self.0, voucher, order, OrderStatus::Expired, None).await {
-            Ok(_) => Ok(()),
-            Err(error) if error.code() == ErrorCode::NotFound => Ok(()), // nothing left to expire
-            Err(error) => Err(JobError::Retry(error.to_string())),
-        }
+        expire(&self.0, voucher, order)
+            .await
+            .map(drop)
+            .map_err(|error| JobError::Retry(error.to_string()))
     }
 }
 
+/// What [`expire`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    Expired,
+    /// Paid, cancelled or expired before.
+    Settled,
+    /// Redis does not know the order: nothing there to expire.
+    Unknown,
+}
+
+/// Expires an order if it is still unpaid and its pay-by time has passed (`NOT_STARTED`
+/// before). The one path of the expiry job and of the sweep ([`super::sweep`]).
+pub async fn expire(state: &AppState, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
+    match settle(state, voucher_id, order_id, OrderStatus::Expired, None).await {
+        Ok((true, _)) => Ok(Expiry::Expired),
+        Ok((false, _)) => Ok(Expiry::Settled),
+        Err(error) if error.code() == ErrorCode::NotFound => Ok(Expiry::Unknown),
+        Err(error) => Err(error),
+    }
+}
+
+/// Retries of an expiry job: an early delivery (a clock ahead) or a Redis that was away is
+/// retried within seconds, then every 10 minutes, 25 attempts in all (over three hours; the
+/// seed's 3 attempts in 6 seconds let a short outage lose an expiry). After that the job is
+/// in `dead_job`, and the sweep still expires the order.
+const EXPIRY_LADDER_SECONDS: [u64; 6] = [1, 5, 30, 60, 300, 600];
+const EXPIRY_ATTEMPTS: u32 = 25;
+
+/// Registers the expiry job's handler and retry policy. Before any consumer starts: the
+/// order consumer schedules expiry jobs with the topic's attempts.
 pub fn register_expiry(state: &AppState) {
     let mut policy = state.jobs.policy(EXPIRY_TOPIC);
-    // An early delivery (a clock ahead) is retried soon, not on the long ladder.
-    policy.ladder = vec![
-        std::time::Duration::from_secs(1),
-        std::time::Duration::from_secs(5),
-    ];
+    policy.ladder = EXPIRY_LADDER_SECONDS
+        .iter()
+        .map(|seconds| std::time::Duration::from_secs(*seconds))
+        .collect();
+    policy.attempts = Some(EXPIRY_ATTEMPTS);
     state.jobs.register(
         EXPIRY_TOPIC,
         Arc::new(ExpireOrder(state.clone())),

@@ -9,6 +9,7 @@ use std::{
 
 use engage::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob, TopicPolicy};
 use serde_json::{json, Value};
+use sqlx::Row;
 use tokio::sync::Notify;
 
 use crate::harness::{first_code, TestApp};
@@ -58,10 +59,10 @@ fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
 }
 
 fn policy(ladder: &[u64], visibility_ms: u64) -> Option<TopicPolicy> {
-    Some(TopicPolicy {
-        ladder: ladder.iter().map(|s| Duration::from_secs(*s)).collect(),
-        visibility: Duration::from_millis(visibility_ms),
-    })
+    Some(TopicPolicy::new(
+        ladder.iter().map(|s| Duration::from_secs(*s)).collect(),
+        Duration::from_millis(visibility_ms),
+    ))
 }
 
 async fn until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -147,12 +148,12 @@ async fn ten_thousand_jobs_due_together_are_delivered_once_by_two_instances() {
     );
 }
 
-struct DiesOnFirstAttempt(Recorder);
+struct DiesOnFirstDelivery(Recorder, std::sync::atomic::AtomicBool);
 
 #[async_trait::async_trait]
-impl JobHandler for DiesOnFirstAttempt {
+impl JobHandler for DiesOnFirstDelivery {
     async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
-        if delivery.attempt == 1 {
+        if !self.1.swap(true, std::sync::atomic::Ordering::SeqCst) {
             // The worker's task ends mid-job without a word, as a crash would end it.
             panic!("worker killed mid-job");
         }
@@ -166,7 +167,7 @@ async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadlin
     let recorder = Recorder::default();
     app.state.jobs.register(
         "fragile",
-        Arc::new(DiesOnFirstAttempt(recorder.clone())),
+        Arc::new(DiesOnFirstDelivery(recorder.clone(), Default::default())),
         policy(&[60], 1000),
     );
     let started = Instant::now();
@@ -183,8 +184,8 @@ async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadlin
     );
     assert_eq!(
         recorder.deliveries.lock().unwrap()["f1"][0].0,
-        2,
-        "the second attempt"
+        1,
+        "a delivery that stalled used no attempt"
     );
 }
 
@@ -606,4 +607,470 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
         "{dead}"
     );
     assert_eq!(recorder.count("garbled"), 0);
+}
+
+/// Polls a job (without GraphQL, so no rate limit) until `done` holds for it; its view then.
+async fn job_when(
+    app: &TestApp,
+    topic: &str,
+    id: &str,
+    timeout: Duration,
+    done: impl Fn(&jobs::JobView) -> bool,
+) -> jobs::JobView {
+    let started = Instant::now();
+    loop {
+        let view = jobs::find(&app.state, topic, id).await.unwrap();
+        match view {
+            Some(view) if done(&view) => return view,
+            view => assert!(
+                started.elapsed() < timeout,
+                "{topic}/{id} not as expected within {timeout:?}: {view:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ends its process mid-job on every delivery, as a handler that crashes it would.
+struct CrashesItsProcess(Recorder);
+
+#[async_trait::async_trait]
+impl JobHandler for CrashesItsProcess {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.0.handle(delivery).await?;
+        panic!("the process running this job died");
+    }
+}
+
+#[tokio::test]
+async fn a_job_whose_handler_crashes_its_process_is_dead_lettered_after_max_stalled_deliveries() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    let mut crashing = policy(&[1], 300).unwrap();
+    crashing.max_stalls = 2;
+    app.state.jobs.register(
+        "crashing",
+        Arc::new(CrashesItsProcess(recorder.clone())),
+        Some(crashing),
+    );
+    jobs::schedule(&app.state, job("c1", "crashing", Duration::ZERO))
+        .await
+        .unwrap();
+    let dead = job_when(&app, "crashing", "c1", Duration::from_secs(10), |job| {
+        job.status == jobs::JobStatus::Dead
+    })
+    .await;
+    assert!(
+        dead.last_error.as_deref().unwrap().contains("stalled"),
+        "{dead:?}"
+    );
+    assert_eq!(dead.attempts, 1, "stalls use no attempt: {dead:?}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let deliveries = recorder.deliveries.lock().unwrap()["c1"].clone();
+    assert_eq!(
+        deliveries.iter().map(|d| d.0).collect::<Vec<_>>(),
+        [1, 1, 1],
+        "the first delivery and two after a stall, each the first attempt; none after"
+    );
+}
+
+/// Takes longer than its topic's visibility timeout.
+struct Slow(Recorder, Duration);
+
+#[async_trait::async_trait]
+impl JobHandler for Slow {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.0.handle(delivery).await?;
+        tokio::time::sleep(self.1).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_handler_that_runs_longer_than_the_visibility_timeout_is_delivered_once() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state.jobs.register(
+        "slow",
+        Arc::new(Slow(recorder.clone(), Duration::from_millis(2500))),
+        policy(&[1], 600),
+    );
+    jobs::schedule(&app.state, job("s1", "slow", Duration::ZERO))
+        .await
+        .unwrap();
+    let done = job_when(&app, "slow", "s1", Duration::from_secs(6), |job| {
+        job.status == jobs::JobStatus::Done
+    })
+    .await;
+    assert_eq!(done.attempts, 1, "{done:?}");
+    assert_eq!(recorder.count("s1"), 1, "delivered once");
+}
+
+#[tokio::test]
+async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one_cannot() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("again", Arc::new(recorder.clone()), None);
+    jobs::schedule(&app.state, job("done", "again", Duration::ZERO))
+        .await
+        .unwrap();
+    until("ran", Duration::from_secs(5), || {
+        recorder.count("done") == 1
+    })
+    .await;
+    job_when(&app, "again", "done", Duration::from_secs(5), |job| {
+        job.status == jobs::JobStatus::Done
+    })
+    .await;
+    jobs::schedule(
+        &app.state,
+        job("cancelled", "again", Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    assert!(jobs::cancel(&app.state, "again", "cancelled")
+        .await
+        .unwrap());
+
+    for id in ["done", "cancelled"] {
+        let view = jobs::schedule(&app.state, job(id, "again", Duration::ZERO))
+            .await
+            .unwrap_or_else(|e| panic!("{id} scheduled again: {e}"));
+        assert_eq!((view.status, view.attempts), (jobs::JobStatus::Delayed, 0));
+    }
+    until("each ran again", Duration::from_secs(5), || {
+        recorder.count("done") == 2 && recorder.count("cancelled") == 1
+    })
+    .await;
+    assert_eq!(
+        recorder.deliveries.lock().unwrap()["done"][1].0,
+        1,
+        "attempts start over"
+    );
+
+    jobs::schedule(&app.state, job("waiting", "again", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let twice = jobs::schedule(&app.state, job("waiting", "again", Duration::ZERO)).await;
+    assert_eq!(
+        twice.map(|_| ()).unwrap_err().code(),
+        engage::error::ErrorCode::JobExists
+    );
+}
+
+/// Whether any key of the jobs' shared slot still names `topic` (a set or zset member, a hash field).
+async fn topic_kept(app: &TestApp, topic: &str) -> bool {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{}{{jobs}}:*", app.state.keys.prefix());
+    for key in crate::harness::scan(&mut conn, &pattern).await {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let kept: bool = match kind.as_str() {
+            "set" => redis::cmd("SISMEMBER")
+                .arg(&key)
+                .arg(topic)
+                .query_async(&mut conn)
+                .await
+                .unwrap(),
+            "zset" => redis::cmd("ZSCORE")
+                .arg(&key)
+                .arg(topic)
+                .query_async::<Option<f64>>(&mut conn)
+                .await
+                .unwrap()
+                .is_some(),
+            "hash" => redis::cmd("HEXISTS")
+                .arg(&key)
+                .arg(topic)
+                .query_async(&mut conn)
+                .await
+                .unwrap(),
+            _ => false,
+        };
+        if kept {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_topic_whose_jobs_all_ended_is_no_longer_kept_or_walked() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("once", Arc::new(recorder.clone()), None);
+    jobs::schedule(&app.state, job("o1", "once", Duration::ZERO))
+        .await
+        .unwrap();
+    jobs::schedule(&app.state, job("o2", "later", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    until("ran", Duration::from_secs(5), || recorder.count("o1") == 1).await;
+    for _ in 0..100 {
+        if !topic_kept(&app, "once").await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !topic_kept(&app, "once").await,
+        "a topic with no pending job is dropped"
+    );
+    assert!(
+        topic_kept(&app, "later").await,
+        "a topic with a pending job is kept"
+    );
+}
+
+/// A topic's rows of `pending_job`: (id, run at, attempts, seq), by id.
+async fn pending_rows(app: &TestApp, topic: &str) -> Vec<(String, i64, i64, i64)> {
+    sqlx::query(
+        "SELECT job_id, run_at_ms, attempts, seq FROM pending_job WHERE topic = $1 ORDER BY job_id",
+    )
+    .bind(topic)
+    .fetch_all(&app.state.db.pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| {
+        (
+            row.get("job_id"),
+            row.get("run_at_ms"),
+            row.get("attempts"),
+            row.get("seq"),
+        )
+    })
+    .collect()
+}
+
+/// Fails the job "retried", succeeds the others.
+struct FailsOne(Recorder);
+
+#[async_trait::async_trait]
+impl JobHandler for FailsOne {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.0.handle(delivery).await?;
+        match delivery.id.as_str() {
+            "retried" => Err(JobError::Retry("try later".into())),
+            "dies" => Err(JobError::Permanent("cannot ever work".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state.jobs.register(
+        "kept",
+        Arc::new(FailsOne(recorder.clone())),
+        policy(&[600], 30_000),
+    );
+    let now = app.state.clock.now_ms();
+    for (id, delay) in [
+        ("runs", 0),
+        ("retried", 0),
+        ("dies", 0),
+        ("cancelled", 60),
+        ("waits", 60),
+    ] {
+        jobs::schedule(&app.state, job(id, "kept", Duration::from_secs(delay)))
+            .await
+            .unwrap();
+    }
+    let rows = pending_rows(&app, "kept").await;
+    let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(ids, ["cancelled", "dies", "retried", "runs", "waits"]);
+    assert!(rows.iter().all(|r| r.1 >= now && r.2 == 0), "{rows:?}");
+    let first_seq = rows[3].3;
+
+    assert!(jobs::cancel(&app.state, "kept", "cancelled").await.unwrap());
+    until("each due job ran", Duration::from_secs(5), || {
+        ["runs", "retried", "dies"]
+            .iter()
+            .all(|id| recorder.count(id) == 1)
+    })
+    .await;
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        rows = pending_rows(&app, "kept").await;
+        if rows.len() == 2 && rows[0].2 == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["retried", "waits"],
+        "done, dead and cancelled jobs left"
+    );
+    let retried = &rows[0];
+    assert_eq!(retried.2, 1, "a retry records its attempts");
+    assert!(retried.1 >= now + 600_000, "and its due time: {retried:?}");
+
+    // The id of a job that ended is scheduled again with a row of its own.
+    jobs::schedule(&app.state, job("runs", "kept", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let again = pending_rows(&app, "kept").await;
+    let runs = again.iter().find(|r| r.0 == "runs").unwrap();
+    assert!(runs.3 != first_seq && runs.2 == 0, "{again:?}");
+}
+
+#[tokio::test]
+async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
+    let app = TestApp::spawn().await;
+    app.state.db.pool.close().await;
+    let refused = jobs::schedule(&app.state, job("j1", "nosql", Duration::ZERO)).await;
+    assert_eq!(
+        refused.map(|_| ()).unwrap_err().code(),
+        engage::error::ErrorCode::Unavailable
+    );
+    let mut conn = app.state.redis.get().await.unwrap();
+    let pooled: bool = redis::cmd("HEXISTS")
+        .arg(app.state.keys.job_pool("nosql"))
+        .arg("j1")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert!(!pooled, "Redis holds no job that SQL does not");
+}
+
+/// Deletes every key of this app's prefix, as a Redis that lost its data would have none.
+async fn lose_redis(app: &TestApp) {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{}*", app.state.keys.prefix());
+    for key in crate::harness::scan(&mut conn, &pattern).await {
+        let () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+async fn rebuild_jobs(app: &TestApp) {
+    let run = engage::recovery::Rebuild::hidden(&app.state, "delayed jobs");
+    jobs::recovery::rebuild(&run).await.unwrap();
+}
+
+#[tokio::test]
+async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    for topic in ["rebuilt-a", "rebuilt-b"] {
+        app.state
+            .jobs
+            .register(topic, Arc::new(recorder.clone()), None);
+    }
+    jobs::schedule(&app.state, job("ran", "rebuilt-a", Duration::ZERO))
+        .await
+        .unwrap();
+    until("ran", Duration::from_secs(5), || recorder.count("ran") == 1).await;
+    for (id, topic, delay) in [
+        ("a1", "rebuilt-a", 30),
+        ("a2", "rebuilt-a", 30),
+        ("b1", "rebuilt-b", 90),
+        ("gone", "rebuilt-b", 30),
+    ] {
+        jobs::schedule(&app.state, job(id, topic, Duration::from_secs(delay)))
+            .await
+            .unwrap();
+    }
+    assert!(jobs::cancel(&app.state, "rebuilt-b", "gone").await.unwrap());
+    let before = jobs::recovery::verify(&app.state).await.unwrap();
+    assert!(before.is_clean(), "{before:?}");
+
+    lose_redis(&app).await;
+    let lost = jobs::recovery::verify(&app.state).await.unwrap();
+    assert_eq!(lost.drifted, 3, "{lost:?}");
+    assert!(
+        lost.examples
+            .iter()
+            .any(|e| e.contains("a1") && e.contains("not in Redis")),
+        "{lost:?}"
+    );
+
+    rebuild_jobs(&app).await;
+    let rebuilt = jobs::recovery::verify(&app.state).await.unwrap();
+    assert!(rebuilt.is_clean(), "{rebuilt:?}");
+    assert_eq!(rebuilt.checked, 5, "three jobs and two topics: {rebuilt:?}");
+    // Starting over (no cursor) leaves the pending jobs alone.
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = redis::cmd("DEL")
+        .arg(app.state.keys.recovery_cursors())
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    rebuild_jobs(&app).await;
+    assert!(jobs::recovery::verify(&app.state).await.unwrap().is_clean());
+
+    app.state.clock.advance(chrono::Duration::seconds(31));
+    until("a1 and a2 ran", Duration::from_secs(5), || {
+        recorder.count("a1") == 1 && recorder.count("a2") == 1
+    })
+    .await;
+    assert_eq!(recorder.count("b1"), 0, "not before its time");
+    app.state.clock.advance(chrono::Duration::seconds(60));
+    until("b1 ran", Duration::from_secs(5), || {
+        recorder.count("b1") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (
+            recorder.count("ran"),
+            recorder.count("gone"),
+            recorder.total()
+        ),
+        (1, 0, 4),
+        "each job ran once; the ended ones not again"
+    );
+}
+
+#[tokio::test]
+async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_again() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.state
+        .jobs
+        .register("ended", Arc::new(recorder.clone()), None);
+    jobs::schedule(&app.state, job("e1", "ended", Duration::ZERO))
+        .await
+        .unwrap();
+    let rows = pending_rows(&app, "ended").await;
+    job_when(&app, "ended", "e1", Duration::from_secs(5), |job| {
+        job.status == jobs::JobStatus::Done
+    })
+    .await;
+    // The row comes back, as when the ending's SQL write failed.
+    sqlx::query(
+        "INSERT INTO pending_job (topic, job_id, seq, body, run_at_ms, attempts, max_attempts, \
+         created_at_ms) VALUES ('ended', 'e1', $1, '{}', $2, 0, 10, $2)",
+    )
+    .bind(rows[0].3)
+    .bind(rows[0].1)
+    .execute(&app.state.db.pool)
+    .await
+    .unwrap();
+    let stale = jobs::recovery::verify(&app.state).await.unwrap();
+    assert_eq!(stale.drifted, 1, "{stale:?}");
+
+    rebuild_jobs(&app).await;
+    assert!(jobs::recovery::verify(&app.state).await.unwrap().is_clean());
+    assert!(pending_rows(&app, "ended").await.is_empty());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(recorder.count("e1"), 1, "not run again");
 }

@@ -246,6 +246,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
 
     let lost = drifted(&app).await;
     for feature in [
+        "delayed jobs",
         "likes",
         "sign-in calendars",
         "season boards",
@@ -314,7 +315,15 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         "{again}"
     );
 
-    // The unpaid order is still payable.
+    // The unpaid order's expiry job is back on the delay queue, and the order payable.
+    let job = app
+        .data(
+            Some(&app.admin_token()),
+            "query($id: ID!) { job(topic: \"order-expiry\", id: $id) { status } }",
+            json!({ "id": seeded.orders[0].1 }),
+        )
+        .await;
+    assert_eq!(job["job"]["status"], "DELAYED", "{job}");
     let paid = app
         .data(
             Some(&app.user_token(4)),

@@ -477,7 +477,8 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
             created_at_ms: app.state.clock.now_ms(),
             pay_by_ms: app.state.clock.now_ms() + 86_400_000,
         };
-        engage::vouchers::ensure_expiries(&app.state, &[late])
+        let mut sql = app.state.db.pool.acquire().await.unwrap();
+        engage::vouchers::ensure_expiries(&app.state, &mut sql, &[late])
             .await
             .unwrap();
         assert_eq!(pending_expiry(&app, &order).await, None, "{field}, late");
@@ -660,4 +661,120 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
     let a: i64 = settled[1].1.parse().unwrap();
     let (_, _, _, a) = archived_order(&app, a).await;
     assert_eq!(a, "CANCELLED");
+}
+
+#[tokio::test]
+async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 1, 600).await;
+    let order = app
+        .data(Some(&app.user_token(80)), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let topic = engage::vouchers::EXPIRY_TOPIC;
+    let job = engage::jobs::find(&app.state, topic, &order)
+        .await
+        .unwrap()
+        .expect("the order's expiry job");
+    let policy = app.state.jobs.policy(topic);
+    let retrying: Duration = (1..job.max_attempts)
+        .map(|attempt| policy.retry_delay(attempt))
+        .sum();
+    assert!(
+        retrying >= Duration::from_secs(3 * 3600),
+        "{} attempts over {retrying:?}",
+        job.max_attempts
+    );
+}
+
+async fn sql_status(app: &TestApp, order: &str) -> String {
+    sqlx::query("SELECT status FROM orders WHERE id = $1")
+        .bind(order.parse::<i64>().unwrap())
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get("status")
+}
+
+#[tokio::test]
+async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after_pay_by() {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.order_sweep_seconds = 1;
+    })
+    .await;
+    let voucher = voucher(&app, 1, 60).await;
+    let token = app.user_token(90);
+    let order = app
+        .data(Some(&token), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    consistent(&app).await;
+    assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
+    // Redis loses the job (and nothing rebuilds it).
+    let mut conn = app.state.redis.get().await.unwrap();
+    let () = redis::cmd("ZREM")
+        .arg(app.state.keys.jobs_delayed(engage::vouchers::EXPIRY_TOPIC))
+        .arg(&order)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    forget_job(&app, &order).await;
+    assert_eq!(pending_expiry(&app, &order).await, None);
+
+    // Just past pay-by the order is left to its job a little longer.
+    app.state.clock.advance(chrono::Duration::seconds(61));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(sql_status(&app, &order).await, "UNPAID");
+
+    app.state.clock.advance(chrono::Duration::seconds(60));
+    crate::harness::eventually(async || sql_status(&app, &order).await == "EXPIRED").await;
+    consistent(&app).await;
+    assert_eq!(
+        app.data(Some(&token), SECKILL, json!({ "v": voucher }))
+            .await["seckillVoucher"]["status"],
+        "UNPAID",
+        "the stock came back and the buyer may buy again"
+    );
+}
+
+#[tokio::test]
+async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 5, 600).await;
+    let mut orders = Vec::new();
+    for buyer in 0..3 {
+        let order = app
+            .data(
+                Some(&app.user_token(95 + buyer)),
+                SECKILL,
+                json!({ "v": voucher }),
+            )
+            .await["seckillVoucher"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        orders.push(order);
+    }
+    consistent(&app).await;
+    let rows: Vec<String> = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1")
+        .bind(engage::vouchers::EXPIRY_TOPIC)
+        .fetch_all(&app.state.db.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get("job_id"))
+        .collect();
+    orders.sort();
+    let mut rows = rows;
+    rows.sort();
+    assert_eq!(rows, orders, "each unpaid order's expiry job has its row");
+    let report = engage::jobs::recovery::verify(&app.state).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
 }

@@ -1,0 +1,17 @@
+--[[
+  Moves the visibility deadline of a delivery that is still running, so that a handler
+  longer than the visibility timeout keeps its job. Only the delivery holding the lease may:
+  a job cancelled or reclaimed meanwhile is not touched.
+
+  Input:
+    KEYS[1] in-flight zset   {jobs:<topic>}:running   score = visibility deadline, ms
+    KEYS[2] job pool hash    {jobs:<topic>}:pool
+    ARGV[1] new deadline, epoch ms   ARGV[2] job id   ARGV[3] lease token
+
+  Output: 1 extended, 0 the lease is no longer this delivery's
+]]
+if redis.call('HGET', KEYS[2], ARGV[2] .. '/lease') ~= ARGV[3] then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[2])
+return 1
