@@ -411,13 +411,16 @@ async fn verify(
     Ok(None)
 }
 
+/// Board members with their scores, in rank order.
+type Members = Vec<(String, f64)>;
+
 /// Whether the live board still equals its snapshot, member by member (read in chunks).
 async fn unchanged_since_snapshot(state: &AppState, season: Month) -> AppResult<bool> {
     let (live, snapshot) = (state.keys.season_board(season), snapshot_key(state, season));
     let mut from = 0;
     loop {
         let mut conn = state.redis.get().await?;
-        let (a, b): (Vec<(String, f64)>, Vec<(String, f64)>) = redis::pipe()
+        let (a, b): (Members, Members) = redis::pipe()
             .cmd("ZRANGE")
             .arg(&live)
             .arg(from)
