@@ -60,6 +60,10 @@ async fn main() -> anyhow::Result<()> {
 async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
     let seeded = Instant::now();
     let rows = seed(state, args).await?;
+    if state.db.backend == engage::db::Backend::Postgres {
+        // As autovacuum would have long done on a database in service.
+        sqlx::query("ANALYZE").execute(&state.db.pool).await?;
+    }
     eprintln!(
         "seeded {rows} rows in {:.1} s",
         seeded.elapsed().as_secs_f64()
