@@ -292,7 +292,9 @@ pub async fn next_ids(
     after: i64,
     limit: usize,
 ) -> AppResult<Vec<i64>> {
-    let page = (limit * 8).max(1024);
+    // Pages start at the chunk's size (one row per id reads no more than it needs) and
+    // double while ids have many rows each.
+    let mut page = limit.max(1);
     let sql = format!(
         "SELECT {column} AS id FROM {table} WHERE {scope} AND {column} > $1 \
          ORDER BY {column} LIMIT $2"
@@ -314,8 +316,14 @@ pub async fn next_ids(
                 ids.push(id);
             }
         }
+        if ids.len() == limit {
+            return Ok(ids);
+        }
         match ids.last() {
-            Some(&last) if rows.len() == page => cursor = last,
+            Some(&last) if rows.len() == page => {
+                cursor = last;
+                page = (page * 2).min(limit.max(1) * 64);
+            }
             _ => return Ok(ids),
         }
     }

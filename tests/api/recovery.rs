@@ -407,3 +407,40 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
         "{found:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_starts_over() {
+    let app = unlimited().await;
+    seed(&app).await;
+    settled(&app).await;
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let signed = async |user: i64| {
+        app.data(Some(&app.user_token(user)), CALENDAR, json!({}))
+            .await["signCalendar"]["signedDays"]
+            .clone()
+    };
+
+    // A run that stopped after the calendars of users 1 to 3.
+    let _: i64 = redis::cmd("HSET")
+        .arg(app.state.keys.recovery_cursors())
+        .arg("sign-in calendars/")
+        .arg(3)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    assert_eq!(signed(2).await, 0, "not redone");
+    assert_eq!(signed(5).await, 11, "done by the run that went on");
+
+    // The run finished: the next one starts over.
+    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    assert_eq!(signed(2).await, 11);
+    assert_eq!(drifted(&app).await, Vec::<String>::new());
+}

@@ -460,8 +460,7 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
         assert!(settled[field]["status"].is_string(), "{settled}");
         // The order consumer may be scheduling the job of the order it archives while the
         // order is settled; it then finds the order settled and takes the job off again.
-        crate::harness::eventually(async || pending_expiry(&app, &order).await.is_none())
-            .await;
+        crate::harness::eventually(async || pending_expiry(&app, &order).await.is_none()).await;
         // Once it has caught up, it does not bring the job back.
         consistent(&app).await;
         assert_eq!(
