@@ -444,3 +444,60 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
     assert_eq!(signed(2).await, 11);
     assert_eq!(drifted(&app).await, Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
+    let app = std::sync::Arc::new(unlimited().await);
+    seed(&app).await;
+    settled(&app).await;
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // Awards keep coming from four clients before, during and after the rebuild (some are
+    // held back while it catches up).
+    let service = app.token(900, engage::auth::Role::Service);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let (app, service, stop) = (app.clone(), service.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut awarded = 0;
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    awarded += app
+                        .data(
+                            Some(&service),
+                            "mutation($u: ID!, $k: String!) { awardPoints(userId: $u, type: NOTE, points: 1, idempotencyKey: $k) { awarded } }",
+                            json!({ "u": (1000 + client * 100_000 + n).to_string(), "k": "race" }),
+                        )
+                        .await["awardPoints"]["awarded"]
+                        .as_i64()
+                        .unwrap();
+                }
+                awarded
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut awarded = 0;
+    for client in clients {
+        awarded += client.await.unwrap();
+    }
+    assert!(awarded > 0);
+    settled(&app).await;
+    assert_eq!(
+        drifted(&app).await,
+        Vec::<String>::new(),
+        "{awarded} awarded meanwhile"
+    );
+}
