@@ -72,7 +72,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
     println!("| step | figure | time |");
     println!("|---|---|---|");
     let started = Instant::now();
-    let reports = engage::recovery::verify(state).await?;
+    let reports = engage::recovery::features::verify(state).await?;
     let drifted: u64 = reports.iter().map(|r| r.drifted).sum();
     anyhow::ensure!(drifted > 0, "verify found no drift on an empty Redis");
     println!(
@@ -81,7 +81,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     let started = Instant::now();
-    let rebuilt = engage::recovery::rebuild(state, false).await?;
+    let rebuilt = engage::recovery::features::rebuild(state, false).await?;
     let took = started.elapsed();
     for feature in rebuilt.iter().filter(|f| f.written > 0) {
         println!(
@@ -97,7 +97,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         took.as_secs_f64()
     );
     let started = Instant::now();
-    let reports = engage::recovery::verify(state).await?;
+    let reports = engage::recovery::features::verify(state).await?;
     let drifted: Vec<_> = reports.iter().filter(|r| !r.is_clean()).collect();
     anyhow::ensure!(drifted.is_empty(), "drift after the rebuild: {drifted:?}");
     println!(

@@ -124,7 +124,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Verify => {
             let state = Services::start(config).await?;
-            let reports = recovery::verify(&state)
+            let reports = recovery::features::verify(&state)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut drifted = 0;
@@ -146,7 +146,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Rebuild => {
             let state = Services::start(config).await?;
-            let rebuilt = recovery::rebuild(&state, true)
+            let rebuilt = recovery::features::rebuild(&state, true)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             for feature in &rebuilt {

@@ -46,7 +46,7 @@ async fn settled(app: &TestApp) {
 
 /// Features `verify` finds drift in.
 async fn drifted(app: &TestApp) -> Vec<String> {
-    engage::recovery::verify(&app.state)
+    engage::recovery::features::verify(&app.state)
         .await
         .expect("verify runs")
         .into_iter()
@@ -262,7 +262,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         );
     }
 
-    engage::recovery::rebuild(&app.state, false)
+    engage::recovery::features::rebuild(&app.state, false)
         .await
         .expect("rebuild");
     assert_eq!(
@@ -273,7 +273,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     assert_eq!(answers(&app, &seeded).await, before);
 
     // A second rebuild changes nothing.
-    engage::recovery::rebuild(&app.state, false)
+    engage::recovery::features::rebuild(&app.state, false)
         .await
         .expect("rebuild again");
     assert_eq!(answers(&app, &seeded).await, before);
@@ -389,7 +389,9 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     let found = drifted(&app).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("follows"), "{found:?}");
-    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    engage::recovery::features::rebuild(&app.state, false)
+        .await
+        .unwrap();
     assert_eq!(drifted(&app).await, Vec::<String>::new());
     let viewer = app.data(Some(&app.user_token(1)), VIEWER, json!({})).await;
     assert_eq!(viewer["viewer"]["followers"], 2);
@@ -435,12 +437,16 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
         .query_async(&mut conn)
         .await
         .unwrap();
-    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    engage::recovery::features::rebuild(&app.state, false)
+        .await
+        .unwrap();
     assert_eq!(signed(2).await, 0, "not redone");
     assert_eq!(signed(5).await, 11, "done by the run that went on");
 
     // The run finished: the next one starts over.
-    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    engage::recovery::features::rebuild(&app.state, false)
+        .await
+        .unwrap();
     assert_eq!(signed(2).await, 11);
     assert_eq!(drifted(&app).await, Vec::<String>::new());
 }
@@ -486,7 +492,9 @@ async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
         })
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    engage::recovery::rebuild(&app.state, false).await.unwrap();
+    engage::recovery::features::rebuild(&app.state, false)
+        .await
+        .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut awarded = 0;
