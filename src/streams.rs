@@ -79,6 +79,12 @@ impl StreamEntry {
         let (ms, seq) = self.id.split_once('-').unwrap_or((&self.id, "0"));
         (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
     }
+
+    /// The entry's place in its stream as one number, as SQL stores it (`event_order`).
+    pub fn event_order(&self) -> i64 {
+        let (ms, seq) = self.id_parts();
+        event_order((ms as u64, seq as u64))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -467,6 +473,12 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// A stream position `(ms, seq)` as one number that orders like it: `ms * 10^6 + seq`
+/// (a millisecond never holds a million entries; a larger seq stands for "the whole ms").
+pub fn event_order((ms, seq): (u64, u64)) -> i64 {
+    ms as i64 * 1_000_000 + seq.min(999_999) as i64
 }
 
 /// A stream position no entry added from now on can precede: Redis's clock as an entry id

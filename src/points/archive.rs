@@ -89,7 +89,6 @@ impl StreamHandler for PointsArchive {
                 .0
                 .clock
                 .date_of(chrono::DateTime::from_timestamp_millis(at).unwrap_or_default());
-            let (ms, seq) = entry.id_parts();
             let user = entry.number("user")?;
             insert = insert
                 .bind(&entry.id)
@@ -101,7 +100,7 @@ impl StreamHandler for PointsArchive {
                 .bind(entry.number("season")?)
                 .bind(at)
                 .bind(day_number(date))
-                .bind(ms * 1_000_000 + seq);
+                .bind(entry.event_order());
             if entry.fields.contains_key("day") {
                 sign_ins.push(SignInRow {
                     user_id: user,

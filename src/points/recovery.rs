@@ -36,11 +36,6 @@ const HOLD_SECONDS: u64 = 60;
 /// How long the rebuild waits for the archive to catch up with the stream.
 const CATCH_UP: Duration = Duration::from_secs(30);
 
-/// A stream position as `points_record.event_order` holds it.
-fn event_order((ms, seq): (u64, u64)) -> i64 {
-    ms as i64 * 1_000_000 + seq.min(999_999) as i64
-}
-
 /// Seasons whose board lives in Redis: those with awards that the rollover has not moved to
 /// SQL yet.
 async fn live_seasons(state: &AppState) -> AppResult<Vec<Month>> {
@@ -254,7 +249,7 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
         None => {
             let position = streams::position_now(state).await?;
             catch_up(state, position).await?;
-            let snapshot = event_order(position);
+            let snapshot = streams::event_order(position);
             run.remember("snapshot", snapshot).await?;
             snapshot
         }

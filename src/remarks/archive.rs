@@ -57,7 +57,6 @@ impl VoteArchive {
         let date = self.state.clock.format_ms(voted_at_ms);
         let date = NaiveDate::parse_from_str(&date[..10], "%Y-%m-%d")
             .map_err(|e| HandleError::Poison(format!("entry {}: bad time: {e}", entry.id)))?;
-        let (ms, seq) = entry.id_parts();
         Ok(VoteRow {
             // Stream ids are unique per stream; the stream (shard) makes them unique here.
             event_id: format!(
@@ -74,7 +73,7 @@ impl VoteArchive {
             like_count: entry.number("count")?,
             voted_at_ms,
             vote_date: crate::clock::day_number(date) as i32,
-            event_order: ms * 1_000_000 + seq,
+            event_order: entry.event_order(),
         })
     }
 

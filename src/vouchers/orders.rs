@@ -310,7 +310,8 @@ pub enum Expiry {
     Expired,
     /// Paid, cancelled or expired before.
     Settled,
-    /// Redis does not know the order: nothing there to expire.
+    /// Neither Redis nor SQL holds the order live (a live order Redis lost is restored
+    /// from SQL first): nothing to expire.
     Unknown,
 }
 

@@ -76,15 +76,28 @@ async fn stock_check(state: &AppState, voucher: &VoucherRecord) -> AppResult<Sto
         .query_async(&mut *conn)
         .await?;
     drop(conn);
-    let (sql_stock, sql_live) = sql_stock(state, voucher.id).await?;
-    Ok(StockCheck {
-        voucher_id: voucher.id,
-        initial: voucher.stock,
-        redis_stock: stock.unwrap_or(sql_stock),
-        redis_live_orders: if stock.is_some() { buyers } else { sql_live },
-        sql_stock,
-        sql_live_orders: sql_live,
-    })
+    let sql = sql_stock(state, voucher.id).await?;
+    Ok(StockCheck::of(voucher, stock, buyers, sql))
+}
+
+impl StockCheck {
+    /// From Redis's stock (`None`: Redis lacks the voucher) and buyer count, and SQL's
+    /// remaining stock and live orders.
+    fn of(
+        voucher: &VoucherRecord,
+        stock: Option<i64>,
+        buyers: i64,
+        (sql_stock, sql_live): (i64, i64),
+    ) -> Self {
+        Self {
+            voucher_id: voucher.id,
+            initial: voucher.stock,
+            redis_stock: stock.unwrap_or(sql_stock),
+            redis_live_orders: if stock.is_some() { buyers } else { sql_live },
+            sql_stock,
+            sql_live_orders: sql_live,
+        }
+    }
 }
 
 /// Every voucher's stock in Redis and SQL. Counts taken while orders are in flight to SQL
@@ -138,9 +151,10 @@ async fn verify_voucher(
             .arg("status");
     }
     let mut conn = state.redis.get().await?;
-    let (exists, buyers): (bool, BTreeSet<i64>) = redis::pipe()
-        .cmd("EXISTS")
+    let (stock, buyers): (Option<i64>, BTreeSet<i64>) = redis::pipe()
+        .cmd("HGET")
         .arg(keys.voucher(id, shards(state)))
+        .arg("stock")
         .cmd("SMEMBERS")
         .arg(keys.voucher_buyers(id, shards(state)))
         .query_async(&mut *conn)
@@ -151,8 +165,9 @@ async fn verify_voucher(
         statuses.query_async(&mut *conn).await?
     };
     drop(conn);
-    report.check(exists, || format!("voucher {id} is not in Redis"));
-    let check = stock_check(state, voucher).await?;
+    report.check(stock.is_some(), || format!("voucher {id} is not in Redis"));
+    let sql = sql_stock(state, id).await?;
+    let check = StockCheck::of(voucher, stock, buyers.len() as i64, sql);
     report.check(check.consistent(), || {
         format!(
             "voucher {id}: initial {} | Redis stock {} + live orders {} | SQL stock {} + live \

@@ -94,7 +94,7 @@ async fn sweep(state: &AppState, held: Held) -> AppResult<usize> {
     if unknown > 0 {
         tracing::warn!(
             orders = unknown,
-            "overdue unpaid orders that Redis does not know: the sweep cannot expire them"
+            "overdue unpaid orders the sweep could not find live in Redis or SQL"
         );
     }
     Ok(expired)
