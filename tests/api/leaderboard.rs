@@ -40,6 +40,22 @@ async fn award(app: &TestApp, user: i64, points: i64) {
     .await;
 }
 
+/// 2,500 more members of a season's board (users 1000 to 3499, under 90 points), written as
+/// the award script would, so that a copy of the board takes chunks.
+async fn many_members(app: &TestApp, season: Month) {
+    let mut conn = app.state.redis.get().await.unwrap();
+    let mut pipe = redis::pipe();
+    for user in 1000..3500_i64 {
+        let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
+        pipe.cmd("ZADD")
+            .arg(app.state.keys.season_board(season))
+            .arg(score)
+            .arg(user)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut *conn).await.unwrap();
+}
+
 fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
     board["leaderboard"]["entries"]
         .as_array()
@@ -142,19 +158,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     for (user, points) in [(61, 300), (62, 200), (63, 100)] {
         award(&app, user, points).await;
     }
-    // Many more members, written as the award script would, so that the copy takes chunks.
-    let mut conn = app.state.redis.get().await.unwrap();
-    let mut pipe = redis::pipe();
-    for user in 1000..3500_i64 {
-        let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
-        pipe.cmd("ZADD")
-            .arg(app.state.keys.season_board(march))
-            .arg(score)
-            .arg(user)
-            .ignore();
-    }
-    let () = pipe.query_async(&mut *conn).await.unwrap();
-    drop(conn);
+    many_members(&app, march).await;
     let live = app.data(None, BOARD, json!({ "f": 100, "o": 0 })).await;
     let live_tail = app.data(None, BOARD, json!({ "f": 100, "o": 2400 })).await;
 
@@ -435,18 +439,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
     for (user, points) in [(71, 300), (72, 200)] {
         award(&app, user, points).await;
     }
-    let mut conn = app.state.redis.get().await.unwrap();
-    let mut pipe = redis::pipe();
-    for user in 1000..3500_i64 {
-        let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
-        pipe.cmd("ZADD")
-            .arg(app.state.keys.season_board(april))
-            .arg(score)
-            .arg(user)
-            .ignore();
-    }
-    let () = pipe.query_async(&mut *conn).await.unwrap();
-    drop(conn);
+    many_members(&app, april).await;
     app.state
         .clock
         .set(Utc.with_ymd_and_hms(2026, 5, 1, 0, 1, 0).unwrap());

@@ -19,6 +19,20 @@ async fn unlimited() -> TestApp {
     .await
 }
 
+/// A remark on a new item by the holder of `token`; its id.
+async fn remark_by(app: &TestApp, token: &str) -> String {
+    let item = app.create_item().await;
+    app.data(
+        Some(token),
+        "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }",
+        json!({ "i": item }),
+    )
+    .await["createRemark"]["id"]
+    .as_str()
+    .unwrap()
+    .to_string()
+}
+
 fn points_of(today: &Value, kind: &str) -> i64 {
     today["pointsToday"]
         .as_array()
@@ -151,14 +165,8 @@ async fn other_services_award_through_the_intake_stream_idempotently() {
 #[tokio::test]
 async fn authors_earn_points_for_likes_from_others_but_not_from_themselves() {
     let app = unlimited().await;
-    let item = app.create_item().await;
     let author = app.user_token(45);
-    let remark = app
-        .data(Some(&author), "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }", json!({ "i": item }))
-        .await["createRemark"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let remark = remark_by(&app, &author).await;
     let like = "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }";
     app.data(Some(&author), like, json!({ "r": remark })).await;
     app.data(Some(&app.user_token(46)), like, json!({ "r": remark }))
@@ -218,14 +226,8 @@ async fn authors_earn_points_for_likes_from_others_but_not_from_themselves() {
 #[tokio::test]
 async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired() {
     let app = unlimited().await;
-    let item = app.create_item().await;
     let author = app.user_token(45);
-    let remark = app
-        .data(Some(&author), "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }", json!({ "i": item }))
-        .await["createRemark"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let remark = remark_by(&app, &author).await;
     let liker = app.user_token(46);
     let like = "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }";
     let unlike = "mutation($r: ID!) { unlikeRemark(remarkId: $r) { changed } }";
@@ -297,14 +299,8 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
     assert_eq!(again["awardPoints"]["duplicate"], true, "{again}");
 
     // A service key that spells an internal one is a key of its own.
-    let item = app.create_item().await;
     let author = app.user_token(45);
-    let remark = app
-        .data(Some(&author), "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 5, content: \"ok\" }) { id } }", json!({ "i": item }))
-        .await["createRemark"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let remark = remark_by(&app, &author).await;
     for key in [
         "signin:45:2026-11-23".to_string(),
         format!("like:{remark}:46"),

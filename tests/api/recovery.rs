@@ -44,6 +44,19 @@ async fn settled(app: &TestApp) {
     streams_settled(app, &[keys.points_stream()], "archive").await;
 }
 
+/// Redis loses every key of this app; how many there were.
+async fn lose_everything(app: &TestApp) -> usize {
+    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.len()
+}
+
 /// Features `verify` finds drift in.
 async fn drifted(app: &TestApp) -> Vec<String> {
     engage::recovery::features::verify(&app.state)
@@ -234,15 +247,8 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     assert_eq!(before[0]["signCalendar"]["signedDays"], 11);
 
     // Redis loses everything of this service.
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
-    assert!(keys.len() > 50, "{} keys", keys.len());
-    let _: i64 = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let lost = lose_everything(&app).await;
+    assert!(lost > 50, "{lost} keys");
 
     let lost = drifted(&app).await;
     for feature in [
@@ -339,14 +345,7 @@ async fn an_unpaid_order_redis_lost_stays_payable_without_a_rebuild() {
     let app = unlimited().await;
     let seeded = seed(&app).await;
     settled(&app).await;
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
-    let _: i64 = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    lose_everything(&app).await;
 
     let (buyer, order) = &seeded.orders[0];
     let cancelled = app
@@ -415,14 +414,7 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
     let app = unlimited().await;
     seed(&app).await;
     settled(&app).await;
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
-    let _: i64 = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    lose_everything(&app).await;
     let signed = async |user: i64| {
         app.data(Some(&app.user_token(user)), CALENDAR, json!({}))
             .await["signCalendar"]["signedDays"]
@@ -430,13 +422,15 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
     };
 
     // A run that stopped after the calendars of users 1 to 3.
+    let mut conn = app.state.redis.get().await.unwrap();
     let _: i64 = redis::cmd("HSET")
         .arg(app.state.keys.recovery_cursors())
         .arg("sign-in calendars/")
         .arg(3)
-        .query_async(&mut conn)
+        .query_async(&mut *conn)
         .await
         .unwrap();
+    drop(conn);
     engage::recovery::features::rebuild(&app.state, false)
         .await
         .unwrap();
@@ -456,14 +450,7 @@ async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
     let app = std::sync::Arc::new(unlimited().await);
     seed(&app).await;
     settled(&app).await;
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
-    let _: i64 = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    lose_everything(&app).await;
 
     // Awards keep coming from four clients before, during and after the rebuild (some are
     // held back while it catches up).

@@ -42,6 +42,15 @@ async fn voucher(app: &TestApp, stock: i64, pay_within: i64) -> String {
         .to_string()
 }
 
+/// One attempt by the holder of `token` that must succeed; the order's id.
+async fn buy(app: &TestApp, token: &str, voucher: &str) -> String {
+    app.data(Some(token), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// The stock checks once the order consumer has caught up; they must all agree.
 async fn consistent(app: &TestApp) -> Vec<engage::vouchers::StockCheck> {
     let streams: Vec<String> = (0..app.state.config.sale_shards)
@@ -216,12 +225,7 @@ async fn paying_and_expiring_race_and_exactly_one_wins() {
     for round in 0..20 {
         let voucher = voucher(&app, 1, 5).await;
         let token = app.user_token(100 + round);
-        let order = app
-            .data(Some(&token), SECKILL, json!({ "v": voucher }))
-            .await["seckillVoucher"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let order = buy(&app, &token, &voucher).await;
         // Right at pay-by: the expiry job and the payment go at the same moment.
         app.state
             .clock
@@ -379,12 +383,7 @@ async fn only_admins_create_vouchers_with_checked_input() {
 async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
     let app = busy_app().await;
     let voucher = voucher(&app, 3, 600).await;
-    let order = app
-        .data(Some(&app.user_token(50)), SECKILL, json!({ "v": voucher }))
-        .await["seckillVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let order = buy(&app, &app.user_token(50), &voucher).await;
     let missing = (order.parse::<i64>().unwrap() + 1000).to_string();
     let stranger = app.user_token(51);
     for mutation in [PAY, CANCEL] {
@@ -449,12 +448,7 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
     let voucher = voucher(&app, 5, 86_400).await;
     for (buyer, settle, field) in [(60, CANCEL, "cancelOrder"), (61, PAY, "payOrder")] {
         let token = app.user_token(buyer);
-        let order = app
-            .data(Some(&token), SECKILL, json!({ "v": voucher }))
-            .await["seckillVoucher"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let order = buy(&app, &token, &voucher).await;
         assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
         let settled = app.data(Some(&token), settle, json!({ "o": order })).await;
         assert!(settled[field]["status"].is_string(), "{settled}");
@@ -568,11 +562,8 @@ async fn rebought(
     Vec<(&'static str, String)>,
 ) {
     let voucher = voucher(app, 5, 600).await;
-    let a: i64 = app
-        .data(Some(&app.user_token(40)), SECKILL, json!({ "v": voucher }))
-        .await["seckillVoucher"]["id"]
-        .as_str()
-        .unwrap()
+    let a: i64 = buy(app, &app.user_token(40), &voucher)
+        .await
         .parse()
         .unwrap();
     consistent(app).await;
@@ -668,12 +659,7 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
 async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
     let app = busy_app().await;
     let voucher = voucher(&app, 1, 600).await;
-    let order = app
-        .data(Some(&app.user_token(80)), SECKILL, json!({ "v": voucher }))
-        .await["seckillVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let order = buy(&app, &app.user_token(80), &voucher).await;
     let topic = engage::vouchers::EXPIRY_TOPIC;
     let job = engage::jobs::find(&app.state, topic, &order)
         .await
@@ -709,12 +695,7 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
     .await;
     let voucher = voucher(&app, 1, 60).await;
     let token = app.user_token(90);
-    let order = app
-        .data(Some(&token), SECKILL, json!({ "v": voucher }))
-        .await["seckillVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let order = buy(&app, &token, &voucher).await;
     consistent(&app).await;
     assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
     // Redis loses the job (and nothing rebuilds it).
