@@ -19,6 +19,25 @@ async fn unlimited() -> TestApp {
     .await
 }
 
+/// A LEARNING award as another service sends it to `{points}:intake`.
+async fn intake(app: &TestApp, user: i64, points: i64, key: &str) {
+    let mut conn = app.state.redis.get().await.unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(app.state.keys.points_intake_stream())
+        .arg("*")
+        .arg("user")
+        .arg(user)
+        .arg("type")
+        .arg("LEARNING")
+        .arg("points")
+        .arg(points)
+        .arg("key")
+        .arg(key)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+}
+
 /// A remark on a new item by the holder of `token`; its id.
 async fn remark_by(app: &TestApp, token: &str) -> String {
     let item = app.create_item().await;
@@ -131,24 +150,9 @@ async fn an_idempotency_key_awards_once_and_a_partial_award_reaches_the_cap() {
 #[tokio::test]
 async fn other_services_award_through_the_intake_stream_idempotently() {
     let app = unlimited().await;
-    let mut conn = app.state.redis.get().await.unwrap();
     for _ in 0..2 {
-        let _: String = redis::cmd("XADD")
-            .arg(app.state.keys.points_intake_stream())
-            .arg("*")
-            .arg("user")
-            .arg(44)
-            .arg("type")
-            .arg("LEARNING")
-            .arg("points")
-            .arg(10)
-            .arg("key")
-            .arg("lesson-7")
-            .query_async(&mut *conn)
-            .await
-            .unwrap();
+        intake(&app, 44, 10, "lesson-7").await;
     }
-    drop(conn);
     let token = app.user_token(44);
     eventually(async || {
         points_of(&app.data(Some(&token), TODAY, json!({})).await, "LEARNING") == 10
@@ -276,22 +280,7 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
     let app = unlimited().await;
     let service = app.token(9, Role::Service);
     let award = "mutation($u: ID!, $k: String!) { awardPoints(userId: $u, type: LEARNING, points: 5, idempotencyKey: $k) { awarded duplicate } }";
-    let mut conn = app.state.redis.get().await.unwrap();
-    let _: String = redis::cmd("XADD")
-        .arg(app.state.keys.points_intake_stream())
-        .arg("*")
-        .arg("user")
-        .arg(44)
-        .arg("type")
-        .arg("LEARNING")
-        .arg("points")
-        .arg(5)
-        .arg("key")
-        .arg("lesson-9")
-        .query_async(&mut *conn)
-        .await
-        .unwrap();
-    drop(conn);
+    intake(&app, 44, 5, "lesson-9").await;
     crate::harness::streams_settled(&app, &[app.state.keys.points_intake_stream()], "intake").await;
     let again = app
         .data(Some(&service), award, json!({ "u": "44", "k": "lesson-9" }))
