@@ -308,7 +308,7 @@ async fn read_answer(socket: &mut Socket, id: &str) -> Value {
 }
 
 async fn websocket_abuse(args: &Args, report: &Report) -> anyhow::Result<()> {
-    let token = support::tokens().mint(880_001, engage::auth::Role::User, 3600, None);
+    let token = support::tokens().mint(880_001, engage::infra::auth::Role::User, 3600, None);
 
     // A flood of operations on one socket: each counts against the rates.
     let mut tally = Tally::default();

@@ -24,10 +24,10 @@ use std::{
 
 use clap::Parser;
 use engage::{
+    app::cli::Cli,
     app::{AppState, Services},
-    cli::Cli,
-    items::{self, NewItem},
-    remarks::{
+    features::items::{self, NewItem},
+    features::remarks::{
         self,
         likes::{self, Vote},
         NewRemark,
@@ -126,7 +126,7 @@ async fn main() -> anyhow::Result<()> {
     let total = args.events + per_tick * ticks as i64;
     let rows: i64 = sqlx::query_scalar(&format!(
         "SELECT COUNT(*) FROM vote_log WHERE remark_id IN ({})",
-        engage::db::id_list(&remark_ids)
+        engage::infra::db::id_list(&remark_ids)
     ))
     .fetch_one(&state.db.pool)
     .await?;

@@ -13,9 +13,9 @@ use std::{
 
 use clap::Parser;
 use engage::{
+    app::cli::Cli,
     app::App,
-    cli::Cli,
-    jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob},
+    features::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob},
 };
 
 #[derive(Parser)]

@@ -17,10 +17,10 @@ use std::time::Instant;
 use chrono::Datelike;
 use clap::Parser;
 use engage::{
+    app::cli::Cli,
     app::{AppState, Services},
-    cli::Cli,
-    clock::{day_number, Month},
-    db::values_placeholders,
+    infra::clock::{day_number, Month},
+    infra::db::values_placeholders,
 };
 
 #[derive(Parser)]
@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
 async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
     let seeded = Instant::now();
     let rows = seed(state, args).await?;
-    if state.db.backend == engage::db::Backend::Postgres {
+    if state.db.backend == engage::infra::db::Backend::Postgres {
         // As autovacuum would have long done on a database in service.
         sqlx::query("ANALYZE").execute(&state.db.pool).await?;
     }
@@ -72,7 +72,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
     println!("| step | figure | time |");
     println!("|---|---|---|");
     let started = Instant::now();
-    let reports = engage::recovery::features::verify(state).await?;
+    let reports = engage::features::recovery::verify(state).await?;
     let drifted: u64 = reports.iter().map(|r| r.drifted).sum();
     anyhow::ensure!(drifted > 0, "verify found no drift on an empty Redis");
     println!(
@@ -81,7 +81,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     let started = Instant::now();
-    let rebuilt = engage::recovery::features::rebuild(state, false).await?;
+    let rebuilt = engage::features::recovery::rebuild(state, false).await?;
     let took = started.elapsed();
     for feature in rebuilt.iter().filter(|f| f.written > 0) {
         println!(
@@ -97,7 +97,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         took.as_secs_f64()
     );
     let started = Instant::now();
-    let reports = engage::recovery::features::verify(state).await?;
+    let reports = engage::features::recovery::verify(state).await?;
     let drifted: Vec<_> = reports.iter().filter(|r| !r.is_clean()).collect();
     anyhow::ensure!(drifted.is_empty(), "drift after the rebuild: {drifted:?}");
     println!(

@@ -14,7 +14,7 @@ use std::{
 };
 
 use clap::Parser;
-use engage::auth::Role;
+use engage::infra::auth::Role;
 use futures::{stream, StreamExt};
 use serde_json::json;
 

@@ -11,10 +11,10 @@ use std::{fmt::Write as _, path::PathBuf, time::Instant};
 
 use clap::Parser;
 use engage::{
-    auth::Role,
-    clock::Month,
-    redis::{scripts::REMARKS_LIKE, Keys},
-    remarks::RemarkSettings,
+    features::remarks::RemarkSettings,
+    infra::auth::Role,
+    infra::clock::Month,
+    infra::redis::{scripts::REMARKS_LIKE, Keys},
 };
 use rand::Rng;
 use serde_json::json;
@@ -172,7 +172,7 @@ async fn main() -> anyhow::Result<()> {
 /// The like script as `likeRemark` calls it, for redis-benchmark: every like by a random
 /// voter (`__rand_int__`) on one remark, with the server's keys and default settings.
 fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
-    let config = engage::cli::Cli::try_parse_from(["engage"])?.config;
+    let config = engage::app::cli::Cli::try_parse_from(["engage"])?.config;
     let settings = RemarkSettings::from_config(&config);
     let keys = Keys::new(args.prefix.clone());
     let remark: i64 = remark.parse()?;
@@ -192,7 +192,7 @@ fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
         settings.relation_ttl_seconds.to_string(),
         "young".into(),
         keys.like_count_channel(remark),
-        engage::remarks::likes::LIKERS_KEPT.to_string(),
+        engage::features::remarks::likes::LIKERS_KEPT.to_string(),
     ]
     .join(" "))
 }

@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
     let tokens = support::tokens();
     let first_voter = 7_000_000_000 + chrono::Utc::now().timestamp_millis() % 1_000_000_000;
     let voters: Vec<String> = (0..(args.rate * args.seconds) as i64)
-        .map(|v| tokens.mint(first_voter + v, engage::auth::Role::User, 3600, None))
+        .map(|v| tokens.mint(first_voter + v, engage::infra::auth::Role::User, 3600, None))
         .collect();
     let index_of: Arc<HashMap<String, usize>> = Arc::new(
         remarks

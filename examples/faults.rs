@@ -25,7 +25,7 @@ use std::{
 };
 
 use clap::Parser;
-use engage::auth::{Role, Tokens};
+use engage::infra::auth::{Role, Tokens};
 use serde_json::{json, Value};
 use sqlx::Row;
 use tokio::net::{TcpListener, TcpStream};
@@ -212,7 +212,7 @@ async fn main() -> anyhow::Result<()> {
         ("ENGAGE_CALLBACK_HOSTS", format!("127.0.0.1:{hook_port}")),
         (
             "RUST_LOG",
-            "warn,engage::streams=info,engage::jobs=info".into(),
+            "warn,engage::infra::streams=info,engage::features::jobs=info".into(),
         ),
     ]
     .into_iter()

@@ -23,8 +23,8 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
-    let cli = engage::cli::Cli::parse();
-    match engage::cli::run(cli).await {
+    let cli = engage::app::cli::Cli::parse();
+    match engage::app::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("engage: {error:#}");

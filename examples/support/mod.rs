@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use engage::auth::Tokens;
+use engage::infra::auth::Tokens;
 use serde_json::{json, Value};
 
 /// Tokens signed like the server's: `ENGAGE_JWT_SECRET`, or the development secret.
 pub fn tokens() -> Tokens {
     let secret = std::env::var("ENGAGE_JWT_SECRET")
-        .unwrap_or_else(|_| engage::config::DEV_JWT_SECRET.into());
+        .unwrap_or_else(|_| engage::infra::config::DEV_JWT_SECRET.into());
     Tokens::new(&secret)
 }
 

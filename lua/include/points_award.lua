@@ -3,12 +3,12 @@
 --
 -- Board score = points * 2^22 + (2^22 - 1 - seconds since the season began): more points
 -- rank higher, and of equal points whoever reached them first ranks higher. A month has
--- fewer than 2^22 seconds; scores stay exact doubles up to 2^31 points (src/points/board.rs).
+-- fewer than 2^22 seconds; scores stay exact doubles up to 2^31 points (src/features/leaderboard/mod.rs).
 local SCORE_TIME_UNIT = 4194304
 
 -- While `engage rebuild` rewrites the points from SQL, it holds awards back: the scripts
 -- answer HELD (first reply element) without writing, and the server tries again shortly
--- (src/points/recovery.rs).
+-- (src/features/points/recovery.rs).
 local HELD = -9
 local function held(hold_key)
   return redis.call('EXISTS', hold_key) == 1

@@ -9,7 +9,7 @@ use std::{
 };
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
-use engage::auth::Role;
+use engage::infra::auth::Role;
 use serde_json::{json, Value};
 
 use crate::harness::{eventually, first_code, scan, TestApp};
@@ -539,8 +539,8 @@ async fn a_nul_character_in_any_text_postgresql_stores_is_bad_user_input_not_int
     let body = app.gql(Some(&app.admin_token()), query, input).await;
     // SQLite stores the character as it is; PostgreSQL's text cannot hold it.
     match app.state.db.backend {
-        engage::db::Backend::Postgres => assert_eq!(first_code(&body), "BAD_USER_INPUT"),
-        engage::db::Backend::Sqlite => {
+        engage::infra::db::Backend::Postgres => assert_eq!(first_code(&body), "BAD_USER_INPUT"),
+        engage::infra::db::Backend::Sqlite => {
             assert_eq!(body["data"]["createVoucher"]["title"], "half\u{0}price")
         }
     }

@@ -44,7 +44,7 @@ async fn plugged(url: &str) -> (Plug, String) {
     (plug, through)
 }
 
-fn unlimited(config: &mut engage::config::Config) {
+fn unlimited(config: &mut engage::infra::config::Config) {
     config.rate_limit_per_ip = 0;
     config.rate_limit_per_user = 0;
     config.consumer_max_backoff_ms = 500;

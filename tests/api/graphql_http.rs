@@ -193,7 +193,7 @@ fn schema_graphql_is_current() {
     let on_disk = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/schema.graphql"))
         .expect("schema.graphql exists at the repo root");
     assert!(
-        on_disk == engage::schema::sdl(),
+        on_disk == engage::api::schema::sdl(),
         "schema.graphql is stale: run `cargo run -- schema > schema.graphql`"
     );
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use engage::{
+    app::cli::Cli,
     app::{App, AppState},
-    auth::{Role, Tokens},
-    cli::Cli,
-    config::Config,
+    infra::auth::{Role, Tokens},
+    infra::config::Config,
 };
 use serde_json::{json, Value};
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use engage::auth::{Role, Tokens};
+use engage::infra::auth::{Role, Tokens};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

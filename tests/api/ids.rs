@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use engage::ids::{self, IdGenerator};
+use engage::infra::ids::{self, IdGenerator};
 
 use crate::harness::TestApp;
 

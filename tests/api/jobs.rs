@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use engage::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob, TopicPolicy};
+use engage::features::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob, TopicPolicy};
 use serde_json::{json, Value};
 use sqlx::Row;
 use tokio::sync::Notify;
@@ -756,7 +756,7 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
     let twice = jobs::schedule(&app.state, job("waiting", "again", Duration::ZERO)).await;
     assert_eq!(
         twice.map(|_| ()).unwrap_err().code(),
-        engage::error::ErrorCode::JobExists
+        engage::infra::error::ErrorCode::JobExists
     );
 }
 
@@ -934,7 +934,7 @@ async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
     let refused = jobs::schedule(&app.state, job("j1", "nosql", Duration::ZERO)).await;
     assert_eq!(
         refused.map(|_| ()).unwrap_err().code(),
-        engage::error::ErrorCode::Unavailable
+        engage::infra::error::ErrorCode::Unavailable
     );
     let mut conn = app.state.redis.get().await.unwrap();
     let pooled: bool = redis::cmd("HEXISTS")
@@ -961,7 +961,7 @@ async fn lose_redis(app: &TestApp) {
 }
 
 async fn rebuild_jobs(app: &TestApp) {
-    let run = engage::recovery::Rebuild::hidden(&app.state, "delayed jobs");
+    let run = engage::infra::recovery::Rebuild::hidden(&app.state, "delayed jobs");
     jobs::recovery::rebuild(&run).await.unwrap();
 }
 

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use engage::{
-    auth::Role,
-    clock::Month,
-    leaderboard::rollover::{archive_season, Options},
-    lock,
+    features::leaderboard::rollover::{archive_season, Options},
+    infra::auth::Role,
+    infra::clock::Month,
+    infra::lock,
 };
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -336,7 +336,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         .state
         .redis_round_trips
         .load(std::sync::atomic::Ordering::SeqCst);
-    let score = 60.0 * engage::leaderboard::SCORE_TIME_UNIT;
+    let score = 60.0 * engage::features::leaderboard::SCORE_TIME_UNIT;
     let () = redis::pipe()
         .cmd("ZADD")
         .arg(app.state.keys.season_board(season))

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use engage::lock::with_lock;
+use engage::infra::lock::with_lock;
 
 use crate::harness::TestApp;
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use engage::auth::Role;
+use engage::infra::auth::Role;
 use serde_json::{json, Value};
 
 use crate::harness::{eventually, first_code, TestApp};

@@ -59,7 +59,7 @@ async fn lose_everything(app: &TestApp) -> usize {
 
 /// Features `verify` finds drift in.
 async fn drifted(app: &TestApp) -> Vec<String> {
-    engage::recovery::features::verify(&app.state)
+    engage::features::recovery::verify(&app.state)
         .await
         .expect("verify runs")
         .into_iter()
@@ -112,7 +112,7 @@ async fn seed(app: &TestApp) -> Seeded {
         )
         .await;
     assert_eq!(made_up["makeUpSignIn"]["pointsAwarded"], 1);
-    let service = app.token(900, engage::auth::Role::Service);
+    let service = app.token(900, engage::infra::auth::Role::Service);
     for user in 1..=6 {
         app.data(
             Some(&service),
@@ -268,7 +268,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         );
     }
 
-    engage::recovery::features::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state, false)
         .await
         .expect("rebuild");
     assert_eq!(
@@ -279,7 +279,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     assert_eq!(answers(&app, &seeded).await, before);
 
     // A second rebuild changes nothing.
-    engage::recovery::features::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state, false)
         .await
         .expect("rebuild again");
     assert_eq!(answers(&app, &seeded).await, before);
@@ -388,7 +388,7 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     let found = drifted(&app).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("follows"), "{found:?}");
-    engage::recovery::features::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state, false)
         .await
         .unwrap();
     assert_eq!(drifted(&app).await, Vec::<String>::new());
@@ -431,14 +431,14 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
         .await
         .unwrap();
     drop(conn);
-    engage::recovery::features::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state, false)
         .await
         .unwrap();
     assert_eq!(signed(2).await, 0, "not redone");
     assert_eq!(signed(5).await, 11, "done by the run that went on");
 
     // The run finished: the next one starts over.
-    engage::recovery::features::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state, false)
         .await
         .unwrap();
     assert_eq!(signed(2).await, 11);
@@ -454,7 +454,7 @@ async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
 
     // Awards keep coming from four clients before, during and after the rebuild (some are
     // held back while it catches up).
-    let service = app.token(900, engage::auth::Role::Service);
+    let service = app.token(900, engage::infra::auth::Role::Service);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let clients: Vec<_> = (0..4)
         .map(|client| {
@@ -479,7 +479,7 @@ async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
         })
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    engage::recovery::features::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state, false)
         .await
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;

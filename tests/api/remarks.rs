@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, sync::atomic::Ordering, time::Duration};
 
-use engage::auth::Role;
+use engage::infra::auth::Role;
 use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -701,7 +701,7 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
 #[tokio::test]
 async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_lettered() {
     let app = busy_app().await;
-    if app.state.db.backend != engage::db::Backend::Postgres {
+    if app.state.db.backend != engage::infra::db::Backend::Postgres {
         return; // SQLite has no partitions: vote_log is one table there.
     }
     let item = create_item(&app).await;

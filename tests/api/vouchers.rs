@@ -52,13 +52,15 @@ async fn buy(app: &TestApp, token: &str, voucher: &str) -> String {
 }
 
 /// The stock checks once the order consumer has caught up; they must all agree.
-async fn consistent(app: &TestApp) -> Vec<engage::vouchers::StockCheck> {
+async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck> {
     let streams: Vec<String> = (0..app.state.config.sale_shards)
         .map(|s| app.state.keys.order_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
     for _ in 0..300 {
-        let checks = engage::vouchers::stock_checks(&app.state).await.unwrap();
+        let checks = engage::features::vouchers::stock_checks(&app.state)
+            .await
+            .unwrap();
         if checks.iter().all(|c| c.consistent()) {
             return checks;
         }
@@ -66,7 +68,9 @@ async fn consistent(app: &TestApp) -> Vec<engage::vouchers::StockCheck> {
     }
     panic!(
         "Redis and SQL never agreed: {:?}",
-        engage::vouchers::stock_checks(&app.state).await.unwrap()
+        engage::features::vouchers::stock_checks(&app.state)
+            .await
+            .unwrap()
     );
 }
 
@@ -417,7 +421,7 @@ async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
 
 /// Where the delay queue holds an order's expiry job: `None` when nowhere pending.
 async fn pending_expiry(app: &TestApp, order: &str) -> Option<&'static str> {
-    let topic = engage::vouchers::EXPIRY_TOPIC;
+    let topic = engage::features::vouchers::EXPIRY_TOPIC;
     let keys = &app.state.keys;
     let mut conn = app.state.redis.get().await.unwrap();
     let (delayed, running, ready): (Option<f64>, Option<f64>, Option<i64>) = redis::pipe()
@@ -466,14 +470,14 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
         // A consumer far behind handles the order's creation only now, after the queue
         // forgot the cancelled job (it keeps the last 1,000 finished jobs per topic).
         forget_job(&app, &order).await;
-        let late = engage::vouchers::NewOrder {
+        let late = engage::features::vouchers::NewOrder {
             order_id: order.parse().unwrap(),
             voucher_id: voucher.parse().unwrap(),
             created_at_ms: app.state.clock.now_ms(),
             pay_by_ms: app.state.clock.now_ms() + 86_400_000,
         };
         let mut sql = app.state.db.pool.acquire().await.unwrap();
-        engage::vouchers::ensure_expiries(&app.state, &mut sql, &[late])
+        engage::features::vouchers::ensure_expiries(&app.state, &mut sql, &[late])
             .await
             .unwrap();
         assert_eq!(pending_expiry(&app, &order).await, None, "{field}, late");
@@ -483,7 +487,7 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
 /// Removes every trace of a job from the delay queue, as when it ages out of the finished
 /// jobs kept.
 async fn forget_job(app: &TestApp, id: &str) {
-    let topic = engage::vouchers::EXPIRY_TOPIC;
+    let topic = engage::features::vouchers::EXPIRY_TOPIC;
     let keys = &app.state.keys;
     let mut conn = app.state.redis.get().await.unwrap();
     let () = redis::pipe()
@@ -660,8 +664,8 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
     let app = busy_app().await;
     let voucher = voucher(&app, 1, 600).await;
     let order = buy(&app, &app.user_token(80), &voucher).await;
-    let topic = engage::vouchers::EXPIRY_TOPIC;
-    let job = engage::jobs::find(&app.state, topic, &order)
+    let topic = engage::features::vouchers::EXPIRY_TOPIC;
+    let job = engage::features::jobs::find(&app.state, topic, &order)
         .await
         .unwrap()
         .expect("the order's expiry job");
@@ -701,7 +705,11 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
     // Redis loses the job (and nothing rebuilds it).
     let mut conn = app.state.redis.get().await.unwrap();
     let () = redis::cmd("ZREM")
-        .arg(app.state.keys.jobs_delayed(engage::vouchers::EXPIRY_TOPIC))
+        .arg(
+            app.state
+                .keys
+                .jobs_delayed(engage::features::vouchers::EXPIRY_TOPIC),
+        )
         .arg(&order)
         .query_async(&mut *conn)
         .await
@@ -746,7 +754,7 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     }
     consistent(&app).await;
     let rows: Vec<String> = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1")
-        .bind(engage::vouchers::EXPIRY_TOPIC)
+        .bind(engage::features::vouchers::EXPIRY_TOPIC)
         .fetch_all(&app.state.db.pool)
         .await
         .unwrap()
@@ -757,6 +765,8 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     let mut rows = rows;
     rows.sort();
     assert_eq!(rows, orders, "each unpaid order's expiry job has its row");
-    let report = engage::jobs::recovery::verify(&app.state).await.unwrap();
+    let report = engage::features::jobs::recovery::verify(&app.state)
+        .await
+        .unwrap();
     assert!(report.is_clean(), "{report:?}");
 }

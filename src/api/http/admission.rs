@@ -1,0 +1,234 @@
+//! One admission path: every HTTP request (POST, GET, persisted queries) and every operation
+//! on a WebSocket (either protocol) passes through here before anything runs.
+//!
+//! - [`identify`]: the caller of a request or of a WebSocket's `connection_init`: per-IP
+//!   rate, token, per-user rate, first sight of the user.
+//! - [`admit`]: one operation: on a WebSocket, the token must still be valid and the
+//!   operation counts against the rates like a request; then the query's size, the persisted
+//!   query, the one [`document::parse`] with its nesting bound, and the cost of the writes: every mutation field executed counts against the rates,
+//!   and a request may carry at most `ENGAGE_MAX_MUTATIONS_PER_REQUEST` of them.
+//!
+//! Depth and complexity limits are applied by the schema during validation, which every
+//! admitted request goes through. The order is cheapest first, so a flood is refused before
+//! it costs a token verification or a parse.
+
+use std::{
+    collections::HashSet,
+    net::IpAddr,
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
+
+use async_graphql::{parser::types::OperationType, Variables};
+use serde_json::Value;
+
+use super::{apq, document};
+use crate::{
+    api::schema::errors::{code_of, RequestId},
+    app::AppState,
+    infra::auth::Viewer,
+    infra::cache::TtlCache,
+    infra::error::{AppError, AppResult, ErrorCode},
+};
+
+/// The transports, for the rules that differ between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// POST and GET (the HTTP layer refuses anything but queries over GET, with 405).
+    Http,
+    WebSocket,
+}
+
+/// Who is calling, once identified.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub ip: IpAddr,
+    pub viewer: Option<Viewer>,
+    /// When the token stops authorising (seconds since the Unix epoch).
+    pub token_expires_at: Option<i64>,
+}
+
+/// An operation as a transport received it.
+#[derive(Debug, Default)]
+pub struct RawOperation {
+    pub query: Option<String>,
+    pub operation_name: Option<String>,
+    pub variables: Variables,
+    pub extensions: Option<Value>,
+}
+
+/// An operation that may run.
+pub struct Admitted {
+    pub request: async_graphql::Request,
+    /// The operation's type, when the document names one the request can run (GET may
+    /// only run queries).
+    pub operation_type: Option<OperationType>,
+    /// Its metrics label: the name of its first root field, a name of the schema.
+    pub label: &'static str,
+    /// A persisted query to store, as (hash, document), once the operation has run without
+    /// a request error.
+    pub register: Option<(String, String)>,
+}
+
+/// The label of requests refused before their document was read.
+pub const UNREAD: &str = "unread";
+
+/// Identifies the caller of an HTTP request or of a WebSocket `connection_init`.
+pub async fn identify(
+    state: &AppState,
+    ip: IpAddr,
+    authorization: Option<&str>,
+) -> AppResult<Caller> {
+    state.rate_limits.check_ip(ip)?;
+    let verified = state.tokens.from_header_value(authorization)?;
+    let Some((viewer, claims)) = verified else {
+        return Ok(Caller {
+            ip,
+            viewer: None,
+            token_expires_at: None,
+        });
+    };
+    state.rate_limits.check_user(viewer.user_id)?;
+    state
+        .users
+        .ensure(viewer.user_id, &claims, state.clock.now_ms())
+        .await?;
+    Ok(Caller {
+        ip,
+        viewer: Some(viewer),
+        token_expires_at: Some(claims.exp),
+    })
+}
+
+/// Admits one operation of an identified caller.
+pub async fn admit(
+    state: &AppState,
+    caller: &Caller,
+    operation: RawOperation,
+    transport: Transport,
+    request_id: &str,
+) -> AppResult<Admitted> {
+    if transport == Transport::WebSocket {
+        if caller
+            .token_expires_at
+            .is_some_and(|exp| exp <= chrono::Utc::now().timestamp())
+        {
+            return Err(AppError::unauthenticated("token expired"));
+        }
+        charge(state, caller, 1)?;
+    }
+    let max_bytes = state.config.max_body_bytes;
+    if operation
+        .query
+        .as_ref()
+        .is_some_and(|q| q.len() > max_bytes)
+    {
+        return Err(AppError::client(
+            ErrorCode::BadRequest,
+            format!("the query is longer than {max_bytes} bytes"),
+        ));
+    }
+    let resolved = apq::resolve(state, operation.query, operation.extensions.as_ref()).await?;
+    let parsed = parse_cached(&resolved.query)?;
+    let shape = parsed.operation(operation.operation_name.as_deref());
+    let writes = match shape {
+        Some(shape) if shape.ty == OperationType::Mutation => shape.root_fields,
+        _ => 0,
+    };
+    let max_writes = state.config.max_mutations_per_request;
+    if writes > max_writes {
+        return Err(AppError::client(
+            ErrorCode::GraphqlValidationFailed,
+            format!(
+                "a request may run at most {max_writes} mutation fields, this one has {writes}"
+            ),
+        ));
+    }
+    // The request itself paid for one; each further write pays its own. A registration
+    // stores a document in Redis, so it costs as much as the most a request may write.
+    let registration = if resolved.register.is_some() {
+        max_writes
+    } else {
+        0
+    };
+    let extra = writes.saturating_sub(1) + registration;
+    if extra > 0 {
+        charge(state, caller, u32::try_from(extra).unwrap_or(u32::MAX))?;
+    }
+
+    let label = shape
+        .and_then(|s| s.first_root_field.as_deref())
+        .map_or("other", known_label);
+    let register = resolved.register.map(|hash| (hash, resolved.query.clone()));
+    let mut request = async_graphql::Request::new(resolved.query)
+        .variables(operation.variables)
+        .data(RequestId(request_id.to_string()));
+    if let Some(name) = operation.operation_name {
+        request = request.operation_name(name);
+    }
+    if let Some(viewer) = &caller.viewer {
+        request = request.data::<Viewer>(viewer.clone());
+    }
+    request.set_parsed_query(parsed.document.clone());
+    Ok(Admitted {
+        request,
+        operation_type: shape.map(|s| s.ty),
+        label,
+        register,
+    })
+}
+
+/// Whether a response is a parse or validation failure: nothing ran, so there is no `data`
+/// to show and no persisted query to store.
+pub fn is_request_error(response: &async_graphql::Response) -> bool {
+    response.errors.iter().any(|e| {
+        code_of(e).is_some_and(|code| {
+            code == ErrorCode::GraphqlParseFailed.as_str()
+                || code == ErrorCode::GraphqlValidationFailed.as_str()
+        })
+    })
+}
+
+/// Charges `cost` requests against the caller's per-IP and per-user rates.
+fn charge(state: &AppState, caller: &Caller, cost: u32) -> AppResult<()> {
+    state.rate_limits.charge_ip(caller.ip, cost)?;
+    if let Some(viewer) = &caller.viewer {
+        state.rate_limits.charge_user(viewer.user_id, cost)?;
+    }
+    Ok(())
+}
+
+/// Parsed documents of the queries clients repeat (every client sends the same few
+/// operations): parsing was the largest single cost of a `likeRemark` after the network.
+/// Only short documents are kept, so the cache stays a few MB whatever clients send.
+static PARSED: LazyLock<TtlCache<String, document::Parsed>> =
+    LazyLock::new(|| TtlCache::new(Duration::from_secs(600), 512));
+const CACHED_QUERY_MAX_BYTES: usize = 4096;
+
+fn parse_cached(query: &str) -> AppResult<Arc<document::Parsed>> {
+    if let Some(parsed) = PARSED.get(query) {
+        return Ok(parsed);
+    }
+    let parsed = Arc::new(document::parse(query)?);
+    if query.len() <= CACHED_QUERY_MAX_BYTES {
+        PARSED.insert(query.to_string(), parsed.clone());
+    }
+    Ok(parsed)
+}
+
+/// Every name the schema defines: the only values a metrics label may take besides a few
+/// fixed words, so that clients cannot grow `/metrics` by inventing names.
+static SCHEMA_NAMES: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
+    crate::api::schema::build(None)
+        .names()
+        .into_iter()
+        .map(|name| &*Box::leak(name.into_boxed_str()))
+        .collect()
+});
+
+fn known_label(field: &str) -> &'static str {
+    if field.starts_with("__") {
+        return "introspection";
+    }
+    SCHEMA_NAMES.get(field).copied().unwrap_or("other")
+}

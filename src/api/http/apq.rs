@@ -1,0 +1,121 @@
+//! Automatic Persisted Queries (the Apollo protocol), stored in Redis so that a query
+//! registered through one instance is found by all of them.
+//!
+//! A client first sends only `extensions.persistedQuery.sha256Hash`; if the query is unknown
+//! it gets `PERSISTED_QUERY_NOT_FOUND` and sends the text with the hash, which is stored once
+//! it has parsed and validated (so no garbage is kept).
+//!
+//! Anyone may register, so the store is bounded: a text longer than
+//! `ENGAGE_APQ_MAX_QUERY_BYTES` runs but is not stored (its hash alone keeps answering
+//! `PERSISTED_QUERY_NOT_FOUND`, and the client goes on sending the text), and all stored
+//! texts together stay within `ENGAGE_APQ_MAX_BYTES`: registering evicts the least recently
+//! used, and a lookup marks its query used (`lua/apq_register.lua`, `lua/apq_lookup.lua`).
+//! A query unused for a week is forgotten at the next registration. Rejected: a key per
+//! query with a TTL (as before), which bounds nothing while registrations keep coming.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::{
+    app::AppState,
+    infra::error::{AppError, ErrorCode},
+    infra::redis::scripts::{APQ_LOOKUP, APQ_REGISTER},
+};
+
+/// A stored query unused this long is forgotten.
+const UNUSED_FOR_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// The query to run, and the hash to register once it proves valid (only for texts the
+/// store takes, so that admission charges a registration only when one will happen).
+pub struct Resolved {
+    pub query: String,
+    pub register: Option<String>,
+}
+
+pub async fn resolve(
+    state: &AppState,
+    query: Option<String>,
+    extensions: Option<&Value>,
+) -> Result<Resolved, AppError> {
+    let Some(persisted) = extensions.and_then(|e| e.get("persistedQuery")) else {
+        let query = query
+            .filter(|q| !q.trim().is_empty())
+            .ok_or_else(|| AppError::client(ErrorCode::BadRequest, "the request has no query"))?;
+        return Ok(Resolved {
+            query,
+            register: None,
+        });
+    };
+    if persisted.get("version").and_then(Value::as_i64) != Some(1) {
+        return Err(AppError::client(
+            ErrorCode::BadRequest,
+            "persisted query version must be 1",
+        ));
+    }
+    let hash = persisted
+        .get("sha256Hash")
+        .and_then(Value::as_str)
+        .filter(|h| h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()))
+        .ok_or_else(|| {
+            AppError::client(
+                ErrorCode::BadRequest,
+                "persistedQuery.sha256Hash must be 64 hex digits",
+            )
+        })?
+        .to_ascii_lowercase();
+
+    match query {
+        Some(query) => {
+            if hex::encode(Sha256::digest(query.as_bytes())) != hash {
+                return Err(AppError::client(
+                    ErrorCode::BadRequest,
+                    "provided sha does not match query",
+                ));
+            }
+            // A text over the size cap runs but is never stored: nothing to register.
+            let register = (query.len() <= state.config.apq_max_query_bytes).then_some(hash);
+            Ok(Resolved { query, register })
+        }
+        None => {
+            let mut conn = state.redis.get().await?;
+            let stored: Option<String> = APQ_LOOKUP
+                .key(state.keys.persisted_queries())
+                .key(state.keys.persisted_query_recency())
+                .arg(&hash)
+                .arg(state.clock.now_ms())
+                .invoke_async(&mut *conn)
+                .await?;
+            stored
+                .map(|query| Resolved {
+                    query,
+                    register: None,
+                })
+                .ok_or_else(|| {
+                    AppError::client(ErrorCode::PersistedQueryNotFound, "PersistedQueryNotFound")
+                })
+        }
+    }
+}
+
+/// Stores a query that has run under its hash (one that [`resolve`] marked for it); older
+/// queries may be evicted to make room.
+pub async fn register(state: &AppState, hash: &str, query: &str) -> Result<(), AppError> {
+    let config = &state.config;
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let (_stored, evicted): (i64, u64) = APQ_REGISTER
+        .key(keys.persisted_queries())
+        .key(keys.persisted_query_recency())
+        .key(keys.persisted_query_bytes())
+        .arg(hash)
+        .arg(query)
+        .arg(state.clock.now_ms())
+        .arg(config.apq_max_bytes)
+        .arg(UNUSED_FOR_MS)
+        .invoke_async(&mut *conn)
+        .await?;
+    if evicted > 0 {
+        metrics::counter!("engage_persisted_queries_evicted_total").increment(evicted);
+    }
+    Ok(())
+}

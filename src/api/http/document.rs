@@ -1,0 +1,400 @@
+//! GraphQL documents: the one [`parse`] that every transport goes through (POST, GET,
+//! persisted queries and both WebSocket protocols), and what admission reads from a parsed
+//! document before anything runs.
+//!
+//! async-graphql's parser, its converter to the AST and its validation all recurse once per
+//! level of nesting; a document nested thousands of levels deep overflows the thread's stack,
+//! and a stack overflow aborts the process (no panic handler sees it). Three bounds keep
+//! every document far from that:
+//!
+//! 1. [`nesting_depth`] reads the document with the grammar's own lexical rules (comments end
+//!    at CR, LF or CRLF; strings and block strings, including the parser's fallback of an
+//!    unterminated `"""` to an empty string) and refuses more than [`MAX_NESTING`] open
+//!    brackets of any kind: selection sets, arguments, lists, objects, list types.
+//! 2. The parser runs on a stack known to be large enough for the document whatever it holds:
+//!    each level costs at most ~2 KiB of stack (measured: 32,000 levels of `[…]` need between
+//!    32 and 64 MiB, debug and release alike) and takes at least two bytes of text, so
+//!    [`STACK_PER_BYTE`] per byte always suffices. Short documents run on the thread's own
+//!    stack; only long ones get a fresh stack (`stacker`), which costs some 30 µs.
+//! 3. After parsing, [`OperationShape`]s follow fragment spreads once each (memoised), so
+//!    fragment chains and fan-outs cannot make validation or the complexity visitor (which
+//!    inline every spread, without memory) recurse deeply or run for exponential time.
+//!
+//! The first bound is the one clients meet; the second holds even if the first were wrong.
+
+use std::collections::HashMap;
+
+use async_graphql::{
+    parser::types::{
+        DocumentOperations, ExecutableDocument, OperationType, Selection, SelectionSet,
+    },
+    Name, Positioned,
+};
+
+use crate::infra::error::{AppError, AppResult, ErrorCode};
+
+/// The deepest nesting of brackets a document may have, and the deepest a selection may
+/// reach with its fragments inlined. `ENGAGE_MAX_DEPTH` (far lower) then gives the precise
+/// validation error for selections.
+pub const MAX_NESTING: usize = 64;
+
+/// Selections an operation may hold once its fragments are inlined: beyond this, validation
+/// itself would be the cost.
+pub const MAX_INLINED_SELECTIONS: usize = 10_000;
+
+/// Stack the parser may need per byte of document (see the module doc), and a base for the
+/// frames around it.
+const STACK_PER_BYTE: usize = 1024;
+const STACK_BASE: usize = 256 * 1024;
+
+/// A parsed document with the shape of each of its operations.
+pub struct Parsed {
+    pub document: ExecutableDocument,
+    operations: Vec<(Option<Name>, OperationShape)>,
+}
+
+/// What admission needs to know about the operation a request runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationShape {
+    pub ty: OperationType,
+    /// Fields at the root once fragments are inlined; for a mutation, each one is a write.
+    pub root_fields: usize,
+    /// The name of the first root field (metrics label it by the schema's names).
+    pub first_root_field: Option<Name>,
+}
+
+impl Parsed {
+    /// The operation a request selects by name (or the only one), as GraphQL defines it;
+    /// `None` when the name matches nothing (validation then says so).
+    pub fn operation(&self, name: Option<&str>) -> Option<&OperationShape> {
+        match name {
+            Some(name) => self
+                .operations
+                .iter()
+                .find(|(op, _)| op.as_deref() == Some(name))
+                .map(|(_, shape)| shape),
+            None if self.operations.len() == 1 => Some(&self.operations[0].1),
+            None => None,
+        }
+    }
+}
+
+/// Parses a document, refusing it with `GRAPHQL_PARSE_FAILED` when it nests too deep or
+/// does not parse, and with `GRAPHQL_VALIDATION_FAILED` when its fragments form a cycle or
+/// inline to too deep or too large a selection.
+pub fn parse(query: &str) -> AppResult<Parsed> {
+    let parse_failed = |message: String| AppError::client(ErrorCode::GraphqlParseFailed, message);
+    if nesting_depth(query) > MAX_NESTING {
+        return Err(parse_failed(format!(
+            "the document nests deeper than {MAX_NESTING} levels"
+        )));
+    }
+    let stack = STACK_BASE.saturating_add(query.len().saturating_mul(STACK_PER_BYTE));
+    let document = stacker::maybe_grow(stack, stack, || async_graphql::parser::parse_query(query))
+        .map_err(|error| parse_failed(short(&error.to_string())))?;
+    let operations = shapes(&document)?;
+    Ok(Parsed {
+        document,
+        operations,
+    })
+}
+
+/// Parser messages quote the offending line, which may be the whole 64 KiB document.
+fn short(message: &str) -> String {
+    const MAX: usize = 300;
+    if message.len() <= MAX {
+        return message.to_string();
+    }
+    let mut end = MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+/// The deepest nesting of `{`, `(` and `[` outside strings and comments, read with the
+/// lexical rules of async-graphql's grammar (`graphql.pest`).
+///
+/// Exact for documents that parse. Past a malformed string the parser fails, so what this
+/// counts after it cannot reach the parser's recursion; it only ever counts more, never less.
+pub fn nesting_depth(query: &str) -> usize {
+    let bytes = query.as_bytes();
+    let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            // A comment runs to a line terminator: LF, CR, or CRLF (which begins with CR).
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'"' => {
+                i = after_string(bytes, i);
+                continue;
+            }
+            b'{' | b'(' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b')' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    deepest
+}
+
+/// The index just after the string that opens at `start` (a `"`).
+fn after_string(bytes: &[u8], start: usize) -> usize {
+    if bytes[start..].starts_with(b"\"\"\"") {
+        let mut i = start + 3;
+        while i < bytes.len() {
+            if bytes[i..].starts_with(b"\\\"\"\"") {
+                i += 4;
+            } else if bytes[i..].starts_with(b"\"\"\"") {
+                return i + 3;
+            } else {
+                i += 1;
+            }
+        }
+        // An unterminated block string fails, and the grammar's other choice reads `""` as
+        // an empty string, with a new string opening at the third quote.
+        return start + 2;
+    }
+    let mut i = start + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => return i + 1,
+            b'\\' => i += 2,
+            // A line terminator ends the string as invalid: the parse fails here.
+            b'\n' | b'\r' => return i,
+            _ => i += 1,
+        }
+    }
+    i
+}
+
+/// Depth and size of a selection set with its fragments inlined.
+#[derive(Clone, Copy)]
+struct Extent {
+    /// Nesting as async-graphql's recursion check counts it: one per selection set, spread
+    /// and inline fragment.
+    depth: usize,
+    selections: usize,
+}
+
+/// Walks the document once, following each fragment once.
+struct Inliner<'a> {
+    document: &'a ExecutableDocument,
+    extents: HashMap<&'a str, Extent>,
+    visiting: Vec<&'a str>,
+}
+
+fn shapes(document: &ExecutableDocument) -> AppResult<Vec<(Option<Name>, OperationShape)>> {
+    let mut inliner = Inliner {
+        document,
+        extents: HashMap::new(),
+        visiting: Vec::new(),
+    };
+    let mut shapes = Vec::new();
+    let operations: Vec<_> = match &document.operations {
+        DocumentOperations::Single(operation) => vec![(None, operation)],
+        DocumentOperations::Multiple(operations) => operations
+            .iter()
+            .map(|(name, operation)| (Some(name.clone()), operation))
+            .collect(),
+    };
+    for (name, operation) in operations {
+        let set = &operation.node.selection_set;
+        inliner.extent(set, 0)?;
+        let mut root_fields = 0;
+        let mut first_root_field = None;
+        inliner.root_fields(set, &mut root_fields, &mut first_root_field, 0)?;
+        shapes.push((
+            name,
+            OperationShape {
+                ty: operation.node.ty,
+                root_fields,
+                first_root_field,
+            },
+        ));
+    }
+    for fragment in document.fragments.keys() {
+        inliner.fragment(fragment.as_str(), 0)?;
+    }
+    Ok(shapes)
+}
+
+fn too_complex(message: &str) -> AppError {
+    AppError::client(ErrorCode::GraphqlValidationFailed, message)
+}
+
+impl<'a> Inliner<'a> {
+    /// `level` is the nesting above `set`; it bounds this walk's own recursion.
+    fn extent(&mut self, set: &'a Positioned<SelectionSet>, level: usize) -> AppResult<Extent> {
+        if level > MAX_NESTING {
+            return Err(too_complex(&format!(
+                "selections nest deeper than {MAX_NESTING} levels once fragments are inlined"
+            )));
+        }
+        let mut extent = Extent {
+            depth: 0,
+            selections: 0,
+        };
+        for selection in &set.node.items {
+            let inner = match &selection.node {
+                Selection::Field(field) if field.node.selection_set.node.items.is_empty() => {
+                    Extent {
+                        depth: 0,
+                        selections: 0,
+                    }
+                }
+                Selection::Field(field) => self.extent(&field.node.selection_set, level + 1)?,
+                Selection::InlineFragment(inline) => {
+                    self.extent(&inline.node.selection_set, level + 1)?
+                }
+                Selection::FragmentSpread(spread) => {
+                    self.fragment(spread.node.fragment_name.node.as_str(), level + 1)?
+                }
+            };
+            extent.depth = extent.depth.max(inner.depth + 1);
+            extent.selections = extent.selections.saturating_add(inner.selections + 1);
+        }
+        if level + extent.depth > MAX_NESTING {
+            return Err(too_complex(&format!(
+                "selections nest deeper than {MAX_NESTING} levels once fragments are inlined"
+            )));
+        }
+        if extent.selections > MAX_INLINED_SELECTIONS {
+            return Err(too_complex(&format!(
+                "the operation holds more than {MAX_INLINED_SELECTIONS} selections once \
+                 fragments are inlined"
+            )));
+        }
+        Ok(extent)
+    }
+
+    fn fragment(&mut self, name: &'a str, level: usize) -> AppResult<Extent> {
+        if let Some(extent) = self.extents.get(name) {
+            return Ok(*extent);
+        }
+        // Unknown fragments are left to validation, which names them.
+        let Some(fragment) = self.document.fragments.get(name) else {
+            return Ok(Extent {
+                depth: 0,
+                selections: 0,
+            });
+        };
+        if self.visiting.contains(&name) {
+            return Err(too_complex(&format!("fragment \"{name}\" spreads itself")));
+        }
+        self.visiting.push(name);
+        let extent = self.extent(&fragment.node.selection_set, level);
+        self.visiting.pop();
+        let extent = extent?;
+        self.extents.insert(name, extent);
+        Ok(extent)
+    }
+
+    /// Counts the fields at the root of an operation, looking through fragments (already
+    /// known to be acyclic and shallow).
+    fn root_fields(
+        &self,
+        set: &'a Positioned<SelectionSet>,
+        count: &mut usize,
+        first: &mut Option<Name>,
+        level: usize,
+    ) -> AppResult<()> {
+        if level > MAX_NESTING {
+            return Err(too_complex("fragments nest too deep at the root"));
+        }
+        for selection in &set.node.items {
+            match &selection.node {
+                Selection::Field(field) => {
+                    *count += 1;
+                    first.get_or_insert_with(|| field.node.name.node.clone());
+                }
+                Selection::InlineFragment(inline) => {
+                    self.root_fields(&inline.node.selection_set, count, first, level + 1)?
+                }
+                Selection::FragmentSpread(spread) => {
+                    if let Some(fragment) =
+                        self.document.fragments.get(&spread.node.fragment_name.node)
+                    {
+                        self.root_fields(&fragment.node.selection_set, count, first, level + 1)?
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_ignores_strings_and_comments_read_as_the_grammar_reads_them() {
+        assert_eq!(nesting_depth("{ a { b } }"), 2);
+        assert_eq!(nesting_depth("{ a(x: \"{{{{\") } # {{{{"), 2);
+        assert_eq!(nesting_depth("{ a(x: \"\"\"{{{ \\\"\"\" {\"\"\") }"), 2);
+        assert_eq!(nesting_depth(&"{".repeat(10_000)), 10_000);
+        // Comments end at CR, LF and CRLF alike.
+        assert_eq!(nesting_depth("#\r[[[["), 4);
+        assert_eq!(nesting_depth("#\n[[[["), 4);
+        assert_eq!(nesting_depth("#\r\n[[[["), 4);
+        // A string cannot span lines: what follows the line end is read as code.
+        assert_eq!(nesting_depth("\"abc\r[[["), 3);
+        // An unterminated block string is read as `""` and a new string.
+        assert_eq!(nesting_depth("[\"\"\" \" [[[[ ]]]]"), 5);
+        // A string's closing quotes inside it hide nothing.
+        assert_eq!(nesting_depth("[[[[ \"]]]]\" [[[["), 8);
+    }
+
+    #[test]
+    fn documents_nested_past_the_bound_are_refused_before_parsing() {
+        for document in [
+            format!(
+                "#\r{{__typename(a:{}1{})}}",
+                "[".repeat(2000),
+                "]".repeat(2000)
+            ),
+            format!("{{a(x:{}1{})}}", "{a:".repeat(5000), "}".repeat(5000)),
+            format!("query($v:{}Int{}){{a}}", "[".repeat(5000), "]".repeat(5000)),
+            format!("{}a{}", "{a".repeat(5000), "}".repeat(5000)),
+        ] {
+            let error = parse(&document).err().expect("refused");
+            assert_eq!(error.code(), ErrorCode::GraphqlParseFailed);
+        }
+    }
+
+    #[test]
+    fn the_parser_survives_deep_documents_even_without_the_lexical_bound() {
+        // What the known stack guards: a document that reached the parser unchecked.
+        let depth = 20_000;
+        let document = format!("{{a(x:{}1{})}}", "[".repeat(depth), "]".repeat(depth));
+        let stack = STACK_BASE + document.len() * STACK_PER_BYTE;
+        // Dropping the AST recurses as deep as it nests, so it is dropped there too.
+        let parsed = stacker::maybe_grow(stack, stack, || {
+            async_graphql::parser::parse_query(&document).map(drop)
+        });
+        assert!(parsed.is_ok(), "{parsed:?}");
+    }
+
+    #[test]
+    fn root_fields_count_through_fragments_and_aliases() {
+        let parsed = parse(
+            "mutation M { a: likeRemark(remarkId: \"1\") { changed } ...More } \
+             fragment More on Mutation { b: likeRemark(remarkId: \"2\") { changed } \
+             ... on Mutation { c: signIn { streak } } }",
+        )
+        .unwrap();
+        let shape = parsed.operation(Some("M")).unwrap();
+        assert_eq!(shape.ty, OperationType::Mutation);
+        assert_eq!(shape.root_fields, 3);
+        assert_eq!(shape.first_root_field.as_deref(), Some("likeRemark"));
+        assert!(parsed.operation(Some("N")).is_none());
+    }
+}

@@ -1,0 +1,130 @@
+//! The HTTP surface: routes, shared middleware and the small helpers the handlers share.
+
+pub mod admission;
+pub mod apq;
+#[cfg(feature = "bench")]
+pub mod bench;
+pub mod document;
+pub mod graphql;
+pub mod health;
+pub mod pages;
+pub mod rate_limit;
+pub mod server;
+pub mod ws;
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::{
+    extract::DefaultBodyLimit,
+    http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+    Router,
+};
+use serde_json::json;
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    cors::CorsLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    timeout::RequestBodyTimeoutLayer,
+    trace::TraceLayer,
+};
+
+use crate::{api::schema::AppSchema, app::AppState, infra::config::Config, infra::error::AppError};
+
+const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What every handler receives.
+#[derive(Clone)]
+pub struct HttpState {
+    pub state: AppState,
+    pub schema: AppSchema,
+}
+
+pub fn router(state: AppState, schema: AppSchema) -> Router {
+    crate::infra::metrics::install();
+    let max_body = state.config.max_body_bytes;
+    let dev_mode = state.config.uses_dev_secret();
+    let http = HttpState { state, schema };
+    let routes = Router::new()
+        .merge(pages::router(dev_mode))
+        .route("/graphql", get(graphql::get).post(graphql::post))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics));
+    #[cfg(feature = "bench")]
+    let routes = routes.route("/bench/like", axum::routing::post(bench::like));
+    routes
+        .layer(DefaultBodyLimit::max(max_body))
+        // A client that sends its body slowly holds a connection; this bounds for how long.
+        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        .layer(CatchPanicLayer::custom(|_| {
+            tracing::error!("a handler panicked");
+            plain_error(StatusCode::INTERNAL_SERVER_ERROR, &AppError::internal(anyhow::anyhow!("panic")))
+        }))
+        // Bearer tokens, not cookies, carry identity, so any origin may call the API.
+        .layer(CorsLayer::permissive())
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+            let id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id = id)
+        }))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .with_state(http)
+}
+
+/// The request id set by [`SetRequestIdLayer`] (or sent by the client).
+pub fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string()
+}
+
+/// The client's address: the peer, or behind trusted proxies the `X-Forwarded-For` entry
+/// that the outermost of them added.
+///
+/// Each proxy appends the address it received the request from, so the right-most entries
+/// are the trusted ones and everything to their left is whatever the client wrote. With
+/// `ENGAGE_TRUSTED_PROXY_HOPS` proxies the client is the entry that many places from the
+/// right. A header with fewer entries did not come through all of them: the peer is used.
+pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, config: &Config) -> IpAddr {
+    if !config.trust_proxy {
+        return peer.ip();
+    }
+    let hops = config.trusted_proxy_hops as usize;
+    let entries: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .map(str::trim)
+        .collect();
+    entries
+        .len()
+        .checked_sub(hops)
+        .and_then(|index| entries[index].parse().ok())
+        .unwrap_or_else(|| peer.ip())
+}
+
+/// A JSON error body outside GraphQL execution (panics, refused upgrades).
+pub fn plain_error(status: StatusCode, error: &AppError) -> Response {
+    let body = json!({ "errors": [{
+        "message": error.public_message(),
+        "extensions": { "code": error.code().as_str() },
+    }]});
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    if let AppError::RateLimited { retry_after_secs } = error {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    }
+    response
+}

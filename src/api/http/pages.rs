@@ -1,0 +1,199 @@
+//! The pages served from the binary, so that a browser needs nothing but this server:
+//! the playground at `/` (GraphiQL with the saved example operations of
+//! `playground/operations/`, grouped by feature, and a token box), the live dashboard at
+//! `/dashboard`, their scripts and the vendored GraphiQL under `/assets/`, and, only when the
+//! server signs with the development secret, `POST /dev/token` for the playground's button.
+//!
+//! The vendored files are pinned (see `playground/vendor/README.md`) and their URLs carry
+//! the version, so they are cached for a year; our own scripts are small and revalidated.
+//! Everything here is gzip-compressed for clients that ask: GraphiQL is 3.5 MB raw, 0.7 MB
+//! compressed.
+
+use std::sync::LazyLock;
+
+use axum::{
+    extract::{Path, State},
+    http::{header, HeaderValue, StatusCode},
+    response::{Html, IntoResponse, Response},
+    routing::{get, post},
+    Json, Router,
+};
+use serde::Deserialize;
+use serde_json::json;
+use tower_http::compression::CompressionLayer;
+
+use super::{plain_error, HttpState};
+use crate::{infra::auth::Role, infra::error::AppError};
+
+include!(concat!(env!("OUT_DIR"), "/playground_operations.rs"));
+
+/// The routes of this module; `/dev/token` only when `dev_mode`.
+pub fn router(dev_mode: bool) -> Router<HttpState> {
+    let router = Router::new()
+        .route("/", get(playground))
+        .route("/dashboard", get(dashboard))
+        .route("/assets/{file}", get(asset));
+    let router = if dev_mode {
+        router.route("/dev/token", post(dev_token))
+    } else {
+        router
+    };
+    router.layer(CompressionLayer::new())
+}
+
+/// Marks the first line of a saved operation that names its feature (the sidebar group).
+const FEATURE_HEADER: &str = "# feature:";
+
+/// `(feature, name, operation text)` of a saved operation: the feature comes from its
+/// first line, `# feature: Remarks & likes`, which is not shown in the editor.
+fn saved_operation(name: &str, source: &str) -> (String, String, String) {
+    let (first, rest) = source.split_once('\n').unwrap_or((source, ""));
+    match first.strip_prefix(FEATURE_HEADER) {
+        Some(feature) => (
+            feature.trim().to_string(),
+            name.to_string(),
+            rest.to_string(),
+        ),
+        None => ("Other".to_string(), name.to_string(), source.to_string()),
+    }
+}
+
+static PLAYGROUND: LazyLock<String> = LazyLock::new(|| {
+    let operations: Vec<_> = OPERATIONS
+        .iter()
+        .map(|(name, source)| {
+            let (feature, name, query) = saved_operation(name, source);
+            json!({ "feature": feature, "name": name, "query": query })
+        })
+        .collect();
+    // `</` must not appear inside the inline script, whatever an operation contains.
+    let operations = serde_json::to_string(&operations)
+        .unwrap_or_default()
+        .replace("</", "<\\/");
+    include_str!("../../../playground/index.html").replace("__ENGAGE_OPERATIONS__", &operations)
+});
+
+/// The page learns whether the dev token button works from this placeholder.
+const DEV_MODE_FLAG: &str = "__ENGAGE_DEV_MODE__";
+
+async fn playground(State(http): State<HttpState>) -> Html<String> {
+    let dev_mode = http.state.config.uses_dev_secret();
+    Html(PLAYGROUND.replace(DEV_MODE_FLAG, if dev_mode { "true" } else { "false" }))
+}
+
+async fn dashboard(State(http): State<HttpState>) -> Html<String> {
+    let dev_mode = http.state.config.uses_dev_secret();
+    Html(
+        include_str!("../../../playground/dashboard.html")
+            .replace(DEV_MODE_FLAG, if dev_mode { "true" } else { "false" }),
+    )
+}
+
+struct Asset {
+    file: &'static str,
+    content_type: &'static str,
+    body: &'static [u8],
+    /// Pinned third-party files: the URL names the version, so caches may keep them.
+    immutable: bool,
+}
+
+static ASSETS: &[Asset] = &[
+    Asset {
+        file: "graphiql-3.8.3.min.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../playground/vendor/graphiql.min.js"),
+        immutable: true,
+    },
+    Asset {
+        file: "graphiql-3.8.3.min.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("../../../playground/vendor/graphiql.min.css"),
+        immutable: true,
+    },
+    Asset {
+        file: "react-18.3.1.production.min.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../playground/vendor/react.production.min.js"),
+        immutable: true,
+    },
+    Asset {
+        file: "react-dom-18.3.1.production.min.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../playground/vendor/react-dom.production.min.js"),
+        immutable: true,
+    },
+    Asset {
+        file: "graphql-transport-ws.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../playground/graphql-transport-ws.js"),
+        immutable: false,
+    },
+    Asset {
+        file: "dashboard.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../playground/dashboard.js"),
+        immutable: false,
+    },
+];
+
+async fn asset(Path(file): Path<String>) -> Response {
+    let Some(asset) = ASSETS.iter().find(|asset| asset.file == file) else {
+        return plain_error(
+            StatusCode::NOT_FOUND,
+            &AppError::not_found(format!("no asset {file:?}")),
+        );
+    };
+    let cache = if asset.immutable {
+        "public, max-age=31536000, immutable"
+    } else {
+        "no-cache"
+    };
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(asset.content_type),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static(cache)),
+        ],
+        asset.body,
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DevTokenRequest {
+    user_id: i64,
+    #[serde(default = "default_role")]
+    role: Role,
+    name: Option<String>,
+}
+
+fn default_role() -> Role {
+    Role::User
+}
+
+/// Lifetime of a token minted by the dev route: a working day.
+const DEV_TOKEN_TTL_SECONDS: i64 = 24 * 3600;
+
+/// Mints a token as `engage token` does. Routed only while the server signs with the
+/// development secret, which anyone can read in the source, so it gives nothing away.
+async fn dev_token(
+    State(http): State<HttpState>,
+    Json(request): Json<DevTokenRequest>,
+) -> Response {
+    if request.user_id <= 0 {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            &AppError::bad_input("userId must be a positive integer"),
+        );
+    }
+    let token = http.state.tokens.mint(
+        request.user_id,
+        request.role,
+        DEV_TOKEN_TTL_SECONDS,
+        request.name,
+    );
+    Json(json!({ "token": token })).into_response()
+}

@@ -1,0 +1,99 @@
+//! Per-IP and per-user request rate limits (GCRA, through `governor`).
+//!
+//! The limits are kept in each instance's memory: a check costs no round trip, and behind a
+//! load balancer that spreads clients over N instances a client gets at most N times the
+//! configured rate. A Redis-based limiter would make the bound exact at the price of one
+//! Redis call per request; the per-instance bound is what protects each instance.
+
+use std::{net::IpAddr, num::NonZeroU32, time::Duration};
+
+use governor::{clock::Clock, clock::DefaultClock, DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use crate::{app::AppState, infra::error::AppError};
+
+pub struct RateLimits {
+    per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    per_user: Option<DefaultKeyedRateLimiter<i64>>,
+}
+
+impl RateLimits {
+    /// Rates are sustained requests per second, with bursts of twice that; 0 disables.
+    pub fn new(per_ip: u32, per_user: u32) -> Self {
+        Self {
+            per_ip: limiter(per_ip),
+            per_user: limiter(per_user),
+        }
+    }
+
+    pub fn check_ip(&self, ip: IpAddr) -> Result<(), AppError> {
+        check_n(self.per_ip.as_ref(), &ip, 1)
+    }
+
+    pub fn check_user(&self, user_id: i64) -> Result<(), AppError> {
+        check_n(self.per_user.as_ref(), &user_id, 1)
+    }
+
+    /// Takes `cost` requests at once from a client IP's allowance (a request that writes
+    /// many times pays for each write).
+    pub fn charge_ip(&self, ip: IpAddr, cost: u32) -> Result<(), AppError> {
+        check_n(self.per_ip.as_ref(), &ip, cost)
+    }
+
+    pub fn charge_user(&self, user_id: i64, cost: u32) -> Result<(), AppError> {
+        check_n(self.per_user.as_ref(), &user_id, cost)
+    }
+
+    fn forget_idle(&self) {
+        if let Some(limiter) = &self.per_ip {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+        if let Some(limiter) = &self.per_user {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    }
+}
+
+fn limiter<K: std::hash::Hash + Eq + Clone>(per_second: u32) -> Option<DefaultKeyedRateLimiter<K>> {
+    let rate = NonZeroU32::new(per_second)?;
+    let burst = NonZeroU32::new(per_second.saturating_mul(2)).unwrap_or(rate);
+    Some(RateLimiter::keyed(
+        Quota::per_second(rate).allow_burst(burst),
+    ))
+}
+
+fn check_n<K: std::hash::Hash + Eq + Clone>(
+    limiter: Option<&DefaultKeyedRateLimiter<K>>,
+    key: &K,
+    cost: u32,
+) -> Result<(), AppError> {
+    let (Some(limiter), Some(cost)) = (limiter, NonZeroU32::new(cost)) else {
+        return Ok(());
+    };
+    match limiter.check_key_n(key, cost) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(not_until)) => {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            Err(AppError::RateLimited {
+                retry_after_secs: wait.as_secs() + 1,
+            })
+        }
+        // More than a whole burst: no amount of waiting lets this request through.
+        Err(_) => Err(AppError::client(
+            crate::infra::error::ErrorCode::RateLimited,
+            format!("the request costs {cost} requests, more than the rate allows at once"),
+        )),
+    }
+}
+
+/// Drops the state of clients that have been quiet, so memory follows active clients only.
+pub async fn sweep(state: AppState) {
+    let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            _ = every_minute.tick() => state.rate_limits.forget_idle(),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! `item`, `createItem`.
+
+use async_graphql::{Context, Object, ID};
+
+use crate::{
+    api::schema::{
+        items::{CreateItemInput, Item},
+        ContextExt,
+    },
+    features::items::{self, NewItem},
+    infra::auth::{self, RoleGuard},
+    infra::error::AppResult,
+    infra::ids,
+};
+
+#[derive(Default)]
+pub struct ItemQuery;
+
+#[Object]
+impl ItemQuery {
+    async fn item(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<Item>> {
+        let id = ids::parse(&id, "id")?;
+        Ok(items::find(ctx.state(), id).await?.map(Item))
+    }
+}
+
+#[derive(Default)]
+pub struct ItemMutation;
+
+#[Object]
+impl ItemMutation {
+    /// Admin only.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn create_item(&self, ctx: &Context<'_>, input: CreateItemInput) -> AppResult<Item> {
+        let viewer = auth::require_viewer(ctx)?;
+        let item = NewItem::new(&input.name, input.lat, input.lng)?;
+        Ok(Item(
+            items::create(ctx.state(), viewer.user_id, item).await?,
+        ))
+    }
+}

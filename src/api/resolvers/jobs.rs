@@ -1,0 +1,110 @@
+//! Admin fields of the delay queue: `scheduleJob`, `cancelJob`, `requeueDeadJob`, `job`,
+//! `jobs`.
+
+use std::time::Duration;
+
+use async_graphql::{Context, Object, ID};
+
+use crate::{
+    api::schema::{
+        jobs::{Job, JobConnection, JobEdge, ScheduleJobInput},
+        page::{decode_offset_cursor, encode_cursor, PageInfo},
+        page_size, ContextExt,
+    },
+    features::jobs::{self, JobStatus, NewJob, MAX_DELAY_SECONDS},
+    infra::auth::RoleGuard,
+    infra::error::{AppError, AppResult},
+};
+
+#[derive(Default)]
+pub struct JobQuery;
+
+#[Object]
+impl JobQuery {
+    /// A job wherever it is (dead jobs included); null when unknown.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Option<Job>> {
+        Ok(jobs::find(ctx.state(), &topic, &id).await?.map(Job))
+    }
+
+    /// A topic's jobs in one state, in queue order (dead jobs: newest first).
+    #[graphql(
+        guard = "RoleGuard::admin()",
+        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+    )]
+    async fn jobs(
+        &self,
+        ctx: &Context<'_>,
+        topic: String,
+        status: JobStatus,
+        #[graphql(default = 20)] first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<JobConnection> {
+        let first = page_size(first.unwrap_or(20))?;
+        // The cursor is the position after the last job of the previous page.
+        let offset = decode_offset_cursor(after.as_deref(), jobs::MAX_LIST_OFFSET)?;
+        let (views, more) = jobs::list(ctx.state(), &topic, status, first, offset).await?;
+        let count = views.len();
+        let end_cursor = (count > 0).then(|| encode_cursor((offset + count) as i64));
+        Ok(JobConnection {
+            edges: views
+                .into_iter()
+                .enumerate()
+                .map(|(i, view)| JobEdge {
+                    cursor: encode_cursor((offset + i + 1) as i64),
+                    node: Job(view),
+                })
+                .collect(),
+            page_info: PageInfo {
+                has_next_page: more,
+                end_cursor,
+            },
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct JobMutation;
+
+#[Object]
+impl JobMutation {
+    /// Adds a job due in `delaySeconds`; `JOB_EXISTS` if the topic has a pending job with
+    /// this id (the id of a job that is done or cancelled may be used again).
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn schedule_job(&self, ctx: &Context<'_>, input: ScheduleJobInput) -> AppResult<Job> {
+        if !(0..=MAX_DELAY_SECONDS).contains(&i64::from(input.delay_seconds)) {
+            return Err(AppError::bad_input(format!(
+                "delaySeconds must be between 0 and {MAX_DELAY_SECONDS}"
+            )));
+        }
+        let max_attempts = input
+            .max_attempts
+            .map(|n| {
+                u32::try_from(n)
+                    .map_err(|_| AppError::bad_input("maxAttempts must be between 1 and 25"))
+            })
+            .transpose()?;
+        let job = NewJob {
+            id: input.id.to_string(),
+            topic: input.topic,
+            body: input.body,
+            delay: Duration::from_secs(input.delay_seconds as u64),
+            max_attempts,
+            callback_url: input.callback_url,
+        };
+        Ok(Job(jobs::schedule(ctx.state(), job).await?))
+    }
+
+    /// Cancels a pending job wherever it is; false when there is none by that id. A job
+    /// cancelled while running does not run again, and its completion changes nothing.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn cancel_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<bool> {
+        jobs::cancel(ctx.state(), &topic, &id).await
+    }
+
+    /// Puts a dead job back in the queue, due now.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn requeue_dead_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Job> {
+        Ok(Job(jobs::requeue_dead(ctx.state(), &topic, &id).await?))
+    }
+}

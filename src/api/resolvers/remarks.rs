@@ -1,0 +1,155 @@
+//! `remarks`, `recommendedRemarks`, `createRemark`, `likeRemark`, `unlikeRemark`,
+//! `likeCountChanged`.
+
+use async_graphql::{Context, Object, Subscription, ID};
+use futures::{Stream, StreamExt};
+
+use crate::{
+    api::http::ws::SubscriptionSlot,
+    api::schema::{
+        page::{decode_cursor, encode_cursor, PageInfo},
+        page_size,
+        remarks::{
+            page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark, RemarkConnection,
+            RemarkEdge,
+        },
+        ContextExt,
+    },
+    features::remarks::{self, likes::Vote, recommended, NewRemark},
+    infra::auth::{self, RoleGuard},
+    infra::error::{AppError, AppResult},
+    infra::ids,
+};
+
+#[derive(Default)]
+pub struct RemarkQuery;
+
+#[Object]
+impl RemarkQuery {
+    /// An item's remarks, newest first.
+    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
+    async fn remarks(
+        &self,
+        ctx: &Context<'_>,
+        item_id: ID,
+        #[graphql(default = 20)] first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<RemarkConnection> {
+        let first = first.unwrap_or(20);
+        let item_id = ids::parse(&item_id, "itemId")?;
+        let first = page_size(first)?;
+        let after = decode_cursor(after.as_deref())?;
+        let page = remarks::page(ctx.state(), item_id, first, after).await?;
+        let nodes = page_nodes(ctx, ctx.look_ahead().field("edges").field("node"), &page).await?;
+        Ok(RemarkConnection {
+            edges: nodes
+                .into_iter()
+                .map(|node| RemarkEdge {
+                    cursor: encode_cursor(node.record.id),
+                    node,
+                })
+                .collect(),
+            page_info: PageInfo {
+                has_next_page: page.more,
+                end_cursor: page.remarks.last().map(|r| encode_cursor(r.id)),
+            },
+        })
+    }
+
+    /// An item's most liked remarks (refreshed in the background, at most 50).
+    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
+    async fn recommended_remarks(
+        &self,
+        ctx: &Context<'_>,
+        item_id: ID,
+        #[graphql(default = 10)] first: Option<i32>,
+    ) -> AppResult<Vec<Remark>> {
+        let first = first.unwrap_or(10);
+        let item_id = ids::parse(&item_id, "itemId")?;
+        if !(1..=recommended::LIST_LENGTH as i32).contains(&first) {
+            return Err(AppError::bad_input(format!(
+                "first must be between 1 and {}",
+                recommended::LIST_LENGTH
+            )));
+        }
+        let state = ctx.state();
+        let ids = recommended::read(state, item_id, first as usize).await?;
+        let mut found = remarks::find_many(state, &ids).await?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| found.remove(id))
+            .map(Remark::from)
+            .collect())
+    }
+}
+
+#[derive(Default)]
+pub struct RemarkMutation;
+
+#[Object]
+impl RemarkMutation {
+    /// One remark per user per item (`CONFLICT` on a second).
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn create_remark(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateRemarkInput,
+    ) -> AppResult<Remark> {
+        let viewer = auth::require_viewer(ctx)?;
+        let item_id = ids::parse(&input.item_id, "itemId")?;
+        let remark = NewRemark::new(
+            item_id,
+            input.score,
+            &input.content,
+            input.images.unwrap_or_default(),
+        )?;
+        Ok(remarks::create(ctx.state(), viewer.user_id, remark)
+            .await?
+            .into())
+    }
+
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn like_remark(&self, ctx: &Context<'_>, remark_id: ID) -> AppResult<LikeResult> {
+        vote(ctx, &remark_id, Vote::Like).await
+    }
+
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn unlike_remark(&self, ctx: &Context<'_>, remark_id: ID) -> AppResult<LikeResult> {
+        vote(ctx, &remark_id, Vote::Unlike).await
+    }
+}
+
+async fn vote(ctx: &Context<'_>, remark_id: &ID, vote: Vote) -> AppResult<LikeResult> {
+    let viewer = auth::require_viewer(ctx)?;
+    let remark_id = ids::parse(remark_id, "remarkId")?;
+    Ok(
+        remarks::likes::vote(ctx.state(), viewer.user_id, remark_id, vote)
+            .await?
+            .into(),
+    )
+}
+
+#[derive(Default)]
+pub struct RemarkSubscription;
+
+#[Subscription]
+impl RemarkSubscription {
+    /// The current like counts of the remarks (1 to 100, each existing), then each change
+    /// (bursts coalesced to the latest count per remark within 100 ms).
+    async fn like_count_changed(
+        &self,
+        ctx: &Context<'_>,
+        remark_ids: Vec<ID>,
+    ) -> Result<impl Stream<Item = LikeCount>, AppError> {
+        let ids = remark_ids
+            .iter()
+            .map(|id| ids::parse(id, "remarkIds"))
+            .collect::<AppResult<Vec<_>>>()?;
+        let slot = SubscriptionSlot::acquire(ctx)?;
+        let changes = remarks::live::like_count_changes(ctx.state(), ids).await?;
+        Ok(changes.map(move |change| {
+            let _held = &slot;
+            LikeCount::from(change)
+        }))
+    }
+}

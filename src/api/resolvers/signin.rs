@@ -1,0 +1,64 @@
+//! `signCalendar`, `signIn`, `makeUpSignIn`.
+
+use async_graphql::{Context, Object};
+use chrono::NaiveDate;
+
+use crate::{
+    api::schema::{
+        signin::{SignCalendar, SignInResult},
+        ContextExt,
+    },
+    features::signin,
+    infra::auth::{self, RoleGuard},
+    infra::clock::Month,
+    infra::error::{AppError, AppResult},
+};
+
+#[derive(Default)]
+pub struct SignInQuery;
+
+#[Object]
+impl SignInQuery {
+    /// The viewer's sign-ins of a month (`YYYY-MM`, default this month).
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn sign_calendar(
+        &self,
+        ctx: &Context<'_>,
+        month: Option<String>,
+    ) -> AppResult<SignCalendar> {
+        let viewer = auth::require_viewer(ctx)?;
+        let month = month
+            .map(|m| {
+                Month::parse_dashed(m.trim())
+                    .ok_or_else(|| AppError::bad_input("month must be YYYY-MM"))
+            })
+            .transpose()?;
+        Ok(signin::calendar(ctx.state(), viewer.user_id, month)
+            .await?
+            .into())
+    }
+}
+
+#[derive(Default)]
+pub struct SignInMutation;
+
+#[Object]
+impl SignInMutation {
+    /// Signs in for today; a repeat answers `alreadySigned: true` and awards nothing.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn sign_in(&self, ctx: &Context<'_>) -> AppResult<SignInResult> {
+        let viewer = auth::require_viewer(ctx)?;
+        Ok(signin::sign_in(ctx.state(), viewer.user_id).await?.into())
+    }
+
+    /// Signs in a missed day (`YYYY-MM-DD`) of this month before today, for the base point.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn make_up_sign_in(&self, ctx: &Context<'_>, date: String) -> AppResult<SignInResult> {
+        let viewer = auth::require_viewer(ctx)?;
+        let date = NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
+            .map_err(|_| AppError::bad_input("date must be YYYY-MM-DD"))?;
+        Ok(signin::make_up(ctx.state(), viewer.user_id, date)
+            .await?
+            .into())
+    }
+}

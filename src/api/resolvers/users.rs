@@ -1,0 +1,23 @@
+//! `viewer`.
+
+use async_graphql::{Context, Object};
+
+use crate::{
+    api::schema::{users::User, ContextExt},
+    infra::auth,
+    infra::error::AppResult,
+};
+
+#[derive(Default)]
+pub struct UserQuery;
+
+#[Object]
+impl UserQuery {
+    /// The signed-in user; null without a token.
+    async fn viewer(&self, ctx: &Context<'_>) -> AppResult<Option<User>> {
+        let Some(viewer) = auth::viewer(ctx) else {
+            return Ok(None);
+        };
+        Ok(ctx.state().users.find(viewer.user_id).await?.map(User))
+    }
+}

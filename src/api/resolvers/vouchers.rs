@@ -1,0 +1,177 @@
+//! `voucher`, `vouchers`, `myOrders`, `createVoucher`, `seckillVoucher`, `payOrder`,
+//! `cancelOrder`, `voucherStockChanged`.
+
+use async_graphql::{Context, Object, Subscription, ID};
+use chrono::{DateTime, Utc};
+use futures::{Stream, StreamExt};
+
+use crate::{
+    api::http::ws::SubscriptionSlot,
+    api::schema::{
+        page::{decode_cursor, encode_cursor, PageInfo},
+        page_size,
+        vouchers::{CreateVoucherInput, Order, OrderConnection, OrderEdge, Voucher, VoucherStock},
+        ContextExt,
+    },
+    features::vouchers::{
+        self,
+        orders::{self, OrderRecord, OrderStatus},
+        NewVoucher,
+    },
+    infra::auth::{self, RoleGuard},
+    infra::error::{AppError, AppResult},
+    infra::ids,
+};
+
+fn instant(field: &str, text: &str) -> AppResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| AppError::bad_input(format!("{field} must be an RFC 3339 time")))
+}
+
+#[derive(Default)]
+pub struct VoucherQuery;
+
+#[Object]
+impl VoucherQuery {
+    async fn voucher(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<Voucher>> {
+        let id = ids::parse(&id, "id")?;
+        Ok(vouchers::find(ctx.state(), id).await?.map(Voucher))
+    }
+
+    /// An item's vouchers, newest first (at most 100).
+    async fn vouchers(&self, ctx: &Context<'_>, item_id: ID) -> AppResult<Vec<Voucher>> {
+        let item_id = ids::parse(&item_id, "itemId")?;
+        Ok(vouchers::for_item(ctx.state(), item_id)
+            .await?
+            .into_iter()
+            .map(Voucher)
+            .collect())
+    }
+
+    /// The viewer's orders, newest first.
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+    )]
+    async fn my_orders(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 20)] first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<OrderConnection> {
+        let viewer = auth::require_viewer(ctx)?;
+        let first = page_size(first.unwrap_or(20))?;
+        let before = decode_cursor(after.as_deref())?;
+        let (records, more) = orders::of_buyer(ctx.state(), viewer.user_id, first, before).await?;
+        let end_cursor = records.last().map(|o| encode_cursor(o.id));
+        Ok(OrderConnection {
+            edges: records
+                .into_iter()
+                .map(|o| OrderEdge {
+                    cursor: encode_cursor(o.id),
+                    node: Order(o),
+                })
+                .collect(),
+            page_info: PageInfo {
+                has_next_page: more,
+                end_cursor,
+            },
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct VoucherMutation;
+
+#[Object]
+impl VoucherMutation {
+    /// Admin only. The stock and window are preloaded into Redis.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn create_voucher(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateVoucherInput,
+    ) -> AppResult<Voucher> {
+        let voucher = NewVoucher {
+            item_id: ids::parse(&input.item_id, "itemId")?,
+            title: input.title,
+            stock: i64::from(input.stock),
+            begins_at: instant("beginsAt", &input.begins_at)?,
+            ends_at: instant("endsAt", &input.ends_at)?,
+            pay_within_seconds: i64::from(input.pay_within_seconds),
+        };
+        Ok(Voucher(vouchers::create(ctx.state(), voucher).await?))
+    }
+
+    /// One attempt to buy: an UNPAID order, or NOT_STARTED, ENDED, ALREADY_ORDERED, SOLD_OUT.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn seckill_voucher(&self, ctx: &Context<'_>, voucher_id: ID) -> AppResult<Order> {
+        let viewer = auth::require_viewer(ctx)?;
+        let voucher_id = ids::parse(&voucher_id, "voucherId")?;
+        let order = vouchers::seckill(ctx.state(), viewer.user_id, voucher_id).await?;
+        Ok(Order(OrderRecord {
+            id: order.order_id,
+            voucher_id,
+            buyer_id: viewer.user_id,
+            status: OrderStatus::Unpaid,
+            created_at_ms: order.created_at_ms,
+            pay_by_ms: order.pay_by_ms,
+        }))
+    }
+
+    /// Pays (simulated) the viewer's unpaid order before its pay-by time.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn pay_order(&self, ctx: &Context<'_>, order_id: ID) -> AppResult<Order> {
+        act(ctx, &order_id, OrderStatus::Paid).await
+    }
+
+    /// Cancels the viewer's unpaid order; the stock returns and the viewer may buy again.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn cancel_order(&self, ctx: &Context<'_>, order_id: ID) -> AppResult<Order> {
+        act(ctx, &order_id, OrderStatus::Cancelled).await
+    }
+}
+
+async fn act(ctx: &Context<'_>, order_id: &ID, outcome: OrderStatus) -> AppResult<Order> {
+    let viewer = auth::require_viewer(ctx)?;
+    let order_id = ids::parse(order_id, "orderId")?;
+    Ok(Order(
+        orders::act(ctx.state(), viewer.user_id, order_id, outcome).await?,
+    ))
+}
+
+#[derive(Default)]
+pub struct VoucherSubscription;
+
+#[Subscription]
+impl VoucherSubscription {
+    /// The voucher's remaining stock now, then each change (bursts coalesced).
+    async fn voucher_stock_changed(
+        &self,
+        ctx: &Context<'_>,
+        voucher_id: ID,
+    ) -> Result<impl Stream<Item = VoucherStock>, AppError> {
+        let voucher_id = ids::parse(&voucher_id, "voucherId")?;
+        let state = ctx.state();
+        if vouchers::find(state, voucher_id).await?.is_none() {
+            return Err(AppError::not_found(format!("no voucher {voucher_id}")));
+        }
+        let slot = SubscriptionSlot::acquire(ctx)?;
+        let keys = state.keys.clone();
+        let changes = crate::infra::live::counter_changes(
+            state,
+            vec![voucher_id],
+            move |id| keys.voucher_stock_channel(id),
+            |state, ids| async move { vouchers::remaining(&state, &ids).await },
+        )
+        .await?;
+        Ok(changes.map(move |(id, remaining)| {
+            let _held = &slot;
+            VoucherStock {
+                voucher_id: ID(id.to_string()),
+                remaining,
+            }
+        }))
+    }
+}

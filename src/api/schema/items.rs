@@ -1,0 +1,42 @@
+//! GraphQL types of items.
+
+use async_graphql::{InputObject, Object, ID};
+
+use crate::{api::schema::ContextExt, features::items::ItemRecord};
+
+pub struct Item(pub ItemRecord);
+
+#[Object]
+impl Item {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Latitude, when the item has a location.
+    async fn lat(&self) -> Option<f64> {
+        self.0.location.map(|l| l.lat)
+    }
+
+    /// Longitude, when the item has a location.
+    async fn lng(&self) -> Option<f64> {
+        self.0.location.map(|l| l.lng)
+    }
+
+    async fn created_at(&self, ctx: &async_graphql::Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.0.created_at_ms)
+    }
+}
+
+#[derive(InputObject)]
+pub struct CreateItemInput {
+    /// 1 to 200 characters.
+    pub name: String,
+    /// Latitude in degrees; give with `lng`.
+    pub lat: Option<f64>,
+    /// Longitude in degrees; give with `lat`.
+    pub lng: Option<f64>,
+}

@@ -1,0 +1,79 @@
+//! GraphQL types of the delay queue.
+
+use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
+
+use super::{page::PageInfo, ContextExt};
+use crate::features::jobs::{JobStatus, JobView};
+
+pub struct Job(pub JobView);
+
+#[Object]
+impl Job {
+    async fn id(&self) -> ID {
+        ID(self.0.id.clone())
+    }
+
+    async fn topic(&self) -> &str {
+        &self.0.topic
+    }
+
+    /// JSON text.
+    async fn body(&self) -> &str {
+        &self.0.body
+    }
+
+    /// When it is (or was) due; for a dead job, when it died.
+    async fn run_at(&self, ctx: &Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.0.run_at_ms)
+    }
+
+    /// Deliveries so far.
+    async fn attempts(&self) -> i64 {
+        i64::from(self.0.attempts)
+    }
+
+    async fn max_attempts(&self) -> i64 {
+        i64::from(self.0.max_attempts)
+    }
+
+    async fn status(&self) -> JobStatus {
+        self.0.status
+    }
+
+    async fn last_error(&self) -> Option<&str> {
+        self.0.last_error.as_deref()
+    }
+
+    async fn callback_url(&self) -> Option<&str> {
+        self.0.callback_url.as_deref()
+    }
+}
+
+#[derive(InputObject)]
+pub struct ScheduleJobInput {
+    /// Unique among the topic's pending jobs: 1 to 128 of A-Z a-z 0-9 _ - . :
+    pub id: ID,
+    /// 1 to 64 of A-Z a-z 0-9 _ - . :
+    pub topic: String,
+    /// JSON text, at most 64 KiB.
+    pub body: String,
+    /// 0 to 31,536,000.
+    pub delay_seconds: i32,
+    /// POSTed the body when due; its host must be on ENGAGE_CALLBACK_HOSTS.
+    pub callback_url: Option<String>,
+    /// 1 to 25; default: the topic's (one per step of its retry ladder, plus one, unless
+    /// the topic says otherwise).
+    pub max_attempts: Option<i32>,
+}
+
+#[derive(SimpleObject)]
+pub struct JobEdge {
+    pub cursor: String,
+    pub node: Job,
+}
+
+#[derive(SimpleObject)]
+pub struct JobConnection {
+    pub edges: Vec<JobEdge>,
+    pub page_info: PageInfo,
+}

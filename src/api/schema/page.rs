@@ -1,0 +1,96 @@
+//! Cursor paging shared by every connection type.
+//!
+//! A cursor is `c` followed by a decimal number: the id of the last row of a page (keyset
+//! lists), or the position after it (offset lists: nearby items, the admin view of jobs).
+//! Anything else, a negative position, or a position beyond what the list serves is
+//! `BAD_USER_INPUT`: a cursor is client input like any other, and arithmetic on an unchecked
+//! position is how a crafted one used to overflow.
+
+use async_graphql::SimpleObject;
+
+use crate::infra::error::{AppError, AppResult};
+
+#[derive(SimpleObject, Clone, Debug)]
+pub struct PageInfo {
+    pub has_next_page: bool,
+    pub end_cursor: Option<String>,
+}
+
+/// Cursors are opaque to clients; here they carry the id of the last row of a page.
+pub fn encode_cursor(id: i64) -> String {
+    format!("c{id}")
+}
+
+/// Characters of a refused cursor quoted back in the error (a cursor may be a whole body).
+const QUOTED: usize = 32;
+
+fn not_a_cursor(cursor: &str) -> AppError {
+    let quoted: String = cursor.chars().take(QUOTED).collect();
+    let more = if cursor.chars().count() > QUOTED {
+        "…"
+    } else {
+        ""
+    };
+    AppError::bad_input(format!("not a cursor of this list: {quoted:?}{more}"))
+}
+
+/// The id a keyset cursor carries.
+pub fn decode_cursor(cursor: Option<&str>) -> AppResult<Option<i64>> {
+    cursor
+        .map(|c| {
+            c.strip_prefix('c')
+                .filter(|number| {
+                    let digits = number.strip_prefix('-').unwrap_or(number);
+                    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+                })
+                .and_then(|number| number.parse::<i64>().ok())
+                .ok_or_else(|| not_a_cursor(c))
+        })
+        .transpose()
+}
+
+/// The position an offset cursor carries (0 without one). Positions run from 0 to `max`:
+/// a list that pages by offset serves its first `max` rows only, so that a page's cost
+/// stays bounded however far a client pages.
+pub fn decode_offset_cursor(cursor: Option<&str>, max: usize) -> AppResult<usize> {
+    let (Some(text), Some(position)) = (cursor, decode_cursor(cursor)?) else {
+        return Ok(0);
+    };
+    let position = usize::try_from(position).map_err(|_| not_a_cursor(text))?;
+    if position > max {
+        return Err(AppError::bad_input(format!(
+            "the cursor is past the end: this list serves its first {max} rows"
+        )));
+    }
+    Ok(position)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infra::error::ErrorCode;
+
+    #[test]
+    fn offset_cursors_are_bounded_and_malformed_ones_refused() {
+        assert_eq!(decode_offset_cursor(None, 1000).unwrap(), 0);
+        assert_eq!(decode_offset_cursor(Some("c0"), 1000).unwrap(), 0);
+        assert_eq!(decode_offset_cursor(Some("c1000"), 1000).unwrap(), 1000);
+        let huge = format!("c{}", "9".repeat(50_000));
+        for bad in [
+            "",
+            "c",
+            "c-1",
+            "c1001",
+            "c+5",
+            "c 5",
+            "Y3Vyc29yOjU=",
+            "c9223372036854775807",
+            "c99999999999999999999",
+            huge.as_str(),
+        ] {
+            let error = decode_offset_cursor(Some(bad), 1000).unwrap_err();
+            assert_eq!(error.code(), ErrorCode::BadUserInput, "{bad:?}");
+            assert!(error.to_string().len() < 120, "{error}");
+        }
+    }
+}

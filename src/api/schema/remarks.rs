@@ -1,0 +1,215 @@
+//! GraphQL types of remarks and likes.
+
+use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject, ID};
+
+use super::{
+    page::PageInfo,
+    users::{load_user, User},
+    ContextExt,
+};
+use crate::{
+    features::remarks::{
+        likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
+        live::CountChange,
+        RemarkPage, RemarkRecord,
+    },
+    features::users::{UserLoader, UserRecord},
+    infra::auth,
+    infra::error::{AppError, AppResult},
+};
+
+/// A remark, with what its page already read: the author's record and the like info
+/// (when the query asked for them); otherwise fields load them through the batch loaders.
+pub struct Remark {
+    pub record: RemarkRecord,
+    pub author: Option<UserRecord>,
+    pub like: Option<LikeInfo>,
+}
+
+impl From<RemarkRecord> for Remark {
+    fn from(record: RemarkRecord) -> Self {
+        Self {
+            record,
+            author: None,
+            like: None,
+        }
+    }
+}
+
+#[Object]
+impl Remark {
+    async fn id(&self) -> ID {
+        ID(self.record.id.to_string())
+    }
+
+    async fn item_id(&self) -> ID {
+        ID(self.record.item_id.to_string())
+    }
+
+    async fn author(&self, ctx: &Context<'_>) -> AppResult<User> {
+        match &self.author {
+            Some(author) => Ok(User(author.clone())),
+            None => load_user(ctx, self.record.author_id).await,
+        }
+    }
+
+    /// 1 to 5.
+    async fn score(&self) -> i32 {
+        self.record.score
+    }
+
+    async fn content(&self) -> &str {
+        &self.record.content
+    }
+
+    /// Image URLs.
+    async fn images(&self) -> &[String] {
+        &self.record.images
+    }
+
+    async fn created_at(&self, ctx: &Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.record.created_at_ms)
+    }
+
+    /// Live count from Redis; all remarks of a response are read in one round trip.
+    async fn like_count(&self, ctx: &Context<'_>) -> AppResult<i64> {
+        Ok(self.like_info(ctx).await?.count)
+    }
+
+    /// False for anonymous viewers.
+    async fn liked_by_me(&self, ctx: &Context<'_>) -> AppResult<bool> {
+        Ok(auth::viewer(ctx).is_some() && self.like_info(ctx).await?.liked_by_viewer)
+    }
+
+    /// The earliest users who like this remark (at most 20).
+    #[graphql(complexity = "first.unwrap_or(5).clamp(1, 20) as usize * child_complexity")]
+    async fn likers(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 5)] first: Option<i32>,
+    ) -> AppResult<Vec<User>> {
+        let first = first.unwrap_or(5);
+        if !(1..=likes::LIKERS_KEPT as i32).contains(&first) {
+            return Err(AppError::bad_input(format!(
+                "first must be between 1 and {}",
+                likes::LIKERS_KEPT
+            )));
+        }
+        let ids = likes::earliest_likers(ctx.state(), self.record.id, first as usize).await?;
+        let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
+        let users = loader
+            .load_many(ids.iter().copied())
+            .await
+            .map_err(|e| (*e).clone())?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| users.get(id).cloned().map(User))
+            .collect())
+    }
+}
+
+impl Remark {
+    async fn like_info(&self, ctx: &Context<'_>) -> AppResult<LikeInfo> {
+        if let Some(like) = self.like {
+            return Ok(like);
+        }
+        let key = LikeInfoKey {
+            remark_id: self.record.id,
+            viewer: auth::viewer(ctx).map(|v| v.user_id),
+        };
+        let loader = ctx.data_unchecked::<DataLoader<LikeInfoLoader>>();
+        Ok(loader
+            .load_one(key)
+            .await
+            .map_err(|e| (*e).clone())?
+            .unwrap_or_default())
+    }
+}
+
+/// The remarks of a page as GraphQL nodes. When the selection under `nodes` reads like
+/// counts, the page's like info is read here in one Redis round trip and handed to each
+/// remark, rather than through one batch-loader call per field (which costs allocations and
+/// channel hops per remark); what the look-ahead misses still loads through the loader.
+pub async fn page_nodes(
+    ctx: &Context<'_>,
+    nodes: async_graphql::Lookahead<'_>,
+    page: &RemarkPage,
+) -> AppResult<Vec<Remark>> {
+    let like_ids: Vec<i64> =
+        if nodes.field("likeCount").exists() || nodes.field("likedByMe").exists() {
+            page.remarks.iter().map(|r| r.id).collect()
+        } else {
+            Vec::new()
+        };
+    let viewer = auth::viewer(ctx).map(|v| v.user_id);
+    let likes = likes::like_infos(ctx.state(), viewer, &like_ids).await?;
+    Ok(page
+        .remarks
+        .iter()
+        .map(|record| Remark {
+            record: record.clone(),
+            author: page.authors.get(&record.author_id).cloned(),
+            like: Some(likes.get(&record.id).copied().unwrap_or_default())
+                .filter(|_| !like_ids.is_empty()),
+        })
+        .collect())
+}
+
+#[derive(SimpleObject)]
+pub struct RemarkEdge {
+    pub cursor: String,
+    pub node: Remark,
+}
+
+#[derive(SimpleObject)]
+pub struct RemarkConnection {
+    pub edges: Vec<RemarkEdge>,
+    pub page_info: PageInfo,
+}
+
+#[derive(InputObject)]
+pub struct CreateRemarkInput {
+    pub item_id: ID,
+    /// 1 to 5.
+    pub score: i32,
+    /// 1 to 2000 characters.
+    pub content: String,
+    /// Up to 9 http(s) image URLs.
+    pub images: Option<Vec<String>>,
+}
+
+#[derive(SimpleObject)]
+pub struct LikeResult {
+    pub remark_id: ID,
+    pub like_count: i64,
+    /// Whether the viewer likes the remark now.
+    pub liked: bool,
+    /// Whether this call changed anything (false for a repeated like or unlike).
+    pub changed: bool,
+}
+
+impl From<VoteOutcome> for LikeResult {
+    fn from(outcome: VoteOutcome) -> Self {
+        Self {
+            remark_id: ID(outcome.remark_id.to_string()),
+            like_count: outcome.like_count,
+            liked: outcome.liked,
+            changed: outcome.changed,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct LikeCount {
+    pub remark_id: ID,
+    pub like_count: i64,
+}
+
+impl From<CountChange> for LikeCount {
+    fn from(change: CountChange) -> Self {
+        Self {
+            remark_id: ID(change.remark_id.to_string()),
+            like_count: change.like_count,
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! GraphQL types of sign-in.
+
+use async_graphql::{ComplexObject, Context, SimpleObject};
+
+use crate::{
+    api::schema::ContextExt,
+    features::signin::{self, Calendar, SignInOutcome},
+    infra::clock::Month,
+    infra::error::AppResult,
+};
+
+#[derive(SimpleObject)]
+pub struct SignInResult {
+    /// `YYYY-MM-DD` in the service's time zone.
+    pub date: String,
+    pub streak: i64,
+    pub points_awarded: i64,
+    pub already_signed: bool,
+}
+
+impl From<SignInOutcome> for SignInResult {
+    fn from(outcome: SignInOutcome) -> Self {
+        Self {
+            date: outcome.date.to_string(),
+            streak: outcome.streak,
+            points_awarded: outcome.points_awarded,
+            already_signed: outcome.already_signed,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+#[graphql(complex)]
+pub struct SignCalendar {
+    #[graphql(skip)]
+    pub user_id: i64,
+    #[graphql(skip)]
+    pub shown: Month,
+    /// `YYYY-MM`.
+    pub month: String,
+    /// One per day from day 1: up to today for this month, the whole month for past ones.
+    pub days: Vec<bool>,
+    pub signed_today: bool,
+    /// The current streak (ending today, or yesterday while today is unsigned).
+    pub streak: i64,
+    pub signed_days: i64,
+    pub make_ups_left: i64,
+}
+
+impl From<Calendar> for SignCalendar {
+    fn from(calendar: Calendar) -> Self {
+        Self {
+            user_id: calendar.user_id,
+            shown: calendar.month,
+            month: calendar.month.dashed(),
+            signed_days: calendar.signed_days() as i64,
+            days: calendar.days,
+            signed_today: calendar.signed_today,
+            streak: calendar.streak,
+            make_ups_left: i64::from(calendar.make_ups_left),
+        }
+    }
+}
+
+#[ComplexObject]
+impl SignCalendar {
+    /// The days (of `days`, 1 = the 1st) signed by a make-up, as archived: a make-up shows
+    /// here a moment after it was made.
+    async fn made_up_days(&self, ctx: &Context<'_>) -> AppResult<Vec<u32>> {
+        signin::made_up_days(ctx.state(), self.user_id, self.shown).await
+    }
+}

@@ -1,0 +1,48 @@
+//! GraphQL types of users.
+
+use async_graphql::{dataloader::DataLoader, Context, Object, ID};
+
+use super::ContextExt;
+use crate::{
+    features::users::{UserLoader, UserRecord},
+    infra::error::AppResult,
+};
+
+#[derive(Clone)]
+pub struct User(pub UserRecord);
+
+#[Object]
+impl User {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    async fn avatar_url(&self) -> Option<&str> {
+        self.0.avatar_url.as_deref()
+    }
+
+    /// How many users follow this one.
+    async fn followers(&self, ctx: &Context<'_>) -> AppResult<i64> {
+        crate::features::feed::follower_count(ctx.state(), self.0.id).await
+    }
+
+    /// How many users this one follows.
+    async fn following(&self, ctx: &Context<'_>) -> AppResult<i64> {
+        crate::features::feed::following_count(ctx.state(), self.0.id).await
+    }
+}
+
+/// A user by id through the request's batch loader (a placeholder if the row is gone).
+pub async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User> {
+    let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
+    let user = loader.load_one(user_id).await.map_err(|e| (*e).clone())?;
+    Ok(User(user.unwrap_or_else(|| UserRecord {
+        id: user_id,
+        name: format!("user{user_id}"),
+        avatar_url: None,
+    })))
+}

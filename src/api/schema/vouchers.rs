@@ -1,0 +1,142 @@
+//! GraphQL types of flash-sale vouchers and orders.
+
+use std::collections::HashMap;
+
+use async_graphql::{
+    dataloader::{DataLoader, Loader},
+    Context, InputObject, Object, SimpleObject, ID,
+};
+
+use super::{items::Item, page::PageInfo, ContextExt};
+use crate::{
+    app::AppState,
+    features::vouchers::{
+        self,
+        orders::{OrderRecord, OrderStatus},
+        VoucherRecord,
+    },
+    infra::error::{AppError, AppResult},
+};
+
+pub struct Voucher(pub VoucherRecord);
+
+#[Object]
+impl Voucher {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+
+    async fn item(&self, ctx: &Context<'_>) -> AppResult<Item> {
+        crate::features::items::find(ctx.state(), self.0.item_id)
+            .await?
+            .map(Item)
+            .ok_or_else(|| AppError::not_found(format!("no item {}", self.0.item_id)))
+    }
+
+    async fn title(&self) -> &str {
+        &self.0.title
+    }
+
+    /// The stock the sale started with.
+    async fn stock(&self) -> i64 {
+        self.0.stock
+    }
+
+    /// Live stock (Redis); the vouchers of a response are read in one round trip.
+    async fn remaining(&self, ctx: &Context<'_>) -> AppResult<i64> {
+        let loader = ctx.data_unchecked::<DataLoader<StockLoader>>();
+        Ok(loader
+            .load_one(self.0.id)
+            .await
+            .map_err(|e| (*e).clone())?
+            .unwrap_or(0))
+    }
+
+    async fn begins_at(&self, ctx: &Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.0.begins_at_ms)
+    }
+
+    async fn ends_at(&self, ctx: &Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.0.ends_at_ms)
+    }
+
+    async fn pay_within_seconds(&self) -> i64 {
+        self.0.pay_within_seconds
+    }
+}
+
+/// Batches the live stock of the vouchers of one response.
+pub struct StockLoader(pub AppState);
+
+impl Loader<i64> for StockLoader {
+    type Value = i64;
+    type Error = std::sync::Arc<AppError>;
+
+    async fn load(&self, ids: &[i64]) -> Result<HashMap<i64, i64>, Self::Error> {
+        vouchers::remaining(&self.0, ids)
+            .await
+            .map_err(std::sync::Arc::new)
+    }
+}
+
+pub struct Order(pub OrderRecord);
+
+#[Object]
+impl Order {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+
+    async fn voucher(&self, ctx: &Context<'_>) -> AppResult<Voucher> {
+        vouchers::find(ctx.state(), self.0.voucher_id)
+            .await?
+            .map(Voucher)
+            .ok_or_else(|| AppError::not_found(format!("no voucher {}", self.0.voucher_id)))
+    }
+
+    async fn status(&self) -> OrderStatus {
+        self.0.status
+    }
+
+    async fn created_at(&self, ctx: &Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.0.created_at_ms)
+    }
+
+    /// Unpaid orders expire at this time and their stock returns to the sale.
+    async fn pay_by(&self, ctx: &Context<'_>) -> String {
+        ctx.state().clock.format_ms(self.0.pay_by_ms)
+    }
+}
+
+#[derive(InputObject)]
+pub struct CreateVoucherInput {
+    pub item_id: ID,
+    /// 1 to 100 characters.
+    pub title: String,
+    /// 1 to 1,000,000.
+    pub stock: i32,
+    /// RFC 3339, e.g. 2026-11-23T20:00:00+08:00.
+    pub begins_at: String,
+    /// RFC 3339, after beginsAt and in the future.
+    pub ends_at: String,
+    /// 1 to 604,800: time a buyer has to pay before the order expires.
+    pub pay_within_seconds: i32,
+}
+
+#[derive(SimpleObject)]
+pub struct OrderEdge {
+    pub cursor: String,
+    pub node: Order,
+}
+
+#[derive(SimpleObject)]
+pub struct OrderConnection {
+    pub edges: Vec<OrderEdge>,
+    pub page_info: PageInfo,
+}
+
+#[derive(SimpleObject)]
+pub struct VoucherStock {
+    pub voucher_id: ID,
+    pub remaining: i64,
+}

@@ -1,0 +1,150 @@
+//! `engage seed-demo`: users, located items, remarks, likes, follows, sign-ins and a season
+//! board to explore in the playground.
+//! Everything goes through the same domain functions as the API, so the demo data is as
+//! real as any (likes reach the archive once a server runs).
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{seq::IndexedRandom, Rng};
+
+use crate::{
+    app::AppState,
+    features::items::{self, NewItem},
+    features::remarks::{self, likes::Vote, NewRemark},
+};
+
+const NAMES: &[&str] = &[
+    "Mei", "Arjun", "Sofia", "Kenji", "Amara", "Lucas", "Ines", "Wei", "Noah", "Zara",
+];
+const ITEMS: &[(&str, f64, f64)] = &[
+    ("Harbour Noodle Bar", 31.2304, 121.4737),
+    ("Lantern Tea House", 31.2243, 121.4768),
+    ("Bund Bicycle Rental", 31.2400, 121.4900),
+    ("Pottery Course for Beginners", 31.2150, 121.4450),
+    ("Night Market Dumplings", 31.2330, 121.4850),
+];
+const REVIEWS: &[&str] = &[
+    "Loved it, will come back.",
+    "Friendly staff and fair prices.",
+    "A bit crowded at lunchtime, still worth it.",
+    "Exactly as described.",
+    "Great for a rainy afternoon.",
+];
+
+pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
+    let users = users.max(2);
+    let steps = users as u64 + ITEMS.len() as u64 + users as u64 * 4;
+    let bar = ProgressBar::new(steps).with_style(
+        ProgressStyle::with_template("{spinner} {msg:<10} [{bar:40}] {pos}/{len}")?
+            .progress_chars("=> "),
+    );
+
+    bar.set_message("users");
+    let now_ms = state.clock.now_ms();
+    for id in 1..=users {
+        let name = format!("{} {}", NAMES[(id as usize - 1) % NAMES.len()], id);
+        sqlx::query("INSERT INTO users (id, name, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
+            .bind(id)
+            .bind(name)
+            .bind(now_ms)
+            .execute(&state.db.pool)
+            .await?;
+        bar.inc(1);
+    }
+
+    bar.set_message("items");
+    let mut item_ids = Vec::new();
+    for (name, lat, lng) in ITEMS {
+        let item = items::create(state, 1, NewItem::new(name, Some(*lat), Some(*lng))?).await?;
+        item_ids.push(item.id);
+        bar.inc(1);
+    }
+
+    bar.set_message("remarks");
+    let mut remark_ids = Vec::new();
+    for author in 1..=users {
+        let item = item_ids[(author as usize) % item_ids.len()];
+        let (score, text) = {
+            let mut rng = rand::rng();
+            (
+                rng.random_range(3..=5),
+                *REVIEWS.choose(&mut rng).unwrap_or(&REVIEWS[0]),
+            )
+        };
+        match remarks::create(
+            state,
+            author,
+            NewRemark::new(item, score, text, Vec::new())?,
+        )
+        .await
+        {
+            Ok(remark) => remark_ids.push(remark.id),
+            Err(error) if error.code() == crate::infra::error::ErrorCode::Conflict => {}
+            Err(error) => return Err(anyhow::anyhow!("{error}")),
+        }
+        bar.inc(1);
+    }
+
+    bar.set_message("likes");
+    for voter in 1..=users {
+        let picks: Vec<i64> = {
+            let mut rng = rand::rng();
+            let count = rng.random_range(0..=remark_ids.len().min(8));
+            remark_ids
+                .choose_multiple(&mut rng, count)
+                .copied()
+                .collect()
+        };
+        for remark in picks {
+            remarks::likes::vote(state, voter, remark, Vote::Like)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        bar.inc(1);
+    }
+    bar.set_message("follows");
+    for user in 1..=users {
+        let followees: Vec<i64> = {
+            let mut rng = rand::rng();
+            (1..=users)
+                .filter(|other| *other != user)
+                .collect::<Vec<_>>()
+                .choose_multiple(&mut rng, 3)
+                .copied()
+                .collect()
+        };
+        for followee in followees {
+            crate::features::feed::follow(state, user, followee)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        bar.inc(1);
+    }
+
+    bar.set_message("sign-ins");
+    for user in 1..=users {
+        crate::features::signin::sign_in(state, user)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let extra: i64 = rand::rng().random_range(0..40);
+        if extra > 0 {
+            crate::features::points::award(
+                state,
+                user,
+                crate::features::points::PointsType::Learning,
+                extra,
+                &format!("demo:{user}"),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        bar.inc(1);
+    }
+    bar.finish_with_message("done");
+    println!(
+        "seeded {users} users, {} items (ids {:?}), {} remarks; try `engage token --user 1`",
+        item_ids.len(),
+        item_ids,
+        remark_ids.len()
+    );
+    Ok(())
+}

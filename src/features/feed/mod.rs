@@ -1,0 +1,474 @@
+//! The follow feed (seed 004): push to followers' inboxes, pull from big authors' outboxes.
+//!
+//! - Follows live in SQL; Redis keeps each user's following set and everyone's follower
+//!   count, which reads need.
+//! - A new remark is XADDed to `{feed}:remarks` by `createRemark`; the `feed-fanout` consumer,
+//!   off the request path, adds it to the author's outbox and, unless the author has more
+//!   than `ENGAGE_FEED_PUSH_LIMIT` followers, to each follower's inbox (both capped zsets).
+//! - `feed` merges the inbox with the outboxes of the big authors the reader follows, and
+//!   drops entries of authors no longer followed. Cost per page: three round trips (following
+//!   set, follower counts, then inbox and outboxes in one pipeline), and one outbox range per
+//!   followed big author: reads grow linearly with the big authors one follows, writes with
+//!   the followers of small authors.
+//!
+//! Entries are `<remark id, 20 digits>:<author>` scored by creation time in ms; the cursor is
+//! (score, member), so equal timestamps and remarks arriving between pages neither repeat
+//! nor skip entries.
+
+use std::{collections::HashSet, sync::Arc};
+
+use sqlx::{Any, Row, Transaction};
+
+pub mod recovery;
+
+use crate::{
+    app::AppState,
+    infra::error::{AppError, AppResult},
+    infra::redis::Keys,
+    infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+};
+
+impl Keys {
+    pub fn feed_inbox(&self, user_id: i64) -> String {
+        self.tagged(&format!("feed:{user_id}"), "inbox")
+    }
+
+    pub fn feed_outbox(&self, user_id: i64) -> String {
+        self.tagged(&format!("feed:{user_id}"), "outbox")
+    }
+
+    pub fn following(&self, user_id: i64) -> String {
+        self.tagged(&format!("feed:{user_id}"), "following")
+    }
+
+    pub fn follower_counts(&self) -> String {
+        self.tagged("feed", "follower-counts")
+    }
+
+    pub fn remark_stream(&self) -> String {
+        self.tagged("feed", "remarks")
+    }
+
+    /// Authors whose followers pull their outbox: every author who ever had more than
+    /// `ENGAGE_FEED_PUSH_LIMIT` followers. Once pulled, always pulled: what they posted
+    /// while big is only in their outbox, so falling back under the limit must not hide it.
+    pub fn pulled_authors(&self) -> String {
+        self.tagged("feed", "pulled")
+    }
+}
+
+fn member(remark_id: i64, author_id: i64) -> String {
+    format!("{remark_id:020}:{author_id}")
+}
+
+fn parse_member(member: &str) -> Option<(i64, i64)> {
+    let (remark, author) = member.split_once(':')?;
+    Some((remark.parse().ok()?, author.parse().ok()?))
+}
+
+/// Follows `followee`; `true` when this call created the follow.
+pub async fn follow(state: &AppState, follower: i64, followee: i64) -> AppResult<bool> {
+    if follower == followee {
+        return Err(AppError::bad_input("you cannot follow yourself"));
+    }
+    if state.users.find(followee).await?.is_none() {
+        return Err(AppError::not_found(format!("no user {followee}")));
+    }
+    let created = sqlx::query(
+        "INSERT INTO follows (follower_id, followee_id, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    )
+    .bind(follower)
+    .bind(followee)
+    .bind(state.clock.now_ms())
+    .execute(&state.db.pool)
+    .await?
+    .rows_affected()
+        == 1;
+    let mut conn = state.redis.get().await?;
+    let mut pipe = redis::pipe();
+    pipe.cmd("SADD")
+        .arg(state.keys.following(follower))
+        .arg(followee)
+        .ignore();
+    if created {
+        pipe.cmd("HINCRBY")
+            .arg(state.keys.follower_counts())
+            .arg(followee)
+            .arg(1)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut *conn).await?;
+    // A pulled author's remarks reach the reader from their outbox; anyone else's recent
+    // ones are pushed into the new follower's inbox now, as if they had followed all along.
+    if created
+        && pulled_among(state, &mut conn, &[followee])
+            .await?
+            .is_empty()
+    {
+        drop(conn);
+        let recent = latest_remarks(state, followee).await?;
+        push_into_inbox(state, follower, followee, &recent).await?;
+    }
+    Ok(created)
+}
+
+/// An author's newest remarks, as many as an inbox keeps: `(remark id, created at ms)`.
+async fn latest_remarks(state: &AppState, author: i64) -> AppResult<Vec<(i64, i64)>> {
+    let rows = sqlx::query(
+        "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 ORDER BY id DESC LIMIT $2",
+    )
+    .bind(author)
+    .bind(state.config.feed_inbox_size.max(1) as i64)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut remarks = Vec::with_capacity(rows.len());
+    for row in &rows {
+        remarks.push((row.try_get("id")?, row.try_get("created_at_ms")?));
+    }
+    Ok(remarks)
+}
+
+/// Adds an author's remarks to a reader's inbox.
+async fn push_into_inbox(
+    state: &AppState,
+    reader: i64,
+    author: i64,
+    remarks: &[(i64, i64)],
+) -> AppResult<()> {
+    if remarks.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    push(
+        state,
+        &mut pipe,
+        &state.keys.feed_inbox(reader),
+        author,
+        remarks,
+    );
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
+}
+
+/// Queues the adding of an author's remarks `(id, created at ms)` to an inbox or outbox,
+/// which keeps its `ENGAGE_FEED_INBOX_SIZE` newest entries.
+fn push(
+    state: &AppState,
+    pipe: &mut redis::Pipeline,
+    key: &str,
+    author: i64,
+    remarks: &[(i64, i64)],
+) {
+    if remarks.is_empty() {
+        return;
+    }
+    let keep = state.config.feed_inbox_size.max(1) as i64;
+    let add = pipe.cmd("ZADD").arg(key);
+    for &(remark, created) in remarks {
+        add.arg(created).arg(member(remark, author));
+    }
+    add.ignore();
+    pipe.cmd("ZREMRANGEBYRANK")
+        .arg(key)
+        .arg(0)
+        .arg(-keep - 1)
+        .ignore();
+}
+
+/// Stops following; the author's entries leave the inbox. `true` when a follow ended.
+pub async fn unfollow(state: &AppState, follower: i64, followee: i64) -> AppResult<bool> {
+    if follower == followee {
+        return Err(AppError::bad_input("you cannot unfollow yourself"));
+    }
+    let removed = sqlx::query("DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2")
+        .bind(follower)
+        .bind(followee)
+        .execute(&state.db.pool)
+        .await?
+        .rows_affected()
+        == 1;
+    let inbox = state.keys.feed_inbox(follower);
+    let mut conn = state.redis.get().await?;
+    let entries: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&inbox)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut *conn)
+        .await?;
+    let theirs: Vec<&String> = entries
+        .iter()
+        .filter(|m| parse_member(m).is_some_and(|(_, author)| author == followee))
+        .collect();
+    let mut pipe = redis::pipe();
+    pipe.cmd("SREM")
+        .arg(state.keys.following(follower))
+        .arg(followee)
+        .ignore();
+    if !theirs.is_empty() {
+        pipe.cmd("ZREM").arg(&inbox).arg(theirs).ignore();
+    }
+    if removed {
+        pipe.cmd("HINCRBY")
+            .arg(state.keys.follower_counts())
+            .arg(followee)
+            .arg(-1)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(removed)
+}
+
+/// How many users follow `user_id`.
+pub async fn follower_count(state: &AppState, user_id: i64) -> AppResult<i64> {
+    let mut conn = state.redis.get().await?;
+    let count: Option<i64> = redis::cmd("HGET")
+        .arg(state.keys.follower_counts())
+        .arg(user_id)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(count.unwrap_or(0).max(0))
+}
+
+/// How many users `user_id` follows.
+pub async fn following_count(state: &AppState, user_id: i64) -> AppResult<i64> {
+    let mut conn = state.redis.get().await?;
+    Ok(redis::cmd("SCARD")
+        .arg(state.keys.following(user_id))
+        .query_async(&mut *conn)
+        .await?)
+}
+
+/// Announces a new remark to the feed (called after the remark is stored).
+pub async fn publish_remark(
+    state: &AppState,
+    remark_id: i64,
+    author_id: i64,
+    created_at_ms: i64,
+) -> AppResult<()> {
+    let mut conn = state.redis.get().await?;
+    let _: String = redis::cmd("XADD")
+        .arg(state.keys.remark_stream())
+        .arg("*")
+        .arg("remark")
+        .arg(remark_id)
+        .arg("author")
+        .arg(author_id)
+        .arg("created")
+        .arg(created_at_ms)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub fn spawn(state: &AppState) {
+    let spec = ConsumerSpec::new(&state.config, "feed-fanout", "fanout");
+    streams::spawn(
+        state,
+        spec,
+        vec![state.keys.remark_stream()],
+        Arc::new(FanOut(state.clone())),
+    );
+}
+
+struct FanOut(AppState);
+
+#[async_trait::async_trait]
+impl StreamHandler for FanOut {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let state = &self.0;
+        for entry in entries {
+            let (remark, author, created) = (
+                entry.number("remark")?,
+                entry.number("author")?,
+                entry.number("created")?,
+            );
+            let big = is_big(state, author).await.map_err(unavailable)?;
+            fan_out(state, author, big, &[(remark, created)])
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds an author's remarks `(id, created at ms)` to their outbox and, unless they are
+/// `big` (their followers pull the outbox, and they stay pulled), to each follower's inbox.
+pub(crate) async fn fan_out(
+    state: &AppState,
+    author: i64,
+    big: bool,
+    remarks: &[(i64, i64)],
+) -> AppResult<()> {
+    let followers: Vec<i64> = if big {
+        Vec::new()
+    } else {
+        sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
+            .bind(author)
+            .fetch_all(&state.db.pool)
+            .await?
+            .iter()
+            .map(|row| row.try_get("follower_id"))
+            .collect::<Result<_, _>>()?
+    };
+    let mut pipe = redis::pipe();
+    if big {
+        pipe.cmd("SADD")
+            .arg(state.keys.pulled_authors())
+            .arg(author)
+            .ignore();
+    }
+    for key in std::iter::once(state.keys.feed_outbox(author))
+        .chain(followers.iter().map(|f| state.keys.feed_inbox(*f)))
+    {
+        push(state, &mut pipe, &key, author, remarks);
+    }
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
+}
+
+fn unavailable(error: AppError) -> HandleError {
+    HandleError::Unavailable(error.to_string())
+}
+
+async fn is_big(state: &AppState, author: i64) -> AppResult<bool> {
+    let mut conn = state.redis.get().await?;
+    let followers: Option<i64> = redis::cmd("HGET")
+        .arg(state.keys.follower_counts())
+        .arg(author)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(followers.unwrap_or(0) > state.config.feed_push_limit as i64)
+}
+
+/// Of the followed authors, those whose outbox the reader pulls: above the push limit now,
+/// or ever before (see [`Keys::pulled_authors`]).
+async fn pulled_among(
+    state: &AppState,
+    conn: &mut crate::infra::redis::RedisConn<'_>,
+    authors: &[i64],
+) -> AppResult<Vec<i64>> {
+    if authors.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (counts, pulled): (Vec<Option<i64>>, Vec<bool>) = redis::pipe()
+        .cmd("HMGET")
+        .arg(state.keys.follower_counts())
+        .arg(authors)
+        .cmd("SMISMEMBER")
+        .arg(state.keys.pulled_authors())
+        .arg(authors)
+        .query_async(&mut **conn)
+        .await?;
+    let limit = state.config.feed_push_limit as i64;
+    Ok(authors
+        .iter()
+        .zip(counts.iter().zip(pulled))
+        .filter(|(_, (count, pulled))| *pulled || count.unwrap_or(0) > limit)
+        .map(|(author, _)| *author)
+        .collect())
+}
+
+/// Where a feed page ends: the last entry's score and member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedCursor {
+    pub score: i64,
+    pub member: String,
+}
+
+impl FeedCursor {
+    pub fn encode(&self) -> String {
+        format!("{}|{}", self.score, self.member)
+    }
+
+    pub fn decode(text: &str) -> AppResult<Self> {
+        let bad = || AppError::bad_input("not a cursor of the feed");
+        let (score, member) = text.split_once('|').ok_or_else(bad)?;
+        parse_member(member).ok_or_else(bad)?;
+        Ok(Self {
+            score: score.parse().map_err(|_| bad())?,
+            member: member.to_string(),
+        })
+    }
+}
+
+/// A page of the reader's feed, newest first: remark ids with their cursors.
+pub async fn page(
+    state: &AppState,
+    reader: i64,
+    first: usize,
+    after: Option<FeedCursor>,
+) -> AppResult<(Vec<(i64, FeedCursor)>, bool)> {
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let following: Vec<i64> = redis::cmd("SMEMBERS")
+        .arg(keys.following(reader))
+        .query_async(&mut *conn)
+        .await?;
+    let pulled = pulled_among(state, &mut conn, &following).await?;
+    let followed: HashSet<i64> = following.into_iter().collect();
+
+    // Each source contributes its `first + 1` newest entries older than the cursor's score,
+    // and every entry tied with it (the member decides among those): a source is a capped
+    // zset, so the ties are bounded, and a page never ends early however many remarks share
+    // one millisecond.
+    let mut pipe = redis::pipe();
+    for source in
+        std::iter::once(keys.feed_inbox(reader)).chain(pulled.iter().map(|a| keys.feed_outbox(*a)))
+    {
+        let max = match &after {
+            Some(cursor) => {
+                pipe.cmd("ZREVRANGEBYSCORE")
+                    .arg(&source)
+                    .arg(cursor.score)
+                    .arg(cursor.score)
+                    .arg("WITHSCORES");
+                format!("({}", cursor.score)
+            }
+            None => "+inf".to_string(),
+        };
+        pipe.cmd("ZREVRANGEBYSCORE")
+            .arg(&source)
+            .arg(max)
+            .arg("-inf")
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(first + 1);
+    }
+    let sources: Vec<Vec<(String, i64)>> = pipe.query_async(&mut *conn).await?;
+    drop(conn);
+
+    let mut seen = HashSet::new();
+    let mut entries: Vec<(i64, String)> = sources
+        .into_iter()
+        .flatten()
+        .filter(|(member, score)| match &after {
+            Some(cursor) => {
+                *score < cursor.score || (*score == cursor.score && *member < cursor.member)
+            }
+            None => true,
+        })
+        .filter(|(member, _)| {
+            parse_member(member).is_some_and(|(_, author)| followed.contains(&author))
+        })
+        .filter(|(member, _)| seen.insert(member.clone()))
+        .map(|(member, score)| (score, member))
+        .collect();
+    entries.sort_by(|a, b| b.cmp(a));
+    let (entries, more) = crate::infra::db::split_page(entries, first);
+    Ok((
+        entries
+            .into_iter()
+            .filter_map(|(score, member)| {
+                parse_member(&member).map(|(remark, _)| (remark, FeedCursor { score, member }))
+            })
+            .collect(),
+        more,
+    ))
+}

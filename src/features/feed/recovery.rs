@@ -1,0 +1,216 @@
+//! Follows and feeds, from `follows` and `remarks`: following sets and follower counts
+//! (`follows`), then each author's outbox and, for authors under the push limit, their
+//! followers' inboxes (`feed`).
+//!
+//! Follow and unfollow write SQL, then Redis, without holding anything back; a follow of
+//! one user that lands while the rebuild of that same user runs can leave their count or
+//! set one off, which the next `verify` shows and the next `rebuild` mends.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sqlx::Row;
+
+use super::{fan_out, latest_remarks};
+use crate::{
+    app::AppState,
+    infra::error::AppResult,
+    infra::recovery::{next_ids, within, Rebuild, Report},
+};
+
+/// Users read per round trip.
+const CHUNK: usize = 500;
+
+/// Whom each of `followers` follows, in SQL.
+async fn followees_of(
+    state: &AppState,
+    followers: &[i64],
+) -> AppResult<BTreeMap<i64, BTreeSet<i64>>> {
+    let rows = sqlx::query(&format!(
+        "SELECT follower_id, followee_id FROM follows WHERE {}",
+        within("follower_id", followers)
+    ))
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut sets: BTreeMap<i64, BTreeSet<i64>> = BTreeMap::new();
+    for row in &rows {
+        sets.entry(row.try_get("follower_id")?)
+            .or_default()
+            .insert(row.try_get("followee_id")?);
+    }
+    Ok(sets)
+}
+
+/// How many follow each of `followees`, in SQL.
+async fn follower_counts(state: &AppState, followees: &[i64]) -> AppResult<BTreeMap<i64, i64>> {
+    let rows = sqlx::query(&format!(
+        "SELECT followee_id, COUNT(*) AS n FROM follows WHERE {} GROUP BY followee_id",
+        within("followee_id", followees)
+    ))
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut counts = BTreeMap::new();
+    for row in &rows {
+        counts.insert(row.try_get("followee_id")?, row.try_get("n")?);
+    }
+    Ok(counts)
+}
+
+/// Redis's following sets of `followers`.
+async fn redis_sets(state: &AppState, followers: &[i64]) -> AppResult<Vec<BTreeSet<i64>>> {
+    let mut pipe = redis::pipe();
+    for &follower in followers {
+        pipe.cmd("SMEMBERS").arg(state.keys.following(follower));
+    }
+    let mut conn = state.redis.get().await?;
+    Ok(pipe.query_async(&mut *conn).await?)
+}
+
+/// Redis's follower counts of `followees` (missing: 0).
+async fn redis_counts(state: &AppState, followees: &[i64]) -> AppResult<Vec<i64>> {
+    let mut conn = state.redis.get().await?;
+    let counts: Vec<Option<i64>> = redis::cmd("HMGET")
+        .arg(state.keys.follower_counts())
+        .arg(followees)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(counts.into_iter().map(|c| c.unwrap_or(0)).collect())
+}
+
+/// Following sets and follower counts agree with `follows`.
+pub async fn verify_follows(state: &AppState) -> AppResult<Report> {
+    let mut report = Report::new("follows");
+    let mut after = 0;
+    loop {
+        let followers = next_ids(state, "follows", "follower_id", "TRUE", after, CHUNK).await?;
+        let Some(&last) = followers.last() else { break };
+        let sql = followees_of(state, &followers).await?;
+        for (follower, redis) in followers.iter().zip(redis_sets(state, &followers).await?) {
+            let expected = sql.get(follower).cloned().unwrap_or_default();
+            report.check(redis == expected, || {
+                format!("user {follower} follows {expected:?} in SQL, {redis:?} in Redis")
+            });
+        }
+        after = last;
+    }
+    let mut after = 0;
+    loop {
+        let followees = next_ids(state, "follows", "followee_id", "TRUE", after, CHUNK).await?;
+        let Some(&last) = followees.last() else { break };
+        let sql = follower_counts(state, &followees).await?;
+        for (followee, redis) in followees.iter().zip(redis_counts(state, &followees).await?) {
+            let expected = sql.get(followee).copied().unwrap_or(0);
+            report.check(redis == expected, || {
+                format!("user {followee} has {expected} followers in SQL, {redis} in Redis")
+            });
+        }
+        after = last;
+    }
+    Ok(report)
+}
+
+/// Writes each follower's set (adding what SQL has, removing what SQL no longer has) and
+/// each followee's count.
+pub async fn rebuild_follows(run: &Rebuild<'_>) -> AppResult<()> {
+    let state = run.state;
+    run.expect_count("SELECT COUNT(DISTINCT follower_id) AS n FROM follows")
+        .await?;
+    let mut after = run.resume_from().await?;
+    loop {
+        let followers = next_ids(state, "follows", "follower_id", "TRUE", after, CHUNK).await?;
+        let Some(&last) = followers.last() else { break };
+        let sql = followees_of(state, &followers).await?;
+        let redis = redis_sets(state, &followers).await?;
+        let mut pipe = redis::pipe();
+        for (follower, in_redis) in followers.iter().zip(redis) {
+            let expected = sql.get(follower).cloned().unwrap_or_default();
+            let key = state.keys.following(*follower);
+            if !expected.is_empty() {
+                pipe.cmd("SADD").arg(&key).arg(&expected).ignore();
+            }
+            let stale: Vec<i64> = in_redis.difference(&expected).copied().collect();
+            if !stale.is_empty() {
+                pipe.cmd("SREM").arg(&key).arg(stale).ignore();
+            }
+        }
+        crate::infra::recovery::write(state, &pipe).await?;
+        run.finished_through(last, followers.len() as u64).await?;
+        after = last;
+    }
+    // Counts: small next to the sets, so they keep no cursor.
+    let mut after = 0;
+    loop {
+        let followees = next_ids(state, "follows", "followee_id", "TRUE", after, CHUNK).await?;
+        let Some(&last) = followees.last() else { break };
+        let counts = follower_counts(state, &followees).await?;
+        let mut set = redis::cmd("HSET");
+        set.arg(state.keys.follower_counts());
+        for followee in &followees {
+            set.arg(followee)
+                .arg(counts.get(followee).copied().unwrap_or(0));
+        }
+        let mut conn = state.redis.get().await?;
+        let _: i64 = set.query_async(&mut *conn).await?;
+        after = last;
+    }
+    Ok(())
+}
+
+/// Each author's outbox holds their newest remark.
+pub async fn verify_feeds(state: &AppState) -> AppResult<Report> {
+    let mut report = Report::new("feeds");
+    let mut after = 0;
+    loop {
+        let authors = next_ids(state, "remarks", "author_id", "TRUE", after, CHUNK).await?;
+        let Some(&last) = authors.last() else { break };
+        let newest = sqlx::query(&format!(
+            "SELECT author_id, MAX(id) AS newest FROM remarks WHERE {} \
+             GROUP BY author_id ORDER BY author_id",
+            within("author_id", &authors)
+        ))
+        .fetch_all(&state.db.pool)
+        .await?;
+        let mut pipe = redis::pipe();
+        for &author in &authors {
+            pipe.cmd("ZREVRANGE")
+                .arg(state.keys.feed_outbox(author))
+                .arg(0)
+                .arg(0);
+        }
+        let mut conn = state.redis.get().await?;
+        let outboxes: Vec<Vec<String>> = pipe.query_async(&mut *conn).await?;
+        drop(conn);
+        for (row, outbox) in newest.iter().zip(outboxes) {
+            let (author, newest): (i64, i64) = (row.try_get("author_id")?, row.try_get("newest")?);
+            let head = outbox.first().and_then(|m| super::parse_member(m));
+            report.check(head.map(|(remark, _)| remark) == Some(newest), || {
+                format!("author {author}: newest remark {newest}, outbox begins with {head:?}")
+            });
+        }
+        after = last;
+    }
+    Ok(report)
+}
+
+/// Each author's newest remarks into their outbox and, unless their followers pull it
+/// (above the push limit), into each follower's inbox. Adding is idempotent and the
+/// inboxes stay capped, so fan-out running meanwhile is not held back.
+pub async fn rebuild_feeds(run: &Rebuild<'_>) -> AppResult<()> {
+    let state = run.state;
+    run.expect_count("SELECT COUNT(DISTINCT author_id) AS n FROM remarks")
+        .await?;
+    let limit = state.config.feed_push_limit as i64;
+    let mut after = run.resume_from().await?;
+    loop {
+        let authors = next_ids(state, "remarks", "author_id", "TRUE", after, CHUNK).await?;
+        let Some(&last) = authors.last() else { break };
+        let counts = follower_counts(state, &authors).await?;
+        for &author in &authors {
+            let remarks = latest_remarks(state, author).await?;
+            let big = counts.get(&author).copied().unwrap_or(0) > limit;
+            fan_out(state, author, big, &remarks).await?;
+        }
+        run.finished_through(last, authors.len() as u64).await?;
+        after = last;
+    }
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Items: the things remarks, vouchers and nearby search are about (products, shops,
+//! courses). Admins create them.
+
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    infra::error::{AppError, AppResult},
+};
+
+#[derive(Debug, Clone)]
+pub struct ItemRecord {
+    pub id: i64,
+    pub name: String,
+    pub location: Option<Location>,
+    pub created_at_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Location {
+    pub lat: f64,
+    pub lng: f64,
+}
+
+impl Location {
+    /// Validates coordinates; both or neither must be given.
+    pub fn from_parts(lat: Option<f64>, lng: Option<f64>) -> AppResult<Option<Self>> {
+        match (lat, lng) {
+            (None, None) => Ok(None),
+            (Some(lat), Some(lng)) => Self::new(lat, lng).map(Some),
+            _ => Err(AppError::bad_input("give both lat and lng, or neither")),
+        }
+    }
+
+    pub fn new(lat: f64, lng: f64) -> AppResult<Self> {
+        // Redis GEO accepts latitudes up to ±85.05112878 only (Web Mercator).
+        if !(lat.is_finite() && (-85.051_128_78..=85.051_128_78).contains(&lat)) {
+            return Err(AppError::bad_input(
+                "lat must be between -85.05112878 and 85.05112878",
+            ));
+        }
+        if !(lng.is_finite() && (-180.0..=180.0).contains(&lng)) {
+            return Err(AppError::bad_input("lng must be between -180 and 180"));
+        }
+        Ok(Self { lat, lng })
+    }
+}
+
+pub struct NewItem {
+    pub name: String,
+    pub location: Option<Location>,
+}
+
+pub const MAX_NAME_CHARS: usize = 200;
+
+impl NewItem {
+    pub fn new(name: &str, lat: Option<f64>, lng: Option<f64>) -> AppResult<Self> {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+            return Err(AppError::bad_input(format!(
+                "name must have 1 to {MAX_NAME_CHARS} characters"
+            )));
+        }
+        // PostgreSQL text cannot hold NUL; refused here rather than failing in the INSERT.
+        if name.contains('\0') {
+            return Err(AppError::bad_input("name must not contain NUL characters"));
+        }
+        Ok(Self {
+            name: name.to_string(),
+            location: Location::from_parts(lat, lng)?,
+        })
+    }
+}
+
+pub async fn create(state: &AppState, created_by: i64, item: NewItem) -> AppResult<ItemRecord> {
+    let id = state.ids.next_id().await?;
+    let now_ms = state.clock.now_ms();
+    sqlx::query(
+        "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(id)
+    .bind(&item.name)
+    .bind(item.location.map(|l| l.lat))
+    .bind(item.location.map(|l| l.lng))
+    .bind(created_by)
+    .bind(now_ms)
+    .execute(&state.db.pool)
+    .await?;
+    if let Some(location) = item.location {
+        crate::features::nearby::place(state, id, location).await?;
+    }
+    Ok(ItemRecord {
+        id,
+        name: item.name,
+        location: item.location,
+        created_at_ms: now_ms,
+    })
+}
+
+pub async fn find(state: &AppState, id: i64) -> AppResult<Option<ItemRecord>> {
+    Ok(find_many(state, &[id]).await?.pop())
+}
+
+/// Items by id (in no particular order).
+pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = crate::infra::db::id_list(ids);
+    let rows = sqlx::query(&format!(
+        "SELECT id, name, lat, lng, created_at_ms FROM items WHERE id IN ({list})"
+    ))
+    .fetch_all(&state.db.pool)
+    .await?;
+    rows.iter()
+        .map(item_of)
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+fn item_of(row: &sqlx::any::AnyRow) -> Result<ItemRecord, sqlx::Error> {
+    let lat: Option<f64> = row.try_get("lat")?;
+    let lng: Option<f64> = row.try_get("lng")?;
+    Ok(ItemRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        location: lat.zip(lng).map(|(lat, lng)| Location { lat, lng }),
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
+}

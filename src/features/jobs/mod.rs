@@ -1,0 +1,649 @@
+//! The delay queue (seed 002), made reliable: jobs wait in a delay zset, are promoted to
+//! their topic's ready list by one atomic script, are taken with a visibility deadline (a
+//! worker that dies gives its job back), retry on a ladder, and end in `dead_job` when their
+//! attempts are used up. Delivery is at-least-once; handlers are idempotent.
+//!
+//! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
+//! in-flight zset, finished zset. Every script touches one topic, so one slot. The pool
+//! holds a job's JSON under its id and its bookkeeping under `<id>/attempts`, `<id>/error`,
+//! `<id>/lease`, `<id>/stalls` and `<id>/status` ([`pool_field`]): `/` is the one character
+//! ids and topics may not contain, so no id names another job's field.
+//!
+//! SQL holds every job still to run ([`pending`]), so that a Redis that lost its data can be
+//! told what it lacks and be given it back ([`recovery`]).
+//!
+//! - [`worker`]: the tick that promotes and runs jobs in every instance;
+//! - [`topics`]: the index of topics with work due, which the tick walks;
+//! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
+
+pub mod handlers;
+mod pending;
+pub mod recovery;
+mod topics;
+pub mod worker;
+
+use std::time::Duration;
+
+use redis::Value as RedisValue;
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    infra::error::{AppError, AppResult, ErrorCode},
+    infra::redis::{
+        scripts::{JOBS_CANCEL, JOBS_SCHEDULE},
+        Keys,
+    },
+};
+
+pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
+
+/// The seed's retry ladder.
+pub const DEFAULT_LADDER: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21_600, 54_000];
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub const MAX_DELAY_SECONDS: i64 = 365 * 24 * 3600;
+/// Finished (done or cancelled) jobs remembered per topic for `job`/`jobs`.
+pub const FINISHED_KEPT: usize = 1000;
+/// `jobs` pages through the first 100,000 jobs of a topic in one state (an admin view; the
+/// dead ones come from SQL by OFFSET, which grows with the position).
+pub const MAX_LIST_OFFSET: usize = 100_000;
+
+impl Keys {
+    fn jobs_tag(topic: &str) -> String {
+        format!("jobs:{topic}")
+    }
+
+    pub fn job_pool(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "pool")
+    }
+
+    pub fn jobs_delayed(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "delayed")
+    }
+
+    pub fn jobs_ready(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "ready")
+    }
+
+    pub fn jobs_running(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "running")
+    }
+
+    pub fn jobs_finished(&self, topic: &str) -> String {
+        self.tagged(&Self::jobs_tag(topic), "finished")
+    }
+}
+
+/// What the pool stores of a job.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobSpec {
+    pub body: String,
+    pub run_at_ms: i64,
+    pub max_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    pub created_at_ms: i64,
+    /// This scheduling's number (an id from [`crate::infra::ids`]), the key of its SQL row; 0 for a
+    /// job scheduled before SQL recorded pending jobs.
+    #[serde(default)]
+    pub seq: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
+pub enum JobStatus {
+    Delayed,
+    Ready,
+    Running,
+    Done,
+    Dead,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    pub id: String,
+    pub topic: String,
+    pub body: String,
+    pub run_at_ms: i64,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub status: JobStatus,
+    pub last_error: Option<String>,
+    pub callback_url: Option<String>,
+}
+
+/// A job to add.
+pub struct NewJob {
+    pub id: String,
+    pub topic: String,
+    pub body: String,
+    pub delay: Duration,
+    pub max_attempts: Option<u32>,
+    pub callback_url: Option<String>,
+}
+
+/// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
+/// join them the same way.
+fn pool_field(id: &str, part: &str) -> String {
+    format!("{id}/{part}")
+}
+
+/// Ids and topics: 1 to `max` of A-Z a-z 0-9 _ - . : (never `/`, see [`pool_field`]).
+fn is_name(value: &str, max: usize) -> bool {
+    !value.is_empty()
+        && value.len() <= max
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+}
+
+fn check_name(what: &str, value: &str, max: usize) -> AppResult<()> {
+    if is_name(value, max) {
+        Ok(())
+    } else {
+        Err(AppError::bad_input(format!(
+            "{what} must be 1 to {max} of A-Z a-z 0-9 _ - . :"
+        )))
+    }
+}
+
+const MAX_ID_BYTES: usize = 128;
+
+/// Whether a string could be a job's id. Nothing else is looked up in a pool, where
+/// `<id>/…` are a job's own fields: any other string names no job.
+fn is_job_id(id: &str) -> bool {
+    is_name(id, MAX_ID_BYTES)
+}
+
+fn check_topic(topic: &str) -> AppResult<()> {
+    check_name("topic", topic, 64)
+}
+
+impl NewJob {
+    fn validate(&self, state: &AppState) -> AppResult<u32> {
+        check_name("id", &self.id, MAX_ID_BYTES)?;
+        check_topic(&self.topic)?;
+        if self.body.len() > MAX_BODY_BYTES
+            || serde_json::from_str::<serde_json::Value>(&self.body).is_err()
+        {
+            return Err(AppError::bad_input(format!(
+                "body must be JSON text of at most {MAX_BODY_BYTES} bytes"
+            )));
+        }
+        if let Some(url) = &self.callback_url {
+            handlers::check_callback_syntax(url)?;
+        }
+        let max_attempts = self
+            .max_attempts
+            .unwrap_or_else(|| state.jobs.policy(&self.topic).default_attempts());
+        if !(1..=25).contains(&max_attempts) {
+            return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
+        }
+        Ok(max_attempts)
+    }
+}
+
+/// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
+/// ended, done or cancelled, may be used again).
+pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
+    let mut sql = state.db.pool.acquire().await?;
+    only_answer(schedule_jobs(state, Some(&mut sql), vec![job]).await?)
+}
+
+/// [`schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
+/// whose archiving schedules the job again with its row ([`schedule_in`] then finds the
+/// job pending and records it): until then the job is as durable as what it belongs to, and
+/// the request that made it pays no SQL write. A seckill schedules its order's expiry so;
+/// the order consumer records it with the order.
+pub async fn schedule_ahead_of_record(state: &AppState, job: NewJob) -> AppResult<JobView> {
+    only_answer(schedule_jobs(state, None, vec![job]).await?)
+}
+
+fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
+    answers
+        .pop()
+        .unwrap_or_else(|| Err(AppError::internal(anyhow::anyhow!("no answer for a job"))))
+}
+
+/// Adds jobs of any topics, their SQL rows written through `sql` (a caller's transaction,
+/// or a pooled connection): one answer per job, in order, each its view or why not
+/// (`JOB_EXISTS`, `BAD_USER_INPUT`). A batch costs a few statements and one script call per
+/// topic, whatever its size.
+///
+/// The rows are written before Redis is: a job Redis accepted is in SQL (unless the caller's
+/// transaction then rolls back, and then the caller failed too). When SQL is down, nothing
+/// is scheduled and the caller hears UNAVAILABLE: an acknowledged job survives the loss of
+/// Redis. (Scheduling into Redis alone and recording later would keep scheduling up during
+/// an SQL outage, but a Redis lost meanwhile would take acknowledged jobs with it.) When
+/// Redis fails after SQL, the rows stay: the caller heard UNAVAILABLE (the job may or may
+/// not be scheduled), `engage verify` names them and a rebuild schedules them.
+pub async fn schedule_in(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    jobs: Vec<NewJob>,
+) -> AppResult<Vec<AppResult<JobView>>> {
+    schedule_jobs(state, Some(sql), jobs).await
+}
+
+/// [`schedule_in`], or without SQL rows when `sql` is `None`.
+async fn schedule_jobs(
+    state: &AppState,
+    sql: Option<&mut sqlx::AnyConnection>,
+    jobs: Vec<NewJob>,
+) -> AppResult<Vec<AppResult<JobView>>> {
+    let now = state.clock.now_ms();
+    let mut answers: Vec<Option<AppResult<JobView>>> = Vec::with_capacity(jobs.len());
+    let mut records = Vec::with_capacity(jobs.len());
+    let mut positions = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let max_attempts = match job.validate(state) {
+            Ok(max_attempts) => max_attempts,
+            Err(error) => {
+                answers.push(Some(Err(error)));
+                continue;
+            }
+        };
+        positions.push(answers.len());
+        answers.push(None);
+        records.push(pending::Record {
+            spec: JobSpec {
+                body: job.body,
+                run_at_ms: now + job.delay.as_millis() as i64,
+                max_attempts,
+                callback_url: job.callback_url,
+                created_at_ms: now,
+                seq: state.ids.next_id().await?,
+            },
+            topic: job.topic,
+            id: job.id,
+            attempts: 0,
+        });
+    }
+    let Some(sql) = sql else {
+        let placed = place(state, &records).await?;
+        return Ok(answer(answers, records, placed, positions));
+    };
+    let written = pending::insert_new(sql, &records).await?;
+    let placed = place(state, &records).await?;
+
+    // Make each row describe the job Redis holds.
+    let mut rewrite = Vec::new();
+    let mut refused = Vec::new();
+    for (record, placed) in records.iter().zip(&placed) {
+        let ours = written.contains(&record.spec.seq);
+        match placed {
+            // A row was in the way: one of a job that ended without its row being removed,
+            // or of a scheduling whose Redis write failed.
+            Placed::Added if !ours => rewrite.push(record.clone()),
+            // Our row stands for a job Redis refused: it must describe the pending one.
+            Placed::Pending(theirs) if ours => match theirs.as_ref().filter(|t| t.seq > 0) {
+                Some(spec) => rewrite.push(pending::Record {
+                    spec: spec.clone(),
+                    attempts: 0,
+                    ..record.clone()
+                }),
+                // A job scheduled before SQL recorded jobs has no row to keep.
+                None => refused.push(record.spec.seq),
+            },
+            Placed::Added | Placed::Pending(_) => {}
+        }
+    }
+    pending::put(sql, &rewrite).await?;
+    pending::forget(sql, &refused).await?;
+    Ok(answer(answers, records, placed, positions))
+}
+
+/// Fills the answers of the placed records (at their `positions`) and returns them all.
+fn answer(
+    mut answers: Vec<Option<AppResult<JobView>>>,
+    records: Vec<pending::Record>,
+    placed: Vec<Placed>,
+    positions: Vec<usize>,
+) -> Vec<AppResult<JobView>> {
+    for ((record, placed), position) in records.into_iter().zip(placed).zip(positions) {
+        answers[position] = Some(match placed {
+            Placed::Added => {
+                metrics::counter!("engage_jobs_scheduled_total", "topic" => record.topic.clone())
+                    .increment(1);
+                Ok(JobView {
+                    id: record.id,
+                    topic: record.topic,
+                    body: record.spec.body,
+                    run_at_ms: record.spec.run_at_ms,
+                    attempts: 0,
+                    max_attempts: record.spec.max_attempts,
+                    status: JobStatus::Delayed,
+                    last_error: None,
+                    callback_url: record.spec.callback_url,
+                })
+            }
+            Placed::Pending(_) => Err(AppError::client(
+                ErrorCode::JobExists,
+                format!("topic {} has a job {}", record.topic, record.id),
+            )),
+        });
+    }
+    answers.into_iter().flatten().collect()
+}
+
+/// How the schedule script answered for one job.
+enum Placed {
+    Added,
+    /// A pending job has the id; what it holds, if it reads as a job.
+    Pending(Option<JobSpec>),
+}
+
+/// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
+/// refused), then moves each topic's visit to its earliest new job. Answers per record.
+async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = &state.keys;
+    let mut by_topic: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        match by_topic
+            .iter_mut()
+            .find(|(topic, _)| *topic == record.topic)
+        {
+            Some((_, indices)) => indices.push(index),
+            None => by_topic.push((&record.topic, vec![index])),
+        }
+    }
+    let mut placed: Vec<Option<Placed>> = records.iter().map(|_| None).collect();
+    let mut due = Vec::new();
+    let mut conn = state.redis.get().await?;
+    for (topic, indices) in &by_topic {
+        let mut call = JOBS_SCHEDULE.prepare_invoke();
+        call.key(keys.job_pool(topic))
+            .key(keys.jobs_delayed(topic))
+            .key(keys.jobs_finished(topic));
+        for &index in indices {
+            let record = &records[index];
+            let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
+            call.arg(&record.id)
+                .arg(json)
+                .arg(record.spec.run_at_ms)
+                .arg(record.attempts);
+        }
+        let replies: Vec<RedisValue> = call.invoke_async(&mut *conn).await?;
+        let mut earliest = None;
+        for (&index, reply) in indices.iter().zip(replies.chunks_exact(2)) {
+            let added: i64 = redis::FromRedisValue::from_redis_value(reply[0].clone())
+                .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+            placed[index] = Some(if added == 1 {
+                let run_at = records[index].spec.run_at_ms;
+                earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
+                Placed::Added
+            } else {
+                let json: String = redis::FromRedisValue::from_redis_value(reply[1].clone())
+                    .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+                Placed::Pending(serde_json::from_str(&json).ok())
+            });
+        }
+        if let Some(at) = earliest {
+            due.push((topic.to_string(), at));
+        }
+    }
+    drop(conn);
+    topics::index(state, &due).await?;
+    placed
+        .into_iter()
+        .map(|p| {
+            p.ok_or_else(|| AppError::internal(anyhow::anyhow!("schedule script answered short")))
+        })
+        .collect()
+}
+
+/// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
+pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> {
+    let mut sql = state.db.pool.acquire().await?;
+    cancel_in(state, &mut sql, topic, id).await
+}
+
+/// [`cancel`], removing the job's SQL row through `sql` (a caller's transaction).
+pub async fn cancel_in(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    topic: &str,
+    id: &str,
+) -> AppResult<bool> {
+    check_topic(topic)?;
+    if !is_job_id(id) {
+        return Ok(false);
+    }
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let (cancelled, json): (i64, String) = JOBS_CANCEL
+        .key(keys.jobs_delayed(topic))
+        .key(keys.jobs_ready(topic))
+        .key(keys.jobs_running(topic))
+        .key(keys.job_pool(topic))
+        .key(keys.jobs_finished(topic))
+        .arg(id)
+        .arg(state.clock.now_ms())
+        .invoke_async(&mut *conn)
+        .await?;
+    drop(conn);
+    if cancelled != 1 {
+        return Ok(false);
+    }
+    // Redis cancelled it; a row left behind (SQL failed here) is one that a rebuild finds
+    // cancelled in the pool and removes.
+    if let Ok(spec) = serde_json::from_str::<JobSpec>(&json) {
+        pending::forget(sql, &[spec.seq]).await?;
+    }
+    Ok(true)
+}
+
+/// Where a job is and what it holds; `None` for an unknown job.
+pub async fn find(state: &AppState, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+    check_topic(topic)?;
+    if !is_job_id(id) {
+        return Ok(None);
+    }
+    Ok(describe(state, topic, &[id.to_string()])
+        .await?
+        .pop()
+        .flatten()
+        .or(dead(state, topic, id).await?))
+}
+
+/// Details of jobs of one topic, in one pipeline.
+async fn describe(
+    state: &AppState,
+    topic: &str,
+    ids: &[String],
+) -> AppResult<Vec<Option<JobView>>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = &state.keys;
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.cmd("HMGET")
+            .arg(keys.job_pool(topic))
+            .arg(id)
+            .arg(pool_field(id, "attempts"))
+            .arg(pool_field(id, "error"))
+            .arg(pool_field(id, "status"));
+        pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
+        pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
+    }
+    let mut conn = state.redis.get().await?;
+    let replies: Vec<RedisValue> = pipe.query_async(&mut *conn).await?;
+    let mut replies = replies.into_iter();
+    let mut views = Vec::with_capacity(ids.len());
+    for id in ids {
+        let parse = |v: Option<RedisValue>| v.unwrap_or(RedisValue::Nil);
+        let (json, attempts, error, status): (
+            Option<String>,
+            Option<u32>,
+            Option<String>,
+            Option<String>,
+        ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
+            .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+        let delayed: Option<f64> =
+            redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
+        let running: Option<f64> =
+            redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
+        let Some(json) = json else {
+            views.push(None);
+            continue;
+        };
+        let spec: JobSpec = serde_json::from_str(&json).map_err(AppError::internal)?;
+        let status = match (status.as_deref(), running, delayed) {
+            (Some("DONE"), _, _) => JobStatus::Done,
+            (Some("CANCELLED"), _, _) => JobStatus::Cancelled,
+            (_, Some(_), _) => JobStatus::Running,
+            (_, _, Some(_)) => JobStatus::Delayed,
+            _ => JobStatus::Ready,
+        };
+        views.push(Some(JobView {
+            id: id.clone(),
+            topic: topic.to_string(),
+            body: spec.body,
+            run_at_ms: delayed.map_or(spec.run_at_ms, |at| at as i64),
+            attempts: attempts.unwrap_or(0),
+            max_attempts: spec.max_attempts,
+            status,
+            last_error: error,
+            callback_url: spec.callback_url,
+        }));
+    }
+    Ok(views)
+}
+
+/// The newest unrequeued death of a job, if any.
+async fn dead(state: &AppState, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+    let row = sqlx::query(
+        "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+         WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
+    )
+    .bind(topic)
+    .bind(id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    row.map(|row| dead_view(&row)).transpose()
+}
+
+fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
+    Ok(JobView {
+        id: row.try_get("job_id")?,
+        topic: row.try_get("topic")?,
+        body: row.try_get("body")?,
+        run_at_ms: row.try_get("died_at_ms")?,
+        attempts: row.try_get::<i64, _>("attempts")? as u32,
+        max_attempts: row.try_get::<i64, _>("max_attempts")? as u32,
+        status: JobStatus::Dead,
+        last_error: Some(row.try_get("last_error")?),
+        callback_url: row.try_get("callback_url")?,
+    })
+}
+
+/// A page of a topic's jobs in one state (`offset` based: an admin view).
+pub async fn list(
+    state: &AppState,
+    topic: &str,
+    status: JobStatus,
+    first: usize,
+    offset: usize,
+) -> AppResult<(Vec<JobView>, bool)> {
+    check_topic(topic)?;
+    let keys = &state.keys;
+    let (start, stop) = (offset as i64, (offset + first) as i64); // one extra: is there more?
+    let ids: Vec<String> = {
+        let mut conn = state.redis.get().await?;
+        match status {
+            JobStatus::Delayed => {
+                redis::cmd("ZRANGE")
+                    .arg(keys.jobs_delayed(topic))
+                    .arg(start)
+                    .arg(stop)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Ready => {
+                redis::cmd("LRANGE")
+                    .arg(keys.jobs_ready(topic))
+                    .arg(start)
+                    .arg(stop)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Running => {
+                redis::cmd("ZRANGE")
+                    .arg(keys.jobs_running(topic))
+                    .arg(start)
+                    .arg(stop)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Done | JobStatus::Cancelled => {
+                redis::cmd("ZREVRANGE")
+                    .arg(keys.jobs_finished(topic))
+                    .arg(0)
+                    .arg(FINISHED_KEPT)
+                    .query_async(&mut *conn)
+                    .await?
+            }
+            JobStatus::Dead => return list_dead(state, topic, first, offset).await,
+        }
+    };
+    let mut views: Vec<JobView> = describe(state, topic, &ids)
+        .await?
+        .into_iter()
+        .flatten()
+        .filter(|v| v.status == status)
+        .collect();
+    if matches!(status, JobStatus::Done | JobStatus::Cancelled) {
+        views = views.into_iter().skip(offset).collect();
+    }
+    Ok(crate::infra::db::split_page(views, first))
+}
+
+async fn list_dead(
+    state: &AppState,
+    topic: &str,
+    first: usize,
+    offset: usize,
+) -> AppResult<(Vec<JobView>, bool)> {
+    let rows = sqlx::query(
+        "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+         WHERE topic = $1 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT $2 OFFSET $3",
+    )
+    .bind(topic)
+    .bind(first as i64 + 1)
+    .bind(offset as i64)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let views = rows.iter().map(dead_view).collect::<AppResult<Vec<_>>>()?;
+    Ok(crate::infra::db::split_page(views, first))
+}
+
+/// Puts a dead job back in the queue (due now, attempts from zero).
+pub async fn requeue_dead(state: &AppState, topic: &str, id: &str) -> AppResult<JobView> {
+    let dead = dead(state, topic, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no dead job {id} in topic {topic}")))?;
+    let view = schedule(
+        state,
+        NewJob {
+            id: dead.id.clone(),
+            topic: dead.topic.clone(),
+            body: dead.body.clone(),
+            delay: Duration::ZERO,
+            max_attempts: Some(dead.max_attempts),
+            callback_url: dead.callback_url.clone(),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
+        .bind(state.clock.now_ms())
+        .bind(topic)
+        .bind(id)
+        .execute(&state.db.pool)
+        .await?;
+    Ok(view)
+}

@@ -1,0 +1,201 @@
+//! The SQL record of pending jobs (`pending_job`, migration 0009): what `engage rebuild`
+//! schedules again when Redis lost its data. Redis decides (an id is taken, a lease is
+//! held); SQL follows it, so that every job pending in Redis has its row:
+//! - a scheduling writes the row first and Redis second ([`super::schedule_in`]);
+//! - an ending (done, dead, cancelled) removes the row after Redis applied it, by the job's
+//!   `seq`, so an ending never removes the row of a newer job with the same id;
+//! - a retry writes its due time and attempts; single deliveries are not written (one
+//!   statement per delivery would put SQL on the hot path), so a rebuilt job may run again.
+//!
+//! Statements take many rows at once (the order consumer schedules a batch of expiries in
+//! one), through the caller's connection: a transaction of its own, or a pooled one.
+
+use std::collections::HashSet;
+
+use sqlx::{AnyConnection, AnyPool, Row};
+
+use super::JobSpec;
+use crate::{
+    infra::db::{id_list, values_placeholders},
+    infra::error::AppResult,
+};
+
+/// A job as its row holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub topic: String,
+    pub id: String,
+    pub spec: JobSpec,
+    /// Deliveries so far (0 for a new job; the attempts of its last retry otherwise).
+    pub attempts: u32,
+}
+
+/// Rows per statement: 9 parameters each, far below either backend's limit.
+const ROWS_PER_STATEMENT: usize = 500;
+
+const COLUMNS: &str =
+    "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms";
+
+/// `INSERT INTO pending_job (…) VALUES (…), … ` with the records bound.
+fn insert<'q>(
+    sql: &'q str,
+    records: &'q [Record],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    let mut query = sqlx::query(sql);
+    for record in records {
+        query = query
+            .bind(&record.topic)
+            .bind(&record.id)
+            .bind(record.spec.seq)
+            .bind(&record.spec.body)
+            .bind(&record.spec.callback_url)
+            .bind(record.spec.run_at_ms)
+            .bind(i64::from(record.attempts))
+            .bind(i64::from(record.spec.max_attempts))
+            .bind(record.spec.created_at_ms);
+    }
+    query
+}
+
+/// Writes the rows of new jobs whose (topic, id) has none; the seqs of those written.
+pub async fn insert_new(sql: &mut AnyConnection, records: &[Record]) -> AppResult<HashSet<i64>> {
+    let mut written = HashSet::new();
+    for chunk in records.chunks(ROWS_PER_STATEMENT) {
+        let statement = format!(
+            "INSERT INTO pending_job ({COLUMNS}) VALUES {} \
+             ON CONFLICT (topic, job_id) DO NOTHING RETURNING seq",
+            values_placeholders(chunk.len(), 9)
+        );
+        for row in insert(&statement, chunk).fetch_all(&mut *sql).await? {
+            written.insert(row.try_get("seq")?);
+        }
+    }
+    Ok(written)
+}
+
+/// Makes the rows of these jobs say what the records say, whatever they said before.
+pub async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResult<()> {
+    // One row per (topic, id) and statement: PostgreSQL refuses to update a row twice in one.
+    let mut seen = HashSet::new();
+    let mut last_first: Vec<Record> = records
+        .iter()
+        .rev()
+        .filter(|r| seen.insert((r.topic.clone(), r.id.clone())))
+        .cloned()
+        .collect();
+    last_first.reverse();
+    for chunk in last_first.chunks(ROWS_PER_STATEMENT) {
+        let statement = format!(
+            "INSERT INTO pending_job ({COLUMNS}) VALUES {} ON CONFLICT (topic, job_id) DO UPDATE \
+             SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
+             run_at_ms = excluded.run_at_ms, attempts = excluded.attempts, \
+             max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms",
+            values_placeholders(chunk.len(), 9)
+        );
+        insert(&statement, chunk).execute(&mut *sql).await?;
+    }
+    Ok(())
+}
+
+/// Removes the rows of jobs that ended, by seq (0, a job from before this record, has none).
+pub async fn forget(sql: &mut AnyConnection, seqs: &[i64]) -> AppResult<()> {
+    let seqs: Vec<i64> = seqs.iter().copied().filter(|seq| *seq > 0).collect();
+    for chunk in seqs.chunks(ROWS_PER_STATEMENT * 2) {
+        sqlx::query(&format!(
+            "DELETE FROM pending_job WHERE seq IN ({})",
+            id_list(chunk)
+        ))
+        .execute(&mut *sql)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A retry of a job: when it is due again, and the attempts it used.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    pub seq: i64,
+    pub run_at_ms: i64,
+    pub attempts: u32,
+}
+
+/// Writes the due time and attempts of retried jobs, one statement for all.
+pub async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -> AppResult<()> {
+    let retries: Vec<&Retry> = retries.iter().filter(|r| r.seq > 0).collect();
+    for chunk in retries.chunks(ROWS_PER_STATEMENT) {
+        // Integers only, so inlined (as `id_list` does): one statement for any number.
+        let case = |value: fn(&Retry) -> i64| -> String {
+            chunk
+                .iter()
+                .map(|r| format!(" WHEN {} THEN {}", r.seq, value(r)))
+                .collect()
+        };
+        let seqs: Vec<i64> = chunk.iter().map(|r| r.seq).collect();
+        sqlx::query(&format!(
+            "UPDATE pending_job SET run_at_ms = CASE seq{} END, attempts = CASE seq{} END \
+             WHERE seq IN ({})",
+            case(|r| r.run_at_ms),
+            case(|r| i64::from(r.attempts)),
+            id_list(&seqs)
+        ))
+        .execute(&mut *sql)
+        .await?;
+    }
+    Ok(())
+}
+fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
+    Ok(Record {
+        topic: row.try_get("topic")?,
+        id: row.try_get("job_id")?,
+        attempts: row
+            .try_get::<i64, _>("attempts")?
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        spec: JobSpec {
+            body: row.try_get("body")?,
+            run_at_ms: row.try_get("run_at_ms")?,
+            max_attempts: row.try_get::<i64, _>("max_attempts")?.clamp(1, 25) as u32,
+            callback_url: row.try_get("callback_url")?,
+            created_at_ms: row.try_get("created_at_ms")?,
+            seq: row.try_get("seq")?,
+        },
+    })
+}
+
+/// Rows after `seq`, in seq order: a rebuild's chunk.
+pub async fn after(pool: &AnyPool, seq: i64, limit: usize) -> AppResult<Vec<Record>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM pending_job WHERE seq > $1 ORDER BY seq LIMIT $2"
+    ))
+    .bind(seq)
+    .bind(limit as i64)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(record_of).collect()
+}
+
+/// How many rows come after `seq`.
+pub async fn count_after(pool: &AnyPool, seq: i64) -> AppResult<u64> {
+    let count: i64 = sqlx::query("SELECT COUNT(*) AS n FROM pending_job WHERE seq > $1")
+        .bind(seq)
+        .fetch_one(pool)
+        .await?
+        .try_get("n")?;
+    Ok(count.max(0) as u64)
+}
+
+/// Every topic with a pending job.
+pub async fn topics(pool: &AnyPool) -> AppResult<Vec<String>> {
+    let rows = sqlx::query("SELECT DISTINCT topic FROM pending_job ORDER BY topic")
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(|row| Ok(row.try_get("topic")?)).collect()
+}
+
+/// The ids of a topic's pending jobs.
+pub async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<String>> {
+    let rows = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1 ORDER BY job_id")
+        .bind(topic)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(|row| Ok(row.try_get("job_id")?)).collect()
+}

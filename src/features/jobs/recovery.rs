@@ -1,0 +1,242 @@
+//! `engage verify` and `engage rebuild` for the delay queue. SQL's `pending_job` is the
+//! record of the jobs still to run; Redis must hold each of them pending (its JSON in the
+//! pool, its id in the delay zset, the ready list or the in-flight zset) with its topic in
+//! the index of due topics, and no pending job that SQL lacks.
+//!
+//! A rebuild schedules every row again at its due time, with the attempts it recorded,
+//! through the script that schedules new jobs: an id that is pending in Redis is left alone,
+//! so it is safe while instances serve, and a second run changes nothing. A row whose job
+//! the pool remembers ending (done or cancelled under the row's own seq) was left behind by
+//! an ending whose SQL write failed: it is removed, not run again.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use super::{
+    pending::{self, Record},
+    place, pool_field, topics, JobSpec,
+};
+use crate::{
+    app::AppState,
+    infra::error::AppResult,
+    infra::recovery::{Rebuild, Report},
+};
+
+/// Rows a rebuild restores per chunk (one script call per topic of the chunk).
+const CHUNK: usize = 1000;
+/// Ids read from one Redis key per command while verifying.
+const READ_BATCH: usize = 10_000;
+
+/// Compares the pending jobs of SQL and Redis, topic by topic.
+pub async fn verify(state: &AppState) -> AppResult<Report> {
+    let mut report = Report::new("delayed jobs");
+    let mut all_topics: BTreeSet<String> =
+        pending::topics(&state.db.pool).await?.into_iter().collect();
+    all_topics.extend(topics_in_redis(state).await?);
+    let all_topics: Vec<String> = all_topics.into_iter().collect();
+    let indexed = topics::indexed(state, &all_topics).await?;
+    for (topic, indexed) in all_topics.iter().zip(indexed) {
+        let in_sql: HashSet<String> = pending::ids_of(&state.db.pool, topic)
+            .await?
+            .into_iter()
+            .collect();
+        let queued = queued_in_redis(state, topic).await?;
+        let pooled = pooled(state, topic, &queued).await?;
+        for id in &in_sql {
+            report.check(pooled.contains(id), || {
+                format!("job {id} of topic {topic} is pending in SQL but not in Redis")
+            });
+        }
+        for id in pooled.iter().filter(|id| !in_sql.contains(*id)) {
+            report.check(false, || {
+                format!("job {id} of topic {topic} is pending in Redis but not in SQL")
+            });
+        }
+        for id in queued.iter().filter(|id| !pooled.contains(*id)) {
+            report.check(false, || {
+                format!("job {id} of topic {topic} is queued in Redis without its JSON")
+            });
+        }
+        if !queued.is_empty() {
+            report.check(indexed, || {
+                format!("topic {topic} has pending jobs but is not in the index of due topics")
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// Schedules every row of `pending_job` again, in seq order, resuming a stopped run.
+pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
+    let state = run.state;
+    let mut cursor = run.resume_from().await?;
+    run.expect(pending::count_after(&state.db.pool, cursor).await?);
+    loop {
+        let rows = pending::after(&state.db.pool, cursor, CHUNK).await?;
+        let Some(last) = rows.last().map(|row| row.spec.seq) else {
+            return Ok(());
+        };
+        restore(state, &rows).await?;
+        run.finished_through(last, rows.len() as u64).await?;
+        cursor = last;
+    }
+}
+
+/// Puts a chunk of rows back into Redis, removes the rows of jobs that ended, and moves each
+/// topic's visit to its earliest row.
+async fn restore(state: &AppState, rows: &[Record]) -> AppResult<()> {
+    let remembered = remembered(state, rows).await?;
+    let (ended, live): (Vec<_>, Vec<_>) = rows
+        .iter()
+        .zip(remembered)
+        .partition(|(row, ended_seq)| *ended_seq == Some(row.spec.seq));
+    let live: Vec<Record> = live.into_iter().map(|(row, _)| row.clone()).collect();
+    place(state, &live).await?;
+    // A topic whose jobs were pending already may have lost its place in the index.
+    let mut earliest: HashMap<&str, i64> = HashMap::new();
+    for row in &live {
+        let at = earliest.entry(&row.topic).or_insert(row.spec.run_at_ms);
+        *at = (*at).min(row.spec.run_at_ms);
+    }
+    let due: Vec<(String, i64)> = earliest
+        .into_iter()
+        .map(|(topic, at)| (topic.to_string(), at))
+        .collect();
+    topics::index(state, &due).await?;
+    let ended: Vec<i64> = ended.into_iter().map(|(row, _)| row.spec.seq).collect();
+    if !ended.is_empty() {
+        let mut sql = state.db.pool.acquire().await?;
+        pending::forget(&mut sql, &ended).await?;
+        tracing::info!(
+            jobs = ended.len(),
+            "rows of jobs that had ended were removed"
+        );
+    }
+    Ok(())
+}
+
+/// For each row, the seq of the job the pool remembers ending under its id (done or
+/// cancelled), if any.
+async fn remembered(state: &AppState, rows: &[Record]) -> AppResult<Vec<Option<i64>>> {
+    let mut pipe = redis::pipe();
+    for row in rows {
+        pipe.cmd("HMGET")
+            .arg(state.keys.job_pool(&row.topic))
+            .arg(&row.id)
+            .arg(pool_field(&row.id, "status"));
+    }
+    let mut conn = state.redis.get().await?;
+    let replies: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut *conn).await?;
+    Ok(replies
+        .into_iter()
+        .map(|(json, status)| match status.as_deref() {
+            Some("DONE" | "CANCELLED") => json
+                .and_then(|json| serde_json::from_str::<JobSpec>(&json).ok())
+                .map(|spec| spec.seq),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Topics that have keys in Redis, from their key names.
+async fn topics_in_redis(state: &AppState) -> AppResult<BTreeSet<String>> {
+    let start = format!("{}{{jobs:", state.keys.prefix());
+    let pattern = format!("{}*", glob_escape(&start));
+    let mut found = BTreeSet::new();
+    let mut conn = state.redis.get().await?;
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut *conn)
+            .await?;
+        found.extend(keys.iter().filter_map(|key| {
+            let rest = key.strip_prefix(&start)?;
+            Some(rest.split_once("}:")?.0.to_string())
+        }));
+        if next == 0 {
+            return Ok(found);
+        }
+        cursor = next;
+    }
+}
+
+/// `text` matched literally by a SCAN pattern.
+fn glob_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+            _ => vec![c],
+        })
+        .collect()
+}
+
+/// The ids in a topic's delay zset, ready list and in-flight zset.
+async fn queued_in_redis(state: &AppState, topic: &str) -> AppResult<HashSet<String>> {
+    let keys = &state.keys;
+    let mut ids = HashSet::new();
+    let mut conn = state.redis.get().await?;
+    for (command, key) in [
+        ("ZRANGE", keys.jobs_delayed(topic)),
+        ("LRANGE", keys.jobs_ready(topic)),
+        ("ZRANGE", keys.jobs_running(topic)),
+    ] {
+        let mut start = 0;
+        loop {
+            let page: Vec<String> = redis::cmd(command)
+                .arg(&key)
+                .arg(start)
+                .arg(start + READ_BATCH - 1)
+                .query_async(&mut *conn)
+                .await?;
+            let full = page.len() == READ_BATCH;
+            ids.extend(page);
+            if !full {
+                break;
+            }
+            start += READ_BATCH;
+        }
+    }
+    Ok(ids)
+}
+
+/// Of the queued ids, those whose JSON the pool holds (as a job that has not ended).
+async fn pooled(
+    state: &AppState,
+    topic: &str,
+    queued: &HashSet<String>,
+) -> AppResult<HashSet<String>> {
+    let queued: Vec<&String> = queued.iter().collect();
+    let mut pooled = HashSet::new();
+    let mut conn = state.redis.get().await?;
+    for chunk in queued.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for id in chunk {
+            pipe.cmd("HMGET")
+                .arg(state.keys.job_pool(topic))
+                .arg(*id)
+                .arg(pool_field(id, "status"));
+        }
+        let replies: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut *conn).await?;
+        for (id, (json, status)) in chunk.iter().zip(replies) {
+            if json.is_some() && !matches!(status.as_deref(), Some("DONE" | "CANCELLED")) {
+                pooled.insert((*id).clone());
+            }
+        }
+    }
+    Ok(pooled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_escape;
+
+    #[test]
+    fn a_prefix_is_matched_literally() {
+        assert_eq!(glob_escape("app:[1]*?\\"), "app:\\[1\\]\\*\\?\\\\");
+        assert_eq!(glob_escape("engage:{jobs:"), "engage:{jobs:");
+    }
+}

@@ -1,0 +1,617 @@
+//! The delay queue's workers, run by every instance: a tick that promotes due jobs of every
+//! topic with work due ([`super::topics`]; one atomic script per topic: no lock, no double
+//! move) every `ENGAGE_JOBS_TICK_MS` (100 ms, so due times hold well within a second), and a
+//! taker that hands ready jobs to handler tasks, in batches, whenever this instance has
+//! capacity.
+//!
+//! A delivery holds a lease: the job is invisible until its visibility deadline, which the
+//! deliverer moves forward every third of the visibility timeout while the handler runs (as
+//! [`crate::infra::lock`] renews its lease), so a handler may run longer than the timeout and still
+//! be the only one. When the deadline passes anyway, the process is gone (or cut off from
+//! Redis): the delivery stalled, and promotion hands the job out again. A job that stalls
+//! more often than its topic allows is buried instead of being run again, so a job that
+//! crashes its process cannot loop for ever.
+
+use std::{sync::Arc, time::Duration};
+
+use std::sync::Mutex;
+
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::{
+    handlers::{Delivery, JobError},
+    pending, topics, JobSpec,
+};
+use crate::{
+    app::AppState,
+    infra::error::{AppError, AppResult},
+    infra::redis::scripts::{JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
+};
+
+/// Most jobs one promotion moves per topic per tick.
+const PROMOTE_BATCH: usize = 5000;
+/// Most topics one tick walks (the earliest due first; the others stay due for the next).
+const TOPICS_PER_TICK: usize = 1000;
+/// Most jobs one take hands out.
+const TAKE_BATCH: usize = 100;
+
+pub async fn run(state: AppState) {
+    let capacity = state.config.jobs_concurrency.max(1);
+    let permits = Arc::new(Semaphore::new(capacity));
+    let ready_topics = Mutex::new(Vec::new());
+    let promoted = Notify::new();
+    let (finisher, outcomes) = Finisher::new();
+    tokio::join!(
+        promote_loop(&state, &ready_topics, &promoted),
+        async {
+            take_loop(&state, &ready_topics, &promoted, &permits, &finisher).await;
+            // Deliveries still running hold clones; the finisher ends after the last.
+            drop(finisher);
+        },
+        finish_loop(&state, outcomes),
+    );
+    // Let running jobs finish (the app bounds this wait by its grace period).
+    let _ = permits.acquire_many(capacity as u32).await;
+}
+
+/// Every tick: promote due jobs of the topics due by now, move each topic to its next
+/// visit, and hand the topics with ready jobs to the taker.
+async fn promote_loop(state: &AppState, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
+    let mut every = tokio::time::interval(Duration::from_millis(state.config.jobs_tick_ms.max(10)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut adopted = false;
+    loop {
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if !adopted {
+            match topics::adopt_topic_set(state).await {
+                Ok(()) => adopted = true,
+                Err(error) => tracing::warn!(%error, "delay queue topics not adopted yet"),
+            }
+        }
+        let pass = async {
+            let now = state.clock.now_ms();
+            let due = topics::due(state, now, TOPICS_PER_TICK).await?;
+            let mut visited = Vec::with_capacity(due.len());
+            let mut ready = Vec::new();
+            for visit in due {
+                let promotion = promote(state, &visit.topic, now).await?;
+                if promotion.ready > 0 {
+                    ready.push(visit.topic.clone());
+                }
+                visited.push((visit, promotion.next_visit));
+            }
+            topics::reindex(state, &visited).await?;
+            *ready_topics.lock().expect("poisoned") = ready;
+            AppResult::Ok(())
+        };
+        match pass.await {
+            Ok(()) => promoted.notify_one(),
+            Err(error) => tracing::warn!(%error, "delay queue promotion failed"),
+        }
+    }
+}
+
+/// Takes ready jobs as long as this instance has free capacity and the lists have jobs; a
+/// finished job frees capacity at once, so a backlog drains at the handlers' pace, not the
+/// tick's.
+async fn take_loop(
+    state: &AppState,
+    ready_topics: &Mutex<Vec<String>>,
+    promoted: &Notify,
+    permits: &Arc<Semaphore>,
+    finisher: &Finisher,
+) {
+    loop {
+        let current = ready_topics.lock().expect("poisoned").clone();
+        let mut took_any = false;
+        for topic in &current {
+            let permit = tokio::select! {
+                () = state.shutdown.cancelled() => return,
+                permit = permits.clone().acquire_owned() => permit.expect("never closed"),
+            };
+            let want = 1 + permits.available_permits().min(TAKE_BATCH - 1);
+            let taken = match take(state, topic, want).await {
+                Ok(taken) => taken,
+                Err(error) => {
+                    tracing::warn!(%error, topic, "taking jobs failed");
+                    Vec::new()
+                }
+            };
+            let mut permit = Some(permit);
+            for taken in taken {
+                took_any = true;
+                let permit = match permit.take() {
+                    Some(first) => first,
+                    None => permits.clone().try_acquire_owned().expect("counted above"),
+                };
+                let (state, finisher) = (state.clone(), finisher.clone());
+                tokio::spawn(async move {
+                    match taken {
+                        Taken::Run { delivery, lease } => {
+                            deliver(state, finisher, delivery, lease, permit).await
+                        }
+                        Taken::Bury {
+                            delivery,
+                            lease,
+                            error,
+                        } => {
+                            drop(permit);
+                            let buried = bury(&state, &finisher, &delivery, &lease, &error).await;
+                            if let Err(error) = buried {
+                                tracing::warn!(job = delivery.id, %error, "could not bury a job");
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        if !took_any {
+            tokio::select! {
+                () = state.shutdown.cancelled() => return,
+                () = promoted.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(state.config.jobs_tick_ms.max(10))) => {}
+            }
+        }
+    }
+}
+
+/// What a promotion left in a topic.
+struct Promotion {
+    /// Jobs ready to take.
+    ready: i64,
+    /// When the topic needs promoting again; `None` when it has no pending job.
+    next_visit: Option<i64>,
+}
+
+async fn promote(state: &AppState, topic: &str, now: i64) -> AppResult<Promotion> {
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let moved: Vec<i64> = JOBS_PROMOTE
+        .key(keys.jobs_delayed(topic))
+        .key(keys.jobs_ready(topic))
+        .key(keys.jobs_running(topic))
+        .key(keys.job_pool(topic))
+        .arg(now)
+        .arg(PROMOTE_BATCH)
+        .invoke_async(&mut *conn)
+        .await?;
+    let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
+    let (promoted, reclaimed) = (reply(0), reply(1));
+    if promoted > 0 {
+        metrics::counter!("engage_jobs_promoted_total", "topic" => topic.to_string())
+            .increment(promoted as u64);
+        let lag =
+            metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => topic.to_string());
+        for run_at in moved.iter().skip(4) {
+            lag.record((now - run_at).max(0) as f64 / 1000.0);
+        }
+    }
+    if reclaimed > 0 {
+        tracing::info!(topic, reclaimed, "jobs of a silent worker are ready again");
+        metrics::counter!("engage_jobs_reclaimed_total", "topic" => topic.to_string())
+            .increment(reclaimed as u64);
+    }
+    Ok(Promotion {
+        ready: reply(2),
+        next_visit: moved.get(3).copied().filter(|at| *at >= 0),
+    })
+}
+
+/// A job handed out by a take, with the lease of this delivery.
+enum Taken {
+    Run {
+        delivery: Delivery,
+        lease: String,
+    },
+    /// Goes to `dead_job` without running: its stored JSON does not read as a job (it is
+    /// kept as it is, the text in its body, instead of failing the jobs taken with it), or
+    /// it stalled more often than its topic allows.
+    Bury {
+        delivery: Delivery,
+        lease: String,
+        error: String,
+    },
+}
+
+/// Takes up to `count` ready jobs of a topic in one round trip.
+async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
+    let keys = &state.keys;
+    let lease = uuid::Uuid::new_v4().simple().to_string();
+    let policy = state.jobs.policy(topic);
+    let mut conn = state.redis.get().await?;
+    let taken: Vec<String> = JOBS_TAKE
+        .key(keys.jobs_ready(topic))
+        .key(keys.jobs_running(topic))
+        .key(keys.job_pool(topic))
+        .arg(state.clock.now_ms() + policy.visibility.as_millis() as i64)
+        .arg(&lease)
+        .arg(count)
+        .invoke_async(&mut *conn)
+        .await?;
+    let taken = taken
+        .chunks_exact(5)
+        .map(|job| {
+            let attempt = job[2].parse().unwrap_or(1);
+            let delivery = |spec| Delivery {
+                id: job[0].clone(),
+                topic: topic.to_string(),
+                spec,
+                attempt,
+            };
+            let lease = job[3].clone();
+            let stalls: u32 = job[4].parse().unwrap_or(0);
+            match serde_json::from_str::<JobSpec>(&job[1]) {
+                Ok(spec) if stalls > policy.max_stalls => Taken::Bury {
+                    delivery: delivery(spec),
+                    lease,
+                    error: format!(
+                        "stalled {stalls} times: each time its lease ran out before the \
+                         handler reported back (the process running it died, or lost Redis)"
+                    ),
+                },
+                Ok(spec) => Taken::Run {
+                    delivery: delivery(spec),
+                    lease,
+                },
+                Err(error) => Taken::Bury {
+                    delivery: delivery(JobSpec {
+                        body: job[1].clone(),
+                        run_at_ms: state.clock.now_ms(),
+                        max_attempts: attempt,
+                        callback_url: None,
+                        created_at_ms: 0,
+                        seq: 0,
+                    }),
+                    lease,
+                    error: format!("the stored job does not read as a job: {error}"),
+                },
+            }
+        })
+        .collect();
+    Ok(taken)
+}
+
+/// Runs one delivery and records its outcome. Only this delivery's lease may finish it:
+/// if the job was cancelled or handed to another worker meanwhile, the outcome is dropped.
+async fn deliver(
+    state: AppState,
+    finisher: Finisher,
+    delivery: Delivery,
+    lease: String,
+    permit: OwnedSemaphorePermit,
+) {
+    let policy = state.jobs.policy(&delivery.topic);
+    let run = tokio::time::timeout(policy.timeout, state.jobs.run(&delivery));
+    let outcome = match holding_lease(&state, &delivery, &lease, policy.visibility, run).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(JobError::Retry(format!(
+            "handler ran longer than {:?}",
+            policy.timeout
+        ))),
+    };
+    // The permit bounds running handlers; recording the outcome is not the handler's work,
+    // and holding the permit through that round trip would halve a burst's throughput.
+    drop(permit);
+    let topic = delivery.topic.clone();
+    let recorded = match &outcome {
+        Ok(()) => finisher
+            .finish(&delivery, &lease, Outcome::Done)
+            .await
+            .map(|applied| {
+                if applied {
+                    metrics::counter!("engage_jobs_succeeded_total", "topic" => topic.clone())
+                        .increment(1);
+                }
+            }),
+        Err(JobError::Retry(error)) if delivery.attempt < delivery.spec.max_attempts => {
+            let retry_at =
+                state.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
+            finisher
+                .finish(&delivery, &lease, Outcome::Retry { retry_at, error })
+                .await
+                .map(|applied| {
+                    if applied {
+                        metrics::counter!("engage_jobs_retried_total", "topic" => topic.clone())
+                            .increment(1);
+                    }
+                })
+        }
+        Err(JobError::Retry(error) | JobError::Permanent(error)) => {
+            bury(&state, &finisher, &delivery, &lease, error).await
+        }
+    };
+    if let Err(error) = recorded {
+        // The lease runs out and the job is delivered again (a stall): nothing is lost.
+        tracing::warn!(topic, job = delivery.id, %error, "could not record a job's outcome");
+    }
+}
+
+/// Runs `work` while moving the delivery's visibility deadline forward every third of the
+/// visibility timeout. A lease found lost (the job was cancelled, or reclaimed after this
+/// process could not extend it in time) is left alone: the outcome will not be applied. A
+/// failed extension is tried again at the next third; one that never succeeds lets the job
+/// be delivered again, which is what the lease is for.
+async fn holding_lease<T>(
+    state: &AppState,
+    delivery: &Delivery,
+    lease: &str,
+    visibility: Duration,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut every = tokio::time::interval((visibility / 3).max(Duration::from_millis(10)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    let mut held = true;
+    loop {
+        tokio::select! {
+            outcome = &mut work => return outcome,
+            _ = every.tick(), if held => {
+                match extend(state, delivery, lease, visibility).await {
+                    Ok(still_held) => held = still_held,
+                    Err(error) => tracing::warn!(
+                        topic = delivery.topic,
+                        job = delivery.id,
+                        %error,
+                        "could not extend a job's lease"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the lease was this delivery's and now runs a whole visibility timeout from now.
+async fn extend(
+    state: &AppState,
+    delivery: &Delivery,
+    lease: &str,
+    visibility: Duration,
+) -> AppResult<bool> {
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let extended: i64 = JOBS_EXTEND
+        .key(keys.jobs_running(&delivery.topic))
+        .key(keys.job_pool(&delivery.topic))
+        .arg(state.clock.now_ms() + visibility.as_millis() as i64)
+        .arg(&delivery.id)
+        .arg(lease)
+        .invoke_async(&mut *conn)
+        .await?;
+    Ok(extended == 1)
+}
+
+/// How a delivery ended.
+enum Outcome<'a> {
+    Done,
+    Retry { retry_at: i64, error: &'a str },
+    Dead { error: &'a str },
+}
+
+/// A delivery's end, queued for the finish loop.
+struct Finish {
+    topic: String,
+    job_id: String,
+    /// The job's SQL row.
+    seq: i64,
+    attempt: u32,
+    lease: String,
+    outcome: &'static str,
+    retry_at: i64,
+    error: String,
+    applied: oneshot::Sender<AppResult<bool>>,
+}
+
+/// Hands the ends of deliveries to [`finish_loop`], which records them many at a time: one
+/// script call per topic for all that queued meanwhile, every topic in one pipeline. One
+/// round trip per delivery was what bounded a burst of due jobs. SQL's record follows in two
+/// statements per batch, after the deliveries heard back ([`Ended`]).
+#[derive(Clone)]
+struct Finisher(mpsc::Sender<Finish>);
+
+/// Most delivery ends recorded by one round trip.
+const FINISH_BATCH: usize = 500;
+
+impl Finisher {
+    fn new() -> (Self, mpsc::Receiver<Finish>) {
+        let (sender, receiver) = mpsc::channel(FINISH_BATCH * 4);
+        (Self(sender), receiver)
+    }
+
+    /// Whether the outcome was applied (false: the lease is no longer this delivery's).
+    async fn finish(
+        &self,
+        delivery: &Delivery,
+        lease: &str,
+        outcome: Outcome<'_>,
+    ) -> AppResult<bool> {
+        let (outcome, retry_at, error) = match outcome {
+            Outcome::Done => ("done", 0, ""),
+            Outcome::Retry { retry_at, error } => ("retry", retry_at, error),
+            Outcome::Dead { error } => ("dead", 0, error),
+        };
+        let (applied, reply) = oneshot::channel();
+        let stopped = || AppError::Unavailable("the delay queue is stopping".into());
+        self.0
+            .send(Finish {
+                topic: delivery.topic.clone(),
+                job_id: delivery.id.clone(),
+                seq: delivery.spec.seq,
+                attempt: delivery.attempt,
+                lease: lease.to_string(),
+                outcome,
+                retry_at,
+                error: error.to_string(),
+                applied,
+            })
+            .await
+            .map_err(|_| stopped())?;
+        reply.await.map_err(|_| stopped())?
+    }
+}
+
+async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
+    let mut batch = Vec::with_capacity(FINISH_BATCH);
+    while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
+        let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
+        for end in batch.drain(..) {
+            match by_topic.iter_mut().find(|(topic, _)| *topic == end.topic) {
+                Some((_, ends)) => ends.push(end),
+                None => by_topic.push((end.topic.clone(), vec![end])),
+            }
+        }
+        let keys = &state.keys;
+        let now = state.clock.now_ms();
+        let mut pipe = redis::pipe();
+        for (topic, ends) in &by_topic {
+            let mut call = JOBS_FINISH.prepare_invoke();
+            call.key(keys.jobs_running(topic))
+                .key(keys.jobs_delayed(topic))
+                .key(keys.job_pool(topic))
+                .key(keys.jobs_finished(topic))
+                .arg(now)
+                .arg(super::FINISHED_KEPT);
+            for end in ends {
+                call.arg(&end.job_id)
+                    .arg(&end.lease)
+                    .arg(end.outcome)
+                    .arg(end.retry_at)
+                    .arg(&end.error);
+            }
+            pipe.invoke_script(&call);
+        }
+        let applied: AppResult<Vec<Vec<i64>>> = async {
+            let mut conn = state.redis.get().await?;
+            match pipe.query_async(&mut *conn).await {
+                // Inside a pipeline the `redis` crate does not reload a script Redis forgot
+                // (a restart): load it and send again. Every call of the pipeline is this
+                // one script, so none of them ran.
+                Err(error)
+                    if error.kind()
+                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    JOBS_FINISH.prepare_invoke().load_async(&mut *conn).await?;
+                    Ok(pipe.query_async(&mut *conn).await?)
+                }
+                replies => Ok(replies?),
+            }
+        }
+        .await;
+        let mut ended = Ended::default();
+        for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
+            for (position, end) in ends.into_iter().enumerate() {
+                let result = match &applied {
+                    Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
+                    Err(error) => Err(error.clone()),
+                };
+                if matches!(result, Ok(true)) {
+                    ended.add(&topic, &end);
+                }
+                let _ = end.applied.send(result);
+            }
+        }
+        ended.record(state).await;
+    }
+}
+
+/// What the applied ends of a batch change outside the topics' keys.
+#[derive(Default)]
+struct Ended {
+    /// SQL rows of jobs that are done or dead.
+    forgotten: Vec<i64>,
+    retries: Vec<pending::Retry>,
+    /// Each topic's earliest retry.
+    retry_visits: Vec<(String, i64)>,
+}
+
+impl Ended {
+    fn add(&mut self, topic: &str, end: &Finish) {
+        if end.outcome != "retry" {
+            self.forgotten.push(end.seq);
+            return;
+        }
+        self.retries.push(pending::Retry {
+            seq: end.seq,
+            run_at_ms: end.retry_at,
+            attempts: end.attempt,
+        });
+        match self.retry_visits.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, at)) => *at = (*at).min(end.retry_at),
+            None => self.retry_visits.push((topic.to_string(), end.retry_at)),
+        }
+    }
+
+    /// After the deliveries heard back: their ends are applied in Redis already, and
+    /// nothing here may hold them up.
+    async fn record(self, state: &AppState) {
+        // A retry may be due before the topic's next visit (which was at most the job's
+        // visibility deadline): the topic's visit moves to the earliest retry.
+        if let Err(error) = topics::index(state, &self.retry_visits).await {
+            tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
+        }
+        if self.forgotten.is_empty() && self.retries.is_empty() {
+            return;
+        }
+        let recorded: AppResult<()> = async {
+            let mut sql = state.db.pool.acquire().await?;
+            pending::forget(&mut sql, &self.forgotten).await?;
+            pending::record_retries(&mut sql, &self.retries).await
+        }
+        .await;
+        if let Err(error) = recorded {
+            // Rows left behind are of jobs Redis no longer holds as pending: verify names
+            // them, and a rebuild removes those the pool remembers as done (a dead one, or
+            // one forgotten meanwhile, would run again: delivery is at least once).
+            tracing::warn!(%error, jobs = self.forgotten.len() + self.retries.len(), "ends of jobs not recorded in SQL");
+        }
+    }
+}
+
+/// Stores an exhausted job in `dead_job` first, then removes it from Redis; if the job was
+/// cancelled or reclaimed meanwhile, the row is taken back.
+async fn bury(
+    state: &AppState,
+    finisher: &Finisher,
+    delivery: &Delivery,
+    lease: &str,
+    error: &str,
+) -> AppResult<()> {
+    let died_at = state.clock.now_ms();
+    sqlx::query(
+        "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+    )
+    .bind(&delivery.topic)
+    .bind(&delivery.id)
+    .bind(&delivery.spec.body)
+    .bind(&delivery.spec.callback_url)
+    .bind(i64::from(delivery.attempt))
+    .bind(i64::from(delivery.spec.max_attempts))
+    .bind(error)
+    .bind(died_at)
+    .execute(&state.db.pool)
+    .await?;
+    if finisher
+        .finish(delivery, lease, Outcome::Dead { error })
+        .await?
+    {
+        metrics::counter!("engage_jobs_dead_total", "topic" => delivery.topic.clone()).increment(1);
+        tracing::warn!(
+            topic = delivery.topic,
+            job = delivery.id,
+            error,
+            "job moved to dead_job"
+        );
+    } else {
+        sqlx::query("DELETE FROM dead_job WHERE topic = $1 AND job_id = $2 AND died_at_ms = $3")
+            .bind(&delivery.topic)
+            .bind(&delivery.id)
+            .bind(died_at)
+            .execute(&state.db.pool)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! Seasonal leaderboards (seed 003, seed 004): a season is a calendar month in
+//! `ENGAGE_TIMEZONE`; its live board is a Redis zset written by the points scripts; after it
+//! ends, [`rollover`] copies it to SQL, from where past seasons are served.
+//!
+//! Score encoding (written in `lua/include/points_award.lua`):
+//! `score = points * 2^22 + (2^22 - 1 - seconds since the season began)`. A month has fewer
+//! than 2^22 (4,194,304) seconds, so the low part orders equal points by who reached them
+//! first (to the second; within one second, by user id as Redis orders equal scores).
+//! Scores stay exact in a double up to 2^31 points per season.
+
+pub mod live;
+pub mod rollover;
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    infra::clock::Month,
+    infra::error::{AppError, AppResult},
+};
+
+pub const SCORE_TIME_UNIT: f64 = 4_194_304.0;
+
+pub fn points_of(score: f64) -> i64 {
+    (score / SCORE_TIME_UNIT).floor() as i64
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeasonInfo {
+    pub month: Month,
+    pub begins: DateTime<Utc>,
+    pub ends: DateTime<Utc>,
+    pub current: bool,
+}
+
+pub fn season_info(state: &AppState, month: Month) -> SeasonInfo {
+    SeasonInfo {
+        month,
+        begins: state.clock.month_begins(month),
+        ends: state.clock.month_begins(month.next()),
+        current: month == state.clock.current_month(),
+    }
+}
+
+/// A season id argument (`YYYYMM`), or the current season.
+pub fn parse_season(state: &AppState, id: Option<&str>) -> AppResult<Month> {
+    match id {
+        None => Ok(state.clock.current_month()),
+        Some(id) => Month::parse_id(id.trim())
+            .filter(|m| *m <= state.clock.current_month())
+            .ok_or_else(|| {
+                AppError::bad_input(format!(
+                    "seasonId must be a YYYYMM month up to now, got {id:?}"
+                ))
+            }),
+    }
+}
+
+/// The current season, the previous one, and every season archived, newest first.
+pub async fn seasons(state: &AppState) -> AppResult<Vec<SeasonInfo>> {
+    let current = state.clock.current_month();
+    let mut months = vec![current, current.previous()];
+    let rows = sqlx::query("SELECT season FROM season_archives")
+        .fetch_all(&state.db.pool)
+        .await?;
+    for row in rows {
+        if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
+            months.push(month);
+        }
+    }
+    months.sort_by(|a, b| b.cmp(a));
+    months.dedup();
+    Ok(months.into_iter().map(|m| season_info(state, m)).collect())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankEntry {
+    pub rank: i64,
+    pub points: i64,
+    pub user_id: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Board {
+    pub season: Month,
+    pub me: Option<RankEntry>,
+    pub entries: Vec<RankEntry>,
+    pub total: i64,
+}
+
+/// Whether a season's board now lives in SQL (its rollover finished).
+async fn archived(state: &AppState, season: Month) -> AppResult<bool> {
+    if season == state.clock.current_month() {
+        return Ok(false);
+    }
+    let row = sqlx::query("SELECT status FROM season_archives WHERE season = $1")
+        .bind(i64::from(season.id()))
+        .fetch_optional(&state.db.pool)
+        .await?;
+    Ok(match row {
+        Some(row) => row.try_get::<String, _>("status")? == rollover::DONE,
+        None => false,
+    })
+}
+
+/// A page of a season's board (ranks `offset + 1 ..`), its size, and the viewer's entry.
+pub async fn board(
+    state: &AppState,
+    season: Month,
+    viewer: Option<i64>,
+    first: usize,
+    offset: usize,
+) -> AppResult<Board> {
+    if archived(state, season).await? {
+        return archived_board(state, season, viewer, first, offset).await;
+    }
+    let key = state.keys.season_board(season);
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZREVRANGE")
+        .arg(&key)
+        .arg(offset)
+        .arg(offset + first - 1)
+        .arg("WITHSCORES");
+    pipe.cmd("ZCARD").arg(&key);
+    if let Some(user) = viewer {
+        pipe.cmd("ZREVRANK")
+            .arg(&key)
+            .arg(user)
+            .cmd("ZSCORE")
+            .arg(&key)
+            .arg(user);
+    }
+    let mut conn = state.redis.get().await?;
+    let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
+    let mut replies = replies.into_iter();
+    let page: Vec<(i64, f64)> = from_value(replies.next())?;
+    let total: i64 = from_value(replies.next())?;
+    let me = match viewer {
+        Some(user_id) => {
+            let rank: Option<i64> = from_value(replies.next())?;
+            let score: Option<f64> = from_value(replies.next())?;
+            rank.zip(score).map(|(rank, score)| RankEntry {
+                rank: rank + 1,
+                points: points_of(score),
+                user_id,
+            })
+        }
+        None => None,
+    };
+    let entries = page
+        .into_iter()
+        .enumerate()
+        .map(|(i, (user_id, score))| RankEntry {
+            rank: (offset + i + 1) as i64,
+            points: points_of(score),
+            user_id,
+        })
+        .collect();
+    Ok(Board {
+        season,
+        me,
+        entries,
+        total,
+    })
+}
+
+fn from_value<T: redis::FromRedisValue>(value: Option<redis::Value>) -> AppResult<T> {
+    T::from_redis_value(value.unwrap_or(redis::Value::Nil))
+        .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))
+}
+
+async fn archived_board(
+    state: &AppState,
+    season: Month,
+    viewer: Option<i64>,
+    first: usize,
+    offset: usize,
+) -> AppResult<Board> {
+    let season_id = i64::from(season.id());
+    let rows = sqlx::query(
+        "SELECT rank, points, user_id FROM season_ranks WHERE season = $1 AND rank > $2 ORDER BY rank LIMIT $3",
+    )
+    .bind(season_id)
+    .bind(offset as i64)
+    .bind(first as i64)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let entries = rows.iter().map(entry_of).collect::<Result<Vec<_>, _>>()?;
+    let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
+        .bind(season_id)
+        .fetch_one(&state.db.pool)
+        .await?
+        .try_get("n")?;
+    let me = match viewer {
+        Some(user) => sqlx::query(
+            "SELECT rank, points, user_id FROM season_ranks WHERE season = $1 AND user_id = $2",
+        )
+        .bind(season_id)
+        .bind(user)
+        .fetch_optional(&state.db.pool)
+        .await?
+        .map(|row| entry_of(&row))
+        .transpose()?,
+        None => None,
+    };
+    Ok(Board {
+        season,
+        me,
+        entries,
+        total,
+    })
+}
+
+fn entry_of(row: &sqlx::any::AnyRow) -> Result<RankEntry, sqlx::Error> {
+    Ok(RankEntry {
+        rank: row.try_get("rank")?,
+        points: row.try_get("points")?,
+        user_id: row.try_get("user_id")?,
+    })
+}
+
+/// The entries just above and below the viewer (empty when the viewer is unranked).
+pub async fn around(
+    state: &AppState,
+    season: Month,
+    user_id: i64,
+    radius: usize,
+) -> AppResult<Vec<RankEntry>> {
+    let me = board(state, season, Some(user_id), 1, 0).await?.me;
+    let Some(me) = me else { return Ok(Vec::new()) };
+    let offset = (me.rank - 1 - radius as i64).max(0) as usize;
+    let first = (me.rank as usize - offset) + radius;
+    Ok(board(state, season, None, first, offset).await?.entries)
+}
+
+/// The top three of a finished season, recorded by its rollover.
+pub async fn winners(state: &AppState, season: Month) -> AppResult<Vec<RankEntry>> {
+    let rows = sqlx::query(
+        "SELECT rank, points, user_id FROM season_winners WHERE season = $1 ORDER BY rank",
+    )
+    .bind(i64::from(season.id()))
+    .fetch_all(&state.db.pool)
+    .await?;
+    rows.iter()
+        .map(entry_of)
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}

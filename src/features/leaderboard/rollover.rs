@@ -1,0 +1,523 @@
+//! Season rollover (seed 003): after a season ends, its Redis board is copied to SQL in
+//! chunks, verified by count, its top three recorded as winners, and only then unlinked.
+//!
+//! - **From a stable snapshot**: the copy reads a copy of the board taken when it starts
+//!   (`COPY`, atomic), never the live board, whose ranks shift under a late write (an award
+//!   that computed its season just before midnight and ran just after). When the copy is
+//!   verified, the live board is compared with the snapshot: if a late write changed it, a
+//!   new snapshot is taken and copied instead, and only an unchanged board is unlinked.
+//!
+//! - **One instance**: the work runs under the lock `rollover:<season>`; its fencing number is
+//!   stored with the progress, and a holder whose number is older cannot write progress.
+//! - **Resumable and idempotent**: progress (`season_archives.copied`, `status`) is written in
+//!   the same transaction as each chunk, and rows are inserted with `ON CONFLICT DO NOTHING`,
+//!   so a restart continues where the last commit left off and a repeat changes nothing.
+//! - **Ordered steps, each retried on its own**: start → copy → verify (+ winners) → unlink.
+//!   A failing step is retried with back-off without redoing the steps before it.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::points_of;
+use crate::{
+    app::AppState,
+    infra::backoff::Backoff,
+    infra::clock::Month,
+    infra::db::Backend,
+    infra::error::{AppError, AppResult},
+    infra::lock::{self, Held},
+};
+
+pub const COPYING: &str = "copying";
+pub const VERIFIED: &str = "verified";
+pub const DONE: &str = "done";
+pub const CHUNK: usize = 1000;
+const STEP_ATTEMPTS: u32 = 5;
+/// Fresh snapshots taken for late writes before a run gives up (and the next check
+/// tries again).
+const MAX_RECOPIES: u32 = 3;
+
+/// The board a rollover copies from: the live board as it was when the copy started.
+fn snapshot_key(state: &AppState, season: Month) -> String {
+    format!("{}:snapshot", state.keys.season_board(season))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub total: i64,
+    pub copied: i64,
+    pub done: bool,
+}
+
+/// How an archive run is driven: progress reports and (tests) an interruption.
+#[derive(Default)]
+pub struct Options<'a> {
+    pub on_progress: Option<&'a (dyn Fn(Progress) + Send + Sync)>,
+    /// Stop after this many chunks, as a crash would.
+    pub stop_after_chunks: Option<usize>,
+}
+
+/// Archives a finished season. `Ok(None)` when another instance is archiving it now.
+pub async fn archive_season(
+    state: &AppState,
+    season: Month,
+    options: Options<'_>,
+) -> AppResult<Option<Progress>> {
+    if season >= state.clock.current_month() {
+        return Err(AppError::bad_input(format!(
+            "season {} has not ended",
+            season.id()
+        )));
+    }
+    let name = format!("rollover:{}", season.id());
+    lock::with_lock(state, &name, Duration::from_secs(30), |held| {
+        run(state, season, held, options)
+    })
+    .await?
+    .transpose()
+}
+
+async fn run(
+    state: &AppState,
+    season: Month,
+    held: Held,
+    options: Options<'_>,
+) -> AppResult<Progress> {
+    let mut progress = retried("start", || start(state, season, held.fence)).await?;
+    let mut chunks = 0;
+    let mut recopies = 0;
+    while !progress.done {
+        while progress.copied < progress.total {
+            if options.stop_after_chunks == Some(chunks) {
+                return Ok(progress);
+            }
+            if held.lost.is_cancelled() {
+                return Err(AppError::Unavailable("rollover lock lost".into()));
+            }
+            progress = retried("copy", || copy_chunk(state, season, held.fence, progress)).await?;
+            chunks += 1;
+            if let Some(report) = options.on_progress {
+                report(progress);
+            }
+        }
+        let verified = retried("verify", || {
+            verify(state, season, held.fence, progress.total)
+        })
+        .await?;
+        match verified {
+            Some(fresh) if recopies < MAX_RECOPIES => {
+                recopies += 1;
+                tracing::info!(
+                    season = season.id(),
+                    "late writes: copying a fresh snapshot"
+                );
+                progress = fresh;
+            }
+            Some(_) => {
+                return Err(AppError::Unavailable(format!(
+                    "season {} keeps changing after its end",
+                    season.id()
+                )))
+            }
+            None => {
+                retried("unlink", || unlink(state, season, held.fence)).await?;
+                progress.done = true;
+            }
+        }
+    }
+    if let Some(report) = options.on_progress {
+        report(progress);
+    }
+    Ok(progress)
+}
+
+async fn retried<T, F, Fut>(step: &str, mut attempt: F) -> AppResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = AppResult<T>>,
+{
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) if tries + 1 < STEP_ATTEMPTS && error.is_hidden() => {
+                tries += 1;
+                tracing::warn!(step, %error, "rollover step failed, retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Records the season's size (once) and prepares its storage.
+async fn start(state: &AppState, season: Month, fence: i64) -> AppResult<Progress> {
+    let id = i64::from(season.id());
+    if state.db.backend == Backend::Postgres {
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS season_ranks_{id} PARTITION OF season_ranks FOR VALUES IN ({id})"
+        );
+        if let Err(error) = sqlx::query(&ddl).execute(&state.db.pool).await {
+            tracing::debug!(%error, "season partition not created (may exist)");
+        }
+    }
+    let row = sqlx::query("SELECT total, copied, status FROM season_archives WHERE season = $1")
+        .bind(id)
+        .fetch_optional(&state.db.pool)
+        .await?;
+    if let Some(row) = &row {
+        let status: String = row.try_get("status")?;
+        if status != COPYING {
+            return Ok(Progress {
+                total: row.try_get("total")?,
+                copied: row.try_get("copied")?,
+                done: status == DONE,
+            });
+        }
+        let mut conn = state.redis.get().await?;
+        let snapshot: bool = redis::cmd("EXISTS")
+            .arg(snapshot_key(state, season))
+            .query_async(&mut *conn)
+            .await?;
+        if snapshot {
+            return Ok(Progress {
+                total: row.try_get("total")?,
+                copied: row.try_get("copied")?,
+                done: false,
+            });
+        }
+    }
+    // No copy yet, or one whose snapshot is gone: start from a fresh snapshot.
+    let total = take_snapshot(state, season).await?;
+    sqlx::query(
+        "INSERT INTO season_archives (season, total, copied, status, fence, updated_at_ms) \
+         VALUES ($1, $2, 0, $3, $4, $5) ON CONFLICT (season) DO NOTHING",
+    )
+    .bind(id)
+    .bind(total)
+    .bind(COPYING)
+    .bind(fence)
+    .bind(state.clock.now_ms())
+    .execute(&state.db.pool)
+    .await?;
+    restart(state, season, fence, total).await
+}
+
+/// Snapshots the live board (atomically, with `COPY`); its member count.
+async fn take_snapshot(state: &AppState, season: Month) -> AppResult<i64> {
+    let snapshot = snapshot_key(state, season);
+    let mut conn = state.redis.get().await?;
+    let (_, total): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("COPY")
+        .arg(state.keys.season_board(season))
+        .arg(&snapshot)
+        .arg("REPLACE")
+        .cmd("ZCARD")
+        .arg(&snapshot)
+        .query_async(&mut *conn)
+        .await?;
+    if total == 0 {
+        // An empty board of a season with awards is a board Redis lost: archiving it would
+        // record a season without winners. `engage rebuild` brings it back first.
+        let awarded = sqlx::query(
+            "SELECT 1 AS found FROM points_record WHERE season = $1 AND points > 0 LIMIT 1",
+        )
+        .bind(i64::from(season.id()))
+        .fetch_optional(&state.db.pool)
+        .await?;
+        if awarded.is_some() {
+            return Err(AppError::Unavailable(format!(
+                "the board of season {} is missing from Redis: run `engage rebuild`",
+                season.id()
+            )));
+        }
+    }
+    Ok(total)
+}
+
+/// Forgets what was copied and starts over from the snapshot of `total` members.
+async fn restart(state: &AppState, season: Month, fence: i64, total: i64) -> AppResult<Progress> {
+    let mut tx = state.db.pool.begin().await?;
+    for table in ["season_ranks", "season_winners"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE season = $1"))
+            .bind(i64::from(season.id()))
+            .execute(&mut *tx)
+            .await?;
+    }
+    advance(
+        &mut tx,
+        season,
+        fence,
+        Change::Started(total),
+        state.clock.now_ms(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Progress {
+        total,
+        copied: 0,
+        done: false,
+    })
+}
+
+/// Copies the next chunk and advances the progress in one transaction.
+async fn copy_chunk(
+    state: &AppState,
+    season: Month,
+    fence: i64,
+    progress: Progress,
+) -> AppResult<Progress> {
+    let from = progress.copied as usize;
+    let mut conn = state.redis.get().await?;
+    let page: Vec<(i64, f64)> = redis::cmd("ZREVRANGE")
+        .arg(snapshot_key(state, season))
+        .arg(from)
+        .arg(from + CHUNK - 1)
+        .arg("WITHSCORES")
+        .query_async(&mut *conn)
+        .await?;
+    drop(conn);
+    if page.is_empty() {
+        return Err(AppError::internal(anyhow::anyhow!(
+            "board of {} has {} members, expected {}",
+            season.id(),
+            from,
+            progress.total
+        )));
+    }
+    let id = i64::from(season.id());
+    let mut tx = state.db.pool.begin().await?;
+    for (i, (user_id, score)) in page.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO season_ranks (season, rank, user_id, points) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind((from + i + 1) as i64)
+        .bind(user_id)
+        .bind(points_of(*score))
+        .execute(&mut *tx)
+        .await?;
+    }
+    let copied = (from + page.len()) as i64;
+    advance(
+        &mut tx,
+        season,
+        fence,
+        Change::Copied(copied),
+        state.clock.now_ms(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Progress { copied, ..progress })
+}
+
+/// A change of an archive's progress.
+enum Change {
+    Copied(i64),
+    Status(&'static str),
+    /// A fresh start from a snapshot of this many members.
+    Started(i64),
+}
+
+/// Writes progress only for the newest lock holder (fencing).
+async fn advance(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    season: Month,
+    fence: i64,
+    change: Change,
+    now_ms: i64,
+) -> AppResult<()> {
+    const SET_COPIED: &str =
+        "UPDATE season_archives SET copied = $1, fence = $2, updated_at_ms = $3 \
+                              WHERE season = $4 AND fence <= $2";
+    const SET_STATUS: &str =
+        "UPDATE season_archives SET status = $1, fence = $2, updated_at_ms = $3 \
+                              WHERE season = $4 AND fence <= $2";
+    const START: &str =
+        "UPDATE season_archives SET total = $1, copied = 0, status = 'copying', fence = $2, \
+         updated_at_ms = $3 WHERE season = $4 AND fence <= $2";
+    let query = match change {
+        Change::Copied(copied) => sqlx::query(SET_COPIED).bind(copied),
+        Change::Status(status) => sqlx::query(SET_STATUS).bind(status),
+        Change::Started(total) => sqlx::query(START).bind(total),
+    };
+    let updated = query
+        .bind(fence)
+        .bind(now_ms)
+        .bind(i64::from(season.id()))
+        .execute(&mut **tx)
+        .await?;
+    if updated.rows_affected() == 0 {
+        return Err(AppError::conflict("a newer rollover holds this season"));
+    }
+    Ok(())
+}
+
+/// Checks the copy by count (recopying from the start if it is short) and the live board
+/// against the snapshot, then records the winners. `Some(progress)` when late writes
+/// changed the board: a fresh snapshot is to be copied.
+async fn verify(
+    state: &AppState,
+    season: Month,
+    fence: i64,
+    total: i64,
+) -> AppResult<Option<Progress>> {
+    let id = i64::from(season.id());
+    let copied: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
+        .bind(id)
+        .fetch_one(&state.db.pool)
+        .await?
+        .try_get("n")?;
+    if copied != total {
+        let mut tx = state.db.pool.begin().await?;
+        advance(
+            &mut tx,
+            season,
+            fence,
+            Change::Copied(0),
+            state.clock.now_ms(),
+        )
+        .await?;
+        tx.commit().await?;
+        return Err(AppError::internal(anyhow::anyhow!(
+            "season {id}: {copied} rows copied of {total}"
+        )));
+    }
+    if !unchanged_since_snapshot(state, season).await? {
+        let total = take_snapshot(state, season).await?;
+        return Ok(Some(restart(state, season, fence, total).await?));
+    }
+    let mut tx = state.db.pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO season_winners (season, rank, user_id, points) \
+         SELECT season, rank, user_id, points FROM season_ranks WHERE season = $1 AND rank <= 3 \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    advance(
+        &mut tx,
+        season,
+        fence,
+        Change::Status(VERIFIED),
+        state.clock.now_ms(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(None)
+}
+
+/// Board members with their scores, in rank order.
+type Members = Vec<(String, f64)>;
+
+/// Whether the live board still equals its snapshot, member by member (read in chunks).
+async fn unchanged_since_snapshot(state: &AppState, season: Month) -> AppResult<bool> {
+    let (live, snapshot) = (state.keys.season_board(season), snapshot_key(state, season));
+    let mut from = 0;
+    loop {
+        let mut conn = state.redis.get().await?;
+        let (a, b): (Members, Members) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(&live)
+            .arg(from)
+            .arg(from + CHUNK - 1)
+            .arg("WITHSCORES")
+            .cmd("ZRANGE")
+            .arg(&snapshot)
+            .arg(from)
+            .arg(from + CHUNK - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut *conn)
+            .await?;
+        if a != b {
+            return Ok(false);
+        }
+        if a.len() < CHUNK {
+            return Ok(true);
+        }
+        from += CHUNK;
+    }
+}
+
+/// Removes the Redis board once SQL holds it, then marks the season done.
+async fn unlink(state: &AppState, season: Month, fence: i64) -> AppResult<()> {
+    let mut conn = state.redis.get().await?;
+    let _: i64 = redis::cmd("UNLINK")
+        .arg(state.keys.season_board(season))
+        .arg(snapshot_key(state, season))
+        .query_async(&mut *conn)
+        .await?;
+    drop(conn);
+    let mut tx = state.db.pool.begin().await?;
+    advance(
+        &mut tx,
+        season,
+        fence,
+        Change::Status(DONE),
+        state.clock.now_ms(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Archives finished seasons that still have a board in Redis or an unfinished archive,
+/// every `ENGAGE_ROLLOVER_CHECK_SECONDS`, in every instance (the lock picks one).
+pub async fn run_periodically(state: AppState) {
+    let mut every = tokio::time::interval(Duration::from_secs(
+        state.config.rollover_check_seconds.max(1),
+    ));
+    loop {
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Err(error) = archive_finished(&state).await {
+            tracing::warn!(%error, "season rollover check failed");
+        }
+    }
+}
+
+async fn archive_finished(state: &AppState) -> AppResult<()> {
+    let current = state.clock.current_month();
+    let mut due = Vec::new();
+    let mut conn = state.redis.get().await?;
+    for month in [current.previous(), current.previous().previous()] {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(state.keys.season_board(month))
+            .query_async(&mut *conn)
+            .await?;
+        if exists {
+            due.push(month);
+        }
+    }
+    drop(conn);
+    let unfinished = sqlx::query("SELECT season FROM season_archives WHERE status <> $1")
+        .bind(DONE)
+        .fetch_all(&state.db.pool)
+        .await?;
+    for row in unfinished {
+        if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
+            due.push(month);
+        }
+    }
+    due.sort();
+    due.dedup();
+    // One season that fails does not hold back the others.
+    for season in due.into_iter().filter(|m| *m < current) {
+        match archive_season(state, season, Options::default()).await {
+            Ok(Some(progress)) => tracing::info!(
+                season = season.id(),
+                total = progress.total,
+                "season archived"
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(season = season.id(), %error, "season not archived"),
+        }
+    }
+    Ok(())
+}

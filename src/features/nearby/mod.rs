@@ -1,0 +1,82 @@
+//! "Near me" (seed 004): items with a location are kept in one Redis GEO set; a search asks
+//! for the nearest within a radius, nearest first.
+//!
+//! Pages go by position, and GEOSEARCH cannot skip: a page at position `p` makes Redis find
+//! the `p + first + 1` nearest. So a search serves its [`MAX_RESULTS`] nearest items and no
+//! more (a cursor past them is `BAD_USER_INPUT`), and one script (`lua/nearby_search.lua`)
+//! sends back only the page and one more, not everything before it. Rejected: a cursor
+//! carrying the last distance, since GEOSEARCH has no inner radius to start from.
+
+pub mod recovery;
+
+use crate::{
+    app::AppState,
+    features::items::Location,
+    infra::error::{AppError, AppResult},
+    infra::redis::{scripts::NEARBY_SEARCH, Keys},
+};
+
+/// The widest search, in km (a sensible bound for "near", and for the cost of a search).
+pub const MAX_RADIUS_KM: f64 = 1000.0;
+
+/// The nearest items a search pages through, at most: the largest window GEOSEARCH is asked
+/// for (plus one, to know whether more follow).
+pub const MAX_RESULTS: usize = 1000;
+
+impl Keys {
+    pub fn item_locations(&self) -> String {
+        self.tagged("geo", "items")
+    }
+}
+
+/// Adds or moves an item on the map.
+pub async fn place(state: &AppState, item_id: i64, location: Location) -> AppResult<()> {
+    let mut conn = state.redis.get().await?;
+    let _: i64 = redis::cmd("GEOADD")
+        .arg(state.keys.item_locations())
+        .arg(location.lng)
+        .arg(location.lat)
+        .arg(item_id)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Items within `radius_km` of a point, nearest first: `(item id, distance km)` from
+/// position `offset`, and whether more follow. The page ends at [`MAX_RESULTS`] at the
+/// latest; `offset` must not be beyond it.
+pub async fn search(
+    state: &AppState,
+    from: Location,
+    radius_km: f64,
+    first: usize,
+    offset: usize,
+) -> AppResult<(Vec<(i64, f64)>, bool)> {
+    if !(radius_km.is_finite() && radius_km > 0.0 && radius_km <= MAX_RADIUS_KM) {
+        return Err(AppError::bad_input(format!(
+            "radiusKm must be above 0 and at most {MAX_RADIUS_KM}"
+        )));
+    }
+    if offset > MAX_RESULTS {
+        return Err(AppError::bad_input(format!(
+            "a search serves its {MAX_RESULTS} nearest items"
+        )));
+    }
+    let first = first.min(MAX_RESULTS - offset);
+    if first == 0 {
+        return Ok((Vec::new(), false));
+    }
+    let mut conn = state.redis.get().await?;
+    let (more, found): (i64, Vec<(i64, f64)>) = NEARBY_SEARCH
+        .key(state.keys.item_locations())
+        .arg(from.lng)
+        .arg(from.lat)
+        .arg(radius_km)
+        .arg(offset)
+        .arg(first)
+        .invoke_async(&mut *conn)
+        .await?;
+    // The window's end is the end of the list, whatever lies beyond it.
+    let more = more == 1 && offset + first < MAX_RESULTS;
+    Ok((found, more))
+}

@@ -1,0 +1,221 @@
+//! The consumers of the points feature (all on the shared stream consumer):
+//! - `points-archive`: every award into `points_record` (idempotent on the event id);
+//! - `points-intake`: awards other services XADD to `{points}:intake` as
+//!   `{user, type, points, key}`, idempotent on their key like `awardPoints`;
+//! - `like-points`: a second consumer group on the vote streams of the likes feature that
+//!   awards `LIKE_RECEIVED` to a remark's author for each new like by someone else, once per
+//!   liker and remark.
+
+use std::sync::Arc;
+
+use futures::{stream::FuturesOrdered, StreamExt};
+use sqlx::{Any, Transaction};
+
+use super::PointsType;
+use crate::{
+    app::AppState,
+    infra::clock::day_number,
+    infra::db::values_placeholders,
+    infra::error::{AppError, ErrorCode},
+    infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+};
+
+pub fn spawn(state: &AppState) {
+    let spec = |name, group| ConsumerSpec::new(&state.config, name, group);
+    let handler = |h: Arc<dyn StreamHandler>| h;
+    streams::spawn(
+        state,
+        spec("points-archive", "archive"),
+        vec![state.keys.points_stream()],
+        handler(Arc::new(PointsArchive(state.clone()))),
+    );
+    streams::spawn(
+        state,
+        spec("points-intake", "intake"),
+        vec![state.keys.points_intake_stream()],
+        handler(Arc::new(PointsIntake(state.clone()))),
+    );
+    let vote_streams = (0..state.remarks.shards)
+        .map(|shard| state.keys.vote_stream(shard))
+        .collect();
+    streams::spawn(
+        state,
+        spec("like-points", "points"),
+        vote_streams,
+        handler(Arc::new(LikePoints(state.clone()))),
+    );
+}
+
+struct PointsArchive(AppState);
+
+/// A sign-in or make-up carried by a SIGN_IN award (its `day` and `made_up` fields).
+struct SignInRow {
+    user_id: i64,
+    day: i64,
+    made_up: i64,
+    signed_at_ms: i64,
+}
+
+#[async_trait::async_trait]
+impl StreamHandler for PointsArchive {
+    /// Awards go to `points_record` once per event and once per (user, idempotency key): a
+    /// repeat whose Redis marker had expired is not archived a second time. Sign-ins go to
+    /// `sign_ins` once per user and day.
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "INSERT INTO points_record (event_id, user_id, kind, points, requested, idempotency_key, \
+             season, awarded_at_ms, award_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
+            values_placeholders(entries.len(), 10)
+        );
+        let mut insert = sqlx::query(&sql);
+        let mut sign_ins = Vec::new();
+        for entry in entries {
+            let kind = entry.field("type")?;
+            if PointsType::parse(kind).is_none() {
+                return Err(HandleError::Poison(format!(
+                    "entry {}: unknown type {kind}",
+                    entry.id
+                )));
+            }
+            let at = entry.number("at")?;
+            let date = self
+                .0
+                .clock
+                .date_of(chrono::DateTime::from_timestamp_millis(at).unwrap_or_default());
+            let user = entry.number("user")?;
+            insert = insert
+                .bind(&entry.id)
+                .bind(user)
+                .bind(kind)
+                .bind(entry.number("points")?)
+                .bind(entry.number("requested")?)
+                .bind(entry.field("key")?)
+                .bind(entry.number("season")?)
+                .bind(at)
+                .bind(day_number(date))
+                .bind(entry.event_order());
+            if entry.fields.contains_key("day") {
+                sign_ins.push(SignInRow {
+                    user_id: user,
+                    day: entry.number("day")?,
+                    made_up: entry.number("made_up")?,
+                    signed_at_ms: at,
+                });
+            }
+        }
+        insert.execute(&mut **tx).await?;
+        if !sign_ins.is_empty() {
+            let sql = format!(
+                "INSERT INTO sign_ins (user_id, day, made_up, signed_at_ms) VALUES {} \
+                 ON CONFLICT DO NOTHING",
+                values_placeholders(sign_ins.len(), 4)
+            );
+            let mut insert = sqlx::query(&sql);
+            for row in &sign_ins {
+                insert = insert
+                    .bind(row.user_id)
+                    .bind(row.day)
+                    .bind(row.made_up)
+                    .bind(row.signed_at_ms);
+            }
+            insert.execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+}
+
+/// An award error as the stream consumer sees it: bad input is the entry's fault, an
+/// unavailable Redis is not.
+fn award_failure(entry: &StreamEntry, error: AppError) -> HandleError {
+    match error.code() {
+        ErrorCode::BadUserInput => HandleError::Poison(format!("entry {}: {error}", entry.id)),
+        _ => HandleError::Unavailable(error.to_string()),
+    }
+}
+
+struct PointsIntake(AppState);
+
+#[async_trait::async_trait]
+impl StreamHandler for PointsIntake {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let mut awards = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let kind = entry.field("type")?;
+            let kind = PointsType::parse(kind).ok_or_else(|| {
+                HandleError::Poison(format!("entry {}: unknown type {kind}", entry.id))
+            })?;
+            let user = entry.number("user")?;
+            let points = entry.number("points")?;
+            let key =
+                super::service_key(entry.field("key")?).map_err(|e| award_failure(entry, e))?;
+            awards.push((entry, user, kind, points, key));
+        }
+        award_all(&self.0, awards).await
+    }
+}
+
+struct LikePoints(AppState);
+
+#[async_trait::async_trait]
+impl StreamHandler for LikePoints {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let points = self.0.points.rules.rule(PointsType::LikeReceived).points;
+        let mut awards = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let (voter, author) = (entry.number("voter")?, entry.number("author")?);
+            if entry.number("voting")? != 1 || voter == author {
+                continue; // unlikes take nothing back; liking oneself earns nothing
+            }
+            let key = format!("like:{}:{voter}", entry.number("remark")?);
+            awards.push((entry, author, PointsType::LikeReceived, points, key));
+        }
+        award_all(&self.0, awards).await
+    }
+}
+
+/// Awards in flight at once while a batch is handled.
+const AWARDS_IN_FLIGHT: usize = 32;
+
+/// Runs a batch's awards a few dozen at a time: each is one script call, and one after the
+/// other they capped a consumer at one award per Redis round trip (it could not catch up
+/// with a backlog while likes kept coming). Awards are idempotent on their key, so a batch
+/// that fails part-way is simply handled again; started in entry order, they reach Redis in
+/// that order on the shared connection.
+async fn award_all(
+    state: &AppState,
+    awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
+) -> Result<(), HandleError> {
+    let mut awards = awards.into_iter();
+    let mut in_flight = FuturesOrdered::new();
+    loop {
+        while in_flight.len() < AWARDS_IN_FLIGHT {
+            let Some((entry, user, kind, points, key)) = awards.next() else {
+                break;
+            };
+            in_flight.push_back(async move {
+                super::award(state, user, kind, points, &key)
+                    .await
+                    .map_err(|e| award_failure(entry, e))
+            });
+        }
+        match in_flight.next().await {
+            Some(result) => result?,
+            None => return Ok(()),
+        };
+    }
+}

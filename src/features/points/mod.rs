@@ -1,0 +1,296 @@
+//! Points (seed 003): awards within daily caps, enforced atomically in Lua, idempotent on a
+//! key, added to the season's leaderboard and archived to `points_record`.
+//!
+//! Every points key (sign-in bitmaps, daily totals, boards, the stream) carries the one hash
+//! tag `{points}`: an award touches a user's daily total and the season board in the same
+//! script, and those can only be atomic within one Redis Cluster slot. The price is that the
+//! points feature lives on one Redis node; sharding the board (per-shard boards merged at
+//! read) is the path beyond that.
+
+pub mod archive;
+pub mod recovery;
+pub mod rules;
+
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+
+pub use rules::{PointsRules, PointsType};
+
+use crate::{
+    app::AppState,
+    infra::clock::Month,
+    infra::config::Config,
+    infra::error::{AppError, AppResult},
+    infra::redis::{scripts::POINTS_AWARD, Keys},
+};
+
+/// Daily totals outlive their day a little, for readers near midnight.
+pub const DAILY_TTL_SECONDS: u64 = 2 * 24 * 3600;
+/// An idempotency key is remembered for a week.
+pub const IDEMPOTENCY_TTL_SECONDS: u64 = 7 * 24 * 3600;
+pub const MAX_AWARD: i64 = 10_000;
+pub const MAX_KEY_CHARS: usize = 128;
+
+pub struct PointsSettings {
+    pub rules: PointsRules,
+    pub make_ups_per_month: u32,
+}
+
+impl PointsSettings {
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        Ok(Self {
+            rules: PointsRules::load(config.points_rules.as_deref())?,
+            make_ups_per_month: config.make_ups_per_month,
+        })
+    }
+}
+
+const TAG: &str = "points";
+
+impl Keys {
+    pub fn sign_bitmap(&self, user_id: i64, month: Month) -> String {
+        self.tagged(TAG, &format!("sign:{user_id}:{}", month.id()))
+    }
+
+    pub fn sign_streak(&self, user_id: i64) -> String {
+        self.tagged(TAG, &format!("streak:{user_id}"))
+    }
+
+    pub fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
+        self.tagged(TAG, &format!("makeups:{user_id}:{}", month.id()))
+    }
+
+    pub fn points_today(&self, user_id: i64, date: chrono::NaiveDate) -> String {
+        self.tagged(TAG, &format!("daily:{user_id}:{}", date.format("%Y%m%d")))
+    }
+
+    /// The marker of an idempotency key (hashed: keys are the caller's free text).
+    pub fn points_award_marker(&self, user_id: i64, idempotency_key: &str) -> String {
+        let digest = hex::encode(&Sha256::digest(idempotency_key.as_bytes())[..16]);
+        self.tagged(TAG, &format!("award:{user_id}:{digest}"))
+    }
+
+    pub fn season_board(&self, season: Month) -> String {
+        self.tagged(TAG, &format!("board:{}", season.id()))
+    }
+
+    /// Set while a rebuild holds points writes back (see `recovery`).
+    pub fn points_hold(&self) -> String {
+        self.tagged(TAG, "rebuilding")
+    }
+
+    pub fn points_stream(&self) -> String {
+        self.tagged(TAG, "events")
+    }
+
+    /// Where other services XADD awards `{user, type, points, key}`.
+    pub fn points_intake_stream(&self) -> String {
+        self.tagged(TAG, "intake")
+    }
+
+    pub fn board_channel(&self, season: Month) -> String {
+        format!("{}live:board:{}", self.prefix(), season.id())
+    }
+}
+
+/// The season an award made now belongs to, and the seconds since it began (the board's
+/// tie-breaker).
+pub fn season_now(state: &AppState) -> (Month, i64) {
+    let now = state.clock.now();
+    let season = Month::of(state.clock.date_of(now));
+    let seconds = (now - state.clock.month_begins(season))
+        .num_seconds()
+        .max(0);
+    (season, seconds)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AwardOutcome {
+    pub awarded: i64,
+    pub capped: bool,
+    pub duplicate: bool,
+}
+
+/// The idempotency key of an award for another service (`awardPoints`, the intake stream,
+/// which share it). Service keys live in their own namespace, so that none can collide
+/// with the keys of internal awards (`like:…`, `signin:…`, `makeup:…`).
+pub fn service_key(key: &str) -> AppResult<String> {
+    let key = key.trim();
+    if key.is_empty() || key.chars().count() > MAX_KEY_CHARS {
+        return Err(AppError::bad_input(format!(
+            "idempotencyKey must have 1 to {MAX_KEY_CHARS} characters"
+        )));
+    }
+    Ok(format!("service:{key}"))
+}
+
+/// Awards points once per `(user, idempotency key)`, within the type's daily cap. The Redis
+/// marker answers repeats for a week; after that `points_record` (unique on the pair) does.
+pub async fn award(
+    state: &AppState,
+    user_id: i64,
+    kind: PointsType,
+    points: i64,
+    key: &str,
+) -> AppResult<AwardOutcome> {
+    if !(1..=MAX_AWARD).contains(&points) {
+        return Err(AppError::bad_input(format!(
+            "points must be between 1 and {MAX_AWARD}"
+        )));
+    }
+    if let Some(awarded) = archived_award(state, user_id, key).await {
+        return Ok(AwardOutcome {
+            awarded,
+            capped: awarded < points,
+            duplicate: true,
+        });
+    }
+    let rule = state.points.rules.rule(kind);
+    let keys = &state.keys;
+    let (awarded, duplicate): (i64, i64) = unless_held(
+        || async move {
+            let (season, season_seconds) = season_now(state);
+            let mut conn = state.redis.get().await?;
+            Ok(POINTS_AWARD
+                .key(keys.points_today(user_id, state.clock.today()))
+                .key(keys.points_award_marker(user_id, key))
+                .key(keys.season_board(season))
+                .key(keys.points_stream())
+                .key(keys.points_hold())
+                .arg(user_id)
+                .arg(kind.as_str())
+                .arg(points)
+                .arg(rule.daily_cap.unwrap_or(-1))
+                .arg(state.clock.now_ms())
+                .arg(season_seconds)
+                .arg(season.id())
+                .arg(keys.board_channel(season))
+                .arg(key)
+                .arg(IDEMPOTENCY_TTL_SECONDS)
+                .arg(DAILY_TTL_SECONDS)
+                .invoke_async(&mut *conn)
+                .await?)
+        },
+        |(awarded, _)| *awarded,
+    )
+    .await?;
+    Ok(AwardOutcome {
+        awarded,
+        capped: awarded < points,
+        duplicate: duplicate == 1,
+    })
+}
+
+/// The first reply element of a points script that a rebuild held back.
+pub const HELD: i64 = -9;
+
+/// How long a points write waits for a rebuild to lift its hold before it answers
+/// UNAVAILABLE (the hold lasts the seconds a rebuild needs to catch up, see `recovery`).
+const HOLD_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs a points script, again while a rebuild holds points writes back (`status` reads the
+/// reply's first element).
+pub async fn unless_held<T, F, Fut>(mut run: F, status: impl Fn(&T) -> i64) -> AppResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = AppResult<T>>,
+{
+    let started = Instant::now();
+    loop {
+        let reply = run().await?;
+        if status(&reply) != HELD {
+            return Ok(reply);
+        }
+        if started.elapsed() > HOLD_WAIT {
+            return Err(AppError::Unavailable(
+                "points are being rebuilt from SQL".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What an award with this key paid, if SQL has archived one. While SQL cannot be read the
+/// Redis marker alone decides (it covers a week): awards keep working through an outage.
+async fn archived_award(state: &AppState, user_id: i64, key: &str) -> Option<i64> {
+    let row =
+        sqlx::query("SELECT points FROM points_record WHERE user_id = $1 AND idempotency_key = $2")
+            .bind(user_id)
+            .bind(key)
+            .fetch_optional(&state.db.pool)
+            .await;
+    match row {
+        Ok(row) => row.and_then(|row| row.try_get("points").ok()),
+        Err(error) => {
+            tracing::warn!(%error, "archived awards not read; the Redis marker decides");
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TodayByType {
+    pub kind: PointsType,
+    pub points: i64,
+    pub cap: Option<i64>,
+}
+
+/// Today's points of a user per type, with each type's cap.
+pub async fn today(state: &AppState, user_id: i64) -> AppResult<Vec<TodayByType>> {
+    let mut conn = state.redis.get().await?;
+    let totals: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg(state.keys.points_today(user_id, state.clock.today()))
+        .query_async(&mut *conn)
+        .await?;
+    Ok(PointsType::ALL
+        .into_iter()
+        .map(|kind| TodayByType {
+            kind,
+            points: totals.get(kind.as_str()).copied().unwrap_or(0),
+            cap: state.points.rules.rule(kind).daily_cap,
+        })
+        .collect())
+}
+
+#[derive(Debug, Clone)]
+pub struct PointsRecord {
+    pub order: i64,
+    pub kind: PointsType,
+    pub points: i64,
+    pub season: u32,
+    pub awarded_at_ms: i64,
+}
+
+/// A user's archived awards, newest first, before the record `before` (exclusive).
+pub async fn history(
+    state: &AppState,
+    user_id: i64,
+    first: usize,
+    before: Option<i64>,
+) -> AppResult<(Vec<PointsRecord>, bool)> {
+    let rows = sqlx::query(
+        "SELECT event_order, kind, points, season, awarded_at_ms FROM points_record \
+         WHERE user_id = $1 AND event_order < $2 AND points > 0 \
+         ORDER BY event_order DESC LIMIT $3",
+    )
+    .bind(user_id)
+    .bind(before.unwrap_or(i64::MAX))
+    .bind(first as i64 + 1)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut records = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let kind: String = row.try_get("kind")?;
+        records.push(PointsRecord {
+            order: row.try_get("event_order")?,
+            kind: PointsType::parse(&kind)
+                .ok_or_else(|| AppError::internal(anyhow::anyhow!("unknown type {kind}")))?,
+            points: row.try_get("points")?,
+            season: row.try_get::<i64, _>("season")? as u32,
+            awarded_at_ms: row.try_get("awarded_at_ms")?,
+        });
+    }
+    Ok(crate::infra::db::split_page(records, first))
+}

@@ -1,0 +1,132 @@
+//! Every feature that SQL can restore, and the runs of `engage verify` and `engage rebuild`
+//! over them. It names the features' recovery modules; they name only the parent's toolkit,
+//! so the toolkit never imports a feature.
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::infra::recovery::{Rebuild, Report};
+use crate::{app::AppState, infra::error::AppResult};
+
+/// Every feature with state in Redis that SQL can restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    Jobs,
+    Likes,
+    Calendars,
+    Boards,
+    DailyCaps,
+    Follows,
+    Feeds,
+    Nearby,
+    Vouchers,
+}
+
+impl Feature {
+    /// In rebuild order.
+    pub const ALL: [Feature; 9] = [
+        Feature::Jobs,
+        Feature::Likes,
+        Feature::Calendars,
+        Feature::Boards,
+        Feature::DailyCaps,
+        Feature::Follows,
+        Feature::Feeds,
+        Feature::Nearby,
+        Feature::Vouchers,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Jobs => "delayed jobs",
+            Feature::Likes => "likes",
+            Feature::Calendars => "sign-in calendars",
+            Feature::Boards => "season boards",
+            Feature::DailyCaps => "daily caps",
+            Feature::Follows => "follows",
+            Feature::Feeds => "feeds",
+            Feature::Nearby => "items near me",
+            Feature::Vouchers => "vouchers and orders",
+        }
+    }
+
+    async fn verify(self, state: &AppState) -> AppResult<Report> {
+        match self {
+            Feature::Jobs => crate::features::jobs::recovery::verify(state).await,
+            Feature::Likes => crate::features::remarks::recovery::verify(state).await,
+            Feature::Calendars => crate::features::signin::recovery::verify(state).await,
+            Feature::Boards => crate::features::points::recovery::verify_boards(state).await,
+            Feature::DailyCaps => crate::features::points::recovery::verify_daily(state).await,
+            Feature::Follows => crate::features::feed::recovery::verify_follows(state).await,
+            Feature::Feeds => crate::features::feed::recovery::verify_feeds(state).await,
+            Feature::Nearby => crate::features::nearby::recovery::verify(state).await,
+            Feature::Vouchers => crate::features::vouchers::recovery::verify(state).await,
+        }
+    }
+
+    async fn rebuild(self, run: &Rebuild<'_>) -> AppResult<()> {
+        match self {
+            Feature::Jobs => crate::features::jobs::recovery::rebuild(run).await,
+            Feature::Likes => crate::features::remarks::recovery::rebuild(run).await,
+            Feature::Calendars => crate::features::signin::recovery::rebuild(run).await,
+            // Boards, daily totals and make-up counters change together in one award, so
+            // they are rebuilt together, under one hold.
+            Feature::Boards => crate::features::points::recovery::rebuild(run).await,
+            Feature::DailyCaps => Ok(()),
+            Feature::Follows => crate::features::feed::recovery::rebuild_follows(run).await,
+            Feature::Feeds => crate::features::feed::recovery::rebuild_feeds(run).await,
+            Feature::Nearby => crate::features::nearby::recovery::rebuild(run).await,
+            Feature::Vouchers => crate::features::vouchers::recovery::rebuild(run).await,
+        }
+    }
+}
+
+/// Verifies every feature; the reports come in the order of [`Feature::ALL`].
+pub async fn verify(state: &AppState) -> AppResult<Vec<Report>> {
+    let mut reports = Vec::with_capacity(Feature::ALL.len());
+    for feature in Feature::ALL {
+        reports.push(feature.verify(state).await?);
+    }
+    Ok(reports)
+}
+
+/// What one feature's rebuild wrote, and how long it took.
+#[derive(Debug, Clone)]
+pub struct Rebuilt {
+    pub feature: &'static str,
+    /// Rows, members or users written (what its bar counted).
+    pub written: u64,
+    pub took: std::time::Duration,
+}
+
+/// Rebuilds every feature from SQL, resuming a stopped run; with `show` a bar per feature.
+pub async fn rebuild(state: &AppState, show: bool) -> AppResult<Vec<Rebuilt>> {
+    let mut rebuilt = Vec::with_capacity(Feature::ALL.len());
+    for feature in Feature::ALL {
+        let bar = if show {
+            ProgressBar::new(0)
+        } else {
+            ProgressBar::hidden()
+        };
+        if let Ok(style) =
+            ProgressStyle::with_template("{prefix:>22} [{bar:40}] {pos}/{len} {elapsed}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(feature.name());
+        let run = Rebuild::new(state, feature.name(), bar);
+        let started = std::time::Instant::now();
+        feature.rebuild(&run).await?;
+        rebuilt.push(Rebuilt {
+            feature: feature.name(),
+            written: run.finish(),
+            took: started.elapsed(),
+        });
+    }
+    // Every feature finished: the next run starts over.
+    let mut conn = state.redis.get().await?;
+    let () = redis::cmd("DEL")
+        .arg(state.keys.recovery_cursors())
+        .query_async(&mut *conn)
+        .await?;
+    Ok(rebuilt)
+}

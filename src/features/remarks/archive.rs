@@ -1,0 +1,211 @@
+//! The vote archive: the consumer of the vote streams that writes `vote_log` (insert-only,
+//! idempotent on the event id) and rolls each remark's count up into `remarks.like_count`
+//! in the same transaction.
+//!
+//! The vote event is also the seam for points: a `LIKE_RECEIVED` award is a second consumer
+//! group on the same streams (each event names the author and whether the vote changed a
+//! like), so archiving and awarding never wait for each other.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+};
+
+use chrono::NaiveDate;
+use sqlx::{Any, Transaction};
+
+use crate::{
+    app::AppState,
+    infra::db::{values_placeholders, Backend},
+    infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+};
+
+pub const GROUP: &str = "archive";
+
+pub fn spawn(state: &AppState) {
+    let spec = ConsumerSpec::new(&state.config, "vote-archive", GROUP);
+    let streams = (0..state.remarks.shards)
+        .map(|shard| state.keys.vote_stream(shard))
+        .collect();
+    let handler = Arc::new(VoteArchive {
+        state: state.clone(),
+        partitions: Mutex::new(HashSet::new()),
+    });
+    streams::spawn(state, spec, streams, handler);
+}
+
+struct VoteArchive {
+    state: AppState,
+    /// PostgreSQL months whose partition this instance has made sure of.
+    partitions: Mutex<HashSet<i32>>,
+}
+
+struct VoteRow {
+    event_id: String,
+    remark_id: i64,
+    voter_id: i64,
+    voting: i32,
+    like_count: i64,
+    voted_at_ms: i64,
+    vote_date: i32,
+    event_order: i64,
+}
+
+impl VoteArchive {
+    fn decode(&self, entry: &StreamEntry) -> Result<VoteRow, HandleError> {
+        let voted_at_ms = entry.number("at")?;
+        let date = self.state.clock.format_ms(voted_at_ms);
+        let date = NaiveDate::parse_from_str(&date[..10], "%Y-%m-%d")
+            .map_err(|e| HandleError::Poison(format!("entry {}: bad time: {e}", entry.id)))?;
+        Ok(VoteRow {
+            // Stream ids are unique per stream; the stream (shard) makes them unique here.
+            event_id: format!(
+                "{}/{}",
+                entry
+                    .stream
+                    .strip_prefix(self.state.keys.prefix())
+                    .unwrap_or(&entry.stream),
+                entry.id
+            ),
+            remark_id: entry.number("remark")?,
+            voter_id: entry.number("voter")?,
+            voting: entry.number("voting")? as i32,
+            like_count: entry.number("count")?,
+            voted_at_ms,
+            vote_date: crate::infra::clock::day_number(date) as i32,
+            event_order: entry.event_order(),
+        })
+    }
+
+    /// Creates the monthly partitions a batch needs (PostgreSQL). Outside the batch's
+    /// transaction, so that two instances racing to create one do not fail a batch.
+    ///
+    /// A partition that cannot be made is the database's fault, not the votes': the batch
+    /// waits (and the consumer retries with back-off) instead of being dead-lettered.
+    async fn ensure_partitions(&self, rows: &[VoteRow]) -> Result<(), HandleError> {
+        if self.state.db.backend != Backend::Postgres {
+            return Ok(());
+        }
+        let months: HashSet<i32> = rows.iter().map(|r| r.vote_date / 100).collect();
+        for month in months {
+            if self.partitions.lock().expect("poisoned").contains(&month) {
+                continue;
+            }
+            let (year, mon) = (month / 100, month % 100);
+            let next = if mon == 12 {
+                (year + 1) * 100 + 1
+            } else {
+                month + 1
+            };
+            let ddl = format!(
+                "CREATE TABLE IF NOT EXISTS vote_log_{month} PARTITION OF vote_log \
+                 FOR VALUES FROM ({month}00) TO ({next}00)"
+            );
+            if let Err(error) = sqlx::query(&ddl).execute(&self.state.db.pool).await {
+                // Another instance may have created it a moment before: only a partition
+                // that is still missing stops the batch.
+                if !self.partition_exists(month).await {
+                    return Err(HandleError::Unavailable(format!(
+                        "the vote_log partition for {month} cannot be created: {error}"
+                    )));
+                }
+            }
+            self.partitions.lock().expect("poisoned").insert(month);
+        }
+        Ok(())
+    }
+
+    /// Whether `vote_log` has a partition attached for `month`.
+    async fn partition_exists(&self, month: i32) -> bool {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM pg_inherits \
+             WHERE inhparent = 'vote_log'::regclass AND inhrelid::regclass::text = $1",
+        )
+        .bind(format!("vote_log_{month}"))
+        .fetch_one(&self.state.db.pool)
+        .await
+        .is_ok_and(|count| count > 0)
+    }
+}
+
+/// PostgreSQL's "no partition of relation found for row" (`check_violation`, which is also a
+/// failed CHECK constraint; `vote_log` has none).
+const NO_PARTITION_FOR_ROW: &str = "23514";
+
+#[async_trait::async_trait]
+impl StreamHandler for VoteArchive {
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let rows = entries
+            .iter()
+            .map(|e| self.decode(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.ensure_partitions(&rows).await?;
+        let sql = format!(
+            "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
+             vote_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
+            values_placeholders(rows.len(), 8)
+        );
+        let mut insert = sqlx::query(&sql);
+        let mut newest: HashMap<i64, (i64, i64)> = HashMap::new();
+        for row in &rows {
+            insert = insert
+                .bind(&row.event_id)
+                .bind(row.remark_id)
+                .bind(row.voter_id)
+                .bind(row.voting)
+                .bind(row.like_count)
+                .bind(row.voted_at_ms)
+                .bind(row.vote_date)
+                .bind(row.event_order);
+            let slot = newest
+                .entry(row.remark_id)
+                .or_insert((row.event_order, row.like_count));
+            if row.event_order >= slot.0 {
+                *slot = (row.event_order, row.like_count);
+            }
+        }
+        if let Err(error) = insert.execute(&mut **tx).await {
+            return Err(match &error {
+                // A month whose table exists but is not attached as a partition (made by
+                // hand, or detached): forget what this instance believed, so the next try
+                // creates it, and wait rather than blame the votes.
+                sqlx::Error::Database(db) if db.code().as_deref() == Some(NO_PARTITION_FOR_ROW) => {
+                    self.partitions.lock().expect("poisoned").clear();
+                    HandleError::Unavailable(format!("a vote_log partition is missing: {error}"))
+                }
+                _ => error.into(),
+            });
+        }
+
+        // Batches of one stream may be archived out of order by two instances; the order
+        // guard keeps the newest count. One statement for every remark of the batch.
+        let counts: Vec<String> = (0..newest.len())
+            .map(|i| {
+                format!(
+                    "SELECT ${} AS id, ${} AS cnt, ${} AS ord",
+                    3 * i + 1,
+                    3 * i + 2,
+                    3 * i + 3
+                )
+            })
+            .collect();
+        let sql = format!(
+            "UPDATE remarks SET like_count = v.cnt, like_count_order = v.ord \
+             FROM ({}) AS v WHERE remarks.id = v.id AND remarks.like_count_order < v.ord",
+            counts.join(" UNION ALL ")
+        );
+        let mut update = sqlx::query(&sql);
+        for (remark_id, (order, count)) in newest {
+            update = update.bind(remark_id).bind(count).bind(order);
+        }
+        update.execute(&mut **tx).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,422 @@
+//! Likes: one atomic Lua script per vote, a like counted once per user per remark for ever,
+//! and the like info of a page merged in one Redis round trip.
+
+use std::collections::HashMap;
+
+use async_graphql::dataloader::Loader;
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    infra::error::{AppError, AppResult},
+    infra::ids,
+    infra::redis::scripts::{REMARKS_LIKE, REMARKS_UNLIKE},
+};
+
+/// Earliest likers kept per remark in Redis; `likers(first)` serves at most this many.
+pub const LIKERS_KEPT: usize = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vote {
+    Like,
+    Unlike,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VoteOutcome {
+    pub remark_id: i64,
+    pub like_count: i64,
+    pub liked: bool,
+    pub changed: bool,
+}
+
+/// What the archive says of a voter's relation to a remark when Redis no longer knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// Younger than the relation TTL: a missing key means no vote (the script double-checks
+    /// that the counter was not rebuilt after a Redis loss).
+    Young,
+    Unknown,
+    Liked,
+    Unliked,
+}
+
+impl Known {
+    fn as_arg(self) -> &'static str {
+        match self {
+            Known::Young => "young",
+            Known::Unknown => "unknown",
+            Known::Liked => "liked",
+            Known::Unliked => "unliked",
+        }
+    }
+}
+
+const STATUS_DONE: i64 = 0;
+const STATUS_INFO_MISSING: i64 = -1;
+const STATUS_ASK_ARCHIVE: i64 = -2;
+
+/// Likes or unlikes a remark. Idempotent: repeating a vote changes nothing.
+pub async fn vote(
+    state: &AppState,
+    voter_id: i64,
+    remark_id: i64,
+    vote: Vote,
+) -> AppResult<VoteOutcome> {
+    let settings = &state.remarks;
+    let age_ms = state.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
+    let mut known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
+        Known::Young
+    } else {
+        Known::Unknown
+    };
+    // At most: rebuild the counter, then ask the archive, then vote.
+    for _ in 0..4 {
+        let script = match vote {
+            Vote::Like => &REMARKS_LIKE,
+            Vote::Unlike => &REMARKS_UNLIKE,
+        };
+        let keys = &state.keys;
+        let mut conn = state.redis.get().await?;
+        let (status, likes, liked, changed): (i64, i64, i64, i64) = script
+            .key(keys.remark_info(remark_id, settings.shards))
+            .key(keys.like_relation(remark_id, voter_id, settings.shards))
+            .key(keys.remark_likers(remark_id, settings.shards))
+            .key(keys.vote_stream_of(remark_id, settings.shards))
+            .arg(voter_id)
+            .arg(remark_id)
+            .arg(state.clock.now_ms())
+            .arg(settings.relation_ttl_seconds)
+            .arg(known.as_arg())
+            .arg(keys.like_count_channel(remark_id))
+            .arg(LIKERS_KEPT)
+            .invoke_async(&mut *conn)
+            .await?;
+        drop(conn);
+        match status {
+            STATUS_DONE => {
+                return Ok(VoteOutcome {
+                    remark_id,
+                    like_count: likes,
+                    liked: liked == 1,
+                    changed: changed == 1,
+                })
+            }
+            STATUS_INFO_MISSING => rebuild_counter(state, remark_id).await?,
+            STATUS_ASK_ARCHIVE => known = archived_relation(state, voter_id, remark_id).await?,
+            other => {
+                return Err(AppError::internal(anyhow::anyhow!(
+                    "like script answered {other}"
+                )))
+            }
+        }
+    }
+    Err(AppError::internal(anyhow::anyhow!(
+        "like of remark {remark_id} did not settle"
+    )))
+}
+
+/// Creates the counter of a new remark (zero likes).
+pub async fn prepare_counter(state: &AppState, remark_id: i64, author_id: i64) -> AppResult<()> {
+    let mut conn = state.redis.get().await?;
+    let () = redis::cmd("HSET")
+        .arg(state.keys.remark_info(remark_id, state.remarks.shards))
+        .arg("likes")
+        .arg(0)
+        .arg("author")
+        .arg(author_id)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Rebuilds a remark's counter from the archive after Redis lost it (or never had it);
+/// `NOT_FOUND` when the remark does not exist. Marked `hydrated`, so that missing relation
+/// keys of this remark are from now on checked against the archive.
+async fn rebuild_counter(state: &AppState, remark_id: i64) -> AppResult<()> {
+    let remark = super::find(state, remark_id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no remark {remark_id}")))?;
+    let likes: i64 = sqlx::query(
+        "SELECT COUNT(*) AS likes FROM vote_log v WHERE v.remark_id = $1 AND v.voting = 1 \
+         AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
+                              WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)",
+    )
+    .bind(remark_id)
+    .fetch_one(&state.db.pool)
+    .await?
+    .try_get("likes")?;
+    let mut conn = state.redis.get().await?;
+    // HSETNX: a concurrent rebuild or a vote that got there first wins.
+    let key = state.keys.remark_info(remark_id, state.remarks.shards);
+    let () = redis::pipe()
+        .cmd("HSETNX")
+        .arg(&key)
+        .arg("likes")
+        .arg(likes)
+        .ignore()
+        .cmd("HSET")
+        .arg(&key)
+        .arg("author")
+        .arg(remark.author_id)
+        .arg("hydrated")
+        .arg(1)
+        .ignore()
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The archive's word on whether a voter currently likes a remark.
+async fn archived_relation(state: &AppState, voter_id: i64, remark_id: i64) -> AppResult<Known> {
+    let latest = sqlx::query(
+        "SELECT voting FROM vote_log WHERE remark_id = $1 AND voter_id = $2 \
+         ORDER BY event_order DESC LIMIT 1",
+    )
+    .bind(remark_id)
+    .bind(voter_id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    Ok(match latest {
+        Some(row) if row.try_get::<i32, _>("voting")? == 1 => Known::Liked,
+        _ => Known::Unliked,
+    })
+}
+
+/// The like count of a remark and whether the viewer likes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LikeInfo {
+    pub count: i64,
+    pub liked_by_viewer: bool,
+}
+
+/// Like info of many remarks for one viewer (or none): one Redis pipeline, whatever the
+/// count. Remarks whose Redis state is missing fall back to SQL (the rolled-up count, the
+/// archive for the viewer's relation), which costs no further Redis round trip.
+pub async fn like_infos(
+    state: &AppState,
+    viewer: Option<i64>,
+    remark_ids: &[i64],
+) -> AppResult<HashMap<i64, LikeInfo>> {
+    if remark_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (keys, shards) = (&state.keys, state.remarks.shards);
+    let mut pipe = redis::pipe();
+    for &id in remark_ids {
+        pipe.cmd("HMGET")
+            .arg(keys.remark_info(id, shards))
+            .arg("likes")
+            .arg("hydrated");
+        if let Some(viewer) = viewer {
+            pipe.cmd("GET").arg(keys.like_relation(id, viewer, shards));
+        }
+    }
+    let mut conn = state.redis.get().await?;
+    let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
+    drop(conn);
+
+    let mut infos = HashMap::new();
+    let mut missing_counts = Vec::new();
+    let mut ask_archive = Vec::new();
+    let mut replies = replies.into_iter();
+    let ttl_ms = state.remarks.relation_ttl_seconds as i64 * 1000;
+    for &id in remark_ids {
+        let (likes, hydrated): (Option<i64>, Option<i64>) =
+            redis::FromRedisValue::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))
+                .unwrap_or((None, None));
+        let relation: Option<String> = if viewer.is_some() {
+            redis::FromRedisValue::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))
+                .unwrap_or(None)
+        } else {
+            None
+        };
+        if likes.is_none() {
+            missing_counts.push(id);
+        }
+        let young =
+            state.clock.now_ms() - ids::timestamp_of(id).timestamp_millis() < ttl_ms - 3_600_000;
+        let liked = match relation.as_deref() {
+            Some(value) => value == "1",
+            None if viewer.is_some() && (likes.is_none() || hydrated.is_some() || !young) => {
+                ask_archive.push(id);
+                false
+            }
+            None => false,
+        };
+        infos.insert(
+            id,
+            LikeInfo {
+                count: likes.unwrap_or(0),
+                liked_by_viewer: liked,
+            },
+        );
+    }
+    if !missing_counts.is_empty() {
+        for (id, count) in rolled_up_counts(state, &missing_counts).await? {
+            infos.entry(id).or_default().count = count;
+        }
+    }
+    if let (Some(viewer), false) = (viewer, ask_archive.is_empty()) {
+        for id in archived_likes(state, viewer, &ask_archive).await? {
+            infos.entry(id).or_default().liked_by_viewer = true;
+        }
+    }
+    Ok(infos)
+}
+
+async fn rolled_up_counts(state: &AppState, ids: &[i64]) -> AppResult<Vec<(i64, i64)>> {
+    let list = crate::infra::db::id_list(ids);
+    let rows = sqlx::query(&format!(
+        "SELECT id, like_count FROM remarks WHERE id IN ({list})"
+    ))
+    .fetch_all(&state.db.pool)
+    .await?;
+    rows.iter()
+        .map(|row| Ok((row.try_get("id")?, row.try_get("like_count")?)))
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(Into::into)
+}
+
+/// Which of `remark_ids` the voter likes according to the archive.
+async fn archived_likes(
+    state: &AppState,
+    voter_id: i64,
+    remark_ids: &[i64],
+) -> AppResult<Vec<i64>> {
+    let list = crate::infra::db::id_list(remark_ids);
+    let rows = sqlx::query(&format!(
+        "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = $1 AND v.remark_id IN ({list}) \
+         AND v.voting = 1 AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
+             WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)"
+    ))
+    .bind(voter_id)
+    .fetch_all(&state.db.pool)
+    .await?;
+    rows.iter()
+        .map(|row| row.try_get("remark_id"))
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+/// Batches the like info of one GraphQL response: every `likeCount` and `likedByMe` of a
+/// page becomes one call of [`like_infos`], so one Redis round trip.
+pub struct LikeInfoLoader(pub AppState);
+
+/// A remark seen by a viewer (or anonymously).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LikeInfoKey {
+    pub remark_id: i64,
+    pub viewer: Option<i64>,
+}
+
+impl Loader<LikeInfoKey> for LikeInfoLoader {
+    type Value = LikeInfo;
+    type Error = std::sync::Arc<AppError>;
+
+    async fn load(
+        &self,
+        keys: &[LikeInfoKey],
+    ) -> Result<HashMap<LikeInfoKey, LikeInfo>, Self::Error> {
+        let mut by_viewer: HashMap<Option<i64>, Vec<i64>> = HashMap::new();
+        for key in keys {
+            by_viewer.entry(key.viewer).or_default().push(key.remark_id);
+        }
+        let mut out = HashMap::new();
+        for (viewer, ids) in by_viewer {
+            let infos = like_infos(&self.0, viewer, &ids)
+                .await
+                .map_err(std::sync::Arc::new)?;
+            for (remark_id, info) in infos {
+                out.insert(LikeInfoKey { remark_id, viewer }, info);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The earliest current likers of a remark, oldest first. Redis keeps the first
+/// [`LIKERS_KEPT`]; when unlikes thinned that set below what is asked, it is refilled from
+/// the archive.
+pub async fn earliest_likers(
+    state: &AppState,
+    remark_id: i64,
+    first: usize,
+) -> AppResult<Vec<i64>> {
+    let first = first.min(LIKERS_KEPT);
+    let key = state.keys.remark_likers(remark_id, state.remarks.shards);
+    let mut conn = state.redis.get().await?;
+    let (likers, count): (Vec<i64>, Option<i64>) = redis::pipe()
+        .cmd("ZRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(first as i64 - 1)
+        .cmd("HGET")
+        .arg(state.keys.remark_info(remark_id, state.remarks.shards))
+        .arg("likes")
+        .query_async(&mut *conn)
+        .await?;
+    drop(conn);
+    let wanted = first.min(count.unwrap_or(0).max(0) as usize);
+    if likers.len() >= wanted {
+        return Ok(likers);
+    }
+    let rows = sqlx::query(
+        "SELECT v.voter_id, v.voted_at_ms FROM vote_log v WHERE v.remark_id = $1 AND v.voting = 1 \
+         AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
+                              WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id) \
+         ORDER BY v.event_order LIMIT $2",
+    )
+    .bind(remark_id)
+    // Twice as many as kept: room for voters whose unlike the archive does not hold yet.
+    .bind(2 * LIKERS_KEPT as i64)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let archived: Vec<(i64, i64)> = rows
+        .iter()
+        .map(|r| Ok((r.try_get("voter_id")?, r.try_get("voted_at_ms")?)))
+        .collect::<Result<_, sqlx::Error>>()?;
+    if archived.is_empty() {
+        return Ok(likers);
+    }
+    // The archive lags: a voter it still lists may have unliked since. Redis's relation key
+    // is the truth while it lives ("0": no longer liked); without one the archive decides.
+    let relations: Vec<Option<String>> = {
+        let keys: Vec<String> = archived
+            .iter()
+            .map(|(voter, _)| {
+                state
+                    .keys
+                    .like_relation(remark_id, *voter, state.remarks.shards)
+            })
+            .collect();
+        let mut conn = state.redis.get().await?;
+        redis::cmd("MGET").arg(keys).query_async(&mut *conn).await?
+    };
+    let archived: Vec<(i64, i64)> = archived
+        .into_iter()
+        .zip(relations)
+        .filter(|(_, relation)| relation.as_deref() != Some("0"))
+        .map(|(liker, _)| liker)
+        .collect();
+    let mut refill = redis::pipe();
+    for (voter, at) in &archived {
+        refill
+            .cmd("ZADD")
+            .arg(&key)
+            .arg("NX")
+            .arg(at)
+            .arg(voter)
+            .ignore();
+    }
+    refill
+        .cmd("ZREMRANGEBYRANK")
+        .arg(&key)
+        .arg(LIKERS_KEPT)
+        .arg(-1)
+        .ignore();
+    refill.cmd("ZRANGE").arg(&key).arg(0).arg(first as i64 - 1);
+    let mut conn = state.redis.get().await?;
+    let (likers,): (Vec<i64>,) = refill.query_async(&mut *conn).await?;
+    Ok(likers)
+}

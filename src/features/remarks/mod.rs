@@ -1,0 +1,366 @@
+//! Remarks (reviews of items) and their likes (seed 001, seed 004).
+//!
+//! - [`likes`]: like/unlike through one Lua script each, the merged like info of a page in
+//!   one Redis round trip, the earliest likers;
+//! - [`archive`]: the vote stream's consumer that writes `vote_log` and rolls counts up;
+//! - [`recommended`]: the cached most-liked list behind a proxy key;
+//! - [`live`]: the `likeCountChanged` stream.
+//!
+//! Static remark content lives in SQL; counts and relations live in Redis.
+
+pub mod archive;
+pub mod likes;
+pub mod live;
+pub mod recommended;
+pub mod recovery;
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use sqlx::{any::AnyRow, Row};
+
+use crate::{
+    app::AppState,
+    features::points::PointsType,
+    features::users::UserRecord,
+    infra::cache::TtlCache,
+    infra::config::Config,
+    infra::error::{AppError, AppResult, ResultExt},
+    infra::redis::Keys,
+};
+
+pub const MAX_CONTENT_CHARS: usize = 2000;
+pub const MAX_IMAGES: usize = 9;
+pub const MAX_IMAGE_URL_CHARS: usize = 500;
+
+/// Settings of the feature, read once from the configuration.
+pub struct RemarkSettings {
+    pub shards: u32,
+    pub relation_ttl_seconds: u64,
+    pub recommended_refresh_seconds: u64,
+    /// Refreshes of recommended lists started by this instance (tests count them).
+    pub recommended_refreshes: std::sync::atomic::AtomicU64,
+    /// Pages of remarks with their authors, shared by the requests of this instance.
+    pub pages: TtlCache<PageKey, RemarkPage>,
+    /// Pages read from SQL by this instance (tests count them).
+    pub page_reads: std::sync::atomic::AtomicU64,
+}
+
+impl RemarkSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            shards: config.like_shards.max(1),
+            relation_ttl_seconds: u64::from(config.like_relation_ttl_days.max(1)) * 24 * 3600,
+            recommended_refresh_seconds: config.recommended_refresh_seconds.max(1),
+            recommended_refreshes: Default::default(),
+            page_reads: Default::default(),
+            pages: TtlCache::new(Duration::from_millis(config.remark_page_cache_ms), 10_000),
+        }
+    }
+}
+
+/// The keys of one remark share the hash tag of its shard, with the shard's vote stream,
+/// so that the like scripts touch a single Redis Cluster slot.
+impl Keys {
+    fn likes_tag(&self, remark_id: i64, shards: u32) -> String {
+        format!("likes:{}", remark_id.rem_euclid(i64::from(shards)))
+    }
+
+    pub fn remark_info(&self, remark_id: i64, shards: u32) -> String {
+        self.tagged(
+            &self.likes_tag(remark_id, shards),
+            &format!("remark:{remark_id}"),
+        )
+    }
+
+    pub fn like_relation(&self, remark_id: i64, voter_id: i64, shards: u32) -> String {
+        self.tagged(
+            &self.likes_tag(remark_id, shards),
+            &format!("remark:{remark_id}:voter:{voter_id}"),
+        )
+    }
+
+    pub fn remark_likers(&self, remark_id: i64, shards: u32) -> String {
+        self.tagged(
+            &self.likes_tag(remark_id, shards),
+            &format!("remark:{remark_id}:likers"),
+        )
+    }
+
+    pub fn vote_stream(&self, shard: u32) -> String {
+        self.tagged(&format!("likes:{shard}"), "events")
+    }
+
+    pub fn vote_stream_of(&self, remark_id: i64, shards: u32) -> String {
+        self.vote_stream(remark_id.rem_euclid(i64::from(shards)) as u32)
+    }
+
+    /// Pub/sub channel of a remark's like count (channels are not keys: no hash tag).
+    pub fn like_count_channel(&self, remark_id: i64) -> String {
+        format!("{}live:likes:{remark_id}", self.prefix())
+    }
+
+    pub fn recommended_list(&self, item_id: i64) -> String {
+        self.tagged(&format!("rec:{item_id}"), "list")
+    }
+
+    pub fn recommended_proxy(&self, item_id: i64) -> String {
+        self.tagged(&format!("rec:{item_id}"), "proxy")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RemarkRecord {
+    pub id: i64,
+    pub item_id: i64,
+    pub author_id: i64,
+    pub score: i32,
+    pub content: String,
+    pub images: Vec<String>,
+    pub created_at_ms: i64,
+}
+
+impl RemarkRecord {
+    fn from_row(row: &AnyRow) -> Result<Self, sqlx::Error> {
+        let images: String = row.try_get("images")?;
+        Ok(Self {
+            id: row.try_get("id")?,
+            item_id: row.try_get("item_id")?,
+            author_id: row.try_get("author_id")?,
+            score: row.try_get::<i32, _>("score")?,
+            content: row.try_get("content")?,
+            images: serde_json::from_str(&images).unwrap_or_default(),
+            created_at_ms: row.try_get("created_at_ms")?,
+        })
+    }
+}
+
+const COLUMNS: &str = "id, item_id, author_id, score, content, images, created_at_ms";
+
+/// A validated remark, ready to store.
+pub struct NewRemark {
+    pub item_id: i64,
+    pub score: i32,
+    pub content: String,
+    pub images: Vec<String>,
+}
+
+impl NewRemark {
+    pub fn new(item_id: i64, score: i32, content: &str, images: Vec<String>) -> AppResult<Self> {
+        if !(1..=5).contains(&score) {
+            return Err(AppError::bad_input("score must be between 1 and 5"));
+        }
+        let content = content.trim();
+        if content.is_empty() || content.chars().count() > MAX_CONTENT_CHARS {
+            return Err(AppError::bad_input(format!(
+                "content must have 1 to {MAX_CONTENT_CHARS} characters"
+            )));
+        }
+        // PostgreSQL text cannot hold NUL; refused here rather than failing in the INSERT.
+        if content.contains('\0') {
+            return Err(AppError::bad_input(
+                "content must not contain NUL characters",
+            ));
+        }
+        if images.len() > MAX_IMAGES {
+            return Err(AppError::bad_input(format!("at most {MAX_IMAGES} images")));
+        }
+        for image in &images {
+            let is_web = image.starts_with("https://") || image.starts_with("http://");
+            if !is_web
+                || image.len() > MAX_IMAGE_URL_CHARS
+                || image.chars().any(char::is_whitespace)
+            {
+                return Err(AppError::bad_input(format!(
+                    "images must be http(s) URLs of at most {MAX_IMAGE_URL_CHARS} characters"
+                )));
+            }
+        }
+        Ok(Self {
+            item_id,
+            score,
+            content: content.to_string(),
+            images,
+        })
+    }
+}
+
+/// Stores a remark (one per user per item) and prepares its like counter in Redis.
+pub async fn create(
+    state: &AppState,
+    author_id: i64,
+    remark: NewRemark,
+) -> AppResult<RemarkRecord> {
+    if crate::features::items::find(state, remark.item_id)
+        .await?
+        .is_none()
+    {
+        return Err(AppError::not_found(format!("no item {}", remark.item_id)));
+    }
+    let id = state.ids.next_id().await?;
+    let now_ms = state.clock.now_ms();
+    let images = serde_json::to_string(&remark.images).map_err(AppError::internal)?;
+    sqlx::query(
+        "INSERT INTO remarks (id, item_id, author_id, score, content, images, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(id)
+    .bind(remark.item_id)
+    .bind(author_id)
+    .bind(remark.score)
+    .bind(&remark.content)
+    .bind(images)
+    .bind(now_ms)
+    .execute(&state.db.pool)
+    .await
+    .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
+    state
+        .remarks
+        .pages
+        .forget(|page| page.item_id == remark.item_id);
+
+    // If this fails the info is rebuilt from SQL on the first like, so the remark stands.
+    if let Err(error) = likes::prepare_counter(state, id, author_id).await {
+        tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
+    }
+    if let Err(error) = crate::features::feed::publish_remark(state, id, author_id, now_ms).await {
+        tracing::warn!(remark = id, %error, "remark not announced to the feed");
+    }
+    let points = state.points.rules.rule(PointsType::Remark).points;
+    if let Err(error) = crate::features::points::award(
+        state,
+        author_id,
+        PointsType::Remark,
+        points,
+        &format!("remark:{id}"),
+    )
+    .await
+    {
+        tracing::warn!(remark = id, %error, "REMARK points not awarded");
+    }
+    Ok(RemarkRecord {
+        id,
+        item_id: remark.item_id,
+        author_id,
+        score: remark.score,
+        content: remark.content,
+        images: remark.images,
+        created_at_ms: now_ms,
+    })
+}
+
+pub async fn find(state: &AppState, id: i64) -> AppResult<Option<RemarkRecord>> {
+    Ok(find_many(state, &[id]).await?.remove(&id))
+}
+
+pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<HashMap<i64, RemarkRecord>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let list = crate::infra::db::id_list(ids);
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM remarks WHERE id IN ({list})"
+    ))
+    .fetch_all(&state.db.pool)
+    .await?;
+    rows.iter()
+        .map(|row| RemarkRecord::from_row(row).map(|r| (r.id, r)))
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+/// Which of these remarks exist: one SQL query.
+pub async fn existing(state: &AppState, ids: &[i64]) -> AppResult<HashSet<i64>> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let list = crate::infra::db::id_list(ids);
+    let rows = sqlx::query(&format!("SELECT id FROM remarks WHERE id IN ({list})"))
+        .fetch_all(&state.db.pool)
+        .await?;
+    rows.iter()
+        .map(|row| row.try_get::<i64, _>("id"))
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageKey {
+    item_id: i64,
+    first: usize,
+    after: Option<i64>,
+}
+
+/// A page of an item's remarks, newest first, with the authors' user records.
+pub struct RemarkPage {
+    pub remarks: Vec<RemarkRecord>,
+    pub authors: HashMap<i64, UserRecord>,
+    /// Whether more remarks follow.
+    pub more: bool,
+}
+
+/// A page after the remark `after` (exclusive): one SQL query (remarks joined with their
+/// authors), and none while the instance's page cache holds it. Pages are keyset pages, so a
+/// new remark changes only the first page of its item: this instance forgets its cached
+/// pages of the item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
+pub async fn page(
+    state: &AppState,
+    item_id: i64,
+    first: usize,
+    after: Option<i64>,
+) -> AppResult<Arc<RemarkPage>> {
+    let key = PageKey {
+        item_id,
+        first,
+        after,
+    };
+    if let Some(page) = state.remarks.pages.get(&key) {
+        return Ok(page);
+    }
+    state
+        .remarks
+        .page_reads
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let columns = COLUMNS
+        .split(", ")
+        .map(|column| format!("r.{column}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = sqlx::query(&format!(
+        "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url \
+         FROM remarks r LEFT JOIN users u ON u.id = r.author_id \
+         WHERE r.item_id = $1 AND r.id < $2 ORDER BY r.id DESC LIMIT $3"
+    ))
+    .bind(item_id)
+    .bind(after.unwrap_or(i64::MAX))
+    .bind(first as i64 + 1)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut remarks = Vec::with_capacity(rows.len());
+    let mut authors = HashMap::new();
+    for row in &rows {
+        let remark = RemarkRecord::from_row(row)?;
+        if let Some(name) = row.try_get::<Option<String>, _>("author_name")? {
+            authors.insert(
+                remark.author_id,
+                UserRecord {
+                    id: remark.author_id,
+                    name,
+                    avatar_url: row.try_get("author_avatar_url")?,
+                },
+            );
+        }
+        remarks.push(remark);
+    }
+    let (remarks, more) = crate::infra::db::split_page(remarks, first);
+    let page = Arc::new(RemarkPage {
+        remarks,
+        authors,
+        more,
+    });
+    state.remarks.pages.insert(key, page.clone());
+    Ok(page)
+}

@@ -1,0 +1,76 @@
+//! "Recommended remarks": an item's most liked remarks, cached as a Redis LIST (seed 001).
+//!
+//! Readers only ever read the list. In the same round trip they try `SET proxy NX EX 5`:
+//! the one reader that wins starts a refresh in the background (the SQL query, then one Lua
+//! script that replaces the list and extends the proxy key to the refresh interval). Nobody
+//! waits for a refresh, nobody sees a half-built list, and only one refresh runs per
+//! interval across all instances. A refresh that fails simply lets the 5-second proxy key
+//! expire, and the next reader tries again. On a cold start the list is empty for the
+//! moment the first refresh takes.
+
+use std::sync::atomic::Ordering;
+
+use sqlx::Row;
+
+use crate::{
+    app::AppState, infra::error::AppResult, infra::redis::scripts::REMARKS_REPLACE_RECOMMENDED,
+};
+
+/// Remarks kept per list; `recommendedRemarks(first)` serves at most this many.
+pub const LIST_LENGTH: usize = 50;
+/// How long a refresher holds the proxy key before the refresh must have finished.
+const REFRESH_LEASE_SECONDS: u64 = 5;
+
+/// The ids of the most liked remarks of an item, most liked first.
+pub async fn read(state: &AppState, item_id: i64, first: usize) -> AppResult<Vec<i64>> {
+    let mut conn = state.redis.get().await?;
+    let (ids, won): (Vec<i64>, Option<String>) = redis::pipe()
+        .cmd("LRANGE")
+        .arg(state.keys.recommended_list(item_id))
+        .arg(0)
+        .arg(first.min(LIST_LENGTH) as i64 - 1)
+        .cmd("SET")
+        .arg(state.keys.recommended_proxy(item_id))
+        .arg(1)
+        .arg("NX")
+        .arg("EX")
+        .arg(REFRESH_LEASE_SECONDS)
+        .query_async(&mut *conn)
+        .await?;
+    if won.is_some() {
+        let state = state.clone();
+        state.clone().tasks.spawn(async move {
+            if let Err(error) = refresh(&state, item_id).await {
+                tracing::warn!(item_id, %error, "recommended remarks refresh failed; retried on a later read");
+            }
+        });
+    }
+    Ok(ids)
+}
+
+async fn refresh(state: &AppState, item_id: i64) -> AppResult<()> {
+    state
+        .remarks
+        .recommended_refreshes
+        .fetch_add(1, Ordering::Relaxed);
+    let rows = sqlx::query(
+        "SELECT id FROM remarks WHERE item_id = $1 ORDER BY like_count DESC, id LIMIT $2",
+    )
+    .bind(item_id)
+    .bind(LIST_LENGTH as i64)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let ids = rows
+        .iter()
+        .map(|row| row.try_get::<i64, _>("id"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut conn = state.redis.get().await?;
+    let _: i64 = REMARKS_REPLACE_RECOMMENDED
+        .key(state.keys.recommended_list(item_id))
+        .key(state.keys.recommended_proxy(item_id))
+        .arg(state.remarks.recommended_refresh_seconds)
+        .arg(ids)
+        .invoke_async(&mut *conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! Like counters and relations, from `remarks.like_count` (the count after the newest
+//! archived vote) and `vote_log` (each voter's latest vote).
+//!
+//! A rebuilt counter is marked `hydrated`: from then on a relation key Redis lacks is asked
+//! of the archive, so relations are not copied back one key per vote (they expire anyway,
+//! see `likes`). The earliest likers refill themselves from the archive when read short.
+//! Counters are written only where missing (HSETNX), as the like script's own rebuild
+//! does, so a vote racing with the rebuild is never undone and nothing is held back.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    infra::error::AppResult,
+    infra::recovery::{within, Rebuild, Report},
+};
+
+/// Remarks read and written per round trip.
+const CHUNK: i64 = 1000;
+
+/// A chunk of remarks above `after`: `(id, author, like count)`.
+async fn remarks_after(state: &AppState, after: i64) -> AppResult<Vec<(i64, i64, i64)>> {
+    let rows = sqlx::query(
+        "SELECT id, author_id, like_count FROM remarks WHERE id > $1 ORDER BY id LIMIT $2",
+    )
+    .bind(after)
+    .bind(CHUNK)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut remarks = Vec::with_capacity(rows.len());
+    for row in &rows {
+        remarks.push((
+            row.try_get("id")?,
+            row.try_get("author_id")?,
+            row.try_get("like_count")?,
+        ));
+    }
+    Ok(remarks)
+}
+
+/// Who currently likes each of `remarks`, by the archive (each voter's latest vote).
+async fn likers_of(state: &AppState, remarks: &[i64]) -> AppResult<BTreeMap<i64, Vec<i64>>> {
+    let rows = sqlx::query(&format!(
+        "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.{} \
+         AND v.voting = 1 AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
+         WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)",
+        within("remark_id", remarks)
+    ))
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut likers: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for row in &rows {
+        likers
+            .entry(row.try_get("remark_id")?)
+            .or_default()
+            .push(row.try_get("voter_id")?);
+    }
+    Ok(likers)
+}
+
+/// Each remark's counter equals the archived count, and each current liker's relation is
+/// either in Redis as a like or left to the archive (the counter is `hydrated`).
+pub async fn verify(state: &AppState) -> AppResult<Report> {
+    let mut report = Report::new("likes");
+    let shards = state.remarks.shards;
+    let mut after = 0;
+    loop {
+        let remarks = remarks_after(state, after).await?;
+        let Some(&(last, _, _)) = remarks.last() else {
+            return Ok(report);
+        };
+        let ids: Vec<i64> = remarks.iter().map(|(id, _, _)| *id).collect();
+        let likers = likers_of(state, &ids).await?;
+        let mut pipe = redis::pipe();
+        for &id in &ids {
+            pipe.cmd("HMGET")
+                .arg(state.keys.remark_info(id, shards))
+                .arg("likes")
+                .arg("hydrated");
+        }
+        let mut relations = redis::pipe();
+        for (&remark, voters) in &likers {
+            for &voter in voters {
+                relations
+                    .cmd("GET")
+                    .arg(state.keys.like_relation(remark, voter, shards));
+            }
+        }
+        let mut conn = state.redis.get().await?;
+        let infos: Vec<(Option<i64>, Option<i64>)> = pipe.query_async(&mut *conn).await?;
+        let held: Vec<Option<String>> = if relations.is_empty() {
+            Vec::new()
+        } else {
+            relations.query_async(&mut *conn).await?
+        };
+        drop(conn);
+        let mut hydrated = BTreeMap::new();
+        for (&(id, _, count), (likes, is_hydrated)) in remarks.iter().zip(infos) {
+            report.check(likes == Some(count), || {
+                format!("remark {id}: {count} likes in SQL, {likes:?} in Redis")
+            });
+            hydrated.insert(id, is_hydrated.is_some());
+        }
+        let mut held = held.into_iter();
+        for (&remark, voters) in &likers {
+            for &voter in voters {
+                let relation = held.next().flatten();
+                let answered = match relation.as_deref() {
+                    Some(value) => value == "1",
+                    None => hydrated.get(&remark).copied().unwrap_or(false),
+                };
+                report.check(answered, || {
+                    format!(
+                        "remark {remark}: voter {voter} likes it in SQL, Redis says {relation:?}"
+                    )
+                });
+            }
+        }
+        after = last;
+    }
+}
+
+/// Restores each remark's counter where Redis lacks it, marked `hydrated`.
+pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
+    let state = run.state;
+    run.expect_count("SELECT COUNT(*) AS n FROM remarks")
+        .await?;
+    let shards = state.remarks.shards;
+    let mut after = run.resume_from().await?;
+    loop {
+        let remarks = remarks_after(state, after).await?;
+        let Some(&(last, _, _)) = remarks.last() else {
+            return Ok(());
+        };
+        let mut pipe = redis::pipe();
+        for &(id, author, count) in &remarks {
+            let key = state.keys.remark_info(id, shards);
+            pipe.cmd("HSETNX")
+                .arg(&key)
+                .arg("likes")
+                .arg(count)
+                .ignore();
+            pipe.cmd("HSET")
+                .arg(&key)
+                .arg("author")
+                .arg(author)
+                .arg("hydrated")
+                .arg(1)
+                .ignore();
+        }
+        crate::infra::recovery::write(state, &pipe).await?;
+        run.finished_through(last, remarks.len() as u64).await?;
+        after = last;
+    }
+}

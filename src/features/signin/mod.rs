@@ -1,0 +1,232 @@
+//! Daily sign-in (seed 003): a bitmap per user per month (bit `day - 1`), streaks that go on
+//! across month boundaries, make-up sign-ins for missed days of this month, and SIGN_IN
+//! points with the streak bonus, all in one Lua script per action.
+
+pub mod recovery;
+
+use chrono::{Datelike, NaiveDate};
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    features::points::{self, PointsType, DAILY_TTL_SECONDS},
+    infra::clock::{day_number, Month},
+    infra::error::{AppError, AppResult},
+    infra::redis::scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
+};
+
+/// Bitmaps are kept for a little over a year (calendars of past months).
+pub const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
+/// A month's make-up counter outlives the month a little.
+pub const MAKE_UP_COUNTER_TTL_SECONDS: u64 = 40 * 24 * 3600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignInOutcome {
+    pub date: NaiveDate,
+    pub streak: i64,
+    pub points_awarded: i64,
+    pub already_signed: bool,
+}
+
+/// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
+pub async fn sign_in(state: &AppState, user_id: i64) -> AppResult<SignInOutcome> {
+    let today = state.clock.today();
+    let month = Month::of(today);
+    let rules = &state.points.rules;
+    let keys = &state.keys;
+    let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
+        || async move {
+            let (season, season_seconds) = points::season_now(state);
+            let mut conn = state.redis.get().await?;
+            Ok(SIGNIN_SIGN
+                .key(keys.sign_bitmap(user_id, month))
+                .key(keys.sign_bitmap(user_id, month.previous()))
+                .key(keys.sign_streak(user_id))
+                .key(keys.points_today(user_id, today))
+                .key(keys.season_board(season))
+                .key(keys.points_stream())
+                .key(keys.points_hold())
+                .arg(user_id)
+                .arg(today.day())
+                .arg(month.previous().days())
+                .arg(month.previous().id())
+                .arg(month.previous().previous().id())
+                .arg(state.clock.now_ms())
+                .arg(season_seconds)
+                .arg(season.id())
+                .arg(keys.board_channel(season))
+                .arg(DAILY_TTL_SECONDS)
+                .arg(BITMAP_TTL_SECONDS)
+                .arg(rules.rule(PointsType::SignIn).points)
+                .arg(rules.bonuses_arg())
+                .arg(format!("signin:{user_id}:{today}"))
+                .arg(day_number(today))
+                .invoke_async(&mut *conn)
+                .await?)
+        },
+        |(already, _, _)| *already,
+    )
+    .await?;
+    Ok(SignInOutcome {
+        date: today,
+        streak,
+        points_awarded: awarded,
+        already_signed: already == 1,
+    })
+}
+
+/// Signs in a missed day of this month before today, at most `ENGAGE_MAKEUP_PER_MONTH`
+/// times a month, for the base point only.
+pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
+    let today = state.clock.today();
+    let month = Month::of(today);
+    if Month::of(date) != month || date >= today {
+        return Err(AppError::bad_input(format!(
+            "only a missed day of this month before today can be made up ({} to {})",
+            month.first_day(),
+            today.pred_opt().unwrap_or(today)
+        )));
+    }
+    let keys = &state.keys;
+    let (status, streak, awarded, _left): (i64, i64, i64, i64) = points::unless_held(
+        || async move {
+            let (season, season_seconds) = points::season_now(state);
+            let mut conn = state.redis.get().await?;
+            Ok(SIGNIN_MAKE_UP
+                .key(keys.sign_bitmap(user_id, month))
+                .key(keys.sign_bitmap(user_id, month.previous()))
+                .key(keys.sign_streak(user_id))
+                .key(keys.points_today(user_id, today))
+                .key(keys.season_board(season))
+                .key(keys.points_stream())
+                .key(keys.sign_make_ups(user_id, month))
+                .key(keys.points_hold())
+                .arg(user_id)
+                .arg(date.day())
+                .arg(today.day())
+                .arg(month.previous().days())
+                .arg(month.previous().id())
+                .arg(month.previous().previous().id())
+                .arg(state.points.make_ups_per_month)
+                .arg(state.clock.now_ms())
+                .arg(season_seconds)
+                .arg(season.id())
+                .arg(keys.board_channel(season))
+                .arg(DAILY_TTL_SECONDS)
+                .arg(MAKE_UP_COUNTER_TTL_SECONDS)
+                .arg(state.points.rules.rule(PointsType::SignIn).points)
+                .arg(format!("makeup:{user_id}:{date}"))
+                .arg(day_number(date))
+                .invoke_async(&mut *conn)
+                .await?)
+        },
+        |(status, _, _, _)| *status,
+    )
+    .await?;
+    match status {
+        0 => Ok(SignInOutcome {
+            date,
+            streak,
+            points_awarded: awarded,
+            already_signed: false,
+        }),
+        -1 => Ok(SignInOutcome {
+            date,
+            streak,
+            points_awarded: 0,
+            already_signed: true,
+        }),
+        -2 => Err(AppError::bad_input(format!(
+            "no make-up sign-ins left this month (at most {})",
+            state.points.make_ups_per_month
+        ))),
+        other => Err(AppError::internal(anyhow::anyhow!(
+            "make-up script answered {other}"
+        ))),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calendar {
+    pub user_id: i64,
+    pub month: Month,
+    /// Day 1 first; up to today for this month, the whole month for past ones.
+    pub days: Vec<bool>,
+    pub signed_today: bool,
+    /// The current streak (ending today, or yesterday while today is unsigned).
+    pub streak: i64,
+    pub make_ups_left: u32,
+}
+
+impl Calendar {
+    pub fn signed_days(&self) -> usize {
+        self.days.iter().filter(|d| **d).count()
+    }
+}
+
+/// A month's sign-ins (default: this month); months after this one are an input error.
+pub async fn calendar(state: &AppState, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
+    let today = state.clock.today();
+    let current = Month::of(today);
+    let shown = month.unwrap_or(current);
+    if shown > current {
+        return Err(AppError::bad_input("that month has not begun"));
+    }
+    let days = if shown == current {
+        today.day()
+    } else {
+        shown.days()
+    };
+    let keys = &state.keys;
+    let mut conn = state.redis.get().await?;
+    let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
+        .key(keys.sign_bitmap(user_id, shown))
+        .key(keys.sign_bitmap(user_id, current))
+        .key(keys.sign_bitmap(user_id, current.previous()))
+        .key(keys.sign_streak(user_id))
+        .key(keys.sign_make_ups(user_id, shown))
+        .arg(days)
+        .arg(today.day())
+        .arg(current.previous().days())
+        .arg(current.previous().id())
+        .arg(current.previous().previous().id())
+        .invoke_async(&mut *conn)
+        .await?;
+    let days = (0..days)
+        .map(|day| bits >> (days - 1 - day) & 1 == 1)
+        .collect();
+    let make_ups_left = if shown == current {
+        state
+            .points
+            .make_ups_per_month
+            .saturating_sub(make_ups_used)
+    } else {
+        0
+    };
+    Ok(Calendar {
+        user_id,
+        month: shown,
+        days,
+        signed_today: signed_today == 1,
+        streak,
+        make_ups_left,
+    })
+}
+
+/// The days of a month a user signed by a make-up, from `sign_ins`.
+pub async fn made_up_days(state: &AppState, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
+    let rows = sqlx::query(
+        "SELECT day FROM sign_ins WHERE user_id = $1 AND made_up = 1 AND day >= $2 AND day < $3 \
+         ORDER BY day",
+    )
+    .bind(user_id)
+    .bind(day_number(month.first_day()))
+    .bind(day_number(month.next().first_day()))
+    .fetch_all(&state.db.pool)
+    .await?;
+    let mut days = Vec::with_capacity(rows.len());
+    for row in &rows {
+        days.push((row.try_get::<i64, _>("day")? % 100) as u32);
+    }
+    Ok(days)
+}

@@ -1,0 +1,478 @@
+//! Flash-sale vouchers (seed 004): one order per person, never oversold, unpaid orders
+//! expire.
+//!
+//! - The sale itself is one Lua script (`lua/vouchers_seckill.lua`): window, buyer set, stock,
+//!   order and its event, with the order id allocated before the call and every key passed
+//!   in (the seed built keys inside Lua, which breaks Redis Cluster).
+//! - [`orders`]: payment, cancellation and expiry, mutually exclusive in one script.
+//! - [`archive`]: the order consumer that writes SQL (`stock > 0` guard, idempotent).
+//! - [`sweep`]: the backstop that expires overdue orders whose expiry job was lost.
+//!
+//! A voucher's keys and its shard's order stream share the hash tag `{sale:S}`,
+//! S = voucher id mod `ENGAGE_SALE_SHARDS`.
+
+pub mod archive;
+pub mod orders;
+pub mod recovery;
+pub mod sweep;
+
+pub use recovery::{stock_checks, StockCheck};
+
+use std::{collections::HashMap, time::Duration};
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use crate::{
+    app::AppState,
+    features::jobs::{self, NewJob},
+    features::vouchers::orders::OrderStatus,
+    infra::error::{AppError, AppResult, ErrorCode},
+    infra::redis::{scripts::VOUCHERS_SECKILL, Keys},
+};
+
+/// The delay-queue topic of order expiry.
+pub const EXPIRY_TOPIC: &str = "order-expiry";
+pub const MAX_STOCK: i64 = 1_000_000;
+
+impl Keys {
+    fn sale_tag(id: i64, shards: u32) -> String {
+        format!("sale:{}", id.rem_euclid(i64::from(shards)))
+    }
+
+    pub fn voucher(&self, voucher_id: i64, shards: u32) -> String {
+        self.tagged(
+            &Self::sale_tag(voucher_id, shards),
+            &format!("voucher:{voucher_id}"),
+        )
+    }
+
+    pub fn voucher_buyers(&self, voucher_id: i64, shards: u32) -> String {
+        self.tagged(
+            &Self::sale_tag(voucher_id, shards),
+            &format!("voucher:{voucher_id}:buyers"),
+        )
+    }
+
+    /// An order lives in its voucher's slot, so settling it touches one slot.
+    pub fn order(&self, voucher_id: i64, order_id: i64, shards: u32) -> String {
+        self.tagged(
+            &Self::sale_tag(voucher_id, shards),
+            &format!("order:{order_id}"),
+        )
+    }
+
+    pub fn order_stream(&self, shard: u32) -> String {
+        self.tagged(&format!("sale:{shard}"), "orders")
+    }
+
+    pub fn order_stream_of(&self, voucher_id: i64, shards: u32) -> String {
+        self.order_stream(voucher_id.rem_euclid(i64::from(shards)) as u32)
+    }
+
+    /// Which voucher an order belongs to (its keys live in the voucher's slot).
+    pub fn order_voucher(&self, order_id: i64) -> String {
+        self.tagged("orders", &format!("voucher-of:{order_id}"))
+    }
+
+    pub fn voucher_stock_channel(&self, voucher_id: i64) -> String {
+        format!("{}live:voucher:{voucher_id}", self.prefix())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoucherRecord {
+    pub id: i64,
+    pub item_id: i64,
+    pub title: String,
+    pub stock: i64,
+    pub begins_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub pay_within_seconds: i64,
+}
+
+pub struct NewVoucher {
+    pub item_id: i64,
+    pub title: String,
+    pub stock: i64,
+    pub begins_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    pub pay_within_seconds: i64,
+}
+
+impl NewVoucher {
+    fn validate(&self, now: DateTime<Utc>) -> AppResult<()> {
+        let title = self.title.trim();
+        if title.is_empty() || title.chars().count() > 100 {
+            return Err(AppError::bad_input("title must have 1 to 100 characters"));
+        }
+        if !(1..=MAX_STOCK).contains(&self.stock) {
+            return Err(AppError::bad_input(format!(
+                "stock must be between 1 and {MAX_STOCK}"
+            )));
+        }
+        if self.ends_at <= self.begins_at || self.ends_at <= now {
+            return Err(AppError::bad_input(
+                "endsAt must be after beginsAt and in the future",
+            ));
+        }
+        if !(1..=7 * 24 * 3600).contains(&self.pay_within_seconds) {
+            return Err(AppError::bad_input(
+                "payWithinSeconds must be between 1 and 604800",
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn shards(state: &AppState) -> u32 {
+    state.config.sale_shards.max(1)
+}
+
+/// Stores a voucher and preloads its stock and window into Redis.
+pub async fn create(state: &AppState, voucher: NewVoucher) -> AppResult<VoucherRecord> {
+    voucher.validate(state.clock.now())?;
+    if crate::features::items::find(state, voucher.item_id)
+        .await?
+        .is_none()
+    {
+        return Err(AppError::not_found(format!("no item {}", voucher.item_id)));
+    }
+    let record = VoucherRecord {
+        id: state.ids.next_id().await?,
+        item_id: voucher.item_id,
+        title: voucher.title.trim().to_string(),
+        stock: voucher.stock,
+        begins_at_ms: voucher.begins_at.timestamp_millis(),
+        ends_at_ms: voucher.ends_at.timestamp_millis(),
+        pay_within_seconds: voucher.pay_within_seconds,
+    };
+    sqlx::query(
+        "INSERT INTO vouchers (id, item_id, title, stock, remaining, begins_at_ms, ends_at_ms, \
+         pay_within_seconds, created_at_ms) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8)",
+    )
+    .bind(record.id)
+    .bind(record.item_id)
+    .bind(&record.title)
+    .bind(record.stock)
+    .bind(record.begins_at_ms)
+    .bind(record.ends_at_ms)
+    .bind(record.pay_within_seconds)
+    .bind(state.clock.now_ms())
+    .execute(&state.db.pool)
+    .await?;
+    preload(state, &record, record.stock, &[]).await?;
+    Ok(record)
+}
+
+/// Writes a voucher's stock, window and live buyers into Redis (at creation, or to rebuild
+/// them from SQL after Redis lost them). HSETNX: a rebuild never overwrites live stock.
+pub(crate) async fn preload(
+    state: &AppState,
+    voucher: &VoucherRecord,
+    stock: i64,
+    buyers: &[i64],
+) -> AppResult<()> {
+    let key = state.keys.voucher(voucher.id, shards(state));
+    let mut pipe = redis::pipe();
+    pipe.cmd("HSETNX")
+        .arg(&key)
+        .arg("stock")
+        .arg(stock)
+        .ignore();
+    pipe.cmd("HSET")
+        .arg(&key)
+        .arg("begins")
+        .arg(voucher.begins_at_ms)
+        .arg("ends")
+        .arg(voucher.ends_at_ms)
+        .arg("pay_within")
+        .arg(voucher.pay_within_seconds)
+        .ignore();
+    if !buyers.is_empty() {
+        pipe.cmd("SADD")
+            .arg(state.keys.voucher_buyers(voucher.id, shards(state)))
+            .arg(buyers)
+            .ignore();
+    }
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
+}
+
+/// Rebuilds a voucher in Redis from SQL; `NOT_FOUND` when there is no such voucher.
+pub(crate) async fn rebuild(state: &AppState, voucher_id: i64) -> AppResult<()> {
+    let voucher = find(state, voucher_id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no voucher {voucher_id}")))?;
+    let (remaining, live) = sql_stock(state, voucher_id).await?;
+    let buyers: Vec<i64> = sqlx::query(
+        "SELECT buyer_id FROM orders WHERE voucher_id = $1 AND status IN ('UNPAID', 'PAID')",
+    )
+    .bind(voucher_id)
+    .fetch_all(&state.db.pool)
+    .await?
+    .iter()
+    .map(|row| row.try_get("buyer_id"))
+    .collect::<Result<_, _>>()?;
+    debug_assert_eq!(live as usize, buyers.len());
+    preload(state, &voucher, remaining, &buyers).await
+}
+
+pub(crate) const COLUMNS: &str =
+    "id, item_id, title, stock, begins_at_ms, ends_at_ms, pay_within_seconds";
+
+pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<VoucherRecord, sqlx::Error> {
+    Ok(VoucherRecord {
+        id: row.try_get("id")?,
+        item_id: row.try_get("item_id")?,
+        title: row.try_get("title")?,
+        stock: row.try_get("stock")?,
+        begins_at_ms: row.try_get("begins_at_ms")?,
+        ends_at_ms: row.try_get("ends_at_ms")?,
+        pay_within_seconds: row.try_get("pay_within_seconds")?,
+    })
+}
+
+pub async fn find(state: &AppState, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
+    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM vouchers WHERE id = $1"))
+        .bind(voucher_id)
+        .fetch_optional(&state.db.pool)
+        .await?;
+    Ok(row.map(|row| record_of(&row)).transpose()?)
+}
+
+pub async fn for_item(state: &AppState, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM vouchers WHERE item_id = $1 ORDER BY id DESC LIMIT 100"
+    ))
+    .bind(item_id)
+    .fetch_all(&state.db.pool)
+    .await?;
+    rows.iter()
+        .map(record_of)
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+/// Live stock of vouchers from Redis, in one round trip (missing ones: SQL's count).
+pub async fn remaining(state: &AppState, voucher_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
+    let mut pipe = redis::pipe();
+    for &id in voucher_ids {
+        pipe.cmd("HGET")
+            .arg(state.keys.voucher(id, shards(state)))
+            .arg("stock");
+    }
+    let mut conn = state.redis.get().await?;
+    let stocks: Vec<Option<i64>> = pipe.query_async(&mut *conn).await?;
+    drop(conn);
+    let mut out = HashMap::new();
+    for (&id, stock) in voucher_ids.iter().zip(stocks) {
+        let stock = match stock {
+            Some(stock) => stock,
+            None => sql_stock(state, id).await?.0,
+        };
+        out.insert(id, stock);
+    }
+    Ok(out)
+}
+
+/// SQL's stock of a voucher and its live (unpaid or paid) orders.
+pub(crate) async fn sql_stock(state: &AppState, voucher_id: i64) -> AppResult<(i64, i64)> {
+    let row = sqlx::query(
+        "SELECT v.remaining AS remaining, (SELECT COUNT(*) FROM orders o WHERE o.voucher_id = v.id \
+         AND o.status IN ('UNPAID', 'PAID')) AS live FROM vouchers v WHERE v.id = $1",
+    )
+    .bind(voucher_id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    match row {
+        Some(row) => Ok((row.try_get("remaining")?, row.try_get("live")?)),
+        None => Ok((0, 0)),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewOrder {
+    pub order_id: i64,
+    pub voucher_id: i64,
+    pub created_at_ms: i64,
+    pub pay_by_ms: i64,
+}
+
+/// One attempt to buy a voucher.
+pub async fn seckill(state: &AppState, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
+    let order_id = state.ids.next_id().await?;
+    for _ in 0..2 {
+        let now = state.clock.now_ms();
+        let keys = &state.keys;
+        let mut conn = state.redis.get().await?;
+        let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
+            .key(keys.voucher(voucher_id, shards(state)))
+            .key(keys.voucher_buyers(voucher_id, shards(state)))
+            .key(keys.order(voucher_id, order_id, shards(state)))
+            .key(keys.order_stream_of(voucher_id, shards(state)))
+            .arg(voucher_id)
+            .arg(buyer_id)
+            .arg(order_id)
+            .arg(now)
+            .arg(keys.voucher_stock_channel(voucher_id))
+            .invoke_async(&mut *conn)
+            .await?;
+        drop(conn);
+        let refused = |code, message: &str| Err(AppError::client(code, message));
+        match status {
+            0 => {
+                let order = NewOrder {
+                    order_id,
+                    voucher_id,
+                    created_at_ms: now,
+                    pay_by_ms: pay_by,
+                };
+                remember_voucher_of(state, &order).await;
+                // The order consumer schedules the expiry too (durably); this is the fast path.
+                if let Err(error) = schedule_expiry(state, &order).await {
+                    tracing::warn!(order = order_id, %error, "expiry not scheduled yet; the order consumer will");
+                }
+                return Ok(order);
+            }
+            -1 => rebuild(state, voucher_id).await?,
+            -2 => return refused(ErrorCode::NotStarted, "the sale has not started"),
+            -3 => return refused(ErrorCode::Ended, "the sale has ended"),
+            -4 => {
+                return refused(
+                    ErrorCode::AlreadyOrdered,
+                    "you already have an order for this voucher",
+                )
+            }
+            -5 => return refused(ErrorCode::SoldOut, "sold out"),
+            other => {
+                return Err(AppError::internal(anyhow::anyhow!(
+                    "seckill script answered {other}"
+                )))
+            }
+        }
+    }
+    Err(AppError::not_found(format!("no voucher {voucher_id}")))
+}
+
+/// Records which voucher an order belongs to, so that the buyer can pay or cancel before
+/// the order reaches SQL. Best effort: SQL answers once the consumer archived the order.
+pub async fn remember_voucher_of(state: &AppState, order: &NewOrder) {
+    let written: AppResult<()> = async {
+        let mut conn = state.redis.get().await?;
+        let () = redis::cmd("SET")
+            .arg(state.keys.order_voucher(order.order_id))
+            .arg(order.voucher_id)
+            .arg("EX")
+            .arg(30 * 24 * 3600)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(())
+    }
+    .await;
+    if let Err(error) = written {
+        tracing::warn!(order = order.order_id, %error, "order index not written");
+    }
+}
+
+/// The expiry job of an order: due at its pay-by time, its id the order's.
+fn expiry_job(state: &AppState, order: &NewOrder) -> NewJob {
+    let delay = (order.pay_by_ms - state.clock.now_ms()).max(0) as u64;
+    NewJob {
+        id: order.order_id.to_string(),
+        topic: EXPIRY_TOPIC.into(),
+        body: serde_json::json!({ "order": order.order_id, "voucher": order.voucher_id })
+            .to_string(),
+        delay: Duration::from_millis(delay),
+        // The topic's policy (orders::register_expiry) gives it its attempts.
+        max_attempts: None,
+        callback_url: None,
+    }
+}
+
+/// An expiry job that exists already is as good as a new one.
+fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(error) if error.code() == ErrorCode::JobExists => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
+/// record (the order consumer records the job with the order); an existing job is fine.
+pub async fn schedule_expiry(state: &AppState, order: &NewOrder) -> AppResult<()> {
+    scheduled_or_pending(jobs::schedule_ahead_of_record(state, expiry_job(state, order)).await)
+}
+
+/// Takes the expiry job of a settled order off the delay queue (otherwise it would wait
+/// there until the pay-by time, to find nothing to do). Best effort: a job left behind
+/// finds the order settled and ends.
+pub async fn cancel_expiry(state: &AppState, order_id: i64) {
+    if let Err(error) = jobs::cancel(state, EXPIRY_TOPIC, &order_id.to_string()).await {
+        tracing::warn!(order = order_id, %error, "expiry job of a settled order not cancelled");
+    }
+}
+
+/// Makes sure each order still unpaid has its expiry job, and that no job is left for an
+/// order settled meanwhile. An order settled already gets none; the jobs of the others are
+/// scheduled in one batch, their SQL rows written through `sql` (the order consumer's
+/// transaction, which commits them with the orders), and the orders' status read again
+/// after: a settlement came either before that read (seen here: its job is cancelled) or
+/// after the job existed (and its settler cancels it), so no interleaving leaves one behind.
+pub async fn ensure_expiries(
+    state: &AppState,
+    sql: &mut sqlx::AnyConnection,
+    orders: &[NewOrder],
+) -> AppResult<()> {
+    let unpaid = unsettled(state, orders).await?;
+    if unpaid.is_empty() {
+        return Ok(());
+    }
+    let jobs = unpaid
+        .iter()
+        .map(|order| expiry_job(state, order))
+        .collect();
+    for answer in jobs::schedule_in(state, sql, jobs).await? {
+        scheduled_or_pending(answer)?;
+    }
+    let still_unpaid = unsettled(state, &unpaid).await?;
+    for order in unpaid.iter().filter(|order| !still_unpaid.contains(order)) {
+        jobs::cancel_in(state, sql, EXPIRY_TOPIC, &order.order_id.to_string()).await?;
+    }
+    Ok(())
+}
+
+/// The orders that Redis does not hold as settled (unpaid ones, and unknown ones: their
+/// expiry job finds nothing to do), in one round trip.
+async fn unsettled(state: &AppState, orders: &[NewOrder]) -> AppResult<Vec<NewOrder>> {
+    if orders.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for order in orders {
+        pipe.cmd("HGET")
+            .arg(
+                state
+                    .keys
+                    .order(order.voucher_id, order.order_id, shards(state)),
+            )
+            .arg("status");
+    }
+    let statuses: Vec<Option<String>> = {
+        let mut conn = state.redis.get().await?;
+        pipe.query_async(&mut *conn).await?
+    };
+    Ok(orders
+        .iter()
+        .zip(statuses)
+        .filter(|(_, status)| {
+            status
+                .as_deref()
+                .and_then(OrderStatus::parse)
+                .is_none_or(|status| status == OrderStatus::Unpaid)
+        })
+        .map(|(order, _)| *order)
+        .collect())
+}

@@ -1,0 +1,350 @@
+//! Orders after the sale: payment (simulated), cancellation by the buyer, expiry by the
+//! delay queue. One script settles an order, so exactly one of paid, cancelled and expired
+//! wins, and stock comes back exactly once.
+
+use std::sync::Arc;
+
+use sqlx::Row;
+
+use super::{shards, EXPIRY_TOPIC};
+use crate::{
+    app::AppState,
+    features::jobs::{handlers::Delivery, JobError, JobHandler},
+    infra::error::{AppError, AppResult, ErrorCode},
+    infra::redis::scripts::VOUCHERS_SETTLE,
+};
+
+/// Settled orders stay readable in Redis this long (SQL has them for ever).
+const KEEP_SETTLED_SECONDS: u64 = 30 * 24 * 3600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
+pub enum OrderStatus {
+    Unpaid,
+    Paid,
+    Cancelled,
+    Expired,
+}
+
+impl OrderStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unpaid => "UNPAID",
+            Self::Paid => "PAID",
+            Self::Cancelled => "CANCELLED",
+            Self::Expired => "EXPIRED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Unpaid, Self::Paid, Self::Cancelled, Self::Expired]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderRecord {
+    pub id: i64,
+    pub voucher_id: i64,
+    pub buyer_id: i64,
+    pub status: OrderStatus,
+    pub created_at_ms: i64,
+    pub pay_by_ms: i64,
+}
+
+/// An order as its buyer sees it: from Redis while it is there (fresh, and available before
+/// the consumer archived it), from SQL otherwise.
+pub async fn find(state: &AppState, order_id: i64) -> AppResult<Option<OrderRecord>> {
+    let mut conn = state.redis.get().await?;
+    let voucher: Option<i64> = redis::cmd("GET")
+        .arg(state.keys.order_voucher(order_id))
+        .query_async(&mut *conn)
+        .await?;
+    if let Some(voucher_id) = voucher {
+        let (buyer, status, created, pay_by): (
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+        ) = redis::cmd("HMGET")
+            .arg(state.keys.order(voucher_id, order_id, shards(state)))
+            .arg("buyer")
+            .arg("status")
+            .arg("created")
+            .arg("pay_by")
+            .query_async(&mut *conn)
+            .await?;
+        if let (Some(buyer_id), Some(status), Some(created_at_ms), Some(pay_by_ms)) =
+            (buyer, status, created, pay_by)
+        {
+            return Ok(Some(OrderRecord {
+                id: order_id,
+                voucher_id,
+                buyer_id,
+                status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
+                created_at_ms,
+                pay_by_ms,
+            }));
+        }
+    }
+    drop(conn);
+    let row = sqlx::query(
+        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders WHERE id = $1",
+    )
+    .bind(order_id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    Ok(row.map(|row| record_of(&row)).transpose()?)
+}
+
+pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
+    let status: String = row.try_get("status")?;
+    Ok(OrderRecord {
+        id: row.try_get("id")?,
+        voucher_id: row.try_get("voucher_id")?,
+        buyer_id: row.try_get("buyer_id")?,
+        status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
+        created_at_ms: row.try_get("created_at_ms")?,
+        pay_by_ms: row.try_get("pay_by_ms")?,
+    })
+}
+
+/// A buyer's orders, newest first, before the order `before` (exclusive).
+pub async fn of_buyer(
+    state: &AppState,
+    buyer_id: i64,
+    first: usize,
+    before: Option<i64>,
+) -> AppResult<(Vec<OrderRecord>, bool)> {
+    let rows = sqlx::query(
+        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
+         WHERE buyer_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+    )
+    .bind(buyer_id)
+    .bind(before.unwrap_or(i64::MAX))
+    .bind(first as i64 + 1)
+    .fetch_all(&state.db.pool)
+    .await?;
+    let orders = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::infra::db::split_page(orders, first))
+}
+
+/// Where an order must go; `buyer` is the acting user (`None` for the expiry job). An order
+/// Redis does not know but SQL holds live (Redis lost it and was not rebuilt yet) is
+/// restored from SQL first: it stays payable, cancellable and expirable.
+pub async fn settle(
+    state: &AppState,
+    voucher_id: i64,
+    order_id: i64,
+    outcome: OrderStatus,
+    buyer: Option<i64>,
+) -> AppResult<(bool, OrderStatus)> {
+    if let Some(settled) = settle_in_redis(state, voucher_id, order_id, outcome, buyer).await? {
+        return Ok(settled);
+    }
+    if restore_from_sql(state, voucher_id, order_id).await? {
+        if let Some(settled) = settle_in_redis(state, voucher_id, order_id, outcome, buyer).await? {
+            return Ok(settled);
+        }
+    }
+    Err(no_such_order(order_id))
+}
+
+/// One run of the settle script; `None` when Redis does not know the order.
+async fn settle_in_redis(
+    state: &AppState,
+    voucher_id: i64,
+    order_id: i64,
+    outcome: OrderStatus,
+    buyer: Option<i64>,
+) -> AppResult<Option<(bool, OrderStatus)>> {
+    let keys = &state.keys;
+    let shards = shards(state);
+    let mut conn = state.redis.get().await?;
+    let (status, now): (i64, String) = VOUCHERS_SETTLE
+        .key(keys.order(voucher_id, order_id, shards))
+        .key(keys.voucher(voucher_id, shards))
+        .key(keys.voucher_buyers(voucher_id, shards))
+        .key(keys.order_stream_of(voucher_id, shards))
+        .arg(outcome.as_str())
+        .arg(state.clock.now_ms())
+        .arg(buyer.map(|b| b.to_string()).unwrap_or_default())
+        .arg(keys.voucher_stock_channel(voucher_id))
+        .arg(order_id)
+        .arg(KEEP_SETTLED_SECONDS)
+        .invoke_async(&mut *conn)
+        .await?;
+    let now = OrderStatus::parse(&now);
+    match (status, now) {
+        (0, Some(now)) => Ok(Some((true, now))),
+        (1, Some(now)) => Ok(Some((false, now))),
+        (-1, _) => Ok(None),
+        (-2, _) => Err(no_such_order(order_id)),
+        (-3, _) => Err(AppError::client(
+            ErrorCode::NotStarted,
+            "the order is not due to expire yet",
+        )),
+        (other, _) => Err(AppError::internal(anyhow::anyhow!(
+            "settle script answered {other}"
+        ))),
+    }
+}
+
+/// Puts a live SQL order (and its voucher) back into Redis; false when SQL has no such live
+/// order of that voucher.
+async fn restore_from_sql(state: &AppState, voucher_id: i64, order_id: i64) -> AppResult<bool> {
+    let row = sqlx::query(
+        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
+         WHERE id = $1 AND voucher_id = $2 AND status IN ('UNPAID', 'PAID')",
+    )
+    .bind(order_id)
+    .bind(voucher_id)
+    .fetch_optional(&state.db.pool)
+    .await?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let order = record_of(&row)?;
+    super::rebuild(state, voucher_id).await?;
+    restore(state, &[order]).await?;
+    Ok(true)
+}
+
+/// Writes live orders into Redis where it lacks them (field by field with HSETNX, so an
+/// order a script changed meanwhile keeps its state), with the index of their voucher.
+pub async fn restore(state: &AppState, orders: &[OrderRecord]) -> AppResult<()> {
+    if orders.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for order in orders {
+        let key = state.keys.order(order.voucher_id, order.id, shards(state));
+        for (field, value) in [
+            ("voucher", order.voucher_id.to_string()),
+            ("buyer", order.buyer_id.to_string()),
+            ("status", order.status.as_str().to_string()),
+            ("created", order.created_at_ms.to_string()),
+            ("pay_by", order.pay_by_ms.to_string()),
+        ] {
+            pipe.cmd("HSETNX").arg(&key).arg(field).arg(value).ignore();
+        }
+        if order.status != OrderStatus::Unpaid {
+            pipe.cmd("EXPIRE")
+                .arg(&key)
+                .arg(KEEP_SETTLED_SECONDS)
+                .ignore();
+        }
+        pipe.cmd("SET")
+            .arg(state.keys.order_voucher(order.id))
+            .arg(order.voucher_id)
+            .arg("NX")
+            .arg("EX")
+            .arg(KEEP_SETTLED_SECONDS)
+            .ignore();
+    }
+    let mut conn = state.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
+}
+
+/// Someone else's order answers as a missing one does: which order ids exist is nobody's
+/// business but their buyers'. (`FORBIDDEN` for someone else's order told a stranger that
+/// the id was a real order.)
+fn no_such_order(order_id: i64) -> AppError {
+    AppError::not_found(format!("no order {order_id}"))
+}
+
+/// Pays or cancels the buyer's order. Repeating what already happened is a no-op; trying to
+/// pay a cancelled or expired order (or cancel a paid one) is a `CONFLICT`; paying after
+/// the pay-by time expires the order and answers `ENDED`. Once settled, the order's expiry
+/// job leaves the delay queue.
+pub async fn act(
+    state: &AppState,
+    buyer_id: i64,
+    order_id: i64,
+    outcome: OrderStatus,
+) -> AppResult<OrderRecord> {
+    let order = find(state, order_id)
+        .await?
+        .filter(|order| order.buyer_id == buyer_id)
+        .ok_or_else(|| no_such_order(order_id))?;
+    let (_, now) = settle(state, order.voucher_id, order_id, outcome, Some(buyer_id)).await?;
+    super::cancel_expiry(state, order_id).await;
+    if now != outcome {
+        if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
+            return Err(AppError::client(
+                ErrorCode::Ended,
+                "the time to pay is over; the order expired",
+            ));
+        }
+        return Err(AppError::conflict(format!("the order is {}", now.as_str())));
+    }
+    Ok(OrderRecord {
+        status: now,
+        ..order
+    })
+}
+
+/// The expiry job of an order: settles it as expired if it is still unpaid.
+pub struct ExpireOrder(pub AppState);
+
+#[async_trait::async_trait]
+impl JobHandler for ExpireOrder {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        let body: serde_json::Value = serde_json::from_str(&delivery.spec.body)
+            .map_err(|e| JobError::Permanent(format!("bad body: {e}")))?;
+        let (Some(order), Some(voucher)) = (body["order"].as_i64(), body["voucher"].as_i64())
+        else {
+            return Err(JobError::Permanent("body lacks order or voucher".into()));
+        };
+        expire(&self.0, voucher, order)
+            .await
+            .map(drop)
+            .map_err(|error| JobError::Retry(error.to_string()))
+    }
+}
+
+/// What [`expire`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    Expired,
+    /// Paid, cancelled or expired before.
+    Settled,
+    /// Neither Redis nor SQL holds the order live (a live order Redis lost is restored
+    /// from SQL first): nothing to expire.
+    Unknown,
+}
+
+/// Expires an order if it is still unpaid and its pay-by time has passed (`NOT_STARTED`
+/// before). The one path of the expiry job and of the sweep ([`super::sweep`]).
+pub async fn expire(state: &AppState, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
+    match settle(state, voucher_id, order_id, OrderStatus::Expired, None).await {
+        Ok((true, _)) => Ok(Expiry::Expired),
+        Ok((false, _)) => Ok(Expiry::Settled),
+        Err(error) if error.code() == ErrorCode::NotFound => Ok(Expiry::Unknown),
+        Err(error) => Err(error),
+    }
+}
+
+/// Retries of an expiry job: an early delivery (a clock ahead) or a Redis that was away is
+/// retried within seconds, then every 10 minutes, 25 attempts in all (over three hours; the
+/// seed's 3 attempts in 6 seconds let a short outage lose an expiry). After that the job is
+/// in `dead_job`, and the sweep still expires the order.
+const EXPIRY_LADDER_SECONDS: [u64; 6] = [1, 5, 30, 60, 300, 600];
+const EXPIRY_ATTEMPTS: u32 = 25;
+
+/// Registers the expiry job's handler and retry policy. Before any consumer starts: the
+/// order consumer schedules expiry jobs with the topic's attempts.
+pub fn register_expiry(state: &AppState) {
+    let mut policy = state.jobs.policy(EXPIRY_TOPIC);
+    policy.ladder = EXPIRY_LADDER_SECONDS
+        .iter()
+        .map(|seconds| std::time::Duration::from_secs(*seconds))
+        .collect();
+    policy.attempts = Some(EXPIRY_ATTEMPTS);
+    state.jobs.register(
+        EXPIRY_TOPIC,
+        Arc::new(ExpireOrder(state.clone())),
+        Some(policy),
+    );
+}

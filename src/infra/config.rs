@@ -1,0 +1,406 @@
+//! Runtime configuration, read once from environment variables (and a `.env` file, loaded
+//! before parsing) by clap. Every setting has a default so that `cargo run` works on a fresh
+//! machine; every setting is listed in the README.
+
+use std::{net::SocketAddr, time::Duration};
+
+use chrono_tz::Tz;
+use clap::Args;
+
+/// The development JWT secret. Accepted only with a loud warning at start: anyone who reads
+/// this file can mint tokens for a server that uses it.
+pub const DEV_JWT_SECRET: &str = "engage-dev-secret-do-not-use-in-production";
+
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    #[arg(
+        long,
+        env = "ENGAGE_BIND",
+        default_value = "127.0.0.1:8000",
+        global = true
+    )]
+    pub bind: SocketAddr,
+
+    /// Redis 7 or newer: the hot path of every feature.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    pub redis_url: String,
+
+    /// How requests reach Redis: `shared` (one multiplexed connection every request
+    /// pipelines on; about half again the like throughput of the pool in BENCHMARKS.md) or
+    /// `pool` (a connection lent to each request).
+    #[arg(
+        long,
+        env = "ENGAGE_REDIS_MODE",
+        value_enum,
+        default_value_t = crate::infra::redis::RedisMode::Shared,
+        global = true
+    )]
+    pub redis_mode: crate::infra::redis::RedisMode,
+
+    /// SQLite (`sqlite://path`, the embedded default) or PostgreSQL (`postgres://…`).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://data/engage.db",
+        global = true
+    )]
+    pub database_url: String,
+
+    /// HS256 secret for bearer tokens. Unset means the development secret (with a warning).
+    #[arg(long, env = "ENGAGE_JWT_SECRET", hide_env_values = true, global = true)]
+    pub jwt_secret: Option<String>,
+
+    /// IANA time zone that defines "today", months and seasons.
+    #[arg(long, env = "ENGAGE_TIMEZONE", default_value = "UTC", global = true)]
+    pub timezone: Tz,
+
+    /// Prefix of every Redis key, so that deployments and tests can share one server.
+    #[arg(
+        long,
+        env = "ENGAGE_REDIS_PREFIX",
+        default_value = "engage:",
+        global = true
+    )]
+    pub redis_prefix: String,
+
+    /// Largest accepted request body in bytes (larger answers 413).
+    #[arg(long, env = "ENGAGE_MAX_BODY_BYTES", default_value_t = 64 * 1024, global = true)]
+    pub max_body_bytes: usize,
+
+    /// Deepest accepted selection nesting.
+    #[arg(long, env = "ENGAGE_MAX_DEPTH", default_value_t = 16, global = true)]
+    pub max_depth: usize,
+
+    /// Highest accepted query complexity (one per field, lists multiply by `first`).
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_COMPLEXITY",
+        default_value_t = 2000,
+        global = true
+    )]
+    pub max_complexity: usize,
+
+    /// Sustained requests per second allowed from one client IP (bursts of twice that).
+    #[arg(
+        long,
+        env = "ENGAGE_RATE_LIMIT_PER_IP",
+        default_value_t = 100,
+        global = true
+    )]
+    pub rate_limit_per_ip: u32,
+
+    /// Sustained requests per second allowed for one signed-in user (bursts of twice that).
+    #[arg(
+        long,
+        env = "ENGAGE_RATE_LIMIT_PER_USER",
+        default_value_t = 30,
+        global = true
+    )]
+    pub rate_limit_per_user: u32,
+
+    /// Take the client IP from `X-Forwarded-For` (only behind a proxy that sets it).
+    #[arg(
+        long,
+        env = "ENGAGE_TRUST_PROXY",
+        default_value_t = false,
+        global = true
+    )]
+    pub trust_proxy: bool,
+
+    /// Trusted proxies in front of the service: the client IP is the entry this many places
+    /// from the right of `X-Forwarded-For`, the one the outermost trusted proxy added.
+    #[arg(
+        long,
+        env = "ENGAGE_TRUSTED_PROXY_HOPS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=16),
+        global = true
+    )]
+    pub trusted_proxy_hops: u32,
+
+    /// Mutation fields one request may run (aliases and fragments included); each one also
+    /// counts against the per-IP and per-user rates.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_MUTATIONS_PER_REQUEST",
+        default_value_t = 20,
+        global = true
+    )]
+    pub max_mutations_per_request: usize,
+
+    /// Open client connections (HTTP and WebSocket) one instance serves at once; capped
+    /// below the process's file-descriptor limit with a reserve for Redis, SQL and callbacks.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_CONNECTIONS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub max_connections: usize,
+
+    /// Seconds a client has to send its request headers (half-open connections are closed).
+    #[arg(
+        long,
+        env = "ENGAGE_HEADER_READ_TIMEOUT_SECONDS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=300),
+        global = true
+    )]
+    pub header_read_timeout_seconds: u64,
+
+    /// Operations one WebSocket connection may have running at once (subscriptions
+    /// included; `ENGAGE_MAX_SUBSCRIPTIONS` caps those further).
+    #[arg(
+        long,
+        env = "ENGAGE_WS_MAX_OPERATIONS",
+        default_value_t = 32,
+        global = true
+    )]
+    pub ws_max_operations: usize,
+
+    /// Longest lifetime of an accepted token in seconds (`exp` minus now, and minus `iat`
+    /// when present); unset: any.
+    #[arg(long, env = "ENGAGE_JWT_MAX_TTL_SECONDS", global = true)]
+    pub jwt_max_ttl_seconds: Option<u64>,
+
+    /// Subscriptions one WebSocket connection may hold at once.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_SUBSCRIPTIONS",
+        default_value_t = 20,
+        global = true
+    )]
+    pub max_subscriptions_per_connection: usize,
+
+    /// Largest query text stored as a persisted query; larger ones run but are not stored.
+    #[arg(
+        long,
+        env = "ENGAGE_APQ_MAX_QUERY_BYTES",
+        default_value_t = 16 * 1024,
+        global = true
+    )]
+    pub apq_max_query_bytes: usize,
+
+    /// Bytes all persisted queries together may use in Redis (each counts its length and
+    /// 256 bytes of bookkeeping); the least recently used go first to make room.
+    #[arg(
+        long,
+        env = "ENGAGE_APQ_MAX_BYTES",
+        default_value_t = 2 * 1024 * 1024,
+        global = true
+    )]
+    pub apq_max_bytes: usize,
+
+    /// Sequence numbers the ID generator reserves per Redis round trip.
+    #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64, global = true)]
+    pub id_block_size: u32,
+
+    /// Like streams (and the hash tags of remark keys): more shards spread likes over more
+    /// Redis Cluster slots and more archive workers.
+    #[arg(long, env = "ENGAGE_LIKE_SHARDS", default_value_t = 4, global = true)]
+    pub like_shards: u32,
+
+    /// Days a like relation stays in Redis after its last change; older ones are answered
+    /// by the SQL archive (so memory stays bounded and a like still counts once).
+    #[arg(
+        long,
+        env = "ENGAGE_LIKE_RELATION_TTL_DAYS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub like_relation_ttl_days: u32,
+
+    /// Seconds between refreshes of a cached "recommended remarks" list.
+    #[arg(
+        long,
+        env = "ENGAGE_RECOMMENDED_REFRESH_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub recommended_refresh_seconds: u64,
+
+    /// How long a page of remarks (with authors) is served from the instance's memory, in
+    /// milliseconds; 0 reads SQL every time. A new remark shows at once on the instance that
+    /// took it, on others within this time.
+    #[arg(
+        long,
+        env = "ENGAGE_REMARK_PAGE_CACHE_MS",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub remark_page_cache_ms: u64,
+
+    /// Longest pause of a stream consumer while SQL fails, in milliseconds.
+    #[arg(
+        long,
+        env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
+    pub consumer_max_backoff_ms: u64,
+
+    /// Make-up sign-ins a user may use per month.
+    #[arg(
+        long,
+        env = "ENGAGE_MAKEUP_PER_MONTH",
+        default_value_t = 2,
+        global = true
+    )]
+    pub make_ups_per_month: u32,
+
+    /// A TOML file of points rules (see points-rules.example.toml); unset: the defaults.
+    #[arg(long, env = "ENGAGE_POINTS_RULES", global = true)]
+    pub points_rules: Option<String>,
+
+    /// Seconds between checks for finished seasons to archive.
+    #[arg(
+        long,
+        env = "ENGAGE_ROLLOVER_CHECK_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub rollover_check_seconds: u64,
+
+    /// Seconds between sweeps for unpaid orders past their pay-by time whose expiry job was
+    /// lost (one instance sweeps at a time).
+    #[arg(
+        long,
+        env = "ENGAGE_ORDER_SWEEP_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub order_sweep_seconds: u64,
+
+    /// Authors with more followers than this are not pushed to inboxes: their remarks are
+    /// pulled from their outbox when a follower reads the feed.
+    #[arg(
+        long,
+        env = "ENGAGE_FEED_PUSH_LIMIT",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub feed_push_limit: u64,
+
+    /// Entries kept per inbox and per outbox (the oldest are trimmed).
+    #[arg(
+        long,
+        env = "ENGAGE_FEED_INBOX_SIZE",
+        default_value_t = 800,
+        global = true
+    )]
+    pub feed_inbox_size: u64,
+
+    /// Order streams of the flash sale (and hash-tag groups of voucher keys).
+    #[arg(long, env = "ENGAGE_SALE_SHARDS", default_value_t = 4, global = true)]
+    pub sale_shards: u32,
+
+    /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
+    /// link-local and private addresses are refused unless listed.
+    #[arg(long, env = "ENGAGE_CALLBACK_HOSTS", default_value = "", global = true)]
+    pub callback_hosts: String,
+
+    /// Seconds a job callback may take.
+    #[arg(
+        long,
+        env = "ENGAGE_CALLBACK_TIMEOUT_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub callback_timeout_seconds: u64,
+
+    /// Milliseconds between delay-queue ticks (promotion and taking jobs).
+    #[arg(
+        long,
+        env = "ENGAGE_JOBS_TICK_MS",
+        default_value_t = 100,
+        global = true
+    )]
+    pub jobs_tick_ms: u64,
+
+    /// Jobs one instance runs at once. Handlers are async (in-process code or an HTTP
+    /// callback), so many can wait at once; a take hands out at most as many jobs as there
+    /// are free slots, and at 32 a burst of 100,000 due jobs took more than 5 s to deliver.
+    #[arg(
+        long,
+        env = "ENGAGE_JOBS_CONCURRENCY",
+        default_value_t = 128,
+        global = true
+    )]
+    pub jobs_concurrency: usize,
+
+    /// Seconds a taken job stays invisible before it is handed out again.
+    #[arg(
+        long,
+        env = "ENGAGE_JOBS_VISIBILITY_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub jobs_visibility_seconds: u64,
+
+    /// A stream entry pending this long (milliseconds) with a silent consumer is taken over.
+    #[arg(
+        long,
+        env = "ENGAGE_CONSUMER_CLAIM_IDLE_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
+    pub consumer_claim_idle_ms: u64,
+
+    /// Seconds a shutdown waits for in-flight requests and background tasks.
+    #[arg(
+        long,
+        env = "ENGAGE_SHUTDOWN_GRACE_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub shutdown_grace_seconds: u64,
+}
+
+/// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
+impl Config {
+    /// Refuses settings that would leave the service open: a short secret, or the
+    /// development secret (and with it `/dev/token`) on an address other hosts can reach.
+    pub fn check(&self) -> anyhow::Result<()> {
+        match self.jwt_secret.as_deref() {
+            Some("") => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is set but empty; set it to a secret of at least \
+                 {MIN_JWT_SECRET_BYTES} bytes, or unset it to use the development secret \
+                 (loopback addresses only)"
+            ),
+            Some(secret) if secret.len() < MIN_JWT_SECRET_BYTES => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is {} bytes long; it must be at least {MIN_JWT_SECRET_BYTES} \
+                 (e.g. `openssl rand -hex 32`)",
+                secret.len()
+            ),
+            None if !self.bind.ip().is_loopback() => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is not set, so tokens would be signed with the development \
+                 secret that anyone can read, and /dev/token would mint them for anyone; that \
+                 is only allowed on a loopback address, and ENGAGE_BIND is {}. Set \
+                 ENGAGE_JWT_SECRET (at least {MIN_JWT_SECRET_BYTES} bytes) to listen there",
+                self.bind
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// The secret tokens are signed with; the development one when none is configured.
+    pub fn jwt_secret(&self) -> &str {
+        self.jwt_secret.as_deref().unwrap_or(DEV_JWT_SECRET)
+    }
+
+    pub fn uses_dev_secret(&self) -> bool {
+        self.jwt_secret.is_none()
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_seconds)
+    }
+}

@@ -1,0 +1,357 @@
+//! The live-event hub: one Redis pub/sub connection per instance, fanned out in process.
+//!
+//! GraphQL subscribers ask the hub for a channel; the first local subscriber of a channel
+//! makes the hub SUBSCRIBE on its one connection, the last one leaving makes it UNSUBSCRIBE.
+//! Each channel is a bounded `broadcast`: a subscriber that falls behind is not buffered for
+//! without limit but told it lagged ([`LiveMessage::Resync`]), and re-reads the current state.
+//! The same happens after the connection to Redis was lost and restored, since messages
+//! published meanwhile are gone (pub/sub keeps nothing).
+//!
+//! Rejected alternative: a Redis connection per GraphQL subscriber, which ties Redis's
+//! connection count to the number of open browsers.
+//!
+//! The subscriptions bound what they ask the hub to hold: see [`crate::features::remarks::live`] for
+//! the channels one connection may hold.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::{
+    stream::{select_all, BoxStream, SelectAll},
+    Stream, StreamExt,
+};
+use redis::aio::PubSubSink;
+use tokio::sync::broadcast;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use crate::{app::AppState, infra::error::AppResult};
+
+/// Messages a channel keeps for slow subscribers before they are told they lagged.
+const CHANNEL_CAPACITY: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveMessage {
+    /// A published payload.
+    Payload(Arc<str>),
+    /// Messages may have been missed: re-read the current state.
+    Resync,
+}
+
+struct Topic {
+    sender: broadcast::Sender<LiveMessage>,
+    subscribers: usize,
+}
+
+pub struct LiveHub {
+    redis_url: String,
+    topics: Mutex<HashMap<String, Topic>>,
+    /// The sink of the current connection; `None` while reconnecting.
+    sink: Mutex<Option<PubSubSink>>,
+    /// Serialises SUBSCRIBE/UNSUBSCRIBE so that a late unsubscribe cannot undo a subscribe.
+    changes: tokio::sync::Mutex<()>,
+}
+
+impl LiveHub {
+    pub fn new(redis_url: &str) -> Arc<Self> {
+        Arc::new(Self {
+            redis_url: redis_url.to_string(),
+            topics: Mutex::new(HashMap::new()),
+            sink: Mutex::new(None),
+            changes: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Subscribes to a channel. Returns once Redis confirmed the subscription (or at once
+    /// when this instance already listens to it), so that a state read after this call
+    /// cannot miss a change published after the read.
+    pub async fn subscribe(self: &Arc<Self>, channel: String) -> LiveSubscription {
+        let (receiver, first) = {
+            let mut topics = self.topics.lock().expect("poisoned");
+            let topic = topics.entry(channel.clone()).or_insert_with(|| Topic {
+                sender: broadcast::channel(CHANNEL_CAPACITY).0,
+                subscribers: 0,
+            });
+            topic.subscribers += 1;
+            (topic.sender.subscribe(), topic.subscribers == 1)
+        };
+        if first {
+            let _serial = self.changes.lock().await;
+            let sink = self.sink.lock().expect("poisoned").clone();
+            if let Some(mut sink) = sink {
+                if let Err(error) = sink.subscribe(&channel).await {
+                    // The runner resubscribes every channel when it reconnects.
+                    tracing::warn!(%error, channel, "live hub: subscribe failed");
+                }
+            }
+        }
+        LiveSubscription {
+            hub: self.clone(),
+            channel,
+            receiver,
+        }
+    }
+
+    fn release(self: &Arc<Self>, channel: &str) {
+        let last = {
+            let mut topics = self.topics.lock().expect("poisoned");
+            match topics.get_mut(channel) {
+                Some(topic) => {
+                    topic.subscribers -= 1;
+                    topic.subscribers == 0
+                }
+                None => false,
+            }
+        };
+        if !last {
+            return;
+        }
+        self.topics.lock().expect("poisoned").remove(channel);
+        let hub = self.clone();
+        let channel = channel.to_string();
+        tokio::spawn(async move {
+            let _serial = hub.changes.lock().await;
+            if hub.topics.lock().expect("poisoned").contains_key(&channel) {
+                return; // someone subscribed again meanwhile
+            }
+            let sink = hub.sink.lock().expect("poisoned").clone();
+            if let Some(mut sink) = sink {
+                let _ = sink.unsubscribe(&channel).await;
+            }
+        });
+    }
+
+    fn dispatch(&self, channel: &str, message: LiveMessage) {
+        if let Some(topic) = self.topics.lock().expect("poisoned").get(channel) {
+            let _ = topic.sender.send(message);
+        }
+    }
+
+    fn broadcast_resync(&self) {
+        for topic in self.topics.lock().expect("poisoned").values() {
+            let _ = topic.sender.send(LiveMessage::Resync);
+        }
+    }
+
+    /// Local subscribers of a channel (tests and metrics).
+    pub fn local_subscribers(&self, channel: &str) -> usize {
+        self.topics
+            .lock()
+            .expect("poisoned")
+            .get(channel)
+            .map_or(0, |t| t.subscribers)
+    }
+}
+
+pub struct LiveSubscription {
+    hub: Arc<LiveHub>,
+    channel: String,
+    receiver: broadcast::Receiver<LiveMessage>,
+}
+
+impl LiveSubscription {
+    /// The next message; `None` when the hub is gone.
+    pub async fn recv(&mut self) -> Option<LiveMessage> {
+        match self.receiver.recv().await {
+            Ok(message) => Some(message),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(LiveMessage::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+impl Drop for LiveSubscription {
+    fn drop(&mut self) {
+        self.hub.release(&self.channel);
+    }
+}
+
+/// The longest pause between reconnection attempts. Short on purpose: one attempt a second
+/// costs Redis nothing, and subscribers resume within about a second of Redis coming back
+/// (a doubling back-off up to 10 s, as before, left them waiting up to 15 s after an outage).
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// Changes of published counters arriving within this window of the previous update are
+/// sent as one update (the first change after a quiet window is sent at once).
+pub const COALESCE: Duration = Duration::from_millis(100);
+
+/// Counters that scripts PUBLISH on a channel per id (like counts, voucher stock): the
+/// current values first, then every change, coalesced to the latest value per id within
+/// [`COALESCE`]. Subscribes before reading (confirmed by Redis), so no change slips between
+/// the read and the subscription; after a lag or a reconnect the values are read again.
+///
+/// The returned stream does its work when polled: no task, channel or timer stands between
+/// a published change and the subscriber (a change after a quiet window is yielded as soon
+/// as it arrives; at 10,000 subscribers those hops were most of the cost of a delivery). A
+/// subscriber that stops reading is not buffered for: its channels lag, and once it reads
+/// again it is sent the values read afresh.
+pub async fn counter_changes<R, Fut>(
+    state: &AppState,
+    ids: Vec<i64>,
+    channel: impl Fn(i64) -> String,
+    read: R,
+) -> AppResult<impl Stream<Item = (i64, i64)>>
+where
+    R: Fn(AppState, Vec<i64>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = AppResult<HashMap<i64, i64>>> + Send,
+{
+    let mut subscriptions = Vec::with_capacity(ids.len());
+    for &id in &ids {
+        subscriptions.push((id, state.live.subscribe(channel(id)).await));
+    }
+    let initial = read(state.clone(), ids.clone()).await?;
+    let streams = subscriptions.into_iter().map(|(id, subscription)| {
+        futures::stream::unfold(subscription, move |mut subscription| async move {
+            subscription
+                .recv()
+                .await
+                .map(|message| ((id, message), subscription))
+        })
+        .boxed()
+    });
+    let now = tokio::time::Instant::now();
+    let counters = Counters {
+        state: state.clone(),
+        read,
+        shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
+        messages: select_all(streams),
+        ready: ids
+            .iter()
+            .map(|id| (*id, initial.get(id).copied().unwrap_or(0)))
+            .collect(),
+        pending: HashMap::new(),
+        last_flush: now.checked_sub(COALESCE).unwrap_or(now),
+    };
+    Ok(futures::stream::unfold(
+        counters,
+        |mut counters| async move { counters.next().await.map(|change| (change, counters)) },
+    ))
+}
+
+/// The state of one [`counter_changes`] stream.
+struct Counters<R> {
+    state: AppState,
+    read: R,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    messages: SelectAll<BoxStream<'static, (i64, LiveMessage)>>,
+    /// Changes released to the subscriber, yielded one by one.
+    ready: VecDeque<(i64, i64)>,
+    /// Changes held back until the coalescing window ends, latest value per id.
+    pending: HashMap<i64, i64>,
+    last_flush: tokio::time::Instant,
+}
+
+impl<R, Fut> Counters<R>
+where
+    R: Fn(AppState, Vec<i64>) -> Fut,
+    Fut: Future<Output = AppResult<HashMap<i64, i64>>>,
+{
+    /// The next change to send; `None` at shutdown or when the hub is gone.
+    async fn next(&mut self) -> Option<(i64, i64)> {
+        loop {
+            if let Some(change) = self.ready.pop_front() {
+                return Some(change);
+            }
+            // Leading edge: a change after a quiet window goes out at once; changes that
+            // follow within the window wait for its end and go out together.
+            let window_end = self.last_flush + COALESCE;
+            let flush = async {
+                if self.pending.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep_until(window_end).await;
+            };
+            tokio::select! {
+                () = &mut self.shutdown => return None,
+                () = flush => self.flush(),
+                message = self.messages.next() => {
+                    let (id, message) = message?;
+                    match message {
+                        LiveMessage::Payload(value) => {
+                            if let Ok(value) = value.parse() {
+                                self.pending.insert(id, value);
+                            }
+                        }
+                        LiveMessage::Resync => {
+                            if let Ok(values) = (self.read)(self.state.clone(), vec![id]).await {
+                                self.pending.extend(values);
+                            }
+                        }
+                    }
+                    if tokio::time::Instant::now() >= window_end {
+                        self.flush();
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        self.ready.extend(self.pending.drain());
+        self.last_flush = tokio::time::Instant::now();
+    }
+}
+
+/// Keeps the hub's connection up until shutdown: connects, subscribes every wanted channel,
+/// dispatches messages, and after a loss reconnects with back-off and tells every
+/// subscriber to resync.
+pub async fn run(state: AppState) {
+    let hub = state.live.clone();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let connected = async {
+            let client = redis::Client::open(hub.redis_url.as_str())?;
+            let (mut sink, stream) = client.get_async_pubsub().await?.split();
+            let channels: Vec<String> = hub
+                .topics
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .cloned()
+                .collect();
+            {
+                let _serial = hub.changes.lock().await;
+                if !channels.is_empty() {
+                    sink.subscribe(&channels).await?;
+                }
+                *hub.sink.lock().expect("poisoned") = Some(sink);
+            }
+            redis::RedisResult::Ok(stream)
+        };
+        let stream = tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            connected = connected => connected,
+        };
+        match stream {
+            Ok(mut stream) => {
+                delay = Duration::from_millis(100);
+                hub.broadcast_resync();
+                loop {
+                    let message = tokio::select! {
+                        () = state.shutdown.cancelled() => return,
+                        message = stream.next() => message,
+                    };
+                    let Some(message) = message else { break };
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    hub.dispatch(
+                        message.get_channel_name(),
+                        LiveMessage::Payload(payload.into()),
+                    );
+                }
+                tracing::warn!("live hub: Redis pub/sub connection lost, reconnecting");
+            }
+            Err(error) => tracing::warn!(%error, "live hub: cannot connect to Redis"),
+        }
+        *hub.sink.lock().expect("poisoned") = None;
+        hub.broadcast_resync();
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            () = tokio::time::sleep(crate::infra::backoff::jittered(delay)) => {}
+        }
+        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+    }
+}
