@@ -65,12 +65,12 @@ async fn main() -> anyhow::Result<()> {
         "SQLite"
     };
 
-    let item = items::create(&state, 1, NewItem::new("bench", None, None)?).await?;
+    let item = items::create(&state.features.items, 1, NewItem::new("bench", None, None)?).await?;
     let mut remark_ids = Vec::new();
     for author in 0..args.remarks {
         let remark = NewRemark::new(item.id, 5, "bench", Vec::new())?;
         remark_ids.push(
-            remarks::create(&state, 10_000_000 + author, remark)
+            remarks::create(&state.features.remarks, 10_000_000 + author, remark)
                 .await?
                 .id,
         );
@@ -83,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     like_many(&state, &remark_ids, &next_voter, args.events, 64).await?;
     let made_in = making.elapsed();
     let draining = Instant::now();
-    remarks::archive::spawn(&state);
+    remarks::archive::spawn(&state.features.remarks);
     while unacknowledged(&state).await?.0 > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -100,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
                 let (_, lag_ms) = unacknowledged(&state).await?;
                 lags.push(lag_ms);
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                if state.shutdown.is_cancelled() {
+                if state.infra.instance.shutdown.is_cancelled() {
                     return anyhow::Ok(lags);
                 }
             }
@@ -120,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     while unacknowledged(&state).await?.0 > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    state.shutdown.cancel();
+    state.infra.instance.shutdown.cancel();
     let mut lags = sampler.await??;
     lags.sort_unstable();
     let total = args.events + per_tick * ticks as i64;
@@ -128,7 +128,7 @@ async fn main() -> anyhow::Result<()> {
         "SELECT COUNT(*) FROM vote_log WHERE remark_id IN ({})",
         engage::infra::db::id_list(&remark_ids)
     ))
-    .fetch_one(&state.db.pool)
+    .fetch_one(&state.infra.db.pool)
     .await?;
     println!(
         "RESULT {}",
@@ -160,7 +160,7 @@ async fn like_many(
         .map(|n| {
             let voter = next_voter.fetch_add(1, Ordering::Relaxed);
             let remark = remark_ids[(n as usize) % remark_ids.len()];
-            async move { likes::vote(state, voter, remark, Vote::Like).await }
+            async move { likes::vote(&state.features.remarks, voter, remark, Vote::Like).await }
         })
         .buffer_unordered(concurrency)
         .collect()
@@ -174,11 +174,11 @@ async fn like_many(
 /// Entries of the vote streams not yet acknowledged by the archive group, and the age of
 /// the oldest of them in milliseconds.
 async fn unacknowledged(state: &AppState) -> anyhow::Result<(u64, i64)> {
-    let mut conn = state.redis.get().await?;
+    let mut conn = state.infra.redis.get().await?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let (mut count, mut oldest_ms) = (0u64, now_ms);
-    for shard in 0..state.remarks.shards {
-        let stream = state.keys.vote_stream(shard);
+    for shard in 0..state.features.remarks.settings.shards {
+        let stream = state.infra.keys.vote_stream(shard);
         let groups: Vec<redis::Value> = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(&stream)
@@ -250,9 +250,9 @@ fn id_ms(id: &str) -> i64 {
 }
 
 async fn cleanup(state: &AppState) -> anyhow::Result<()> {
-    let mut conn = state.redis.get().await?;
+    let mut conn = state.infra.redis.get().await?;
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", state.keys.prefix()))
+        .arg(format!("{}*", state.infra.keys.prefix()))
         .query_async(&mut *conn)
         .await?;
     for chunk in keys.chunks(1000) {

@@ -60,7 +60,9 @@ async fn main() -> anyhow::Result<()> {
     let state = app.state.clone();
     let seen = Arc::new(Mutex::new(Vec::with_capacity(args.jobs)));
     state
+        .features
         .jobs
+        .registry
         .register("bench", Arc::new(Lateness(seen.clone())), None);
 
     let scheduling = Instant::now();
@@ -80,7 +82,9 @@ async fn main() -> anyhow::Result<()> {
                         max_attempts: None,
                         callback_url: None,
                     };
-                    jobs::schedule(&state, job).await.expect("scheduled");
+                    jobs::schedule(&state.features.jobs, job)
+                        .await
+                        .expect("scheduled");
                 }
             })
         })
@@ -123,9 +127,9 @@ async fn main() -> anyhow::Result<()> {
         })
     );
 
-    let mut conn = state.redis.get().await?;
+    let mut conn = state.infra.redis.get().await?;
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", state.keys.prefix()))
+        .arg(format!("{}*", state.infra.keys.prefix()))
         .query_async(&mut *conn)
         .await?;
     if !keys.is_empty() {
@@ -134,7 +138,7 @@ async fn main() -> anyhow::Result<()> {
             .query_async(&mut *conn)
             .await?;
     }
-    state.shutdown.cancel();
+    state.infra.instance.shutdown.cancel();
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }

@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     config.redis_prefix = format!("bench-rebuild-{}:", std::process::id());
     let state = Services::start(config).await?;
     let result = run(&state, &args).await;
-    let mut conn = state.redis.get().await?;
+    let mut conn = state.infra.redis.get().await?;
     let keys = keys_of(&state).await?;
     for chunk in keys.chunks(1000) {
         let _: i64 = redis::cmd("UNLINK")
@@ -60,9 +60,9 @@ async fn main() -> anyhow::Result<()> {
 async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
     let seeded = Instant::now();
     let rows = seed(state, args).await?;
-    if state.db.backend == engage::infra::db::Backend::Postgres {
+    if state.infra.db.backend == engage::infra::db::Backend::Postgres {
         // As autovacuum would have long done on a database in service.
-        sqlx::query("ANALYZE").execute(&state.db.pool).await?;
+        sqlx::query("ANALYZE").execute(&state.infra.db.pool).await?;
     }
     eprintln!(
         "seeded {rows} rows in {:.1} s",
@@ -72,7 +72,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
     println!("| step | figure | time |");
     println!("|---|---|---|");
     let started = Instant::now();
-    let reports = engage::features::recovery::verify(state).await?;
+    let reports = engage::features::recovery::verify(&state.features).await?;
     let drifted: u64 = reports.iter().map(|r| r.drifted).sum();
     anyhow::ensure!(drifted > 0, "verify found no drift on an empty Redis");
     println!(
@@ -81,7 +81,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     let started = Instant::now();
-    let rebuilt = engage::features::recovery::rebuild(state, false).await?;
+    let rebuilt = engage::features::recovery::rebuild(&state.infra, &state.features, false).await?;
     let took = started.elapsed();
     for feature in rebuilt.iter().filter(|f| f.written > 0) {
         println!(
@@ -97,7 +97,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         took.as_secs_f64()
     );
     let started = Instant::now();
-    let reports = engage::features::recovery::verify(state).await?;
+    let reports = engage::features::recovery::verify(&state.features).await?;
     let drifted: Vec<_> = reports.iter().filter(|r| !r.is_clean()).collect();
     anyhow::ensure!(drifted.is_empty(), "drift after the rebuild: {drifted:?}");
     println!(
@@ -111,9 +111,9 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
 /// Writes `points_record` (one award per board member) and `sign_ins` (every day of this
 /// month before today, per signed user); the rows written.
 async fn seed(state: &AppState, args: &Args) -> anyhow::Result<i64> {
-    let today = state.clock.today();
+    let today = state.infra.clock.today();
     let month = Month::of(today);
-    let begins = state.clock.month_begins(month).timestamp_millis();
+    let begins = state.infra.clock.month_begins(month).timestamp_millis();
     let mut rows = 0;
     for first in (0..args.members).step_by(BATCH as usize) {
         let users: Vec<i64> = (first..(first + BATCH).min(args.members)).collect();
@@ -135,12 +135,12 @@ async fn seed(state: &AppState, args: &Args) -> anyhow::Result<i64> {
                 .bind(format!("service:seed-{user}"))
                 .bind(i64::from(month.id()))
                 .bind(at)
-                .bind(day_number(state.clock.date_of(
+                .bind(day_number(state.infra.clock.date_of(
                     chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
                 )))
                 .bind(at * 1_000_000 + n % 1_000_000);
         }
-        insert.execute(&state.db.pool).await?;
+        insert.execute(&state.infra.db.pool).await?;
         rows += users.len() as i64;
     }
     let days: Vec<i64> = (1..today.day())
@@ -161,7 +161,7 @@ async fn seed(state: &AppState, args: &Args) -> anyhow::Result<i64> {
                     insert = insert.bind(n + 1).bind(day).bind(0).bind(begins);
                 }
             }
-            insert.execute(&state.db.pool).await?;
+            insert.execute(&state.infra.db.pool).await?;
             rows += (users.len() * days.len()) as i64;
         }
     }
@@ -169,14 +169,14 @@ async fn seed(state: &AppState, args: &Args) -> anyhow::Result<i64> {
 }
 
 async fn keys_of(state: &AppState) -> anyhow::Result<Vec<String>> {
-    let mut conn = state.redis.get().await?;
+    let mut conn = state.infra.redis.get().await?;
     let mut cursor = 0u64;
     let mut keys = Vec::new();
     loop {
         let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(state.keys.all_pattern())
+            .arg(state.infra.keys.all_pattern())
             .arg("COUNT")
             .arg(10_000)
             .query_async(&mut *conn)

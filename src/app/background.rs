@@ -1,26 +1,40 @@
 //! The background work of an instance. Every instance runs all of it: coordination between
 //! instances goes through Redis (consumer groups, locks), never through local state.
-//! A feature with a worker adds one line here.
+//! A feature with a worker adds one line here, handing the worker its own context.
 
-use crate::app::AppState;
+use crate::{
+    api::http::rate_limit,
+    app::Services,
+    features::{feed, jobs, leaderboard, points, remarks, vouchers},
+    infra::live,
+};
 
-pub fn spawn_all(state: &AppState) {
+pub fn spawn_all(services: &Services) {
+    let (infra, features) = (&services.infra, &services.features);
     // Registrations first: consumers schedule jobs with their topics' policies.
-    crate::features::vouchers::orders::register_expiry(state);
-    state.spawn_background("rate-limit-sweeper", crate::api::http::rate_limit::sweep);
-    state.spawn_background("live-hub", crate::infra::live::run);
-    crate::features::remarks::archive::spawn(state);
-    crate::features::points::archive::spawn(state);
-    state.spawn_background(
+    vouchers::orders::register_expiry(&features.vouchers);
+    infra.instance.spawn(
+        "rate-limit-sweeper",
+        rate_limit::sweep(services.gateway.clone()),
+    );
+    infra.instance.spawn("live-hub", live::run(infra.clone()));
+    remarks::archive::spawn(&features.remarks);
+    points::archive::spawn(&features.points, features.remarks.vote_streams());
+    infra.instance.spawn(
         "season-watch",
-        crate::features::leaderboard::live::watch_seasons,
+        leaderboard::live::watch_seasons(features.leaderboard.clone()),
     );
-    state.spawn_background(
+    infra.instance.spawn(
         "season-rollover",
-        crate::features::leaderboard::rollover::run_periodically,
+        leaderboard::rollover::run_periodically(features.leaderboard.clone()),
     );
-    crate::features::vouchers::archive::spawn(state);
-    crate::features::feed::spawn(state);
-    state.spawn_background("order-expiry-sweep", crate::features::vouchers::sweep::run);
-    state.spawn_background("delay-queue", crate::features::jobs::worker::run);
+    vouchers::archive::spawn(&features.vouchers);
+    feed::spawn(&features.feed);
+    infra.instance.spawn(
+        "order-expiry-sweep",
+        vouchers::sweep::run(features.vouchers.clone()),
+    );
+    infra
+        .instance
+        .spawn("delay-queue", jobs::worker::run(features.jobs.clone()));
 }

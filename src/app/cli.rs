@@ -125,7 +125,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Verify => {
             let state = Services::start(config).await?;
-            let reports = features::recovery::verify(&state)
+            let reports = features::recovery::verify(&state.features)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut drifted = 0;
@@ -147,7 +147,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Rebuild => {
             let state = Services::start(config).await?;
-            let rebuilt = features::recovery::rebuild(&state, true)
+            let rebuilt = features::recovery::rebuild(&state.infra, &state.features, true)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             for feature in &rebuilt {
@@ -187,7 +187,7 @@ async fn archive_with_progress(
         on_progress: Some(&report),
         stop_after_chunks: None,
     };
-    match archive_season(state, season, options)
+    match archive_season(&state.features.leaderboard, season, options)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?
     {

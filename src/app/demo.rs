@@ -39,14 +39,14 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
     );
 
     bar.set_message("users");
-    let now_ms = state.clock.now_ms();
+    let now_ms = state.infra.clock.now_ms();
     for id in 1..=users {
         let name = format!("{} {}", NAMES[(id as usize - 1) % NAMES.len()], id);
         sqlx::query("INSERT INTO users (id, name, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
             .bind(id)
             .bind(name)
             .bind(now_ms)
-            .execute(&state.db.pool)
+            .execute(&state.infra.db.pool)
             .await?;
         bar.inc(1);
     }
@@ -54,7 +54,12 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
     bar.set_message("items");
     let mut item_ids = Vec::new();
     for (name, lat, lng) in ITEMS {
-        let item = items::create(state, 1, NewItem::new(name, Some(*lat), Some(*lng))?).await?;
+        let item = items::create(
+            &state.features.items,
+            1,
+            NewItem::new(name, Some(*lat), Some(*lng))?,
+        )
+        .await?;
         item_ids.push(item.id);
         bar.inc(1);
     }
@@ -71,7 +76,7 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
             )
         };
         match remarks::create(
-            state,
+            &state.features.remarks,
             author,
             NewRemark::new(item, score, text, Vec::new())?,
         )
@@ -95,7 +100,7 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
                 .collect()
         };
         for remark in picks {
-            remarks::likes::vote(state, voter, remark, Vote::Like)
+            remarks::likes::vote(&state.features.remarks, voter, remark, Vote::Like)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
@@ -113,7 +118,7 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
                 .collect()
         };
         for followee in followees {
-            crate::features::feed::follow(state, user, followee)
+            crate::features::feed::follow(&state.features.feed, user, followee)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
@@ -122,13 +127,13 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
 
     bar.set_message("sign-ins");
     for user in 1..=users {
-        crate::features::signin::sign_in(state, user)
+        crate::features::signin::sign_in(&state.features.signin, user)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let extra: i64 = rand::rng().random_range(0..40);
         if extra > 0 {
             crate::features::points::award(
-                state,
+                &state.features.points,
                 user,
                 crate::features::points::PointsType::Learning,
                 extra,

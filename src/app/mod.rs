@@ -1,5 +1,5 @@
-//! The shared state every handler, resolver and worker receives, and the lifecycle of one
-//! server instance: start (connect, migrate, load scripts), serve, shut down.
+//! The wiring, and the lifecycle of one server instance: start (connect, migrate, load
+//! scripts, build every feature's context), serve, shut down. Nothing imports this layer.
 //!
 //! Shutdown follows mini-redis: one [`CancellationToken`] that every task listens to, and a
 //! [`TaskTracker`] to wait for background tasks once they have been told to stop.
@@ -20,55 +20,38 @@ use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    api::http::{self, rate_limit::RateLimits},
-    api::schema::{self, AppSchema},
-    features::jobs::JobRegistry,
-    features::leaderboard::live::SharedBoards,
-    features::points::PointsSettings,
-    features::remarks::RemarkSettings,
-    features::users::UserDirectory,
-    infra::auth::Tokens,
-    infra::clock::Clock,
-    infra::config::Config,
-    infra::db::Db,
-    infra::ids::IdGenerator,
-    infra::live::LiveHub,
-    infra::redis::{self as redis_access, Keys, RedisPool},
+    api::{
+        http::{self, rate_limit::RateLimits, Gateway},
+        schema::{self, AppSchema},
+    },
+    features::Features,
+    infra::{
+        auth::Tokens,
+        clock::Clock,
+        config::Config,
+        db::Db,
+        ids::IdGenerator,
+        live::LiveHub,
+        redis::{self as redis_access, Keys},
+        ConsumerTimings, Infra, Instance,
+    },
 };
 
-/// Everything a request or a worker needs, built once per instance.
+/// One instance, wired: the infrastructure, every feature's context built on it, and what
+/// the transports share. The wiring is the only code that sees all three; everything else
+/// receives the part it uses.
 pub struct Services {
     pub config: Config,
-    pub redis: RedisPool,
-    /// Round trips made through `redis` (metrics, and tests that count them).
-    pub redis_round_trips: Arc<AtomicU64>,
-    pub db: Db,
-    pub keys: Keys,
-    pub clock: Clock,
-    pub ids: IdGenerator,
-    pub tokens: Tokens,
-    pub users: Arc<UserDirectory>,
-    pub rate_limits: RateLimits,
-    /// Names this instance as a stream consumer and lock owner.
-    pub instance_id: String,
-    /// The one pub/sub connection of this instance, fanned out to subscriptions.
-    pub live: Arc<LiveHub>,
-    /// Leaderboard readers shared by the subscribers of this instance.
-    pub boards: SharedBoards,
-    pub remarks: RemarkSettings,
-    pub points: PointsSettings,
-    /// In-process handlers of delay-queue topics.
-    pub jobs: JobRegistry,
-    /// Cancelled when the instance begins to shut down.
-    pub shutdown: CancellationToken,
-    /// Background tasks, awaited on shutdown.
-    pub tasks: TaskTracker,
+    pub infra: Infra,
+    pub features: Features,
+    pub gateway: Arc<Gateway>,
 }
 
 pub type AppState = Arc<Services>;
 
 impl Services {
-    /// Connects to Redis and SQL, applies migrations and loads the Lua scripts.
+    /// Connects to Redis and SQL, applies migrations, loads the Lua scripts and builds every
+    /// feature's context.
     pub async fn start(config: Config) -> anyhow::Result<AppState> {
         if config.uses_dev_secret() {
             tracing::warn!(
@@ -95,40 +78,40 @@ impl Services {
             clock.clone(),
             config.id_block_size,
         );
-        Ok(Arc::new(Services {
-            tokens: Tokens::new(config.jwt_secret()).with_max_ttl(config.jwt_max_ttl_seconds),
-            users: Arc::new(UserDirectory::new(db.clone())),
-            rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user),
-            instance_id: format!("engage-{}", uuid::Uuid::new_v4().simple()),
-            live: LiveHub::new(&config.redis_url),
-            boards: SharedBoards::default(),
-            remarks: RemarkSettings::from_config(&config),
-            points: PointsSettings::from_config(&config)?,
-            jobs: JobRegistry::from_config(&config),
-            config,
+        let infra = Infra {
             redis,
             redis_round_trips,
             db,
             keys,
             clock,
-            ids,
-            shutdown: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-        }))
-    }
-
-    /// Runs a background loop until shutdown; `task` receives the shutdown token and must
-    /// return soon after it is cancelled.
-    pub fn spawn_background<F, Fut>(self: &Arc<Self>, name: &'static str, task: F)
-    where
-        F: FnOnce(AppState) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let future = task(self.clone());
-        self.tasks.spawn(async move {
-            future.await;
-            tracing::debug!(task = name, "background task stopped");
+            ids: Arc::new(ids),
+            live: LiveHub::new(&config.redis_url),
+            instance: Instance {
+                id: format!("engage-{}", uuid::Uuid::new_v4().simple()).into(),
+                redis_url: config.redis_url.as_str().into(),
+                consumers: ConsumerTimings {
+                    claim_idle: Duration::from_millis(config.consumer_claim_idle_ms.max(10)),
+                    max_backoff: Duration::from_millis(config.consumer_max_backoff_ms.max(10)),
+                },
+                shutdown: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            },
+        };
+        let features = Features::new(&infra, &config)?;
+        let gateway = Arc::new(Gateway {
+            config: config.clone(),
+            infra: infra.clone(),
+            tokens: Tokens::new(config.jwt_secret()).with_max_ttl(config.jwt_max_ttl_seconds),
+            rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user),
+            users: features.users.clone(),
+            remarks: features.remarks.clone(),
         });
+        Ok(Arc::new(Services {
+            config,
+            infra,
+            features,
+            gateway,
+        }))
     }
 }
 
@@ -146,7 +129,7 @@ impl App {
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;
         let state = Services::start(config).await?;
-        let schema = schema::build(Some(state.clone()));
+        let schema = schema::build(Some((&state.config, &state.infra, &state.features)));
         crate::app::background::spawn_all(&state);
         Ok(Self {
             state,
@@ -172,8 +155,8 @@ impl App {
             schema,
             listener,
         } = self;
-        let router = http::router(state.clone(), schema);
-        let shutdown = state.shutdown.clone();
+        let router = http::router(state.gateway.clone(), schema);
+        let shutdown = state.infra.instance.shutdown.clone();
         let trigger = shutdown.clone();
         tokio::spawn(async move {
             tokio::select! {
@@ -191,10 +174,10 @@ impl App {
         let grace = state.config.shutdown_grace();
         let served = async {
             server.await;
-            state.tasks.close();
-            state.tasks.wait().await;
+            state.infra.instance.tasks.close();
+            state.infra.instance.tasks.wait().await;
             // Ends the sessions (and any transaction a stopped task left open).
-            state.db.pool.close().await;
+            state.infra.db.pool.close().await;
             anyhow::Ok(())
         };
         tokio::select! {

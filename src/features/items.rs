@@ -4,9 +4,17 @@
 use sqlx::Row;
 
 use crate::{
-    app::AppState,
+    features::nearby::Nearby,
     infra::error::{AppError, AppResult},
+    infra::Infra,
 };
+
+/// What the item catalogue works with: an item with a location is placed for search.
+#[derive(Clone)]
+pub struct Items {
+    pub infra: Infra,
+    pub nearby: Nearby,
+}
 
 #[derive(Debug, Clone)]
 pub struct ItemRecord {
@@ -72,9 +80,9 @@ impl NewItem {
     }
 }
 
-pub async fn create(state: &AppState, created_by: i64, item: NewItem) -> AppResult<ItemRecord> {
-    let id = state.ids.next_id().await?;
-    let now_ms = state.clock.now_ms();
+pub async fn create(ctx: &Items, created_by: i64, item: NewItem) -> AppResult<ItemRecord> {
+    let id = ctx.infra.ids.next_id().await?;
+    let now_ms = ctx.infra.clock.now_ms();
     sqlx::query(
         "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -85,10 +93,10 @@ pub async fn create(state: &AppState, created_by: i64, item: NewItem) -> AppResu
     .bind(item.location.map(|l| l.lng))
     .bind(created_by)
     .bind(now_ms)
-    .execute(&state.db.pool)
+    .execute(&ctx.infra.db.pool)
     .await?;
     if let Some(location) = item.location {
-        crate::features::nearby::place(state, id, location).await?;
+        crate::features::nearby::place(&ctx.nearby, id, location).await?;
     }
     Ok(ItemRecord {
         id,
@@ -98,12 +106,12 @@ pub async fn create(state: &AppState, created_by: i64, item: NewItem) -> AppResu
     })
 }
 
-pub async fn find(state: &AppState, id: i64) -> AppResult<Option<ItemRecord>> {
-    Ok(find_many(state, &[id]).await?.pop())
+pub async fn find(ctx: &Items, id: i64) -> AppResult<Option<ItemRecord>> {
+    Ok(find_many(ctx, &[id]).await?.pop())
 }
 
 /// Items by id (in no particular order).
-pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
+pub async fn find_many(ctx: &Items, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -111,7 +119,7 @@ pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<Vec<ItemRecor
     let rows = sqlx::query(&format!(
         "SELECT id, name, lat, lng, created_at_ms FROM items WHERE id IN ({list})"
     ))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     rows.iter()
         .map(item_of)

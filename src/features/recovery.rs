@@ -5,7 +5,10 @@
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::infra::recovery::{Rebuild, Report};
-use crate::{app::AppState, infra::error::AppResult};
+use crate::{
+    features::Features,
+    infra::{error::AppResult, Infra},
+};
 
 /// Every feature with state in Redis that SQL can restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,42 +52,64 @@ impl Feature {
         }
     }
 
-    async fn verify(self, state: &AppState) -> AppResult<Report> {
+    async fn verify(self, features: &Features) -> AppResult<Report> {
         match self {
-            Feature::Jobs => crate::features::jobs::recovery::verify(state).await,
-            Feature::Likes => crate::features::remarks::recovery::verify(state).await,
-            Feature::Calendars => crate::features::signin::recovery::verify(state).await,
-            Feature::Boards => crate::features::points::recovery::verify_boards(state).await,
-            Feature::DailyCaps => crate::features::points::recovery::verify_daily(state).await,
-            Feature::Follows => crate::features::feed::recovery::verify_follows(state).await,
-            Feature::Feeds => crate::features::feed::recovery::verify_feeds(state).await,
-            Feature::Nearby => crate::features::nearby::recovery::verify(state).await,
-            Feature::Vouchers => crate::features::vouchers::recovery::verify(state).await,
+            Feature::Jobs => crate::features::jobs::recovery::verify(&features.jobs).await,
+            Feature::Likes => crate::features::remarks::recovery::verify(&features.remarks).await,
+            Feature::Calendars => crate::features::signin::recovery::verify(&features.signin).await,
+            Feature::Boards => {
+                crate::features::points::recovery::verify_boards(&features.points).await
+            }
+            Feature::DailyCaps => {
+                crate::features::points::recovery::verify_daily(&features.points).await
+            }
+            Feature::Follows => {
+                crate::features::feed::recovery::verify_follows(&features.feed).await
+            }
+            Feature::Feeds => crate::features::feed::recovery::verify_feeds(&features.feed).await,
+            Feature::Nearby => crate::features::nearby::recovery::verify(&features.nearby).await,
+            Feature::Vouchers => {
+                crate::features::vouchers::recovery::verify(&features.vouchers).await
+            }
         }
     }
 
-    async fn rebuild(self, run: &Rebuild<'_>) -> AppResult<()> {
+    async fn rebuild(self, features: &Features, run: &Rebuild<'_>) -> AppResult<()> {
         match self {
-            Feature::Jobs => crate::features::jobs::recovery::rebuild(run).await,
-            Feature::Likes => crate::features::remarks::recovery::rebuild(run).await,
-            Feature::Calendars => crate::features::signin::recovery::rebuild(run).await,
+            Feature::Jobs => crate::features::jobs::recovery::rebuild(&features.jobs, run).await,
+            Feature::Likes => {
+                crate::features::remarks::recovery::rebuild(&features.remarks, run).await
+            }
+            Feature::Calendars => {
+                crate::features::signin::recovery::rebuild(&features.signin, run).await
+            }
             // Boards, daily totals and make-up counters change together in one award, so
             // they are rebuilt together, under one hold.
-            Feature::Boards => crate::features::points::recovery::rebuild(run).await,
+            Feature::Boards => {
+                crate::features::points::recovery::rebuild(&features.points, run).await
+            }
             Feature::DailyCaps => Ok(()),
-            Feature::Follows => crate::features::feed::recovery::rebuild_follows(run).await,
-            Feature::Feeds => crate::features::feed::recovery::rebuild_feeds(run).await,
-            Feature::Nearby => crate::features::nearby::recovery::rebuild(run).await,
-            Feature::Vouchers => crate::features::vouchers::recovery::rebuild(run).await,
+            Feature::Follows => {
+                crate::features::feed::recovery::rebuild_follows(&features.feed, run).await
+            }
+            Feature::Feeds => {
+                crate::features::feed::recovery::rebuild_feeds(&features.feed, run).await
+            }
+            Feature::Nearby => {
+                crate::features::nearby::recovery::rebuild(&features.nearby, run).await
+            }
+            Feature::Vouchers => {
+                crate::features::vouchers::recovery::rebuild(&features.vouchers, run).await
+            }
         }
     }
 }
 
 /// Verifies every feature; the reports come in the order of [`Feature::ALL`].
-pub async fn verify(state: &AppState) -> AppResult<Vec<Report>> {
+pub async fn verify(features: &Features) -> AppResult<Vec<Report>> {
     let mut reports = Vec::with_capacity(Feature::ALL.len());
     for feature in Feature::ALL {
-        reports.push(feature.verify(state).await?);
+        reports.push(feature.verify(features).await?);
     }
     Ok(reports)
 }
@@ -99,7 +124,7 @@ pub struct Rebuilt {
 }
 
 /// Rebuilds every feature from SQL, resuming a stopped run; with `show` a bar per feature.
-pub async fn rebuild(state: &AppState, show: bool) -> AppResult<Vec<Rebuilt>> {
+pub async fn rebuild(infra: &Infra, features: &Features, show: bool) -> AppResult<Vec<Rebuilt>> {
     let mut rebuilt = Vec::with_capacity(Feature::ALL.len());
     for feature in Feature::ALL {
         let bar = if show {
@@ -113,9 +138,9 @@ pub async fn rebuild(state: &AppState, show: bool) -> AppResult<Vec<Rebuilt>> {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_prefix(feature.name());
-        let run = Rebuild::new(state, feature.name(), bar);
+        let run = Rebuild::new(infra, feature.name(), bar);
         let started = std::time::Instant::now();
-        feature.rebuild(&run).await?;
+        feature.rebuild(features, &run).await?;
         rebuilt.push(Rebuilt {
             feature: feature.name(),
             written: run.finish(),
@@ -123,9 +148,9 @@ pub async fn rebuild(state: &AppState, show: bool) -> AppResult<Vec<Rebuilt>> {
         });
     }
     // Every feature finished: the next run starts over.
-    let mut conn = state.redis.get().await?;
+    let mut conn = infra.redis.get().await?;
     let () = redis::cmd("DEL")
-        .arg(state.keys.recovery_cursors())
+        .arg(infra.keys.recovery_cursors())
         .query_async(&mut *conn)
         .await?;
     Ok(rebuilt)

@@ -29,7 +29,7 @@ use redis::aio::PubSubSink;
 use tokio::sync::broadcast;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use crate::{app::AppState, infra::error::AppResult};
+use crate::infra::{error::AppResult, Infra};
 
 /// Messages a channel keeps for slow subscribers before they are told they lagged.
 const CHANNEL_CAPACITY: usize = 64;
@@ -190,20 +190,20 @@ pub const COALESCE: Duration = Duration::from_millis(100);
 /// subscriber that stops reading is not buffered for: its channels lag, and once it reads
 /// again it is sent the values read afresh.
 pub async fn counter_changes<R, Fut>(
-    state: &AppState,
+    infra: &Infra,
     ids: Vec<i64>,
     channel: impl Fn(i64) -> String,
     read: R,
 ) -> AppResult<impl Stream<Item = (i64, i64)>>
 where
-    R: Fn(AppState, Vec<i64>) -> Fut + Send + Sync + 'static,
+    R: Fn(Vec<i64>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = AppResult<HashMap<i64, i64>>> + Send,
 {
     let mut subscriptions = Vec::with_capacity(ids.len());
     for &id in &ids {
-        subscriptions.push((id, state.live.subscribe(channel(id)).await));
+        subscriptions.push((id, infra.live.subscribe(channel(id)).await));
     }
-    let initial = read(state.clone(), ids.clone()).await?;
+    let initial = read(ids.clone()).await?;
     let streams = subscriptions.into_iter().map(|(id, subscription)| {
         futures::stream::unfold(subscription, move |mut subscription| async move {
             subscription
@@ -215,9 +215,8 @@ where
     });
     let now = tokio::time::Instant::now();
     let counters = Counters {
-        state: state.clone(),
         read,
-        shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
+        shutdown: Box::pin(infra.instance.shutdown.clone().cancelled_owned()),
         messages: select_all(streams),
         ready: ids
             .iter()
@@ -234,7 +233,6 @@ where
 
 /// The state of one [`counter_changes`] stream.
 struct Counters<R> {
-    state: AppState,
     read: R,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     messages: SelectAll<BoxStream<'static, (i64, LiveMessage)>>,
@@ -247,7 +245,7 @@ struct Counters<R> {
 
 impl<R, Fut> Counters<R>
 where
-    R: Fn(AppState, Vec<i64>) -> Fut,
+    R: Fn(Vec<i64>) -> Fut,
     Fut: Future<Output = AppResult<HashMap<i64, i64>>>,
 {
     /// The next change to send; `None` at shutdown or when the hub is gone.
@@ -277,7 +275,7 @@ where
                             }
                         }
                         LiveMessage::Resync => {
-                            if let Ok(values) = (self.read)(self.state.clone(), vec![id]).await {
+                            if let Ok(values) = (self.read)(vec![id]).await {
                                 self.pending.extend(values);
                             }
                         }
@@ -299,8 +297,8 @@ where
 /// Keeps the hub's connection up until shutdown: connects, subscribes every wanted channel,
 /// dispatches messages, and after a loss reconnects with back-off and tells every
 /// subscriber to resync.
-pub async fn run(state: AppState) {
-    let hub = state.live.clone();
+pub async fn run(infra: Infra) {
+    let hub = infra.live.clone();
     let mut delay = Duration::from_millis(100);
     loop {
         let connected = async {
@@ -323,7 +321,7 @@ pub async fn run(state: AppState) {
             redis::RedisResult::Ok(stream)
         };
         let stream = tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = infra.instance.shutdown.cancelled() => return,
             connected = connected => connected,
         };
         match stream {
@@ -332,7 +330,7 @@ pub async fn run(state: AppState) {
                 hub.broadcast_resync();
                 loop {
                     let message = tokio::select! {
-                        () = state.shutdown.cancelled() => return,
+                        () = infra.instance.shutdown.cancelled() => return,
                         message = stream.next() => message,
                     };
                     let Some(message) = message else { break };
@@ -349,7 +347,7 @@ pub async fn run(state: AppState) {
         *hub.sink.lock().expect("poisoned") = None;
         hub.broadcast_resync();
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = infra.instance.shutdown.cancelled() => return,
             () = tokio::time::sleep(crate::infra::backoff::jittered(delay)) => {}
         }
         delay = (delay * 2).min(MAX_RECONNECT_DELAY);

@@ -11,12 +11,12 @@ use std::{future::Future, time::Duration};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    app::AppState,
     infra::error::AppResult,
     infra::redis::{
         scripts::{LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW},
         Keys,
     },
+    infra::Infra,
 };
 
 impl Keys {
@@ -41,7 +41,7 @@ pub struct Held {
 /// Runs `work` while holding the lock `name`; `Ok(None)` when another owner holds it.
 /// The lease (`lease`) is renewed every third of itself until `work` returns.
 pub async fn with_lock<T, F, Fut>(
-    state: &AppState,
+    infra: &Infra,
     name: &str,
     lease: Duration,
     work: F,
@@ -50,14 +50,14 @@ where
     F: FnOnce(Held) -> Fut,
     Fut: Future<Output = T>,
 {
-    let owner_key = state.keys.lock_owner(name);
-    let token = format!("{}:{}", state.instance_id, uuid::Uuid::new_v4().simple());
+    let owner_key = infra.keys.lock_owner(name);
+    let token = format!("{}:{}", infra.instance.id, uuid::Uuid::new_v4().simple());
     let lease_ms = lease.as_millis() as u64;
     let fence: i64 = {
-        let mut conn = state.redis.get().await?;
+        let mut conn = infra.redis.get().await?;
         LOCK_ACQUIRE
             .key(&owner_key)
-            .key(state.keys.lock_fence(name))
+            .key(infra.keys.lock_fence(name))
             .arg(&token)
             .arg(lease_ms)
             .invoke_async(&mut *conn)
@@ -73,8 +73,8 @@ where
     };
     let done = CancellationToken::new();
     let renewer = {
-        let (state, owner_key, token, lost, done) = (
-            state.clone(),
+        let (infra, owner_key, token, lost, done) = (
+            infra.clone(),
             owner_key.clone(),
             token.clone(),
             held.lost.clone(),
@@ -89,7 +89,7 @@ where
                     _ = every.tick() => {}
                 }
                 let renewed: AppResult<i64> = async {
-                    let mut conn = state.redis.get().await?;
+                    let mut conn = infra.redis.get().await?;
                     Ok(LOCK_RENEW
                         .key(&owner_key)
                         .arg(&token)
@@ -110,7 +110,7 @@ where
     let result = work(held).await;
     done.cancel();
     let _ = renewer.await;
-    let mut conn = state.redis.get().await?;
+    let mut conn = infra.redis.get().await?;
     let _: i64 = LOCK_RELEASE
         .key(&owner_key)
         .arg(&token)

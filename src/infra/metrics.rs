@@ -17,7 +17,7 @@ use std::{sync::OnceLock, time::Duration};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::app::AppState;
+use crate::infra::Infra;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -41,16 +41,16 @@ pub fn install() -> &'static PrometheusHandle {
 }
 
 /// The text exposition, with pool gauges read at scrape time.
-pub fn render(state: &AppState) -> String {
-    let (redis_open, redis_idle) = crate::infra::redis::pool_state(&state.redis);
+pub fn render(infra: &Infra) -> String {
+    let (redis_open, redis_idle) = crate::infra::redis::pool_state(&infra.redis);
     metrics::gauge!("engage_redis_pool_connections", "state" => "open").set(redis_open as f64);
     metrics::gauge!("engage_redis_pool_connections", "state" => "idle").set(redis_idle as f64);
     metrics::counter!("engage_redis_round_trips_total").absolute(
-        state
+        infra
             .redis_round_trips
             .load(std::sync::atomic::Ordering::Relaxed),
     );
-    let (sql_open, sql_idle) = state.db.pool_state();
+    let (sql_open, sql_idle) = infra.db.pool_state();
     metrics::gauge!("engage_sql_pool_connections", "state" => "open").set(sql_open as f64);
     metrics::gauge!("engage_sql_pool_connections", "state" => "idle").set(sql_idle as f64);
     install().render()

@@ -16,3 +16,66 @@ pub mod metrics;
 pub mod recovery;
 pub mod redis;
 pub mod streams;
+
+use std::{
+    future::Future,
+    sync::{atomic::AtomicU64, Arc},
+    time::Duration,
+};
+
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use self::{clock::Clock, db::Db, ids::IdGenerator, live::LiveHub, redis::Keys, redis::RedisPool};
+
+/// The handles every feature is built from. Each is a pool or a shared pointer, so a
+/// feature's context holds its own clone; none of them knows a feature.
+#[derive(Clone)]
+pub struct Infra {
+    pub redis: RedisPool,
+    /// Round trips made through `redis` (metrics, and tests that count them).
+    pub redis_round_trips: Arc<AtomicU64>,
+    pub db: Db,
+    pub keys: Keys,
+    pub clock: Clock,
+    pub ids: Arc<IdGenerator>,
+    /// The one pub/sub connection of this instance, fanned out to subscriptions.
+    pub live: Arc<LiveHub>,
+    pub instance: Instance,
+}
+
+/// This instance among the others: its name, its background tasks and the signal that
+/// stops them (mini-redis's shutdown: one token every task listens to, and a tracker to
+/// wait for them once told).
+#[derive(Clone)]
+pub struct Instance {
+    /// Names this instance as a stream consumer and lock owner.
+    pub id: Arc<str>,
+    /// Where dedicated connections (blocking stream reads) connect.
+    pub redis_url: Arc<str>,
+    /// How stream consumers wait: take-over of a dead consumer's entries, and back-off.
+    pub consumers: ConsumerTimings,
+    /// Cancelled when the instance begins to shut down.
+    pub shutdown: CancellationToken,
+    /// Background tasks, awaited on shutdown.
+    pub tasks: TaskTracker,
+}
+
+/// The configured times of every stream consumer.
+#[derive(Clone, Copy, Debug)]
+pub struct ConsumerTimings {
+    /// Pending entries idle this long belong to a dead consumer and are taken over.
+    pub claim_idle: Duration,
+    /// The longest back-off while SQL fails.
+    pub max_backoff: Duration,
+}
+
+impl Instance {
+    /// Runs a background task until shutdown; `task` must return soon after
+    /// [`Instance::shutdown`] is cancelled.
+    pub fn spawn(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(async move {
+            task.await;
+            tracing::debug!(task = name, "background task stopped");
+        });
+    }
+}

@@ -14,7 +14,7 @@
 use indicatif::ProgressBar;
 use sqlx::Row;
 
-use crate::{app::AppState, infra::error::AppResult};
+use crate::{infra::error::AppResult, infra::Infra};
 
 /// Drift examples kept per feature (the rest is counted).
 const EXAMPLES_KEPT: usize = 10;
@@ -59,7 +59,7 @@ impl Report {
 
 /// One feature's rebuild: where it resumes, and its progress on the terminal.
 pub struct Rebuild<'a> {
-    pub state: &'a AppState,
+    pub infra: &'a Infra,
     feature: &'static str,
     bar: ProgressBar,
 }
@@ -81,9 +81,9 @@ impl Rebuild<'_> {
     /// A value this feature's run remembered under `part` (a cursor of one of its parts, a
     /// snapshot position), if a stopped run left one.
     pub async fn recall(&self, part: &str) -> AppResult<Option<i64>> {
-        let mut conn = self.state.redis.get().await?;
+        let mut conn = self.infra.redis.get().await?;
         Ok(redis::cmd("HGET")
-            .arg(self.state.keys.recovery_cursors())
+            .arg(self.infra.keys.recovery_cursors())
             .arg(format!("{}/{part}", self.feature))
             .query_async(&mut *conn)
             .await?)
@@ -91,9 +91,9 @@ impl Rebuild<'_> {
 
     /// Remembers `value` under `part` until the whole rebuild has finished.
     pub async fn remember(&self, part: &str, value: i64) -> AppResult<()> {
-        let mut conn = self.state.redis.get().await?;
+        let mut conn = self.infra.redis.get().await?;
         let () = redis::cmd("HSET")
-            .arg(self.state.keys.recovery_cursors())
+            .arg(self.infra.keys.recovery_cursors())
             .arg(format!("{}/{part}", self.feature))
             .arg(value)
             .query_async(&mut *conn)
@@ -109,7 +109,7 @@ impl Rebuild<'_> {
     /// Sets the bar's length to what `count` (a `SELECT COUNT(…) AS n …`) answers.
     pub async fn expect_count(&self, count: &str) -> AppResult<()> {
         let total: i64 = sqlx::query(count)
-            .fetch_one(&self.state.db.pool)
+            .fetch_one(&self.infra.db.pool)
             .await?
             .try_get("n")?;
         self.expect(total.max(0) as u64);
@@ -124,17 +124,17 @@ impl Rebuild<'_> {
 
 impl<'a> Rebuild<'a> {
     /// One feature's rebuild, showing its progress on `bar`.
-    pub fn new(state: &'a AppState, feature: &'static str, bar: ProgressBar) -> Self {
+    pub fn new(infra: &'a Infra, feature: &'static str, bar: ProgressBar) -> Self {
         Self {
-            state,
+            infra,
             feature,
             bar,
         }
     }
 
     /// One feature's rebuild without a bar, driven on its own (tests do).
-    pub fn hidden(state: &'a AppState, feature: &'static str) -> Self {
-        Self::new(state, feature, ProgressBar::hidden())
+    pub fn hidden(infra: &'a Infra, feature: &'static str) -> Self {
+        Self::new(infra, feature, ProgressBar::hidden())
     }
 
     /// Ends the bar; answers how many things the rebuild wrote.
@@ -152,11 +152,11 @@ impl crate::infra::redis::Keys {
 }
 
 /// Sends a pipeline of writes whose replies nobody reads; an empty one sends nothing.
-pub async fn write(state: &AppState, pipe: &redis::Pipeline) -> AppResult<()> {
+pub async fn write(infra: &Infra, pipe: &redis::Pipeline) -> AppResult<()> {
     if pipe.is_empty() {
         return Ok(());
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = infra.redis.get().await?;
     let () = pipe.query_async(&mut *conn).await?;
     Ok(())
 }
@@ -167,7 +167,7 @@ pub async fn write(state: &AppState, pipe: &redis::Pipeline) -> AppResult<()> {
 /// distinct here: PostgreSQL plans `SELECT DISTINCT … LIMIT` on a table it has not
 /// analysed yet as a scan of the whole table, each time.
 pub async fn next_ids(
-    state: &AppState,
+    infra: &Infra,
     table: &str,
     column: &str,
     scope: &str,
@@ -187,7 +187,7 @@ pub async fn next_ids(
         let rows = sqlx::query(&sql)
             .bind(cursor)
             .bind(page as i64)
-            .fetch_all(&state.db.pool)
+            .fetch_all(&infra.db.pool)
             .await?;
         for row in &rows {
             let id: i64 = row.try_get("id")?;

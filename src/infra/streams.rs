@@ -32,7 +32,7 @@ use redis::{
 };
 use sqlx::{Any, Transaction};
 
-use crate::{app::AppState, infra::backoff::Backoff, infra::error::AppResult};
+use crate::infra::{backoff::Backoff, error::AppResult, ConsumerTimings, Infra};
 
 /// One stream entry, its fields decoded as strings.
 #[derive(Debug, Clone)]
@@ -147,38 +147,36 @@ pub struct ConsumerSpec {
 
 impl ConsumerSpec {
     /// A consumer with the configured back-off and take-over times.
-    pub fn new(
-        config: &crate::infra::config::Config,
-        name: &'static str,
-        group: &'static str,
-    ) -> Self {
+    pub fn new(timings: ConsumerTimings, name: &'static str, group: &'static str) -> Self {
         Self {
             name,
             group,
             batch_size: 200,
             max_attempts: 5,
-            claim_idle: Duration::from_millis(config.consumer_claim_idle_ms.max(10)),
+            claim_idle: timings.claim_idle,
             block: Duration::from_millis(500),
-            max_backoff: Duration::from_millis(config.consumer_max_backoff_ms.max(10)),
+            max_backoff: timings.max_backoff,
         }
     }
 }
 
 /// Runs one worker per stream until shutdown.
 pub fn spawn(
-    state: &AppState,
+    infra: &Infra,
     spec: ConsumerSpec,
     streams: Vec<String>,
     handler: Arc<dyn StreamHandler>,
 ) {
     for stream in streams {
         let (spec, handler) = (spec.clone(), handler.clone());
-        state.spawn_background(spec.name, move |state| run(state, spec, stream, handler));
+        infra
+            .instance
+            .spawn(spec.name, run(infra.clone(), spec, stream, handler));
     }
 }
 
 struct Worker {
-    state: AppState,
+    infra: Infra,
     spec: ConsumerSpec,
     stream: String,
     consumer: String,
@@ -186,10 +184,10 @@ struct Worker {
     conn: Option<MultiplexedConnection>,
 }
 
-async fn run(state: AppState, spec: ConsumerSpec, stream: String, handler: Arc<dyn StreamHandler>) {
-    let consumer = state.instance_id.clone();
+async fn run(infra: Infra, spec: ConsumerSpec, stream: String, handler: Arc<dyn StreamHandler>) {
+    let consumer = infra.instance.id.to_string();
     let mut worker = Worker {
-        state: state.clone(),
+        infra: infra.clone(),
         spec,
         stream,
         consumer,
@@ -199,7 +197,7 @@ async fn run(state: AppState, spec: ConsumerSpec, stream: String, handler: Arc<d
     let mut backoff = Backoff::new(Duration::from_millis(100), worker.spec.max_backoff);
     let mut last_claim = tokio::time::Instant::now() - worker.spec.claim_idle;
     let mut last_trim = tokio::time::Instant::now();
-    while !state.shutdown.is_cancelled() {
+    while !infra.instance.shutdown.is_cancelled() {
         let claim_due = last_claim.elapsed() >= worker.spec.claim_idle / 2;
         if claim_due {
             last_claim = tokio::time::Instant::now();
@@ -214,7 +212,7 @@ async fn run(state: AppState, spec: ConsumerSpec, stream: String, handler: Arc<d
             anyhow::Ok(processed)
         };
         let outcome = tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = infra.instance.shutdown.cancelled() => return,
             outcome = outcome => outcome,
         };
         match outcome {
@@ -227,7 +225,7 @@ async fn run(state: AppState, spec: ConsumerSpec, stream: String, handler: Arc<d
                 metrics::counter!("engage_stream_consumer_stalls_total", "consumer" => worker.spec.name).increment(1);
                 let delay = backoff.next_delay();
                 tokio::select! {
-                    () = state.shutdown.cancelled() => return,
+                    () = infra.instance.shutdown.cancelled() => return,
                     () = tokio::time::sleep(delay) => {}
                 }
             }
@@ -245,7 +243,7 @@ enum Progress {
 impl Worker {
     async fn conn(&mut self) -> anyhow::Result<&mut MultiplexedConnection> {
         if self.conn.is_none() {
-            let client = redis::Client::open(self.state.config.redis_url.as_str())?;
+            let client = redis::Client::open(self.infra.instance.redis_url.as_ref())?;
             // Blocking reads wait up to `block`; the default response timeout is shorter.
             let config = AsyncConnectionConfig::new()
                 .set_response_timeout(Some(self.spec.block + Duration::from_secs(5)));
@@ -374,7 +372,7 @@ impl Worker {
     }
 
     async fn write(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
-        let mut tx = self.state.db.pool.begin().await?;
+        let mut tx = self.infra.db.pool.begin().await?;
         self.handler.handle(&mut tx, entries).await?;
         tx.commit().await?;
         Ok(())
@@ -425,8 +423,8 @@ impl Worker {
         .bind(payload)
         .bind(error.to_string())
         .bind(i64::from(attempts))
-        .bind(self.state.clock.now_ms())
-        .execute(&self.state.db.pool)
+        .bind(self.infra.clock.now_ms())
+        .execute(&self.infra.db.pool)
         .await?;
         self.ack(std::slice::from_ref(entry)).await?;
         let conn = self.conn().await?;
@@ -487,8 +485,8 @@ pub fn event_order((ms, seq): (u64, u64)) -> i64 {
 
 /// A stream position no entry added from now on can precede: Redis's clock as an entry id
 /// (ids are Redis's time in ms, never below the last one).
-pub async fn position_now(state: &AppState) -> AppResult<(u64, u64)> {
-    let mut conn = state.redis.get().await?;
+pub async fn position_now(infra: &Infra) -> AppResult<(u64, u64)> {
+    let mut conn = infra.redis.get().await?;
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut *conn).await?;
     Ok((seconds * 1000 + micros / 1000, u64::MAX))
 }
@@ -496,12 +494,12 @@ pub async fn position_now(state: &AppState) -> AppResult<(u64, u64)> {
 /// Whether `group` has handled (its handler committed and acknowledged) every entry of
 /// `stream` up to `through`. A stream or group that does not exist has nothing waiting.
 pub async fn handled_through(
-    state: &AppState,
+    infra: &Infra,
     stream: &str,
     group: &str,
     through: (u64, u64),
 ) -> AppResult<bool> {
-    let mut conn = state.redis.get().await?;
+    let mut conn = infra.redis.get().await?;
     let info: Option<redis::streams::StreamInfoStreamReply> = redis::cmd("XINFO")
         .arg("STREAM")
         .arg(stream)

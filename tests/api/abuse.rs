@@ -449,9 +449,9 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
         .to_string();
     // The remark reaches the author's outbox off the request path; wait for it, so that both
     // runs are compared with every key they will ever touch.
-    let outbox = app.state.keys.feed_outbox(user);
+    let outbox = app.state.infra.keys.feed_outbox(user);
     eventually(async || {
-        let mut conn = app.state.redis.get().await.unwrap();
+        let mut conn = app.state.infra.redis.get().await.unwrap();
         redis::cmd("EXISTS")
             .arg(&outbox)
             .query_async::<bool>(&mut *conn)
@@ -538,7 +538,7 @@ async fn a_nul_character_in_any_text_postgresql_stores_is_bad_user_input_not_int
     }});
     let body = app.gql(Some(&app.admin_token()), query, input).await;
     // SQLite stores the character as it is; PostgreSQL's text cannot hold it.
-    match app.state.db.backend {
+    match app.state.infra.db.backend {
         engage::infra::db::Backend::Postgres => assert_eq!(first_code(&body), "BAD_USER_INPUT"),
         engage::infra::db::Backend::Sqlite => {
             assert_eq!(body["data"]["createVoucher"]["title"], "half\u{0}price")

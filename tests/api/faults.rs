@@ -83,15 +83,15 @@ async fn vote_log_counts(app: &TestApp) -> (i64, i64) {
     let row = sqlx::query(
         "SELECT COUNT(*) AS n, COUNT(DISTINCT event_id) AS distinct_events FROM vote_log",
     )
-    .fetch_one(&app.state.db.pool)
+    .fetch_one(&app.state.infra.db.pool)
     .await
     .unwrap();
     (row.get("n"), row.get("distinct_events"))
 }
 
 async fn archive_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.remarks.shards)
-        .map(|s| app.state.keys.vote_stream(s))
+    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards)
+        .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     streams_settled(app, &streams, "archive").await;
 }
@@ -202,7 +202,11 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
     plug.unplug();
     tokio::time::sleep(Duration::from_secs(8)).await;
     plug.plug_in();
-    let channel = app.state.keys.like_count_channel(remark.parse().unwrap());
+    let channel = app
+        .state
+        .infra
+        .keys
+        .like_count_channel(remark.parse().unwrap());
     let client = redis::Client::open(shared.as_str()).unwrap();
     eventually("the hub subscribed again", Duration::from_secs(2), || {
         let (client, channel) = (client.clone(), channel.clone());
@@ -361,7 +365,7 @@ async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() 
     assert_eq!(vote_log_counts(&first).await, (likes, likes));
     let delivered_to: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
         .bind(remark.parse::<i64>().unwrap())
-        .fetch_one(&first.state.db.pool)
+        .fetch_one(&first.state.infra.db.pool)
         .await
         .unwrap()
         .get("like_count");
@@ -385,7 +389,7 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     // Ten thousand changes published while the client reads nothing (made-up values; the
     // pub/sub connection may be cut by Redis's output-buffer limit meanwhile, then the hub
     // resyncs from the real count) ...
-    let channel = app.state.keys.like_count_channel(remark_id);
+    let channel = app.state.infra.keys.like_count_channel(remark_id);
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let published: Vec<i64> = (1_000..11_000).collect();

@@ -196,7 +196,7 @@ impl TestApp {
 
     /// Stops the server as SIGTERM would and waits for it.
     pub async fn shutdown(&mut self) -> anyhow::Result<()> {
-        self.state.shutdown.cancel();
+        self.state.infra.instance.shutdown.cancel();
         match self.server.take() {
             Some(server) => server.await.expect("server task"),
             None => Ok(()),
@@ -320,7 +320,7 @@ pub fn first_code(body: &Value) -> &str {
 
 impl Drop for TestApp {
     fn drop(&mut self) {
-        self.state.shutdown.cancel();
+        self.state.infra.instance.shutdown.cancel();
         let Some(cleanup) = self.cleanup.take() else {
             return;
         };

@@ -14,9 +14,9 @@ async fn one_hundred_thousand_ids_from_four_generators_are_unique_and_time_order
     for _ in 0..4 {
         // Four generators, as four instances would have, sharing one Redis.
         let generator = IdGenerator::new(
-            state.redis.clone(),
-            state.keys.clone(),
-            state.clock.clone(),
+            state.infra.redis.clone(),
+            state.infra.keys.clone(),
+            state.infra.clock.clone(),
             64,
         );
         workers.push(tokio::spawn(async move {
@@ -52,7 +52,7 @@ async fn one_hundred_thousand_ids_from_four_generators_are_unique_and_time_order
 async fn an_id_decodes_to_its_time_and_sequence() {
     let app = TestApp::spawn().await;
     let now = chrono::Utc::now().timestamp();
-    let id = app.state.ids.next_id().await.unwrap();
+    let id = app.state.infra.ids.next_id().await.unwrap();
     let parts = ids::decompose(id);
     assert!(parts.sequence >= 1);
     assert!((ids::timestamp_of(id).timestamp() - now).abs() <= 1);

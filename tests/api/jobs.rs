@@ -81,14 +81,19 @@ async fn due_times_are_honoured_within_a_second() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
     app.state
+        .features
         .jobs
+        .registry
         .register("due", Arc::new(recorder.clone()), None);
     let mut due = HashMap::new();
     for i in 0..20 {
         let delay = Duration::from_millis(500 + 100 * i);
-        let view = jobs::schedule(&app.state, job(&format!("j{i}"), "due", delay))
-            .await
-            .unwrap();
+        let view = jobs::schedule(
+            &app.state.features.jobs,
+            job(&format!("j{i}"), "due", delay),
+        )
+        .await
+        .unwrap();
         due.insert(view.id, view.run_at_ms);
     }
     until("all delivered", Duration::from_secs(10), || {
@@ -111,11 +116,15 @@ async fn ten_thousand_jobs_due_together_are_delivered_once_by_two_instances() {
     let recorder = Recorder::default();
     first
         .state
+        .features
         .jobs
+        .registry
         .register("burst", Arc::new(recorder.clone()), None);
     second
         .state
+        .features
         .jobs
+        .registry
         .register("burst", Arc::new(recorder.clone()), None);
 
     let state = first.state.clone();
@@ -125,9 +134,12 @@ async fn ten_thousand_jobs_due_together_are_delivered_once_by_two_instances() {
             tokio::spawn(async move {
                 for i in 0..1000 {
                     let id = format!("b{worker}-{i}");
-                    jobs::schedule(&state, job(&id, "burst", Duration::from_secs(2)))
-                        .await
-                        .unwrap();
+                    jobs::schedule(
+                        &state.features.jobs,
+                        job(&id, "burst", Duration::from_secs(2)),
+                    )
+                    .await
+                    .unwrap();
                 }
             })
         })
@@ -165,15 +177,18 @@ impl JobHandler for DiesOnFirstDelivery {
 async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadline() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state.jobs.register(
+    app.state.features.jobs.registry.register(
         "fragile",
         Arc::new(DiesOnFirstDelivery(recorder.clone(), Default::default())),
         policy(&[60], 1000),
     );
     let started = Instant::now();
-    jobs::schedule(&app.state, job("f1", "fragile", Duration::ZERO))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("f1", "fragile", Duration::ZERO),
+    )
+    .await
+    .unwrap();
     until("redelivered", Duration::from_secs(10), || {
         recorder.count("f1") == 1
     })
@@ -213,17 +228,22 @@ async fn job_status(app: &TestApp, topic: &str, id: &str) -> Value {
 #[tokio::test]
 async fn a_failing_job_climbs_the_ladder_dies_and_can_be_requeued() {
     let app = TestApp::spawn().await;
-    app.state
-        .jobs
-        .register("flaky", Arc::new(AlwaysFails), policy(&[15, 180], 5000));
+    app.state.features.jobs.registry.register(
+        "flaky",
+        Arc::new(AlwaysFails),
+        policy(&[15, 180], 5000),
+    );
     let mut new = job("x1", "flaky", Duration::ZERO);
     new.max_attempts = Some(3);
-    jobs::schedule(&app.state, new).await.unwrap();
+    jobs::schedule(&app.state.features.jobs, new).await.unwrap();
 
     let admin = app.admin_token();
     let mut seen = Vec::new();
     for (attempt, wait) in [(1, 0), (2, 16), (3, 181)] {
-        app.state.clock.advance(chrono::Duration::seconds(wait));
+        app.state
+            .infra
+            .clock
+            .advance(chrono::Duration::seconds(wait));
         let mut status = Value::Null;
         for _ in 0..200 {
             status = job_status(&app, "flaky", "x1").await;
@@ -295,24 +315,34 @@ impl JobHandler for Gate {
 async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
     let app = TestApp::spawn_with(|config| config.jobs_concurrency = 1).await;
     let gate = Gate::default();
-    app.state
-        .jobs
-        .register("gated", Arc::new(gate.clone()), policy(&[1], 30_000));
+    app.state.features.jobs.registry.register(
+        "gated",
+        Arc::new(gate.clone()),
+        policy(&[1], 30_000),
+    );
 
     // Before promotion: still delayed.
-    jobs::schedule(&app.state, job("early", "gated", Duration::from_secs(30)))
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("early", "gated", Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    assert!(jobs::cancel(&app.state.features.jobs, "gated", "early")
         .await
-        .unwrap();
-    assert!(jobs::cancel(&app.state, "gated", "early").await.unwrap());
+        .unwrap());
     assert_eq!(
         job_status(&app, "gated", "early").await["status"],
         "CANCELLED"
     );
 
     // During: the job is running when it is cancelled; its completion changes nothing.
-    jobs::schedule(&app.state, job("during", "gated", Duration::ZERO))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("during", "gated", Duration::ZERO),
+    )
+    .await
+    .unwrap();
     until("running", Duration::from_secs(5), || {
         gate.recorder.count("during") == 1
     })
@@ -322,9 +352,12 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
         "RUNNING"
     );
     // After promotion: ready, waiting for the single worker slot that "during" holds.
-    jobs::schedule(&app.state, job("after", "gated", Duration::ZERO))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("after", "gated", Duration::ZERO),
+    )
+    .await
+    .unwrap();
     let mut ready = Value::Null;
     for _ in 0..100 {
         ready = job_status(&app, "gated", "after").await;
@@ -334,15 +367,24 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(ready["status"], "READY");
-    assert!(jobs::cancel(&app.state, "gated", "after").await.unwrap());
-    assert!(jobs::cancel(&app.state, "gated", "during").await.unwrap());
+    assert!(jobs::cancel(&app.state.features.jobs, "gated", "after")
+        .await
+        .unwrap());
+    assert!(jobs::cancel(&app.state.features.jobs, "gated", "during")
+        .await
+        .unwrap());
     assert!(
-        !jobs::cancel(&app.state, "gated", "during").await.unwrap(),
+        !jobs::cancel(&app.state.features.jobs, "gated", "during")
+            .await
+            .unwrap(),
         "a second cancel finds nothing"
     );
     gate.release.notify_waiters();
 
-    app.state.clock.advance(chrono::Duration::seconds(120));
+    app.state
+        .infra
+        .clock
+        .advance(chrono::Duration::seconds(120));
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(gate.recorder.count("early"), 0);
     assert_eq!(gate.recorder.count("after"), 0);
@@ -497,7 +539,9 @@ async fn job_ids_and_topics_with_colons_are_scheduled_run_and_cancelled_like_any
     let recorder = Recorder::default();
     let topic = "billing:eu";
     app.state
+        .features
         .jobs
+        .registry
         .register(topic, Arc::new(recorder.clone()), None);
     // Ids that look like the pool's bookkeeping of the job "invoice".
     let ids = [
@@ -508,7 +552,7 @@ async fn job_ids_and_topics_with_colons_are_scheduled_run_and_cancelled_like_any
         "invoice:error",
     ];
     for id in ids {
-        jobs::schedule(&app.state, job(id, topic, Duration::ZERO))
+        jobs::schedule(&app.state.features.jobs, job(id, topic, Duration::ZERO))
             .await
             .unwrap();
     }
@@ -563,11 +607,13 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
     app.state
+        .features
         .jobs
+        .registry
         .register("mixed", Arc::new(recorder.clone()), None);
     // A pool entry that is not a job's JSON (left by an older layout, say), ready to take.
-    let keys = &app.state.keys;
-    let mut conn = app.state.redis.get().await.unwrap();
+    let keys = &app.state.infra.keys;
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = redis::pipe()
         .cmd("HSET")
         .arg(keys.job_pool("mixed"))
@@ -582,16 +628,19 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
         .await
         .unwrap();
     drop(conn);
-    jobs::schedule(&app.state, job("sound", "mixed", Duration::ZERO))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("sound", "mixed", Duration::ZERO),
+    )
+    .await
+    .unwrap();
     until("the sound job ran", Duration::from_secs(10), || {
         recorder.count("sound") == 1
     })
     .await;
     for _ in 0..100 {
         // Until it is buried, its pool entry cannot be shown.
-        let found = jobs::find(&app.state, "mixed", "garbled").await;
+        let found = jobs::find(&app.state.features.jobs, "mixed", "garbled").await;
         if found.is_ok_and(|job| job.is_some_and(|job| job.status == jobs::JobStatus::Dead)) {
             break;
         }
@@ -619,7 +668,9 @@ async fn job_when(
 ) -> jobs::JobView {
     let started = Instant::now();
     loop {
-        let view = jobs::find(&app.state, topic, id).await.unwrap();
+        let view = jobs::find(&app.state.features.jobs, topic, id)
+            .await
+            .unwrap();
         match view {
             Some(view) if done(&view) => return view,
             view => assert!(
@@ -648,14 +699,17 @@ async fn a_job_whose_handler_crashes_its_process_is_dead_lettered_after_max_stal
     let recorder = Recorder::default();
     let mut crashing = policy(&[1], 300).unwrap();
     crashing.max_stalls = 2;
-    app.state.jobs.register(
+    app.state.features.jobs.registry.register(
         "crashing",
         Arc::new(CrashesItsProcess(recorder.clone())),
         Some(crashing),
     );
-    jobs::schedule(&app.state, job("c1", "crashing", Duration::ZERO))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("c1", "crashing", Duration::ZERO),
+    )
+    .await
+    .unwrap();
     let dead = job_when(&app, "crashing", "c1", Duration::from_secs(10), |job| {
         job.status == jobs::JobStatus::Dead
     })
@@ -690,12 +744,12 @@ impl JobHandler for Slow {
 async fn a_handler_that_runs_longer_than_the_visibility_timeout_is_delivered_once() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state.jobs.register(
+    app.state.features.jobs.registry.register(
         "slow",
         Arc::new(Slow(recorder.clone(), Duration::from_millis(2500))),
         policy(&[1], 600),
     );
-    jobs::schedule(&app.state, job("s1", "slow", Duration::ZERO))
+    jobs::schedule(&app.state.features.jobs, job("s1", "slow", Duration::ZERO))
         .await
         .unwrap();
     let done = job_when(&app, "slow", "s1", Duration::from_secs(6), |job| {
@@ -711,11 +765,16 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
     app.state
+        .features
         .jobs
+        .registry
         .register("again", Arc::new(recorder.clone()), None);
-    jobs::schedule(&app.state, job("done", "again", Duration::ZERO))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("done", "again", Duration::ZERO),
+    )
+    .await
+    .unwrap();
     until("ran", Duration::from_secs(5), || {
         recorder.count("done") == 1
     })
@@ -725,17 +784,17 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
     })
     .await;
     jobs::schedule(
-        &app.state,
+        &app.state.features.jobs,
         job("cancelled", "again", Duration::from_secs(60)),
     )
     .await
     .unwrap();
-    assert!(jobs::cancel(&app.state, "again", "cancelled")
+    assert!(jobs::cancel(&app.state.features.jobs, "again", "cancelled")
         .await
         .unwrap());
 
     for id in ["done", "cancelled"] {
-        let view = jobs::schedule(&app.state, job(id, "again", Duration::ZERO))
+        let view = jobs::schedule(&app.state.features.jobs, job(id, "again", Duration::ZERO))
             .await
             .unwrap_or_else(|e| panic!("{id} scheduled again: {e}"));
         assert_eq!((view.status, view.attempts), (jobs::JobStatus::Delayed, 0));
@@ -750,10 +809,17 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
         "attempts start over"
     );
 
-    jobs::schedule(&app.state, job("waiting", "again", Duration::from_secs(60)))
-        .await
-        .unwrap();
-    let twice = jobs::schedule(&app.state, job("waiting", "again", Duration::ZERO)).await;
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("waiting", "again", Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let twice = jobs::schedule(
+        &app.state.features.jobs,
+        job("waiting", "again", Duration::ZERO),
+    )
+    .await;
     assert_eq!(
         twice.map(|_| ()).unwrap_err().code(),
         engage::infra::error::ErrorCode::JobExists
@@ -764,7 +830,7 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
 async fn topic_kept(app: &TestApp, topic: &str) -> bool {
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("{}{{jobs}}:*", app.state.keys.prefix());
+    let pattern = format!("{}{{jobs}}:*", app.state.infra.keys.prefix());
     for key in crate::harness::scan(&mut conn, &pattern).await {
         let kind: String = redis::cmd("TYPE")
             .arg(&key)
@@ -805,14 +871,19 @@ async fn a_topic_whose_jobs_all_ended_is_no_longer_kept_or_walked() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
     app.state
+        .features
         .jobs
+        .registry
         .register("once", Arc::new(recorder.clone()), None);
-    jobs::schedule(&app.state, job("o1", "once", Duration::ZERO))
+    jobs::schedule(&app.state.features.jobs, job("o1", "once", Duration::ZERO))
         .await
         .unwrap();
-    jobs::schedule(&app.state, job("o2", "later", Duration::from_secs(3600)))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("o2", "later", Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
     until("ran", Duration::from_secs(5), || recorder.count("o1") == 1).await;
     for _ in 0..100 {
         if !topic_kept(&app, "once").await {
@@ -836,7 +907,7 @@ async fn pending_rows(app: &TestApp, topic: &str) -> Vec<(String, i64, i64, i64)
         "SELECT job_id, run_at_ms, attempts, seq FROM pending_job WHERE topic = $1 ORDER BY job_id",
     )
     .bind(topic)
-    .fetch_all(&app.state.db.pool)
+    .fetch_all(&app.state.infra.db.pool)
     .await
     .unwrap()
     .iter()
@@ -870,12 +941,12 @@ impl JobHandler for FailsOne {
 async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state.jobs.register(
+    app.state.features.jobs.registry.register(
         "kept",
         Arc::new(FailsOne(recorder.clone())),
         policy(&[600], 30_000),
     );
-    let now = app.state.clock.now_ms();
+    let now = app.state.infra.clock.now_ms();
     for (id, delay) in [
         ("runs", 0),
         ("retried", 0),
@@ -883,9 +954,12 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
         ("cancelled", 60),
         ("waits", 60),
     ] {
-        jobs::schedule(&app.state, job(id, "kept", Duration::from_secs(delay)))
-            .await
-            .unwrap();
+        jobs::schedule(
+            &app.state.features.jobs,
+            job(id, "kept", Duration::from_secs(delay)),
+        )
+        .await
+        .unwrap();
     }
     let rows = pending_rows(&app, "kept").await;
     let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
@@ -893,7 +967,9 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     assert!(rows.iter().all(|r| r.1 >= now && r.2 == 0), "{rows:?}");
     let first_seq = rows[3].3;
 
-    assert!(jobs::cancel(&app.state, "kept", "cancelled").await.unwrap());
+    assert!(jobs::cancel(&app.state.features.jobs, "kept", "cancelled")
+        .await
+        .unwrap());
     until("each due job ran", Duration::from_secs(5), || {
         ["runs", "retried", "dies"]
             .iter()
@@ -919,9 +995,12 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     assert!(retried.1 >= now + 600_000, "and its due time: {retried:?}");
 
     // The id of a job that ended is scheduled again with a row of its own.
-    jobs::schedule(&app.state, job("runs", "kept", Duration::from_secs(60)))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("runs", "kept", Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
     let again = pending_rows(&app, "kept").await;
     let runs = again.iter().find(|r| r.0 == "runs").unwrap();
     assert!(runs.3 != first_seq && runs.2 == 0, "{again:?}");
@@ -930,15 +1009,16 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
 #[tokio::test]
 async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
     let app = TestApp::spawn().await;
-    app.state.db.pool.close().await;
-    let refused = jobs::schedule(&app.state, job("j1", "nosql", Duration::ZERO)).await;
+    app.state.infra.db.pool.close().await;
+    let refused =
+        jobs::schedule(&app.state.features.jobs, job("j1", "nosql", Duration::ZERO)).await;
     assert_eq!(
         refused.map(|_| ()).unwrap_err().code(),
         engage::infra::error::ErrorCode::Unavailable
     );
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let pooled: bool = redis::cmd("HEXISTS")
-        .arg(app.state.keys.job_pool("nosql"))
+        .arg(app.state.infra.keys.job_pool("nosql"))
         .arg("j1")
         .query_async(&mut *conn)
         .await
@@ -950,7 +1030,7 @@ async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
 async fn lose_redis(app: &TestApp) {
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("{}*", app.state.keys.prefix());
+    let pattern = format!("{}*", app.state.infra.keys.prefix());
     for key in crate::harness::scan(&mut conn, &pattern).await {
         let () = redis::cmd("DEL")
             .arg(&key)
@@ -961,8 +1041,10 @@ async fn lose_redis(app: &TestApp) {
 }
 
 async fn rebuild_jobs(app: &TestApp) {
-    let run = engage::infra::recovery::Rebuild::hidden(&app.state, "delayed jobs");
-    jobs::recovery::rebuild(&run).await.unwrap();
+    let run = engage::infra::recovery::Rebuild::hidden(&app.state.infra, "delayed jobs");
+    jobs::recovery::rebuild(&app.state.features.jobs, &run)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -971,12 +1053,17 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
     let recorder = Recorder::default();
     for topic in ["rebuilt-a", "rebuilt-b"] {
         app.state
+            .features
             .jobs
+            .registry
             .register(topic, Arc::new(recorder.clone()), None);
     }
-    jobs::schedule(&app.state, job("ran", "rebuilt-a", Duration::ZERO))
-        .await
-        .unwrap();
+    jobs::schedule(
+        &app.state.features.jobs,
+        job("ran", "rebuilt-a", Duration::ZERO),
+    )
+    .await
+    .unwrap();
     until("ran", Duration::from_secs(5), || recorder.count("ran") == 1).await;
     for (id, topic, delay) in [
         ("a1", "rebuilt-a", 30),
@@ -984,16 +1071,25 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
         ("b1", "rebuilt-b", 90),
         ("gone", "rebuilt-b", 30),
     ] {
-        jobs::schedule(&app.state, job(id, topic, Duration::from_secs(delay)))
-            .await
-            .unwrap();
+        jobs::schedule(
+            &app.state.features.jobs,
+            job(id, topic, Duration::from_secs(delay)),
+        )
+        .await
+        .unwrap();
     }
-    assert!(jobs::cancel(&app.state, "rebuilt-b", "gone").await.unwrap());
-    let before = jobs::recovery::verify(&app.state).await.unwrap();
+    assert!(jobs::cancel(&app.state.features.jobs, "rebuilt-b", "gone")
+        .await
+        .unwrap());
+    let before = jobs::recovery::verify(&app.state.features.jobs)
+        .await
+        .unwrap();
     assert!(before.is_clean(), "{before:?}");
 
     lose_redis(&app).await;
-    let lost = jobs::recovery::verify(&app.state).await.unwrap();
+    let lost = jobs::recovery::verify(&app.state.features.jobs)
+        .await
+        .unwrap();
     assert_eq!(lost.drifted, 3, "{lost:?}");
     assert!(
         lost.examples
@@ -1003,27 +1099,32 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
     );
 
     rebuild_jobs(&app).await;
-    let rebuilt = jobs::recovery::verify(&app.state).await.unwrap();
+    let rebuilt = jobs::recovery::verify(&app.state.features.jobs)
+        .await
+        .unwrap();
     assert!(rebuilt.is_clean(), "{rebuilt:?}");
     assert_eq!(rebuilt.checked, 5, "three jobs and two topics: {rebuilt:?}");
     // Starting over (no cursor) leaves the pending jobs alone.
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = redis::cmd("DEL")
-        .arg(app.state.keys.recovery_cursors())
+        .arg(app.state.infra.keys.recovery_cursors())
         .query_async(&mut *conn)
         .await
         .unwrap();
     drop(conn);
     rebuild_jobs(&app).await;
-    assert!(jobs::recovery::verify(&app.state).await.unwrap().is_clean());
+    assert!(jobs::recovery::verify(&app.state.features.jobs)
+        .await
+        .unwrap()
+        .is_clean());
 
-    app.state.clock.advance(chrono::Duration::seconds(31));
+    app.state.infra.clock.advance(chrono::Duration::seconds(31));
     until("a1 and a2 ran", Duration::from_secs(5), || {
         recorder.count("a1") == 1 && recorder.count("a2") == 1
     })
     .await;
     assert_eq!(recorder.count("b1"), 0, "not before its time");
-    app.state.clock.advance(chrono::Duration::seconds(60));
+    app.state.infra.clock.advance(chrono::Duration::seconds(60));
     until("b1 ran", Duration::from_secs(5), || {
         recorder.count("b1") == 1
     })
@@ -1045,9 +1146,11 @@ async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
     app.state
+        .features
         .jobs
+        .registry
         .register("ended", Arc::new(recorder.clone()), None);
-    jobs::schedule(&app.state, job("e1", "ended", Duration::ZERO))
+    jobs::schedule(&app.state.features.jobs, job("e1", "ended", Duration::ZERO))
         .await
         .unwrap();
     let rows = pending_rows(&app, "ended").await;
@@ -1062,14 +1165,19 @@ async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_
     )
     .bind(rows[0].3)
     .bind(rows[0].1)
-    .execute(&app.state.db.pool)
+    .execute(&app.state.infra.db.pool)
     .await
     .unwrap();
-    let stale = jobs::recovery::verify(&app.state).await.unwrap();
+    let stale = jobs::recovery::verify(&app.state.features.jobs)
+        .await
+        .unwrap();
     assert_eq!(stale.drifted, 1, "{stale:?}");
 
     rebuild_jobs(&app).await;
-    assert!(jobs::recovery::verify(&app.state).await.unwrap().is_clean());
+    assert!(jobs::recovery::verify(&app.state.features.jobs)
+        .await
+        .unwrap()
+        .is_clean());
     assert!(pending_rows(&app, "ended").await.is_empty());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(recorder.count("e1"), 1, "not run again");

@@ -43,12 +43,12 @@ async fn award(app: &TestApp, user: i64, points: i64) {
 /// 2,500 more members of a season's board (users 1000 to 3499, under 90 points), written as
 /// the award script would, so that a copy of the board takes chunks.
 async fn many_members(app: &TestApp, season: Month) {
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let mut pipe = redis::pipe();
     for user in 1000..3500_i64 {
         let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
         pipe.cmd("ZADD")
-            .arg(app.state.keys.season_board(season))
+            .arg(app.state.infra.keys.season_board(season))
             .arg(score)
             .arg(user)
             .ignore();
@@ -75,14 +75,23 @@ fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
 async fn the_board_orders_by_points_then_by_who_got_there_first() {
     let app = app().await;
     let start = Utc.with_ymd_and_hms(2026, 3, 5, 8, 0, 0).unwrap();
-    app.state.clock.set(start);
+    app.state.infra.clock.set(start);
     award(&app, 51, 30).await;
-    app.state.clock.set(start + chrono::Duration::seconds(5));
+    app.state
+        .infra
+        .clock
+        .set(start + chrono::Duration::seconds(5));
     award(&app, 52, 50).await;
-    app.state.clock.set(start + chrono::Duration::seconds(10));
+    app.state
+        .infra
+        .clock
+        .set(start + chrono::Duration::seconds(10));
     award(&app, 53, 20).await;
     award(&app, 54, 5).await;
-    app.state.clock.set(start + chrono::Duration::seconds(20));
+    app.state
+        .infra
+        .clock
+        .set(start + chrono::Duration::seconds(20));
     award(&app, 53, 10).await; // 53 reaches 30 after 51 did: 51 stays ahead
 
     let viewer = app.user_token(54);
@@ -153,6 +162,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     let app = app().await;
     let march = Month::parse_id("202603").unwrap();
     app.state
+        .infra
         .clock
         .set(Utc.with_ymd_and_hms(2026, 3, 20, 12, 0, 0).unwrap());
     for (user, points) in [(61, 300), (62, 200), (63, 100)] {
@@ -163,15 +173,16 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     let live_tail = app.data(None, BOARD, json!({ "f": 100, "o": 2400 })).await;
 
     app.state
+        .infra
         .clock
         .set(Utc.with_ymd_and_hms(2026, 4, 2, 12, 0, 0).unwrap());
     // Another instance holds the lock: this one does nothing.
     let blocked = lock::with_lock(
-        &app.state,
+        &app.state.infra,
         "rollover:202603",
         Duration::from_secs(10),
         |_| async {
-            archive_season(&app.state, march, Options::default())
+            archive_season(&app.state.features.leaderboard, march, Options::default())
                 .await
                 .unwrap()
         },
@@ -182,7 +193,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
 
     // Interrupted after one chunk, as a crash would, then resumed.
     let partial = archive_season(
-        &app.state,
+        &app.state.features.leaderboard,
         march,
         Options {
             stop_after_chunks: Some(1),
@@ -193,7 +204,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     .unwrap()
     .unwrap();
     assert_eq!((partial.copied, partial.done), (1000, false));
-    let finished = archive_season(&app.state, march, Options::default())
+    let finished = archive_season(&app.state.features.leaderboard, march, Options::default())
         .await
         .unwrap()
         .unwrap();
@@ -213,9 +224,9 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     assert_eq!(archived["leaderboard"]["total"], 2503);
     assert_eq!(archived["leaderboard"]["season"]["current"], false);
 
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let exists: bool = redis::cmd("EXISTS")
-        .arg(app.state.keys.season_board(march))
+        .arg(app.state.infra.keys.season_board(march))
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -245,7 +256,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
         ])
     );
     // A repeat is a no-op.
-    let again = archive_season(&app.state, march, Options::default())
+    let again = archive_season(&app.state.features.leaderboard, march, Options::default())
         .await
         .unwrap()
         .unwrap();
@@ -324,27 +335,28 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         );
         sockets.push(socket);
     }
-    crate::harness::streams_settled(&app, &[app.state.keys.points_stream()], "archive").await;
+    crate::harness::streams_settled(&app, &[app.state.infra.keys.points_stream()], "archive").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The board changes behind the app's back (as another instance's award would), so that
     // only the subscribers' reads are counted.
-    let season = app.state.clock.current_month();
+    let season = app.state.infra.clock.current_month();
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let before = app
         .state
+        .infra
         .redis_round_trips
         .load(std::sync::atomic::Ordering::SeqCst);
     let score = 60.0 * engage::features::leaderboard::SCORE_TIME_UNIT;
     let () = redis::pipe()
         .cmd("ZADD")
-        .arg(app.state.keys.season_board(season))
+        .arg(app.state.infra.keys.season_board(season))
         .arg(score)
         .arg(92)
         .ignore()
         .cmd("PUBLISH")
-        .arg(app.state.keys.board_channel(season))
+        .arg(app.state.infra.keys.board_channel(season))
         .arg(92)
         .ignore()
         .query_async(&mut conn)
@@ -359,6 +371,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     }
     let reads = app
         .state
+        .infra
         .redis_round_trips
         .load(std::sync::atomic::Ordering::SeqCst)
         - before;
@@ -366,26 +379,28 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         reads <= 3,
         "{reads} round trips for one change seen by 20 subscribers"
     );
-    assert_eq!(app.state.boards.readers(), 1);
+    assert_eq!(app.state.features.leaderboard.boards.readers(), 1);
 
     // The reader and its channel go with the last subscriber.
-    let channel = app.state.keys.board_channel(season);
+    let channel = app.state.infra.keys.board_channel(season);
     drop(sockets);
     for _ in 0..250 {
-        if app.state.boards.readers() == 0 && app.state.live.local_subscribers(&channel) == 0 {
+        if app.state.features.leaderboard.boards.readers() == 0
+            && app.state.infra.live.local_subscribers(&channel) == 0
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(app.state.boards.readers(), 0);
-    assert_eq!(app.state.live.local_subscribers(&channel), 0);
+    assert_eq!(app.state.features.leaderboard.boards.readers(), 0);
+    assert_eq!(app.state.infra.live.local_subscribers(&channel), 0);
 }
 
 #[tokio::test]
 async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
     let app = app().await;
     let before_midnight = Utc.with_ymd_and_hms(2031, 1, 31, 23, 59, 50).unwrap();
-    app.state.clock.set(before_midnight);
+    app.state.infra.clock.set(before_midnight);
     award(&app, 71, 40).await;
     let board = "subscription { leaderboardChanged(top: 5) { season { id } entries { points user { id } } } }";
     let mut board = subscribe(&app, None, board).await;
@@ -409,6 +424,7 @@ async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
 
     // The month turns: the board moves to February's, empty until someone scores there.
     app.state
+        .infra
         .clock
         .set(before_midnight + chrono::Duration::seconds(20));
     let turned = next_data(&mut board).await["leaderboardChanged"].clone();
@@ -434,6 +450,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
     let app = app().await;
     let april = Month::parse_id("202604").unwrap();
     app.state
+        .infra
         .clock
         .set(Utc.with_ymd_and_hms(2026, 4, 20, 12, 0, 0).unwrap());
     for (user, points) in [(71, 300), (72, 200)] {
@@ -441,10 +458,11 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
     }
     many_members(&app, april).await;
     app.state
+        .infra
         .clock
         .set(Utc.with_ymd_and_hms(2026, 5, 1, 0, 1, 0).unwrap());
     let partial = archive_season(
-        &app.state,
+        &app.state.features.leaderboard,
         april,
         Options {
             stop_after_chunks: Some(1),
@@ -457,9 +475,9 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
     assert_eq!(partial.copied, 1000);
 
     // An award that took its season before midnight lands now, at the top of the board.
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let _: i64 = redis::cmd("ZADD")
-        .arg(app.state.keys.season_board(april))
+        .arg(app.state.infra.keys.season_board(april))
         .arg(500.0 * 4_194_304.0)
         .arg(73)
         .query_async(&mut *conn)
@@ -467,7 +485,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
         .unwrap();
     drop(conn);
 
-    let finished = archive_season(&app.state, april, Options::default())
+    let finished = archive_season(&app.state.features.leaderboard, april, Options::default())
         .await
         .unwrap()
         .unwrap();
@@ -476,7 +494,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
         "SELECT COUNT(*) AS n, COUNT(DISTINCT user_id) AS users, MIN(rank) AS first, \
          MAX(rank) AS last FROM season_ranks WHERE season = 202604",
     )
-    .fetch_one(&app.state.db.pool)
+    .fetch_one(&app.state.infra.db.pool)
     .await
     .unwrap();
     let count = |column: &str| rows.try_get::<i64, _>(column).unwrap();

@@ -205,7 +205,7 @@ async fn run_persisted(app: &TestApp, query: &str) -> Result<(), String> {
 async fn persisted_query_memory(app: &TestApp) -> u64 {
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("{}{{apq}}*", app.state.keys.prefix());
+    let pattern = format!("{}{{apq}}*", app.state.infra.keys.prefix());
     let keys = crate::harness::scan(&mut conn, &pattern).await;
     let mut total = 0;
     for key in keys {

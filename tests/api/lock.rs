@@ -21,7 +21,7 @@ async fn of_two_contenders_one_wins_and_the_loser_cannot_release_the_winners_loc
         let (state, inside) = (state.clone(), inside.clone());
         tokio::spawn(async move {
             with_lock(
-                &state,
+                &state.infra,
                 "contested",
                 Duration::from_secs(5),
                 |held| async move {
@@ -35,27 +35,30 @@ async fn of_two_contenders_one_wins_and_the_loser_cannot_release_the_winners_loc
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let loser = with_lock(&state, "contested", Duration::from_secs(5), |_| async {
-        unreachable!()
-    })
+    let loser = with_lock(
+        &state.infra,
+        "contested",
+        Duration::from_secs(5),
+        |_| async { unreachable!() },
+    )
     .await
     .unwrap();
     assert!(loser.is_none(), "the second contender does not get in");
 
     // The loser's attempt left the winner's lock alone.
-    let mut conn = state.redis.get().await.unwrap();
+    let mut conn = state.infra.redis.get().await.unwrap();
     let owner: Option<String> = redis::cmd("GET")
-        .arg(state.keys.lock_owner("contested"))
+        .arg(state.infra.keys.lock_owner("contested"))
         .query_async(&mut *conn)
         .await
         .unwrap();
-    assert!(owner.is_some_and(|o| o.starts_with(&state.instance_id)));
+    assert!(owner.is_some_and(|o| o.starts_with(&*state.infra.instance.id)));
     drop(conn);
     let first_fence = winner.await.unwrap().expect("the first contender won");
     assert_eq!(inside.load(Ordering::SeqCst), 1);
 
     let next_fence = with_lock(
-        &state,
+        &state.infra,
         "contested",
         Duration::from_secs(5),
         |held| async move { held.fence },
@@ -76,7 +79,7 @@ async fn a_long_holder_keeps_its_lock_through_renewals() {
         let state = state.clone();
         tokio::spawn(async move {
             with_lock(
-                &state,
+                &state.infra,
                 "long-job",
                 Duration::from_millis(300),
                 |held| async move {
@@ -91,9 +94,14 @@ async fn a_long_holder_keeps_its_lock_through_renewals() {
     // Well past the 300 ms lease, the lock is still held.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let other = with_lock(&state, "long-job", Duration::from_millis(300), |_| async {})
-            .await
-            .unwrap();
+        let other = with_lock(
+            &state.infra,
+            "long-job",
+            Duration::from_millis(300),
+            |_| async {},
+        )
+        .await
+        .unwrap();
         assert!(other.is_none(), "the lease was renewed");
     }
     assert_eq!(
@@ -101,8 +109,13 @@ async fn a_long_holder_keeps_its_lock_through_renewals() {
         Some(false),
         "the holder never lost it"
     );
-    let after = with_lock(&state, "long-job", Duration::from_millis(300), |_| async {})
-        .await
-        .unwrap();
+    let after = with_lock(
+        &state.infra,
+        "long-job",
+        Duration::from_millis(300),
+        |_| async {},
+    )
+    .await
+    .unwrap();
     assert!(after.is_some(), "released when the work ended");
 }

@@ -21,9 +21,9 @@ async fn unlimited() -> TestApp {
 
 /// A LEARNING award as another service sends it to `{points}:intake`.
 async fn intake(app: &TestApp, user: i64, points: i64, key: &str) {
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let _: String = redis::cmd("XADD")
-        .arg(app.state.keys.points_intake_stream())
+        .arg(app.state.infra.keys.points_intake_stream())
         .arg("*")
         .arg("user")
         .arg(user)
@@ -247,9 +247,10 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     .await;
 
     // A week later the Redis marker is gone; the liker unlikes and likes again.
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let marker = app
         .state
+        .infra
         .keys
         .points_award_marker(45, &format!("like:{remark}:46"));
     let removed: i64 = redis::cmd("DEL")
@@ -261,8 +262,8 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     drop(conn);
     app.data(Some(&liker), unlike, json!({ "r": remark })).await;
     app.data(Some(&liker), like, json!({ "r": remark })).await;
-    let votes: Vec<String> = (0..app.state.remarks.shards)
-        .map(|s| app.state.keys.vote_stream(s))
+    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards)
+        .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     crate::harness::streams_settled(&app, &votes, "points").await;
     assert_eq!(
@@ -281,7 +282,12 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
     let service = app.token(9, Role::Service);
     let award = "mutation($u: ID!, $k: String!) { awardPoints(userId: $u, type: LEARNING, points: 5, idempotencyKey: $k) { awarded duplicate } }";
     intake(&app, 44, 5, "lesson-9").await;
-    crate::harness::streams_settled(&app, &[app.state.keys.points_intake_stream()], "intake").await;
+    crate::harness::streams_settled(
+        &app,
+        &[app.state.infra.keys.points_intake_stream()],
+        "intake",
+    )
+    .await;
     let again = app
         .data(Some(&service), award, json!({ "u": "44", "k": "lesson-9" }))
         .await;

@@ -29,8 +29,8 @@ async fn unlimited() -> TestApp {
 
 /// Every consumer of every stream has handled everything: SQL holds all that Redis does.
 async fn settled(app: &TestApp) {
-    let keys = &app.state.keys;
-    let votes: Vec<String> = (0..app.state.remarks.shards)
+    let keys = &app.state.infra.keys;
+    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards)
         .map(|s| keys.vote_stream(s))
         .collect();
     let orders: Vec<String> = (0..app.state.config.sale_shards)
@@ -48,7 +48,7 @@ async fn settled(app: &TestApp) {
 async fn lose_everything(app: &TestApp) -> usize {
     let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys = scan(&mut conn, &app.state.keys.all_pattern()).await;
+    let keys = scan(&mut conn, &app.state.infra.keys.all_pattern()).await;
     let _: i64 = redis::cmd("DEL")
         .arg(&keys)
         .query_async(&mut conn)
@@ -59,7 +59,7 @@ async fn lose_everything(app: &TestApp) -> usize {
 
 /// Features `verify` finds drift in.
 async fn drifted(app: &TestApp) -> Vec<String> {
-    engage::features::recovery::verify(&app.state)
+    engage::features::recovery::verify(&app.state.features)
         .await
         .expect("verify runs")
         .into_iter()
@@ -75,6 +75,7 @@ fn day(n: u32) -> NaiveDate {
 /// Sets the clock to 10:00 of a November day in the service's zone (Asia/Shanghai).
 fn at_day(app: &TestApp, n: u32) {
     app.state
+        .infra
         .clock
         .set(Utc.with_ymd_and_hms(2026, 11, n, 2, 0, 0).unwrap());
 }
@@ -171,7 +172,7 @@ async fn seed(app: &TestApp) -> Seeded {
         )
         .await;
     }
-    let now = app.state.clock.now();
+    let now = app.state.infra.clock.now();
     let voucher = app
         .data(
             Some(&admin),
@@ -268,7 +269,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         );
     }
 
-    engage::features::recovery::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
         .await
         .expect("rebuild");
     assert_eq!(
@@ -279,7 +280,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     assert_eq!(answers(&app, &seeded).await, before);
 
     // A second rebuild changes nothing.
-    engage::features::recovery::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
         .await
         .expect("rebuild again");
     assert_eq!(answers(&app, &seeded).await, before);
@@ -376,9 +377,9 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     assert_eq!(drifted(&app).await, Vec::<String>::new());
 
     // Redis failed after SQL committed a follow: the count never moved.
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let _: i64 = redis::cmd("HINCRBY")
-        .arg(app.state.keys.follower_counts())
+        .arg(app.state.infra.keys.follower_counts())
         .arg(1)
         .arg(-1)
         .query_async(&mut *conn)
@@ -388,7 +389,7 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     let found = drifted(&app).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("follows"), "{found:?}");
-    engage::features::recovery::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
         .await
         .unwrap();
     assert_eq!(drifted(&app).await, Vec::<String>::new());
@@ -398,7 +399,7 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     // An order Redis sold that never reached SQL.
     sqlx::query("DELETE FROM orders WHERE id = $1")
         .bind(seeded.orders[0].1.parse::<i64>().unwrap())
-        .execute(&app.state.db.pool)
+        .execute(&app.state.infra.db.pool)
         .await
         .unwrap();
     let found = drifted(&app).await;
@@ -422,23 +423,23 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
     };
 
     // A run that stopped after the calendars of users 1 to 3.
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let _: i64 = redis::cmd("HSET")
-        .arg(app.state.keys.recovery_cursors())
+        .arg(app.state.infra.keys.recovery_cursors())
         .arg("sign-in calendars/")
         .arg(3)
         .query_async(&mut *conn)
         .await
         .unwrap();
     drop(conn);
-    engage::features::recovery::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
         .await
         .unwrap();
     assert_eq!(signed(2).await, 0, "not redone");
     assert_eq!(signed(5).await, 11, "done by the run that went on");
 
     // The run finished: the next one starts over.
-    engage::features::recovery::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
         .await
         .unwrap();
     assert_eq!(signed(2).await, 11);
@@ -479,7 +480,7 @@ async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
         })
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    engage::features::recovery::rebuild(&app.state, false)
+    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
         .await
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;

@@ -49,7 +49,7 @@ async fn vote(app: &TestApp, voter: i64, remark: &str, like: bool) -> Value {
 
 async fn vote_log_rows(app: &TestApp) -> i64 {
     sqlx::query("SELECT COUNT(*) AS n FROM vote_log")
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
         .get("n")
@@ -57,8 +57,8 @@ async fn vote_log_rows(app: &TestApp) -> i64 {
 
 /// Waits until every vote stream's archive group has nothing pending or undelivered.
 async fn archive_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.remarks.shards)
-        .map(|s| app.state.keys.vote_stream(s))
+    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards)
+        .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
 }
@@ -194,12 +194,12 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     // remarks) uses the same pool: let it finish so that only the page is counted.
     app.data(Some(&viewer), query, json!({ "item": item }))
         .await;
-    crate::harness::streams_settled(&app, &[app.state.keys.remark_stream()], "fanout").await;
-    let before = app.state.redis_round_trips.load(Ordering::SeqCst);
+    crate::harness::streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    let before = app.state.infra.redis_round_trips.load(Ordering::SeqCst);
     let page = app
         .data(Some(&viewer), query, json!({ "item": item }))
         .await;
-    let after = app.state.redis_round_trips.load(Ordering::SeqCst);
+    let after = app.state.infra.redis_round_trips.load(Ordering::SeqCst);
     assert_eq!(page["remarks"]["edges"].as_array().unwrap().len(), 20);
     assert_eq!(after - before, 1, "one pipeline for the whole page");
 }
@@ -211,7 +211,14 @@ async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
     let first = create_remark(&app, 11, &item).await;
     let second = create_remark(&app, 12, &item).await;
     vote(&app, 13, &first, true).await;
-    let reads = || app.state.remarks.page_reads.load(Ordering::SeqCst);
+    let reads = || {
+        app.state
+            .features
+            .remarks
+            .settings
+            .page_reads
+            .load(Ordering::SeqCst)
+    };
     let viewer = app.user_token(13);
     async fn page(app: &TestApp, viewer: &str, item: &str) -> Value {
         let query = "query($item: ID!) { remarks(itemId: $item) { edges { node { id likeCount likedByMe author { id } } } } }";
@@ -310,11 +317,16 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
 
     // Every count equals the relations that say "liked".
     let state = &app.state;
-    let mut conn = state.redis.get().await.unwrap();
+    let mut conn = state.infra.redis.get().await.unwrap();
     for remark in &remarks {
         let id: i64 = remark.parse().unwrap();
         let count: i64 = redis::cmd("HGET")
-            .arg(state.keys.remark_info(id, state.remarks.shards))
+            .arg(
+                state
+                    .infra
+                    .keys
+                    .remark_info(id, state.features.remarks.settings.shards),
+            )
             .arg("likes")
             .query_async(&mut *conn)
             .await
@@ -322,7 +334,11 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
         let mut liked = 0;
         for user in 1..=100 {
             let relation: Option<String> = redis::cmd("GET")
-                .arg(state.keys.like_relation(id, user, state.remarks.shards))
+                .arg(state.infra.keys.like_relation(
+                    id,
+                    user,
+                    state.features.remarks.settings.shards,
+                ))
                 .query_async(&mut *conn)
                 .await
                 .unwrap();
@@ -339,11 +355,11 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
     assert_eq!(vote_log_rows(&app).await, changed);
 
     // Replaying the streams from the start inserts nothing twice.
-    let mut conn = state.redis.get().await.unwrap();
-    for shard in 0..state.remarks.shards {
+    let mut conn = state.infra.redis.get().await.unwrap();
+    for shard in 0..state.features.remarks.settings.shards {
         let _: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("SETID")
-            .arg(state.keys.vote_stream(shard))
+            .arg(state.infra.keys.vote_stream(shard))
             .arg("archive")
             .arg("0")
             .query_async(&mut *conn)
@@ -364,11 +380,16 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
     archive_settled(&app).await;
 
     // Time passes beyond the relation TTL, and Redis lets the key go.
-    app.state.clock.advance(chrono::Duration::days(11));
+    app.state.infra.clock.advance(chrono::Duration::days(11));
     let state = &app.state;
-    let mut conn = state.redis.get().await.unwrap();
+    let mut conn = state.infra.redis.get().await.unwrap();
     let () = redis::cmd("DEL")
-        .arg(state.keys.like_relation(id, 2, state.remarks.shards))
+        .arg(
+            state
+                .infra
+                .keys
+                .like_relation(id, 2, state.features.remarks.settings.shards),
+        )
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -380,9 +401,14 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
         json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": false })
     );
     // The key is restored: the archive is asked only once.
-    let mut conn = state.redis.get().await.unwrap();
+    let mut conn = state.infra.redis.get().await.unwrap();
     let relation: Option<String> = redis::cmd("GET")
-        .arg(state.keys.like_relation(id, 2, state.remarks.shards))
+        .arg(
+            state
+                .infra
+                .keys
+                .like_relation(id, 2, state.features.remarks.settings.shards),
+        )
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -400,7 +426,7 @@ async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
     archive_settled(&app).await;
 
     sqlx::query("ALTER TABLE vote_log RENAME TO vote_log_away")
-        .execute(&app.state.db.pool)
+        .execute(&app.state.infra.db.pool)
         .await
         .unwrap();
     for voter in 3..=12 {
@@ -409,21 +435,21 @@ async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
     vote(&app, 3, &remark, false).await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // the consumer fails and backs off
     sqlx::query("ALTER TABLE vote_log_away RENAME TO vote_log")
-        .execute(&app.state.db.pool)
+        .execute(&app.state.infra.db.pool)
         .await
         .unwrap();
 
     archive_settled(&app).await;
     assert_eq!(vote_log_rows(&app).await, 12);
     let dead: i64 = sqlx::query("SELECT COUNT(*) AS n FROM dead_letters")
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
         .get("n");
     assert_eq!(dead, 0, "an outage is not poison");
     let rolled: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
         .bind(remark.parse::<i64>().unwrap())
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
         .get("like_count");
@@ -450,8 +476,12 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
         );
         sockets.push(socket);
     }
-    let channel = app.state.keys.like_count_channel(remark.parse().unwrap());
-    let mut conn = app.state.redis.get().await.unwrap();
+    let channel = app
+        .state
+        .infra
+        .keys
+        .like_count_channel(remark.parse().unwrap());
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
         .arg("NUMSUB")
         .arg(&channel)
@@ -463,7 +493,7 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
         listeners, 1,
         "one Redis subscription for 200 GraphQL subscribers"
     );
-    assert_eq!(app.state.live.local_subscribers(&channel), 200);
+    assert_eq!(app.state.infra.live.local_subscribers(&channel), 200);
 
     vote(&app, 3, &remark, true).await;
     for socket in &mut sockets {
@@ -500,10 +530,10 @@ async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channe
         );
         // Nothing is held, neither in this instance's hub nor in Redis, while the
         // connection stays open.
-        let mut conn = app.state.redis.get().await.unwrap();
+        let mut conn = app.state.infra.redis.get().await.unwrap();
         for id in &ids {
-            let channel = app.state.keys.like_count_channel(id.parse().unwrap());
-            assert_eq!(app.state.live.local_subscribers(&channel), 0, "{id}");
+            let channel = app.state.infra.keys.like_count_channel(id.parse().unwrap());
+            assert_eq!(app.state.infra.live.local_subscribers(&channel), 0, "{id}");
             let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
                 .arg(&channel)
@@ -547,12 +577,19 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
     // The refresh interval passes: many readers at once, one refresh, nobody sees a gap.
     let refreshes = app
         .state
+        .features
         .remarks
+        .settings
         .recommended_refreshes
         .load(Ordering::SeqCst);
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = redis::cmd("DEL")
-        .arg(app.state.keys.recommended_proxy(item.parse().unwrap()))
+        .arg(
+            app.state
+                .infra
+                .keys
+                .recommended_proxy(item.parse().unwrap()),
+        )
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -578,7 +615,9 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         app.state
+            .features
             .remarks
+            .settings
             .recommended_refreshes
             .load(Ordering::SeqCst),
         refreshes + 1
@@ -601,11 +640,11 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
     let app = busy_app().await;
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
-    let stream = app
-        .state
-        .keys
-        .vote_stream_of(remark.parse().unwrap(), app.state.remarks.shards);
-    let mut conn = app.state.redis.get().await.unwrap();
+    let stream = app.state.infra.keys.vote_stream_of(
+        remark.parse().unwrap(),
+        app.state.features.remarks.settings.shards,
+    );
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let poison: String = redis::cmd("XADD")
         .arg(&stream)
         .arg("*")
@@ -620,7 +659,7 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
     archive_settled(&app).await;
     assert_eq!(vote_log_rows(&app).await, 1, "the good vote is archived");
     let row = sqlx::query("SELECT entry_id, error, attempts FROM dead_letters")
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap();
     assert_eq!(row.get::<String, _>("entry_id"), poison);
@@ -640,10 +679,10 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
     .await;
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
-    let stream = app
-        .state
-        .keys
-        .vote_stream_of(remark.parse().unwrap(), app.state.remarks.shards);
+    let stream = app.state.infra.keys.vote_stream_of(
+        remark.parse().unwrap(),
+        app.state.features.remarks.settings.shards,
+    );
     archive_settled(&app).await;
 
     // A consumer reads three votes and dies before acknowledging them. MULTI makes the
@@ -701,24 +740,28 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
 #[tokio::test]
 async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_lettered() {
     let app = busy_app().await;
-    if app.state.db.backend != engage::infra::db::Backend::Postgres {
+    if app.state.infra.db.backend != engage::infra::db::Backend::Postgres {
         return; // SQLite has no partitions: vote_log is one table there.
     }
     let item = create_item(&app).await;
     let remark = create_remark(&app, 2_001, &item).await;
     // A table of this month's name that is not attached as a partition: creating the
     // partition is then a no-op, and the insert finds no partition for the row (23514).
-    let date = app.state.clock.format_ms(app.state.clock.now_ms());
+    let date = app
+        .state
+        .infra
+        .clock
+        .format_ms(app.state.infra.clock.now_ms());
     let month = format!("{}{}", &date[..4], &date[5..7]);
     let blocker = format!("vote_log_{month}");
     sqlx::query(&format!("CREATE TABLE {blocker} (LIKE vote_log)"))
-        .execute(&app.state.db.pool)
+        .execute(&app.state.infra.db.pool)
         .await
         .unwrap();
     vote(&app, 2_002, &remark, true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let dead: i64 = sqlx::query("SELECT COUNT(*) AS n FROM dead_letters")
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
         .get("n");
@@ -727,7 +770,7 @@ async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_le
 
     // Once the table is out of the way, the waiting vote is archived.
     sqlx::query(&format!("DROP TABLE {blocker}"))
-        .execute(&app.state.db.pool)
+        .execute(&app.state.infra.db.pool)
         .await
         .unwrap();
     archive_settled(&app).await;

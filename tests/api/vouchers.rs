@@ -28,7 +28,7 @@ async fn busy_app() -> TestApp {
 async fn voucher(app: &TestApp, stock: i64, pay_within: i64) -> String {
     let admin = app.admin_token();
     let item = app.create_item().await;
-    let now = app.state.clock.now();
+    let now = app.state.infra.clock.now();
     let input = json!({
         "itemId": item, "title": "Half price", "stock": stock,
         "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
@@ -54,11 +54,11 @@ async fn buy(app: &TestApp, token: &str, voucher: &str) -> String {
 /// The stock checks once the order consumer has caught up; they must all agree.
 async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck> {
     let streams: Vec<String> = (0..app.state.config.sale_shards)
-        .map(|s| app.state.keys.order_stream(s))
+        .map(|s| app.state.infra.keys.order_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
     for _ in 0..300 {
-        let checks = engage::features::vouchers::stock_checks(&app.state)
+        let checks = engage::features::vouchers::stock_checks(&app.state.features.vouchers)
             .await
             .unwrap();
         if checks.iter().all(|c| c.consistent()) {
@@ -68,7 +68,7 @@ async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck
     }
     panic!(
         "Redis and SQL never agreed: {:?}",
-        engage::features::vouchers::stock_checks(&app.state)
+        engage::features::vouchers::stock_checks(&app.state.features.vouchers)
             .await
             .unwrap()
     );
@@ -119,7 +119,7 @@ async fn two_thousand_attempts_by_a_thousand_users_never_oversell_stock_of_100()
     );
     let rows = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT buyer_id) AS buyers FROM orders WHERE voucher_id = $1")
         .bind(voucher.parse::<i64>().unwrap())
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap();
     assert_eq!(rows.get::<i64, _>("n"), 100);
@@ -142,7 +142,7 @@ async fn the_window_is_checked_against_the_servers_clock() {
     let app = busy_app().await;
     let voucher = voucher(&app, 5, 600).await;
     let token = app.user_token(20);
-    app.state.clock.advance(chrono::Duration::minutes(-5));
+    app.state.infra.clock.advance(chrono::Duration::minutes(-5));
     assert_eq!(
         first_code(
             &app.gql(Some(&token), SECKILL, json!({ "v": voucher }))
@@ -150,7 +150,7 @@ async fn the_window_is_checked_against_the_servers_clock() {
         ),
         "NOT_STARTED"
     );
-    app.state.clock.advance(chrono::Duration::hours(2));
+    app.state.infra.clock.advance(chrono::Duration::hours(2));
     assert_eq!(
         first_code(
             &app.gql(Some(&token), SECKILL, json!({ "v": voucher }))
@@ -194,7 +194,7 @@ async fn an_unpaid_order_expires_at_pay_by_and_the_buyer_may_buy_again() {
         "ALREADY_ORDERED"
     );
 
-    app.state.clock.advance(chrono::Duration::seconds(61));
+    app.state.infra.clock.advance(chrono::Duration::seconds(61));
     let mut status = Value::Null;
     for _ in 0..200 {
         let orders = app
@@ -232,6 +232,7 @@ async fn paying_and_expiring_race_and_exactly_one_wins() {
         let order = buy(&app, &token, &voucher).await;
         // Right at pay-by: the expiry job and the payment go at the same moment.
         app.state
+            .infra
             .clock
             .advance(chrono::Duration::milliseconds(5000));
         let (pay, cancel) = tokio::join!(
@@ -321,11 +322,11 @@ async fn replaying_the_order_stream_inserts_nothing_twice() {
         }
     }
     consistent(&app).await;
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     for shard in 0..app.state.config.sale_shards {
         let _: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("SETID")
-            .arg(app.state.keys.order_stream(shard))
+            .arg(app.state.infra.keys.order_stream(shard))
             .arg("archive")
             .arg("0")
             .query_async(&mut *conn)
@@ -340,7 +341,7 @@ async fn replaying_the_order_stream_inserts_nothing_twice() {
         .unwrap();
     assert_eq!((check.sql_stock, check.sql_live_orders), (6, 4));
     let orders: i64 = sqlx::query("SELECT COUNT(*) AS n FROM orders")
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
         .get("n");
@@ -422,8 +423,8 @@ async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
 /// Where the delay queue holds an order's expiry job: `None` when nowhere pending.
 async fn pending_expiry(app: &TestApp, order: &str) -> Option<&'static str> {
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
-    let keys = &app.state.keys;
-    let mut conn = app.state.redis.get().await.unwrap();
+    let keys = &app.state.infra.keys;
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let (delayed, running, ready): (Option<f64>, Option<f64>, Option<i64>) = redis::pipe()
         .cmd("ZSCORE")
         .arg(keys.jobs_delayed(topic))
@@ -473,13 +474,17 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
         let late = engage::features::vouchers::NewOrder {
             order_id: order.parse().unwrap(),
             voucher_id: voucher.parse().unwrap(),
-            created_at_ms: app.state.clock.now_ms(),
-            pay_by_ms: app.state.clock.now_ms() + 86_400_000,
+            created_at_ms: app.state.infra.clock.now_ms(),
+            pay_by_ms: app.state.infra.clock.now_ms() + 86_400_000,
         };
-        let mut sql = app.state.db.pool.acquire().await.unwrap();
-        engage::features::vouchers::ensure_expiries(&app.state, &mut sql, &[late])
-            .await
-            .unwrap();
+        let mut sql = app.state.infra.db.pool.acquire().await.unwrap();
+        engage::features::vouchers::ensure_expiries(
+            &app.state.features.vouchers,
+            &mut sql,
+            &[late],
+        )
+        .await
+        .unwrap();
         assert_eq!(pending_expiry(&app, &order).await, None, "{field}, late");
     }
 }
@@ -488,8 +493,8 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
 /// jobs kept.
 async fn forget_job(app: &TestApp, id: &str) {
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
-    let keys = &app.state.keys;
-    let mut conn = app.state.redis.get().await.unwrap();
+    let keys = &app.state.infra.keys;
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = redis::pipe()
         .cmd("HDEL")
         .arg(keys.job_pool(topic))
@@ -524,7 +529,7 @@ async fn archived_order(app: &TestApp, order: i64) -> (i64, i64, i64, String) {
         "SELECT voucher_id, created_at_ms, pay_by_ms, status FROM orders WHERE id = $1",
     )
     .bind(order)
-    .fetch_one(&app.state.db.pool)
+    .fetch_one(&app.state.infra.db.pool)
     .await
     .unwrap();
     (
@@ -542,6 +547,7 @@ async fn order_events(app: &TestApp, voucher: i64, events: &[Vec<(&str, String)>
     pipe.atomic();
     let stream = app
         .state
+        .infra
         .keys
         .order_stream_of(voucher, app.state.config.sale_shards);
     for fields in events {
@@ -551,7 +557,7 @@ async fn order_events(app: &TestApp, voucher: i64, events: &[Vec<(&str, String)>
         }
         add.ignore();
     }
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = pipe.query_async(&mut *conn).await.unwrap();
 }
 
@@ -573,7 +579,7 @@ async fn rebought(
     consistent(app).await;
     let (voucher, created, pay_by, status) = archived_order(app, a).await;
     assert_eq!(status, "UNPAID");
-    let now = app.state.clock.now_ms();
+    let now = app.state.infra.clock.now_ms();
     let settled = vec![
         ("type", "settled".to_string()),
         ("order", a.to_string()),
@@ -584,7 +590,7 @@ async fn rebought(
         ("created", created.to_string()),
         ("pay_by", pay_by.to_string()),
     ];
-    let b = app.state.ids.next_id().await.unwrap();
+    let b = app.state.infra.ids.next_id().await.unwrap();
     let bought = vec![
         ("type", "created".to_string()),
         ("order", b.to_string()),
@@ -598,7 +604,7 @@ async fn rebought(
 
 async fn orders_settled(app: &TestApp) {
     let streams: Vec<String> = (0..app.state.config.sale_shards)
-        .map(|s| app.state.keys.order_stream(s))
+        .map(|s| app.state.infra.keys.order_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
 }
@@ -613,7 +619,7 @@ async fn a_rebought_order_whose_predecessor_settles_in_the_same_batch_reaches_sq
     assert_eq!(status, "UNPAID");
     let remaining: i64 = sqlx::query("SELECT remaining FROM vouchers WHERE id = $1")
         .bind(voucher)
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
         .get("remaining");
@@ -628,6 +634,7 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
     // to this one, and is archived first.
     let stream = app
         .state
+        .infra
         .keys
         .order_stream_of(voucher, app.state.config.sale_shards);
     let mut pipe = redis::pipe();
@@ -647,7 +654,7 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
         .arg(&stream)
         .arg(">")
         .ignore();
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = pipe.query_async(&mut *conn).await.unwrap();
     drop(conn);
     order_events(&app, voucher, &[bought]).await;
@@ -665,11 +672,11 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
     let voucher = voucher(&app, 1, 600).await;
     let order = buy(&app, &app.user_token(80), &voucher).await;
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
-    let job = engage::features::jobs::find(&app.state, topic, &order)
+    let job = engage::features::jobs::find(&app.state.features.jobs, topic, &order)
         .await
         .unwrap()
         .expect("the order's expiry job");
-    let policy = app.state.jobs.policy(topic);
+    let policy = app.state.features.jobs.registry.policy(topic);
     let retrying: Duration = (1..job.max_attempts)
         .map(|attempt| policy.retry_delay(attempt))
         .sum();
@@ -683,7 +690,7 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
 async fn sql_status(app: &TestApp, order: &str) -> String {
     sqlx::query("SELECT status FROM orders WHERE id = $1")
         .bind(order.parse::<i64>().unwrap())
-        .fetch_one(&app.state.db.pool)
+        .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
         .get("status")
@@ -703,10 +710,11 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
     consistent(&app).await;
     assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
     // Redis loses the job (and nothing rebuilds it).
-    let mut conn = app.state.redis.get().await.unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = redis::cmd("ZREM")
         .arg(
             app.state
+                .infra
                 .keys
                 .jobs_delayed(engage::features::vouchers::EXPIRY_TOPIC),
         )
@@ -719,11 +727,11 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
     assert_eq!(pending_expiry(&app, &order).await, None);
 
     // Just past pay-by the order is left to its job a little longer.
-    app.state.clock.advance(chrono::Duration::seconds(61));
+    app.state.infra.clock.advance(chrono::Duration::seconds(61));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(sql_status(&app, &order).await, "UNPAID");
 
-    app.state.clock.advance(chrono::Duration::seconds(60));
+    app.state.infra.clock.advance(chrono::Duration::seconds(60));
     crate::harness::eventually(async || sql_status(&app, &order).await == "EXPIRED").await;
     consistent(&app).await;
     assert_eq!(
@@ -755,7 +763,7 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     consistent(&app).await;
     let rows: Vec<String> = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1")
         .bind(engage::features::vouchers::EXPIRY_TOPIC)
-        .fetch_all(&app.state.db.pool)
+        .fetch_all(&app.state.infra.db.pool)
         .await
         .unwrap()
         .iter()
@@ -765,7 +773,7 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     let mut rows = rows;
     rows.sort();
     assert_eq!(rows, orders, "each unpaid order's expiry job has its row");
-    let report = engage::features::jobs::recovery::verify(&app.state)
+    let report = engage::features::jobs::recovery::verify(&app.state.features.jobs)
         .await
         .unwrap();
     assert!(report.is_clean(), "{report:?}");

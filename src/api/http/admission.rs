@@ -24,8 +24,8 @@ use serde_json::Value;
 
 use super::{apq, document};
 use crate::{
+    api::http::Gateway,
     api::schema::errors::{code_of, RequestId},
-    app::AppState,
     infra::auth::Viewer,
     infra::cache::TtlCache,
     infra::error::{AppError, AppResult, ErrorCode},
@@ -75,12 +75,12 @@ pub const UNREAD: &str = "unread";
 
 /// Identifies the caller of an HTTP request or of a WebSocket `connection_init`.
 pub async fn identify(
-    state: &AppState,
+    gateway: &Gateway,
     ip: IpAddr,
     authorization: Option<&str>,
 ) -> AppResult<Caller> {
-    state.rate_limits.check_ip(ip)?;
-    let verified = state.tokens.from_header_value(authorization)?;
+    gateway.rate_limits.check_ip(ip)?;
+    let verified = gateway.tokens.from_header_value(authorization)?;
     let Some((viewer, claims)) = verified else {
         return Ok(Caller {
             ip,
@@ -88,10 +88,10 @@ pub async fn identify(
             token_expires_at: None,
         });
     };
-    state.rate_limits.check_user(viewer.user_id)?;
-    state
+    gateway.rate_limits.check_user(viewer.user_id)?;
+    gateway
         .users
-        .ensure(viewer.user_id, &claims, state.clock.now_ms())
+        .ensure(viewer.user_id, &claims, gateway.infra.clock.now_ms())
         .await?;
     Ok(Caller {
         ip,
@@ -102,7 +102,7 @@ pub async fn identify(
 
 /// Admits one operation of an identified caller.
 pub async fn admit(
-    state: &AppState,
+    gateway: &Gateway,
     caller: &Caller,
     operation: RawOperation,
     transport: Transport,
@@ -115,9 +115,9 @@ pub async fn admit(
         {
             return Err(AppError::unauthenticated("token expired"));
         }
-        charge(state, caller, 1)?;
+        charge(gateway, caller, 1)?;
     }
-    let max_bytes = state.config.max_body_bytes;
+    let max_bytes = gateway.config.max_body_bytes;
     if operation
         .query
         .as_ref()
@@ -128,14 +128,14 @@ pub async fn admit(
             format!("the query is longer than {max_bytes} bytes"),
         ));
     }
-    let resolved = apq::resolve(state, operation.query, operation.extensions.as_ref()).await?;
+    let resolved = apq::resolve(gateway, operation.query, operation.extensions.as_ref()).await?;
     let parsed = parse_cached(&resolved.query)?;
     let shape = parsed.operation(operation.operation_name.as_deref());
     let writes = match shape {
         Some(shape) if shape.ty == OperationType::Mutation => shape.root_fields,
         _ => 0,
     };
-    let max_writes = state.config.max_mutations_per_request;
+    let max_writes = gateway.config.max_mutations_per_request;
     if writes > max_writes {
         return Err(AppError::client(
             ErrorCode::GraphqlValidationFailed,
@@ -153,7 +153,7 @@ pub async fn admit(
     };
     let extra = writes.saturating_sub(1) + registration;
     if extra > 0 {
-        charge(state, caller, u32::try_from(extra).unwrap_or(u32::MAX))?;
+        charge(gateway, caller, u32::try_from(extra).unwrap_or(u32::MAX))?;
     }
 
     let label = shape
@@ -190,10 +190,10 @@ pub fn is_request_error(response: &async_graphql::Response) -> bool {
 }
 
 /// Charges `cost` requests against the caller's per-IP and per-user rates.
-fn charge(state: &AppState, caller: &Caller, cost: u32) -> AppResult<()> {
-    state.rate_limits.charge_ip(caller.ip, cost)?;
+fn charge(gateway: &Gateway, caller: &Caller, cost: u32) -> AppResult<()> {
+    gateway.rate_limits.charge_ip(caller.ip, cost)?;
     if let Some(viewer) = &caller.viewer {
-        state.rate_limits.charge_user(viewer.user_id, cost)?;
+        gateway.rate_limits.charge_user(viewer.user_id, cost)?;
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    app::AppState,
+    api::http::Gateway,
     infra::error::{AppError, ErrorCode},
     infra::redis::scripts::{APQ_LOOKUP, APQ_REGISTER},
 };
@@ -33,7 +33,7 @@ pub struct Resolved {
 }
 
 pub async fn resolve(
-    state: &AppState,
+    gateway: &Gateway,
     query: Option<String>,
     extensions: Option<&Value>,
 ) -> Result<Resolved, AppError> {
@@ -73,16 +73,16 @@ pub async fn resolve(
                 ));
             }
             // A text over the size cap runs but is never stored: nothing to register.
-            let register = (query.len() <= state.config.apq_max_query_bytes).then_some(hash);
+            let register = (query.len() <= gateway.config.apq_max_query_bytes).then_some(hash);
             Ok(Resolved { query, register })
         }
         None => {
-            let mut conn = state.redis.get().await?;
+            let mut conn = gateway.infra.redis.get().await?;
             let stored: Option<String> = APQ_LOOKUP
-                .key(state.keys.persisted_queries())
-                .key(state.keys.persisted_query_recency())
+                .key(gateway.infra.keys.persisted_queries())
+                .key(gateway.infra.keys.persisted_query_recency())
                 .arg(&hash)
-                .arg(state.clock.now_ms())
+                .arg(gateway.infra.clock.now_ms())
                 .invoke_async(&mut *conn)
                 .await?;
             stored
@@ -99,17 +99,17 @@ pub async fn resolve(
 
 /// Stores a query that has run under its hash (one that [`resolve`] marked for it); older
 /// queries may be evicted to make room.
-pub async fn register(state: &AppState, hash: &str, query: &str) -> Result<(), AppError> {
-    let config = &state.config;
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
+pub async fn register(gateway: &Gateway, hash: &str, query: &str) -> Result<(), AppError> {
+    let config = &gateway.config;
+    let keys = &gateway.infra.keys;
+    let mut conn = gateway.infra.redis.get().await?;
     let (_stored, evicted): (i64, u64) = APQ_REGISTER
         .key(keys.persisted_queries())
         .key(keys.persisted_query_recency())
         .key(keys.persisted_query_bytes())
         .arg(hash)
         .arg(query)
-        .arg(state.clock.now_ms())
+        .arg(gateway.infra.clock.now_ms())
         .arg(config.apq_max_bytes)
         .arg(UNUSED_FOR_MS)
         .invoke_async(&mut *conn)

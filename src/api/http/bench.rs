@@ -56,15 +56,15 @@ async fn vote(
     headers: &HeaderMap,
     body: &LikeBody,
 ) -> AppResult<likes::VoteOutcome> {
-    let state = &http.state;
-    let ip = client_ip(headers, peer, &state.config);
+    let gateway = &http.gateway;
+    let ip = client_ip(headers, peer, &gateway.config);
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let caller = admission::identify(state, ip, authorization).await?;
+    let caller = admission::identify(gateway, ip, authorization).await?;
     let viewer = caller
         .viewer
         .ok_or_else(|| AppError::unauthenticated("sign in first"))?;
     let remark_id = crate::infra::ids::parse(&body.remark_id, "remarkId")?;
-    likes::vote(state, viewer.user_id, remark_id, Vote::Like).await
+    likes::vote(&gateway.remarks, viewer.user_id, remark_id, Vote::Like).await
 }

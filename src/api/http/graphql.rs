@@ -279,14 +279,14 @@ async fn run(
     request_id: &str,
     label: &mut &'static str,
 ) -> Result<Response, Rejection> {
-    let state = &http.state;
+    let gateway = &http.gateway;
     let app_error = |error: AppError| Rejection::from_app_error(media, error);
-    let ip = client_ip(incoming.headers, incoming.peer, &state.config);
+    let ip = client_ip(incoming.headers, incoming.peer, &gateway.config);
     let authorization = incoming
         .headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let caller = admission::identify(state, ip, authorization)
+    let caller = admission::identify(gateway, ip, authorization)
         .await
         .map_err(app_error)?;
     let params = params?;
@@ -296,7 +296,7 @@ async fn run(
         variables: Variables::from_json(params.variables.unwrap_or(Value::Null)),
         extensions: params.extensions,
     };
-    let admitted = admission::admit(state, &caller, operation, Transport::Http, request_id)
+    let admitted = admission::admit(gateway, &caller, operation, Transport::Http, request_id)
         .await
         .map_err(app_error)?;
     *label = admitted.label;
@@ -317,7 +317,7 @@ async fn run(
     let request_error =
         response.data == async_graphql::Value::Null && admission::is_request_error(&response);
     if let Some((hash, query)) = admitted.register.filter(|_| !request_error) {
-        if let Err(error) = apq::register(state, &hash, &query).await {
+        if let Err(error) = apq::register(gateway, &hash, &query).await {
             tracing::warn!(request_id, %error, "could not store a persisted query");
         }
     }

@@ -14,10 +14,10 @@ pub async fn healthz() -> impl IntoResponse {
 /// 200 when both stores answer within a second, 503 otherwise, with each one's state.
 pub async fn readyz(State(http): State<HttpState>) -> impl IntoResponse {
     let timeout = Duration::from_secs(1);
-    let state = &http.state;
+    let gateway = &http.gateway;
     let (redis, sql) = tokio::join!(
-        tokio::time::timeout(timeout, crate::infra::redis::is_ready(&state.redis)),
-        tokio::time::timeout(timeout, state.db.is_ready()),
+        tokio::time::timeout(timeout, crate::infra::redis::is_ready(&gateway.infra.redis)),
+        tokio::time::timeout(timeout, gateway.infra.db.is_ready()),
     );
     let redis = redis.unwrap_or(false);
     let sql = sql.unwrap_or(false);
@@ -43,6 +43,6 @@ pub async fn metrics(State(http): State<HttpState>) -> impl IntoResponse {
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        crate::infra::metrics::render(&http.state),
+        crate::infra::metrics::render(&http.gateway.infra),
     )
 }

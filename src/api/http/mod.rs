@@ -12,7 +12,10 @@ pub mod rate_limit;
 pub mod server;
 pub mod ws;
 
-use std::net::{IpAddr, SocketAddr};
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
 
 use axum::{
     extract::DefaultBodyLimit,
@@ -30,24 +33,42 @@ use tower_http::{
     trace::TraceLayer,
 };
 
-use crate::{api::schema::AppSchema, app::AppState, infra::config::Config, infra::error::AppError};
+use crate::{
+    api::{http::rate_limit::RateLimits, schema::AppSchema},
+    features::{remarks::Remarks, users::UserDirectory},
+    infra::{auth::Tokens, config::Config, error::AppError, Infra},
+};
 
 const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// What every transport shares: the limits, the token check, the rate limits, the users
+/// seen so far, and the infrastructure (persisted queries live in Redis; readiness asks
+/// Redis and SQL).
+pub struct Gateway {
+    pub config: Config,
+    pub infra: Infra,
+    pub tokens: Tokens,
+    pub rate_limits: RateLimits,
+    pub users: Arc<UserDirectory>,
+    /// The likes a `bench` build's `/bench/like` casts without GraphQL.
+    #[cfg_attr(not(feature = "bench"), allow(dead_code))]
+    pub remarks: Remarks,
+}
+
 /// What every handler receives.
 #[derive(Clone)]
 pub struct HttpState {
-    pub state: AppState,
+    pub gateway: Arc<Gateway>,
     pub schema: AppSchema,
 }
 
-pub fn router(state: AppState, schema: AppSchema) -> Router {
+pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     crate::infra::metrics::install();
-    let max_body = state.config.max_body_bytes;
-    let dev_mode = state.config.uses_dev_secret();
-    let http = HttpState { state, schema };
+    let max_body = gateway.config.max_body_bytes;
+    let dev_mode = gateway.config.uses_dev_secret();
+    let http = HttpState { gateway, schema };
     let routes = Router::new()
         .merge(pages::router(dev_mode))
         .route("/graphql", get(graphql::get).post(graphql::post))

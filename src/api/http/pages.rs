@@ -77,12 +77,12 @@ static PLAYGROUND: LazyLock<String> = LazyLock::new(|| {
 const DEV_MODE_FLAG: &str = "__ENGAGE_DEV_MODE__";
 
 async fn playground(State(http): State<HttpState>) -> Html<String> {
-    let dev_mode = http.state.config.uses_dev_secret();
+    let dev_mode = http.gateway.config.uses_dev_secret();
     Html(PLAYGROUND.replace(DEV_MODE_FLAG, if dev_mode { "true" } else { "false" }))
 }
 
 async fn dashboard(State(http): State<HttpState>) -> Html<String> {
-    let dev_mode = http.state.config.uses_dev_secret();
+    let dev_mode = http.gateway.config.uses_dev_secret();
     Html(
         include_str!("../../../playground/dashboard.html")
             .replace(DEV_MODE_FLAG, if dev_mode { "true" } else { "false" }),
@@ -189,7 +189,7 @@ async fn dev_token(
             &AppError::bad_input("userId must be a positive integer"),
         );
     }
-    let token = http.state.tokens.mint(
+    let token = http.gateway.tokens.mint(
         request.user_id,
         request.role,
         DEV_TOKEN_TTL_SECONDS,

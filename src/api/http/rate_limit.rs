@@ -5,11 +5,11 @@
 //! configured rate. A Redis-based limiter would make the bound exact at the price of one
 //! Redis call per request; the per-instance bound is what protects each instance.
 
-use std::{net::IpAddr, num::NonZeroU32, time::Duration};
+use std::{net::IpAddr, num::NonZeroU32, sync::Arc, time::Duration};
 
 use governor::{clock::Clock, clock::DefaultClock, DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use crate::{app::AppState, infra::error::AppError};
+use crate::{api::http::Gateway, infra::error::AppError};
 
 pub struct RateLimits {
     per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
@@ -88,12 +88,12 @@ fn check_n<K: std::hash::Hash + Eq + Clone>(
 }
 
 /// Drops the state of clients that have been quiet, so memory follows active clients only.
-pub async fn sweep(state: AppState) {
+pub async fn sweep(gateway: Arc<Gateway>) {
     let mut every_minute = tokio::time::interval(Duration::from_secs(60));
     loop {
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
-            _ = every_minute.tick() => state.rate_limits.forget_idle(),
+            () = gateway.infra.instance.shutdown.cancelled() => return,
+            _ = every_minute.tick() => gateway.rate_limits.forget_idle(),
         }
     }
 }

@@ -9,8 +9,10 @@ use crate::{
         remarks::{RemarkConnection, RemarkEdge},
         ContextExt,
     },
+    features::feed::Feed,
     features::feed::{self, FeedCursor},
     features::remarks,
+    features::remarks::Remarks,
     infra::auth::{self, RoleGuard},
     infra::error::AppResult,
     infra::ids,
@@ -35,10 +37,10 @@ impl FeedQuery {
         let viewer = auth::require_viewer(ctx)?;
         let first = page_size(first.unwrap_or(20))?;
         let after = after.as_deref().map(FeedCursor::decode).transpose()?;
-        let state = ctx.state();
-        let (entries, more) = feed::page(state, viewer.user_id, first, after).await?;
+        let (entries, more) =
+            feed::page(ctx.feature::<Feed>(), viewer.user_id, first, after).await?;
         let ids: Vec<i64> = entries.iter().map(|(id, _)| *id).collect();
-        let mut found = remarks::find_many(state, &ids).await?;
+        let mut found = remarks::find_many(ctx.feature::<Remarks>(), &ids).await?;
         let edges: Vec<RemarkEdge> = entries
             .into_iter()
             .filter_map(|(id, cursor)| {
@@ -68,13 +70,23 @@ impl FeedMutation {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn follow(&self, ctx: &Context<'_>, user_id: ID) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
-        feed::follow(ctx.state(), viewer.user_id, ids::parse(&user_id, "userId")?).await
+        feed::follow(
+            ctx.feature::<Feed>(),
+            viewer.user_id,
+            ids::parse(&user_id, "userId")?,
+        )
+        .await
     }
 
     /// Stops following a user; true when this call ended a follow (false: not following).
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn unfollow(&self, ctx: &Context<'_>, user_id: ID) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
-        feed::unfollow(ctx.state(), viewer.user_id, ids::parse(&user_id, "userId")?).await
+        feed::unfollow(
+            ctx.feature::<Feed>(),
+            viewer.user_id,
+            ids::parse(&user_id, "userId")?,
+        )
+        .await
     }
 }

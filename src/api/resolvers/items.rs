@@ -7,6 +7,7 @@ use crate::{
         items::{CreateItemInput, Item},
         ContextExt,
     },
+    features::items::Items,
     features::items::{self, NewItem},
     infra::auth::{self, RoleGuard},
     infra::error::AppResult,
@@ -20,7 +21,7 @@ pub struct ItemQuery;
 impl ItemQuery {
     async fn item(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<Item>> {
         let id = ids::parse(&id, "id")?;
-        Ok(items::find(ctx.state(), id).await?.map(Item))
+        Ok(items::find(ctx.feature::<Items>(), id).await?.map(Item))
     }
 }
 
@@ -35,7 +36,7 @@ impl ItemMutation {
         let viewer = auth::require_viewer(ctx)?;
         let item = NewItem::new(&input.name, input.lat, input.lng)?;
         Ok(Item(
-            items::create(ctx.state(), viewer.user_id, item).await?,
+            items::create(ctx.feature::<Items>(), viewer.user_id, item).await?,
         ))
     }
 }

@@ -11,6 +11,7 @@ use crate::{
         page::{decode_offset_cursor, encode_cursor, PageInfo},
         page_size, ContextExt,
     },
+    features::jobs::Jobs,
     features::jobs::{self, JobStatus, NewJob, MAX_DELAY_SECONDS},
     infra::auth::RoleGuard,
     infra::error::{AppError, AppResult},
@@ -24,7 +25,9 @@ impl JobQuery {
     /// A job wherever it is (dead jobs included); null when unknown.
     #[graphql(guard = "RoleGuard::admin()")]
     async fn job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Option<Job>> {
-        Ok(jobs::find(ctx.state(), &topic, &id).await?.map(Job))
+        Ok(jobs::find(ctx.feature::<Jobs>(), &topic, &id)
+            .await?
+            .map(Job))
     }
 
     /// A topic's jobs in one state, in queue order (dead jobs: newest first).
@@ -43,7 +46,8 @@ impl JobQuery {
         let first = page_size(first.unwrap_or(20))?;
         // The cursor is the position after the last job of the previous page.
         let offset = decode_offset_cursor(after.as_deref(), jobs::MAX_LIST_OFFSET)?;
-        let (views, more) = jobs::list(ctx.state(), &topic, status, first, offset).await?;
+        let (views, more) =
+            jobs::list(ctx.feature::<Jobs>(), &topic, status, first, offset).await?;
         let count = views.len();
         let end_cursor = (count > 0).then(|| encode_cursor((offset + count) as i64));
         Ok(JobConnection {
@@ -92,19 +96,21 @@ impl JobMutation {
             max_attempts,
             callback_url: input.callback_url,
         };
-        Ok(Job(jobs::schedule(ctx.state(), job).await?))
+        Ok(Job(jobs::schedule(ctx.feature::<Jobs>(), job).await?))
     }
 
     /// Cancels a pending job wherever it is; false when there is none by that id. A job
     /// cancelled while running does not run again, and its completion changes nothing.
     #[graphql(guard = "RoleGuard::admin()")]
     async fn cancel_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<bool> {
-        jobs::cancel(ctx.state(), &topic, &id).await
+        jobs::cancel(ctx.feature::<Jobs>(), &topic, &id).await
     }
 
     /// Puts a dead job back in the queue, due now.
     #[graphql(guard = "RoleGuard::admin()")]
     async fn requeue_dead_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Job> {
-        Ok(Job(jobs::requeue_dead(ctx.state(), &topic, &id).await?))
+        Ok(Job(
+            jobs::requeue_dead(ctx.feature::<Jobs>(), &topic, &id).await?
+        ))
     }
 }

@@ -9,6 +9,7 @@ use crate::{
         leaderboard::{entries, Leaderboard, LeaderboardSnapshot, RankEntry, Season},
         page_size, ContextExt,
     },
+    features::leaderboard::Leaderboards,
     features::leaderboard::{self, live, parse_season, season_info},
     infra::auth::{self, RoleGuard},
     infra::error::{AppError, AppResult},
@@ -21,7 +22,7 @@ pub struct LeaderboardQuery;
 impl LeaderboardQuery {
     /// The current season, the previous one and every archived one, newest first.
     async fn seasons(&self, ctx: &Context<'_>) -> AppResult<Vec<Season>> {
-        Ok(leaderboard::seasons(ctx.state())
+        Ok(leaderboard::seasons(ctx.feature::<Leaderboards>())
             .await?
             .into_iter()
             .map(Season)
@@ -39,8 +40,8 @@ impl LeaderboardQuery {
     ) -> AppResult<Leaderboard> {
         let first = first.unwrap_or(20);
         let offset = offset.unwrap_or(0);
-        let state = ctx.state();
-        let season = parse_season(state, season_id.as_ref().map(|id| id.as_str()))?;
+        let boards = ctx.feature::<Leaderboards>();
+        let season = parse_season(boards, season_id.as_ref().map(|id| id.as_str()))?;
         let first = page_size(first)?;
         if !(0..=1_000_000_000).contains(&offset) {
             return Err(AppError::bad_input(format!(
@@ -48,9 +49,9 @@ impl LeaderboardQuery {
             )));
         }
         let viewer = auth::viewer(ctx).map(|v| v.user_id);
-        let board = leaderboard::board(state, season, viewer, first, offset as usize).await?;
+        let board = leaderboard::board(boards, season, viewer, first, offset as usize).await?;
         Ok(Leaderboard {
-            season: Season(season_info(state, board.season)),
+            season: Season(season_info(boards, board.season)),
             me: board.me.map(RankEntry),
             entries: entries(board.entries),
             total: board.total,
@@ -70,10 +71,10 @@ impl LeaderboardQuery {
         if !(0..=50).contains(&radius) {
             return Err(AppError::bad_input("radius must be between 0 and 50"));
         }
-        let state = ctx.state();
-        let season = parse_season(state, season_id.as_ref().map(|id| id.as_str()))?;
+        let boards = ctx.feature::<Leaderboards>();
+        let season = parse_season(boards, season_id.as_ref().map(|id| id.as_str()))?;
         Ok(entries(
-            leaderboard::around(state, season, viewer.user_id, radius as usize).await?,
+            leaderboard::around(boards, season, viewer.user_id, radius as usize).await?,
         ))
     }
 }
@@ -92,16 +93,16 @@ impl LeaderboardSubscription {
         #[graphql(default = 10)] top: Option<i32>,
     ) -> Result<impl Stream<Item = LeaderboardSnapshot>, AppError> {
         let top = page_size(top.unwrap_or(10))?;
-        let state = ctx.state().clone();
+        let boards = ctx.feature::<Leaderboards>().clone();
         let season = season_id
-            .map(|id| parse_season(&state, Some(id.as_str())))
+            .map(|id| parse_season(&boards, Some(id.as_str())))
             .transpose()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let snapshots = live::board_changes(&state, season, top).await?;
+        let snapshots = live::board_changes(&boards, season, top).await?;
         Ok(snapshots.map(move |(season, top)| {
             let _held = &slot;
             LeaderboardSnapshot {
-                season: Season(season_info(&state, season)),
+                season: Season(season_info(&boards, season)),
                 entries: entries(top),
             }
         }))
@@ -113,9 +114,9 @@ impl LeaderboardSubscription {
         ctx: &Context<'_>,
     ) -> Result<impl Stream<Item = RankEntry>, AppError> {
         let viewer = auth::require_viewer(ctx)?;
-        let state = ctx.state();
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let changes = live::my_current_rank_changes(state, viewer.user_id).await?;
+        let changes =
+            live::my_current_rank_changes(ctx.feature::<Leaderboards>(), viewer.user_id).await?;
         Ok(changes.map(move |entry| {
             let _held = &slot;
             RankEntry(entry)

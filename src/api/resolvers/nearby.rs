@@ -11,8 +11,10 @@ use crate::{
         page::{decode_offset_cursor, encode_cursor, PageInfo},
         page_size, ContextExt,
     },
+    features::items::Items,
     features::items::{self, Location},
     features::nearby,
+    features::nearby::Nearby,
     infra::error::AppResult,
 };
 
@@ -37,12 +39,12 @@ impl NearbyQuery {
         let first = page_size(first.unwrap_or(20))?;
         // The cursor is the position after the last item of the previous page.
         let offset = decode_offset_cursor(after.as_deref(), nearby::MAX_RESULTS)?;
-        let state = ctx.state();
-        let (found, more) = nearby::search(state, from, radius_km, first, offset).await?;
+        let (found, more) =
+            nearby::search(ctx.feature::<Nearby>(), from, radius_km, first, offset).await?;
         let ids: Vec<i64> = found.iter().map(|(id, _)| *id).collect();
         // An item gone from SQL is skipped, yet the next page starts after it.
         let end = offset + found.len();
-        let mut items: HashMap<i64, _> = items::find_many(state, &ids)
+        let mut items: HashMap<i64, _> = items::find_many(ctx.feature::<Items>(), &ids)
             .await?
             .into_iter()
             .map(|i| (i.id, i))

@@ -11,6 +11,7 @@ use crate::{
         },
         ContextExt,
     },
+    features::points::Points,
     features::points::{self, PointsType},
     infra::auth::{self, RoleGuard},
     infra::error::AppResult,
@@ -26,7 +27,7 @@ impl PointsQuery {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn points_today(&self, ctx: &Context<'_>) -> AppResult<Vec<PointsByType>> {
         let viewer = auth::require_viewer(ctx)?;
-        Ok(points::today(ctx.state(), viewer.user_id)
+        Ok(points::today(ctx.feature::<Points>(), viewer.user_id)
             .await?
             .into_iter()
             .map(Into::into)
@@ -48,7 +49,8 @@ impl PointsQuery {
         let viewer = auth::require_viewer(ctx)?;
         let first = page_size(first)?;
         let before = decode_cursor(after.as_deref())?;
-        let (records, more) = points::history(ctx.state(), viewer.user_id, first, before).await?;
+        let (records, more) =
+            points::history(ctx.feature::<Points>(), viewer.user_id, first, before).await?;
         let end_cursor = records.last().map(|r| encode_cursor(r.order));
         Ok(PointsRecordConnection {
             edges: records
@@ -84,7 +86,7 @@ impl PointsMutation {
     ) -> AppResult<AwardResult> {
         let user_id = ids::parse(&user_id, "userId")?;
         Ok(points::award(
-            ctx.state(),
+            ctx.feature::<Points>(),
             user_id,
             kind,
             i64::from(points),

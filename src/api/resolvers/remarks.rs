@@ -15,6 +15,7 @@ use crate::{
         },
         ContextExt,
     },
+    features::remarks::Remarks,
     features::remarks::{self, likes::Vote, recommended, NewRemark},
     infra::auth::{self, RoleGuard},
     infra::error::{AppError, AppResult},
@@ -39,7 +40,7 @@ impl RemarkQuery {
         let item_id = ids::parse(&item_id, "itemId")?;
         let first = page_size(first)?;
         let after = decode_cursor(after.as_deref())?;
-        let page = remarks::page(ctx.state(), item_id, first, after).await?;
+        let page = remarks::page(ctx.feature::<Remarks>(), item_id, first, after).await?;
         let nodes = page_nodes(ctx, ctx.look_ahead().field("edges").field("node"), &page).await?;
         Ok(RemarkConnection {
             edges: nodes
@@ -72,9 +73,9 @@ impl RemarkQuery {
                 recommended::LIST_LENGTH
             )));
         }
-        let state = ctx.state();
-        let ids = recommended::read(state, item_id, first as usize).await?;
-        let mut found = remarks::find_many(state, &ids).await?;
+        let remarks = ctx.feature::<Remarks>();
+        let ids = recommended::read(remarks, item_id, first as usize).await?;
+        let mut found = remarks::find_many(remarks, &ids).await?;
         Ok(ids
             .iter()
             .filter_map(|id| found.remove(id))
@@ -103,9 +104,11 @@ impl RemarkMutation {
             &input.content,
             input.images.unwrap_or_default(),
         )?;
-        Ok(remarks::create(ctx.state(), viewer.user_id, remark)
-            .await?
-            .into())
+        Ok(
+            remarks::create(ctx.feature::<Remarks>(), viewer.user_id, remark)
+                .await?
+                .into(),
+        )
     }
 
     #[graphql(guard = "RoleGuard::signed_in()")]
@@ -123,7 +126,7 @@ async fn vote(ctx: &Context<'_>, remark_id: &ID, vote: Vote) -> AppResult<LikeRe
     let viewer = auth::require_viewer(ctx)?;
     let remark_id = ids::parse(remark_id, "remarkId")?;
     Ok(
-        remarks::likes::vote(ctx.state(), viewer.user_id, remark_id, vote)
+        remarks::likes::vote(ctx.feature::<Remarks>(), viewer.user_id, remark_id, vote)
             .await?
             .into(),
     )
@@ -146,7 +149,7 @@ impl RemarkSubscription {
             .map(|id| ids::parse(id, "remarkIds"))
             .collect::<AppResult<Vec<_>>>()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let changes = remarks::live::like_count_changes(ctx.state(), ids).await?;
+        let changes = remarks::live::like_count_changes(ctx.feature::<Remarks>(), ids).await?;
         Ok(changes.map(move |change| {
             let _held = &slot;
             LikeCount::from(change)

@@ -9,6 +9,7 @@ use crate::{
         ContextExt,
     },
     features::signin,
+    features::signin::SignIn,
     infra::auth::{self, RoleGuard},
     infra::clock::Month,
     infra::error::{AppError, AppResult},
@@ -33,9 +34,11 @@ impl SignInQuery {
                     .ok_or_else(|| AppError::bad_input("month must be YYYY-MM"))
             })
             .transpose()?;
-        Ok(signin::calendar(ctx.state(), viewer.user_id, month)
-            .await?
-            .into())
+        Ok(
+            signin::calendar(ctx.feature::<SignIn>(), viewer.user_id, month)
+                .await?
+                .into(),
+        )
     }
 }
 
@@ -48,7 +51,9 @@ impl SignInMutation {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn sign_in(&self, ctx: &Context<'_>) -> AppResult<SignInResult> {
         let viewer = auth::require_viewer(ctx)?;
-        Ok(signin::sign_in(ctx.state(), viewer.user_id).await?.into())
+        Ok(signin::sign_in(ctx.feature::<SignIn>(), viewer.user_id)
+            .await?
+            .into())
     }
 
     /// Signs in a missed day (`YYYY-MM-DD`) of this month before today, for the base point.
@@ -57,8 +62,10 @@ impl SignInMutation {
         let viewer = auth::require_viewer(ctx)?;
         let date = NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
             .map_err(|_| AppError::bad_input("date must be YYYY-MM-DD"))?;
-        Ok(signin::make_up(ctx.state(), viewer.user_id, date)
-            .await?
-            .into())
+        Ok(
+            signin::make_up(ctx.feature::<SignIn>(), viewer.user_id, date)
+                .await?
+                .into(),
+        )
     }
 }

@@ -6,7 +6,10 @@ use std::time::Duration;
 use async_graphql::{Context, Subscription};
 use futures::{Stream, StreamExt};
 
-use crate::{api::http::ws::SubscriptionSlot, api::schema::ContextExt, infra::error::AppError};
+use crate::{
+    api::http::ws::SubscriptionSlot, api::schema::ContextExt, infra::error::AppError,
+    infra::Instance,
+};
 
 #[derive(Default)]
 pub struct SystemSubscription;
@@ -26,8 +29,8 @@ impl SystemSubscription {
             ));
         }
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let clock = ctx.state().clock.clone();
-        let shutdown = ctx.state().shutdown.clone();
+        let clock = ctx.clock().clone();
+        let shutdown = ctx.feature::<Instance>().shutdown.clone();
         let ticks = tokio_stream_interval(Duration::from_secs(every_seconds as u64));
         Ok(ticks.take_until(shutdown.cancelled_owned()).map(move |()| {
             let _held = &slot;

@@ -1,9 +1,12 @@
 //! `viewer`.
 
+use std::sync::Arc;
+
 use async_graphql::{Context, Object};
 
 use crate::{
     api::schema::{users::User, ContextExt},
+    features::users::UserDirectory,
     infra::auth,
     infra::error::AppResult,
 };
@@ -18,6 +21,10 @@ impl UserQuery {
         let Some(viewer) = auth::viewer(ctx) else {
             return Ok(None);
         };
-        Ok(ctx.state().users.find(viewer.user_id).await?.map(User))
+        Ok(ctx
+            .feature::<Arc<UserDirectory>>()
+            .find(viewer.user_id)
+            .await?
+            .map(User))
     }
 }

@@ -13,6 +13,7 @@ use crate::{
         vouchers::{CreateVoucherInput, Order, OrderConnection, OrderEdge, Voucher, VoucherStock},
         ContextExt,
     },
+    features::vouchers::Vouchers,
     features::vouchers::{
         self,
         orders::{self, OrderRecord, OrderStatus},
@@ -36,13 +37,15 @@ pub struct VoucherQuery;
 impl VoucherQuery {
     async fn voucher(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<Voucher>> {
         let id = ids::parse(&id, "id")?;
-        Ok(vouchers::find(ctx.state(), id).await?.map(Voucher))
+        Ok(vouchers::find(ctx.feature::<Vouchers>(), id)
+            .await?
+            .map(Voucher))
     }
 
     /// An item's vouchers, newest first (at most 100).
     async fn vouchers(&self, ctx: &Context<'_>, item_id: ID) -> AppResult<Vec<Voucher>> {
         let item_id = ids::parse(&item_id, "itemId")?;
-        Ok(vouchers::for_item(ctx.state(), item_id)
+        Ok(vouchers::for_item(ctx.feature::<Vouchers>(), item_id)
             .await?
             .into_iter()
             .map(Voucher)
@@ -63,7 +66,8 @@ impl VoucherQuery {
         let viewer = auth::require_viewer(ctx)?;
         let first = page_size(first.unwrap_or(20))?;
         let before = decode_cursor(after.as_deref())?;
-        let (records, more) = orders::of_buyer(ctx.state(), viewer.user_id, first, before).await?;
+        let (records, more) =
+            orders::of_buyer(ctx.feature::<Vouchers>(), viewer.user_id, first, before).await?;
         let end_cursor = records.last().map(|o| encode_cursor(o.id));
         Ok(OrderConnection {
             edges: records
@@ -101,7 +105,9 @@ impl VoucherMutation {
             ends_at: instant("endsAt", &input.ends_at)?,
             pay_within_seconds: i64::from(input.pay_within_seconds),
         };
-        Ok(Voucher(vouchers::create(ctx.state(), voucher).await?))
+        Ok(Voucher(
+            vouchers::create(ctx.feature::<Vouchers>(), voucher).await?,
+        ))
     }
 
     /// One attempt to buy: an UNPAID order, or NOT_STARTED, ENDED, ALREADY_ORDERED, SOLD_OUT.
@@ -109,7 +115,8 @@ impl VoucherMutation {
     async fn seckill_voucher(&self, ctx: &Context<'_>, voucher_id: ID) -> AppResult<Order> {
         let viewer = auth::require_viewer(ctx)?;
         let voucher_id = ids::parse(&voucher_id, "voucherId")?;
-        let order = vouchers::seckill(ctx.state(), viewer.user_id, voucher_id).await?;
+        let order =
+            vouchers::seckill(ctx.feature::<Vouchers>(), viewer.user_id, voucher_id).await?;
         Ok(Order(OrderRecord {
             id: order.order_id,
             voucher_id,
@@ -137,7 +144,7 @@ async fn act(ctx: &Context<'_>, order_id: &ID, outcome: OrderStatus) -> AppResul
     let viewer = auth::require_viewer(ctx)?;
     let order_id = ids::parse(order_id, "orderId")?;
     Ok(Order(
-        orders::act(ctx.state(), viewer.user_id, order_id, outcome).await?,
+        orders::act(ctx.feature::<Vouchers>(), viewer.user_id, order_id, outcome).await?,
     ))
 }
 
@@ -153,19 +160,12 @@ impl VoucherSubscription {
         voucher_id: ID,
     ) -> Result<impl Stream<Item = VoucherStock>, AppError> {
         let voucher_id = ids::parse(&voucher_id, "voucherId")?;
-        let state = ctx.state();
-        if vouchers::find(state, voucher_id).await?.is_none() {
+        let vouchers = ctx.feature::<Vouchers>();
+        if vouchers::find(vouchers, voucher_id).await?.is_none() {
             return Err(AppError::not_found(format!("no voucher {voucher_id}")));
         }
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let keys = state.keys.clone();
-        let changes = crate::infra::live::counter_changes(
-            state,
-            vec![voucher_id],
-            move |id| keys.voucher_stock_channel(id),
-            |state, ids| async move { vouchers::remaining(&state, &ids).await },
-        )
-        .await?;
+        let changes = vouchers::stock_changes(vouchers, voucher_id).await?;
         Ok(changes.map(move |(id, remaining)| {
             let _held = &slot;
             VoucherStock {

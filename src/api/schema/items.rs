@@ -27,7 +27,7 @@ impl Item {
     }
 
     async fn created_at(&self, ctx: &async_graphql::Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.0.created_at_ms)
+        ctx.clock().format_ms(self.0.created_at_ms)
     }
 }
 

@@ -24,7 +24,7 @@ impl Job {
 
     /// When it is (or was) due; for a dead job, when it died.
     async fn run_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.0.run_at_ms)
+        ctx.clock().format_ms(self.0.run_at_ms)
     }
 
     /// Deliveries so far.

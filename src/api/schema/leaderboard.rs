@@ -7,6 +7,7 @@ use super::{
     ContextExt,
 };
 use crate::{
+    features::leaderboard::Leaderboards,
     features::leaderboard::{self, RankEntry as Entry, SeasonInfo},
     infra::error::AppResult,
 };
@@ -48,12 +49,12 @@ impl Season {
     }
 
     async fn begins_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format(self.0.begins)
+        ctx.clock().format(self.0.begins)
     }
 
     /// Exclusive: the instant the next season begins.
     async fn ends_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format(self.0.ends)
+        ctx.clock().format(self.0.ends)
     }
 
     async fn current(&self) -> bool {
@@ -63,7 +64,7 @@ impl Season {
     /// The top three, once the season has been archived.
     async fn winners(&self, ctx: &Context<'_>) -> AppResult<Vec<RankEntry>> {
         Ok(entries(
-            leaderboard::winners(ctx.state(), self.0.month).await?,
+            leaderboard::winners(ctx.feature::<Leaderboards>(), self.0.month).await?,
         ))
     }
 }

@@ -18,8 +18,9 @@ pub mod vouchers;
 use async_graphql::{dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema};
 
 use crate::{
-    api::resolvers, app::AppState, features::remarks::likes::LikeInfoLoader,
-    features::users::UserLoader,
+    api::resolvers,
+    features::{remarks::likes::LikeInfoLoader, users::UserLoader, Features},
+    infra::{clock::Clock, config::Config, Infra},
 };
 
 #[derive(MergedObject, Default)]
@@ -60,8 +61,8 @@ pub struct SubscriptionRoot(
 
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
-/// Builds the schema. Without state it can only print its SDL (`engage schema`).
-pub fn build(state: Option<AppState>) -> AppSchema {
+/// Builds the schema. Without an instance it can only print its SDL (`engage schema`).
+pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     let mut builder = Schema::build(
         QueryRoot::default(),
         MutationRoot::default(),
@@ -72,20 +73,35 @@ pub fn build(state: Option<AppState>) -> AppSchema {
     // (`http::document`); the schema's own check stays as a second line. `limit_depth`
     // (far lower) then gives the precise validation error.
     .limit_recursive_depth(crate::api::http::document::MAX_NESTING);
-    if let Some(state) = state {
+    if let Some((config, infra, features)) = instance {
+        // Each resolver takes the one feature context it calls (`ContextExt::feature`).
         builder = builder
-            .limit_depth(state.config.max_depth)
-            .limit_complexity(state.config.max_complexity)
+            .limit_depth(config.max_depth)
+            .limit_complexity(config.max_complexity)
             .data(DataLoader::new(
-                UserLoader(state.users.clone()),
+                UserLoader(features.users.clone()),
                 tokio::spawn,
             ))
-            .data(DataLoader::new(LikeInfoLoader(state.clone()), tokio::spawn))
             .data(DataLoader::new(
-                vouchers::StockLoader(state.clone()),
+                LikeInfoLoader(features.remarks.clone()),
                 tokio::spawn,
             ))
-            .data(state);
+            .data(DataLoader::new(
+                vouchers::StockLoader(features.vouchers.clone()),
+                tokio::spawn,
+            ))
+            .data(infra.clock.clone())
+            .data(infra.instance.clone())
+            .data(features.users.clone())
+            .data(features.items.clone())
+            .data(features.nearby.clone())
+            .data(features.points.clone())
+            .data(features.signin.clone())
+            .data(features.leaderboard.clone())
+            .data(features.remarks.clone())
+            .data(features.feed.clone())
+            .data(features.jobs.clone())
+            .data(features.vouchers.clone());
     }
     builder.finish()
 }
@@ -95,14 +111,21 @@ pub fn sdl() -> String {
     build(None).sdl()
 }
 
-/// Access to the shared state from a resolver.
+/// What a resolver reads from the schema's data.
 pub trait ContextExt {
-    fn state(&self) -> &AppState;
+    /// One feature's context (or the user directory, or this instance), as [`build`] put it.
+    fn feature<T: std::any::Any + Send + Sync>(&self) -> &T;
+    /// The clock, to show times in the service's time zone.
+    fn clock(&self) -> &Clock;
 }
 
 impl ContextExt for Context<'_> {
-    fn state(&self) -> &AppState {
-        self.data_unchecked::<AppState>()
+    fn feature<T: std::any::Any + Send + Sync>(&self) -> &T {
+        self.data_unchecked::<T>()
+    }
+
+    fn clock(&self) -> &Clock {
+        self.data_unchecked::<Clock>()
     }
 }
 

@@ -62,7 +62,7 @@ impl PointsEntry {
     }
 
     async fn awarded_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.0.awarded_at_ms)
+        ctx.clock().format_ms(self.0.awarded_at_ms)
     }
 }
 

@@ -8,6 +8,7 @@ use super::{
     ContextExt,
 };
 use crate::{
+    features::remarks::Remarks,
     features::remarks::{
         likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
         live::CountChange,
@@ -68,7 +69,7 @@ impl Remark {
     }
 
     async fn created_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.record.created_at_ms)
+        ctx.clock().format_ms(self.record.created_at_ms)
     }
 
     /// Live count from Redis; all remarks of a response are read in one round trip.
@@ -95,7 +96,8 @@ impl Remark {
                 likes::LIKERS_KEPT
             )));
         }
-        let ids = likes::earliest_likers(ctx.state(), self.record.id, first as usize).await?;
+        let ids = likes::earliest_likers(ctx.feature::<Remarks>(), self.record.id, first as usize)
+            .await?;
         let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
         let users = loader
             .load_many(ids.iter().copied())
@@ -142,7 +144,7 @@ pub async fn page_nodes(
             Vec::new()
         };
     let viewer = auth::viewer(ctx).map(|v| v.user_id);
-    let likes = likes::like_infos(ctx.state(), viewer, &like_ids).await?;
+    let likes = likes::like_infos(ctx.feature::<Remarks>(), viewer, &like_ids).await?;
     Ok(page
         .remarks
         .iter()

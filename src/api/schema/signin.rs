@@ -4,6 +4,7 @@ use async_graphql::{ComplexObject, Context, SimpleObject};
 
 use crate::{
     api::schema::ContextExt,
+    features::signin::SignIn,
     features::signin::{self, Calendar, SignInOutcome},
     infra::clock::Month,
     infra::error::AppResult,
@@ -67,6 +68,6 @@ impl SignCalendar {
     /// The days (of `days`, 1 = the 1st) signed by a make-up, as archived: a make-up shows
     /// here a moment after it was made.
     async fn made_up_days(&self, ctx: &Context<'_>) -> AppResult<Vec<u32>> {
-        signin::made_up_days(ctx.state(), self.user_id, self.shown).await
+        signin::made_up_days(ctx.feature::<SignIn>(), self.user_id, self.shown).await
     }
 }

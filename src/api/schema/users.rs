@@ -4,6 +4,7 @@ use async_graphql::{dataloader::DataLoader, Context, Object, ID};
 
 use super::ContextExt;
 use crate::{
+    features::feed::Feed,
     features::users::{UserLoader, UserRecord},
     infra::error::AppResult,
 };
@@ -27,12 +28,12 @@ impl User {
 
     /// How many users follow this one.
     async fn followers(&self, ctx: &Context<'_>) -> AppResult<i64> {
-        crate::features::feed::follower_count(ctx.state(), self.0.id).await
+        crate::features::feed::follower_count(ctx.feature::<Feed>(), self.0.id).await
     }
 
     /// How many users this one follows.
     async fn following(&self, ctx: &Context<'_>) -> AppResult<i64> {
-        crate::features::feed::following_count(ctx.state(), self.0.id).await
+        crate::features::feed::following_count(ctx.feature::<Feed>(), self.0.id).await
     }
 }
 

@@ -9,7 +9,8 @@ use async_graphql::{
 
 use super::{items::Item, page::PageInfo, ContextExt};
 use crate::{
-    app::AppState,
+    features::items::Items,
+    features::vouchers::Vouchers,
     features::vouchers::{
         self,
         orders::{OrderRecord, OrderStatus},
@@ -27,7 +28,7 @@ impl Voucher {
     }
 
     async fn item(&self, ctx: &Context<'_>) -> AppResult<Item> {
-        crate::features::items::find(ctx.state(), self.0.item_id)
+        crate::features::items::find(ctx.feature::<Items>(), self.0.item_id)
             .await?
             .map(Item)
             .ok_or_else(|| AppError::not_found(format!("no item {}", self.0.item_id)))
@@ -53,11 +54,11 @@ impl Voucher {
     }
 
     async fn begins_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.0.begins_at_ms)
+        ctx.clock().format_ms(self.0.begins_at_ms)
     }
 
     async fn ends_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.0.ends_at_ms)
+        ctx.clock().format_ms(self.0.ends_at_ms)
     }
 
     async fn pay_within_seconds(&self) -> i64 {
@@ -66,7 +67,7 @@ impl Voucher {
 }
 
 /// Batches the live stock of the vouchers of one response.
-pub struct StockLoader(pub AppState);
+pub struct StockLoader(pub Vouchers);
 
 impl Loader<i64> for StockLoader {
     type Value = i64;
@@ -88,7 +89,7 @@ impl Order {
     }
 
     async fn voucher(&self, ctx: &Context<'_>) -> AppResult<Voucher> {
-        vouchers::find(ctx.state(), self.0.voucher_id)
+        vouchers::find(ctx.feature::<Vouchers>(), self.0.voucher_id)
             .await?
             .map(Voucher)
             .ok_or_else(|| AppError::not_found(format!("no voucher {}", self.0.voucher_id)))
@@ -99,12 +100,12 @@ impl Order {
     }
 
     async fn created_at(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.0.created_at_ms)
+        ctx.clock().format_ms(self.0.created_at_ms)
     }
 
     /// Unpaid orders expire at this time and their stock returns to the sale.
     async fn pay_by(&self, ctx: &Context<'_>) -> String {
-        ctx.state().clock.format_ms(self.0.pay_by_ms)
+        ctx.clock().format_ms(self.0.pay_by_ms)
     }
 }
 

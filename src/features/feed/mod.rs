@@ -22,11 +22,38 @@ use sqlx::{Any, Row, Transaction};
 pub mod recovery;
 
 use crate::{
-    app::AppState,
+    features::users::UserDirectory,
+    infra::config::Config,
     infra::error::{AppError, AppResult},
     infra::redis::Keys,
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+    infra::Infra,
 };
+
+/// What the follow feed works with: follows name known users.
+#[derive(Clone)]
+pub struct Feed {
+    pub infra: Infra,
+    pub users: Arc<UserDirectory>,
+    pub settings: FeedSettings,
+}
+
+#[derive(Clone, Copy)]
+pub struct FeedSettings {
+    /// Authors with more followers than this are pulled by their followers, not pushed.
+    pub push_limit: i64,
+    /// Entries an inbox keeps.
+    pub inbox_size: i64,
+}
+
+impl FeedSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            push_limit: config.feed_push_limit as i64,
+            inbox_size: config.feed_inbox_size.max(1) as i64,
+        }
+    }
+}
 
 impl Keys {
     pub fn feed_inbox(&self, user_id: i64) -> String {
@@ -43,10 +70,6 @@ impl Keys {
 
     pub fn follower_counts(&self) -> String {
         self.tagged("feed", "follower-counts")
-    }
-
-    pub fn remark_stream(&self) -> String {
-        self.tagged("feed", "remarks")
     }
 
     /// Authors whose followers pull their outbox: every author who ever had more than
@@ -67,11 +90,11 @@ fn parse_member(member: &str) -> Option<(i64, i64)> {
 }
 
 /// Follows `followee`; `true` when this call created the follow.
-pub async fn follow(state: &AppState, follower: i64, followee: i64) -> AppResult<bool> {
+pub async fn follow(ctx: &Feed, follower: i64, followee: i64) -> AppResult<bool> {
     if follower == followee {
         return Err(AppError::bad_input("you cannot follow yourself"));
     }
-    if state.users.find(followee).await?.is_none() {
+    if ctx.users.find(followee).await?.is_none() {
         return Err(AppError::not_found(format!("no user {followee}")));
     }
     let created = sqlx::query(
@@ -79,20 +102,20 @@ pub async fn follow(state: &AppState, follower: i64, followee: i64) -> AppResult
     )
     .bind(follower)
     .bind(followee)
-    .bind(state.clock.now_ms())
-    .execute(&state.db.pool)
+    .bind(ctx.infra.clock.now_ms())
+    .execute(&ctx.infra.db.pool)
     .await?
     .rows_affected()
         == 1;
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let mut pipe = redis::pipe();
     pipe.cmd("SADD")
-        .arg(state.keys.following(follower))
+        .arg(ctx.infra.keys.following(follower))
         .arg(followee)
         .ignore();
     if created {
         pipe.cmd("HINCRBY")
-            .arg(state.keys.follower_counts())
+            .arg(ctx.infra.keys.follower_counts())
             .arg(followee)
             .arg(1)
             .ignore();
@@ -100,26 +123,22 @@ pub async fn follow(state: &AppState, follower: i64, followee: i64) -> AppResult
     let () = pipe.query_async(&mut *conn).await?;
     // A pulled author's remarks reach the reader from their outbox; anyone else's recent
     // ones are pushed into the new follower's inbox now, as if they had followed all along.
-    if created
-        && pulled_among(state, &mut conn, &[followee])
-            .await?
-            .is_empty()
-    {
+    if created && pulled_among(ctx, &mut conn, &[followee]).await?.is_empty() {
         drop(conn);
-        let recent = latest_remarks(state, followee).await?;
-        push_into_inbox(state, follower, followee, &recent).await?;
+        let recent = latest_remarks(ctx, followee).await?;
+        push_into_inbox(ctx, follower, followee, &recent).await?;
     }
     Ok(created)
 }
 
 /// An author's newest remarks, as many as an inbox keeps: `(remark id, created at ms)`.
-async fn latest_remarks(state: &AppState, author: i64) -> AppResult<Vec<(i64, i64)>> {
+async fn latest_remarks(ctx: &Feed, author: i64) -> AppResult<Vec<(i64, i64)>> {
     let rows = sqlx::query(
         "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 ORDER BY id DESC LIMIT $2",
     )
     .bind(author)
-    .bind(state.config.feed_inbox_size.max(1) as i64)
-    .fetch_all(&state.db.pool)
+    .bind(ctx.settings.inbox_size)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut remarks = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -130,7 +149,7 @@ async fn latest_remarks(state: &AppState, author: i64) -> AppResult<Vec<(i64, i6
 
 /// Adds an author's remarks to a reader's inbox.
 async fn push_into_inbox(
-    state: &AppState,
+    ctx: &Feed,
     reader: i64,
     author: i64,
     remarks: &[(i64, i64)],
@@ -140,30 +159,24 @@ async fn push_into_inbox(
     }
     let mut pipe = redis::pipe();
     push(
-        state,
+        ctx,
         &mut pipe,
-        &state.keys.feed_inbox(reader),
+        &ctx.infra.keys.feed_inbox(reader),
         author,
         remarks,
     );
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let () = pipe.query_async(&mut *conn).await?;
     Ok(())
 }
 
 /// Queues the adding of an author's remarks `(id, created at ms)` to an inbox or outbox,
 /// which keeps its `ENGAGE_FEED_INBOX_SIZE` newest entries.
-fn push(
-    state: &AppState,
-    pipe: &mut redis::Pipeline,
-    key: &str,
-    author: i64,
-    remarks: &[(i64, i64)],
-) {
+fn push(ctx: &Feed, pipe: &mut redis::Pipeline, key: &str, author: i64, remarks: &[(i64, i64)]) {
     if remarks.is_empty() {
         return;
     }
-    let keep = state.config.feed_inbox_size.max(1) as i64;
+    let keep = ctx.settings.inbox_size;
     let add = pipe.cmd("ZADD").arg(key);
     for &(remark, created) in remarks {
         add.arg(created).arg(member(remark, author));
@@ -177,19 +190,19 @@ fn push(
 }
 
 /// Stops following; the author's entries leave the inbox. `true` when a follow ended.
-pub async fn unfollow(state: &AppState, follower: i64, followee: i64) -> AppResult<bool> {
+pub async fn unfollow(ctx: &Feed, follower: i64, followee: i64) -> AppResult<bool> {
     if follower == followee {
         return Err(AppError::bad_input("you cannot unfollow yourself"));
     }
     let removed = sqlx::query("DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2")
         .bind(follower)
         .bind(followee)
-        .execute(&state.db.pool)
+        .execute(&ctx.infra.db.pool)
         .await?
         .rows_affected()
         == 1;
-    let inbox = state.keys.feed_inbox(follower);
-    let mut conn = state.redis.get().await?;
+    let inbox = ctx.infra.keys.feed_inbox(follower);
+    let mut conn = ctx.infra.redis.get().await?;
     let entries: Vec<String> = redis::cmd("ZRANGE")
         .arg(&inbox)
         .arg(0)
@@ -202,7 +215,7 @@ pub async fn unfollow(state: &AppState, follower: i64, followee: i64) -> AppResu
         .collect();
     let mut pipe = redis::pipe();
     pipe.cmd("SREM")
-        .arg(state.keys.following(follower))
+        .arg(ctx.infra.keys.following(follower))
         .arg(followee)
         .ignore();
     if !theirs.is_empty() {
@@ -210,7 +223,7 @@ pub async fn unfollow(state: &AppState, follower: i64, followee: i64) -> AppResu
     }
     if removed {
         pipe.cmd("HINCRBY")
-            .arg(state.keys.follower_counts())
+            .arg(ctx.infra.keys.follower_counts())
             .arg(followee)
             .arg(-1)
             .ignore();
@@ -220,10 +233,10 @@ pub async fn unfollow(state: &AppState, follower: i64, followee: i64) -> AppResu
 }
 
 /// How many users follow `user_id`.
-pub async fn follower_count(state: &AppState, user_id: i64) -> AppResult<i64> {
-    let mut conn = state.redis.get().await?;
+pub async fn follower_count(ctx: &Feed, user_id: i64) -> AppResult<i64> {
+    let mut conn = ctx.infra.redis.get().await?;
     let count: Option<i64> = redis::cmd("HGET")
-        .arg(state.keys.follower_counts())
+        .arg(ctx.infra.keys.follower_counts())
         .arg(user_id)
         .query_async(&mut *conn)
         .await?;
@@ -231,47 +244,25 @@ pub async fn follower_count(state: &AppState, user_id: i64) -> AppResult<i64> {
 }
 
 /// How many users `user_id` follows.
-pub async fn following_count(state: &AppState, user_id: i64) -> AppResult<i64> {
-    let mut conn = state.redis.get().await?;
+pub async fn following_count(ctx: &Feed, user_id: i64) -> AppResult<i64> {
+    let mut conn = ctx.infra.redis.get().await?;
     Ok(redis::cmd("SCARD")
-        .arg(state.keys.following(user_id))
+        .arg(ctx.infra.keys.following(user_id))
         .query_async(&mut *conn)
         .await?)
 }
 
-/// Announces a new remark to the feed (called after the remark is stored).
-pub async fn publish_remark(
-    state: &AppState,
-    remark_id: i64,
-    author_id: i64,
-    created_at_ms: i64,
-) -> AppResult<()> {
-    let mut conn = state.redis.get().await?;
-    let _: String = redis::cmd("XADD")
-        .arg(state.keys.remark_stream())
-        .arg("*")
-        .arg("remark")
-        .arg(remark_id)
-        .arg("author")
-        .arg(author_id)
-        .arg("created")
-        .arg(created_at_ms)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-pub fn spawn(state: &AppState) {
-    let spec = ConsumerSpec::new(&state.config, "feed-fanout", "fanout");
+pub fn spawn(ctx: &Feed) {
+    let spec = ConsumerSpec::new(ctx.infra.instance.consumers, "feed-fanout", "fanout");
     streams::spawn(
-        state,
+        &ctx.infra,
         spec,
-        vec![state.keys.remark_stream()],
-        Arc::new(FanOut(state.clone())),
+        vec![ctx.infra.keys.remark_stream()],
+        Arc::new(FanOut(ctx.clone())),
     );
 }
 
-struct FanOut(AppState);
+struct FanOut(Feed);
 
 #[async_trait::async_trait]
 impl StreamHandler for FanOut {
@@ -280,15 +271,15 @@ impl StreamHandler for FanOut {
         _tx: &mut Transaction<'static, Any>,
         entries: &[StreamEntry],
     ) -> Result<(), HandleError> {
-        let state = &self.0;
+        let ctx = &self.0;
         for entry in entries {
             let (remark, author, created) = (
                 entry.number("remark")?,
                 entry.number("author")?,
                 entry.number("created")?,
             );
-            let big = is_big(state, author).await.map_err(unavailable)?;
-            fan_out(state, author, big, &[(remark, created)])
+            let big = is_big(ctx, author).await.map_err(unavailable)?;
+            fan_out(ctx, author, big, &[(remark, created)])
                 .await
                 .map_err(unavailable)?;
         }
@@ -299,7 +290,7 @@ impl StreamHandler for FanOut {
 /// Adds an author's remarks `(id, created at ms)` to their outbox and, unless they are
 /// `big` (their followers pull the outbox, and they stay pulled), to each follower's inbox.
 pub(crate) async fn fan_out(
-    state: &AppState,
+    ctx: &Feed,
     author: i64,
     big: bool,
     remarks: &[(i64, i64)],
@@ -309,7 +300,7 @@ pub(crate) async fn fan_out(
     } else {
         sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
             .bind(author)
-            .fetch_all(&state.db.pool)
+            .fetch_all(&ctx.infra.db.pool)
             .await?
             .iter()
             .map(|row| row.try_get("follower_id"))
@@ -318,16 +309,16 @@ pub(crate) async fn fan_out(
     let mut pipe = redis::pipe();
     if big {
         pipe.cmd("SADD")
-            .arg(state.keys.pulled_authors())
+            .arg(ctx.infra.keys.pulled_authors())
             .arg(author)
             .ignore();
     }
-    for key in std::iter::once(state.keys.feed_outbox(author))
-        .chain(followers.iter().map(|f| state.keys.feed_inbox(*f)))
+    for key in std::iter::once(ctx.infra.keys.feed_outbox(author))
+        .chain(followers.iter().map(|f| ctx.infra.keys.feed_inbox(*f)))
     {
-        push(state, &mut pipe, &key, author, remarks);
+        push(ctx, &mut pipe, &key, author, remarks);
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let () = pipe.query_async(&mut *conn).await?;
     Ok(())
 }
@@ -336,20 +327,20 @@ fn unavailable(error: AppError) -> HandleError {
     HandleError::Unavailable(error.to_string())
 }
 
-async fn is_big(state: &AppState, author: i64) -> AppResult<bool> {
-    let mut conn = state.redis.get().await?;
+async fn is_big(ctx: &Feed, author: i64) -> AppResult<bool> {
+    let mut conn = ctx.infra.redis.get().await?;
     let followers: Option<i64> = redis::cmd("HGET")
-        .arg(state.keys.follower_counts())
+        .arg(ctx.infra.keys.follower_counts())
         .arg(author)
         .query_async(&mut *conn)
         .await?;
-    Ok(followers.unwrap_or(0) > state.config.feed_push_limit as i64)
+    Ok(followers.unwrap_or(0) > ctx.settings.push_limit)
 }
 
 /// Of the followed authors, those whose outbox the reader pulls: above the push limit now,
 /// or ever before (see [`Keys::pulled_authors`]).
 async fn pulled_among(
-    state: &AppState,
+    ctx: &Feed,
     conn: &mut crate::infra::redis::RedisConn<'_>,
     authors: &[i64],
 ) -> AppResult<Vec<i64>> {
@@ -358,14 +349,14 @@ async fn pulled_among(
     }
     let (counts, pulled): (Vec<Option<i64>>, Vec<bool>) = redis::pipe()
         .cmd("HMGET")
-        .arg(state.keys.follower_counts())
+        .arg(ctx.infra.keys.follower_counts())
         .arg(authors)
         .cmd("SMISMEMBER")
-        .arg(state.keys.pulled_authors())
+        .arg(ctx.infra.keys.pulled_authors())
         .arg(authors)
         .query_async(&mut **conn)
         .await?;
-    let limit = state.config.feed_push_limit as i64;
+    let limit = ctx.settings.push_limit;
     Ok(authors
         .iter()
         .zip(counts.iter().zip(pulled))
@@ -399,18 +390,18 @@ impl FeedCursor {
 
 /// A page of the reader's feed, newest first: remark ids with their cursors.
 pub async fn page(
-    state: &AppState,
+    ctx: &Feed,
     reader: i64,
     first: usize,
     after: Option<FeedCursor>,
 ) -> AppResult<(Vec<(i64, FeedCursor)>, bool)> {
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
+    let keys = &ctx.infra.keys;
+    let mut conn = ctx.infra.redis.get().await?;
     let following: Vec<i64> = redis::cmd("SMEMBERS")
         .arg(keys.following(reader))
         .query_async(&mut *conn)
         .await?;
-    let pulled = pulled_among(state, &mut conn, &following).await?;
+    let pulled = pulled_among(ctx, &mut conn, &following).await?;
     let followed: HashSet<i64> = following.into_iter().collect();
 
     // Each source contributes its `first + 1` newest entries older than the cursor's score,

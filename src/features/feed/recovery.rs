@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use super::{fan_out, latest_remarks};
 use crate::{
-    app::AppState,
+    features::feed::Feed,
     infra::error::AppResult,
     infra::recovery::{next_ids, within, Rebuild, Report},
 };
@@ -21,15 +21,12 @@ use crate::{
 const CHUNK: usize = 500;
 
 /// Whom each of `followers` follows, in SQL.
-async fn followees_of(
-    state: &AppState,
-    followers: &[i64],
-) -> AppResult<BTreeMap<i64, BTreeSet<i64>>> {
+async fn followees_of(ctx: &Feed, followers: &[i64]) -> AppResult<BTreeMap<i64, BTreeSet<i64>>> {
     let rows = sqlx::query(&format!(
         "SELECT follower_id, followee_id FROM follows WHERE {}",
         within("follower_id", followers)
     ))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut sets: BTreeMap<i64, BTreeSet<i64>> = BTreeMap::new();
     for row in &rows {
@@ -41,12 +38,12 @@ async fn followees_of(
 }
 
 /// How many follow each of `followees`, in SQL.
-async fn follower_counts(state: &AppState, followees: &[i64]) -> AppResult<BTreeMap<i64, i64>> {
+async fn follower_counts(ctx: &Feed, followees: &[i64]) -> AppResult<BTreeMap<i64, i64>> {
     let rows = sqlx::query(&format!(
         "SELECT followee_id, COUNT(*) AS n FROM follows WHERE {} GROUP BY followee_id",
         within("followee_id", followees)
     ))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut counts = BTreeMap::new();
     for row in &rows {
@@ -56,20 +53,20 @@ async fn follower_counts(state: &AppState, followees: &[i64]) -> AppResult<BTree
 }
 
 /// Redis's following sets of `followers`.
-async fn redis_sets(state: &AppState, followers: &[i64]) -> AppResult<Vec<BTreeSet<i64>>> {
+async fn redis_sets(ctx: &Feed, followers: &[i64]) -> AppResult<Vec<BTreeSet<i64>>> {
     let mut pipe = redis::pipe();
     for &follower in followers {
-        pipe.cmd("SMEMBERS").arg(state.keys.following(follower));
+        pipe.cmd("SMEMBERS").arg(ctx.infra.keys.following(follower));
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     Ok(pipe.query_async(&mut *conn).await?)
 }
 
 /// Redis's follower counts of `followees` (missing: 0).
-async fn redis_counts(state: &AppState, followees: &[i64]) -> AppResult<Vec<i64>> {
-    let mut conn = state.redis.get().await?;
+async fn redis_counts(ctx: &Feed, followees: &[i64]) -> AppResult<Vec<i64>> {
+    let mut conn = ctx.infra.redis.get().await?;
     let counts: Vec<Option<i64>> = redis::cmd("HMGET")
-        .arg(state.keys.follower_counts())
+        .arg(ctx.infra.keys.follower_counts())
         .arg(followees)
         .query_async(&mut *conn)
         .await?;
@@ -77,14 +74,15 @@ async fn redis_counts(state: &AppState, followees: &[i64]) -> AppResult<Vec<i64>
 }
 
 /// Following sets and follower counts agree with `follows`.
-pub async fn verify_follows(state: &AppState) -> AppResult<Report> {
+pub async fn verify_follows(ctx: &Feed) -> AppResult<Report> {
     let mut report = Report::new("follows");
     let mut after = 0;
     loop {
-        let followers = next_ids(state, "follows", "follower_id", "TRUE", after, CHUNK).await?;
+        let followers =
+            next_ids(&ctx.infra, "follows", "follower_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followers.last() else { break };
-        let sql = followees_of(state, &followers).await?;
-        for (follower, redis) in followers.iter().zip(redis_sets(state, &followers).await?) {
+        let sql = followees_of(ctx, &followers).await?;
+        for (follower, redis) in followers.iter().zip(redis_sets(ctx, &followers).await?) {
             let expected = sql.get(follower).cloned().unwrap_or_default();
             report.check(redis == expected, || {
                 format!("user {follower} follows {expected:?} in SQL, {redis:?} in Redis")
@@ -94,10 +92,11 @@ pub async fn verify_follows(state: &AppState) -> AppResult<Report> {
     }
     let mut after = 0;
     loop {
-        let followees = next_ids(state, "follows", "followee_id", "TRUE", after, CHUNK).await?;
+        let followees =
+            next_ids(&ctx.infra, "follows", "followee_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followees.last() else { break };
-        let sql = follower_counts(state, &followees).await?;
-        for (followee, redis) in followees.iter().zip(redis_counts(state, &followees).await?) {
+        let sql = follower_counts(ctx, &followees).await?;
+        for (followee, redis) in followees.iter().zip(redis_counts(ctx, &followees).await?) {
             let expected = sql.get(followee).copied().unwrap_or(0);
             report.check(redis == expected, || {
                 format!("user {followee} has {expected} followers in SQL, {redis} in Redis")
@@ -110,20 +109,20 @@ pub async fn verify_follows(state: &AppState) -> AppResult<Report> {
 
 /// Writes each follower's set (adding what SQL has, removing what SQL no longer has) and
 /// each followee's count.
-pub async fn rebuild_follows(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
+pub async fn rebuild_follows(ctx: &Feed, run: &Rebuild<'_>) -> AppResult<()> {
     run.expect_count("SELECT COUNT(DISTINCT follower_id) AS n FROM follows")
         .await?;
     let mut after = run.resume_from().await?;
     loop {
-        let followers = next_ids(state, "follows", "follower_id", "TRUE", after, CHUNK).await?;
+        let followers =
+            next_ids(&ctx.infra, "follows", "follower_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followers.last() else { break };
-        let sql = followees_of(state, &followers).await?;
-        let redis = redis_sets(state, &followers).await?;
+        let sql = followees_of(ctx, &followers).await?;
+        let redis = redis_sets(ctx, &followers).await?;
         let mut pipe = redis::pipe();
         for (follower, in_redis) in followers.iter().zip(redis) {
             let expected = sql.get(follower).cloned().unwrap_or_default();
-            let key = state.keys.following(*follower);
+            let key = ctx.infra.keys.following(*follower);
             if !expected.is_empty() {
                 pipe.cmd("SADD").arg(&key).arg(&expected).ignore();
             }
@@ -132,23 +131,24 @@ pub async fn rebuild_follows(run: &Rebuild<'_>) -> AppResult<()> {
                 pipe.cmd("SREM").arg(&key).arg(stale).ignore();
             }
         }
-        crate::infra::recovery::write(state, &pipe).await?;
+        crate::infra::recovery::write(&ctx.infra, &pipe).await?;
         run.finished_through(last, followers.len() as u64).await?;
         after = last;
     }
     // Counts: small next to the sets, so they keep no cursor.
     let mut after = 0;
     loop {
-        let followees = next_ids(state, "follows", "followee_id", "TRUE", after, CHUNK).await?;
+        let followees =
+            next_ids(&ctx.infra, "follows", "followee_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = followees.last() else { break };
-        let counts = follower_counts(state, &followees).await?;
+        let counts = follower_counts(ctx, &followees).await?;
         let mut set = redis::cmd("HSET");
-        set.arg(state.keys.follower_counts());
+        set.arg(ctx.infra.keys.follower_counts());
         for followee in &followees {
             set.arg(followee)
                 .arg(counts.get(followee).copied().unwrap_or(0));
         }
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let _: i64 = set.query_async(&mut *conn).await?;
         after = last;
     }
@@ -156,27 +156,27 @@ pub async fn rebuild_follows(run: &Rebuild<'_>) -> AppResult<()> {
 }
 
 /// Each author's outbox holds their newest remark.
-pub async fn verify_feeds(state: &AppState) -> AppResult<Report> {
+pub async fn verify_feeds(ctx: &Feed) -> AppResult<Report> {
     let mut report = Report::new("feeds");
     let mut after = 0;
     loop {
-        let authors = next_ids(state, "remarks", "author_id", "TRUE", after, CHUNK).await?;
+        let authors = next_ids(&ctx.infra, "remarks", "author_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = authors.last() else { break };
         let newest = sqlx::query(&format!(
             "SELECT author_id, MAX(id) AS newest FROM remarks WHERE {} \
              GROUP BY author_id ORDER BY author_id",
             within("author_id", &authors)
         ))
-        .fetch_all(&state.db.pool)
+        .fetch_all(&ctx.infra.db.pool)
         .await?;
         let mut pipe = redis::pipe();
         for &author in &authors {
             pipe.cmd("ZREVRANGE")
-                .arg(state.keys.feed_outbox(author))
+                .arg(ctx.infra.keys.feed_outbox(author))
                 .arg(0)
                 .arg(0);
         }
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let outboxes: Vec<Vec<String>> = pipe.query_async(&mut *conn).await?;
         drop(conn);
         for (row, outbox) in newest.iter().zip(outboxes) {
@@ -194,20 +194,19 @@ pub async fn verify_feeds(state: &AppState) -> AppResult<Report> {
 /// Each author's newest remarks into their outbox and, unless their followers pull it
 /// (above the push limit), into each follower's inbox. Adding is idempotent and the
 /// inboxes stay capped, so fan-out running meanwhile is not held back.
-pub async fn rebuild_feeds(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
+pub async fn rebuild_feeds(ctx: &Feed, run: &Rebuild<'_>) -> AppResult<()> {
     run.expect_count("SELECT COUNT(DISTINCT author_id) AS n FROM remarks")
         .await?;
-    let limit = state.config.feed_push_limit as i64;
+    let limit = ctx.settings.push_limit;
     let mut after = run.resume_from().await?;
     loop {
-        let authors = next_ids(state, "remarks", "author_id", "TRUE", after, CHUNK).await?;
+        let authors = next_ids(&ctx.infra, "remarks", "author_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = authors.last() else { break };
-        let counts = follower_counts(state, &authors).await?;
+        let counts = follower_counts(ctx, &authors).await?;
         for &author in &authors {
-            let remarks = latest_remarks(state, author).await?;
+            let remarks = latest_remarks(ctx, author).await?;
             let big = counts.get(&author).copied().unwrap_or(0) > limit;
-            fan_out(state, author, big, &remarks).await?;
+            fan_out(ctx, author, big, &remarks).await?;
         }
         run.finished_through(last, authors.len() as u64).await?;
         after = last;

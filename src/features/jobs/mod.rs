@@ -28,14 +28,42 @@ use redis::Value as RedisValue;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
+use std::sync::Arc;
+
 use crate::{
-    app::AppState,
+    infra::config::Config,
     infra::error::{AppError, AppResult, ErrorCode},
     infra::redis::{
         scripts::{JOBS_CANCEL, JOBS_SCHEDULE},
         Keys,
     },
+    infra::Infra,
 };
+
+/// What the delay queue works with: the handlers of its topics, and its pace.
+#[derive(Clone)]
+pub struct Jobs {
+    pub infra: Infra,
+    pub registry: Arc<JobRegistry>,
+    pub settings: JobsSettings,
+}
+
+#[derive(Clone, Copy)]
+pub struct JobsSettings {
+    /// How often due jobs are promoted.
+    pub tick: Duration,
+    /// Jobs this instance runs at once.
+    pub concurrency: usize,
+}
+
+impl JobsSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            tick: Duration::from_millis(config.jobs_tick_ms.max(10)),
+            concurrency: config.jobs_concurrency.max(1),
+        }
+    }
+}
 
 pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
 
@@ -161,7 +189,7 @@ fn check_topic(topic: &str) -> AppResult<()> {
 }
 
 impl NewJob {
-    fn validate(&self, state: &AppState) -> AppResult<u32> {
+    fn validate(&self, ctx: &Jobs) -> AppResult<u32> {
         check_name("id", &self.id, MAX_ID_BYTES)?;
         check_topic(&self.topic)?;
         if self.body.len() > MAX_BODY_BYTES
@@ -176,7 +204,7 @@ impl NewJob {
         }
         let max_attempts = self
             .max_attempts
-            .unwrap_or_else(|| state.jobs.policy(&self.topic).default_attempts());
+            .unwrap_or_else(|| ctx.registry.policy(&self.topic).default_attempts());
         if !(1..=25).contains(&max_attempts) {
             return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
         }
@@ -186,9 +214,9 @@ impl NewJob {
 
 /// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
 /// ended, done or cancelled, may be used again).
-pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
-    let mut sql = state.db.pool.acquire().await?;
-    only_answer(schedule_jobs(state, Some(&mut sql), vec![job]).await?)
+pub async fn schedule(ctx: &Jobs, job: NewJob) -> AppResult<JobView> {
+    let mut sql = ctx.infra.db.pool.acquire().await?;
+    only_answer(schedule_jobs(ctx, Some(&mut sql), vec![job]).await?)
 }
 
 /// [`schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
@@ -196,8 +224,8 @@ pub async fn schedule(state: &AppState, job: NewJob) -> AppResult<JobView> {
 /// job pending and records it): until then the job is as durable as what it belongs to, and
 /// the request that made it pays no SQL write. A seckill schedules its order's expiry so;
 /// the order consumer records it with the order.
-pub async fn schedule_ahead_of_record(state: &AppState, job: NewJob) -> AppResult<JobView> {
-    only_answer(schedule_jobs(state, None, vec![job]).await?)
+pub async fn schedule_ahead_of_record(ctx: &Jobs, job: NewJob) -> AppResult<JobView> {
+    only_answer(schedule_jobs(ctx, None, vec![job]).await?)
 }
 
 fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
@@ -219,25 +247,25 @@ fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
 /// Redis fails after SQL, the rows stay: the caller heard UNAVAILABLE (the job may or may
 /// not be scheduled), `engage verify` names them and a rebuild schedules them.
 pub async fn schedule_in(
-    state: &AppState,
+    ctx: &Jobs,
     sql: &mut sqlx::AnyConnection,
     jobs: Vec<NewJob>,
 ) -> AppResult<Vec<AppResult<JobView>>> {
-    schedule_jobs(state, Some(sql), jobs).await
+    schedule_jobs(ctx, Some(sql), jobs).await
 }
 
 /// [`schedule_in`], or without SQL rows when `sql` is `None`.
 async fn schedule_jobs(
-    state: &AppState,
+    ctx: &Jobs,
     sql: Option<&mut sqlx::AnyConnection>,
     jobs: Vec<NewJob>,
 ) -> AppResult<Vec<AppResult<JobView>>> {
-    let now = state.clock.now_ms();
+    let now = ctx.infra.clock.now_ms();
     let mut answers: Vec<Option<AppResult<JobView>>> = Vec::with_capacity(jobs.len());
     let mut records = Vec::with_capacity(jobs.len());
     let mut positions = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let max_attempts = match job.validate(state) {
+        let max_attempts = match job.validate(ctx) {
             Ok(max_attempts) => max_attempts,
             Err(error) => {
                 answers.push(Some(Err(error)));
@@ -253,7 +281,7 @@ async fn schedule_jobs(
                 max_attempts,
                 callback_url: job.callback_url,
                 created_at_ms: now,
-                seq: state.ids.next_id().await?,
+                seq: ctx.infra.ids.next_id().await?,
             },
             topic: job.topic,
             id: job.id,
@@ -261,11 +289,11 @@ async fn schedule_jobs(
         });
     }
     let Some(sql) = sql else {
-        let placed = place(state, &records).await?;
+        let placed = place(ctx, &records).await?;
         return Ok(answer(answers, records, placed, positions));
     };
     let written = pending::insert_new(sql, &records).await?;
-    let placed = place(state, &records).await?;
+    let placed = place(ctx, &records).await?;
 
     // Make each row describe the job Redis holds.
     let mut rewrite = Vec::new();
@@ -336,11 +364,11 @@ enum Placed {
 
 /// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
 /// refused), then moves each topic's visit to its earliest new job. Answers per record.
-async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
+async fn place(ctx: &Jobs, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
     if records.is_empty() {
         return Ok(Vec::new());
     }
-    let keys = &state.keys;
+    let keys = &ctx.infra.keys;
     let mut by_topic: Vec<(&str, Vec<usize>)> = Vec::new();
     for (index, record) in records.iter().enumerate() {
         match by_topic
@@ -353,7 +381,7 @@ async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<P
     }
     let mut placed: Vec<Option<Placed>> = records.iter().map(|_| None).collect();
     let mut due = Vec::new();
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     for (topic, indices) in &by_topic {
         let mut call = JOBS_SCHEDULE.prepare_invoke();
         call.key(keys.job_pool(topic))
@@ -387,7 +415,7 @@ async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<P
         }
     }
     drop(conn);
-    topics::index(state, &due).await?;
+    topics::index(ctx, &due).await?;
     placed
         .into_iter()
         .map(|p| {
@@ -397,14 +425,14 @@ async fn place(state: &AppState, records: &[pending::Record]) -> AppResult<Vec<P
 }
 
 /// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
-pub async fn cancel(state: &AppState, topic: &str, id: &str) -> AppResult<bool> {
-    let mut sql = state.db.pool.acquire().await?;
-    cancel_in(state, &mut sql, topic, id).await
+pub async fn cancel(ctx: &Jobs, topic: &str, id: &str) -> AppResult<bool> {
+    let mut sql = ctx.infra.db.pool.acquire().await?;
+    cancel_in(ctx, &mut sql, topic, id).await
 }
 
 /// [`cancel`], removing the job's SQL row through `sql` (a caller's transaction).
 pub async fn cancel_in(
-    state: &AppState,
+    ctx: &Jobs,
     sql: &mut sqlx::AnyConnection,
     topic: &str,
     id: &str,
@@ -413,8 +441,8 @@ pub async fn cancel_in(
     if !is_job_id(id) {
         return Ok(false);
     }
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
+    let keys = &ctx.infra.keys;
+    let mut conn = ctx.infra.redis.get().await?;
     let (cancelled, json): (i64, String) = JOBS_CANCEL
         .key(keys.jobs_delayed(topic))
         .key(keys.jobs_ready(topic))
@@ -422,7 +450,7 @@ pub async fn cancel_in(
         .key(keys.job_pool(topic))
         .key(keys.jobs_finished(topic))
         .arg(id)
-        .arg(state.clock.now_ms())
+        .arg(ctx.infra.clock.now_ms())
         .invoke_async(&mut *conn)
         .await?;
     drop(conn);
@@ -438,28 +466,24 @@ pub async fn cancel_in(
 }
 
 /// Where a job is and what it holds; `None` for an unknown job.
-pub async fn find(state: &AppState, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+pub async fn find(ctx: &Jobs, topic: &str, id: &str) -> AppResult<Option<JobView>> {
     check_topic(topic)?;
     if !is_job_id(id) {
         return Ok(None);
     }
-    Ok(describe(state, topic, &[id.to_string()])
+    Ok(describe(ctx, topic, &[id.to_string()])
         .await?
         .pop()
         .flatten()
-        .or(dead(state, topic, id).await?))
+        .or(dead(ctx, topic, id).await?))
 }
 
 /// Details of jobs of one topic, in one pipeline.
-async fn describe(
-    state: &AppState,
-    topic: &str,
-    ids: &[String],
-) -> AppResult<Vec<Option<JobView>>> {
+async fn describe(ctx: &Jobs, topic: &str, ids: &[String]) -> AppResult<Vec<Option<JobView>>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let keys = &state.keys;
+    let keys = &ctx.infra.keys;
     let mut pipe = redis::pipe();
     for id in ids {
         pipe.cmd("HMGET")
@@ -471,7 +495,7 @@ async fn describe(
         pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
         pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let replies: Vec<RedisValue> = pipe.query_async(&mut *conn).await?;
     let mut replies = replies.into_iter();
     let mut views = Vec::with_capacity(ids.len());
@@ -516,14 +540,14 @@ async fn describe(
 }
 
 /// The newest unrequeued death of a job, if any.
-async fn dead(state: &AppState, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+async fn dead(ctx: &Jobs, topic: &str, id: &str) -> AppResult<Option<JobView>> {
     let row = sqlx::query(
         "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
          WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
     )
     .bind(topic)
     .bind(id)
-    .fetch_optional(&state.db.pool)
+    .fetch_optional(&ctx.infra.db.pool)
     .await?;
     row.map(|row| dead_view(&row)).transpose()
 }
@@ -544,17 +568,17 @@ fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
 
 /// A page of a topic's jobs in one state (`offset` based: an admin view).
 pub async fn list(
-    state: &AppState,
+    ctx: &Jobs,
     topic: &str,
     status: JobStatus,
     first: usize,
     offset: usize,
 ) -> AppResult<(Vec<JobView>, bool)> {
     check_topic(topic)?;
-    let keys = &state.keys;
+    let keys = &ctx.infra.keys;
     let (start, stop) = (offset as i64, (offset + first) as i64); // one extra: is there more?
     let ids: Vec<String> = {
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         match status {
             JobStatus::Delayed => {
                 redis::cmd("ZRANGE")
@@ -588,10 +612,10 @@ pub async fn list(
                     .query_async(&mut *conn)
                     .await?
             }
-            JobStatus::Dead => return list_dead(state, topic, first, offset).await,
+            JobStatus::Dead => return list_dead(ctx, topic, first, offset).await,
         }
     };
-    let mut views: Vec<JobView> = describe(state, topic, &ids)
+    let mut views: Vec<JobView> = describe(ctx, topic, &ids)
         .await?
         .into_iter()
         .flatten()
@@ -604,7 +628,7 @@ pub async fn list(
 }
 
 async fn list_dead(
-    state: &AppState,
+    ctx: &Jobs,
     topic: &str,
     first: usize,
     offset: usize,
@@ -616,19 +640,19 @@ async fn list_dead(
     .bind(topic)
     .bind(first as i64 + 1)
     .bind(offset as i64)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let views = rows.iter().map(dead_view).collect::<AppResult<Vec<_>>>()?;
     Ok(crate::infra::db::split_page(views, first))
 }
 
 /// Puts a dead job back in the queue (due now, attempts from zero).
-pub async fn requeue_dead(state: &AppState, topic: &str, id: &str) -> AppResult<JobView> {
-    let dead = dead(state, topic, id)
+pub async fn requeue_dead(ctx: &Jobs, topic: &str, id: &str) -> AppResult<JobView> {
+    let dead = dead(ctx, topic, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no dead job {id} in topic {topic}")))?;
     let view = schedule(
-        state,
+        ctx,
         NewJob {
             id: dead.id.clone(),
             topic: dead.topic.clone(),
@@ -640,10 +664,10 @@ pub async fn requeue_dead(state: &AppState, topic: &str, id: &str) -> AppResult<
     )
     .await?;
     sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
-        .bind(state.clock.now_ms())
+        .bind(ctx.infra.clock.now_ms())
         .bind(topic)
         .bind(id)
-        .execute(&state.db.pool)
+        .execute(&ctx.infra.db.pool)
         .await?;
     Ok(view)
 }

@@ -16,7 +16,7 @@ use super::{
     place, pool_field, topics, JobSpec,
 };
 use crate::{
-    app::AppState,
+    features::jobs::Jobs,
     infra::error::AppResult,
     infra::recovery::{Rebuild, Report},
 };
@@ -27,20 +27,22 @@ const CHUNK: usize = 1000;
 const READ_BATCH: usize = 10_000;
 
 /// Compares the pending jobs of SQL and Redis, topic by topic.
-pub async fn verify(state: &AppState) -> AppResult<Report> {
+pub async fn verify(ctx: &Jobs) -> AppResult<Report> {
     let mut report = Report::new("delayed jobs");
-    let mut all_topics: BTreeSet<String> =
-        pending::topics(&state.db.pool).await?.into_iter().collect();
-    all_topics.extend(topics_in_redis(state).await?);
+    let mut all_topics: BTreeSet<String> = pending::topics(&ctx.infra.db.pool)
+        .await?
+        .into_iter()
+        .collect();
+    all_topics.extend(topics_in_redis(ctx).await?);
     let all_topics: Vec<String> = all_topics.into_iter().collect();
-    let indexed = topics::indexed(state, &all_topics).await?;
+    let indexed = topics::indexed(ctx, &all_topics).await?;
     for (topic, indexed) in all_topics.iter().zip(indexed) {
-        let in_sql: HashSet<String> = pending::ids_of(&state.db.pool, topic)
+        let in_sql: HashSet<String> = pending::ids_of(&ctx.infra.db.pool, topic)
             .await?
             .into_iter()
             .collect();
-        let queued = queued_in_redis(state, topic).await?;
-        let pooled = pooled(state, topic, &queued).await?;
+        let queued = queued_in_redis(ctx, topic).await?;
+        let pooled = pooled(ctx, topic, &queued).await?;
         for id in &in_sql {
             report.check(pooled.contains(id), || {
                 format!("job {id} of topic {topic} is pending in SQL but not in Redis")
@@ -66,16 +68,15 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
 }
 
 /// Schedules every row of `pending_job` again, in seq order, resuming a stopped run.
-pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
+pub async fn rebuild(ctx: &Jobs, run: &Rebuild<'_>) -> AppResult<()> {
     let mut cursor = run.resume_from().await?;
-    run.expect(pending::count_after(&state.db.pool, cursor).await?);
+    run.expect(pending::count_after(&ctx.infra.db.pool, cursor).await?);
     loop {
-        let rows = pending::after(&state.db.pool, cursor, CHUNK).await?;
+        let rows = pending::after(&ctx.infra.db.pool, cursor, CHUNK).await?;
         let Some(last) = rows.last().map(|row| row.spec.seq) else {
             return Ok(());
         };
-        restore(state, &rows).await?;
+        restore(ctx, &rows).await?;
         run.finished_through(last, rows.len() as u64).await?;
         cursor = last;
     }
@@ -83,14 +84,14 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
 
 /// Puts a chunk of rows back into Redis, removes the rows of jobs that ended, and moves each
 /// topic's visit to its earliest row.
-async fn restore(state: &AppState, rows: &[Record]) -> AppResult<()> {
-    let remembered = remembered(state, rows).await?;
+async fn restore(ctx: &Jobs, rows: &[Record]) -> AppResult<()> {
+    let remembered = remembered(ctx, rows).await?;
     let (ended, live): (Vec<_>, Vec<_>) = rows
         .iter()
         .zip(remembered)
         .partition(|(row, ended_seq)| *ended_seq == Some(row.spec.seq));
     let live: Vec<Record> = live.into_iter().map(|(row, _)| row.clone()).collect();
-    place(state, &live).await?;
+    place(ctx, &live).await?;
     // A topic whose jobs were pending already may have lost its place in the index.
     let mut earliest: HashMap<&str, i64> = HashMap::new();
     for row in &live {
@@ -101,10 +102,10 @@ async fn restore(state: &AppState, rows: &[Record]) -> AppResult<()> {
         .into_iter()
         .map(|(topic, at)| (topic.to_string(), at))
         .collect();
-    topics::index(state, &due).await?;
+    topics::index(ctx, &due).await?;
     let ended: Vec<i64> = ended.into_iter().map(|(row, _)| row.spec.seq).collect();
     if !ended.is_empty() {
-        let mut sql = state.db.pool.acquire().await?;
+        let mut sql = ctx.infra.db.pool.acquire().await?;
         pending::forget(&mut sql, &ended).await?;
         tracing::info!(
             jobs = ended.len(),
@@ -116,15 +117,15 @@ async fn restore(state: &AppState, rows: &[Record]) -> AppResult<()> {
 
 /// For each row, the seq of the job the pool remembers ending under its id (done or
 /// cancelled), if any.
-async fn remembered(state: &AppState, rows: &[Record]) -> AppResult<Vec<Option<i64>>> {
+async fn remembered(ctx: &Jobs, rows: &[Record]) -> AppResult<Vec<Option<i64>>> {
     let mut pipe = redis::pipe();
     for row in rows {
         pipe.cmd("HMGET")
-            .arg(state.keys.job_pool(&row.topic))
+            .arg(ctx.infra.keys.job_pool(&row.topic))
             .arg(&row.id)
             .arg(pool_field(&row.id, "status"));
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let replies: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut *conn).await?;
     Ok(replies
         .into_iter()
@@ -138,11 +139,11 @@ async fn remembered(state: &AppState, rows: &[Record]) -> AppResult<Vec<Option<i
 }
 
 /// Topics that have keys in Redis, from their key names.
-async fn topics_in_redis(state: &AppState) -> AppResult<BTreeSet<String>> {
-    let start = format!("{}{{jobs:", state.keys.prefix());
+async fn topics_in_redis(ctx: &Jobs) -> AppResult<BTreeSet<String>> {
+    let start = format!("{}{{jobs:", ctx.infra.keys.prefix());
     let pattern = format!("{}*", glob_escape(&start));
     let mut found = BTreeSet::new();
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -175,10 +176,10 @@ fn glob_escape(text: &str) -> String {
 }
 
 /// The ids in a topic's delay zset, ready list and in-flight zset.
-async fn queued_in_redis(state: &AppState, topic: &str) -> AppResult<HashSet<String>> {
-    let keys = &state.keys;
+async fn queued_in_redis(ctx: &Jobs, topic: &str) -> AppResult<HashSet<String>> {
+    let keys = &ctx.infra.keys;
     let mut ids = HashSet::new();
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     for (command, key) in [
         ("ZRANGE", keys.jobs_delayed(topic)),
         ("LRANGE", keys.jobs_ready(topic)),
@@ -204,19 +205,15 @@ async fn queued_in_redis(state: &AppState, topic: &str) -> AppResult<HashSet<Str
 }
 
 /// Of the queued ids, those whose JSON the pool holds (as a job that has not ended).
-async fn pooled(
-    state: &AppState,
-    topic: &str,
-    queued: &HashSet<String>,
-) -> AppResult<HashSet<String>> {
+async fn pooled(ctx: &Jobs, topic: &str, queued: &HashSet<String>) -> AppResult<HashSet<String>> {
     let queued: Vec<&String> = queued.iter().collect();
     let mut pooled = HashSet::new();
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     for chunk in queued.chunks(1000) {
         let mut pipe = redis::pipe();
         for id in chunk {
             pipe.cmd("HMGET")
-                .arg(state.keys.job_pool(topic))
+                .arg(ctx.infra.keys.job_pool(topic))
                 .arg(*id)
                 .arg(pool_field(id, "status"));
         }

@@ -19,7 +19,7 @@
 //! of every job it restores.
 
 use crate::{
-    app::AppState,
+    features::jobs::Jobs,
     infra::error::AppResult,
     infra::redis::{
         scripts::{JOBS_INDEX, JOBS_REINDEX},
@@ -51,11 +51,11 @@ impl Keys {
 
 /// Moves each topic's visit to `at` (epoch ms) if that is earlier, and marks the topic. Call
 /// it after the topic's jobs were written, never before.
-pub(super) async fn index(state: &AppState, due: &[(String, i64)]) -> AppResult<()> {
+pub(super) async fn index(ctx: &Jobs, due: &[(String, i64)]) -> AppResult<()> {
     if due.is_empty() {
         return Ok(());
     }
-    let keys = &state.keys;
+    let keys = &ctx.infra.keys;
     let mut call = JOBS_INDEX.prepare_invoke();
     call.key(keys.jobs_due_topics())
         .key(keys.jobs_due_marks())
@@ -63,7 +63,7 @@ pub(super) async fn index(state: &AppState, due: &[(String, i64)]) -> AppResult<
     for (topic, at) in due {
         call.arg(topic).arg(*at);
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let _: i64 = call.invoke_async(&mut *conn).await?;
     Ok(())
 }
@@ -75,9 +75,9 @@ pub(super) struct Visit {
 }
 
 /// The topics due by `now`, at most `limit` of them, earliest first.
-pub(super) async fn due(state: &AppState, now: i64, limit: usize) -> AppResult<Vec<Visit>> {
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
+pub(super) async fn due(ctx: &Jobs, now: i64, limit: usize) -> AppResult<Vec<Visit>> {
+    let keys = &ctx.infra.keys;
+    let mut conn = ctx.infra.redis.get().await?;
     let topics: Vec<String> = redis::cmd("ZRANGEBYSCORE")
         .arg(keys.jobs_due_topics())
         .arg("-inf")
@@ -109,11 +109,11 @@ pub(super) async fn due(state: &AppState, now: i64, limit: usize) -> AppResult<V
 
 /// After a walk: each visited topic's next visit (epoch ms), `None` when it has no pending
 /// job. A topic indexed since the walk read it keeps its visit.
-pub(super) async fn reindex(state: &AppState, visited: &[(Visit, Option<i64>)]) -> AppResult<()> {
+pub(super) async fn reindex(ctx: &Jobs, visited: &[(Visit, Option<i64>)]) -> AppResult<()> {
     if visited.is_empty() {
         return Ok(());
     }
-    let keys = &state.keys;
+    let keys = &ctx.infra.keys;
     let mut call = JOBS_REINDEX.prepare_invoke();
     call.key(keys.jobs_due_topics()).key(keys.jobs_due_marks());
     for (visit, next) in visited {
@@ -121,17 +121,17 @@ pub(super) async fn reindex(state: &AppState, visited: &[(Visit, Option<i64>)]) 
             .arg(&visit.mark)
             .arg(next.unwrap_or(-1));
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let _: i64 = call.invoke_async(&mut *conn).await?;
     Ok(())
 }
 
 /// Indexes the topics of the set that listed every topic (due now: the first walk finds
 /// each one's next visit, or drops it) and removes that set. Idempotent.
-pub(super) async fn adopt_topic_set(state: &AppState) -> AppResult<()> {
-    let keys = &state.keys;
+pub(super) async fn adopt_topic_set(ctx: &Jobs) -> AppResult<()> {
+    let keys = &ctx.infra.keys;
     let topics: Vec<String> = {
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         redis::cmd("SMEMBERS")
             .arg(keys.jobs_all_topics())
             .query_async(&mut *conn)
@@ -140,10 +140,10 @@ pub(super) async fn adopt_topic_set(state: &AppState) -> AppResult<()> {
     if topics.is_empty() {
         return Ok(());
     }
-    let now = state.clock.now_ms();
+    let now = ctx.infra.clock.now_ms();
     let due: Vec<(String, i64)> = topics.into_iter().map(|topic| (topic, now)).collect();
-    index(state, &due).await?;
-    let mut conn = state.redis.get().await?;
+    index(ctx, &due).await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let () = redis::cmd("DEL")
         .arg(keys.jobs_all_topics())
         .query_async(&mut *conn)
@@ -156,13 +156,13 @@ pub(super) async fn adopt_topic_set(state: &AppState) -> AppResult<()> {
 }
 
 /// Whether each topic is in the index (`engage verify`).
-pub(super) async fn indexed(state: &AppState, topics: &[String]) -> AppResult<Vec<bool>> {
+pub(super) async fn indexed(ctx: &Jobs, topics: &[String]) -> AppResult<Vec<bool>> {
     if topics.is_empty() {
         return Ok(Vec::new());
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
-        .arg(state.keys.jobs_due_topics())
+        .arg(ctx.infra.keys.jobs_due_topics())
         .arg(topics)
         .query_async(&mut *conn)
         .await?;

@@ -23,7 +23,7 @@ use super::{
     pending, topics, JobSpec,
 };
 use crate::{
-    app::AppState,
+    features::jobs::Jobs,
     infra::error::{AppError, AppResult},
     infra::redis::scripts::{JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
 };
@@ -35,20 +35,20 @@ const TOPICS_PER_TICK: usize = 1000;
 /// Most jobs one take hands out.
 const TAKE_BATCH: usize = 100;
 
-pub async fn run(state: AppState) {
-    let capacity = state.config.jobs_concurrency.max(1);
+pub async fn run(ctx: Jobs) {
+    let capacity = ctx.settings.concurrency;
     let permits = Arc::new(Semaphore::new(capacity));
     let ready_topics = Mutex::new(Vec::new());
     let promoted = Notify::new();
     let (finisher, outcomes) = Finisher::new();
     tokio::join!(
-        promote_loop(&state, &ready_topics, &promoted),
+        promote_loop(&ctx, &ready_topics, &promoted),
         async {
-            take_loop(&state, &ready_topics, &promoted, &permits, &finisher).await;
+            take_loop(&ctx, &ready_topics, &promoted, &permits, &finisher).await;
             // Deliveries still running hold clones; the finisher ends after the last.
             drop(finisher);
         },
-        finish_loop(&state, outcomes),
+        finish_loop(&ctx, outcomes),
     );
     // Let running jobs finish (the app bounds this wait by its grace period).
     let _ = permits.acquire_many(capacity as u32).await;
@@ -56,34 +56,34 @@ pub async fn run(state: AppState) {
 
 /// Every tick: promote due jobs of the topics due by now, move each topic to its next
 /// visit, and hand the topics with ready jobs to the taker.
-async fn promote_loop(state: &AppState, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
-    let mut every = tokio::time::interval(Duration::from_millis(state.config.jobs_tick_ms.max(10)));
+async fn promote_loop(ctx: &Jobs, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
+    let mut every = tokio::time::interval(ctx.settings.tick);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut adopted = false;
     loop {
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = ctx.infra.instance.shutdown.cancelled() => return,
             _ = every.tick() => {}
         }
         if !adopted {
-            match topics::adopt_topic_set(state).await {
+            match topics::adopt_topic_set(ctx).await {
                 Ok(()) => adopted = true,
                 Err(error) => tracing::warn!(%error, "delay queue topics not adopted yet"),
             }
         }
         let pass = async {
-            let now = state.clock.now_ms();
-            let due = topics::due(state, now, TOPICS_PER_TICK).await?;
+            let now = ctx.infra.clock.now_ms();
+            let due = topics::due(ctx, now, TOPICS_PER_TICK).await?;
             let mut visited = Vec::with_capacity(due.len());
             let mut ready = Vec::new();
             for visit in due {
-                let promotion = promote(state, &visit.topic, now).await?;
+                let promotion = promote(ctx, &visit.topic, now).await?;
                 if promotion.ready > 0 {
                     ready.push(visit.topic.clone());
                 }
                 visited.push((visit, promotion.next_visit));
             }
-            topics::reindex(state, &visited).await?;
+            topics::reindex(ctx, &visited).await?;
             *ready_topics.lock().expect("poisoned") = ready;
             AppResult::Ok(())
         };
@@ -98,7 +98,7 @@ async fn promote_loop(state: &AppState, ready_topics: &Mutex<Vec<String>>, promo
 /// finished job frees capacity at once, so a backlog drains at the handlers' pace, not the
 /// tick's.
 async fn take_loop(
-    state: &AppState,
+    ctx: &Jobs,
     ready_topics: &Mutex<Vec<String>>,
     promoted: &Notify,
     permits: &Arc<Semaphore>,
@@ -109,11 +109,11 @@ async fn take_loop(
         let mut took_any = false;
         for topic in &current {
             let permit = tokio::select! {
-                () = state.shutdown.cancelled() => return,
+                () = ctx.infra.instance.shutdown.cancelled() => return,
                 permit = permits.clone().acquire_owned() => permit.expect("never closed"),
             };
             let want = 1 + permits.available_permits().min(TAKE_BATCH - 1);
-            let taken = match take(state, topic, want).await {
+            let taken = match take(ctx, topic, want).await {
                 Ok(taken) => taken,
                 Err(error) => {
                     tracing::warn!(%error, topic, "taking jobs failed");
@@ -127,11 +127,11 @@ async fn take_loop(
                     Some(first) => first,
                     None => permits.clone().try_acquire_owned().expect("counted above"),
                 };
-                let (state, finisher) = (state.clone(), finisher.clone());
+                let (ctx, finisher) = (ctx.clone(), finisher.clone());
                 tokio::spawn(async move {
                     match taken {
                         Taken::Run { delivery, lease } => {
-                            deliver(state, finisher, delivery, lease, permit).await
+                            deliver(ctx, finisher, delivery, lease, permit).await
                         }
                         Taken::Bury {
                             delivery,
@@ -139,7 +139,7 @@ async fn take_loop(
                             error,
                         } => {
                             drop(permit);
-                            let buried = bury(&state, &finisher, &delivery, &lease, &error).await;
+                            let buried = bury(&ctx, &finisher, &delivery, &lease, &error).await;
                             if let Err(error) = buried {
                                 tracing::warn!(job = delivery.id, %error, "could not bury a job");
                             }
@@ -150,9 +150,9 @@ async fn take_loop(
         }
         if !took_any {
             tokio::select! {
-                () = state.shutdown.cancelled() => return,
+                () = ctx.infra.instance.shutdown.cancelled() => return,
                 () = promoted.notified() => {}
-                () = tokio::time::sleep(Duration::from_millis(state.config.jobs_tick_ms.max(10))) => {}
+                () = tokio::time::sleep(ctx.settings.tick) => {}
             }
         }
     }
@@ -166,9 +166,9 @@ struct Promotion {
     next_visit: Option<i64>,
 }
 
-async fn promote(state: &AppState, topic: &str, now: i64) -> AppResult<Promotion> {
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
+async fn promote(ctx: &Jobs, topic: &str, now: i64) -> AppResult<Promotion> {
+    let keys = &ctx.infra.keys;
+    let mut conn = ctx.infra.redis.get().await?;
     let moved: Vec<i64> = JOBS_PROMOTE
         .key(keys.jobs_delayed(topic))
         .key(keys.jobs_ready(topic))
@@ -217,16 +217,16 @@ enum Taken {
 }
 
 /// Takes up to `count` ready jobs of a topic in one round trip.
-async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
-    let keys = &state.keys;
+async fn take(ctx: &Jobs, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
+    let keys = &ctx.infra.keys;
     let lease = uuid::Uuid::new_v4().simple().to_string();
-    let policy = state.jobs.policy(topic);
-    let mut conn = state.redis.get().await?;
+    let policy = ctx.registry.policy(topic);
+    let mut conn = ctx.infra.redis.get().await?;
     let taken: Vec<String> = JOBS_TAKE
         .key(keys.jobs_ready(topic))
         .key(keys.jobs_running(topic))
         .key(keys.job_pool(topic))
-        .arg(state.clock.now_ms() + policy.visibility.as_millis() as i64)
+        .arg(ctx.infra.clock.now_ms() + policy.visibility.as_millis() as i64)
         .arg(&lease)
         .arg(count)
         .invoke_async(&mut *conn)
@@ -259,7 +259,7 @@ async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Take
                 Err(error) => Taken::Bury {
                     delivery: delivery(JobSpec {
                         body: job[1].clone(),
-                        run_at_ms: state.clock.now_ms(),
+                        run_at_ms: ctx.infra.clock.now_ms(),
                         max_attempts: attempt,
                         callback_url: None,
                         created_at_ms: 0,
@@ -277,15 +277,15 @@ async fn take(state: &AppState, topic: &str, count: usize) -> AppResult<Vec<Take
 /// Runs one delivery and records its outcome. Only this delivery's lease may finish it:
 /// if the job was cancelled or handed to another worker meanwhile, the outcome is dropped.
 async fn deliver(
-    state: AppState,
+    ctx: Jobs,
     finisher: Finisher,
     delivery: Delivery,
     lease: String,
     permit: OwnedSemaphorePermit,
 ) {
-    let policy = state.jobs.policy(&delivery.topic);
-    let run = tokio::time::timeout(policy.timeout, state.jobs.run(&delivery));
-    let outcome = match holding_lease(&state, &delivery, &lease, policy.visibility, run).await {
+    let policy = ctx.registry.policy(&delivery.topic);
+    let run = tokio::time::timeout(policy.timeout, ctx.registry.run(&delivery));
+    let outcome = match holding_lease(&ctx, &delivery, &lease, policy.visibility, run).await {
         Ok(outcome) => outcome,
         Err(_) => Err(JobError::Retry(format!(
             "handler ran longer than {:?}",
@@ -308,7 +308,7 @@ async fn deliver(
             }),
         Err(JobError::Retry(error)) if delivery.attempt < delivery.spec.max_attempts => {
             let retry_at =
-                state.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
+                ctx.infra.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
             finisher
                 .finish(&delivery, &lease, Outcome::Retry { retry_at, error })
                 .await
@@ -320,7 +320,7 @@ async fn deliver(
                 })
         }
         Err(JobError::Retry(error) | JobError::Permanent(error)) => {
-            bury(&state, &finisher, &delivery, &lease, error).await
+            bury(&ctx, &finisher, &delivery, &lease, error).await
         }
     };
     if let Err(error) = recorded {
@@ -335,7 +335,7 @@ async fn deliver(
 /// failed extension is tried again at the next third; one that never succeeds lets the job
 /// be delivered again, which is what the lease is for.
 async fn holding_lease<T>(
-    state: &AppState,
+    ctx: &Jobs,
     delivery: &Delivery,
     lease: &str,
     visibility: Duration,
@@ -350,7 +350,7 @@ async fn holding_lease<T>(
         tokio::select! {
             outcome = &mut work => return outcome,
             _ = every.tick(), if held => {
-                match extend(state, delivery, lease, visibility).await {
+                match extend(ctx, delivery, lease, visibility).await {
                     Ok(still_held) => held = still_held,
                     Err(error) => tracing::warn!(
                         topic = delivery.topic,
@@ -366,17 +366,17 @@ async fn holding_lease<T>(
 
 /// Whether the lease was this delivery's and now runs a whole visibility timeout from now.
 async fn extend(
-    state: &AppState,
+    ctx: &Jobs,
     delivery: &Delivery,
     lease: &str,
     visibility: Duration,
 ) -> AppResult<bool> {
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
+    let keys = &ctx.infra.keys;
+    let mut conn = ctx.infra.redis.get().await?;
     let extended: i64 = JOBS_EXTEND
         .key(keys.jobs_running(&delivery.topic))
         .key(keys.job_pool(&delivery.topic))
-        .arg(state.clock.now_ms() + visibility.as_millis() as i64)
+        .arg(ctx.infra.clock.now_ms() + visibility.as_millis() as i64)
         .arg(&delivery.id)
         .arg(lease)
         .invoke_async(&mut *conn)
@@ -453,7 +453,7 @@ impl Finisher {
     }
 }
 
-async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
+async fn finish_loop(ctx: &Jobs, mut queue: mpsc::Receiver<Finish>) {
     let mut batch = Vec::with_capacity(FINISH_BATCH);
     while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
         let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
@@ -463,8 +463,8 @@ async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
                 None => by_topic.push((end.topic.clone(), vec![end])),
             }
         }
-        let keys = &state.keys;
-        let now = state.clock.now_ms();
+        let keys = &ctx.infra.keys;
+        let now = ctx.infra.clock.now_ms();
         let mut pipe = redis::pipe();
         for (topic, ends) in &by_topic {
             let mut call = JOBS_FINISH.prepare_invoke();
@@ -484,7 +484,7 @@ async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
             pipe.invoke_script(&call);
         }
         let applied: AppResult<Vec<Vec<i64>>> = async {
-            let mut conn = state.redis.get().await?;
+            let mut conn = ctx.infra.redis.get().await?;
             match pipe.query_async(&mut *conn).await {
                 // Inside a pipeline the `redis` crate does not reload a script Redis forgot
                 // (a restart): load it and send again. Every call of the pipeline is this
@@ -513,7 +513,7 @@ async fn finish_loop(state: &AppState, mut queue: mpsc::Receiver<Finish>) {
                 let _ = end.applied.send(result);
             }
         }
-        ended.record(state).await;
+        ended.record(ctx).await;
     }
 }
 
@@ -546,17 +546,17 @@ impl Ended {
 
     /// After the deliveries heard back: their ends are applied in Redis already, and
     /// nothing here may hold them up.
-    async fn record(self, state: &AppState) {
+    async fn record(self, ctx: &Jobs) {
         // A retry may be due before the topic's next visit (which was at most the job's
         // visibility deadline): the topic's visit moves to the earliest retry.
-        if let Err(error) = topics::index(state, &self.retry_visits).await {
+        if let Err(error) = topics::index(ctx, &self.retry_visits).await {
             tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
         }
         if self.forgotten.is_empty() && self.retries.is_empty() {
             return;
         }
         let recorded: AppResult<()> = async {
-            let mut sql = state.db.pool.acquire().await?;
+            let mut sql = ctx.infra.db.pool.acquire().await?;
             pending::forget(&mut sql, &self.forgotten).await?;
             pending::record_retries(&mut sql, &self.retries).await
         }
@@ -573,13 +573,13 @@ impl Ended {
 /// Stores an exhausted job in `dead_job` first, then removes it from Redis; if the job was
 /// cancelled or reclaimed meanwhile, the row is taken back.
 async fn bury(
-    state: &AppState,
+    ctx: &Jobs,
     finisher: &Finisher,
     delivery: &Delivery,
     lease: &str,
     error: &str,
 ) -> AppResult<()> {
-    let died_at = state.clock.now_ms();
+    let died_at = ctx.infra.clock.now_ms();
     sqlx::query(
         "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
@@ -592,7 +592,7 @@ async fn bury(
     .bind(i64::from(delivery.spec.max_attempts))
     .bind(error)
     .bind(died_at)
-    .execute(&state.db.pool)
+    .execute(&ctx.infra.db.pool)
     .await?;
     if finisher
         .finish(delivery, lease, Outcome::Dead { error })
@@ -610,7 +610,7 @@ async fn bury(
             .bind(&delivery.topic)
             .bind(&delivery.id)
             .bind(died_at)
-            .execute(&state.db.pool)
+            .execute(&ctx.infra.db.pool)
             .await?;
     }
     Ok(())

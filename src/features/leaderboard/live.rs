@@ -28,18 +28,19 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::{board, RankEntry};
 use crate::{
-    app::AppState, infra::clock::Month, infra::error::AppResult, infra::live::LiveSubscription,
+    features::leaderboard::Leaderboards, infra::clock::Month, infra::error::AppResult,
+    infra::live::LiveSubscription,
 };
 
 pub const COALESCE: Duration = Duration::from_millis(250);
 
 /// Snapshots of a season's top `top`: the current one first, then each different one.
 pub async fn top_changes(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     top: usize,
 ) -> AppResult<impl Stream<Item = Vec<RankEntry>>> {
-    let shared = state.boards.top(state, season, top).await?;
+    let shared = ctx.boards.top(ctx, season, top).await?;
     let receiver = shared.snapshots().clone();
     Ok(snapshots(receiver, shared))
 }
@@ -47,17 +48,17 @@ pub async fn top_changes(
 /// Snapshots of a season's top `top` with their season: of `season` when one is named, of
 /// the current season otherwise, moving to the new one when the month turns.
 pub async fn board_changes(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Option<Month>,
     top: usize,
 ) -> AppResult<BoxStream<'static, (Month, Vec<RankEntry>)>> {
     Ok(match season {
-        Some(season) => top_changes(state, season, top)
+        Some(season) => top_changes(ctx, season, top)
             .await?
             .map(move |entries| (season, entries))
             .boxed(),
-        None => following_the_season(state, move |state, season| async move {
-            top_changes(&state, season, top).await
+        None => following_the_season(ctx, move |ctx, season| async move {
+            top_changes(&ctx, season, top).await
         })
         .await?
         .boxed(),
@@ -67,11 +68,11 @@ pub async fn board_changes(
 /// The viewer's entry in the current season (when ranked), then each change, moving to the
 /// new season when the month turns.
 pub async fn my_current_rank_changes(
-    state: &AppState,
+    ctx: &Leaderboards,
     user_id: i64,
 ) -> AppResult<impl Stream<Item = RankEntry>> {
-    let changes = following_the_season(state, move |state, season| async move {
-        my_rank_changes(&state, season, user_id).await
+    let changes = following_the_season(ctx, move |ctx, season| async move {
+        my_rank_changes(&ctx, season, user_id).await
     })
     .await?;
     Ok(changes.map(|(_, entry)| entry))
@@ -79,20 +80,22 @@ pub async fn my_current_rank_changes(
 
 /// The viewer's entry: the current one first (when ranked), then each change.
 async fn my_rank_changes(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     user_id: i64,
 ) -> AppResult<impl Stream<Item = RankEntry>> {
-    let read = move |state: AppState| async move {
-        board(&state, season, Some(user_id), 1, 0)
-            .await
-            .map(|b| b.me)
+    let read = move |ctx: Leaderboards| async move {
+        board(&ctx, season, Some(user_id), 1, 0).await.map(|b| b.me)
     };
-    let subscription = state.live.subscribe(state.keys.board_channel(season)).await;
-    let first = read(state.clone()).await?;
+    let subscription = ctx
+        .infra
+        .live
+        .subscribe(ctx.infra.keys.board_channel(season))
+        .await;
+    let first = read(ctx.clone()).await?;
     let (sender, receiver) = watch::channel(first);
     // The reader ends by itself when the subscriber goes (its receiver is dropped).
-    tokio::spawn(reread_on_change(state.clone(), subscription, sender, read));
+    tokio::spawn(reread_on_change(ctx.clone(), subscription, sender, read));
     Ok(snapshots(receiver, ()).filter_map(|me| async move { me }))
 }
 
@@ -114,20 +117,20 @@ where
 /// Re-reads after changes of the board, coalesced, and sends what differs from the value
 /// the channel holds. Ends at shutdown, when the hub goes, or when nobody receives.
 async fn reread_on_change<T, F, Fut>(
-    state: AppState,
+    ctx: Leaderboards,
     mut subscription: LiveSubscription,
     sender: watch::Sender<T>,
     read: F,
 ) where
     T: PartialEq,
-    F: Fn(AppState) -> Fut,
+    F: Fn(Leaderboards) -> Fut,
     Fut: Future<Output = AppResult<T>>,
 {
     let now = tokio::time::Instant::now();
     let mut last_read = now.checked_sub(COALESCE).unwrap_or(now);
     loop {
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = ctx.infra.instance.shutdown.cancelled() => return,
             () = sender.closed() => return,
             message = subscription.recv() => if message.is_none() { return },
         }
@@ -136,7 +139,7 @@ async fn reread_on_change<T, F, Fut>(
         tokio::time::sleep_until(last_read + COALESCE).await;
         while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, subscription.recv()).await {}
         last_read = tokio::time::Instant::now();
-        let Ok(value) = read(state.clone()).await else {
+        let Ok(value) = read(ctx.clone()).await else {
             continue;
         };
         sender.send_if_modified(|current| {
@@ -151,14 +154,14 @@ async fn reread_on_change<T, F, Fut>(
 
 /// Keeps [`SharedBoards`]' current season up to date: a look at the clock every second,
 /// one task per instance however many subscriptions follow the season.
-pub async fn watch_seasons(state: AppState) {
+pub async fn watch_seasons(ctx: Leaderboards) {
     let mut every_second = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = ctx.infra.instance.shutdown.cancelled() => return,
             _ = every_second.tick() => {
-                let month = state.clock.current_month();
-                state.boards.current.send_if_modified(|current| {
+                let month = ctx.infra.clock.current_month();
+                ctx.boards.current.send_if_modified(|current| {
                     let turned = *current != Some(month);
                     *current = Some(month);
                     turned
@@ -172,29 +175,29 @@ pub async fn watch_seasons(state: AppState) {
 /// one it gives for the new season; items carry their season. A failure to open the new
 /// season's stream ends the subscription (the client resubscribes).
 async fn following_the_season<T, S, F, Fut>(
-    state: &AppState,
+    ctx: &Leaderboards,
     open: F,
 ) -> AppResult<impl Stream<Item = (Month, T)>>
 where
     T: Send + 'static,
     S: Stream<Item = T> + Send + 'static,
-    F: Fn(AppState, Month) -> Fut + Send + 'static,
+    F: Fn(Leaderboards, Month) -> Fut + Send + 'static,
     Fut: Future<Output = AppResult<S>> + Send,
 {
-    let season = state.clock.current_month();
-    let first = open(state.clone(), season).await?.boxed();
-    let start = (state.clone(), open, season, first);
+    let season = ctx.infra.clock.current_month();
+    let first = open(ctx.clone(), season).await?.boxed();
+    let start = (ctx.clone(), open, season, first);
     Ok(futures::stream::unfold(
         start,
-        |(state, open, mut season, mut stream)| async move {
+        |(ctx, open, mut season, mut stream)| async move {
             loop {
                 tokio::select! {
                     item = stream.next() => {
                         let item = item?;
-                        return Some(((season, item), (state, open, season, stream)));
+                        return Some(((season, item), (ctx, open, season, stream)));
                     }
-                    next = state.boards.season_after(season) => {
-                        stream = open(state.clone(), next).await.ok()?.boxed();
+                    next = ctx.boards.season_after(season) => {
+                        stream = open(ctx.clone(), next).await.ok()?.boxed();
                         season = next;
                     }
                 }
@@ -257,7 +260,12 @@ impl SharedBoards {
     }
 
     /// The reader of a season's top `top`, started if nobody on this instance watches it.
-    async fn top(&self, state: &AppState, season: Month, top: usize) -> AppResult<Arc<SharedTop>> {
+    async fn top(
+        &self,
+        ctx: &Leaderboards,
+        season: Month,
+        top: usize,
+    ) -> AppResult<Arc<SharedTop>> {
         let shared = {
             let mut tops = self.tops.lock().expect("poisoned");
             match tops.get(&(season, top)).and_then(Weak::upgrade) {
@@ -273,7 +281,7 @@ impl SharedBoards {
         // A failed start leaves the cell empty: the next subscriber tries again.
         shared
             .0
-            .get_or_try_init(|| start_top_reader(state, season, top))
+            .get_or_try_init(|| start_top_reader(ctx, season, top))
             .await?;
         Ok(shared)
     }
@@ -291,14 +299,18 @@ impl SharedBoards {
 
 /// Subscribes to the board's channel, then reads it (so no change slips between the two),
 /// and keeps the snapshot current.
-async fn start_top_reader(state: &AppState, season: Month, top: usize) -> AppResult<TopReader> {
-    let read = move |state: AppState| async move {
-        board(&state, season, None, top, 0).await.map(|b| b.entries)
+async fn start_top_reader(ctx: &Leaderboards, season: Month, top: usize) -> AppResult<TopReader> {
+    let read = move |ctx: Leaderboards| async move {
+        board(&ctx, season, None, top, 0).await.map(|b| b.entries)
     };
-    let subscription = state.live.subscribe(state.keys.board_channel(season)).await;
-    let first = read(state.clone()).await?;
+    let subscription = ctx
+        .infra
+        .live
+        .subscribe(ctx.infra.keys.board_channel(season))
+        .await;
+    let first = read(ctx.clone()).await?;
     let (sender, snapshots) = watch::channel(first);
-    let reader = tokio::spawn(reread_on_change(state.clone(), subscription, sender, read));
+    let reader = tokio::spawn(reread_on_change(ctx.clone(), subscription, sender, read));
     Ok(TopReader {
         snapshots,
         _reader: AbortOnDropHandle::new(reader),

@@ -14,11 +14,22 @@ pub mod rollover;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
+use std::{sync::Arc, time::Duration};
+
 use crate::{
-    app::AppState,
     infra::clock::Month,
     infra::error::{AppError, AppResult},
+    infra::Infra,
 };
+
+/// What the season leaderboards work with: the top-N readers this instance shares among
+/// its subscribers, and how often it looks for a season to archive.
+#[derive(Clone)]
+pub struct Leaderboards {
+    pub infra: Infra,
+    pub boards: Arc<live::SharedBoards>,
+    pub rollover_check: Duration,
+}
 
 pub const SCORE_TIME_UNIT: f64 = 4_194_304.0;
 
@@ -34,21 +45,21 @@ pub struct SeasonInfo {
     pub current: bool,
 }
 
-pub fn season_info(state: &AppState, month: Month) -> SeasonInfo {
+pub fn season_info(ctx: &Leaderboards, month: Month) -> SeasonInfo {
     SeasonInfo {
         month,
-        begins: state.clock.month_begins(month),
-        ends: state.clock.month_begins(month.next()),
-        current: month == state.clock.current_month(),
+        begins: ctx.infra.clock.month_begins(month),
+        ends: ctx.infra.clock.month_begins(month.next()),
+        current: month == ctx.infra.clock.current_month(),
     }
 }
 
 /// A season id argument (`YYYYMM`), or the current season.
-pub fn parse_season(state: &AppState, id: Option<&str>) -> AppResult<Month> {
+pub fn parse_season(ctx: &Leaderboards, id: Option<&str>) -> AppResult<Month> {
     match id {
-        None => Ok(state.clock.current_month()),
+        None => Ok(ctx.infra.clock.current_month()),
         Some(id) => Month::parse_id(id.trim())
-            .filter(|m| *m <= state.clock.current_month())
+            .filter(|m| *m <= ctx.infra.clock.current_month())
             .ok_or_else(|| {
                 AppError::bad_input(format!(
                     "seasonId must be a YYYYMM month up to now, got {id:?}"
@@ -58,11 +69,11 @@ pub fn parse_season(state: &AppState, id: Option<&str>) -> AppResult<Month> {
 }
 
 /// The current season, the previous one, and every season archived, newest first.
-pub async fn seasons(state: &AppState) -> AppResult<Vec<SeasonInfo>> {
-    let current = state.clock.current_month();
+pub async fn seasons(ctx: &Leaderboards) -> AppResult<Vec<SeasonInfo>> {
+    let current = ctx.infra.clock.current_month();
     let mut months = vec![current, current.previous()];
     let rows = sqlx::query("SELECT season FROM season_archives")
-        .fetch_all(&state.db.pool)
+        .fetch_all(&ctx.infra.db.pool)
         .await?;
     for row in rows {
         if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
@@ -71,7 +82,7 @@ pub async fn seasons(state: &AppState) -> AppResult<Vec<SeasonInfo>> {
     }
     months.sort_by(|a, b| b.cmp(a));
     months.dedup();
-    Ok(months.into_iter().map(|m| season_info(state, m)).collect())
+    Ok(months.into_iter().map(|m| season_info(ctx, m)).collect())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,13 +101,13 @@ pub struct Board {
 }
 
 /// Whether a season's board now lives in SQL (its rollover finished).
-async fn archived(state: &AppState, season: Month) -> AppResult<bool> {
-    if season == state.clock.current_month() {
+async fn archived(ctx: &Leaderboards, season: Month) -> AppResult<bool> {
+    if season == ctx.infra.clock.current_month() {
         return Ok(false);
     }
     let row = sqlx::query("SELECT status FROM season_archives WHERE season = $1")
         .bind(i64::from(season.id()))
-        .fetch_optional(&state.db.pool)
+        .fetch_optional(&ctx.infra.db.pool)
         .await?;
     Ok(match row {
         Some(row) => row.try_get::<String, _>("status")? == rollover::DONE,
@@ -106,16 +117,16 @@ async fn archived(state: &AppState, season: Month) -> AppResult<bool> {
 
 /// A page of a season's board (ranks `offset + 1 ..`), its size, and the viewer's entry.
 pub async fn board(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     viewer: Option<i64>,
     first: usize,
     offset: usize,
 ) -> AppResult<Board> {
-    if archived(state, season).await? {
-        return archived_board(state, season, viewer, first, offset).await;
+    if archived(ctx, season).await? {
+        return archived_board(ctx, season, viewer, first, offset).await;
     }
-    let key = state.keys.season_board(season);
+    let key = ctx.infra.keys.season_board(season);
     let mut pipe = redis::pipe();
     pipe.cmd("ZREVRANGE")
         .arg(&key)
@@ -131,7 +142,7 @@ pub async fn board(
             .arg(&key)
             .arg(user);
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
     let mut replies = replies.into_iter();
     let page: Vec<(i64, f64)> = from_value(replies.next())?;
@@ -171,7 +182,7 @@ fn from_value<T: redis::FromRedisValue>(value: Option<redis::Value>) -> AppResul
 }
 
 async fn archived_board(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     viewer: Option<i64>,
     first: usize,
@@ -184,12 +195,12 @@ async fn archived_board(
     .bind(season_id)
     .bind(offset as i64)
     .bind(first as i64)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let entries = rows.iter().map(entry_of).collect::<Result<Vec<_>, _>>()?;
     let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
         .bind(season_id)
-        .fetch_one(&state.db.pool)
+        .fetch_one(&ctx.infra.db.pool)
         .await?
         .try_get("n")?;
     let me = match viewer {
@@ -198,7 +209,7 @@ async fn archived_board(
         )
         .bind(season_id)
         .bind(user)
-        .fetch_optional(&state.db.pool)
+        .fetch_optional(&ctx.infra.db.pool)
         .await?
         .map(|row| entry_of(&row))
         .transpose()?,
@@ -222,25 +233,25 @@ fn entry_of(row: &sqlx::any::AnyRow) -> Result<RankEntry, sqlx::Error> {
 
 /// The entries just above and below the viewer (empty when the viewer is unranked).
 pub async fn around(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     user_id: i64,
     radius: usize,
 ) -> AppResult<Vec<RankEntry>> {
-    let me = board(state, season, Some(user_id), 1, 0).await?.me;
+    let me = board(ctx, season, Some(user_id), 1, 0).await?.me;
     let Some(me) = me else { return Ok(Vec::new()) };
     let offset = (me.rank - 1 - radius as i64).max(0) as usize;
     let first = (me.rank as usize - offset) + radius;
-    Ok(board(state, season, None, first, offset).await?.entries)
+    Ok(board(ctx, season, None, first, offset).await?.entries)
 }
 
 /// The top three of a finished season, recorded by its rollover.
-pub async fn winners(state: &AppState, season: Month) -> AppResult<Vec<RankEntry>> {
+pub async fn winners(ctx: &Leaderboards, season: Month) -> AppResult<Vec<RankEntry>> {
     let rows = sqlx::query(
         "SELECT rank, points, user_id FROM season_winners WHERE season = $1 ORDER BY rank",
     )
     .bind(i64::from(season.id()))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     rows.iter()
         .map(entry_of)

@@ -21,7 +21,7 @@ use sqlx::Row;
 
 use super::points_of;
 use crate::{
-    app::AppState,
+    features::leaderboard::Leaderboards,
     infra::backoff::Backoff,
     infra::clock::Month,
     infra::db::Backend,
@@ -39,8 +39,8 @@ const STEP_ATTEMPTS: u32 = 5;
 const MAX_RECOPIES: u32 = 3;
 
 /// The board a rollover copies from: the live board as it was when the copy started.
-fn snapshot_key(state: &AppState, season: Month) -> String {
-    format!("{}:snapshot", state.keys.season_board(season))
+fn snapshot_key(ctx: &Leaderboards, season: Month) -> String {
+    format!("{}:snapshot", ctx.infra.keys.season_board(season))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,31 +60,31 @@ pub struct Options<'a> {
 
 /// Archives a finished season. `Ok(None)` when another instance is archiving it now.
 pub async fn archive_season(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     options: Options<'_>,
 ) -> AppResult<Option<Progress>> {
-    if season >= state.clock.current_month() {
+    if season >= ctx.infra.clock.current_month() {
         return Err(AppError::bad_input(format!(
             "season {} has not ended",
             season.id()
         )));
     }
     let name = format!("rollover:{}", season.id());
-    lock::with_lock(state, &name, Duration::from_secs(30), |held| {
-        run(state, season, held, options)
+    lock::with_lock(&ctx.infra, &name, Duration::from_secs(30), |held| {
+        run(ctx, season, held, options)
     })
     .await?
     .transpose()
 }
 
 async fn run(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     held: Held,
     options: Options<'_>,
 ) -> AppResult<Progress> {
-    let mut progress = retried("start", || start(state, season, held.fence)).await?;
+    let mut progress = retried("start", || start(ctx, season, held.fence)).await?;
     let mut chunks = 0;
     let mut recopies = 0;
     while !progress.done {
@@ -95,16 +95,14 @@ async fn run(
             if held.lost.is_cancelled() {
                 return Err(AppError::Unavailable("rollover lock lost".into()));
             }
-            progress = retried("copy", || copy_chunk(state, season, held.fence, progress)).await?;
+            progress = retried("copy", || copy_chunk(ctx, season, held.fence, progress)).await?;
             chunks += 1;
             if let Some(report) = options.on_progress {
                 report(progress);
             }
         }
-        let verified = retried("verify", || {
-            verify(state, season, held.fence, progress.total)
-        })
-        .await?;
+        let verified =
+            retried("verify", || verify(ctx, season, held.fence, progress.total)).await?;
         match verified {
             Some(fresh) if recopies < MAX_RECOPIES => {
                 recopies += 1;
@@ -121,7 +119,7 @@ async fn run(
                 )))
             }
             None => {
-                retried("unlink", || unlink(state, season, held.fence)).await?;
+                retried("unlink", || unlink(ctx, season, held.fence)).await?;
                 progress.done = true;
             }
         }
@@ -153,19 +151,19 @@ where
 }
 
 /// Records the season's size (once) and prepares its storage.
-async fn start(state: &AppState, season: Month, fence: i64) -> AppResult<Progress> {
+async fn start(ctx: &Leaderboards, season: Month, fence: i64) -> AppResult<Progress> {
     let id = i64::from(season.id());
-    if state.db.backend == Backend::Postgres {
+    if ctx.infra.db.backend == Backend::Postgres {
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS season_ranks_{id} PARTITION OF season_ranks FOR VALUES IN ({id})"
         );
-        if let Err(error) = sqlx::query(&ddl).execute(&state.db.pool).await {
+        if let Err(error) = sqlx::query(&ddl).execute(&ctx.infra.db.pool).await {
             tracing::debug!(%error, "season partition not created (may exist)");
         }
     }
     let row = sqlx::query("SELECT total, copied, status FROM season_archives WHERE season = $1")
         .bind(id)
-        .fetch_optional(&state.db.pool)
+        .fetch_optional(&ctx.infra.db.pool)
         .await?;
     if let Some(row) = &row {
         let status: String = row.try_get("status")?;
@@ -176,9 +174,9 @@ async fn start(state: &AppState, season: Month, fence: i64) -> AppResult<Progres
                 done: status == DONE,
             });
         }
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let snapshot: bool = redis::cmd("EXISTS")
-            .arg(snapshot_key(state, season))
+            .arg(snapshot_key(ctx, season))
             .query_async(&mut *conn)
             .await?;
         if snapshot {
@@ -190,7 +188,7 @@ async fn start(state: &AppState, season: Month, fence: i64) -> AppResult<Progres
         }
     }
     // No copy yet, or one whose snapshot is gone: start from a fresh snapshot.
-    let total = take_snapshot(state, season).await?;
+    let total = take_snapshot(ctx, season).await?;
     sqlx::query(
         "INSERT INTO season_archives (season, total, copied, status, fence, updated_at_ms) \
          VALUES ($1, $2, 0, $3, $4, $5) ON CONFLICT (season) DO NOTHING",
@@ -199,20 +197,20 @@ async fn start(state: &AppState, season: Month, fence: i64) -> AppResult<Progres
     .bind(total)
     .bind(COPYING)
     .bind(fence)
-    .bind(state.clock.now_ms())
-    .execute(&state.db.pool)
+    .bind(ctx.infra.clock.now_ms())
+    .execute(&ctx.infra.db.pool)
     .await?;
-    restart(state, season, fence, total).await
+    restart(ctx, season, fence, total).await
 }
 
 /// Snapshots the live board (atomically, with `COPY`); its member count.
-async fn take_snapshot(state: &AppState, season: Month) -> AppResult<i64> {
-    let snapshot = snapshot_key(state, season);
-    let mut conn = state.redis.get().await?;
+async fn take_snapshot(ctx: &Leaderboards, season: Month) -> AppResult<i64> {
+    let snapshot = snapshot_key(ctx, season);
+    let mut conn = ctx.infra.redis.get().await?;
     let (_, total): (i64, i64) = redis::pipe()
         .atomic()
         .cmd("COPY")
-        .arg(state.keys.season_board(season))
+        .arg(ctx.infra.keys.season_board(season))
         .arg(&snapshot)
         .arg("REPLACE")
         .cmd("ZCARD")
@@ -226,7 +224,7 @@ async fn take_snapshot(state: &AppState, season: Month) -> AppResult<i64> {
             "SELECT 1 AS found FROM points_record WHERE season = $1 AND points > 0 LIMIT 1",
         )
         .bind(i64::from(season.id()))
-        .fetch_optional(&state.db.pool)
+        .fetch_optional(&ctx.infra.db.pool)
         .await?;
         if awarded.is_some() {
             return Err(AppError::Unavailable(format!(
@@ -239,8 +237,8 @@ async fn take_snapshot(state: &AppState, season: Month) -> AppResult<i64> {
 }
 
 /// Forgets what was copied and starts over from the snapshot of `total` members.
-async fn restart(state: &AppState, season: Month, fence: i64, total: i64) -> AppResult<Progress> {
-    let mut tx = state.db.pool.begin().await?;
+async fn restart(ctx: &Leaderboards, season: Month, fence: i64, total: i64) -> AppResult<Progress> {
+    let mut tx = ctx.infra.db.pool.begin().await?;
     for table in ["season_ranks", "season_winners"] {
         sqlx::query(&format!("DELETE FROM {table} WHERE season = $1"))
             .bind(i64::from(season.id()))
@@ -252,7 +250,7 @@ async fn restart(state: &AppState, season: Month, fence: i64, total: i64) -> App
         season,
         fence,
         Change::Started(total),
-        state.clock.now_ms(),
+        ctx.infra.clock.now_ms(),
     )
     .await?;
     tx.commit().await?;
@@ -265,15 +263,15 @@ async fn restart(state: &AppState, season: Month, fence: i64, total: i64) -> App
 
 /// Copies the next chunk and advances the progress in one transaction.
 async fn copy_chunk(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     fence: i64,
     progress: Progress,
 ) -> AppResult<Progress> {
     let from = progress.copied as usize;
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let page: Vec<(i64, f64)> = redis::cmd("ZREVRANGE")
-        .arg(snapshot_key(state, season))
+        .arg(snapshot_key(ctx, season))
         .arg(from)
         .arg(from + CHUNK - 1)
         .arg("WITHSCORES")
@@ -289,7 +287,7 @@ async fn copy_chunk(
         )));
     }
     let id = i64::from(season.id());
-    let mut tx = state.db.pool.begin().await?;
+    let mut tx = ctx.infra.db.pool.begin().await?;
     for (i, (user_id, score)) in page.iter().enumerate() {
         sqlx::query(
             "INSERT INTO season_ranks (season, rank, user_id, points) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
@@ -307,7 +305,7 @@ async fn copy_chunk(
         season,
         fence,
         Change::Copied(copied),
-        state.clock.now_ms(),
+        ctx.infra.clock.now_ms(),
     )
     .await?;
     tx.commit().await?;
@@ -360,7 +358,7 @@ async fn advance(
 /// against the snapshot, then records the winners. `Some(progress)` when late writes
 /// changed the board: a fresh snapshot is to be copied.
 async fn verify(
-    state: &AppState,
+    ctx: &Leaderboards,
     season: Month,
     fence: i64,
     total: i64,
@@ -368,17 +366,17 @@ async fn verify(
     let id = i64::from(season.id());
     let copied: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
         .bind(id)
-        .fetch_one(&state.db.pool)
+        .fetch_one(&ctx.infra.db.pool)
         .await?
         .try_get("n")?;
     if copied != total {
-        let mut tx = state.db.pool.begin().await?;
+        let mut tx = ctx.infra.db.pool.begin().await?;
         advance(
             &mut tx,
             season,
             fence,
             Change::Copied(0),
-            state.clock.now_ms(),
+            ctx.infra.clock.now_ms(),
         )
         .await?;
         tx.commit().await?;
@@ -386,11 +384,11 @@ async fn verify(
             "season {id}: {copied} rows copied of {total}"
         )));
     }
-    if !unchanged_since_snapshot(state, season).await? {
-        let total = take_snapshot(state, season).await?;
-        return Ok(Some(restart(state, season, fence, total).await?));
+    if !unchanged_since_snapshot(ctx, season).await? {
+        let total = take_snapshot(ctx, season).await?;
+        return Ok(Some(restart(ctx, season, fence, total).await?));
     }
-    let mut tx = state.db.pool.begin().await?;
+    let mut tx = ctx.infra.db.pool.begin().await?;
     sqlx::query(
         "INSERT INTO season_winners (season, rank, user_id, points) \
          SELECT season, rank, user_id, points FROM season_ranks WHERE season = $1 AND rank <= 3 \
@@ -404,7 +402,7 @@ async fn verify(
         season,
         fence,
         Change::Status(VERIFIED),
-        state.clock.now_ms(),
+        ctx.infra.clock.now_ms(),
     )
     .await?;
     tx.commit().await?;
@@ -415,11 +413,14 @@ async fn verify(
 type Members = Vec<(String, f64)>;
 
 /// Whether the live board still equals its snapshot, member by member (read in chunks).
-async fn unchanged_since_snapshot(state: &AppState, season: Month) -> AppResult<bool> {
-    let (live, snapshot) = (state.keys.season_board(season), snapshot_key(state, season));
+async fn unchanged_since_snapshot(ctx: &Leaderboards, season: Month) -> AppResult<bool> {
+    let (live, snapshot) = (
+        ctx.infra.keys.season_board(season),
+        snapshot_key(ctx, season),
+    );
     let mut from = 0;
     loop {
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let (a, b): (Members, Members) = redis::pipe()
             .cmd("ZRANGE")
             .arg(&live)
@@ -444,21 +445,21 @@ async fn unchanged_since_snapshot(state: &AppState, season: Month) -> AppResult<
 }
 
 /// Removes the Redis board once SQL holds it, then marks the season done.
-async fn unlink(state: &AppState, season: Month, fence: i64) -> AppResult<()> {
-    let mut conn = state.redis.get().await?;
+async fn unlink(ctx: &Leaderboards, season: Month, fence: i64) -> AppResult<()> {
+    let mut conn = ctx.infra.redis.get().await?;
     let _: i64 = redis::cmd("UNLINK")
-        .arg(state.keys.season_board(season))
-        .arg(snapshot_key(state, season))
+        .arg(ctx.infra.keys.season_board(season))
+        .arg(snapshot_key(ctx, season))
         .query_async(&mut *conn)
         .await?;
     drop(conn);
-    let mut tx = state.db.pool.begin().await?;
+    let mut tx = ctx.infra.db.pool.begin().await?;
     advance(
         &mut tx,
         season,
         fence,
         Change::Status(DONE),
-        state.clock.now_ms(),
+        ctx.infra.clock.now_ms(),
     )
     .await?;
     tx.commit().await?;
@@ -467,28 +468,26 @@ async fn unlink(state: &AppState, season: Month, fence: i64) -> AppResult<()> {
 
 /// Archives finished seasons that still have a board in Redis or an unfinished archive,
 /// every `ENGAGE_ROLLOVER_CHECK_SECONDS`, in every instance (the lock picks one).
-pub async fn run_periodically(state: AppState) {
-    let mut every = tokio::time::interval(Duration::from_secs(
-        state.config.rollover_check_seconds.max(1),
-    ));
+pub async fn run_periodically(ctx: Leaderboards) {
+    let mut every = tokio::time::interval(ctx.rollover_check);
     loop {
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = ctx.infra.instance.shutdown.cancelled() => return,
             _ = every.tick() => {}
         }
-        if let Err(error) = archive_finished(&state).await {
+        if let Err(error) = archive_finished(&ctx).await {
             tracing::warn!(%error, "season rollover check failed");
         }
     }
 }
 
-async fn archive_finished(state: &AppState) -> AppResult<()> {
-    let current = state.clock.current_month();
+async fn archive_finished(ctx: &Leaderboards) -> AppResult<()> {
+    let current = ctx.infra.clock.current_month();
     let mut due = Vec::new();
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     for month in [current.previous(), current.previous().previous()] {
         let exists: bool = redis::cmd("EXISTS")
-            .arg(state.keys.season_board(month))
+            .arg(ctx.infra.keys.season_board(month))
             .query_async(&mut *conn)
             .await?;
         if exists {
@@ -498,7 +497,7 @@ async fn archive_finished(state: &AppState) -> AppResult<()> {
     drop(conn);
     let unfinished = sqlx::query("SELECT season FROM season_archives WHERE status <> $1")
         .bind(DONE)
-        .fetch_all(&state.db.pool)
+        .fetch_all(&ctx.infra.db.pool)
         .await?;
     for row in unfinished {
         if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
@@ -509,7 +508,7 @@ async fn archive_finished(state: &AppState) -> AppResult<()> {
     due.dedup();
     // One season that fails does not hold back the others.
     for season in due.into_iter().filter(|m| *m < current) {
-        match archive_season(state, season, Options::default()).await {
+        match archive_season(ctx, season, Options::default()).await {
             Ok(Some(progress)) => tracing::info!(
                 season = season.id(),
                 total = progress.total,

@@ -10,11 +10,17 @@
 pub mod recovery;
 
 use crate::{
-    app::AppState,
     features::items::Location,
     infra::error::{AppError, AppResult},
     infra::redis::{scripts::NEARBY_SEARCH, Keys},
+    infra::Infra,
 };
+
+/// What "near me" search works with.
+#[derive(Clone)]
+pub struct Nearby {
+    pub infra: Infra,
+}
 
 /// The widest search, in km (a sensible bound for "near", and for the cost of a search).
 pub const MAX_RADIUS_KM: f64 = 1000.0;
@@ -30,10 +36,10 @@ impl Keys {
 }
 
 /// Adds or moves an item on the map.
-pub async fn place(state: &AppState, item_id: i64, location: Location) -> AppResult<()> {
-    let mut conn = state.redis.get().await?;
+pub async fn place(ctx: &Nearby, item_id: i64, location: Location) -> AppResult<()> {
+    let mut conn = ctx.infra.redis.get().await?;
     let _: i64 = redis::cmd("GEOADD")
-        .arg(state.keys.item_locations())
+        .arg(ctx.infra.keys.item_locations())
         .arg(location.lng)
         .arg(location.lat)
         .arg(item_id)
@@ -46,7 +52,7 @@ pub async fn place(state: &AppState, item_id: i64, location: Location) -> AppRes
 /// position `offset`, and whether more follow. The page ends at [`MAX_RESULTS`] at the
 /// latest; `offset` must not be beyond it.
 pub async fn search(
-    state: &AppState,
+    ctx: &Nearby,
     from: Location,
     radius_km: f64,
     first: usize,
@@ -66,9 +72,9 @@ pub async fn search(
     if first == 0 {
         return Ok((Vec::new(), false));
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let (more, found): (i64, Vec<(i64, f64)>) = NEARBY_SEARCH
-        .key(state.keys.item_locations())
+        .key(ctx.infra.keys.item_locations())
         .arg(from.lng)
         .arg(from.lat)
         .arg(radius_km)

@@ -3,7 +3,7 @@
 use sqlx::Row;
 
 use crate::{
-    app::AppState,
+    features::nearby::Nearby,
     infra::error::AppResult,
     infra::recovery::{Rebuild, Report},
 };
@@ -15,14 +15,14 @@ const CHUNK: i64 = 1000;
 const TOLERANCE_DEGREES: f64 = 1e-5;
 
 /// Placed items (id, lng, lat) with ids above `after`, one chunk.
-async fn placed(state: &AppState, after: i64) -> AppResult<Vec<(i64, f64, f64)>> {
+async fn placed(ctx: &Nearby, after: i64) -> AppResult<Vec<(i64, f64, f64)>> {
     let rows = sqlx::query(
         "SELECT id, lng, lat FROM items WHERE id > $1 AND lat IS NOT NULL AND lng IS NOT NULL \
          ORDER BY id LIMIT $2",
     )
     .bind(after)
     .bind(CHUNK)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut items = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -32,17 +32,17 @@ async fn placed(state: &AppState, after: i64) -> AppResult<Vec<(i64, f64, f64)>>
 }
 
 /// Every placed item is in the set where SQL puts it, and the set holds nothing else.
-pub async fn verify(state: &AppState) -> AppResult<Report> {
+pub async fn verify(ctx: &Nearby) -> AppResult<Report> {
     let mut report = Report::new("items near me");
-    let key = state.keys.item_locations();
+    let key = ctx.infra.keys.item_locations();
     let mut after = 0;
     let mut placed_count = 0u64;
     loop {
-        let items = placed(state, after).await?;
+        let items = placed(ctx, after).await?;
         let Some(&(last, _, _)) = items.last() else {
             break;
         };
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let positions: Vec<Option<(f64, f64)>> = redis::cmd("GEOPOS")
             .arg(&key)
             .arg(items.iter().map(|(id, _, _)| *id).collect::<Vec<_>>())
@@ -60,7 +60,7 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
         placed_count += items.len() as u64;
         after = last;
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let in_redis: u64 = redis::cmd("ZCARD")
         .arg(&key)
         .query_async(&mut *conn)
@@ -73,14 +73,13 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
 
 /// GEOADDs every placed item, a chunk a round trip. Adding is idempotent, and a concurrent
 /// `createItem` adds the same position, so nothing is held back.
-pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
+pub async fn rebuild(ctx: &Nearby, run: &Rebuild<'_>) -> AppResult<()> {
     run.expect_count("SELECT COUNT(*) AS n FROM items WHERE lat IS NOT NULL AND lng IS NOT NULL")
         .await?;
-    let key = state.keys.item_locations();
+    let key = ctx.infra.keys.item_locations();
     let mut after = run.resume_from().await?;
     loop {
-        let items = placed(state, after).await?;
+        let items = placed(ctx, after).await?;
         let Some(&(last, _, _)) = items.last() else {
             return Ok(());
         };
@@ -89,7 +88,7 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
         for (id, lng, lat) in &items {
             add.arg(lng).arg(lat).arg(id);
         }
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let _: i64 = add.query_async(&mut *conn).await?;
         drop(conn);
         run.finished_through(last, items.len() as u64).await?;

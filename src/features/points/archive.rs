@@ -13,40 +13,39 @@ use sqlx::{Any, Transaction};
 
 use super::PointsType;
 use crate::{
-    app::AppState,
+    features::points::Points,
     infra::clock::day_number,
     infra::db::values_placeholders,
     infra::error::{AppError, ErrorCode},
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
-pub fn spawn(state: &AppState) {
-    let spec = |name, group| ConsumerSpec::new(&state.config, name, group);
+/// Runs the points consumers: the award archive, the intake of awards made elsewhere, and
+/// the points for likes received, read from the vote streams (`vote_streams`).
+pub fn spawn(ctx: &Points, vote_streams: Vec<String>) {
+    let spec = |name, group| ConsumerSpec::new(ctx.infra.instance.consumers, name, group);
     let handler = |h: Arc<dyn StreamHandler>| h;
     streams::spawn(
-        state,
+        &ctx.infra,
         spec("points-archive", "archive"),
-        vec![state.keys.points_stream()],
-        handler(Arc::new(PointsArchive(state.clone()))),
+        vec![ctx.infra.keys.points_stream()],
+        handler(Arc::new(PointsArchive(ctx.clone()))),
     );
     streams::spawn(
-        state,
+        &ctx.infra,
         spec("points-intake", "intake"),
-        vec![state.keys.points_intake_stream()],
-        handler(Arc::new(PointsIntake(state.clone()))),
+        vec![ctx.infra.keys.points_intake_stream()],
+        handler(Arc::new(PointsIntake(ctx.clone()))),
     );
-    let vote_streams = (0..state.remarks.shards)
-        .map(|shard| state.keys.vote_stream(shard))
-        .collect();
     streams::spawn(
-        state,
+        &ctx.infra,
         spec("like-points", "points"),
         vote_streams,
-        handler(Arc::new(LikePoints(state.clone()))),
+        handler(Arc::new(LikePoints(ctx.clone()))),
     );
 }
 
-struct PointsArchive(AppState);
+struct PointsArchive(Points);
 
 /// A sign-in or make-up carried by a SIGN_IN award (its `day` and `made_up` fields).
 struct SignInRow {
@@ -87,6 +86,7 @@ impl StreamHandler for PointsArchive {
             let at = entry.number("at")?;
             let date = self
                 .0
+                .infra
                 .clock
                 .date_of(chrono::DateTime::from_timestamp_millis(at).unwrap_or_default());
             let user = entry.number("user")?;
@@ -140,7 +140,7 @@ fn award_failure(entry: &StreamEntry, error: AppError) -> HandleError {
     }
 }
 
-struct PointsIntake(AppState);
+struct PointsIntake(Points);
 
 #[async_trait::async_trait]
 impl StreamHandler for PointsIntake {
@@ -165,7 +165,7 @@ impl StreamHandler for PointsIntake {
     }
 }
 
-struct LikePoints(AppState);
+struct LikePoints(Points);
 
 #[async_trait::async_trait]
 impl StreamHandler for LikePoints {
@@ -174,7 +174,7 @@ impl StreamHandler for LikePoints {
         _tx: &mut Transaction<'static, Any>,
         entries: &[StreamEntry],
     ) -> Result<(), HandleError> {
-        let points = self.0.points.rules.rule(PointsType::LikeReceived).points;
+        let points = self.0.settings.rules.rule(PointsType::LikeReceived).points;
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
             let (voter, author) = (entry.number("voter")?, entry.number("author")?);
@@ -197,7 +197,7 @@ const AWARDS_IN_FLIGHT: usize = 32;
 /// that fails part-way is simply handled again; started in entry order, they reach Redis in
 /// that order on the shared connection.
 async fn award_all(
-    state: &AppState,
+    ctx: &Points,
     awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
 ) -> Result<(), HandleError> {
     let mut awards = awards.into_iter();
@@ -208,7 +208,7 @@ async fn award_all(
                 break;
             };
             in_flight.push_back(async move {
-                super::award(state, user, kind, points, &key)
+                super::award(ctx, user, kind, points, &key)
                     .await
                     .map_err(|e| award_failure(entry, e))
             });

@@ -18,13 +18,22 @@ use sqlx::Row;
 
 pub use rules::{PointsRules, PointsType};
 
+use std::sync::Arc;
+
 use crate::{
-    app::AppState,
     infra::clock::Month,
     infra::config::Config,
     infra::error::{AppError, AppResult},
     infra::redis::{scripts::POINTS_AWARD, Keys},
+    infra::Infra,
 };
+
+/// What points work with: the rules and caps of each kind of award.
+#[derive(Clone)]
+pub struct Points {
+    pub infra: Infra,
+    pub settings: Arc<PointsSettings>,
+}
 
 /// Daily totals outlive their day a little, for readers near midnight.
 pub const DAILY_TTL_SECONDS: u64 = 2 * 24 * 3600;
@@ -97,10 +106,10 @@ impl Keys {
 
 /// The season an award made now belongs to, and the seconds since it began (the board's
 /// tie-breaker).
-pub fn season_now(state: &AppState) -> (Month, i64) {
-    let now = state.clock.now();
-    let season = Month::of(state.clock.date_of(now));
-    let seconds = (now - state.clock.month_begins(season))
+pub fn season_now(ctx: &Points) -> (Month, i64) {
+    let now = ctx.infra.clock.now();
+    let season = Month::of(ctx.infra.clock.date_of(now));
+    let seconds = (now - ctx.infra.clock.month_begins(season))
         .num_seconds()
         .max(0);
     (season, seconds)
@@ -129,7 +138,7 @@ pub fn service_key(key: &str) -> AppResult<String> {
 /// Awards points once per `(user, idempotency key)`, within the type's daily cap. The Redis
 /// marker answers repeats for a week; after that `points_record` (unique on the pair) does.
 pub async fn award(
-    state: &AppState,
+    ctx: &Points,
     user_id: i64,
     kind: PointsType,
     points: i64,
@@ -140,21 +149,21 @@ pub async fn award(
             "points must be between 1 and {MAX_AWARD}"
         )));
     }
-    if let Some(awarded) = archived_award(state, user_id, key).await {
+    if let Some(awarded) = archived_award(ctx, user_id, key).await {
         return Ok(AwardOutcome {
             awarded,
             capped: awarded < points,
             duplicate: true,
         });
     }
-    let rule = state.points.rules.rule(kind);
-    let keys = &state.keys;
+    let rule = ctx.settings.rules.rule(kind);
+    let keys = &ctx.infra.keys;
     let (awarded, duplicate): (i64, i64) = unless_held(
         || async move {
-            let (season, season_seconds) = season_now(state);
-            let mut conn = state.redis.get().await?;
+            let (season, season_seconds) = season_now(ctx);
+            let mut conn = ctx.infra.redis.get().await?;
             Ok(POINTS_AWARD
-                .key(keys.points_today(user_id, state.clock.today()))
+                .key(keys.points_today(user_id, ctx.infra.clock.today()))
                 .key(keys.points_award_marker(user_id, key))
                 .key(keys.season_board(season))
                 .key(keys.points_stream())
@@ -163,7 +172,7 @@ pub async fn award(
                 .arg(kind.as_str())
                 .arg(points)
                 .arg(rule.daily_cap.unwrap_or(-1))
-                .arg(state.clock.now_ms())
+                .arg(ctx.infra.clock.now_ms())
                 .arg(season_seconds)
                 .arg(season.id())
                 .arg(keys.board_channel(season))
@@ -214,12 +223,12 @@ where
 
 /// What an award with this key paid, if SQL has archived one. While SQL cannot be read the
 /// Redis marker alone decides (it covers a week): awards keep working through an outage.
-async fn archived_award(state: &AppState, user_id: i64, key: &str) -> Option<i64> {
+async fn archived_award(ctx: &Points, user_id: i64, key: &str) -> Option<i64> {
     let row =
         sqlx::query("SELECT points FROM points_record WHERE user_id = $1 AND idempotency_key = $2")
             .bind(user_id)
             .bind(key)
-            .fetch_optional(&state.db.pool)
+            .fetch_optional(&ctx.infra.db.pool)
             .await;
     match row {
         Ok(row) => row.and_then(|row| row.try_get("points").ok()),
@@ -238,10 +247,14 @@ pub struct TodayByType {
 }
 
 /// Today's points of a user per type, with each type's cap.
-pub async fn today(state: &AppState, user_id: i64) -> AppResult<Vec<TodayByType>> {
-    let mut conn = state.redis.get().await?;
+pub async fn today(ctx: &Points, user_id: i64) -> AppResult<Vec<TodayByType>> {
+    let mut conn = ctx.infra.redis.get().await?;
     let totals: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
-        .arg(state.keys.points_today(user_id, state.clock.today()))
+        .arg(
+            ctx.infra
+                .keys
+                .points_today(user_id, ctx.infra.clock.today()),
+        )
         .query_async(&mut *conn)
         .await?;
     Ok(PointsType::ALL
@@ -249,7 +262,7 @@ pub async fn today(state: &AppState, user_id: i64) -> AppResult<Vec<TodayByType>
         .map(|kind| TodayByType {
             kind,
             points: totals.get(kind.as_str()).copied().unwrap_or(0),
-            cap: state.points.rules.rule(kind).daily_cap,
+            cap: ctx.settings.rules.rule(kind).daily_cap,
         })
         .collect())
 }
@@ -265,7 +278,7 @@ pub struct PointsRecord {
 
 /// A user's archived awards, newest first, before the record `before` (exclusive).
 pub async fn history(
-    state: &AppState,
+    ctx: &Points,
     user_id: i64,
     first: usize,
     before: Option<i64>,
@@ -278,7 +291,7 @@ pub async fn history(
     .bind(user_id)
     .bind(before.unwrap_or(i64::MAX))
     .bind(first as i64 + 1)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut records = Vec::with_capacity(rows.len());
     for row in &rows {

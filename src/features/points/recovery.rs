@@ -19,8 +19,8 @@ use sqlx::Row;
 
 use super::{PointsType, DAILY_TTL_SECONDS};
 use crate::{
-    app::AppState,
     features::leaderboard::{points_of, rollover::DONE, SCORE_TIME_UNIT},
+    features::points::Points,
     features::signin::MAKE_UP_COUNTER_TTL_SECONDS,
     infra::clock::{day_number, Month},
     infra::db::id_list,
@@ -38,13 +38,13 @@ const CATCH_UP: Duration = Duration::from_secs(30);
 
 /// Seasons whose board lives in Redis: those with awards that the rollover has not moved to
 /// SQL yet.
-async fn live_seasons(state: &AppState) -> AppResult<Vec<Month>> {
+async fn live_seasons(ctx: &Points) -> AppResult<Vec<Month>> {
     let rows = sqlx::query(
         "SELECT DISTINCT season FROM points_record WHERE season NOT IN \
          (SELECT season FROM season_archives WHERE status = $1) ORDER BY season",
     )
     .bind(DONE)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut seasons = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -63,8 +63,8 @@ struct Standing {
 
 impl Standing {
     /// The board score the award script would have written.
-    fn score(&self, state: &AppState, season: Month) -> i64 {
-        let begins = state.clock.month_begins(season).timestamp_millis();
+    fn score(&self, ctx: &Points, season: Month) -> i64 {
+        let begins = ctx.infra.clock.month_begins(season).timestamp_millis();
         let seconds = ((self.last_award_ms - begins) / 1000).max(0);
         self.points * SCORE_TIME_UNIT as i64 + (SCORE_TIME_UNIT as i64 - 1 - seconds)
     }
@@ -90,14 +90,14 @@ const STANDING: &str = "SELECT user_id, CAST(SUM(points) AS BIGINT) AS points, \
 /// with the last user the chunk covered (`None` when no user is left). The users come
 /// first, from the index alone, so that the sums read a bounded range of it.
 async fn standings(
-    state: &AppState,
+    ctx: &Points,
     season: Month,
     after: i64,
     through: i64,
 ) -> AppResult<Option<(Vec<Standing>, i64)>> {
     let season = i64::from(season.id());
     let users = next_ids(
-        state,
+        &ctx.infra,
         "points_record",
         "user_id",
         &format!("season = {season}"),
@@ -116,20 +116,20 @@ async fn standings(
     .bind(after)
     .bind(last)
     .bind(through)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     Ok(Some((standings_of(&rows)?, last)))
 }
 
 /// Each live season's board holds every user with points, with SQL's points.
-pub async fn verify_boards(state: &AppState) -> AppResult<Report> {
+pub async fn verify_boards(ctx: &Points) -> AppResult<Report> {
     let mut report = Report::new("season boards");
-    for season in live_seasons(state).await? {
-        let key = state.keys.season_board(season);
+    for season in live_seasons(ctx).await? {
+        let key = ctx.infra.keys.season_board(season);
         let mut after = 0;
         let mut members = 0u64;
         loop {
-            let Some((chunk, last)) = standings(state, season, after, i64::MAX).await? else {
+            let Some((chunk, last)) = standings(ctx, season, after, i64::MAX).await? else {
                 break;
             };
             if chunk.is_empty() {
@@ -137,7 +137,7 @@ pub async fn verify_boards(state: &AppState) -> AppResult<Report> {
                 continue;
             }
             let users: Vec<i64> = chunk.iter().map(|s| s.user_id).collect();
-            let mut conn = state.redis.get().await?;
+            let mut conn = ctx.infra.redis.get().await?;
             let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
                 .arg(&key)
                 .arg(&users)
@@ -158,7 +158,7 @@ pub async fn verify_boards(state: &AppState) -> AppResult<Report> {
             members += chunk.len() as u64;
             after = last;
         }
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let on_board: u64 = redis::cmd("ZCARD")
             .arg(&key)
             .query_async(&mut *conn)
@@ -174,14 +174,14 @@ pub async fn verify_boards(state: &AppState) -> AppResult<Report> {
 }
 
 /// Today's totals per user and type, in SQL.
-async fn todays_totals(state: &AppState) -> AppResult<HashMap<i64, Vec<(String, i64)>>> {
+async fn todays_totals(ctx: &Points) -> AppResult<HashMap<i64, Vec<(String, i64)>>> {
     let rows = sqlx::query(
         "SELECT user_id, kind, CAST(SUM(points) AS BIGINT) AS points FROM points_record \
          WHERE award_date = $1 \
          GROUP BY user_id, kind HAVING SUM(points) > 0",
     )
-    .bind(day_number(state.clock.today()))
-    .fetch_all(&state.db.pool)
+    .bind(day_number(ctx.infra.clock.today()))
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut totals: HashMap<i64, Vec<(String, i64)>> = HashMap::new();
     for row in &rows {
@@ -194,14 +194,14 @@ async fn todays_totals(state: &AppState) -> AppResult<HashMap<i64, Vec<(String, 
 }
 
 /// Today's totals per user and type (what the daily caps count) agree with SQL.
-pub async fn verify_daily(state: &AppState) -> AppResult<Report> {
+pub async fn verify_daily(ctx: &Points) -> AppResult<Report> {
     let mut report = Report::new("daily caps");
-    let today = state.clock.today();
-    let totals = todays_totals(state).await?;
+    let today = ctx.infra.clock.today();
+    let totals = todays_totals(ctx).await?;
     for (user, kinds) in &totals {
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let redis: HashMap<String, i64> = redis::cmd("HGETALL")
-            .arg(state.keys.points_today(*user, today))
+            .arg(ctx.infra.keys.points_today(*user, today))
             .query_async(&mut *conn)
             .await?;
         drop(conn);
@@ -216,15 +216,14 @@ pub async fn verify_daily(state: &AppState) -> AppResult<Report> {
 }
 
 /// The side key a board is rebuilt into before it is swapped in.
-fn side_key(state: &AppState, season: Month) -> String {
-    format!("{}:rebuild", state.keys.season_board(season))
+fn side_key(ctx: &Points, season: Month) -> String {
+    format!("{}:rebuild", ctx.infra.keys.season_board(season))
 }
 
 /// Rebuilds every live season's board, then today's totals and this month's make-up
 /// counters (see the module's comment for what is held back, and when).
-pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
-    let seasons = live_seasons(state).await?;
+pub async fn rebuild(ctx: &Points, run: &Rebuild<'_>) -> AppResult<()> {
+    let seasons = live_seasons(ctx).await?;
     let members: i64 = if seasons.is_empty() {
         0
     } else {
@@ -237,7 +236,7 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
                     .collect::<Vec<_>>()
             )
         ))
-        .fetch_one(&state.db.pool)
+        .fetch_one(&ctx.infra.db.pool)
         .await?
         .try_get("n")?
     };
@@ -247,41 +246,45 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
     let snapshot = match run.recall("snapshot").await? {
         Some(snapshot) => snapshot,
         None => {
-            let position = streams::position_now(state).await?;
-            catch_up(state, position).await?;
+            let position = streams::position_now(&ctx.infra).await?;
+            catch_up(ctx, position).await?;
             let snapshot = streams::event_order(position);
             run.remember("snapshot", snapshot).await?;
             snapshot
         }
     };
     for season in &seasons {
-        copy_board(run, *season, snapshot).await?;
+        copy_board(ctx, run, *season, snapshot).await?;
     }
 
     // 2. The last moments, holding writes back.
-    hold(state, true).await?;
-    let finished = finish(state, &seasons, snapshot).await;
-    hold(state, false).await?;
+    hold(ctx, true).await?;
+    let finished = finish(ctx, &seasons, snapshot).await;
+    hold(ctx, false).await?;
     finished
 }
 
 /// Writes a season's standings up to the snapshot into its side key, resumably.
-async fn copy_board(run: &Rebuild<'_>, season: Month, snapshot: i64) -> AppResult<()> {
-    let state = run.state;
-    let side = side_key(state, season);
+async fn copy_board(
+    ctx: &Points,
+    run: &Rebuild<'_>,
+    season: Month,
+    snapshot: i64,
+) -> AppResult<()> {
+    let side = side_key(ctx, season);
     let part = season.id().to_string();
     let mut after = run.recall(&part).await?.unwrap_or(0);
     loop {
-        let Some((chunk, last)) = standings(state, season, after, snapshot).await? else {
+        let Some((chunk, last)) = standings(ctx, season, after, snapshot).await? else {
             return Ok(());
         };
         if !chunk.is_empty() {
             let mut add = redis::cmd("ZADD");
             add.arg(&side);
             for standing in &chunk {
-                add.arg(standing.score(state, season)).arg(standing.user_id);
+                add.arg(standing.score(ctx, season)).arg(standing.user_id);
             }
-            let mut conn = state.redis.get().await?;
+            let mut conn = ctx.infra.redis.get().await?;
             let _: i64 = add.query_async(&mut *conn).await?;
         }
         run.remember(&part, last).await?;
@@ -291,9 +294,9 @@ async fn copy_board(run: &Rebuild<'_>, season: Month, snapshot: i64) -> AppResul
 }
 
 /// Sets or lifts the hold on points writes.
-async fn hold(state: &AppState, on: bool) -> AppResult<()> {
-    let mut conn = state.redis.get().await?;
-    let key = state.keys.points_hold();
+async fn hold(ctx: &Points, on: bool) -> AppResult<()> {
+    let mut conn = ctx.infra.redis.get().await?;
+    let key = ctx.infra.keys.points_hold();
     let () = if on {
         redis::cmd("SET")
             .arg(key)
@@ -309,10 +312,10 @@ async fn hold(state: &AppState, on: bool) -> AppResult<()> {
 }
 
 /// Waits until the points archive has written every award up to `position` to SQL.
-async fn catch_up(state: &AppState, position: (u64, u64)) -> AppResult<()> {
-    let stream = state.keys.points_stream();
+async fn catch_up(ctx: &Points, position: (u64, u64)) -> AppResult<()> {
+    let stream = ctx.infra.keys.points_stream();
     let started = std::time::Instant::now();
-    while !streams::handled_through(state, &stream, "archive", position).await? {
+    while !streams::handled_through(&ctx.infra, &stream, "archive", position).await? {
         if started.elapsed() > CATCH_UP {
             return Err(AppError::Unavailable(
                 "the points archive is behind the stream: start an instance (its consumers \
@@ -327,8 +330,8 @@ async fn catch_up(state: &AppState, position: (u64, u64)) -> AppResult<()> {
 
 /// Under the hold: catches up, adds the users awarded since the snapshot, swaps the boards
 /// in, and writes today's totals and this month's make-up counters.
-async fn finish(state: &AppState, seasons: &[Month], snapshot: i64) -> AppResult<()> {
-    catch_up(state, streams::position_now(state).await?).await?;
+async fn finish(ctx: &Points, seasons: &[Month], snapshot: i64) -> AppResult<()> {
+    catch_up(ctx, streams::position_now(&ctx.infra).await?).await?;
     for &season in seasons {
         let rows = sqlx::query(&format!(
             "{STANDING} WHERE season = $1 AND user_id IN (SELECT user_id FROM points_record \
@@ -336,19 +339,19 @@ async fn finish(state: &AppState, seasons: &[Month], snapshot: i64) -> AppResult
         ))
         .bind(i64::from(season.id()))
         .bind(snapshot)
-        .fetch_all(&state.db.pool)
+        .fetch_all(&ctx.infra.db.pool)
         .await?;
-        let side = side_key(state, season);
+        let side = side_key(ctx, season);
         let mut pipe = redis::pipe();
         for standing in standings_of(&rows)? {
             pipe.cmd("ZADD")
                 .arg(&side)
-                .arg(standing.score(state, season))
+                .arg(standing.score(ctx, season))
                 .arg(standing.user_id)
                 .ignore();
         }
-        crate::infra::recovery::write(state, &pipe).await?;
-        let mut conn = state.redis.get().await?;
+        crate::infra::recovery::write(&ctx.infra, &pipe).await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let exists: bool = redis::cmd("EXISTS")
             .arg(&side)
             .query_async(&mut *conn)
@@ -356,15 +359,15 @@ async fn finish(state: &AppState, seasons: &[Month], snapshot: i64) -> AppResult
         if exists {
             let () = redis::cmd("RENAME")
                 .arg(&side)
-                .arg(state.keys.season_board(season))
+                .arg(ctx.infra.keys.season_board(season))
                 .query_async(&mut *conn)
                 .await?;
         }
     }
-    let today = state.clock.today();
+    let today = ctx.infra.clock.today();
     let mut pipe = redis::pipe();
-    for (user, kinds) in todays_totals(state).await? {
-        let key = state.keys.points_today(user, today);
+    for (user, kinds) in todays_totals(ctx).await? {
+        let key = ctx.infra.keys.points_today(user, today);
         pipe.cmd("DEL").arg(&key).ignore();
         for (kind, points) in kinds {
             if PointsType::parse(&kind).is_some() {
@@ -373,23 +376,23 @@ async fn finish(state: &AppState, seasons: &[Month], snapshot: i64) -> AppResult
         }
         pipe.cmd("EXPIRE").arg(&key).arg(DAILY_TTL_SECONDS).ignore();
     }
-    let month = state.clock.current_month();
+    let month = ctx.infra.clock.current_month();
     let make_ups = sqlx::query(
         "SELECT user_id, COUNT(*) AS n FROM sign_ins WHERE made_up = 1 AND day >= $1 \
          AND day <= $2 GROUP BY user_id",
     )
     .bind(day_number(month.first_day()))
     .bind(day_number(month.next().first_day()) - 1)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     for row in &make_ups {
         pipe.cmd("SET")
-            .arg(state.keys.sign_make_ups(row.try_get("user_id")?, month))
+            .arg(ctx.infra.keys.sign_make_ups(row.try_get("user_id")?, month))
             .arg(row.try_get::<i64, _>("n")?)
             .arg("EX")
             .arg(MAKE_UP_COUNTER_TTL_SECONDS)
             .ignore();
     }
-    crate::infra::recovery::write(state, &pipe).await?;
+    crate::infra::recovery::write(&ctx.infra, &pipe).await?;
     Ok(())
 }

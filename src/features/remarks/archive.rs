@@ -15,27 +15,25 @@ use chrono::NaiveDate;
 use sqlx::{Any, Transaction};
 
 use crate::{
-    app::AppState,
+    features::remarks::Remarks,
     infra::db::{values_placeholders, Backend},
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
 pub const GROUP: &str = "archive";
 
-pub fn spawn(state: &AppState) {
-    let spec = ConsumerSpec::new(&state.config, "vote-archive", GROUP);
-    let streams = (0..state.remarks.shards)
-        .map(|shard| state.keys.vote_stream(shard))
-        .collect();
+pub fn spawn(ctx: &Remarks) {
+    let spec = ConsumerSpec::new(ctx.infra.instance.consumers, "vote-archive", GROUP);
+    let streams = ctx.vote_streams();
     let handler = Arc::new(VoteArchive {
-        state: state.clone(),
+        ctx: ctx.clone(),
         partitions: Mutex::new(HashSet::new()),
     });
-    streams::spawn(state, spec, streams, handler);
+    streams::spawn(&ctx.infra, spec, streams, handler);
 }
 
 struct VoteArchive {
-    state: AppState,
+    ctx: Remarks,
     /// PostgreSQL months whose partition this instance has made sure of.
     partitions: Mutex<HashSet<i32>>,
 }
@@ -54,7 +52,7 @@ struct VoteRow {
 impl VoteArchive {
     fn decode(&self, entry: &StreamEntry) -> Result<VoteRow, HandleError> {
         let voted_at_ms = entry.number("at")?;
-        let date = self.state.clock.format_ms(voted_at_ms);
+        let date = self.ctx.infra.clock.format_ms(voted_at_ms);
         let date = NaiveDate::parse_from_str(&date[..10], "%Y-%m-%d")
             .map_err(|e| HandleError::Poison(format!("entry {}: bad time: {e}", entry.id)))?;
         Ok(VoteRow {
@@ -63,7 +61,7 @@ impl VoteArchive {
                 "{}/{}",
                 entry
                     .stream
-                    .strip_prefix(self.state.keys.prefix())
+                    .strip_prefix(self.ctx.infra.keys.prefix())
                     .unwrap_or(&entry.stream),
                 entry.id
             ),
@@ -83,7 +81,7 @@ impl VoteArchive {
     /// A partition that cannot be made is the database's fault, not the votes': the batch
     /// waits (and the consumer retries with back-off) instead of being dead-lettered.
     async fn ensure_partitions(&self, rows: &[VoteRow]) -> Result<(), HandleError> {
-        if self.state.db.backend != Backend::Postgres {
+        if self.ctx.infra.db.backend != Backend::Postgres {
             return Ok(());
         }
         let months: HashSet<i32> = rows.iter().map(|r| r.vote_date / 100).collect();
@@ -101,7 +99,7 @@ impl VoteArchive {
                 "CREATE TABLE IF NOT EXISTS vote_log_{month} PARTITION OF vote_log \
                  FOR VALUES FROM ({month}00) TO ({next}00)"
             );
-            if let Err(error) = sqlx::query(&ddl).execute(&self.state.db.pool).await {
+            if let Err(error) = sqlx::query(&ddl).execute(&self.ctx.infra.db.pool).await {
                 // Another instance may have created it a moment before: only a partition
                 // that is still missing stops the batch.
                 if !self.partition_exists(month).await {
@@ -122,7 +120,7 @@ impl VoteArchive {
              WHERE inhparent = 'vote_log'::regclass AND inhrelid::regclass::text = $1",
         )
         .bind(format!("vote_log_{month}"))
-        .fetch_one(&self.state.db.pool)
+        .fetch_one(&self.ctx.infra.db.pool)
         .await
         .is_ok_and(|count| count > 0)
     }

@@ -7,7 +7,7 @@ use async_graphql::dataloader::Loader;
 use sqlx::Row;
 
 use crate::{
-    app::AppState,
+    features::remarks::Remarks,
     infra::error::{AppError, AppResult},
     infra::ids,
     infra::redis::scripts::{REMARKS_LIKE, REMARKS_UNLIKE},
@@ -58,13 +58,13 @@ const STATUS_ASK_ARCHIVE: i64 = -2;
 
 /// Likes or unlikes a remark. Idempotent: repeating a vote changes nothing.
 pub async fn vote(
-    state: &AppState,
+    ctx: &Remarks,
     voter_id: i64,
     remark_id: i64,
     vote: Vote,
 ) -> AppResult<VoteOutcome> {
-    let settings = &state.remarks;
-    let age_ms = state.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
+    let settings = &ctx.settings;
+    let age_ms = ctx.infra.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
     let mut known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
         Known::Young
     } else {
@@ -76,8 +76,8 @@ pub async fn vote(
             Vote::Like => &REMARKS_LIKE,
             Vote::Unlike => &REMARKS_UNLIKE,
         };
-        let keys = &state.keys;
-        let mut conn = state.redis.get().await?;
+        let keys = &ctx.infra.keys;
+        let mut conn = ctx.infra.redis.get().await?;
         let (status, likes, liked, changed): (i64, i64, i64, i64) = script
             .key(keys.remark_info(remark_id, settings.shards))
             .key(keys.like_relation(remark_id, voter_id, settings.shards))
@@ -85,7 +85,7 @@ pub async fn vote(
             .key(keys.vote_stream_of(remark_id, settings.shards))
             .arg(voter_id)
             .arg(remark_id)
-            .arg(state.clock.now_ms())
+            .arg(ctx.infra.clock.now_ms())
             .arg(settings.relation_ttl_seconds)
             .arg(known.as_arg())
             .arg(keys.like_count_channel(remark_id))
@@ -102,8 +102,8 @@ pub async fn vote(
                     changed: changed == 1,
                 })
             }
-            STATUS_INFO_MISSING => rebuild_counter(state, remark_id).await?,
-            STATUS_ASK_ARCHIVE => known = archived_relation(state, voter_id, remark_id).await?,
+            STATUS_INFO_MISSING => rebuild_counter(ctx, remark_id).await?,
+            STATUS_ASK_ARCHIVE => known = archived_relation(ctx, voter_id, remark_id).await?,
             other => {
                 return Err(AppError::internal(anyhow::anyhow!(
                     "like script answered {other}"
@@ -117,10 +117,10 @@ pub async fn vote(
 }
 
 /// Creates the counter of a new remark (zero likes).
-pub async fn prepare_counter(state: &AppState, remark_id: i64, author_id: i64) -> AppResult<()> {
-    let mut conn = state.redis.get().await?;
+pub async fn prepare_counter(ctx: &Remarks, remark_id: i64, author_id: i64) -> AppResult<()> {
+    let mut conn = ctx.infra.redis.get().await?;
     let () = redis::cmd("HSET")
-        .arg(state.keys.remark_info(remark_id, state.remarks.shards))
+        .arg(ctx.infra.keys.remark_info(remark_id, ctx.settings.shards))
         .arg("likes")
         .arg(0)
         .arg("author")
@@ -133,8 +133,8 @@ pub async fn prepare_counter(state: &AppState, remark_id: i64, author_id: i64) -
 /// Rebuilds a remark's counter from the archive after Redis lost it (or never had it);
 /// `NOT_FOUND` when the remark does not exist. Marked `hydrated`, so that missing relation
 /// keys of this remark are from now on checked against the archive.
-async fn rebuild_counter(state: &AppState, remark_id: i64) -> AppResult<()> {
-    let remark = super::find(state, remark_id)
+async fn rebuild_counter(ctx: &Remarks, remark_id: i64) -> AppResult<()> {
+    let remark = super::find(ctx, remark_id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no remark {remark_id}")))?;
     let likes: i64 = sqlx::query(
@@ -143,12 +143,12 @@ async fn rebuild_counter(state: &AppState, remark_id: i64) -> AppResult<()> {
                               WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)",
     )
     .bind(remark_id)
-    .fetch_one(&state.db.pool)
+    .fetch_one(&ctx.infra.db.pool)
     .await?
     .try_get("likes")?;
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     // HSETNX: a concurrent rebuild or a vote that got there first wins.
-    let key = state.keys.remark_info(remark_id, state.remarks.shards);
+    let key = ctx.infra.keys.remark_info(remark_id, ctx.settings.shards);
     let () = redis::pipe()
         .cmd("HSETNX")
         .arg(&key)
@@ -168,14 +168,14 @@ async fn rebuild_counter(state: &AppState, remark_id: i64) -> AppResult<()> {
 }
 
 /// The archive's word on whether a voter currently likes a remark.
-async fn archived_relation(state: &AppState, voter_id: i64, remark_id: i64) -> AppResult<Known> {
+async fn archived_relation(ctx: &Remarks, voter_id: i64, remark_id: i64) -> AppResult<Known> {
     let latest = sqlx::query(
         "SELECT voting FROM vote_log WHERE remark_id = $1 AND voter_id = $2 \
          ORDER BY event_order DESC LIMIT 1",
     )
     .bind(remark_id)
     .bind(voter_id)
-    .fetch_optional(&state.db.pool)
+    .fetch_optional(&ctx.infra.db.pool)
     .await?;
     Ok(match latest {
         Some(row) if row.try_get::<i32, _>("voting")? == 1 => Known::Liked,
@@ -194,14 +194,14 @@ pub struct LikeInfo {
 /// count. Remarks whose Redis state is missing fall back to SQL (the rolled-up count, the
 /// archive for the viewer's relation), which costs no further Redis round trip.
 pub async fn like_infos(
-    state: &AppState,
+    ctx: &Remarks,
     viewer: Option<i64>,
     remark_ids: &[i64],
 ) -> AppResult<HashMap<i64, LikeInfo>> {
     if remark_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let (keys, shards) = (&state.keys, state.remarks.shards);
+    let (keys, shards) = (&ctx.infra.keys, ctx.settings.shards);
     let mut pipe = redis::pipe();
     for &id in remark_ids {
         pipe.cmd("HMGET")
@@ -212,7 +212,7 @@ pub async fn like_infos(
             pipe.cmd("GET").arg(keys.like_relation(id, viewer, shards));
         }
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
     drop(conn);
 
@@ -220,7 +220,7 @@ pub async fn like_infos(
     let mut missing_counts = Vec::new();
     let mut ask_archive = Vec::new();
     let mut replies = replies.into_iter();
-    let ttl_ms = state.remarks.relation_ttl_seconds as i64 * 1000;
+    let ttl_ms = ctx.settings.relation_ttl_seconds as i64 * 1000;
     for &id in remark_ids {
         let (likes, hydrated): (Option<i64>, Option<i64>) =
             redis::FromRedisValue::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))
@@ -234,8 +234,8 @@ pub async fn like_infos(
         if likes.is_none() {
             missing_counts.push(id);
         }
-        let young =
-            state.clock.now_ms() - ids::timestamp_of(id).timestamp_millis() < ttl_ms - 3_600_000;
+        let young = ctx.infra.clock.now_ms() - ids::timestamp_of(id).timestamp_millis()
+            < ttl_ms - 3_600_000;
         let liked = match relation.as_deref() {
             Some(value) => value == "1",
             None if viewer.is_some() && (likes.is_none() || hydrated.is_some() || !young) => {
@@ -253,24 +253,24 @@ pub async fn like_infos(
         );
     }
     if !missing_counts.is_empty() {
-        for (id, count) in rolled_up_counts(state, &missing_counts).await? {
+        for (id, count) in rolled_up_counts(ctx, &missing_counts).await? {
             infos.entry(id).or_default().count = count;
         }
     }
     if let (Some(viewer), false) = (viewer, ask_archive.is_empty()) {
-        for id in archived_likes(state, viewer, &ask_archive).await? {
+        for id in archived_likes(ctx, viewer, &ask_archive).await? {
             infos.entry(id).or_default().liked_by_viewer = true;
         }
     }
     Ok(infos)
 }
 
-async fn rolled_up_counts(state: &AppState, ids: &[i64]) -> AppResult<Vec<(i64, i64)>> {
+async fn rolled_up_counts(ctx: &Remarks, ids: &[i64]) -> AppResult<Vec<(i64, i64)>> {
     let list = crate::infra::db::id_list(ids);
     let rows = sqlx::query(&format!(
         "SELECT id, like_count FROM remarks WHERE id IN ({list})"
     ))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     rows.iter()
         .map(|row| Ok((row.try_get("id")?, row.try_get("like_count")?)))
@@ -279,11 +279,7 @@ async fn rolled_up_counts(state: &AppState, ids: &[i64]) -> AppResult<Vec<(i64, 
 }
 
 /// Which of `remark_ids` the voter likes according to the archive.
-async fn archived_likes(
-    state: &AppState,
-    voter_id: i64,
-    remark_ids: &[i64],
-) -> AppResult<Vec<i64>> {
+async fn archived_likes(ctx: &Remarks, voter_id: i64, remark_ids: &[i64]) -> AppResult<Vec<i64>> {
     let list = crate::infra::db::id_list(remark_ids);
     let rows = sqlx::query(&format!(
         "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = $1 AND v.remark_id IN ({list}) \
@@ -291,7 +287,7 @@ async fn archived_likes(
              WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)"
     ))
     .bind(voter_id)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     rows.iter()
         .map(|row| row.try_get("remark_id"))
@@ -301,7 +297,7 @@ async fn archived_likes(
 
 /// Batches the like info of one GraphQL response: every `likeCount` and `likedByMe` of a
 /// page becomes one call of [`like_infos`], so one Redis round trip.
-pub struct LikeInfoLoader(pub AppState);
+pub struct LikeInfoLoader(pub Remarks);
 
 /// A remark seen by a viewer (or anonymously).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -338,21 +334,17 @@ impl Loader<LikeInfoKey> for LikeInfoLoader {
 /// The earliest current likers of a remark, oldest first. Redis keeps the first
 /// [`LIKERS_KEPT`]; when unlikes thinned that set below what is asked, it is refilled from
 /// the archive.
-pub async fn earliest_likers(
-    state: &AppState,
-    remark_id: i64,
-    first: usize,
-) -> AppResult<Vec<i64>> {
+pub async fn earliest_likers(ctx: &Remarks, remark_id: i64, first: usize) -> AppResult<Vec<i64>> {
     let first = first.min(LIKERS_KEPT);
-    let key = state.keys.remark_likers(remark_id, state.remarks.shards);
-    let mut conn = state.redis.get().await?;
+    let key = ctx.infra.keys.remark_likers(remark_id, ctx.settings.shards);
+    let mut conn = ctx.infra.redis.get().await?;
     let (likers, count): (Vec<i64>, Option<i64>) = redis::pipe()
         .cmd("ZRANGE")
         .arg(&key)
         .arg(0)
         .arg(first as i64 - 1)
         .cmd("HGET")
-        .arg(state.keys.remark_info(remark_id, state.remarks.shards))
+        .arg(ctx.infra.keys.remark_info(remark_id, ctx.settings.shards))
         .arg("likes")
         .query_async(&mut *conn)
         .await?;
@@ -370,7 +362,7 @@ pub async fn earliest_likers(
     .bind(remark_id)
     // Twice as many as kept: room for voters whose unlike the archive does not hold yet.
     .bind(2 * LIKERS_KEPT as i64)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let archived: Vec<(i64, i64)> = rows
         .iter()
@@ -385,12 +377,12 @@ pub async fn earliest_likers(
         let keys: Vec<String> = archived
             .iter()
             .map(|(voter, _)| {
-                state
+                ctx.infra
                     .keys
-                    .like_relation(remark_id, *voter, state.remarks.shards)
+                    .like_relation(remark_id, *voter, ctx.settings.shards)
             })
             .collect();
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         redis::cmd("MGET").arg(keys).query_async(&mut *conn).await?
     };
     let archived: Vec<(i64, i64)> = archived
@@ -416,7 +408,7 @@ pub async fn earliest_likers(
         .arg(-1)
         .ignore();
     refill.cmd("ZRANGE").arg(&key).arg(0).arg(first as i64 - 1);
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let (likers,): (Vec<i64>,) = refill.query_async(&mut *conn).await?;
     Ok(likers)
 }

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use futures::{Stream, StreamExt};
 
 use crate::{
-    app::AppState,
+    features::remarks::Remarks,
     infra::error::{AppError, AppResult},
 };
 
@@ -31,7 +31,7 @@ pub struct CountChange {
 /// The current counts, then their changes (see [`crate::infra::live::counter_changes`]), of
 /// remarks that all exist (`NOT_FOUND` otherwise, and nothing is subscribed).
 pub async fn like_count_changes(
-    state: &AppState,
+    ctx: &Remarks,
     remark_ids: Vec<i64>,
 ) -> AppResult<impl Stream<Item = CountChange>> {
     let mut seen = HashSet::new();
@@ -44,21 +44,25 @@ pub async fn like_count_changes(
             "watch 1 to {MAX_REMARKS} remarks"
         )));
     }
-    let existing = super::existing(state, &remark_ids).await?;
+    let existing = super::existing(ctx, &remark_ids).await?;
     if let Some(missing) = remark_ids.iter().find(|id| !existing.contains(id)) {
         return Err(AppError::not_found(format!("no remark {missing}")));
     }
-    let keys = state.keys.clone();
+    let keys = ctx.infra.keys.clone();
+    let reader = ctx.clone();
     let changes = crate::infra::live::counter_changes(
-        state,
+        &ctx.infra,
         remark_ids,
         move |id| keys.like_count_channel(id),
-        |state, ids| async move {
-            let infos = super::likes::like_infos(&state, None, &ids).await?;
-            Ok(infos
-                .into_iter()
-                .map(|(id, info)| (id, info.count))
-                .collect())
+        move |ids| {
+            let ctx = reader.clone();
+            async move {
+                let infos = super::likes::like_infos(&ctx, None, &ids).await?;
+                Ok(infos
+                    .into_iter()
+                    .map(|(id, info)| (id, info.count))
+                    .collect())
+            }
         },
     )
     .await?;

@@ -23,14 +23,25 @@ use std::{
 use sqlx::{any::AnyRow, Row};
 
 use crate::{
-    app::AppState,
+    features::items::Items,
+    features::points::Points,
     features::points::PointsType,
     features::users::UserRecord,
     infra::cache::TtlCache,
     infra::config::Config,
     infra::error::{AppError, AppResult, ResultExt},
     infra::redis::Keys,
+    infra::Infra,
 };
+
+/// What remarks and their likes work with: a remark is about an item, and earns points.
+#[derive(Clone)]
+pub struct Remarks {
+    pub infra: Infra,
+    pub settings: Arc<RemarkSettings>,
+    pub items: Items,
+    pub points: Points,
+}
 
 pub const MAX_CONTENT_CHARS: usize = 2000;
 pub const MAX_IMAGES: usize = 9;
@@ -49,6 +60,15 @@ pub struct RemarkSettings {
     pub page_reads: std::sync::atomic::AtomicU64,
 }
 
+impl Remarks {
+    /// The vote streams, one per shard: the archive and the points for likes read them.
+    pub fn vote_streams(&self) -> Vec<String> {
+        (0..self.settings.shards)
+            .map(|shard| self.infra.keys.vote_stream(shard))
+            .collect()
+    }
+}
+
 impl RemarkSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
@@ -65,6 +85,12 @@ impl RemarkSettings {
 /// The keys of one remark share the hash tag of its shard, with the shard's vote stream,
 /// so that the like scripts touch a single Redis Cluster slot.
 impl Keys {
+    /// New remarks, in order, for the feed to fan out. (Named in the feed's hash tag, as
+    /// it always was: a rename would strand the entries of a running stream.)
+    pub fn remark_stream(&self) -> String {
+        self.tagged("feed", "remarks")
+    }
+
     fn likes_tag(&self, remark_id: i64, shards: u32) -> String {
         format!("likes:{}", remark_id.rem_euclid(i64::from(shards)))
     }
@@ -189,19 +215,15 @@ impl NewRemark {
 }
 
 /// Stores a remark (one per user per item) and prepares its like counter in Redis.
-pub async fn create(
-    state: &AppState,
-    author_id: i64,
-    remark: NewRemark,
-) -> AppResult<RemarkRecord> {
-    if crate::features::items::find(state, remark.item_id)
+pub async fn create(ctx: &Remarks, author_id: i64, remark: NewRemark) -> AppResult<RemarkRecord> {
+    if crate::features::items::find(&ctx.items, remark.item_id)
         .await?
         .is_none()
     {
         return Err(AppError::not_found(format!("no item {}", remark.item_id)));
     }
-    let id = state.ids.next_id().await?;
-    let now_ms = state.clock.now_ms();
+    let id = ctx.infra.ids.next_id().await?;
+    let now_ms = ctx.infra.clock.now_ms();
     let images = serde_json::to_string(&remark.images).map_err(AppError::internal)?;
     sqlx::query(
         "INSERT INTO remarks (id, item_id, author_id, score, content, images, created_at_ms) \
@@ -214,24 +236,23 @@ pub async fn create(
     .bind(&remark.content)
     .bind(images)
     .bind(now_ms)
-    .execute(&state.db.pool)
+    .execute(&ctx.infra.db.pool)
     .await
     .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
-    state
-        .remarks
+    ctx.settings
         .pages
         .forget(|page| page.item_id == remark.item_id);
 
     // If this fails the info is rebuilt from SQL on the first like, so the remark stands.
-    if let Err(error) = likes::prepare_counter(state, id, author_id).await {
+    if let Err(error) = likes::prepare_counter(ctx, id, author_id).await {
         tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
     }
-    if let Err(error) = crate::features::feed::publish_remark(state, id, author_id, now_ms).await {
+    if let Err(error) = announce(ctx, id, author_id, now_ms).await {
         tracing::warn!(remark = id, %error, "remark not announced to the feed");
     }
-    let points = state.points.rules.rule(PointsType::Remark).points;
+    let points = ctx.points.settings.rules.rule(PointsType::Remark).points;
     if let Err(error) = crate::features::points::award(
-        state,
+        &ctx.points,
         author_id,
         PointsType::Remark,
         points,
@@ -252,11 +273,33 @@ pub async fn create(
     })
 }
 
-pub async fn find(state: &AppState, id: i64) -> AppResult<Option<RemarkRecord>> {
-    Ok(find_many(state, &[id]).await?.remove(&id))
+/// Announces a stored remark on the remark stream, which the feed fans out.
+async fn announce(
+    ctx: &Remarks,
+    remark_id: i64,
+    author_id: i64,
+    created_at_ms: i64,
+) -> AppResult<()> {
+    let mut conn = ctx.infra.redis.get().await?;
+    let _: String = redis::cmd("XADD")
+        .arg(ctx.infra.keys.remark_stream())
+        .arg("*")
+        .arg("remark")
+        .arg(remark_id)
+        .arg("author")
+        .arg(author_id)
+        .arg("created")
+        .arg(created_at_ms)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
 }
 
-pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<HashMap<i64, RemarkRecord>> {
+pub async fn find(ctx: &Remarks, id: i64) -> AppResult<Option<RemarkRecord>> {
+    Ok(find_many(ctx, &[id]).await?.remove(&id))
+}
+
+pub async fn find_many(ctx: &Remarks, ids: &[i64]) -> AppResult<HashMap<i64, RemarkRecord>> {
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
@@ -264,7 +307,7 @@ pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<HashMap<i64, 
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM remarks WHERE id IN ({list})"
     ))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     rows.iter()
         .map(|row| RemarkRecord::from_row(row).map(|r| (r.id, r)))
@@ -273,13 +316,13 @@ pub async fn find_many(state: &AppState, ids: &[i64]) -> AppResult<HashMap<i64, 
 }
 
 /// Which of these remarks exist: one SQL query.
-pub async fn existing(state: &AppState, ids: &[i64]) -> AppResult<HashSet<i64>> {
+pub async fn existing(ctx: &Remarks, ids: &[i64]) -> AppResult<HashSet<i64>> {
     if ids.is_empty() {
         return Ok(HashSet::new());
     }
     let list = crate::infra::db::id_list(ids);
     let rows = sqlx::query(&format!("SELECT id FROM remarks WHERE id IN ({list})"))
-        .fetch_all(&state.db.pool)
+        .fetch_all(&ctx.infra.db.pool)
         .await?;
     rows.iter()
         .map(|row| row.try_get::<i64, _>("id"))
@@ -307,7 +350,7 @@ pub struct RemarkPage {
 /// new remark changes only the first page of its item: this instance forgets its cached
 /// pages of the item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
 pub async fn page(
-    state: &AppState,
+    ctx: &Remarks,
     item_id: i64,
     first: usize,
     after: Option<i64>,
@@ -317,11 +360,10 @@ pub async fn page(
         first,
         after,
     };
-    if let Some(page) = state.remarks.pages.get(&key) {
+    if let Some(page) = ctx.settings.pages.get(&key) {
         return Ok(page);
     }
-    state
-        .remarks
+    ctx.settings
         .page_reads
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let columns = COLUMNS
@@ -337,7 +379,7 @@ pub async fn page(
     .bind(item_id)
     .bind(after.unwrap_or(i64::MAX))
     .bind(first as i64 + 1)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut remarks = Vec::with_capacity(rows.len());
     let mut authors = HashMap::new();
@@ -361,6 +403,6 @@ pub async fn page(
         authors,
         more,
     });
-    state.remarks.pages.insert(key, page.clone());
+    ctx.settings.pages.insert(key, page.clone());
     Ok(page)
 }

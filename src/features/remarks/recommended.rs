@@ -13,7 +13,8 @@ use std::sync::atomic::Ordering;
 use sqlx::Row;
 
 use crate::{
-    app::AppState, infra::error::AppResult, infra::redis::scripts::REMARKS_REPLACE_RECOMMENDED,
+    features::remarks::Remarks, infra::error::AppResult,
+    infra::redis::scripts::REMARKS_REPLACE_RECOMMENDED,
 };
 
 /// Remarks kept per list; `recommendedRemarks(first)` serves at most this many.
@@ -22,15 +23,15 @@ pub const LIST_LENGTH: usize = 50;
 const REFRESH_LEASE_SECONDS: u64 = 5;
 
 /// The ids of the most liked remarks of an item, most liked first.
-pub async fn read(state: &AppState, item_id: i64, first: usize) -> AppResult<Vec<i64>> {
-    let mut conn = state.redis.get().await?;
+pub async fn read(ctx: &Remarks, item_id: i64, first: usize) -> AppResult<Vec<i64>> {
+    let mut conn = ctx.infra.redis.get().await?;
     let (ids, won): (Vec<i64>, Option<String>) = redis::pipe()
         .cmd("LRANGE")
-        .arg(state.keys.recommended_list(item_id))
+        .arg(ctx.infra.keys.recommended_list(item_id))
         .arg(0)
         .arg(first.min(LIST_LENGTH) as i64 - 1)
         .cmd("SET")
-        .arg(state.keys.recommended_proxy(item_id))
+        .arg(ctx.infra.keys.recommended_proxy(item_id))
         .arg(1)
         .arg("NX")
         .arg("EX")
@@ -38,9 +39,10 @@ pub async fn read(state: &AppState, item_id: i64, first: usize) -> AppResult<Vec
         .query_async(&mut *conn)
         .await?;
     if won.is_some() {
-        let state = state.clone();
-        state.clone().tasks.spawn(async move {
-            if let Err(error) = refresh(&state, item_id).await {
+        let refresher = ctx.clone();
+        ctx.infra.instance.tasks.spawn(async move {
+            let ctx = refresher;
+            if let Err(error) = refresh(&ctx, item_id).await {
                 tracing::warn!(item_id, %error, "recommended remarks refresh failed; retried on a later read");
             }
         });
@@ -48,9 +50,8 @@ pub async fn read(state: &AppState, item_id: i64, first: usize) -> AppResult<Vec
     Ok(ids)
 }
 
-async fn refresh(state: &AppState, item_id: i64) -> AppResult<()> {
-    state
-        .remarks
+async fn refresh(ctx: &Remarks, item_id: i64) -> AppResult<()> {
+    ctx.settings
         .recommended_refreshes
         .fetch_add(1, Ordering::Relaxed);
     let rows = sqlx::query(
@@ -58,17 +59,17 @@ async fn refresh(state: &AppState, item_id: i64) -> AppResult<()> {
     )
     .bind(item_id)
     .bind(LIST_LENGTH as i64)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let ids = rows
         .iter()
         .map(|row| row.try_get::<i64, _>("id"))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let _: i64 = REMARKS_REPLACE_RECOMMENDED
-        .key(state.keys.recommended_list(item_id))
-        .key(state.keys.recommended_proxy(item_id))
-        .arg(state.remarks.recommended_refresh_seconds)
+        .key(ctx.infra.keys.recommended_list(item_id))
+        .key(ctx.infra.keys.recommended_proxy(item_id))
+        .arg(ctx.settings.recommended_refresh_seconds)
         .arg(ids)
         .invoke_async(&mut *conn)
         .await?;

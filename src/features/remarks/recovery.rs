@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use crate::{
-    app::AppState,
+    features::remarks::Remarks,
     infra::error::AppResult,
     infra::recovery::{within, Rebuild, Report},
 };
@@ -21,13 +21,13 @@ use crate::{
 const CHUNK: i64 = 1000;
 
 /// A chunk of remarks above `after`: `(id, author, like count)`.
-async fn remarks_after(state: &AppState, after: i64) -> AppResult<Vec<(i64, i64, i64)>> {
+async fn remarks_after(ctx: &Remarks, after: i64) -> AppResult<Vec<(i64, i64, i64)>> {
     let rows = sqlx::query(
         "SELECT id, author_id, like_count FROM remarks WHERE id > $1 ORDER BY id LIMIT $2",
     )
     .bind(after)
     .bind(CHUNK)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut remarks = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -41,14 +41,14 @@ async fn remarks_after(state: &AppState, after: i64) -> AppResult<Vec<(i64, i64,
 }
 
 /// Who currently likes each of `remarks`, by the archive (each voter's latest vote).
-async fn likers_of(state: &AppState, remarks: &[i64]) -> AppResult<BTreeMap<i64, Vec<i64>>> {
+async fn likers_of(ctx: &Remarks, remarks: &[i64]) -> AppResult<BTreeMap<i64, Vec<i64>>> {
     let rows = sqlx::query(&format!(
         "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.{} \
          AND v.voting = 1 AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
          WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)",
         within("remark_id", remarks)
     ))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut likers: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
     for row in &rows {
@@ -62,21 +62,21 @@ async fn likers_of(state: &AppState, remarks: &[i64]) -> AppResult<BTreeMap<i64,
 
 /// Each remark's counter equals the archived count, and each current liker's relation is
 /// either in Redis as a like or left to the archive (the counter is `hydrated`).
-pub async fn verify(state: &AppState) -> AppResult<Report> {
+pub async fn verify(ctx: &Remarks) -> AppResult<Report> {
     let mut report = Report::new("likes");
-    let shards = state.remarks.shards;
+    let shards = ctx.settings.shards;
     let mut after = 0;
     loop {
-        let remarks = remarks_after(state, after).await?;
+        let remarks = remarks_after(ctx, after).await?;
         let Some(&(last, _, _)) = remarks.last() else {
             return Ok(report);
         };
         let ids: Vec<i64> = remarks.iter().map(|(id, _, _)| *id).collect();
-        let likers = likers_of(state, &ids).await?;
+        let likers = likers_of(ctx, &ids).await?;
         let mut pipe = redis::pipe();
         for &id in &ids {
             pipe.cmd("HMGET")
-                .arg(state.keys.remark_info(id, shards))
+                .arg(ctx.infra.keys.remark_info(id, shards))
                 .arg("likes")
                 .arg("hydrated");
         }
@@ -85,10 +85,10 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
             for &voter in voters {
                 relations
                     .cmd("GET")
-                    .arg(state.keys.like_relation(remark, voter, shards));
+                    .arg(ctx.infra.keys.like_relation(remark, voter, shards));
             }
         }
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let infos: Vec<(Option<i64>, Option<i64>)> = pipe.query_async(&mut *conn).await?;
         let held: Vec<Option<String>> = if relations.is_empty() {
             Vec::new()
@@ -123,20 +123,19 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
 }
 
 /// Restores each remark's counter where Redis lacks it, marked `hydrated`.
-pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
+pub async fn rebuild(ctx: &Remarks, run: &Rebuild<'_>) -> AppResult<()> {
     run.expect_count("SELECT COUNT(*) AS n FROM remarks")
         .await?;
-    let shards = state.remarks.shards;
+    let shards = ctx.settings.shards;
     let mut after = run.resume_from().await?;
     loop {
-        let remarks = remarks_after(state, after).await?;
+        let remarks = remarks_after(ctx, after).await?;
         let Some(&(last, _, _)) = remarks.last() else {
             return Ok(());
         };
         let mut pipe = redis::pipe();
         for &(id, author, count) in &remarks {
-            let key = state.keys.remark_info(id, shards);
+            let key = ctx.infra.keys.remark_info(id, shards);
             pipe.cmd("HSETNX")
                 .arg(&key)
                 .arg("likes")
@@ -150,7 +149,7 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
                 .arg(1)
                 .ignore();
         }
-        crate::infra::recovery::write(state, &pipe).await?;
+        crate::infra::recovery::write(&ctx.infra, &pipe).await?;
         run.finished_through(last, remarks.len() as u64).await?;
         after = last;
     }

@@ -8,12 +8,20 @@ use chrono::{Datelike, NaiveDate};
 use sqlx::Row;
 
 use crate::{
-    app::AppState,
+    features::points::Points,
     features::points::{self, PointsType, DAILY_TTL_SECONDS},
     infra::clock::{day_number, Month},
     infra::error::{AppError, AppResult},
     infra::redis::scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
+    infra::Infra,
 };
+
+/// What sign-in works with: a sign-in awards points.
+#[derive(Clone)]
+pub struct SignIn {
+    pub infra: Infra,
+    pub points: Points,
+}
 
 /// Bitmaps are kept for a little over a year (calendars of past months).
 pub const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
@@ -29,15 +37,15 @@ pub struct SignInOutcome {
 }
 
 /// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
-pub async fn sign_in(state: &AppState, user_id: i64) -> AppResult<SignInOutcome> {
-    let today = state.clock.today();
+pub async fn sign_in(ctx: &SignIn, user_id: i64) -> AppResult<SignInOutcome> {
+    let today = ctx.infra.clock.today();
     let month = Month::of(today);
-    let rules = &state.points.rules;
-    let keys = &state.keys;
+    let rules = &ctx.points.settings.rules;
+    let keys = &ctx.infra.keys;
     let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
         || async move {
-            let (season, season_seconds) = points::season_now(state);
-            let mut conn = state.redis.get().await?;
+            let (season, season_seconds) = points::season_now(&ctx.points);
+            let mut conn = ctx.infra.redis.get().await?;
             Ok(SIGNIN_SIGN
                 .key(keys.sign_bitmap(user_id, month))
                 .key(keys.sign_bitmap(user_id, month.previous()))
@@ -51,7 +59,7 @@ pub async fn sign_in(state: &AppState, user_id: i64) -> AppResult<SignInOutcome>
                 .arg(month.previous().days())
                 .arg(month.previous().id())
                 .arg(month.previous().previous().id())
-                .arg(state.clock.now_ms())
+                .arg(ctx.infra.clock.now_ms())
                 .arg(season_seconds)
                 .arg(season.id())
                 .arg(keys.board_channel(season))
@@ -77,8 +85,8 @@ pub async fn sign_in(state: &AppState, user_id: i64) -> AppResult<SignInOutcome>
 
 /// Signs in a missed day of this month before today, at most `ENGAGE_MAKEUP_PER_MONTH`
 /// times a month, for the base point only.
-pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
-    let today = state.clock.today();
+pub async fn make_up(ctx: &SignIn, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
+    let today = ctx.infra.clock.today();
     let month = Month::of(today);
     if Month::of(date) != month || date >= today {
         return Err(AppError::bad_input(format!(
@@ -87,11 +95,11 @@ pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResu
             today.pred_opt().unwrap_or(today)
         )));
     }
-    let keys = &state.keys;
+    let keys = &ctx.infra.keys;
     let (status, streak, awarded, _left): (i64, i64, i64, i64) = points::unless_held(
         || async move {
-            let (season, season_seconds) = points::season_now(state);
-            let mut conn = state.redis.get().await?;
+            let (season, season_seconds) = points::season_now(&ctx.points);
+            let mut conn = ctx.infra.redis.get().await?;
             Ok(SIGNIN_MAKE_UP
                 .key(keys.sign_bitmap(user_id, month))
                 .key(keys.sign_bitmap(user_id, month.previous()))
@@ -107,14 +115,14 @@ pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResu
                 .arg(month.previous().days())
                 .arg(month.previous().id())
                 .arg(month.previous().previous().id())
-                .arg(state.points.make_ups_per_month)
-                .arg(state.clock.now_ms())
+                .arg(ctx.points.settings.make_ups_per_month)
+                .arg(ctx.infra.clock.now_ms())
                 .arg(season_seconds)
                 .arg(season.id())
                 .arg(keys.board_channel(season))
                 .arg(DAILY_TTL_SECONDS)
                 .arg(MAKE_UP_COUNTER_TTL_SECONDS)
-                .arg(state.points.rules.rule(PointsType::SignIn).points)
+                .arg(ctx.points.settings.rules.rule(PointsType::SignIn).points)
                 .arg(format!("makeup:{user_id}:{date}"))
                 .arg(day_number(date))
                 .invoke_async(&mut *conn)
@@ -138,7 +146,7 @@ pub async fn make_up(state: &AppState, user_id: i64, date: NaiveDate) -> AppResu
         }),
         -2 => Err(AppError::bad_input(format!(
             "no make-up sign-ins left this month (at most {})",
-            state.points.make_ups_per_month
+            ctx.points.settings.make_ups_per_month
         ))),
         other => Err(AppError::internal(anyhow::anyhow!(
             "make-up script answered {other}"
@@ -165,8 +173,8 @@ impl Calendar {
 }
 
 /// A month's sign-ins (default: this month); months after this one are an input error.
-pub async fn calendar(state: &AppState, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
-    let today = state.clock.today();
+pub async fn calendar(ctx: &SignIn, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
+    let today = ctx.infra.clock.today();
     let current = Month::of(today);
     let shown = month.unwrap_or(current);
     if shown > current {
@@ -177,8 +185,8 @@ pub async fn calendar(state: &AppState, user_id: i64, month: Option<Month>) -> A
     } else {
         shown.days()
     };
-    let keys = &state.keys;
-    let mut conn = state.redis.get().await?;
+    let keys = &ctx.infra.keys;
+    let mut conn = ctx.infra.redis.get().await?;
     let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
         .key(keys.sign_bitmap(user_id, shown))
         .key(keys.sign_bitmap(user_id, current))
@@ -196,8 +204,8 @@ pub async fn calendar(state: &AppState, user_id: i64, month: Option<Month>) -> A
         .map(|day| bits >> (days - 1 - day) & 1 == 1)
         .collect();
     let make_ups_left = if shown == current {
-        state
-            .points
+        ctx.points
+            .settings
             .make_ups_per_month
             .saturating_sub(make_ups_used)
     } else {
@@ -214,7 +222,7 @@ pub async fn calendar(state: &AppState, user_id: i64, month: Option<Month>) -> A
 }
 
 /// The days of a month a user signed by a make-up, from `sign_ins`.
-pub async fn made_up_days(state: &AppState, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
+pub async fn made_up_days(ctx: &SignIn, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
     let rows = sqlx::query(
         "SELECT day FROM sign_ins WHERE user_id = $1 AND made_up = 1 AND day >= $2 AND day < $3 \
          ORDER BY day",
@@ -222,7 +230,7 @@ pub async fn made_up_days(state: &AppState, user_id: i64, month: Month) -> AppRe
     .bind(user_id)
     .bind(day_number(month.first_day()))
     .bind(day_number(month.next().first_day()))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut days = Vec::with_capacity(rows.len());
     for row in &rows {

@@ -14,7 +14,7 @@ use sqlx::Row;
 
 use super::BITMAP_TTL_SECONDS;
 use crate::{
-    app::AppState,
+    features::signin::SignIn,
     infra::clock::{date_of_day_number, Month},
     infra::error::AppResult,
     infra::recovery::{next_ids, within, Rebuild, Report},
@@ -24,8 +24,8 @@ use crate::{
 const CHUNK: usize = 500;
 
 /// Months whose bitmaps Redis keeps: the bitmap TTL, in whole months, back from this one.
-fn kept_months(state: &AppState) -> Vec<Month> {
-    let mut month = state.clock.current_month();
+fn kept_months(ctx: &SignIn) -> Vec<Month> {
+    let mut month = ctx.infra.clock.current_month();
     let mut months = vec![month];
     for _ in 0..(BITMAP_TTL_SECONDS / (31 * 24 * 3600)) {
         month = month.previous();
@@ -35,12 +35,12 @@ fn kept_months(state: &AppState) -> Vec<Month> {
 }
 
 /// Every day each of `users` signed (or made up).
-async fn days_of(state: &AppState, users: &[i64]) -> AppResult<BTreeMap<i64, BTreeSet<NaiveDate>>> {
+async fn days_of(ctx: &SignIn, users: &[i64]) -> AppResult<BTreeMap<i64, BTreeSet<NaiveDate>>> {
     let rows = sqlx::query(&format!(
         "SELECT user_id, day FROM sign_ins WHERE {}",
         within("user_id", users)
     ))
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let mut days: BTreeMap<i64, BTreeSet<NaiveDate>> = BTreeMap::new();
     for row in &rows {
@@ -70,27 +70,27 @@ fn streak_before(days: &BTreeSet<NaiveDate>, month: Month) -> i64 {
 }
 
 /// Each kept month's bitmap of each user holds exactly the days SQL has.
-pub async fn verify(state: &AppState) -> AppResult<Report> {
+pub async fn verify(ctx: &SignIn) -> AppResult<Report> {
     let mut report = Report::new("sign-in calendars");
-    let months = kept_months(state);
+    let months = kept_months(ctx);
     let mut after = 0;
     loop {
-        let users = next_ids(state, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
+        let users = next_ids(&ctx.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = users.last() else {
             return Ok(report);
         };
-        let days = days_of(state, &users).await?;
+        let days = days_of(ctx, &users).await?;
         let mut pipe = redis::pipe();
         for &user in &users {
             for &month in &months {
                 pipe.cmd("BITFIELD")
-                    .arg(state.keys.sign_bitmap(user, month))
+                    .arg(ctx.infra.keys.sign_bitmap(user, month))
                     .arg("GET")
                     .arg("u31")
                     .arg(0);
             }
         }
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let bitmaps: Vec<Vec<u64>> = pipe.query_async(&mut *conn).await?;
         drop(conn);
         let mut bitmaps = bitmaps.into_iter();
@@ -113,19 +113,18 @@ pub async fn verify(state: &AppState) -> AppResult<Report> {
 
 /// Sets each user's bits of the kept months and records the streak through the previous
 /// month.
-pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
+pub async fn rebuild(ctx: &SignIn, run: &Rebuild<'_>) -> AppResult<()> {
     run.expect_count("SELECT COUNT(DISTINCT user_id) AS n FROM sign_ins")
         .await?;
-    let months = kept_months(state);
-    let current = state.clock.current_month();
+    let months = kept_months(ctx);
+    let current = ctx.infra.clock.current_month();
     let mut after = run.resume_from().await?;
     loop {
-        let users = next_ids(state, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
+        let users = next_ids(&ctx.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
         let Some(&last) = users.last() else {
             return Ok(());
         };
-        let days = days_of(state, &users).await?;
+        let days = days_of(ctx, &users).await?;
         let mut pipe = redis::pipe();
         for (user, signed) in &days {
             for &month in &months {
@@ -134,7 +133,7 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
                 if in_month.is_empty() {
                     continue;
                 }
-                let key = state.keys.sign_bitmap(*user, month);
+                let key = ctx.infra.keys.sign_bitmap(*user, month);
                 let set = pipe.cmd("BITFIELD").arg(&key);
                 for day in in_month {
                     set.arg("SET").arg("u1").arg(day.day() - 1).arg(1);
@@ -146,14 +145,14 @@ pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
                     .ignore();
             }
             pipe.cmd("HSET")
-                .arg(state.keys.sign_streak(*user))
+                .arg(ctx.infra.keys.sign_streak(*user))
                 .arg("through")
                 .arg(current.previous().id())
                 .arg("length")
                 .arg(streak_before(signed, current))
                 .ignore();
         }
-        crate::infra::recovery::write(state, &pipe).await?;
+        crate::infra::recovery::write(&ctx.infra, &pipe).await?;
         run.finished_through(last, users.len() as u64).await?;
         after = last;
     }

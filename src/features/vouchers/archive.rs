@@ -21,20 +21,25 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{orders::OrderStatus, NewOrder};
 use crate::{
-    app::AppState,
+    features::vouchers::Vouchers,
     infra::db::values_placeholders,
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
-pub fn spawn(state: &AppState) {
-    let spec = ConsumerSpec::new(&state.config, "order-archive", "archive");
-    let streams = (0..state.config.sale_shards.max(1))
-        .map(|shard| state.keys.order_stream(shard))
+pub fn spawn(ctx: &Vouchers) {
+    let spec = ConsumerSpec::new(ctx.infra.instance.consumers, "order-archive", "archive");
+    let streams = (0..ctx.settings.shards)
+        .map(|shard| ctx.infra.keys.order_stream(shard))
         .collect();
-    streams::spawn(state, spec, streams, Arc::new(OrderArchive(state.clone())));
+    streams::spawn(
+        &ctx.infra,
+        spec,
+        streams,
+        Arc::new(OrderArchive(ctx.clone())),
+    );
 }
 
-struct OrderArchive(AppState);
+struct OrderArchive(Vouchers);
 
 #[async_trait::async_trait]
 impl StreamHandler for OrderArchive {

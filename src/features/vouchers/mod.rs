@@ -24,12 +24,42 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use crate::{
-    app::AppState,
+    features::items::Items,
+    features::jobs::Jobs,
     features::jobs::{self, NewJob},
     features::vouchers::orders::OrderStatus,
+    infra::config::Config,
     infra::error::{AppError, AppResult, ErrorCode},
     infra::redis::{scripts::VOUCHERS_SECKILL, Keys},
+    infra::Infra,
 };
+
+/// What flash-sale vouchers work with: a voucher is for an item, and an unpaid order
+/// expires through the delay queue.
+#[derive(Clone)]
+pub struct Vouchers {
+    pub infra: Infra,
+    pub items: Items,
+    pub jobs: Jobs,
+    pub settings: VoucherSettings,
+}
+
+#[derive(Clone, Copy)]
+pub struct VoucherSettings {
+    /// Stock shards of a voucher (and order streams).
+    pub shards: u32,
+    /// How often unpaid orders past their time are looked for.
+    pub sweep_every: Duration,
+}
+
+impl VoucherSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            shards: config.sale_shards.max(1),
+            sweep_every: Duration::from_secs(config.order_sweep_seconds.max(1)),
+        }
+    }
+}
 
 /// The delay-queue topic of order expiry.
 pub const EXPIRY_TOPIC: &str = "order-expiry";
@@ -125,21 +155,21 @@ impl NewVoucher {
     }
 }
 
-pub(crate) fn shards(state: &AppState) -> u32 {
-    state.config.sale_shards.max(1)
+pub(crate) fn shards(ctx: &Vouchers) -> u32 {
+    ctx.settings.shards
 }
 
 /// Stores a voucher and preloads its stock and window into Redis.
-pub async fn create(state: &AppState, voucher: NewVoucher) -> AppResult<VoucherRecord> {
-    voucher.validate(state.clock.now())?;
-    if crate::features::items::find(state, voucher.item_id)
+pub async fn create(ctx: &Vouchers, voucher: NewVoucher) -> AppResult<VoucherRecord> {
+    voucher.validate(ctx.infra.clock.now())?;
+    if crate::features::items::find(&ctx.items, voucher.item_id)
         .await?
         .is_none()
     {
         return Err(AppError::not_found(format!("no item {}", voucher.item_id)));
     }
     let record = VoucherRecord {
-        id: state.ids.next_id().await?,
+        id: ctx.infra.ids.next_id().await?,
         item_id: voucher.item_id,
         title: voucher.title.trim().to_string(),
         stock: voucher.stock,
@@ -158,22 +188,22 @@ pub async fn create(state: &AppState, voucher: NewVoucher) -> AppResult<VoucherR
     .bind(record.begins_at_ms)
     .bind(record.ends_at_ms)
     .bind(record.pay_within_seconds)
-    .bind(state.clock.now_ms())
-    .execute(&state.db.pool)
+    .bind(ctx.infra.clock.now_ms())
+    .execute(&ctx.infra.db.pool)
     .await?;
-    preload(state, &record, record.stock, &[]).await?;
+    preload(ctx, &record, record.stock, &[]).await?;
     Ok(record)
 }
 
 /// Writes a voucher's stock, window and live buyers into Redis (at creation, or to rebuild
 /// them from SQL after Redis lost them). HSETNX: a rebuild never overwrites live stock.
 pub(crate) async fn preload(
-    state: &AppState,
+    ctx: &Vouchers,
     voucher: &VoucherRecord,
     stock: i64,
     buyers: &[i64],
 ) -> AppResult<()> {
-    let key = state.keys.voucher(voucher.id, shards(state));
+    let key = ctx.infra.keys.voucher(voucher.id, shards(ctx));
     let mut pipe = redis::pipe();
     pipe.cmd("HSETNX")
         .arg(&key)
@@ -191,32 +221,32 @@ pub(crate) async fn preload(
         .ignore();
     if !buyers.is_empty() {
         pipe.cmd("SADD")
-            .arg(state.keys.voucher_buyers(voucher.id, shards(state)))
+            .arg(ctx.infra.keys.voucher_buyers(voucher.id, shards(ctx)))
             .arg(buyers)
             .ignore();
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let () = pipe.query_async(&mut *conn).await?;
     Ok(())
 }
 
 /// Rebuilds a voucher in Redis from SQL; `NOT_FOUND` when there is no such voucher.
-pub(crate) async fn rebuild(state: &AppState, voucher_id: i64) -> AppResult<()> {
-    let voucher = find(state, voucher_id)
+pub(crate) async fn rebuild(ctx: &Vouchers, voucher_id: i64) -> AppResult<()> {
+    let voucher = find(ctx, voucher_id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no voucher {voucher_id}")))?;
-    let (remaining, live) = sql_stock(state, voucher_id).await?;
+    let (remaining, live) = sql_stock(ctx, voucher_id).await?;
     let buyers: Vec<i64> = sqlx::query(
         "SELECT buyer_id FROM orders WHERE voucher_id = $1 AND status IN ('UNPAID', 'PAID')",
     )
     .bind(voucher_id)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?
     .iter()
     .map(|row| row.try_get("buyer_id"))
     .collect::<Result<_, _>>()?;
     debug_assert_eq!(live as usize, buyers.len());
-    preload(state, &voucher, remaining, &buyers).await
+    preload(ctx, &voucher, remaining, &buyers).await
 }
 
 pub(crate) const COLUMNS: &str =
@@ -234,20 +264,20 @@ pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<VoucherRecord, sqlx::
     })
 }
 
-pub async fn find(state: &AppState, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
+pub async fn find(ctx: &Vouchers, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
     let row = sqlx::query(&format!("SELECT {COLUMNS} FROM vouchers WHERE id = $1"))
         .bind(voucher_id)
-        .fetch_optional(&state.db.pool)
+        .fetch_optional(&ctx.infra.db.pool)
         .await?;
     Ok(row.map(|row| record_of(&row)).transpose()?)
 }
 
-pub async fn for_item(state: &AppState, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
+pub async fn for_item(ctx: &Vouchers, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM vouchers WHERE item_id = $1 ORDER BY id DESC LIMIT 100"
     ))
     .bind(item_id)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     rows.iter()
         .map(record_of)
@@ -255,22 +285,41 @@ pub async fn for_item(state: &AppState, item_id: i64) -> AppResult<Vec<VoucherRe
         .map_err(Into::into)
 }
 
+/// A voucher's stock now, then each change (coalesced; read again after a lag).
+pub async fn stock_changes(
+    ctx: &Vouchers,
+    voucher_id: i64,
+) -> AppResult<impl futures::Stream<Item = (i64, i64)>> {
+    let keys = ctx.infra.keys.clone();
+    let reader = ctx.clone();
+    crate::infra::live::counter_changes(
+        &ctx.infra,
+        vec![voucher_id],
+        move |id| keys.voucher_stock_channel(id),
+        move |ids| {
+            let ctx = reader.clone();
+            async move { remaining(&ctx, &ids).await }
+        },
+    )
+    .await
+}
+
 /// Live stock of vouchers from Redis, in one round trip (missing ones: SQL's count).
-pub async fn remaining(state: &AppState, voucher_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
+pub async fn remaining(ctx: &Vouchers, voucher_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
     let mut pipe = redis::pipe();
     for &id in voucher_ids {
         pipe.cmd("HGET")
-            .arg(state.keys.voucher(id, shards(state)))
+            .arg(ctx.infra.keys.voucher(id, shards(ctx)))
             .arg("stock");
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let stocks: Vec<Option<i64>> = pipe.query_async(&mut *conn).await?;
     drop(conn);
     let mut out = HashMap::new();
     for (&id, stock) in voucher_ids.iter().zip(stocks) {
         let stock = match stock {
             Some(stock) => stock,
-            None => sql_stock(state, id).await?.0,
+            None => sql_stock(ctx, id).await?.0,
         };
         out.insert(id, stock);
     }
@@ -278,13 +327,13 @@ pub async fn remaining(state: &AppState, voucher_ids: &[i64]) -> AppResult<HashM
 }
 
 /// SQL's stock of a voucher and its live (unpaid or paid) orders.
-pub(crate) async fn sql_stock(state: &AppState, voucher_id: i64) -> AppResult<(i64, i64)> {
+pub(crate) async fn sql_stock(ctx: &Vouchers, voucher_id: i64) -> AppResult<(i64, i64)> {
     let row = sqlx::query(
         "SELECT v.remaining AS remaining, (SELECT COUNT(*) FROM orders o WHERE o.voucher_id = v.id \
          AND o.status IN ('UNPAID', 'PAID')) AS live FROM vouchers v WHERE v.id = $1",
     )
     .bind(voucher_id)
-    .fetch_optional(&state.db.pool)
+    .fetch_optional(&ctx.infra.db.pool)
     .await?;
     match row {
         Some(row) => Ok((row.try_get("remaining")?, row.try_get("live")?)),
@@ -301,17 +350,17 @@ pub struct NewOrder {
 }
 
 /// One attempt to buy a voucher.
-pub async fn seckill(state: &AppState, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
-    let order_id = state.ids.next_id().await?;
+pub async fn seckill(ctx: &Vouchers, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
+    let order_id = ctx.infra.ids.next_id().await?;
     for _ in 0..2 {
-        let now = state.clock.now_ms();
-        let keys = &state.keys;
-        let mut conn = state.redis.get().await?;
+        let now = ctx.infra.clock.now_ms();
+        let keys = &ctx.infra.keys;
+        let mut conn = ctx.infra.redis.get().await?;
         let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
-            .key(keys.voucher(voucher_id, shards(state)))
-            .key(keys.voucher_buyers(voucher_id, shards(state)))
-            .key(keys.order(voucher_id, order_id, shards(state)))
-            .key(keys.order_stream_of(voucher_id, shards(state)))
+            .key(keys.voucher(voucher_id, shards(ctx)))
+            .key(keys.voucher_buyers(voucher_id, shards(ctx)))
+            .key(keys.order(voucher_id, order_id, shards(ctx)))
+            .key(keys.order_stream_of(voucher_id, shards(ctx)))
             .arg(voucher_id)
             .arg(buyer_id)
             .arg(order_id)
@@ -329,14 +378,14 @@ pub async fn seckill(state: &AppState, buyer_id: i64, voucher_id: i64) -> AppRes
                     created_at_ms: now,
                     pay_by_ms: pay_by,
                 };
-                remember_voucher_of(state, &order).await;
+                remember_voucher_of(ctx, &order).await;
                 // The order consumer schedules the expiry too (durably); this is the fast path.
-                if let Err(error) = schedule_expiry(state, &order).await {
+                if let Err(error) = schedule_expiry(ctx, &order).await {
                     tracing::warn!(order = order_id, %error, "expiry not scheduled yet; the order consumer will");
                 }
                 return Ok(order);
             }
-            -1 => rebuild(state, voucher_id).await?,
+            -1 => rebuild(ctx, voucher_id).await?,
             -2 => return refused(ErrorCode::NotStarted, "the sale has not started"),
             -3 => return refused(ErrorCode::Ended, "the sale has ended"),
             -4 => {
@@ -358,11 +407,11 @@ pub async fn seckill(state: &AppState, buyer_id: i64, voucher_id: i64) -> AppRes
 
 /// Records which voucher an order belongs to, so that the buyer can pay or cancel before
 /// the order reaches SQL. Best effort: SQL answers once the consumer archived the order.
-pub async fn remember_voucher_of(state: &AppState, order: &NewOrder) {
+pub async fn remember_voucher_of(ctx: &Vouchers, order: &NewOrder) {
     let written: AppResult<()> = async {
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         let () = redis::cmd("SET")
-            .arg(state.keys.order_voucher(order.order_id))
+            .arg(ctx.infra.keys.order_voucher(order.order_id))
             .arg(order.voucher_id)
             .arg("EX")
             .arg(30 * 24 * 3600)
@@ -377,8 +426,8 @@ pub async fn remember_voucher_of(state: &AppState, order: &NewOrder) {
 }
 
 /// The expiry job of an order: due at its pay-by time, its id the order's.
-fn expiry_job(state: &AppState, order: &NewOrder) -> NewJob {
-    let delay = (order.pay_by_ms - state.clock.now_ms()).max(0) as u64;
+fn expiry_job(ctx: &Vouchers, order: &NewOrder) -> NewJob {
+    let delay = (order.pay_by_ms - ctx.infra.clock.now_ms()).max(0) as u64;
     NewJob {
         id: order.order_id.to_string(),
         topic: EXPIRY_TOPIC.into(),
@@ -402,15 +451,15 @@ fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
 
 /// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
 /// record (the order consumer records the job with the order); an existing job is fine.
-pub async fn schedule_expiry(state: &AppState, order: &NewOrder) -> AppResult<()> {
-    scheduled_or_pending(jobs::schedule_ahead_of_record(state, expiry_job(state, order)).await)
+pub async fn schedule_expiry(ctx: &Vouchers, order: &NewOrder) -> AppResult<()> {
+    scheduled_or_pending(jobs::schedule_ahead_of_record(&ctx.jobs, expiry_job(ctx, order)).await)
 }
 
 /// Takes the expiry job of a settled order off the delay queue (otherwise it would wait
 /// there until the pay-by time, to find nothing to do). Best effort: a job left behind
 /// finds the order settled and ends.
-pub async fn cancel_expiry(state: &AppState, order_id: i64) {
-    if let Err(error) = jobs::cancel(state, EXPIRY_TOPIC, &order_id.to_string()).await {
+pub async fn cancel_expiry(ctx: &Vouchers, order_id: i64) {
+    if let Err(error) = jobs::cancel(&ctx.jobs, EXPIRY_TOPIC, &order_id.to_string()).await {
         tracing::warn!(order = order_id, %error, "expiry job of a settled order not cancelled");
     }
 }
@@ -422,31 +471,28 @@ pub async fn cancel_expiry(state: &AppState, order_id: i64) {
 /// after: a settlement came either before that read (seen here: its job is cancelled) or
 /// after the job existed (and its settler cancels it), so no interleaving leaves one behind.
 pub async fn ensure_expiries(
-    state: &AppState,
+    ctx: &Vouchers,
     sql: &mut sqlx::AnyConnection,
     orders: &[NewOrder],
 ) -> AppResult<()> {
-    let unpaid = unsettled(state, orders).await?;
+    let unpaid = unsettled(ctx, orders).await?;
     if unpaid.is_empty() {
         return Ok(());
     }
-    let jobs = unpaid
-        .iter()
-        .map(|order| expiry_job(state, order))
-        .collect();
-    for answer in jobs::schedule_in(state, sql, jobs).await? {
+    let jobs = unpaid.iter().map(|order| expiry_job(ctx, order)).collect();
+    for answer in jobs::schedule_in(&ctx.jobs, sql, jobs).await? {
         scheduled_or_pending(answer)?;
     }
-    let still_unpaid = unsettled(state, &unpaid).await?;
+    let still_unpaid = unsettled(ctx, &unpaid).await?;
     for order in unpaid.iter().filter(|order| !still_unpaid.contains(order)) {
-        jobs::cancel_in(state, sql, EXPIRY_TOPIC, &order.order_id.to_string()).await?;
+        jobs::cancel_in(&ctx.jobs, sql, EXPIRY_TOPIC, &order.order_id.to_string()).await?;
     }
     Ok(())
 }
 
 /// The orders that Redis does not hold as settled (unpaid ones, and unknown ones: their
 /// expiry job finds nothing to do), in one round trip.
-async fn unsettled(state: &AppState, orders: &[NewOrder]) -> AppResult<Vec<NewOrder>> {
+async fn unsettled(ctx: &Vouchers, orders: &[NewOrder]) -> AppResult<Vec<NewOrder>> {
     if orders.is_empty() {
         return Ok(Vec::new());
     }
@@ -454,14 +500,14 @@ async fn unsettled(state: &AppState, orders: &[NewOrder]) -> AppResult<Vec<NewOr
     for order in orders {
         pipe.cmd("HGET")
             .arg(
-                state
+                ctx.infra
                     .keys
-                    .order(order.voucher_id, order.order_id, shards(state)),
+                    .order(order.voucher_id, order.order_id, shards(ctx)),
             )
             .arg("status");
     }
     let statuses: Vec<Option<String>> = {
-        let mut conn = state.redis.get().await?;
+        let mut conn = ctx.infra.redis.get().await?;
         pipe.query_async(&mut *conn).await?
     };
     Ok(orders

@@ -8,8 +8,8 @@ use sqlx::Row;
 
 use super::{shards, EXPIRY_TOPIC};
 use crate::{
-    app::AppState,
     features::jobs::{handlers::Delivery, JobError, JobHandler},
+    features::vouchers::Vouchers,
     infra::error::{AppError, AppResult, ErrorCode},
     infra::redis::scripts::VOUCHERS_SETTLE,
 };
@@ -54,10 +54,10 @@ pub struct OrderRecord {
 
 /// An order as its buyer sees it: from Redis while it is there (fresh, and available before
 /// the consumer archived it), from SQL otherwise.
-pub async fn find(state: &AppState, order_id: i64) -> AppResult<Option<OrderRecord>> {
-    let mut conn = state.redis.get().await?;
+pub async fn find(ctx: &Vouchers, order_id: i64) -> AppResult<Option<OrderRecord>> {
+    let mut conn = ctx.infra.redis.get().await?;
     let voucher: Option<i64> = redis::cmd("GET")
-        .arg(state.keys.order_voucher(order_id))
+        .arg(ctx.infra.keys.order_voucher(order_id))
         .query_async(&mut *conn)
         .await?;
     if let Some(voucher_id) = voucher {
@@ -67,7 +67,7 @@ pub async fn find(state: &AppState, order_id: i64) -> AppResult<Option<OrderReco
             Option<i64>,
             Option<i64>,
         ) = redis::cmd("HMGET")
-            .arg(state.keys.order(voucher_id, order_id, shards(state)))
+            .arg(ctx.infra.keys.order(voucher_id, order_id, shards(ctx)))
             .arg("buyer")
             .arg("status")
             .arg("created")
@@ -92,7 +92,7 @@ pub async fn find(state: &AppState, order_id: i64) -> AppResult<Option<OrderReco
         "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders WHERE id = $1",
     )
     .bind(order_id)
-    .fetch_optional(&state.db.pool)
+    .fetch_optional(&ctx.infra.db.pool)
     .await?;
     Ok(row.map(|row| record_of(&row)).transpose()?)
 }
@@ -111,7 +111,7 @@ pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Er
 
 /// A buyer's orders, newest first, before the order `before` (exclusive).
 pub async fn of_buyer(
-    state: &AppState,
+    ctx: &Vouchers,
     buyer_id: i64,
     first: usize,
     before: Option<i64>,
@@ -123,7 +123,7 @@ pub async fn of_buyer(
     .bind(buyer_id)
     .bind(before.unwrap_or(i64::MAX))
     .bind(first as i64 + 1)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     let orders = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
     Ok(crate::infra::db::split_page(orders, first))
@@ -133,17 +133,17 @@ pub async fn of_buyer(
 /// Redis does not know but SQL holds live (Redis lost it and was not rebuilt yet) is
 /// restored from SQL first: it stays payable, cancellable and expirable.
 pub async fn settle(
-    state: &AppState,
+    ctx: &Vouchers,
     voucher_id: i64,
     order_id: i64,
     outcome: OrderStatus,
     buyer: Option<i64>,
 ) -> AppResult<(bool, OrderStatus)> {
-    if let Some(settled) = settle_in_redis(state, voucher_id, order_id, outcome, buyer).await? {
+    if let Some(settled) = settle_in_redis(ctx, voucher_id, order_id, outcome, buyer).await? {
         return Ok(settled);
     }
-    if restore_from_sql(state, voucher_id, order_id).await? {
-        if let Some(settled) = settle_in_redis(state, voucher_id, order_id, outcome, buyer).await? {
+    if restore_from_sql(ctx, voucher_id, order_id).await? {
+        if let Some(settled) = settle_in_redis(ctx, voucher_id, order_id, outcome, buyer).await? {
             return Ok(settled);
         }
     }
@@ -152,22 +152,22 @@ pub async fn settle(
 
 /// One run of the settle script; `None` when Redis does not know the order.
 async fn settle_in_redis(
-    state: &AppState,
+    ctx: &Vouchers,
     voucher_id: i64,
     order_id: i64,
     outcome: OrderStatus,
     buyer: Option<i64>,
 ) -> AppResult<Option<(bool, OrderStatus)>> {
-    let keys = &state.keys;
-    let shards = shards(state);
-    let mut conn = state.redis.get().await?;
+    let keys = &ctx.infra.keys;
+    let shards = shards(ctx);
+    let mut conn = ctx.infra.redis.get().await?;
     let (status, now): (i64, String) = VOUCHERS_SETTLE
         .key(keys.order(voucher_id, order_id, shards))
         .key(keys.voucher(voucher_id, shards))
         .key(keys.voucher_buyers(voucher_id, shards))
         .key(keys.order_stream_of(voucher_id, shards))
         .arg(outcome.as_str())
-        .arg(state.clock.now_ms())
+        .arg(ctx.infra.clock.now_ms())
         .arg(buyer.map(|b| b.to_string()).unwrap_or_default())
         .arg(keys.voucher_stock_channel(voucher_id))
         .arg(order_id)
@@ -192,33 +192,36 @@ async fn settle_in_redis(
 
 /// Puts a live SQL order (and its voucher) back into Redis; false when SQL has no such live
 /// order of that voucher.
-async fn restore_from_sql(state: &AppState, voucher_id: i64, order_id: i64) -> AppResult<bool> {
+async fn restore_from_sql(ctx: &Vouchers, voucher_id: i64, order_id: i64) -> AppResult<bool> {
     let row = sqlx::query(
         "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
          WHERE id = $1 AND voucher_id = $2 AND status IN ('UNPAID', 'PAID')",
     )
     .bind(order_id)
     .bind(voucher_id)
-    .fetch_optional(&state.db.pool)
+    .fetch_optional(&ctx.infra.db.pool)
     .await?;
     let Some(row) = row else {
         return Ok(false);
     };
     let order = record_of(&row)?;
-    super::rebuild(state, voucher_id).await?;
-    restore(state, &[order]).await?;
+    super::rebuild(ctx, voucher_id).await?;
+    restore(ctx, &[order]).await?;
     Ok(true)
 }
 
 /// Writes live orders into Redis where it lacks them (field by field with HSETNX, so an
 /// order a script changed meanwhile keeps its state), with the index of their voucher.
-pub async fn restore(state: &AppState, orders: &[OrderRecord]) -> AppResult<()> {
+pub async fn restore(ctx: &Vouchers, orders: &[OrderRecord]) -> AppResult<()> {
     if orders.is_empty() {
         return Ok(());
     }
     let mut pipe = redis::pipe();
     for order in orders {
-        let key = state.keys.order(order.voucher_id, order.id, shards(state));
+        let key = ctx
+            .infra
+            .keys
+            .order(order.voucher_id, order.id, shards(ctx));
         for (field, value) in [
             ("voucher", order.voucher_id.to_string()),
             ("buyer", order.buyer_id.to_string()),
@@ -235,14 +238,14 @@ pub async fn restore(state: &AppState, orders: &[OrderRecord]) -> AppResult<()> 
                 .ignore();
         }
         pipe.cmd("SET")
-            .arg(state.keys.order_voucher(order.id))
+            .arg(ctx.infra.keys.order_voucher(order.id))
             .arg(order.voucher_id)
             .arg("NX")
             .arg("EX")
             .arg(KEEP_SETTLED_SECONDS)
             .ignore();
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let () = pipe.query_async(&mut *conn).await?;
     Ok(())
 }
@@ -259,17 +262,17 @@ fn no_such_order(order_id: i64) -> AppError {
 /// the pay-by time expires the order and answers `ENDED`. Once settled, the order's expiry
 /// job leaves the delay queue.
 pub async fn act(
-    state: &AppState,
+    ctx: &Vouchers,
     buyer_id: i64,
     order_id: i64,
     outcome: OrderStatus,
 ) -> AppResult<OrderRecord> {
-    let order = find(state, order_id)
+    let order = find(ctx, order_id)
         .await?
         .filter(|order| order.buyer_id == buyer_id)
         .ok_or_else(|| no_such_order(order_id))?;
-    let (_, now) = settle(state, order.voucher_id, order_id, outcome, Some(buyer_id)).await?;
-    super::cancel_expiry(state, order_id).await;
+    let (_, now) = settle(ctx, order.voucher_id, order_id, outcome, Some(buyer_id)).await?;
+    super::cancel_expiry(ctx, order_id).await;
     if now != outcome {
         if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
             return Err(AppError::client(
@@ -286,7 +289,7 @@ pub async fn act(
 }
 
 /// The expiry job of an order: settles it as expired if it is still unpaid.
-pub struct ExpireOrder(pub AppState);
+pub struct ExpireOrder(pub Vouchers);
 
 #[async_trait::async_trait]
 impl JobHandler for ExpireOrder {
@@ -317,8 +320,8 @@ pub enum Expiry {
 
 /// Expires an order if it is still unpaid and its pay-by time has passed (`NOT_STARTED`
 /// before). The one path of the expiry job and of the sweep ([`super::sweep`]).
-pub async fn expire(state: &AppState, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
-    match settle(state, voucher_id, order_id, OrderStatus::Expired, None).await {
+pub async fn expire(ctx: &Vouchers, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
+    match settle(ctx, voucher_id, order_id, OrderStatus::Expired, None).await {
         Ok((true, _)) => Ok(Expiry::Expired),
         Ok((false, _)) => Ok(Expiry::Settled),
         Err(error) if error.code() == ErrorCode::NotFound => Ok(Expiry::Unknown),
@@ -335,16 +338,16 @@ const EXPIRY_ATTEMPTS: u32 = 25;
 
 /// Registers the expiry job's handler and retry policy. Before any consumer starts: the
 /// order consumer schedules expiry jobs with the topic's attempts.
-pub fn register_expiry(state: &AppState) {
-    let mut policy = state.jobs.policy(EXPIRY_TOPIC);
+pub fn register_expiry(ctx: &Vouchers) {
+    let mut policy = ctx.jobs.registry.policy(EXPIRY_TOPIC);
     policy.ladder = EXPIRY_LADDER_SECONDS
         .iter()
         .map(|seconds| std::time::Duration::from_secs(*seconds))
         .collect();
     policy.attempts = Some(EXPIRY_ATTEMPTS);
-    state.jobs.register(
+    ctx.jobs.registry.register(
         EXPIRY_TOPIC,
-        Arc::new(ExpireOrder(state.clone())),
+        Arc::new(ExpireOrder(ctx.clone())),
         Some(policy),
     );
 }

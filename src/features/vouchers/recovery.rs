@@ -9,7 +9,7 @@ use super::{
     preload, record_of, shards, sql_stock, VoucherRecord, COLUMNS,
 };
 use crate::{
-    app::AppState,
+    features::vouchers::Vouchers,
     infra::error::AppResult,
     infra::recovery::{Rebuild, Report},
 };
@@ -37,25 +37,25 @@ impl StockCheck {
 }
 
 /// Vouchers with ids above `after`, one chunk.
-async fn vouchers_after(state: &AppState, after: i64) -> AppResult<Vec<VoucherRecord>> {
+async fn vouchers_after(ctx: &Vouchers, after: i64) -> AppResult<Vec<VoucherRecord>> {
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM vouchers WHERE id > $1 ORDER BY id LIMIT $2"
     ))
     .bind(after)
     .bind(CHUNK)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     Ok(rows.iter().map(record_of).collect::<Result<_, _>>()?)
 }
 
 /// A voucher's live (unpaid or paid) orders in SQL.
-async fn live_orders(state: &AppState, voucher_id: i64) -> AppResult<Vec<OrderRecord>> {
+async fn live_orders(ctx: &Vouchers, voucher_id: i64) -> AppResult<Vec<OrderRecord>> {
     let rows = sqlx::query(
         "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
          WHERE voucher_id = $1 AND status IN ('UNPAID', 'PAID') ORDER BY id",
     )
     .bind(voucher_id)
-    .fetch_all(&state.db.pool)
+    .fetch_all(&ctx.infra.db.pool)
     .await?;
     Ok(rows
         .iter()
@@ -65,18 +65,18 @@ async fn live_orders(state: &AppState, voucher_id: i64) -> AppResult<Vec<OrderRe
 
 /// Reconciles one voucher's stock between Redis and SQL. A voucher Redis lost reads as
 /// SQL's (the sale rebuilds it on demand), so a stock check alone never fails on loss.
-async fn stock_check(state: &AppState, voucher: &VoucherRecord) -> AppResult<StockCheck> {
-    let mut conn = state.redis.get().await?;
+async fn stock_check(ctx: &Vouchers, voucher: &VoucherRecord) -> AppResult<StockCheck> {
+    let mut conn = ctx.infra.redis.get().await?;
     let (stock, buyers): (Option<i64>, i64) = redis::pipe()
         .cmd("HGET")
-        .arg(state.keys.voucher(voucher.id, shards(state)))
+        .arg(ctx.infra.keys.voucher(voucher.id, shards(ctx)))
         .arg("stock")
         .cmd("SCARD")
-        .arg(state.keys.voucher_buyers(voucher.id, shards(state)))
+        .arg(ctx.infra.keys.voucher_buyers(voucher.id, shards(ctx)))
         .query_async(&mut *conn)
         .await?;
     drop(conn);
-    let sql = sql_stock(state, voucher.id).await?;
+    let sql = sql_stock(ctx, voucher.id).await?;
     Ok(StockCheck::of(voucher, stock, buyers, sql))
 }
 
@@ -102,16 +102,16 @@ impl StockCheck {
 
 /// Every voucher's stock in Redis and SQL. Counts taken while orders are in flight to SQL
 /// may differ for a moment; a second run then agrees.
-pub async fn stock_checks(state: &AppState) -> AppResult<Vec<StockCheck>> {
+pub async fn stock_checks(ctx: &Vouchers) -> AppResult<Vec<StockCheck>> {
     let mut checks = Vec::new();
     let mut after = 0;
     loop {
-        let vouchers = vouchers_after(state, after).await?;
+        let vouchers = vouchers_after(ctx, after).await?;
         let Some(last) = vouchers.last().map(|v| v.id) else {
             return Ok(checks);
         };
         for voucher in &vouchers {
-            checks.push(stock_check(state, voucher).await?);
+            checks.push(stock_check(ctx, voucher).await?);
         }
         after = last;
     }
@@ -120,43 +120,43 @@ pub async fn stock_checks(state: &AppState) -> AppResult<Vec<StockCheck>> {
 /// Per voucher: Redis holds it, its stock agrees with SQL, its buyers set is exactly the
 /// buyers of SQL's live orders (a live order Redis has and SQL lacks is drift too), and
 /// each live order is in Redis with SQL's status.
-pub async fn verify(state: &AppState) -> AppResult<Report> {
+pub async fn verify(ctx: &Vouchers) -> AppResult<Report> {
     let mut report = Report::new("vouchers and orders");
     let mut after = 0;
     loop {
-        let vouchers = vouchers_after(state, after).await?;
+        let vouchers = vouchers_after(ctx, after).await?;
         let Some(last) = vouchers.last().map(|v| v.id) else {
             return Ok(report);
         };
         for voucher in &vouchers {
-            verify_voucher(state, voucher, &mut report).await?;
+            verify_voucher(ctx, voucher, &mut report).await?;
         }
         after = last;
     }
 }
 
 async fn verify_voucher(
-    state: &AppState,
+    ctx: &Vouchers,
     voucher: &VoucherRecord,
     report: &mut Report,
 ) -> AppResult<()> {
     let id = voucher.id;
-    let keys = &state.keys;
-    let live = live_orders(state, id).await?;
+    let keys = &ctx.infra.keys;
+    let live = live_orders(ctx, id).await?;
     let mut statuses = redis::pipe();
     for order in &live {
         statuses
             .cmd("HGET")
-            .arg(keys.order(id, order.id, shards(state)))
+            .arg(keys.order(id, order.id, shards(ctx)))
             .arg("status");
     }
-    let mut conn = state.redis.get().await?;
+    let mut conn = ctx.infra.redis.get().await?;
     let (stock, buyers): (Option<i64>, BTreeSet<i64>) = redis::pipe()
         .cmd("HGET")
-        .arg(keys.voucher(id, shards(state)))
+        .arg(keys.voucher(id, shards(ctx)))
         .arg("stock")
         .cmd("SMEMBERS")
-        .arg(keys.voucher_buyers(id, shards(state)))
+        .arg(keys.voucher_buyers(id, shards(ctx)))
         .query_async(&mut *conn)
         .await?;
     let statuses: Vec<Option<String>> = if statuses.is_empty() {
@@ -166,7 +166,7 @@ async fn verify_voucher(
     };
     drop(conn);
     report.check(stock.is_some(), || format!("voucher {id} is not in Redis"));
-    let sql = sql_stock(state, id).await?;
+    let sql = sql_stock(ctx, id).await?;
     let check = StockCheck::of(voucher, stock, buyers.len() as i64, sql);
     report.check(check.consistent(), || {
         format!(
@@ -207,22 +207,21 @@ async fn verify_voucher(
 /// overwritten), its buyers, and its live orders (only those Redis lacks). Everything is
 /// written only where missing, so a sale or a payment running meanwhile is never undone
 /// and nothing is held back.
-pub async fn rebuild(run: &Rebuild<'_>) -> AppResult<()> {
-    let state = run.state;
+pub async fn rebuild(ctx: &Vouchers, run: &Rebuild<'_>) -> AppResult<()> {
     run.expect_count("SELECT COUNT(*) AS n FROM vouchers")
         .await?;
     let mut after = run.resume_from().await?;
     loop {
-        let vouchers = vouchers_after(state, after).await?;
+        let vouchers = vouchers_after(ctx, after).await?;
         let Some(last) = vouchers.last().map(|v| v.id) else {
             return Ok(());
         };
         for voucher in &vouchers {
-            let live = live_orders(state, voucher.id).await?;
-            let (remaining, _) = sql_stock(state, voucher.id).await?;
+            let live = live_orders(ctx, voucher.id).await?;
+            let (remaining, _) = sql_stock(ctx, voucher.id).await?;
             let buyers: Vec<i64> = live.iter().map(|order| order.buyer_id).collect();
-            preload(state, voucher, remaining, &buyers).await?;
-            orders::restore(state, &live).await?;
+            preload(ctx, voucher, remaining, &buyers).await?;
+            orders::restore(ctx, &live).await?;
         }
         run.finished_through(last, vouchers.len() as u64).await?;
         after = last;

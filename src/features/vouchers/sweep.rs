@@ -17,7 +17,7 @@ use sqlx::Row;
 
 use super::orders::{self, Expiry};
 use crate::{
-    app::AppState,
+    features::vouchers::Vouchers,
     infra::error::AppResult,
     infra::lock::{self, Held},
 };
@@ -29,16 +29,15 @@ const PAGE: i64 = 200;
 const LOCK: &str = "order-expiry-sweep";
 const LOCK_LEASE: Duration = Duration::from_secs(30);
 
-pub async fn run(state: AppState) {
-    let mut every =
-        tokio::time::interval(Duration::from_secs(state.config.order_sweep_seconds.max(1)));
+pub async fn run(ctx: Vouchers) {
+    let mut every = tokio::time::interval(ctx.settings.sweep_every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
+            () = ctx.infra.instance.shutdown.cancelled() => return,
             _ = every.tick() => {}
         }
-        match lock::with_lock(&state, LOCK, LOCK_LEASE, |held| sweep(&state, held)).await {
+        match lock::with_lock(&ctx.infra, LOCK, LOCK_LEASE, |held| sweep(&ctx, held)).await {
             // Another instance sweeps, or there was nothing to do.
             Ok(None | Some(Ok(0))) => {}
             Ok(Some(Ok(expired))) => {
@@ -55,8 +54,8 @@ pub async fn run(state: AppState) {
 }
 
 /// Expires the overdue unpaid orders; how many this pass expired.
-async fn sweep(state: &AppState, held: Held) -> AppResult<usize> {
-    let overdue_before = state.clock.now_ms() - OVERDUE_AFTER.as_millis() as i64;
+async fn sweep(ctx: &Vouchers, held: Held) -> AppResult<usize> {
+    let overdue_before = ctx.infra.clock.now_ms() - OVERDUE_AFTER.as_millis() as i64;
     let (mut after_pay_by, mut after_id) = (i64::MIN, i64::MIN);
     let (mut expired, mut unknown) = (0, 0);
     loop {
@@ -69,17 +68,17 @@ async fn sweep(state: &AppState, held: Held) -> AppResult<usize> {
         .bind(after_pay_by)
         .bind(after_id)
         .bind(PAGE)
-        .fetch_all(&state.db.pool)
+        .fetch_all(&ctx.infra.db.pool)
         .await?;
         for row in &rows {
             if held.lost.is_cancelled() {
                 return Ok(expired);
             }
             let (order, voucher): (i64, i64) = (row.try_get("id")?, row.try_get("voucher_id")?);
-            match orders::expire(state, voucher, order).await? {
+            match orders::expire(ctx, voucher, order).await? {
                 Expiry::Expired => {
                     expired += 1;
-                    super::cancel_expiry(state, order).await;
+                    super::cancel_expiry(ctx, order).await;
                 }
                 // The order consumer has not written the outcome yet.
                 Expiry::Settled => {}

@@ -84,11 +84,11 @@ pub fn upgrade(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let ip = client_ip(headers, peer, &http.state.config);
-    if let Err(error) = http.state.rate_limits.check_ip(ip) {
+    let ip = client_ip(headers, peer, &http.gateway.config);
+    if let Err(error) = http.gateway.rate_limits.check_ip(ip) {
         return super::plain_error(axum::http::StatusCode::TOO_MANY_REQUESTS, &error);
     }
-    let max_message = http.state.config.max_body_bytes;
+    let max_message = http.gateway.config.max_body_bytes;
     upgrade
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
         // tungstenite's defaults (128 KiB read and write buffers per socket) cost more than a
@@ -118,7 +118,7 @@ async fn serve(
     header_token: Option<String>,
     connection: Arc<Connection>,
 ) {
-    let shutdown = http.state.shutdown.clone();
+    let shutdown = http.gateway.infra.instance.shutdown.clone();
     let (mut sink, mut stream) = socket.split();
     // The client's messages are read by a task of their own and handed over through a
     // channel. async-graphql polls its input each time it polls for output, and every poll
@@ -152,14 +152,14 @@ async fn serve(
     let input = futures::stream::poll_fn(move |cx| inbox.poll_recv(cx))
         .take_until(shutdown.clone().cancelled_owned());
 
-    let state = http.state.clone();
+    let gateway = http.gateway.clone();
     let init_connection = connection.clone();
     let on_init = move |payload: Value| async move {
         let mut data = Data::default();
         data.insert(RequestId(init_connection.id.clone()));
         data.insert(SubscriptionSlots::new(init_connection.max_subscriptions));
         let token = authorization_in(&payload).or(header_token);
-        let caller = admission::identify(&state, init_connection.ip, token.as_deref())
+        let caller = admission::identify(&gateway, init_connection.ip, token.as_deref())
             .await
             .inspect_err(|error| {
                 if error.code() == ErrorCode::Unauthenticated {

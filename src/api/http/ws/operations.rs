@@ -44,8 +44,8 @@ impl Connection {
             caller: OnceLock::new(),
             refused: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
-            max_in_flight: http.state.config.ws_max_operations,
-            max_subscriptions: http.state.config.max_subscriptions_per_connection,
+            max_in_flight: http.gateway.config.ws_max_operations,
+            max_subscriptions: http.gateway.config.max_subscriptions_per_connection,
         }
     }
 }
@@ -96,7 +96,7 @@ impl Admitter {
             extensions,
         };
         let admitted = admission::admit(
-            &self.http.state,
+            &self.http.gateway,
             caller,
             operation,
             Transport::WebSocket,
@@ -142,7 +142,7 @@ impl Executor for Admitter {
         futures::stream::once(async move {
             match this.admit(request).await {
                 Ok((admitted, in_flight)) => {
-                    let mut register = admitted.register.map(|r| (this.http.state.clone(), r));
+                    let mut register = admitted.register.map(|r| (this.http.gateway.clone(), r));
                     this.http
                         .schema
                         .execute_stream_with_session_data(
@@ -152,10 +152,10 @@ impl Executor for Admitter {
                         .map(move |response| {
                             let _held = &in_flight;
                             // A persisted query is stored once it has passed validation.
-                            if let Some((state, (hash, query))) = register.take() {
+                            if let Some((gateway, (hash, query))) = register.take() {
                                 if !admission::is_request_error(&response) {
                                     tokio::spawn(async move {
-                                        if let Err(error) = apq::register(&state, &hash, &query).await {
+                                        if let Err(error) = apq::register(&gateway, &hash, &query).await {
                                             tracing::warn!(%error, "could not store a persisted query");
                                         }
                                     });
