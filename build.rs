@@ -4,6 +4,12 @@
 //! Adding a script or an example operation means adding a file: this build step finds it,
 //! and the generated tables (`lua_scripts.rs`, `playground_operations.rs`) list it, so no
 //! central registry has to be edited by hand.
+//!
+//! A script's header declares its keys (`KEYS[1] …`, `KEYS[1..6]`). The build reads the
+//! count, refuses a script whose code reads a key its header does not declare, and writes
+//! the count into the script's type (`LuaScript<3>`): a Rust caller that passes another
+//! number of keys does not compile. BullMQ puts the count in the file name for the same
+//! reason; here it stays next to the description of each key.
 
 use std::{env, fs, path::Path};
 
@@ -17,20 +23,21 @@ fn main() {
     fs::create_dir_all(&expanded_dir).expect("create OUT_DIR/lua");
     let mut generated = String::new();
     for (stem, source) in &scripts {
+        let keys = declared_keys(stem, source);
         let expanded = expand_includes(&lua_dir, source);
         let path = expanded_dir.join(format!("{stem}.lua"));
         fs::write(&path, expanded).expect("write expanded script");
         let path = path.to_string_lossy();
         generated.push_str(&format!(
-            "/// `lua/{stem}.lua`\npub static {}: LazyLock<LuaScript> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({path:?})));\n",
+            "/// `lua/{stem}.lua`, {keys} keys\npub static {}: LazyLock<LuaScript<{keys}>> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({path:?})));\n",
             stem.to_uppercase()
         ));
     }
-    generated.push_str("/// Every script of `lua/`, loaded into Redis at start.\npub static ALL: &[&LazyLock<LuaScript>] = &[");
+    generated.push_str("/// Every script of `lua/`, loaded into Redis at start.\npub fn all() -> Vec<&'static dyn Loadable> {\n    vec![");
     for (stem, _) in &scripts {
-        generated.push_str(&format!("&{}, ", stem.to_uppercase()));
+        generated.push_str(&format!("&*{}, ", stem.to_uppercase()));
     }
-    generated.push_str("];\n");
+    generated.push_str("]\n}\n");
     fs::write(Path::new(&out_dir).join("lua_scripts.rs"), generated).expect("write lua_scripts.rs");
 
     let operations =
@@ -50,17 +57,65 @@ fn main() {
     println!("cargo:rerun-if-changed=playground");
 }
 
+/// The number of keys a script's header declares: the highest `KEYS[n]` (or `KEYS[a..n]`)
+/// in the comment that opens it. Panics when the code reads a key beyond that.
+fn declared_keys(stem: &str, path: &str) -> usize {
+    let source = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let header = match source.strip_prefix("--[[") {
+        Some(rest) => rest.split("]]").next().unwrap_or_default().to_string(),
+        None => source
+            .lines()
+            .take_while(|line| line.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    let code = &source[source.find(&header).map_or(0, |at| at + header.len())..];
+    let declared = highest_key(&header);
+    assert!(
+        declared > 0,
+        "lua/{stem}.lua: its header declares no KEYS[n]; every key comes in through KEYS"
+    );
+    let used = highest_key(code);
+    assert!(
+        used <= declared,
+        "lua/{stem}.lua reads KEYS[{used}] but its header declares {declared} keys"
+    );
+    declared
+}
+
+/// The highest key index named in `text` as `KEYS[n]` or `KEYS[a..n]`.
+fn highest_key(text: &str) -> usize {
+    text.match_indices("KEYS[")
+        .filter_map(|(at, _)| {
+            let rest = &text[at + "KEYS[".len()..];
+            let inside = &rest[..rest.find(']')?];
+            let last = inside.rsplit("..").next()?;
+            last.trim().parse::<usize>().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Replaces each line `-- @include name.lua` with the file `lua/include/name.lua`, so that
-/// small helpers shared by scripts are written once (as BullMQ does).
+/// small helpers shared by scripts are written once (as BullMQ does). An included file may
+/// include others; each file is included once per script, where it is first named.
 fn expand_includes(lua_dir: &Path, script: &str) -> String {
     let source = fs::read_to_string(script).unwrap_or_else(|e| panic!("read {script}: {e}"));
+    let mut included = Vec::new();
+    expand(lua_dir, script, &source, &mut included)
+}
+
+fn expand(lua_dir: &Path, script: &str, source: &str, included: &mut Vec<String>) -> String {
     source
         .lines()
         .map(|line| match line.trim().strip_prefix("-- @include ") {
+            Some(name) if included.iter().any(|seen| seen == name.trim()) => String::new(),
             Some(name) => {
+                included.push(name.trim().to_string());
                 let path = lua_dir.join("include").join(name.trim());
-                fs::read_to_string(&path)
-                    .unwrap_or_else(|e| panic!("{script}: include {}: {e}", path.display()))
+                let text = fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{script}: include {}: {e}", path.display()));
+                expand(lua_dir, script, &text, included)
             }
             None => line.to_string(),
         })

@@ -179,7 +179,7 @@ fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
     let shards = settings.shards;
     Ok([
         "EVALSHA".to_string(),
-        REMARKS_LIKE.get_hash().to_string(),
+        REMARKS_LIKE.hash().to_string(),
         "4".into(),
         keys.remark_info(remark, shards),
         keys.like_relation(remark, 0, shards)

@@ -11,14 +11,16 @@
     ARGV[1] SHA-256 hex   ARGV[2] query text   ARGV[3] now, epoch ms
     ARGV[4] budget, bytes   ARGV[5] a document unused this long (ms) is forgotten
 
-  Output: { 1 stored | 0 was stored already (now marked used) | -1 larger than the budget,
-            documents evicted }
+  Output: { status, documents evicted }
+    status (lua/include/status.lua) OK stored, ALREADY stored before (now marked used),
+           OVER_LIMIT larger than the budget
 
   A document counts its length plus ENTRY_OVERHEAD bytes (its hash field, its recency
   member and what Redis keeps for each), so that many small documents cannot outgrow the
   budget in memory either. One hash rather than a key per document: eviction then needs no
   key built here, and the three keys share one slot.
 ]]
+-- @include status.lua
 local ENTRY_OVERHEAD = 256
 local hash, query, now, budget = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -32,11 +34,11 @@ end
 
 if redis.call('HEXISTS', KEYS[1], hash) == 1 then
   redis.call('ZADD', KEYS[2], now, hash)
-  return {0, 0}
+  return {ALREADY, 0}
 end
 local cost = #query + ENTRY_OVERHEAD
 if cost > budget then
-  return {-1, 0}
+  return {OVER_LIMIT, 0}
 end
 
 local evicted = 0
@@ -60,4 +62,4 @@ end
 redis.call('HSET', KEYS[1], hash, query)
 redis.call('ZADD', KEYS[2], now, hash)
 redis.call('INCRBY', KEYS[3], cost)
-return {1, evicted}
+return {OK, evicted}

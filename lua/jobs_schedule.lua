@@ -12,26 +12,28 @@
     KEYS[3] finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
     then four per job:  ARGV job id, job JSON, run at (epoch ms), attempts so far (0 if new)
 
-  Output: two per job, in order: 1, '' added; -1, <JSON of the pending job> refused
-          (JOB_EXISTS; the caller's SQL record then describes the job that is pending)
+  Output: two per job, in order (statuses of lua/include/status.lua): OK, '' added;
+          TAKEN, <JSON of the pending job> refused (a job with this id is pending; the
+          caller's SQL record then describes it)
 
   A job's own fields join its id and their name with '/', which no id may contain: with
   ':', allowed in ids, the job "a:attempts" and the attempts of the job "a" were one field.
 ]]
+-- @include status.lua
 local out = {}
 for i = 1, #ARGV, 4 do
   local id = ARGV[i]
   local status = redis.call('HGET', KEYS[1], id .. '/status')
   local pending = redis.call('HGET', KEYS[1], id)
   if pending and status ~= 'DONE' and status ~= 'CANCELLED' then
-    out[#out + 1] = -1
+    out[#out + 1] = TAKEN
     out[#out + 1] = pending
   else
     redis.call('HDEL', KEYS[1], id .. '/status', id .. '/error', id .. '/lease', id .. '/stalls')
     redis.call('HSET', KEYS[1], id, ARGV[i + 1], id .. '/attempts', ARGV[i + 3])
     redis.call('ZREM', KEYS[3], id)
     redis.call('ZADD', KEYS[2], ARGV[i + 2], id)
-    out[#out + 1] = 1
+    out[#out + 1] = OK
     out[#out + 1] = ''
   end
 end

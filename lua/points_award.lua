@@ -16,6 +16,7 @@
   Output: { points_awarded, duplicate (0/1) } - a duplicate answers the first award;
           { HELD, 0 } while a rebuild holds awards back.
 ]]
+-- @include status.lua
 -- @include points_award.lua
 
 if held(KEYS[5]) then

@@ -19,10 +19,12 @@
     ARGV[7] how many earliest likers to keep
 
   Output: { status, likes, liked, changed }
-    status  0 done, -1 remark info missing (caller rebuilds it from SQL, or NOT_FOUND),
-           -2 the archive must decide (caller asks it and calls again)
+    status (lua/include/status.lua) OK done, MISSING remark info missing (the caller
+           rebuilds it from SQL, or answers NOT_FOUND), ASK_ARCHIVE the archive must decide
+           (the caller asks it and calls again)
 
-  Events: on a change, XADD to KEYS[4] {remark, voter, author, voting=1, count, at}
+  Events: on a change, XADD to KEYS[4] a VoteEvent (src/features/remarks/events.rs):
+          {remark, voter, author, voting=1, count, at},
           and PUBLISH the new count on ARGV[6].
 
   The earliest likers (KEYS[3]) hold the first ARGV[7] current likers, or fewer when unlikes
@@ -31,6 +33,7 @@
   Why a relation key per voter rather than a set per remark: each key expires on its own,
   so memory follows recent activity; the archive answers for older votes.
 ]]
+-- @include status.lua
 -- @include remarks_relation.lua
 
 local author, relation = read_relation(KEYS[1], KEYS[2], ARGV[5])
@@ -40,7 +43,7 @@ end
 local ttl = tonumber(ARGV[4])
 if relation == '1' then
   redis.call('SET', KEYS[2], '1', 'EX', ttl)
-  return {0, tonumber(redis.call('HGET', KEYS[1], 'likes') or '0'), 1, 0}
+  return {OK, tonumber(redis.call('HGET', KEYS[1], 'likes') or '0'), 1, 0}
 end
 
 redis.call('SET', KEYS[2], '1', 'EX', ttl)
@@ -57,4 +60,4 @@ end
 redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
   'voting', 1, 'count', likes, 'at', ARGV[3])
 redis.call('PUBLISH', ARGV[6], likes)
-return {0, likes, 1, 1}
+return {OK, likes, 1, 1}

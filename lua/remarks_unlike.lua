@@ -4,11 +4,13 @@
   Input: as remarks_like.lua (KEYS[1..4], ARGV[1..6]; ARGV[7] unused).
   Output: { status, likes, liked, changed } with the same status codes.
 
-  Events: on a change, XADD {remark, voter, author, voting=0, count, at} and PUBLISH the count.
+  Events: on a change, XADD a VoteEvent {remark, voter, author, voting=0, count, at}
+          (src/features/remarks/events.rs) and PUBLISH the count.
 
   The relation becomes "0" (with the TTL) rather than being deleted: a missing key means
   "ask the archive", and the archive may not hold this unlike yet.
 ]]
+-- @include status.lua
 -- @include remarks_relation.lua
 
 local author, relation = read_relation(KEYS[1], KEYS[2], ARGV[5])
@@ -18,7 +20,7 @@ end
 local ttl = tonumber(ARGV[4])
 if relation ~= '1' then
   redis.call('SET', KEYS[2], '0', 'EX', ttl)
-  return {0, tonumber(redis.call('HGET', KEYS[1], 'likes') or '0'), 0, 0}
+  return {OK, tonumber(redis.call('HGET', KEYS[1], 'likes') or '0'), 0, 0}
 end
 
 redis.call('SET', KEYS[2], '0', 'EX', ttl)
@@ -27,4 +29,4 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
   'voting', 0, 'count', likes, 'at', ARGV[3])
 redis.call('PUBLISH', ARGV[6], likes)
-return {0, likes, 0, 1}
+return {OK, likes, 0, 1}

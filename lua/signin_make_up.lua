@@ -16,9 +16,10 @@
     ARGV[16] the missed day, YYYYMMDD (the sign_ins row the archive writes from the event)
 
   Output: { status, streak, points_awarded, make_ups_left }
-    status 0 done, -1 the day is already signed, -2 no make-ups left this month,
-           HELD while a rebuild holds make-ups back
+    status (lua/include/status.lua) OK made up, ALREADY the day is signed already,
+           OVER_LIMIT no make-ups left this month, HELD while a rebuild holds make-ups back
 ]]
+-- @include status.lua
 -- @include points_award.lua
 -- @include signin_streak.lua
 
@@ -37,10 +38,10 @@ local function current_streak()
   return streak_ending(KEYS[1], KEYS[2], KEYS[3], end_day, tonumber(ARGV[4]), ARGV[5], ARGV[6])
 end
 if redis.call('GETBIT', KEYS[1], day - 1) == 1 then
-  return {-1, current_streak(), 0, math.max(0, allowed - used)}
+  return {ALREADY, current_streak(), 0, math.max(0, allowed - used)}
 end
 if used >= allowed then
-  return {-2, current_streak(), 0, 0}
+  return {OVER_LIMIT, current_streak(), 0, 0}
 end
 redis.call('SETBIT', KEYS[1], day - 1, 1)
 redis.call('INCR', KEYS[7])
@@ -48,4 +49,4 @@ redis.call('EXPIRE', KEYS[7], ARGV[13])
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]), -1,
   ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[15], ARGV[12],
   {'day', ARGV[16], 'made_up', 1})
-return {0, current_streak(), awarded, allowed - used - 1}
+return {OK, current_streak(), awarded, allowed - used - 1}

@@ -20,9 +20,11 @@
     ARGV[14] idempotency text for the event (signin:<user>:<date>)
     ARGV[15] today, YYYYMMDD (the sign_ins row the archive writes from the event)
 
-  Output: { already_signed (0/1), streak, points_awarded }; { HELD, 0, 0 } while a rebuild
-          holds sign-ins back.
+  Output: { status, streak, points_awarded }
+    status (lua/include/status.lua) OK signed, ALREADY signed today before, HELD while a
+           rebuild holds sign-ins back
 ]]
+-- @include status.lua
 -- @include points_award.lua
 -- @include signin_streak.lua
 
@@ -35,7 +37,7 @@ local was = redis.call('SETBIT', KEYS[1], day - 1, 1)
 redis.call('EXPIRE', KEYS[1], ARGV[11])
 local streak = streak_ending(KEYS[1], KEYS[2], KEYS[3], day, tonumber(ARGV[3]), ARGV[4], ARGV[5])
 if was == 1 then
-  return {1, streak, 0}
+  return {ALREADY, streak, 0}
 end
 local points = tonumber(ARGV[12])
 for rule in string.gmatch(ARGV[13], '[^,]+') do
@@ -46,4 +48,4 @@ for rule in string.gmatch(ARGV[13], '[^,]+') do
 end
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
   tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
-return {0, streak, awarded}
+return {OK, streak, awarded}

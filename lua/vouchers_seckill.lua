@@ -11,27 +11,30 @@
     ARGV[4] now, epoch ms (the server's clock, not Redis's)   ARGV[5] stock channel
 
   Output: { status, stock left, pay by (epoch ms) }
-    status 0 ordered, -1 voucher unknown here (caller rebuilds it or NOT_FOUND),
-           -2 NOT_STARTED, -3 ENDED, -4 ALREADY_ORDERED, -5 SOLD_OUT
+    status (lua/include/status.lua) OK ordered, MISSING voucher unknown here (the caller
+           rebuilds it from SQL, or answers NOT_FOUND), NOT_YET, ENDED, TAKEN (this buyer
+           has an order), SOLD_OUT
 
-  Events: XADD {type=created, order, voucher, buyer, created, pay_by}; PUBLISH the stock.
+  Events: XADD an OrderEvent {type=created, order, voucher, buyer, created, pay_by}
+          (src/features/vouchers/events.rs); PUBLISH the stock.
 ]]
+-- @include status.lua
 local now = tonumber(ARGV[4])
 local voucher = redis.call('HMGET', KEYS[1], 'stock', 'begins', 'ends', 'pay_within')
 if not voucher[1] then
-  return {-1, 0, 0}
+  return {MISSING, 0, 0}
 end
 if now < tonumber(voucher[2]) then
-  return {-2, tonumber(voucher[1]), 0}
+  return {NOT_YET, tonumber(voucher[1]), 0}
 end
 if now >= tonumber(voucher[3]) then
-  return {-3, tonumber(voucher[1]), 0}
+  return {ENDED, tonumber(voucher[1]), 0}
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then
-  return {-4, tonumber(voucher[1]), 0}
+  return {TAKEN, tonumber(voucher[1]), 0}
 end
 if tonumber(voucher[1]) <= 0 then
-  return {-5, 0, 0}
+  return {SOLD_OUT, 0, 0}
 end
 local stock = redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('SADD', KEYS[2], ARGV[2])
@@ -41,4 +44,4 @@ redis.call('HSET', KEYS[3], 'voucher', ARGV[1], 'buyer', ARGV[2], 'status', 'UNP
 redis.call('XADD', KEYS[4], '*', 'type', 'created', 'order', ARGV[3], 'voucher', ARGV[1],
   'buyer', ARGV[2], 'created', now, 'pay_by', pay_by)
 redis.call('PUBLISH', ARGV[5], stock)
-return {0, stock, pay_by}
+return {OK, stock, pay_by}

@@ -11,23 +11,26 @@
     ARGV[4] stock channel   ARGV[5] order id   ARGV[6] seconds to keep the order hash
 
   Output: { status, order status now }
-    status 0 changed, 1 already settled (order status unchanged), -1 no such order,
-           -2 not the buyer's order, -3 expiry before pay-by (retry later)
+    status (lua/include/status.lua) OK changed, ALREADY settled before (order status
+           unchanged), MISSING no such order here (the caller asks SQL), NOT_FOUND not the
+           buyer's order, NOT_YET expiry before pay-by (retry later)
 
   Payment after pay-by expires the order instead (the expiry job may simply not have run).
-  Events: XADD {type=settled, order, voucher, buyer, status, at, created, pay_by};
+  Events: XADD an OrderEvent {type=settled, order, voucher, buyer, status, at, created,
+          pay_by} (src/features/vouchers/events.rs);
           PUBLISH the stock when it comes back.
 ]]
+-- @include status.lua
 local order = redis.call('HMGET', KEYS[1], 'status', 'buyer', 'voucher', 'created', 'pay_by')
 local status, buyer = order[1], order[2]
 if not status then
-  return {-1, ''}
+  return {MISSING, ''}
 end
 if ARGV[3] ~= '' and ARGV[3] ~= buyer then
-  return {-2, status}
+  return {NOT_FOUND, status}
 end
 if status ~= 'UNPAID' then
-  return {1, status}
+  return {ALREADY, status}
 end
 local now, outcome = tonumber(ARGV[2]), ARGV[1]
 local pay_by = tonumber(order[5])
@@ -35,7 +38,7 @@ if outcome == 'PAID' and now > pay_by then
   outcome = 'EXPIRED'
 end
 if outcome == 'EXPIRED' and now < pay_by then
-  return {-3, status}
+  return {NOT_YET, status}
 end
 redis.call('HSET', KEYS[1], 'status', outcome)
 redis.call('EXPIRE', KEYS[1], ARGV[6])
@@ -46,4 +49,4 @@ if outcome ~= 'PAID' then
 end
 redis.call('XADD', KEYS[4], '*', 'type', 'settled', 'order', ARGV[5], 'voucher', order[3],
   'buyer', buyer, 'status', outcome, 'at', now, 'created', order[4], 'pay_by', order[5])
-return {0, outcome}
+return {OK, outcome}

@@ -1,11 +1,12 @@
 -- Shared by remarks_like.lua and remarks_unlike.lua (included by build.rs): reads a voter's
 -- relation to a remark. Returns (author, relation) with relation '1' or '0', or
--- (nil, status) when the caller must act first: -1 rebuild the remark's info from SQL,
--- -2 ask the archive (the relation key is gone and the remark is old, or Redis was rebuilt).
+-- (nil, status) when the caller must act first: MISSING rebuild the remark's info from SQL,
+-- ASK_ARCHIVE ask the archive (the relation key is gone and the remark is old, or Redis
+-- was rebuilt).
 local function read_relation(info_key, relation_key, known)
   local author = redis.call('HGET', info_key, 'author')
   if not author then
-    return nil, -1
+    return nil, MISSING
   end
   local relation = redis.call('GET', relation_key)
   if relation then
@@ -15,7 +16,7 @@ local function read_relation(info_key, relation_key, known)
     known = 'unknown'
   end
   if known == 'unknown' then
-    return nil, -2
+    return nil, ASK_ARCHIVE
   end
   return author, (known == 'liked') and '1' or '0'
 end

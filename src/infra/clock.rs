@@ -73,6 +73,11 @@ impl Clock {
         at.with_timezone(&self.tz).date_naive()
     }
 
+    /// The local date of an instant given in epoch milliseconds (an event's `at`).
+    pub fn date_of_ms(&self, epoch_ms: i64) -> NaiveDate {
+        self.date_of(DateTime::from_timestamp_millis(epoch_ms).unwrap_or_default())
+    }
+
     pub fn current_month(&self) -> Month {
         Month::of(self.today())
     }

@@ -116,7 +116,7 @@ impl IdGenerator {
     async fn reserve(&self, day: NaiveDate) -> AppResult<u64> {
         let mut conn = self.redis.get().await?;
         let last: u64 = scripts::IDS_ALLOCATE_BLOCK
-            .key(self.keys.id_sequence(day))
+            .keys([self.keys.id_sequence(day)])
             .arg(self.block_size)
             .arg(DAY_KEY_TTL_SECONDS)
             .invoke_async(&mut *conn)

@@ -56,8 +56,7 @@ where
     let fence: i64 = {
         let mut conn = infra.redis.get().await?;
         LOCK_ACQUIRE
-            .key(&owner_key)
-            .key(infra.keys.lock_fence(name))
+            .keys([owner_key.clone(), infra.keys.lock_fence(name)])
             .arg(&token)
             .arg(lease_ms)
             .invoke_async(&mut *conn)
@@ -91,7 +90,7 @@ where
                 let renewed: AppResult<i64> = async {
                     let mut conn = infra.redis.get().await?;
                     Ok(LOCK_RENEW
-                        .key(&owner_key)
+                        .keys([owner_key.clone()])
                         .arg(&token)
                         .arg(lease_ms)
                         .invoke_async(&mut *conn)
@@ -112,7 +111,7 @@ where
     let _ = renewer.await;
     let mut conn = infra.redis.get().await?;
     let _: i64 = LOCK_RELEASE
-        .key(&owner_key)
+        .keys([owner_key.clone()])
         .arg(&token)
         .invoke_async(&mut *conn)
         .await?;

@@ -87,6 +87,44 @@ impl StreamEntry {
     }
 }
 
+/// An event as a stream entry carries it. Its type writes its field names once: the code
+/// that XADDs it ([`Event::to_fields`]) and the consumers that read it
+/// ([`Event::from_entry`]) share them, and a Lua script that XADDs it names the type in its
+/// header.
+pub trait Event: Sized {
+    /// Reads an entry; one that is not this event is poison (kept apart), not an outage.
+    fn from_entry(entry: &StreamEntry) -> Result<Self, HandleError>;
+    /// The field/value pairs of the entry, in the order XADD writes them.
+    fn to_fields(&self) -> Vec<(&'static str, String)>;
+}
+
+impl StreamEntry {
+    /// The entry XADD would make of `event` (for tests and tools that read events back).
+    pub fn of_event(stream: &str, id: &str, event: &impl Event) -> Self {
+        Self {
+            stream: stream.to_string(),
+            id: id.to_string(),
+            fields: event
+                .to_fields()
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value))
+                .collect(),
+        }
+    }
+}
+
+/// XADDs `event` to `stream`.
+pub async fn publish(infra: &Infra, stream: &str, event: &impl Event) -> AppResult<()> {
+    let mut conn = infra.redis.get().await?;
+    let _: String = redis::cmd("XADD")
+        .arg(stream)
+        .arg("*")
+        .arg(event.to_fields())
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HandleError {
     /// The entry itself can never be written (malformed, violates a rule).

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use engage::infra::auth::Role;
+use engage::{
+    features::points::{events::IntakeAward, PointsType},
+    infra::{auth::Role, streams},
+};
 use serde_json::{json, Value};
 
 use crate::harness::{eventually, first_code, TestApp};
@@ -21,19 +24,14 @@ async fn unlimited() -> TestApp {
 
 /// A LEARNING award as another service sends it to `{points}:intake`.
 async fn intake(app: &TestApp, user: i64, points: i64, key: &str) {
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    let _: String = redis::cmd("XADD")
-        .arg(app.state.infra.keys.points_intake_stream())
-        .arg("*")
-        .arg("user")
-        .arg(user)
-        .arg("type")
-        .arg("LEARNING")
-        .arg("points")
-        .arg(points)
-        .arg("key")
-        .arg(key)
-        .query_async(&mut *conn)
+    let asked = IntakeAward {
+        user_id: user,
+        kind: PointsType::Learning,
+        points,
+        key: key.to_string(),
+    };
+    let stream = app.state.infra.keys.points_intake_stream();
+    streams::publish(&app.state.infra, &stream, &asked)
         .await
         .unwrap();
 }

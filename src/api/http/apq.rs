@@ -79,8 +79,10 @@ pub async fn resolve(
         None => {
             let mut conn = gateway.infra.redis.get().await?;
             let stored: Option<String> = APQ_LOOKUP
-                .key(gateway.infra.keys.persisted_queries())
-                .key(gateway.infra.keys.persisted_query_recency())
+                .keys([
+                    gateway.infra.keys.persisted_queries(),
+                    gateway.infra.keys.persisted_query_recency(),
+                ])
                 .arg(&hash)
                 .arg(gateway.infra.clock.now_ms())
                 .invoke_async(&mut *conn)
@@ -104,9 +106,11 @@ pub async fn register(gateway: &Gateway, hash: &str, query: &str) -> Result<(), 
     let keys = &gateway.infra.keys;
     let mut conn = gateway.infra.redis.get().await?;
     let (_stored, evicted): (i64, u64) = APQ_REGISTER
-        .key(keys.persisted_queries())
-        .key(keys.persisted_query_recency())
-        .key(keys.persisted_query_bytes())
+        .keys([
+            keys.persisted_queries(),
+            keys.persisted_query_recency(),
+            keys.persisted_query_bytes(),
+        ])
         .arg(hash)
         .arg(query)
         .arg(gateway.infra.clock.now_ms())

@@ -22,10 +22,12 @@ use sqlx::{Any, Row, Transaction};
 pub mod recovery;
 
 use crate::{
+    features::remarks::events::RemarkCreated,
     features::users::UserDirectory,
     infra::config::Config,
     infra::error::{AppError, AppResult},
     infra::redis::Keys,
+    infra::streams::Event,
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
     infra::Infra,
 };
@@ -273,11 +275,11 @@ impl StreamHandler for FanOut {
     ) -> Result<(), HandleError> {
         let ctx = &self.0;
         for entry in entries {
-            let (remark, author, created) = (
-                entry.number("remark")?,
-                entry.number("author")?,
-                entry.number("created")?,
-            );
+            let RemarkCreated {
+                remark_id: remark,
+                author_id: author,
+                created_at_ms: created,
+            } = RemarkCreated::from_entry(entry)?;
             let big = is_big(ctx, author).await.map_err(unavailable)?;
             fan_out(ctx, author, big, &[(remark, created)])
                 .await

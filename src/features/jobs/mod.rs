@@ -33,6 +33,7 @@ use std::sync::Arc;
 use crate::{
     infra::config::Config,
     infra::error::{AppError, AppResult, ErrorCode},
+    infra::redis::status::Status,
     infra::redis::{
         scripts::{JOBS_CANCEL, JOBS_SCHEDULE},
         Keys,
@@ -383,10 +384,11 @@ async fn place(ctx: &Jobs, records: &[pending::Record]) -> AppResult<Vec<Placed>
     let mut due = Vec::new();
     let mut conn = ctx.infra.redis.get().await?;
     for (topic, indices) in &by_topic {
-        let mut call = JOBS_SCHEDULE.prepare_invoke();
-        call.key(keys.job_pool(topic))
-            .key(keys.jobs_delayed(topic))
-            .key(keys.jobs_finished(topic));
+        let mut call = JOBS_SCHEDULE.keys([
+            keys.job_pool(topic),
+            keys.jobs_delayed(topic),
+            keys.jobs_finished(topic),
+        ]);
         for &index in indices {
             let record = &records[index];
             let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
@@ -400,7 +402,7 @@ async fn place(ctx: &Jobs, records: &[pending::Record]) -> AppResult<Vec<Placed>
         for (&index, reply) in indices.iter().zip(replies.chunks_exact(2)) {
             let added: i64 = redis::FromRedisValue::from_redis_value(reply[0].clone())
                 .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
-            placed[index] = Some(if added == 1 {
+            placed[index] = Some(if Status::of(JOBS_SCHEDULE.name, added)? == Status::Ok {
                 let run_at = records[index].spec.run_at_ms;
                 earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
                 Placed::Added
@@ -444,11 +446,13 @@ pub async fn cancel_in(
     let keys = &ctx.infra.keys;
     let mut conn = ctx.infra.redis.get().await?;
     let (cancelled, json): (i64, String) = JOBS_CANCEL
-        .key(keys.jobs_delayed(topic))
-        .key(keys.jobs_ready(topic))
-        .key(keys.jobs_running(topic))
-        .key(keys.job_pool(topic))
-        .key(keys.jobs_finished(topic))
+        .keys([
+            keys.jobs_delayed(topic),
+            keys.jobs_ready(topic),
+            keys.jobs_running(topic),
+            keys.job_pool(topic),
+            keys.jobs_finished(topic),
+        ])
         .arg(id)
         .arg(ctx.infra.clock.now_ms())
         .invoke_async(&mut *conn)

@@ -56,10 +56,11 @@ pub(super) async fn index(ctx: &Jobs, due: &[(String, i64)]) -> AppResult<()> {
         return Ok(());
     }
     let keys = &ctx.infra.keys;
-    let mut call = JOBS_INDEX.prepare_invoke();
-    call.key(keys.jobs_due_topics())
-        .key(keys.jobs_due_marks())
-        .key(keys.jobs_due_mark_counter());
+    let mut call = JOBS_INDEX.keys([
+        keys.jobs_due_topics(),
+        keys.jobs_due_marks(),
+        keys.jobs_due_mark_counter(),
+    ]);
     for (topic, at) in due {
         call.arg(topic).arg(*at);
     }
@@ -114,8 +115,7 @@ pub(super) async fn reindex(ctx: &Jobs, visited: &[(Visit, Option<i64>)]) -> App
         return Ok(());
     }
     let keys = &ctx.infra.keys;
-    let mut call = JOBS_REINDEX.prepare_invoke();
-    call.key(keys.jobs_due_topics()).key(keys.jobs_due_marks());
+    let mut call = JOBS_REINDEX.keys([keys.jobs_due_topics(), keys.jobs_due_marks()]);
     for (visit, next) in visited {
         call.arg(&visit.topic)
             .arg(&visit.mark)

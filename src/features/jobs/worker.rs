@@ -25,7 +25,7 @@ use super::{
 use crate::{
     features::jobs::Jobs,
     infra::error::{AppError, AppResult},
-    infra::redis::scripts::{JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
+    infra::redis::scripts::{self, JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
 };
 
 /// Most jobs one promotion moves per topic per tick.
@@ -170,10 +170,12 @@ async fn promote(ctx: &Jobs, topic: &str, now: i64) -> AppResult<Promotion> {
     let keys = &ctx.infra.keys;
     let mut conn = ctx.infra.redis.get().await?;
     let moved: Vec<i64> = JOBS_PROMOTE
-        .key(keys.jobs_delayed(topic))
-        .key(keys.jobs_ready(topic))
-        .key(keys.jobs_running(topic))
-        .key(keys.job_pool(topic))
+        .keys([
+            keys.jobs_delayed(topic),
+            keys.jobs_ready(topic),
+            keys.jobs_running(topic),
+            keys.job_pool(topic),
+        ])
         .arg(now)
         .arg(PROMOTE_BATCH)
         .invoke_async(&mut *conn)
@@ -223,9 +225,11 @@ async fn take(ctx: &Jobs, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
     let policy = ctx.registry.policy(topic);
     let mut conn = ctx.infra.redis.get().await?;
     let taken: Vec<String> = JOBS_TAKE
-        .key(keys.jobs_ready(topic))
-        .key(keys.jobs_running(topic))
-        .key(keys.job_pool(topic))
+        .keys([
+            keys.jobs_ready(topic),
+            keys.jobs_running(topic),
+            keys.job_pool(topic),
+        ])
         .arg(ctx.infra.clock.now_ms() + policy.visibility.as_millis() as i64)
         .arg(&lease)
         .arg(count)
@@ -374,8 +378,10 @@ async fn extend(
     let keys = &ctx.infra.keys;
     let mut conn = ctx.infra.redis.get().await?;
     let extended: i64 = JOBS_EXTEND
-        .key(keys.jobs_running(&delivery.topic))
-        .key(keys.job_pool(&delivery.topic))
+        .keys([
+            keys.jobs_running(&delivery.topic),
+            keys.job_pool(&delivery.topic),
+        ])
         .arg(ctx.infra.clock.now_ms() + visibility.as_millis() as i64)
         .arg(&delivery.id)
         .arg(lease)
@@ -467,13 +473,13 @@ async fn finish_loop(ctx: &Jobs, mut queue: mpsc::Receiver<Finish>) {
         let now = ctx.infra.clock.now_ms();
         let mut pipe = redis::pipe();
         for (topic, ends) in &by_topic {
-            let mut call = JOBS_FINISH.prepare_invoke();
-            call.key(keys.jobs_running(topic))
-                .key(keys.jobs_delayed(topic))
-                .key(keys.job_pool(topic))
-                .key(keys.jobs_finished(topic))
-                .arg(now)
-                .arg(super::FINISHED_KEPT);
+            let mut call = JOBS_FINISH.keys([
+                keys.jobs_running(topic),
+                keys.jobs_delayed(topic),
+                keys.job_pool(topic),
+                keys.jobs_finished(topic),
+            ]);
+            call.arg(now).arg(super::FINISHED_KEPT);
             for end in ends {
                 call.arg(&end.job_id)
                     .arg(&end.lease)
@@ -493,7 +499,9 @@ async fn finish_loop(ctx: &Jobs, mut queue: mpsc::Receiver<Finish>) {
                     if error.kind()
                         == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    JOBS_FINISH.prepare_invoke().load_async(&mut *conn).await?;
+                    scripts::load(&*JOBS_FINISH, &mut *conn)
+                        .await
+                        .map_err(AppError::internal)?;
                     Ok(pipe.query_async(&mut *conn).await?)
                 }
                 replies => Ok(replies?),

@@ -2,7 +2,7 @@
 //! `ENGAGE_TIMEZONE`; its live board is a Redis zset written by the points scripts; after it
 //! ends, [`rollover`] copies it to SQL, from where past seasons are served.
 //!
-//! Score encoding (written in `lua/include/points_award.lua`):
+//! Score encoding ([`score_of`], [`points_of`]; in Lua `lua/include/leaderboard_score.lua`):
 //! `score = points * 2^22 + (2^22 - 1 - seconds since the season began)`. A month has fewer
 //! than 2^22 (4,194,304) seconds, so the low part orders equal points by who reached them
 //! first (to the second; within one second, by user id as Redis orders equal scores).
@@ -31,10 +31,19 @@ pub struct Leaderboards {
     pub rollover_check: Duration,
 }
 
+/// The unit of points in a board score (2^22): the Lua side's `lua/include/leaderboard_score.lua`
+/// writes scores with the same encoding.
 pub const SCORE_TIME_UNIT: f64 = 4_194_304.0;
 
+/// The points a board score stands for.
 pub fn points_of(score: f64) -> i64 {
     (score / SCORE_TIME_UNIT).floor() as i64
+}
+
+/// The board score of `points` reached `season_seconds` after the season began.
+pub fn score_of(points: i64, season_seconds: i64) -> i64 {
+    let unit = SCORE_TIME_UNIT as i64;
+    points * unit + (unit - 1 - season_seconds)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

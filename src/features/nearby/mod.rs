@@ -74,7 +74,7 @@ pub async fn search(
     }
     let mut conn = ctx.infra.redis.get().await?;
     let (more, found): (i64, Vec<(i64, f64)>) = NEARBY_SEARCH
-        .key(ctx.infra.keys.item_locations())
+        .keys([ctx.infra.keys.item_locations()])
         .arg(from.lng)
         .arg(from.lat)
         .arg(radius_km)

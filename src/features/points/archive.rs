@@ -13,10 +13,13 @@ use sqlx::{Any, Transaction};
 
 use super::PointsType;
 use crate::{
+    features::points::events::{AwardEvent, IntakeAward},
     features::points::Points,
+    features::remarks::events::VoteEvent,
     infra::clock::day_number,
     infra::db::values_placeholders,
     infra::error::{AppError, ErrorCode},
+    infra::streams::Event,
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
@@ -76,37 +79,25 @@ impl StreamHandler for PointsArchive {
         let mut insert = sqlx::query(&sql);
         let mut sign_ins = Vec::new();
         for entry in entries {
-            let kind = entry.field("type")?;
-            if PointsType::parse(kind).is_none() {
-                return Err(HandleError::Poison(format!(
-                    "entry {}: unknown type {kind}",
-                    entry.id
-                )));
-            }
-            let at = entry.number("at")?;
-            let date = self
-                .0
-                .infra
-                .clock
-                .date_of(chrono::DateTime::from_timestamp_millis(at).unwrap_or_default());
-            let user = entry.number("user")?;
+            let award = AwardEvent::from_entry(entry)?;
+            let date = self.0.infra.clock.date_of_ms(award.at_ms);
             insert = insert
                 .bind(&entry.id)
-                .bind(user)
-                .bind(kind)
-                .bind(entry.number("points")?)
-                .bind(entry.number("requested")?)
-                .bind(entry.field("key")?)
-                .bind(entry.number("season")?)
-                .bind(at)
+                .bind(award.user_id)
+                .bind(award.kind.as_str())
+                .bind(award.points)
+                .bind(award.requested)
+                .bind(award.idempotency_key)
+                .bind(award.season)
+                .bind(award.at_ms)
                 .bind(day_number(date))
                 .bind(entry.event_order());
-            if entry.fields.contains_key("day") {
+            if let Some(signed) = award.sign_in {
                 sign_ins.push(SignInRow {
-                    user_id: user,
-                    day: entry.number("day")?,
-                    made_up: entry.number("made_up")?,
-                    signed_at_ms: at,
+                    user_id: award.user_id,
+                    day: signed.day,
+                    made_up: i64::from(signed.made_up),
+                    signed_at_ms: award.at_ms,
                 });
             }
         }
@@ -151,15 +142,9 @@ impl StreamHandler for PointsIntake {
     ) -> Result<(), HandleError> {
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
-            let kind = entry.field("type")?;
-            let kind = PointsType::parse(kind).ok_or_else(|| {
-                HandleError::Poison(format!("entry {}: unknown type {kind}", entry.id))
-            })?;
-            let user = entry.number("user")?;
-            let points = entry.number("points")?;
-            let key =
-                super::service_key(entry.field("key")?).map_err(|e| award_failure(entry, e))?;
-            awards.push((entry, user, kind, points, key));
+            let asked = IntakeAward::from_entry(entry)?;
+            let key = super::service_key(&asked.key).map_err(|e| award_failure(entry, e))?;
+            awards.push((entry, asked.user_id, asked.kind, asked.points, key));
         }
         award_all(&self.0, awards).await
     }
@@ -177,12 +162,12 @@ impl StreamHandler for LikePoints {
         let points = self.0.settings.rules.rule(PointsType::LikeReceived).points;
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
-            let (voter, author) = (entry.number("voter")?, entry.number("author")?);
-            if entry.number("voting")? != 1 || voter == author {
+            let vote = VoteEvent::from_entry(entry)?;
+            if !vote.liked || vote.voter_id == vote.author_id {
                 continue; // unlikes take nothing back; liking oneself earns nothing
             }
-            let key = format!("like:{}:{voter}", entry.number("remark")?);
-            awards.push((entry, author, PointsType::LikeReceived, points, key));
+            let key = format!("like:{}:{}", vote.remark_id, vote.voter_id);
+            awards.push((entry, vote.author_id, PointsType::LikeReceived, points, key));
         }
         award_all(&self.0, awards).await
     }

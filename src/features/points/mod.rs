@@ -8,6 +8,7 @@
 //! read) is the path beyond that.
 
 pub mod archive;
+pub mod events;
 pub mod recovery;
 pub mod rules;
 
@@ -24,6 +25,7 @@ use crate::{
     infra::clock::Month,
     infra::config::Config,
     infra::error::{AppError, AppResult},
+    infra::redis::status::Status,
     infra::redis::{scripts::POINTS_AWARD, Keys},
     infra::Infra,
 };
@@ -163,11 +165,13 @@ pub async fn award(
             let (season, season_seconds) = season_now(ctx);
             let mut conn = ctx.infra.redis.get().await?;
             Ok(POINTS_AWARD
-                .key(keys.points_today(user_id, ctx.infra.clock.today()))
-                .key(keys.points_award_marker(user_id, key))
-                .key(keys.season_board(season))
-                .key(keys.points_stream())
-                .key(keys.points_hold())
+                .keys([
+                    keys.points_today(user_id, ctx.infra.clock.today()),
+                    keys.points_award_marker(user_id, key),
+                    keys.season_board(season),
+                    keys.points_stream(),
+                    keys.points_hold(),
+                ])
                 .arg(user_id)
                 .arg(kind.as_str())
                 .arg(points)
@@ -192,9 +196,6 @@ pub async fn award(
     })
 }
 
-/// The first reply element of a points script that a rebuild held back.
-pub const HELD: i64 = -9;
-
 /// How long a points write waits for a rebuild to lift its hold before it answers
 /// UNAVAILABLE (the hold lasts the seconds a rebuild needs to catch up, see `recovery`).
 const HOLD_WAIT: Duration = Duration::from_secs(10);
@@ -209,7 +210,7 @@ where
     let started = Instant::now();
     loop {
         let reply = run().await?;
-        if status(&reply) != HELD {
+        if status(&reply) != Status::Held.code() {
             return Ok(reply);
         }
         if started.elapsed() > HOLD_WAIT {

@@ -19,7 +19,7 @@ use sqlx::Row;
 
 use super::{PointsType, DAILY_TTL_SECONDS};
 use crate::{
-    features::leaderboard::{points_of, rollover::DONE, SCORE_TIME_UNIT},
+    features::leaderboard::{points_of, rollover::DONE, score_of},
     features::points::Points,
     features::signin::MAKE_UP_COUNTER_TTL_SECONDS,
     infra::clock::{day_number, Month},
@@ -66,7 +66,7 @@ impl Standing {
     fn score(&self, ctx: &Points, season: Month) -> i64 {
         let begins = ctx.infra.clock.month_begins(season).timestamp_millis();
         let seconds = ((self.last_award_ms - begins) / 1000).max(0);
-        self.points * SCORE_TIME_UNIT as i64 + (SCORE_TIME_UNIT as i64 - 1 - seconds)
+        score_of(self.points, seconds)
     }
 }
 

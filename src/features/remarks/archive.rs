@@ -11,12 +11,13 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use chrono::NaiveDate;
 use sqlx::{Any, Transaction};
 
 use crate::{
+    features::remarks::events::VoteEvent,
     features::remarks::Remarks,
     infra::db::{values_placeholders, Backend},
+    infra::streams::Event,
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
@@ -51,10 +52,8 @@ struct VoteRow {
 
 impl VoteArchive {
     fn decode(&self, entry: &StreamEntry) -> Result<VoteRow, HandleError> {
-        let voted_at_ms = entry.number("at")?;
-        let date = self.ctx.infra.clock.format_ms(voted_at_ms);
-        let date = NaiveDate::parse_from_str(&date[..10], "%Y-%m-%d")
-            .map_err(|e| HandleError::Poison(format!("entry {}: bad time: {e}", entry.id)))?;
+        let vote = VoteEvent::from_entry(entry)?;
+        let date = self.ctx.infra.clock.date_of_ms(vote.at_ms);
         Ok(VoteRow {
             // Stream ids are unique per stream; the stream (shard) makes them unique here.
             event_id: format!(
@@ -65,11 +64,11 @@ impl VoteArchive {
                     .unwrap_or(&entry.stream),
                 entry.id
             ),
-            remark_id: entry.number("remark")?,
-            voter_id: entry.number("voter")?,
-            voting: entry.number("voting")? as i32,
-            like_count: entry.number("count")?,
-            voted_at_ms,
+            remark_id: vote.remark_id,
+            voter_id: vote.voter_id,
+            voting: i32::from(vote.liked),
+            like_count: vote.like_count,
+            voted_at_ms: vote.at_ms,
             vote_date: crate::infra::clock::day_number(date) as i32,
             event_order: entry.event_order(),
         })

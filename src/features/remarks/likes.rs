@@ -11,6 +11,7 @@ use crate::{
     infra::error::{AppError, AppResult},
     infra::ids,
     infra::redis::scripts::{REMARKS_LIKE, REMARKS_UNLIKE},
+    infra::redis::status::Status,
 };
 
 /// Earliest likers kept per remark in Redis; `likers(first)` serves at most this many.
@@ -52,10 +53,6 @@ impl Known {
     }
 }
 
-const STATUS_DONE: i64 = 0;
-const STATUS_INFO_MISSING: i64 = -1;
-const STATUS_ASK_ARCHIVE: i64 = -2;
-
 /// Likes or unlikes a remark. Idempotent: repeating a vote changes nothing.
 pub async fn vote(
     ctx: &Remarks,
@@ -79,10 +76,12 @@ pub async fn vote(
         let keys = &ctx.infra.keys;
         let mut conn = ctx.infra.redis.get().await?;
         let (status, likes, liked, changed): (i64, i64, i64, i64) = script
-            .key(keys.remark_info(remark_id, settings.shards))
-            .key(keys.like_relation(remark_id, voter_id, settings.shards))
-            .key(keys.remark_likers(remark_id, settings.shards))
-            .key(keys.vote_stream_of(remark_id, settings.shards))
+            .keys([
+                keys.remark_info(remark_id, settings.shards),
+                keys.like_relation(remark_id, voter_id, settings.shards),
+                keys.remark_likers(remark_id, settings.shards),
+                keys.vote_stream_of(remark_id, settings.shards),
+            ])
             .arg(voter_id)
             .arg(remark_id)
             .arg(ctx.infra.clock.now_ms())
@@ -93,8 +92,8 @@ pub async fn vote(
             .invoke_async(&mut *conn)
             .await?;
         drop(conn);
-        match status {
-            STATUS_DONE => {
+        match Status::of(script.name, status)? {
+            Status::Ok => {
                 return Ok(VoteOutcome {
                     remark_id,
                     like_count: likes,
@@ -102,11 +101,12 @@ pub async fn vote(
                     changed: changed == 1,
                 })
             }
-            STATUS_INFO_MISSING => rebuild_counter(ctx, remark_id).await?,
-            STATUS_ASK_ARCHIVE => known = archived_relation(ctx, voter_id, remark_id).await?,
+            Status::Missing => rebuild_counter(ctx, remark_id).await?,
+            Status::AskArchive => known = archived_relation(ctx, voter_id, remark_id).await?,
             other => {
                 return Err(AppError::internal(anyhow::anyhow!(
-                    "like script answered {other}"
+                    "{} answered {other:?}",
+                    script.name
                 )))
             }
         }

@@ -9,6 +9,7 @@
 //! Static remark content lives in SQL; counts and relations live in Redis.
 
 pub mod archive;
+pub mod events;
 pub mod likes;
 pub mod live;
 pub mod recommended;
@@ -26,11 +27,13 @@ use crate::{
     features::items::Items,
     features::points::Points,
     features::points::PointsType,
+    features::remarks::events::RemarkCreated,
     features::users::UserRecord,
     infra::cache::TtlCache,
     infra::config::Config,
     infra::error::{AppError, AppResult, ResultExt},
     infra::redis::Keys,
+    infra::streams,
     infra::Infra,
 };
 
@@ -247,7 +250,16 @@ pub async fn create(ctx: &Remarks, author_id: i64, remark: NewRemark) -> AppResu
     if let Err(error) = likes::prepare_counter(ctx, id, author_id).await {
         tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
     }
-    if let Err(error) = announce(ctx, id, author_id, now_ms).await {
+    if let Err(error) = announce(
+        ctx,
+        &RemarkCreated {
+            remark_id: id,
+            author_id,
+            created_at_ms: now_ms,
+        },
+    )
+    .await
+    {
         tracing::warn!(remark = id, %error, "remark not announced to the feed");
     }
     let points = ctx.points.settings.rules.rule(PointsType::Remark).points;
@@ -274,25 +286,8 @@ pub async fn create(ctx: &Remarks, author_id: i64, remark: NewRemark) -> AppResu
 }
 
 /// Announces a stored remark on the remark stream, which the feed fans out.
-async fn announce(
-    ctx: &Remarks,
-    remark_id: i64,
-    author_id: i64,
-    created_at_ms: i64,
-) -> AppResult<()> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let _: String = redis::cmd("XADD")
-        .arg(ctx.infra.keys.remark_stream())
-        .arg("*")
-        .arg("remark")
-        .arg(remark_id)
-        .arg("author")
-        .arg(author_id)
-        .arg("created")
-        .arg(created_at_ms)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(())
+async fn announce(ctx: &Remarks, remark: &RemarkCreated) -> AppResult<()> {
+    streams::publish(&ctx.infra, &ctx.infra.keys.remark_stream(), remark).await
 }
 
 pub async fn find(ctx: &Remarks, id: i64) -> AppResult<Option<RemarkRecord>> {

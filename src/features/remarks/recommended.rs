@@ -67,8 +67,10 @@ async fn refresh(ctx: &Remarks, item_id: i64) -> AppResult<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut conn = ctx.infra.redis.get().await?;
     let _: i64 = REMARKS_REPLACE_RECOMMENDED
-        .key(ctx.infra.keys.recommended_list(item_id))
-        .key(ctx.infra.keys.recommended_proxy(item_id))
+        .keys([
+            ctx.infra.keys.recommended_list(item_id),
+            ctx.infra.keys.recommended_proxy(item_id),
+        ])
         .arg(ctx.settings.recommended_refresh_seconds)
         .arg(ids)
         .invoke_async(&mut *conn)

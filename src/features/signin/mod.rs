@@ -13,6 +13,7 @@ use crate::{
     infra::clock::{day_number, Month},
     infra::error::{AppError, AppResult},
     infra::redis::scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
+    infra::redis::status::Status,
     infra::Infra,
 };
 
@@ -47,13 +48,15 @@ pub async fn sign_in(ctx: &SignIn, user_id: i64) -> AppResult<SignInOutcome> {
             let (season, season_seconds) = points::season_now(&ctx.points);
             let mut conn = ctx.infra.redis.get().await?;
             Ok(SIGNIN_SIGN
-                .key(keys.sign_bitmap(user_id, month))
-                .key(keys.sign_bitmap(user_id, month.previous()))
-                .key(keys.sign_streak(user_id))
-                .key(keys.points_today(user_id, today))
-                .key(keys.season_board(season))
-                .key(keys.points_stream())
-                .key(keys.points_hold())
+                .keys([
+                    keys.sign_bitmap(user_id, month),
+                    keys.sign_bitmap(user_id, month.previous()),
+                    keys.sign_streak(user_id),
+                    keys.points_today(user_id, today),
+                    keys.season_board(season),
+                    keys.points_stream(),
+                    keys.points_hold(),
+                ])
                 .arg(user_id)
                 .arg(today.day())
                 .arg(month.previous().days())
@@ -79,7 +82,7 @@ pub async fn sign_in(ctx: &SignIn, user_id: i64) -> AppResult<SignInOutcome> {
         date: today,
         streak,
         points_awarded: awarded,
-        already_signed: already == 1,
+        already_signed: Status::of(SIGNIN_SIGN.name, already)? == Status::Already,
     })
 }
 
@@ -101,14 +104,16 @@ pub async fn make_up(ctx: &SignIn, user_id: i64, date: NaiveDate) -> AppResult<S
             let (season, season_seconds) = points::season_now(&ctx.points);
             let mut conn = ctx.infra.redis.get().await?;
             Ok(SIGNIN_MAKE_UP
-                .key(keys.sign_bitmap(user_id, month))
-                .key(keys.sign_bitmap(user_id, month.previous()))
-                .key(keys.sign_streak(user_id))
-                .key(keys.points_today(user_id, today))
-                .key(keys.season_board(season))
-                .key(keys.points_stream())
-                .key(keys.sign_make_ups(user_id, month))
-                .key(keys.points_hold())
+                .keys([
+                    keys.sign_bitmap(user_id, month),
+                    keys.sign_bitmap(user_id, month.previous()),
+                    keys.sign_streak(user_id),
+                    keys.points_today(user_id, today),
+                    keys.season_board(season),
+                    keys.points_stream(),
+                    keys.sign_make_ups(user_id, month),
+                    keys.points_hold(),
+                ])
                 .arg(user_id)
                 .arg(date.day())
                 .arg(today.day())
@@ -131,25 +136,22 @@ pub async fn make_up(ctx: &SignIn, user_id: i64, date: NaiveDate) -> AppResult<S
         |(status, _, _, _)| *status,
     )
     .await?;
-    match status {
-        0 => Ok(SignInOutcome {
+    match Status::of(SIGNIN_MAKE_UP.name, status)? {
+        Status::Ok => Ok(SignInOutcome {
             date,
             streak,
             points_awarded: awarded,
             already_signed: false,
         }),
-        -1 => Ok(SignInOutcome {
+        Status::Already => Ok(SignInOutcome {
             date,
             streak,
             points_awarded: 0,
             already_signed: true,
         }),
-        -2 => Err(AppError::bad_input(format!(
+        refused => Err(refused.refusal(format!(
             "no make-up sign-ins left this month (at most {})",
             ctx.points.settings.make_ups_per_month
-        ))),
-        other => Err(AppError::internal(anyhow::anyhow!(
-            "make-up script answered {other}"
         ))),
     }
 }
@@ -188,11 +190,13 @@ pub async fn calendar(ctx: &SignIn, user_id: i64, month: Option<Month>) -> AppRe
     let keys = &ctx.infra.keys;
     let mut conn = ctx.infra.redis.get().await?;
     let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
-        .key(keys.sign_bitmap(user_id, shown))
-        .key(keys.sign_bitmap(user_id, current))
-        .key(keys.sign_bitmap(user_id, current.previous()))
-        .key(keys.sign_streak(user_id))
-        .key(keys.sign_make_ups(user_id, shown))
+        .keys([
+            keys.sign_bitmap(user_id, shown),
+            keys.sign_bitmap(user_id, current),
+            keys.sign_bitmap(user_id, current.previous()),
+            keys.sign_streak(user_id),
+            keys.sign_make_ups(user_id, shown),
+        ])
         .arg(days)
         .arg(today.day())
         .arg(current.previous().days())

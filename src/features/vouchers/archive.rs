@@ -21,8 +21,10 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{orders::OrderStatus, NewOrder};
 use crate::{
+    features::vouchers::events::{OrderChange, OrderEvent},
     features::vouchers::Vouchers,
     infra::db::values_placeholders,
+    infra::streams::Event,
     infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
 };
 
@@ -57,40 +59,25 @@ impl StreamHandler for OrderArchive {
         let mut created = Vec::new();
         let mut settled = Vec::new();
         for entry in entries {
-            let order = NewOrder {
-                order_id: entry.number("order")?,
-                voucher_id: entry.number("voucher")?,
-                created_at_ms: entry.number("created")?,
-                pay_by_ms: entry.number("pay_by")?,
-            };
-            let buyer = entry.number("buyer")?;
-            match entry.field("type")? {
-                "created" => {
+            let OrderEvent {
+                order,
+                buyer_id: buyer,
+                happened,
+            } = OrderEvent::from_entry(entry)?;
+            match happened {
+                OrderChange::Created => {
                     created.push(order);
                     orders.push(ArchivedOrder::unpaid(order, buyer));
                 }
-                "settled" => {
-                    let status = entry.field("status")?;
-                    let outcome = OrderStatus::parse(status)
-                        .filter(|s| *s != OrderStatus::Unpaid)
-                        .ok_or_else(|| {
-                            HandleError::Poison(format!("entry {}: bad status {status}", entry.id))
-                        })?;
-                    let at = entry.number("at")?;
-                    settled.push((order.order_id, outcome, at));
+                OrderChange::Settled { outcome, at_ms } => {
+                    settled.push((order.order_id, outcome, at_ms));
                     // A settled entry carries its order too: it may arrive before `created`.
                     orders.push(ArchivedOrder {
                         order,
                         buyer,
                         status: outcome,
-                        settled_at_ms: Some(at),
+                        settled_at_ms: Some(at_ms),
                     });
-                }
-                other => {
-                    return Err(HandleError::Poison(format!(
-                        "entry {}: unknown type {other}",
-                        entry.id
-                    )))
                 }
             }
         }

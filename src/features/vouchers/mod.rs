@@ -12,6 +12,7 @@
 //! S = voucher id mod `ENGAGE_SALE_SHARDS`.
 
 pub mod archive;
+pub mod events;
 pub mod orders;
 pub mod recovery;
 pub mod sweep;
@@ -30,6 +31,7 @@ use crate::{
     features::vouchers::orders::OrderStatus,
     infra::config::Config,
     infra::error::{AppError, AppResult, ErrorCode},
+    infra::redis::status::Status,
     infra::redis::{scripts::VOUCHERS_SECKILL, Keys},
     infra::Infra,
 };
@@ -357,10 +359,12 @@ pub async fn seckill(ctx: &Vouchers, buyer_id: i64, voucher_id: i64) -> AppResul
         let keys = &ctx.infra.keys;
         let mut conn = ctx.infra.redis.get().await?;
         let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
-            .key(keys.voucher(voucher_id, shards(ctx)))
-            .key(keys.voucher_buyers(voucher_id, shards(ctx)))
-            .key(keys.order(voucher_id, order_id, shards(ctx)))
-            .key(keys.order_stream_of(voucher_id, shards(ctx)))
+            .keys([
+                keys.voucher(voucher_id, shards(ctx)),
+                keys.voucher_buyers(voucher_id, shards(ctx)),
+                keys.order(voucher_id, order_id, shards(ctx)),
+                keys.order_stream_of(voucher_id, shards(ctx)),
+            ])
             .arg(voucher_id)
             .arg(buyer_id)
             .arg(order_id)
@@ -369,9 +373,8 @@ pub async fn seckill(ctx: &Vouchers, buyer_id: i64, voucher_id: i64) -> AppResul
             .invoke_async(&mut *conn)
             .await?;
         drop(conn);
-        let refused = |code, message: &str| Err(AppError::client(code, message));
-        match status {
-            0 => {
+        match Status::of(VOUCHERS_SECKILL.name, status)? {
+            Status::Ok => {
                 let order = NewOrder {
                     order_id,
                     voucher_id,
@@ -385,19 +388,17 @@ pub async fn seckill(ctx: &Vouchers, buyer_id: i64, voucher_id: i64) -> AppResul
                 }
                 return Ok(order);
             }
-            -1 => rebuild(ctx, voucher_id).await?,
-            -2 => return refused(ErrorCode::NotStarted, "the sale has not started"),
-            -3 => return refused(ErrorCode::Ended, "the sale has ended"),
-            -4 => {
-                return refused(
-                    ErrorCode::AlreadyOrdered,
-                    "you already have an order for this voucher",
-                )
+            Status::Missing => rebuild(ctx, voucher_id).await?,
+            refused @ Status::NotYet => return Err(refused.refusal("the sale has not started")),
+            refused @ Status::Ended => return Err(refused.refusal("the sale has ended")),
+            refused @ Status::Taken => {
+                return Err(refused.refusal("you already have an order for this voucher"))
             }
-            -5 => return refused(ErrorCode::SoldOut, "sold out"),
+            refused @ Status::SoldOut => return Err(refused.refusal("sold out")),
             other => {
                 return Err(AppError::internal(anyhow::anyhow!(
-                    "seckill script answered {other}"
+                    "{} answered {other:?}",
+                    VOUCHERS_SECKILL.name
                 )))
             }
         }

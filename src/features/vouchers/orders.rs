@@ -12,6 +12,7 @@ use crate::{
     features::vouchers::Vouchers,
     infra::error::{AppError, AppResult, ErrorCode},
     infra::redis::scripts::VOUCHERS_SETTLE,
+    infra::redis::status::Status,
 };
 
 /// Settled orders stay readable in Redis this long (SQL has them for ever).
@@ -162,10 +163,12 @@ async fn settle_in_redis(
     let shards = shards(ctx);
     let mut conn = ctx.infra.redis.get().await?;
     let (status, now): (i64, String) = VOUCHERS_SETTLE
-        .key(keys.order(voucher_id, order_id, shards))
-        .key(keys.voucher(voucher_id, shards))
-        .key(keys.voucher_buyers(voucher_id, shards))
-        .key(keys.order_stream_of(voucher_id, shards))
+        .keys([
+            keys.order(voucher_id, order_id, shards),
+            keys.voucher(voucher_id, shards),
+            keys.voucher_buyers(voucher_id, shards),
+            keys.order_stream_of(voucher_id, shards),
+        ])
         .arg(outcome.as_str())
         .arg(ctx.infra.clock.now_ms())
         .arg(buyer.map(|b| b.to_string()).unwrap_or_default())
@@ -175,17 +178,15 @@ async fn settle_in_redis(
         .invoke_async(&mut *conn)
         .await?;
     let now = OrderStatus::parse(&now);
-    match (status, now) {
-        (0, Some(now)) => Ok(Some((true, now))),
-        (1, Some(now)) => Ok(Some((false, now))),
-        (-1, _) => Ok(None),
-        (-2, _) => Err(no_such_order(order_id)),
-        (-3, _) => Err(AppError::client(
-            ErrorCode::NotStarted,
-            "the order is not due to expire yet",
-        )),
-        (other, _) => Err(AppError::internal(anyhow::anyhow!(
-            "settle script answered {other}"
+    match (Status::of(VOUCHERS_SETTLE.name, status)?, now) {
+        (Status::Ok, Some(now)) => Ok(Some((true, now))),
+        (Status::Already, Some(now)) => Ok(Some((false, now))),
+        (Status::Missing, _) => Ok(None),
+        (Status::NotFound, _) => Err(no_such_order(order_id)),
+        (refused @ Status::NotYet, _) => Err(refused.refusal("the order is not due to expire yet")),
+        (other, now) => Err(AppError::internal(anyhow::anyhow!(
+            "{} answered {other:?} with the order {now:?}",
+            VOUCHERS_SETTLE.name
         ))),
     }
 }

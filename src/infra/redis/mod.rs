@@ -3,6 +3,7 @@
 pub mod counting;
 pub mod keys;
 pub mod scripts;
+pub mod status;
 
 use std::{
     net::ToSocketAddrs,

@@ -1,0 +1,139 @@
+//! The events of points: an award decided by a points script (XADDed by the `award`
+//! helper of `lua/include/points_award.lua`, a zero award too), which the archive writes to
+//! SQL; and an award asked for by another service on the intake stream.
+
+use crate::{
+    features::points::PointsType,
+    infra::streams::{Event, HandleError, StreamEntry},
+};
+
+/// An award as a points script decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwardEvent {
+    pub user_id: i64,
+    pub kind: PointsType,
+    /// What was awarded (up to the daily cap; 0 when the cap was reached).
+    pub points: i64,
+    pub requested: i64,
+    pub idempotency_key: String,
+    /// The season (`YYYYMM`) whose board counted it.
+    pub season: i64,
+    pub at_ms: i64,
+    /// The day a sign-in award signed, when it is one.
+    pub sign_in: Option<SignedDay>,
+}
+
+/// The day (`YYYYMMDD`) a SIGN_IN award signed, and whether it was made up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedDay {
+    pub day: i64,
+    pub made_up: bool,
+}
+
+impl Event for AwardEvent {
+    fn from_entry(entry: &StreamEntry) -> Result<Self, HandleError> {
+        let sign_in = match entry.fields.contains_key("day") {
+            true => Some(SignedDay {
+                day: entry.number("day")?,
+                made_up: entry.number("made_up")? == 1,
+            }),
+            false => None,
+        };
+        Ok(Self {
+            user_id: entry.number("user")?,
+            kind: kind_of(entry)?,
+            points: entry.number("points")?,
+            requested: entry.number("requested")?,
+            idempotency_key: entry.field("key")?.to_string(),
+            season: entry.number("season")?,
+            at_ms: entry.number("at")?,
+            sign_in,
+        })
+    }
+
+    fn to_fields(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            ("user", self.user_id.to_string()),
+            ("type", self.kind.as_str().to_string()),
+            ("points", self.points.to_string()),
+            ("requested", self.requested.to_string()),
+            ("key", self.idempotency_key.clone()),
+            ("season", self.season.to_string()),
+            ("at", self.at_ms.to_string()),
+        ];
+        if let Some(signed) = self.sign_in {
+            fields.push(("day", signed.day.to_string()));
+            fields.push(("made_up", i64::from(signed.made_up).to_string()));
+        }
+        fields
+    }
+}
+
+/// An award another service asks for by XADDing to the intake stream (`awardPoints` does
+/// the same through GraphQL). Its key is the service's own: the intake puts it in the
+/// service namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntakeAward {
+    pub user_id: i64,
+    pub kind: PointsType,
+    pub points: i64,
+    pub key: String,
+}
+
+impl Event for IntakeAward {
+    fn from_entry(entry: &StreamEntry) -> Result<Self, HandleError> {
+        Ok(Self {
+            user_id: entry.number("user")?,
+            kind: kind_of(entry)?,
+            points: entry.number("points")?,
+            key: entry.field("key")?.to_string(),
+        })
+    }
+
+    fn to_fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("user", self.user_id.to_string()),
+            ("type", self.kind.as_str().to_string()),
+            ("points", self.points.to_string()),
+            ("key", self.key.clone()),
+        ]
+    }
+}
+
+fn kind_of(entry: &StreamEntry) -> Result<PointsType, HandleError> {
+    let kind = entry.field("type")?;
+    PointsType::parse(kind)
+        .ok_or_else(|| HandleError::Poison(format!("entry {}: unknown type {kind}", entry.id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_read_back_what_they_write() {
+        let award = AwardEvent {
+            user_id: 1,
+            kind: PointsType::SignIn,
+            points: 5,
+            requested: 7,
+            idempotency_key: "signin:1:2026-11-23".into(),
+            season: 202611,
+            at_ms: 9,
+            sign_in: Some(SignedDay {
+                day: 20261123,
+                made_up: true,
+            }),
+        };
+        let entry = StreamEntry::of_event("awards", "1-0", &award);
+        assert_eq!(AwardEvent::from_entry(&entry).unwrap(), award);
+        let asked = IntakeAward {
+            user_id: 1,
+            kind: PointsType::Answer,
+            points: 3,
+            key: "answer:9".into(),
+        };
+        let entry = StreamEntry::of_event("intake", "1-0", &asked);
+        assert_eq!(IntakeAward::from_entry(&entry).unwrap(), asked);
+    }
+}
