@@ -53,8 +53,72 @@ fn main() {
     )
     .expect("write playground_operations.rs");
 
+    write_migrations(Path::new(&root), Path::new(&out_dir));
+
     println!("cargo:rerun-if-changed=lua");
+    println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rerun-if-changed=playground");
+}
+
+/// The migrations of both backends from one source: `migrations/NNNN_name.sql` serves
+/// both, and `migrations/sqlite/NNNN_name.sql` or `migrations/postgres/NNNN_name.sql`
+/// replaces it for one dialect where the SQL must differ. Writes `migrations.rs`: one
+/// `(version, description, SQLite SQL, PostgreSQL SQL)` per migration, in order.
+///
+/// The description is the file name's, as `sqlx::migrate!` made it (`users items`), and the
+/// SQL is the file's text unchanged, so databases migrated before keep their checksums.
+fn write_migrations(root: &Path, out_dir: &Path) {
+    let dir = root.join("migrations");
+    let shared = files_with_extension(&dir, "sql");
+    let sqlite = files_with_extension(&dir.join("sqlite"), "sql");
+    let postgres = files_with_extension(&dir.join("postgres"), "sql");
+    let mut names: Vec<&String> = shared
+        .iter()
+        .chain(&sqlite)
+        .chain(&postgres)
+        .map(|(stem, _)| stem)
+        .collect();
+    names.sort();
+    names.dedup();
+    let path_of = |files: &[(String, String)], name: &str| {
+        files
+            .iter()
+            .find(|(stem, _)| stem == name)
+            .map(|(_, path)| path.clone())
+    };
+    let mut generated = String::from(
+        "/// `(version, description, SQLite SQL, PostgreSQL SQL)`, in order.\n\
+         pub static MIGRATIONS: &[(i64, &str, &str, &str)] = &[\n",
+    );
+    let mut last_version = 0;
+    for name in names {
+        let (version, description) = name
+            .split_once('_')
+            .unwrap_or_else(|| panic!("migrations/{name}.sql: not NNNN_description"));
+        let version: i64 = version
+            .parse()
+            .unwrap_or_else(|_| panic!("migrations/{name}.sql: {version} is not a version"));
+        assert!(
+            version > last_version,
+            "migrations/{name}.sql: version {version} twice"
+        );
+        last_version = version;
+        let common = path_of(&shared, name);
+        let for_sqlite = path_of(&sqlite, name)
+            .or(common.clone())
+            .unwrap_or_else(|| {
+                panic!("migrations/{name}.sql: none for SQLite (shared or sqlite/)")
+            });
+        let for_postgres = path_of(&postgres, name).or(common).unwrap_or_else(|| {
+            panic!("migrations/{name}.sql: none for PostgreSQL (shared or postgres/)")
+        });
+        generated.push_str(&format!(
+            "    ({version}, {:?}, include_str!({for_sqlite:?}), include_str!({for_postgres:?})),\n",
+            description.replace('_', " ")
+        ));
+    }
+    generated.push_str("];\n");
+    fs::write(out_dir.join("migrations.rs"), generated).expect("write migrations.rs");
 }
 
 /// The number of keys a script's header declares: the highest `KEYS[n]` (or `KEYS[a..n]`)

@@ -3,23 +3,52 @@
 //!
 //! Why `Any` rather than a pool per backend: the queries of this service are plain SQL that
 //! both engines accept (`$1` placeholders, `ON CONFLICT`, `RETURNING`), so one code path
-//! serves both. Where the engines differ (partitioning, types) the difference lives in the
-//! migrations of `migrations/sqlite` and `migrations/postgres`, or behind [`Db::backend`].
+//! serves both. Where the engines differ (partitioning, types) the difference lives in a
+//! migration's dialect override (`migrations/sqlite/`, `migrations/postgres/`, next to the
+//! shared `migrations/NNNN_name.sql`), or behind [`Db::backend`].
 //! The price is that `Any` only carries integers, floats, text and blobs: times are stored as
 //! epoch milliseconds (`BIGINT`).
 
 use std::{str::FromStr, time::Duration};
 
 use anyhow::Context;
+use futures::future::BoxFuture;
 use sqlx::{
     any::{AnyConnectOptions, AnyPoolOptions},
-    migrate::Migrator,
+    error::BoxDynError,
+    migrate::{Migration, MigrationSource, MigrationType, Migrator},
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
     AnyPool, ConnectOptions, Executor,
 };
 
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+// `MIGRATIONS`: every migration with its SQL for each backend (written by build.rs).
+include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+
+/// The migrations of one backend, as sqlx's migrator reads them.
+#[derive(Debug)]
+struct Dialect(Backend);
+
+impl MigrationSource<'static> for Dialect {
+    fn resolve(self) -> BoxFuture<'static, Result<Vec<Migration>, BoxDynError>> {
+        let migrations = MIGRATIONS
+            .iter()
+            .map(|&(version, description, sqlite, postgres)| {
+                let sql = match self.0 {
+                    Backend::Sqlite => sqlite,
+                    Backend::Postgres => postgres,
+                };
+                Migration::new(
+                    version,
+                    description.into(),
+                    MigrationType::Simple,
+                    sql.into(),
+                    false,
+                )
+            })
+            .collect();
+        Box::pin(async move { Ok(migrations) })
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -83,11 +112,9 @@ impl Db {
 
     /// Applies the migrations of this backend that have not run yet.
     pub async fn migrate(&self) -> anyhow::Result<()> {
-        let migrator = match self.backend {
-            Backend::Sqlite => &SQLITE_MIGRATIONS,
-            Backend::Postgres => &POSTGRES_MIGRATIONS,
-        };
-        migrator
+        Migrator::new(Dialect(self.backend))
+            .await
+            .context("reading the migrations")?
             .run(&self.pool)
             .await
             .context("applying migrations")?;

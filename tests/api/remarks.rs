@@ -665,7 +665,8 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
     assert_eq!(row.get::<String, _>("entry_id"), poison);
     assert_eq!(row.get::<i64, _>("attempts"), 5);
     assert!(
-        row.get::<String, _>("error").contains("remark is not a number"),
+        row.get::<String, _>("error")
+            .contains("remark is not a number"),
         "the error is kept"
     );
 }

@@ -58,21 +58,11 @@ impl PointsSettings {
     }
 }
 
-const TAG: &str = "points";
+/// The hash tag of every points key, and of sign-in's: a sign-in and its award are one
+/// script, so their keys share one Redis Cluster slot.
+pub const TAG: &str = "points";
 
 impl Keys {
-    pub fn sign_bitmap(&self, user_id: i64, month: Month) -> String {
-        self.tagged(TAG, &format!("sign:{user_id}:{}", month.id()))
-    }
-
-    pub fn sign_streak(&self, user_id: i64) -> String {
-        self.tagged(TAG, &format!("streak:{user_id}"))
-    }
-
-    pub fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
-        self.tagged(TAG, &format!("makeups:{user_id}:{}", month.id()))
-    }
-
     pub fn points_today(&self, user_id: i64, date: chrono::NaiveDate) -> String {
         self.tagged(TAG, &format!("daily:{user_id}:{}", date.format("%Y%m%d")))
     }

@@ -13,9 +13,24 @@ use crate::{
     infra::clock::{day_number, Month},
     infra::error::{AppError, AppResult},
     infra::redis::scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
-    infra::redis::status::Status,
+    infra::redis::{status::Status, Keys},
     infra::Infra,
 };
+
+/// Sign-in's keys, in the points hash tag ([`points::TAG`]).
+impl Keys {
+    pub fn sign_bitmap(&self, user_id: i64, month: Month) -> String {
+        self.tagged(points::TAG, &format!("sign:{user_id}:{}", month.id()))
+    }
+
+    pub fn sign_streak(&self, user_id: i64) -> String {
+        self.tagged(points::TAG, &format!("streak:{user_id}"))
+    }
+
+    pub fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
+        self.tagged(points::TAG, &format!("makeups:{user_id}:{}", month.id()))
+    }
+}
 
 /// What sign-in works with: a sign-in awards points.
 #[derive(Clone)]
