@@ -24,13 +24,14 @@ use std::{
 
 use clap::Parser;
 use engage::{
-    app::cli::Cli,
-    app::{AppState, Services},
-    features::items::{self, NewItem},
-    features::remarks::{
-        self,
-        likes::{self, Vote},
-        NewRemark,
+    app::{cli::Cli, AppState, Services},
+    features::{
+        items::{self, NewItem},
+        remarks::{
+            self,
+            likes::{self, Vote},
+            NewRemark,
+        },
     },
 };
 use futures::{stream, StreamExt};

@@ -13,8 +13,7 @@ use std::{
 
 use clap::Parser;
 use engage::{
-    app::cli::Cli,
-    app::App,
+    app::{cli::Cli, App},
     features::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob},
 };
 

@@ -17,10 +17,11 @@ use std::time::Instant;
 use chrono::Datelike;
 use clap::Parser;
 use engage::{
-    app::cli::Cli,
-    app::{AppState, Services},
-    infra::clock::{day_number, Month},
-    infra::db::values_placeholders,
+    app::{cli::Cli, AppState, Services},
+    infra::{
+        clock::{day_number, Month},
+        db::values_placeholders,
+    },
 };
 
 #[derive(Parser)]

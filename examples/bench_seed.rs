@@ -12,9 +12,11 @@ use std::{fmt::Write as _, path::PathBuf, time::Instant};
 use clap::Parser;
 use engage::{
     features::remarks::RemarkSettings,
-    infra::auth::Role,
-    infra::clock::Month,
-    infra::redis::{scripts::REMARKS_LIKE, Keys},
+    infra::{
+        auth::Role,
+        clock::Month,
+        redis::{scripts::REMARKS_LIKE, Keys},
+    },
 };
 use rand::Rng;
 use serde_json::json;

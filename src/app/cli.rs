@@ -6,9 +6,11 @@ use crate::{
     api::schema,
     app::{self, App, Services},
     features,
-    infra::auth::{Role, Tokens},
-    infra::config::Config,
-    infra::db::Db,
+    infra::{
+        auth::{Role, Tokens},
+        config::Config,
+        db::Db,
+    },
 };
 
 #[derive(Debug, Parser)]

@@ -8,8 +8,10 @@ use rand::{seq::IndexedRandom, Rng};
 
 use crate::{
     app::AppState,
-    features::items::{self, NewItem},
-    features::remarks::{self, likes::Vote, NewRemark},
+    features::{
+        items::{self, NewItem},
+        remarks::{self, likes::Vote, NewRemark},
+    },
 };
 
 const NAMES: &[&str] = &[

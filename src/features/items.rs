@@ -5,8 +5,10 @@ use sqlx::Row;
 
 use crate::{
     features::nearby::Nearby,
-    infra::error::{AppError, AppResult},
-    infra::Infra,
+    infra::{
+        error::{AppError, AppResult},
+        Infra,
+    },
 };
 
 /// What the item catalogue works with: an item with a location is placed for search.

@@ -6,7 +6,7 @@ use async_graphql::dataloader::Loader;
 use sqlx::Row;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{infra::auth::Claims, infra::db::Db, infra::error::AppError};
+use crate::infra::{auth::Claims, db::Db, error::AppError};
 
 #[derive(Debug, Clone)]
 pub struct UserRecord {

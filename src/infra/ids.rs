@@ -17,10 +17,10 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio::sync::Mutex;
 
-use crate::{
-    infra::clock::Clock,
-    infra::error::{AppError, AppResult},
-    infra::redis::{scripts, Keys, RedisPool},
+use crate::infra::{
+    clock::Clock,
+    error::{AppError, AppResult},
+    redis::{scripts, Keys, RedisPool},
 };
 
 /// 2023-01-01T00:00:00Z.

@@ -10,13 +10,13 @@ use std::{future::Future, time::Duration};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    infra::error::AppResult,
-    infra::redis::{
+use crate::infra::{
+    error::AppResult,
+    redis::{
         scripts::{LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW},
         Keys,
     },
-    infra::Infra,
+    Infra,
 };
 
 impl Keys {

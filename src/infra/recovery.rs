@@ -14,7 +14,7 @@
 use indicatif::ProgressBar;
 use sqlx::Row;
 
-use crate::{infra::error::AppResult, infra::Infra};
+use crate::infra::{error::AppResult, Infra};
 
 /// Drift examples kept per feature (the rest is counted).
 const EXAMPLES_KEPT: usize = 10;

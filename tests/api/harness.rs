@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use engage::{
-    app::cli::Cli,
-    app::{App, AppState},
-    infra::auth::{Role, Tokens},
-    infra::config::Config,
+    app::{cli::Cli, App, AppState},
+    infra::{
+        auth::{Role, Tokens},
+        config::Config,
+    },
 };
 use serde_json::{json, Value};
 

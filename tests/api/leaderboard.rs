@@ -6,9 +6,7 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use engage::{
     features::leaderboard::rollover::{archive_season, Options},
-    infra::auth::Role,
-    infra::clock::Month,
-    infra::lock,
+    infra::{auth::Role, clock::Month, lock},
 };
 use serde_json::{json, Value};
 use sqlx::Row;

@@ -24,11 +24,15 @@ use serde_json::Value;
 
 use super::{apq, document};
 use crate::{
-    api::http::Gateway,
-    api::schema::errors::{code_of, RequestId},
-    infra::auth::Viewer,
-    infra::cache::TtlCache,
-    infra::error::{AppError, AppResult, ErrorCode},
+    api::{
+        http::Gateway,
+        schema::errors::{code_of, RequestId},
+    },
+    infra::{
+        auth::Viewer,
+        cache::TtlCache,
+        error::{AppError, AppResult, ErrorCode},
+    },
 };
 
 /// The transports, for the rules that differ between them.

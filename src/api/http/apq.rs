@@ -18,8 +18,10 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     api::http::Gateway,
-    infra::error::{AppError, ErrorCode},
-    infra::redis::scripts::{APQ_LOOKUP, APQ_REGISTER},
+    infra::{
+        error::{AppError, ErrorCode},
+        redis::scripts::{APQ_LOOKUP, APQ_REGISTER},
+    },
 };
 
 /// A stored query unused this long is forgotten.

@@ -29,8 +29,10 @@ use super::{
 };
 use crate::{
     api::schema::errors::code_of,
-    infra::error::{AppError, ErrorCode},
-    infra::metrics,
+    infra::{
+        error::{AppError, ErrorCode},
+        metrics,
+    },
 };
 
 /// The body of a POST, or the parameters of a GET.

@@ -23,7 +23,7 @@ use serde_json::json;
 use tower_http::compression::CompressionLayer;
 
 use super::{plain_error, HttpState};
-use crate::{infra::auth::Role, infra::error::AppError};
+use crate::infra::{auth::Role, error::AppError};
 
 include!(concat!(env!("OUT_DIR"), "/playground_operations.rs"));
 

@@ -9,13 +9,15 @@ use crate::{
         remarks::{RemarkConnection, RemarkEdge},
         ContextExt,
     },
-    features::feed::Feed,
-    features::feed::{self, FeedCursor},
-    features::remarks,
-    features::remarks::Remarks,
-    infra::auth::{self, RoleGuard},
-    infra::error::AppResult,
-    infra::ids,
+    features::{
+        feed::{self, Feed, FeedCursor},
+        remarks::{self, Remarks},
+    },
+    infra::{
+        auth::{self, RoleGuard},
+        error::AppResult,
+        ids,
+    },
 };
 
 #[derive(Default)]

@@ -7,11 +7,12 @@ use crate::{
         items::{CreateItemInput, Item},
         ContextExt,
     },
-    features::items::Items,
-    features::items::{self, NewItem},
-    infra::auth::{self, RoleGuard},
-    infra::error::AppResult,
-    infra::ids,
+    features::items::{self, Items, NewItem},
+    infra::{
+        auth::{self, RoleGuard},
+        error::AppResult,
+        ids,
+    },
 };
 
 #[derive(Default)]

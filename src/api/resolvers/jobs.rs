@@ -11,10 +11,11 @@ use crate::{
         page::{decode_offset_cursor, encode_cursor, PageInfo},
         page_size, ContextExt,
     },
-    features::jobs::Jobs,
-    features::jobs::{self, JobStatus, NewJob, MAX_DELAY_SECONDS},
-    infra::auth::RoleGuard,
-    infra::error::{AppError, AppResult},
+    features::jobs::{self, JobStatus, Jobs, NewJob, MAX_DELAY_SECONDS},
+    infra::{
+        auth::RoleGuard,
+        error::{AppError, AppResult},
+    },
 };
 
 #[derive(Default)]

@@ -4,15 +4,18 @@ use async_graphql::{Context, Object, Subscription, ID};
 use futures::{Stream, StreamExt};
 
 use crate::{
-    api::http::ws::SubscriptionSlot,
-    api::schema::{
-        leaderboard::{entries, Leaderboard, LeaderboardSnapshot, RankEntry, Season},
-        page_size, ContextExt,
+    api::{
+        http::ws::SubscriptionSlot,
+        schema::{
+            leaderboard::{entries, Leaderboard, LeaderboardSnapshot, RankEntry, Season},
+            page_size, ContextExt,
+        },
     },
-    features::leaderboard::Leaderboards,
-    features::leaderboard::{self, live, parse_season, season_info},
-    infra::auth::{self, RoleGuard},
-    infra::error::{AppError, AppResult},
+    features::leaderboard::{self, live, parse_season, season_info, Leaderboards},
+    infra::{
+        auth::{self, RoleGuard},
+        error::{AppError, AppResult},
+    },
 };
 
 #[derive(Default)]

@@ -11,10 +11,10 @@ use crate::{
         page::{decode_offset_cursor, encode_cursor, PageInfo},
         page_size, ContextExt,
     },
-    features::items::Items,
-    features::items::{self, Location},
-    features::nearby,
-    features::nearby::Nearby,
+    features::{
+        items::{self, Items, Location},
+        nearby::{self, Nearby},
+    },
     infra::error::AppResult,
 };
 

@@ -11,11 +11,12 @@ use crate::{
         },
         ContextExt,
     },
-    features::points::Points,
-    features::points::{self, PointsType},
-    infra::auth::{self, RoleGuard},
-    infra::error::AppResult,
-    infra::ids,
+    features::points::{self, Points, PointsType},
+    infra::{
+        auth::{self, RoleGuard},
+        error::AppResult,
+        ids,
+    },
 };
 
 #[derive(Default)]

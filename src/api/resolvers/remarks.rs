@@ -5,21 +5,24 @@ use async_graphql::{Context, Object, Subscription, ID};
 use futures::{Stream, StreamExt};
 
 use crate::{
-    api::http::ws::SubscriptionSlot,
-    api::schema::{
-        page::{decode_cursor, encode_cursor, PageInfo},
-        page_size,
-        remarks::{
-            page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark, RemarkConnection,
-            RemarkEdge,
+    api::{
+        http::ws::SubscriptionSlot,
+        schema::{
+            page::{decode_cursor, encode_cursor, PageInfo},
+            page_size,
+            remarks::{
+                page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark, RemarkConnection,
+                RemarkEdge,
+            },
+            ContextExt,
         },
-        ContextExt,
     },
-    features::remarks::Remarks,
-    features::remarks::{self, likes::Vote, recommended, NewRemark},
-    infra::auth::{self, RoleGuard},
-    infra::error::{AppError, AppResult},
-    infra::ids,
+    features::remarks::{self, likes::Vote, recommended, NewRemark, Remarks},
+    infra::{
+        auth::{self, RoleGuard},
+        error::{AppError, AppResult},
+        ids,
+    },
 };
 
 #[derive(Default)]

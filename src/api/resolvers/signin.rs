@@ -8,11 +8,12 @@ use crate::{
         signin::{SignCalendar, SignInResult},
         ContextExt,
     },
-    features::signin,
-    features::signin::SignIn,
-    infra::auth::{self, RoleGuard},
-    infra::clock::Month,
-    infra::error::{AppError, AppResult},
+    features::signin::{self, SignIn},
+    infra::{
+        auth::{self, RoleGuard},
+        clock::Month,
+        error::{AppError, AppResult},
+    },
 };
 
 #[derive(Default)]

@@ -7,8 +7,8 @@ use async_graphql::{Context, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::{
-    api::http::ws::SubscriptionSlot, api::schema::ContextExt, infra::error::AppError,
-    infra::Instance,
+    api::{http::ws::SubscriptionSlot, schema::ContextExt},
+    infra::{error::AppError, Instance},
 };
 
 #[derive(Default)]

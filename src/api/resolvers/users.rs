@@ -7,8 +7,7 @@ use async_graphql::{Context, Object};
 use crate::{
     api::schema::{users::User, ContextExt},
     features::users::UserDirectory,
-    infra::auth,
-    infra::error::AppResult,
+    infra::{auth, error::AppResult},
 };
 
 #[derive(Default)]

@@ -6,22 +6,27 @@ use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 
 use crate::{
-    api::http::ws::SubscriptionSlot,
-    api::schema::{
-        page::{decode_cursor, encode_cursor, PageInfo},
-        page_size,
-        vouchers::{CreateVoucherInput, Order, OrderConnection, OrderEdge, Voucher, VoucherStock},
-        ContextExt,
+    api::{
+        http::ws::SubscriptionSlot,
+        schema::{
+            page::{decode_cursor, encode_cursor, PageInfo},
+            page_size,
+            vouchers::{
+                CreateVoucherInput, Order, OrderConnection, OrderEdge, Voucher, VoucherStock,
+            },
+            ContextExt,
+        },
     },
-    features::vouchers::Vouchers,
     features::vouchers::{
         self,
         orders::{self, OrderRecord, OrderStatus},
-        NewVoucher,
+        NewVoucher, Vouchers,
     },
-    infra::auth::{self, RoleGuard},
-    infra::error::{AppError, AppResult},
-    infra::ids,
+    infra::{
+        auth::{self, RoleGuard},
+        error::{AppError, AppResult},
+        ids,
+    },
 };
 
 fn instant(field: &str, text: &str) -> AppResult<DateTime<Utc>> {

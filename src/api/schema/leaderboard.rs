@@ -7,8 +7,7 @@ use super::{
     ContextExt,
 };
 use crate::{
-    features::leaderboard::Leaderboards,
-    features::leaderboard::{self, RankEntry as Entry, SeasonInfo},
+    features::leaderboard::{self, Leaderboards, RankEntry as Entry, SeasonInfo},
     infra::error::AppResult,
 };
 

@@ -8,15 +8,18 @@ use super::{
     ContextExt,
 };
 use crate::{
-    features::remarks::Remarks,
-    features::remarks::{
-        likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
-        live::CountChange,
-        RemarkPage, RemarkRecord,
+    features::{
+        remarks::{
+            likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
+            live::CountChange,
+            RemarkPage, RemarkRecord, Remarks,
+        },
+        users::{UserLoader, UserRecord},
     },
-    features::users::{UserLoader, UserRecord},
-    infra::auth,
-    infra::error::{AppError, AppResult},
+    infra::{
+        auth,
+        error::{AppError, AppResult},
+    },
 };
 
 /// A remark, with what its page already read: the author's record and the like info

@@ -4,10 +4,8 @@ use async_graphql::{ComplexObject, Context, SimpleObject};
 
 use crate::{
     api::schema::ContextExt,
-    features::signin::SignIn,
-    features::signin::{self, Calendar, SignInOutcome},
-    infra::clock::Month,
-    infra::error::AppResult,
+    features::signin::{self, Calendar, SignIn, SignInOutcome},
+    infra::{clock::Month, error::AppResult},
 };
 
 #[derive(SimpleObject)]

@@ -4,8 +4,10 @@ use async_graphql::{dataloader::DataLoader, Context, Object, ID};
 
 use super::ContextExt;
 use crate::{
-    features::feed::Feed,
-    features::users::{UserLoader, UserRecord},
+    features::{
+        feed::Feed,
+        users::{UserLoader, UserRecord},
+    },
     infra::error::AppResult,
 };
 

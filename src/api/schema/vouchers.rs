@@ -9,12 +9,13 @@ use async_graphql::{
 
 use super::{items::Item, page::PageInfo, ContextExt};
 use crate::{
-    features::items::Items,
-    features::vouchers::Vouchers,
-    features::vouchers::{
-        self,
-        orders::{OrderRecord, OrderStatus},
-        VoucherRecord,
+    features::{
+        items::Items,
+        vouchers::{
+            self,
+            orders::{OrderRecord, OrderStatus},
+            VoucherRecord, Vouchers,
+        },
     },
     infra::error::{AppError, AppResult},
 };

@@ -22,14 +22,14 @@ use sqlx::{Any, Row, Transaction};
 pub mod recovery;
 
 use crate::{
-    features::remarks::events::RemarkCreated,
-    features::users::UserDirectory,
-    infra::config::Config,
-    infra::error::{AppError, AppResult},
-    infra::redis::Keys,
-    infra::streams::Event,
-    infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
-    infra::Infra,
+    features::{remarks::events::RemarkCreated, users::UserDirectory},
+    infra::{
+        config::Config,
+        error::{AppError, AppResult},
+        redis::Keys,
+        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+        Infra,
+    },
 };
 
 /// What the follow feed works with: follows name known users.

@@ -13,8 +13,10 @@ use sqlx::Row;
 use super::{fan_out, latest_remarks};
 use crate::{
     features::feed::Feed,
-    infra::error::AppResult,
-    infra::recovery::{next_ids, within, Rebuild, Report},
+    infra::{
+        error::AppResult,
+        recovery::{next_ids, within, Rebuild, Report},
+    },
 };
 
 /// Users read per round trip.

@@ -18,9 +18,9 @@ use std::{
 use reqwest::Url;
 
 use super::{JobSpec, DEFAULT_LADDER};
-use crate::{
-    infra::config::Config,
-    infra::error::{AppError, AppResult},
+use crate::infra::{
+    config::Config,
+    error::{AppError, AppResult},
 };
 
 /// One delivery of a job to a handler.

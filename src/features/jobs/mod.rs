@@ -30,15 +30,15 @@ use sqlx::Row;
 
 use std::sync::Arc;
 
-use crate::{
-    infra::config::Config,
-    infra::error::{AppError, AppResult, ErrorCode},
-    infra::redis::status::Status,
-    infra::redis::{
+use crate::infra::{
+    config::Config,
+    error::{AppError, AppResult, ErrorCode},
+    redis::status::Status,
+    redis::{
         scripts::{JOBS_CANCEL, JOBS_SCHEDULE},
         Keys,
     },
-    infra::Infra,
+    Infra,
 };
 
 /// What the delay queue works with: the handlers of its topics, and its pace.

@@ -15,9 +15,9 @@ use std::collections::HashSet;
 use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::JobSpec;
-use crate::{
-    infra::db::{id_list, values_placeholders},
-    infra::error::AppResult,
+use crate::infra::{
+    db::{id_list, values_placeholders},
+    error::AppResult,
 };
 
 /// A job as its row holds it.

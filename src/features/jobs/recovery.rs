@@ -17,8 +17,10 @@ use super::{
 };
 use crate::{
     features::jobs::Jobs,
-    infra::error::AppResult,
-    infra::recovery::{Rebuild, Report},
+    infra::{
+        error::AppResult,
+        recovery::{Rebuild, Report},
+    },
 };
 
 /// Rows a rebuild restores per chunk (one script call per topic of the chunk).

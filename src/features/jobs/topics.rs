@@ -20,10 +20,12 @@
 
 use crate::{
     features::jobs::Jobs,
-    infra::error::AppResult,
-    infra::redis::{
-        scripts::{JOBS_INDEX, JOBS_REINDEX},
-        Keys,
+    infra::{
+        error::AppResult,
+        redis::{
+            scripts::{JOBS_INDEX, JOBS_REINDEX},
+            Keys,
+        },
     },
 };
 

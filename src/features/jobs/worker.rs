@@ -24,8 +24,10 @@ use super::{
 };
 use crate::{
     features::jobs::Jobs,
-    infra::error::{AppError, AppResult},
-    infra::redis::scripts::{self, JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
+    infra::{
+        error::{AppError, AppResult},
+        redis::scripts::{self, JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
+    },
 };
 
 /// Most jobs one promotion moves per topic per tick.

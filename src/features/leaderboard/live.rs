@@ -28,8 +28,8 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::{board, RankEntry};
 use crate::{
-    features::leaderboard::Leaderboards, infra::clock::Month, infra::error::AppResult,
-    infra::live::LiveSubscription,
+    features::leaderboard::Leaderboards,
+    infra::{clock::Month, error::AppResult, live::LiveSubscription},
 };
 
 pub const COALESCE: Duration = Duration::from_millis(250);

@@ -16,10 +16,10 @@ use sqlx::Row;
 
 use std::{sync::Arc, time::Duration};
 
-use crate::{
-    infra::clock::Month,
-    infra::error::{AppError, AppResult},
-    infra::Infra,
+use crate::infra::{
+    clock::Month,
+    error::{AppError, AppResult},
+    Infra,
 };
 
 /// What the season leaderboards work with: the top-N readers this instance shares among

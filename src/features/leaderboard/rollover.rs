@@ -22,11 +22,13 @@ use sqlx::Row;
 use super::points_of;
 use crate::{
     features::leaderboard::Leaderboards,
-    infra::backoff::Backoff,
-    infra::clock::Month,
-    infra::db::Backend,
-    infra::error::{AppError, AppResult},
-    infra::lock::{self, Held},
+    infra::{
+        backoff::Backoff,
+        clock::Month,
+        db::Backend,
+        error::{AppError, AppResult},
+        lock::{self, Held},
+    },
 };
 
 pub const COPYING: &str = "copying";

@@ -11,9 +11,11 @@ pub mod recovery;
 
 use crate::{
     features::items::Location,
-    infra::error::{AppError, AppResult},
-    infra::redis::{scripts::NEARBY_SEARCH, Keys},
-    infra::Infra,
+    infra::{
+        error::{AppError, AppResult},
+        redis::{scripts::NEARBY_SEARCH, Keys},
+        Infra,
+    },
 };
 
 /// What "near me" search works with.

@@ -4,8 +4,10 @@ use sqlx::Row;
 
 use crate::{
     features::nearby::Nearby,
-    infra::error::AppResult,
-    infra::recovery::{Rebuild, Report},
+    infra::{
+        error::AppResult,
+        recovery::{Rebuild, Report},
+    },
 };
 
 /// Items read and written per round trip.

@@ -13,14 +13,19 @@ use sqlx::{Any, Transaction};
 
 use super::PointsType;
 use crate::{
-    features::points::events::{AwardEvent, IntakeAward},
-    features::points::Points,
-    features::remarks::events::VoteEvent,
-    infra::clock::day_number,
-    infra::db::values_placeholders,
-    infra::error::{AppError, ErrorCode},
-    infra::streams::Event,
-    infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+    features::{
+        points::{
+            events::{AwardEvent, IntakeAward},
+            Points,
+        },
+        remarks::events::VoteEvent,
+    },
+    infra::{
+        clock::day_number,
+        db::values_placeholders,
+        error::{AppError, ErrorCode},
+        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+    },
 };
 
 /// Runs the points consumers: the award archive, the intake of awards made elsewhere, and

@@ -21,13 +21,13 @@ pub use rules::{PointsRules, PointsType};
 
 use std::sync::Arc;
 
-use crate::{
-    infra::clock::Month,
-    infra::config::Config,
-    infra::error::{AppError, AppResult},
-    infra::redis::status::Status,
-    infra::redis::{scripts::POINTS_AWARD, Keys},
-    infra::Infra,
+use crate::infra::{
+    clock::Month,
+    config::Config,
+    error::{AppError, AppResult},
+    redis::status::Status,
+    redis::{scripts::POINTS_AWARD, Keys},
+    Infra,
 };
 
 /// What points work with: the rules and caps of each kind of award.

@@ -19,14 +19,18 @@ use sqlx::Row;
 
 use super::{PointsType, DAILY_TTL_SECONDS};
 use crate::{
-    features::leaderboard::{points_of, rollover::DONE, score_of},
-    features::points::Points,
-    features::signin::MAKE_UP_COUNTER_TTL_SECONDS,
-    infra::clock::{day_number, Month},
-    infra::db::id_list,
-    infra::error::{AppError, AppResult},
-    infra::recovery::{next_ids, Rebuild, Report},
-    infra::streams,
+    features::{
+        leaderboard::{points_of, rollover::DONE, score_of},
+        points::Points,
+        signin::MAKE_UP_COUNTER_TTL_SECONDS,
+    },
+    infra::{
+        clock::{day_number, Month},
+        db::id_list,
+        error::{AppError, AppResult},
+        recovery::{next_ids, Rebuild, Report},
+        streams,
+    },
 };
 
 /// Board members read and written per round trip.

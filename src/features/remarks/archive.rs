@@ -14,11 +14,11 @@ use std::{
 use sqlx::{Any, Transaction};
 
 use crate::{
-    features::remarks::events::VoteEvent,
-    features::remarks::Remarks,
-    infra::db::{values_placeholders, Backend},
-    infra::streams::Event,
-    infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+    features::remarks::{events::VoteEvent, Remarks},
+    infra::{
+        db::{values_placeholders, Backend},
+        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+    },
 };
 
 pub const GROUP: &str = "archive";

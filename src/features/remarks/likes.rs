@@ -8,10 +8,14 @@ use sqlx::Row;
 
 use crate::{
     features::remarks::Remarks,
-    infra::error::{AppError, AppResult},
-    infra::ids,
-    infra::redis::scripts::{REMARKS_LIKE, REMARKS_UNLIKE},
-    infra::redis::status::Status,
+    infra::{
+        error::{AppError, AppResult},
+        ids,
+        redis::{
+            scripts::{REMARKS_LIKE, REMARKS_UNLIKE},
+            status::Status,
+        },
+    },
 };
 
 /// Earliest likers kept per remark in Redis; `likers(first)` serves at most this many.

@@ -24,17 +24,19 @@ use std::{
 use sqlx::{any::AnyRow, Row};
 
 use crate::{
-    features::items::Items,
-    features::points::Points,
-    features::points::PointsType,
-    features::remarks::events::RemarkCreated,
-    features::users::UserRecord,
-    infra::cache::TtlCache,
-    infra::config::Config,
-    infra::error::{AppError, AppResult, ResultExt},
-    infra::redis::Keys,
-    infra::streams,
-    infra::Infra,
+    features::{
+        items::Items,
+        points::{Points, PointsType},
+        remarks::events::RemarkCreated,
+        users::UserRecord,
+    },
+    infra::{
+        cache::TtlCache,
+        config::Config,
+        error::{AppError, AppResult, ResultExt},
+        redis::Keys,
+        streams, Infra,
+    },
 };
 
 /// What remarks and their likes work with: a remark is about an item, and earns points.

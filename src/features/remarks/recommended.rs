@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use sqlx::Row;
 
 use crate::{
-    features::remarks::Remarks, infra::error::AppResult,
-    infra::redis::scripts::REMARKS_REPLACE_RECOMMENDED,
+    features::remarks::Remarks,
+    infra::{error::AppResult, redis::scripts::REMARKS_REPLACE_RECOMMENDED},
 };
 
 /// Remarks kept per list; `recommendedRemarks(first)` serves at most this many.

@@ -13,8 +13,10 @@ use sqlx::Row;
 
 use crate::{
     features::remarks::Remarks,
-    infra::error::AppResult,
-    infra::recovery::{within, Rebuild, Report},
+    infra::{
+        error::AppResult,
+        recovery::{within, Rebuild, Report},
+    },
 };
 
 /// Remarks read and written per round trip.

@@ -8,13 +8,17 @@ use chrono::{Datelike, NaiveDate};
 use sqlx::Row;
 
 use crate::{
-    features::points::Points,
-    features::points::{self, PointsType, DAILY_TTL_SECONDS},
-    infra::clock::{day_number, Month},
-    infra::error::{AppError, AppResult},
-    infra::redis::scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
-    infra::redis::{status::Status, Keys},
-    infra::Infra,
+    features::points::{self, Points, PointsType, DAILY_TTL_SECONDS},
+    infra::{
+        clock::{day_number, Month},
+        error::{AppError, AppResult},
+        redis::{
+            scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
+            status::Status,
+            Keys,
+        },
+        Infra,
+    },
 };
 
 /// Sign-in's keys, in the points hash tag ([`points::TAG`]).

@@ -15,9 +15,11 @@ use sqlx::Row;
 use super::BITMAP_TTL_SECONDS;
 use crate::{
     features::signin::SignIn,
-    infra::clock::{date_of_day_number, Month},
-    infra::error::AppResult,
-    infra::recovery::{next_ids, within, Rebuild, Report},
+    infra::{
+        clock::{date_of_day_number, Month},
+        error::AppResult,
+        recovery::{next_ids, within, Rebuild, Report},
+    },
 };
 
 /// Users read and written per round trip.

@@ -21,11 +21,14 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{orders::OrderStatus, NewOrder};
 use crate::{
-    features::vouchers::events::{OrderChange, OrderEvent},
-    features::vouchers::Vouchers,
-    infra::db::values_placeholders,
-    infra::streams::Event,
-    infra::streams::{self, ConsumerSpec, HandleError, StreamEntry, StreamHandler},
+    features::vouchers::{
+        events::{OrderChange, OrderEvent},
+        Vouchers,
+    },
+    infra::{
+        db::values_placeholders,
+        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+    },
 };
 
 pub fn spawn(ctx: &Vouchers) {

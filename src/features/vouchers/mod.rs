@@ -25,15 +25,17 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use crate::{
-    features::items::Items,
-    features::jobs::Jobs,
-    features::jobs::{self, NewJob},
-    features::vouchers::orders::OrderStatus,
-    infra::config::Config,
-    infra::error::{AppError, AppResult, ErrorCode},
-    infra::redis::status::Status,
-    infra::redis::{scripts::VOUCHERS_SECKILL, Keys},
-    infra::Infra,
+    features::{
+        items::Items,
+        jobs::{self, Jobs, NewJob},
+        vouchers::orders::OrderStatus,
+    },
+    infra::{
+        config::Config,
+        error::{AppError, AppResult, ErrorCode},
+        redis::{scripts::VOUCHERS_SECKILL, status::Status, Keys},
+        Infra,
+    },
 };
 
 /// What flash-sale vouchers work with: a voucher is for an item, and an unpaid order

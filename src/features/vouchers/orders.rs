@@ -8,11 +8,14 @@ use sqlx::Row;
 
 use super::{shards, EXPIRY_TOPIC};
 use crate::{
-    features::jobs::{handlers::Delivery, JobError, JobHandler},
-    features::vouchers::Vouchers,
-    infra::error::{AppError, AppResult, ErrorCode},
-    infra::redis::scripts::VOUCHERS_SETTLE,
-    infra::redis::status::Status,
+    features::{
+        jobs::{handlers::Delivery, JobError, JobHandler},
+        vouchers::Vouchers,
+    },
+    infra::{
+        error::{AppError, AppResult, ErrorCode},
+        redis::{scripts::VOUCHERS_SETTLE, status::Status},
+    },
 };
 
 /// Settled orders stay readable in Redis this long (SQL has them for ever).

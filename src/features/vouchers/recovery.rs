@@ -10,8 +10,10 @@ use super::{
 };
 use crate::{
     features::vouchers::Vouchers,
-    infra::error::AppResult,
-    infra::recovery::{Rebuild, Report},
+    infra::{
+        error::AppResult,
+        recovery::{Rebuild, Report},
+    },
 };
 
 /// Vouchers read per round trip.

@@ -18,8 +18,10 @@ use sqlx::Row;
 use super::orders::{self, Expiry};
 use crate::{
     features::vouchers::Vouchers,
-    infra::error::AppResult,
-    infra::lock::{self, Held},
+    infra::{
+        error::AppResult,
+        lock::{self, Held},
+    },
 };
 
 /// How long past pay-by an order is left to its job before the sweep expires it.

@@ -19,8 +19,10 @@ use crate::{
         admission::{self, Caller, RawOperation, Transport},
         apq, HttpState,
     },
-    infra::error::{AppError, AppResult, ErrorCode},
-    infra::metrics,
+    infra::{
+        error::{AppError, AppResult, ErrorCode},
+        metrics,
+    },
 };
 
 /// What one socket's operations share.
