@@ -4,7 +4,7 @@
 use sqlx::Row;
 
 use crate::{
-    features::nearby::Nearby,
+    features::nearby::{Location, Nearby},
     infra::{
         error::{AppError, AppResult},
         Infra,
@@ -24,36 +24,6 @@ pub struct ItemRecord {
     pub name: String,
     pub location: Option<Location>,
     pub created_at_ms: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Location {
-    pub lat: f64,
-    pub lng: f64,
-}
-
-impl Location {
-    /// Validates coordinates; both or neither must be given.
-    pub fn from_parts(lat: Option<f64>, lng: Option<f64>) -> AppResult<Option<Self>> {
-        match (lat, lng) {
-            (None, None) => Ok(None),
-            (Some(lat), Some(lng)) => Self::new(lat, lng).map(Some),
-            _ => Err(AppError::bad_input("give both lat and lng, or neither")),
-        }
-    }
-
-    pub fn new(lat: f64, lng: f64) -> AppResult<Self> {
-        // Redis GEO accepts latitudes up to ±85.05112878 only (Web Mercator).
-        if !(lat.is_finite() && (-85.051_128_78..=85.051_128_78).contains(&lat)) {
-            return Err(AppError::bad_input(
-                "lat must be between -85.05112878 and 85.05112878",
-            ));
-        }
-        if !(lng.is_finite() && (-180.0..=180.0).contains(&lng)) {
-            return Err(AppError::bad_input("lng must be between -180 and 180"));
-        }
-        Ok(Self { lat, lng })
-    }
 }
 
 pub struct NewItem {

@@ -1,8 +1,9 @@
 //! `feed`, `follow`, `unfollow`.
 
-use async_graphql::{Context, Object, ID};
+use async_graphql::{Context, Object};
 
 use crate::{
+    api::schema::id::Id64,
     api::schema::{
         page::PageInfo,
         page_size,
@@ -16,7 +17,6 @@ use crate::{
     infra::{
         auth::{self, RoleGuard},
         error::AppResult,
-        ids,
     },
 };
 
@@ -70,25 +70,15 @@ pub struct FeedMutation;
 impl FeedMutation {
     /// Follows a user; true when this call started the follow (false: already following).
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn follow(&self, ctx: &Context<'_>, user_id: ID) -> AppResult<bool> {
+    async fn follow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
-        feed::follow(
-            ctx.feature::<Feed>(),
-            viewer.user_id,
-            ids::parse(&user_id, "userId")?,
-        )
-        .await
+        feed::follow(ctx.feature::<Feed>(), viewer.user_id, user_id.0).await
     }
 
     /// Stops following a user; true when this call ended a follow (false: not following).
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn unfollow(&self, ctx: &Context<'_>, user_id: ID) -> AppResult<bool> {
+    async fn unfollow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
-        feed::unfollow(
-            ctx.feature::<Feed>(),
-            viewer.user_id,
-            ids::parse(&user_id, "userId")?,
-        )
-        .await
+        feed::unfollow(ctx.feature::<Feed>(), viewer.user_id, user_id.0).await
     }
 }

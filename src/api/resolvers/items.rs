@@ -1,8 +1,9 @@
 //! `item`, `createItem`.
 
-use async_graphql::{Context, Object, ID};
+use async_graphql::{Context, Object};
 
 use crate::{
+    api::schema::id::Id64,
     api::schema::{
         items::{CreateItemInput, Item},
         ContextExt,
@@ -11,7 +12,6 @@ use crate::{
     infra::{
         auth::{self, RoleGuard},
         error::AppResult,
-        ids,
     },
 };
 
@@ -20,8 +20,8 @@ pub struct ItemQuery;
 
 #[Object]
 impl ItemQuery {
-    async fn item(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<Item>> {
-        let id = ids::parse(&id, "id")?;
+    async fn item(&self, ctx: &Context<'_>, id: Id64) -> AppResult<Option<Item>> {
+        let id = id.0;
         Ok(items::find(ctx.feature::<Items>(), id).await?.map(Item))
     }
 }

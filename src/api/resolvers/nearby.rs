@@ -12,7 +12,8 @@ use crate::{
         page_size, ContextExt,
     },
     features::{
-        items::{self, Items, Location},
+        items::{self, Items},
+        nearby::Location,
         nearby::{self, Nearby},
     },
     infra::error::AppResult,

@@ -1,8 +1,9 @@
 //! `pointsToday`, `pointsHistory`, `awardPoints`.
 
-use async_graphql::{Context, Object, ID};
+use async_graphql::{Context, Object};
 
 use crate::{
+    api::schema::id::Id64,
     api::schema::{
         page::{decode_cursor, encode_cursor, PageInfo},
         page_size,
@@ -15,7 +16,6 @@ use crate::{
     infra::{
         auth::{self, RoleGuard},
         error::AppResult,
-        ids,
     },
 };
 
@@ -80,12 +80,12 @@ impl PointsMutation {
     async fn award_points(
         &self,
         ctx: &Context<'_>,
-        user_id: ID,
+        user_id: Id64,
         #[graphql(name = "type")] kind: PointsType,
         points: i32,
         idempotency_key: String,
     ) -> AppResult<AwardResult> {
-        let user_id = ids::parse(&user_id, "userId")?;
+        let user_id = user_id.0;
         Ok(points::award(
             ctx.feature::<Points>(),
             user_id,

@@ -1,10 +1,11 @@
 //! `remarks`, `recommendedRemarks`, `createRemark`, `likeRemark`, `unlikeRemark`,
 //! `likeCountChanged`.
 
-use async_graphql::{Context, Object, Subscription, ID};
+use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::{
+    api::schema::id::Id64,
     api::{
         http::ws::SubscriptionSlot,
         schema::{
@@ -21,7 +22,6 @@ use crate::{
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
-        ids,
     },
 };
 
@@ -35,12 +35,12 @@ impl RemarkQuery {
     async fn remarks(
         &self,
         ctx: &Context<'_>,
-        item_id: ID,
+        item_id: Id64,
         #[graphql(default = 20)] first: Option<i32>,
         after: Option<String>,
     ) -> AppResult<RemarkConnection> {
         let first = first.unwrap_or(20);
-        let item_id = ids::parse(&item_id, "itemId")?;
+        let item_id = item_id.0;
         let first = page_size(first)?;
         let after = decode_cursor(after.as_deref())?;
         let page = remarks::page(ctx.feature::<Remarks>(), item_id, first, after).await?;
@@ -65,11 +65,11 @@ impl RemarkQuery {
     async fn recommended_remarks(
         &self,
         ctx: &Context<'_>,
-        item_id: ID,
+        item_id: Id64,
         #[graphql(default = 10)] first: Option<i32>,
     ) -> AppResult<Vec<Remark>> {
         let first = first.unwrap_or(10);
-        let item_id = ids::parse(&item_id, "itemId")?;
+        let item_id = item_id.0;
         if !(1..=recommended::LIST_LENGTH as i32).contains(&first) {
             return Err(AppError::bad_input(format!(
                 "first must be between 1 and {}",
@@ -100,7 +100,7 @@ impl RemarkMutation {
         input: CreateRemarkInput,
     ) -> AppResult<Remark> {
         let viewer = auth::require_viewer(ctx)?;
-        let item_id = ids::parse(&input.item_id, "itemId")?;
+        let item_id = input.item_id.0;
         let remark = NewRemark::new(
             item_id,
             input.score,
@@ -115,19 +115,19 @@ impl RemarkMutation {
     }
 
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn like_remark(&self, ctx: &Context<'_>, remark_id: ID) -> AppResult<LikeResult> {
-        vote(ctx, &remark_id, Vote::Like).await
+    async fn like_remark(&self, ctx: &Context<'_>, remark_id: Id64) -> AppResult<LikeResult> {
+        vote(ctx, remark_id, Vote::Like).await
     }
 
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn unlike_remark(&self, ctx: &Context<'_>, remark_id: ID) -> AppResult<LikeResult> {
-        vote(ctx, &remark_id, Vote::Unlike).await
+    async fn unlike_remark(&self, ctx: &Context<'_>, remark_id: Id64) -> AppResult<LikeResult> {
+        vote(ctx, remark_id, Vote::Unlike).await
     }
 }
 
-async fn vote(ctx: &Context<'_>, remark_id: &ID, vote: Vote) -> AppResult<LikeResult> {
+async fn vote(ctx: &Context<'_>, remark_id: Id64, vote: Vote) -> AppResult<LikeResult> {
     let viewer = auth::require_viewer(ctx)?;
-    let remark_id = ids::parse(remark_id, "remarkId")?;
+    let remark_id = remark_id.0;
     Ok(
         remarks::likes::vote(ctx.feature::<Remarks>(), viewer.user_id, remark_id, vote)
             .await?
@@ -145,11 +145,11 @@ impl RemarkSubscription {
     async fn like_count_changed(
         &self,
         ctx: &Context<'_>,
-        remark_ids: Vec<ID>,
+        remark_ids: Vec<Id64>,
     ) -> Result<impl Stream<Item = LikeCount>, AppError> {
         let ids = remark_ids
             .iter()
-            .map(|id| ids::parse(id, "remarkIds"))
+            .map(|id| Ok::<_, AppError>(id.0))
             .collect::<AppResult<Vec<_>>>()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
         let changes = remarks::live::like_count_changes(ctx.feature::<Remarks>(), ids).await?;

@@ -1,11 +1,12 @@
 //! `voucher`, `vouchers`, `myOrders`, `createVoucher`, `seckillVoucher`, `payOrder`,
 //! `cancelOrder`, `voucherStockChanged`.
 
-use async_graphql::{Context, Object, Subscription, ID};
+use async_graphql::{Context, Object, Subscription};
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 
 use crate::{
+    api::schema::id::Id64,
     api::{
         http::ws::SubscriptionSlot,
         schema::{
@@ -25,7 +26,6 @@ use crate::{
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
-        ids,
     },
 };
 
@@ -40,16 +40,16 @@ pub struct VoucherQuery;
 
 #[Object]
 impl VoucherQuery {
-    async fn voucher(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<Voucher>> {
-        let id = ids::parse(&id, "id")?;
+    async fn voucher(&self, ctx: &Context<'_>, id: Id64) -> AppResult<Option<Voucher>> {
+        let id = id.0;
         Ok(vouchers::find(ctx.feature::<Vouchers>(), id)
             .await?
             .map(Voucher))
     }
 
     /// An item's vouchers, newest first (at most 100).
-    async fn vouchers(&self, ctx: &Context<'_>, item_id: ID) -> AppResult<Vec<Voucher>> {
-        let item_id = ids::parse(&item_id, "itemId")?;
+    async fn vouchers(&self, ctx: &Context<'_>, item_id: Id64) -> AppResult<Vec<Voucher>> {
+        let item_id = item_id.0;
         Ok(vouchers::for_item(ctx.feature::<Vouchers>(), item_id)
             .await?
             .into_iter()
@@ -103,7 +103,7 @@ impl VoucherMutation {
         input: CreateVoucherInput,
     ) -> AppResult<Voucher> {
         let voucher = NewVoucher {
-            item_id: ids::parse(&input.item_id, "itemId")?,
+            item_id: input.item_id.0,
             title: input.title,
             stock: i64::from(input.stock),
             begins_at: instant("beginsAt", &input.begins_at)?,
@@ -117,9 +117,9 @@ impl VoucherMutation {
 
     /// One attempt to buy: an UNPAID order, or NOT_STARTED, ENDED, ALREADY_ORDERED, SOLD_OUT.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn seckill_voucher(&self, ctx: &Context<'_>, voucher_id: ID) -> AppResult<Order> {
+    async fn seckill_voucher(&self, ctx: &Context<'_>, voucher_id: Id64) -> AppResult<Order> {
         let viewer = auth::require_viewer(ctx)?;
-        let voucher_id = ids::parse(&voucher_id, "voucherId")?;
+        let voucher_id = voucher_id.0;
         let order =
             vouchers::seckill(ctx.feature::<Vouchers>(), viewer.user_id, voucher_id).await?;
         Ok(Order(OrderRecord {
@@ -134,20 +134,20 @@ impl VoucherMutation {
 
     /// Pays (simulated) the viewer's unpaid order before its pay-by time.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn pay_order(&self, ctx: &Context<'_>, order_id: ID) -> AppResult<Order> {
-        act(ctx, &order_id, OrderStatus::Paid).await
+    async fn pay_order(&self, ctx: &Context<'_>, order_id: Id64) -> AppResult<Order> {
+        act(ctx, order_id, OrderStatus::Paid).await
     }
 
     /// Cancels the viewer's unpaid order; the stock returns and the viewer may buy again.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn cancel_order(&self, ctx: &Context<'_>, order_id: ID) -> AppResult<Order> {
-        act(ctx, &order_id, OrderStatus::Cancelled).await
+    async fn cancel_order(&self, ctx: &Context<'_>, order_id: Id64) -> AppResult<Order> {
+        act(ctx, order_id, OrderStatus::Cancelled).await
     }
 }
 
-async fn act(ctx: &Context<'_>, order_id: &ID, outcome: OrderStatus) -> AppResult<Order> {
+async fn act(ctx: &Context<'_>, order_id: Id64, outcome: OrderStatus) -> AppResult<Order> {
     let viewer = auth::require_viewer(ctx)?;
-    let order_id = ids::parse(order_id, "orderId")?;
+    let order_id = order_id.0;
     Ok(Order(
         orders::act(ctx.feature::<Vouchers>(), viewer.user_id, order_id, outcome).await?,
     ))
@@ -162,9 +162,9 @@ impl VoucherSubscription {
     async fn voucher_stock_changed(
         &self,
         ctx: &Context<'_>,
-        voucher_id: ID,
+        voucher_id: Id64,
     ) -> Result<impl Stream<Item = VoucherStock>, AppError> {
-        let voucher_id = ids::parse(&voucher_id, "voucherId")?;
+        let voucher_id = voucher_id.0;
         let vouchers = ctx.feature::<Vouchers>();
         if vouchers::find(vouchers, voucher_id).await?.is_none() {
             return Err(AppError::not_found(format!("no voucher {voucher_id}")));
@@ -174,7 +174,7 @@ impl VoucherSubscription {
         Ok(changes.map(move |(id, remaining)| {
             let _held = &slot;
             VoucherStock {
-                voucher_id: ID(id.to_string()),
+                voucher_id: Id64(id),
                 remaining,
             }
         }))

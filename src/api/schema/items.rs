@@ -1,15 +1,15 @@
 //! GraphQL types of items.
 
-use async_graphql::{InputObject, Object, ID};
+use async_graphql::{InputObject, Object};
 
-use crate::{api::schema::ContextExt, features::items::ItemRecord};
+use crate::{api::schema::id::Id64, api::schema::ContextExt, features::items::ItemRecord};
 
 pub struct Item(pub ItemRecord);
 
 #[Object]
 impl Item {
-    async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+    async fn id(&self) -> Id64 {
+        Id64(self.0.id)
     }
 
     async fn name(&self) -> &str {

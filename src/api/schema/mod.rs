@@ -4,6 +4,7 @@
 //! Adding a feature means adding its files and naming its roots once in the tuples below.
 
 pub mod errors;
+pub mod id;
 pub mod items;
 pub mod jobs;
 pub mod leaderboard;

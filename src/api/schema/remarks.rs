@@ -1,6 +1,6 @@
 //! GraphQL types of remarks and likes.
 
-use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject, ID};
+use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject};
 
 use super::{
     page::PageInfo,
@@ -8,6 +8,7 @@ use super::{
     ContextExt,
 };
 use crate::{
+    api::schema::id::Id64,
     features::{
         remarks::{
             likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
@@ -42,12 +43,12 @@ impl From<RemarkRecord> for Remark {
 
 #[Object]
 impl Remark {
-    async fn id(&self) -> ID {
-        ID(self.record.id.to_string())
+    async fn id(&self) -> Id64 {
+        Id64(self.record.id)
     }
 
-    async fn item_id(&self) -> ID {
-        ID(self.record.item_id.to_string())
+    async fn item_id(&self) -> Id64 {
+        Id64(self.record.item_id)
     }
 
     async fn author(&self, ctx: &Context<'_>) -> AppResult<User> {
@@ -174,7 +175,7 @@ pub struct RemarkConnection {
 
 #[derive(InputObject)]
 pub struct CreateRemarkInput {
-    pub item_id: ID,
+    pub item_id: Id64,
     /// 1 to 5.
     pub score: i32,
     /// 1 to 2000 characters.
@@ -185,7 +186,7 @@ pub struct CreateRemarkInput {
 
 #[derive(SimpleObject)]
 pub struct LikeResult {
-    pub remark_id: ID,
+    pub remark_id: Id64,
     pub like_count: i64,
     /// Whether the viewer likes the remark now.
     pub liked: bool,
@@ -196,7 +197,7 @@ pub struct LikeResult {
 impl From<VoteOutcome> for LikeResult {
     fn from(outcome: VoteOutcome) -> Self {
         Self {
-            remark_id: ID(outcome.remark_id.to_string()),
+            remark_id: Id64(outcome.remark_id),
             like_count: outcome.like_count,
             liked: outcome.liked,
             changed: outcome.changed,
@@ -206,14 +207,14 @@ impl From<VoteOutcome> for LikeResult {
 
 #[derive(SimpleObject)]
 pub struct LikeCount {
-    pub remark_id: ID,
+    pub remark_id: Id64,
     pub like_count: i64,
 }
 
 impl From<CountChange> for LikeCount {
     fn from(change: CountChange) -> Self {
         Self {
-            remark_id: ID(change.remark_id.to_string()),
+            remark_id: Id64(change.remark_id),
             like_count: change.like_count,
         }
     }

@@ -1,9 +1,10 @@
 //! GraphQL types of users.
 
-use async_graphql::{dataloader::DataLoader, Context, Object, ID};
+use async_graphql::{dataloader::DataLoader, Context, Object};
 
 use super::ContextExt;
 use crate::{
+    api::schema::id::Id64,
     features::{
         feed::Feed,
         users::{UserLoader, UserRecord},
@@ -16,8 +17,8 @@ pub struct User(pub UserRecord);
 
 #[Object]
 impl User {
-    async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+    async fn id(&self) -> Id64 {
+        Id64(self.0.id)
     }
 
     async fn name(&self) -> &str {

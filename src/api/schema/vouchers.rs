@@ -4,11 +4,12 @@ use std::collections::HashMap;
 
 use async_graphql::{
     dataloader::{DataLoader, Loader},
-    Context, InputObject, Object, SimpleObject, ID,
+    Context, InputObject, Object, SimpleObject,
 };
 
 use super::{items::Item, page::PageInfo, ContextExt};
 use crate::{
+    api::schema::id::Id64,
     features::{
         items::Items,
         vouchers::{
@@ -24,8 +25,8 @@ pub struct Voucher(pub VoucherRecord);
 
 #[Object]
 impl Voucher {
-    async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+    async fn id(&self) -> Id64 {
+        Id64(self.0.id)
     }
 
     async fn item(&self, ctx: &Context<'_>) -> AppResult<Item> {
@@ -85,8 +86,8 @@ pub struct Order(pub OrderRecord);
 
 #[Object]
 impl Order {
-    async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+    async fn id(&self) -> Id64 {
+        Id64(self.0.id)
     }
 
     async fn voucher(&self, ctx: &Context<'_>) -> AppResult<Voucher> {
@@ -112,7 +113,7 @@ impl Order {
 
 #[derive(InputObject)]
 pub struct CreateVoucherInput {
-    pub item_id: ID,
+    pub item_id: Id64,
     /// 1 to 100 characters.
     pub title: String,
     /// 1 to 1,000,000.
@@ -139,6 +140,6 @@ pub struct OrderConnection {
 
 #[derive(SimpleObject)]
 pub struct VoucherStock {
-    pub voucher_id: ID,
+    pub voucher_id: Id64,
     pub remaining: i64,
 }
