@@ -19,7 +19,11 @@ pub fn spawn_all(services: &Services) {
     );
     infra.instance.spawn("live-hub", live::run(infra.clone()));
     remarks::archive::spawn(&features.remarks);
-    points::archive::spawn(&features.points, features.remarks.vote_streams());
+    points::archive::spawn(
+        &features.points,
+        features.remarks.vote_streams(),
+        infra.keys.remark_stream(),
+    );
     infra.instance.spawn(
         "season-watch",
         leaderboard::live::watch_seasons(features.leaderboard.clone()),

@@ -69,7 +69,6 @@ impl Features {
                 infra: infra.clone(),
                 settings: Arc::new(remarks::RemarkSettings::from_config(config)),
                 items: items.clone(),
-                points: points.clone(),
             },
             feed: feed::Feed {
                 infra: infra.clone(),

@@ -18,7 +18,7 @@ use crate::{
             events::{AwardEvent, IntakeAward},
             Points,
         },
-        remarks::events::VoteEvent,
+        remarks::events::{RemarkCreated, VoteEvent},
     },
     infra::{
         clock::day_number,
@@ -28,9 +28,14 @@ use crate::{
     },
 };
 
-/// Runs the points consumers: the award archive, the intake of awards made elsewhere, and
-/// the points for likes received, read from the vote streams (`vote_streams`).
-pub fn spawn(ctx: &Points, vote_streams: Vec<String>) {
+/// Runs the points consumers: the award archive, the intake of awards made elsewhere, the
+/// points for likes received, read from the vote streams (`vote_streams`), and the points
+/// for writing a remark, read from the remark stream (`remark_stream`).
+///
+/// Points react to other features' events rather than being called by them: a remark is
+/// stored whether or not its points can be paid at that moment, and the consumer pays them
+/// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
+pub fn spawn(ctx: &Points, vote_streams: Vec<String>, remark_stream: String) {
     let spec = |name, group| ConsumerSpec::new(ctx.infra.instance.consumers, name, group);
     let handler = |h: Arc<dyn StreamHandler>| h;
     streams::spawn(
@@ -50,6 +55,12 @@ pub fn spawn(ctx: &Points, vote_streams: Vec<String>) {
         spec("like-points", "points"),
         vote_streams,
         handler(Arc::new(LikePoints(ctx.clone()))),
+    );
+    streams::spawn(
+        &ctx.infra,
+        spec("remark-points", "points"),
+        vec![remark_stream],
+        handler(Arc::new(RemarkPoints(ctx.clone()))),
     );
 }
 
@@ -173,6 +184,26 @@ impl StreamHandler for LikePoints {
             }
             let key = format!("like:{}:{}", vote.remark_id, vote.voter_id);
             awards.push((entry, vote.author_id, PointsType::LikeReceived, points, key));
+        }
+        award_all(&self.0, awards).await
+    }
+}
+
+struct RemarkPoints(Points);
+
+#[async_trait::async_trait]
+impl StreamHandler for RemarkPoints {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let points = self.0.settings.rules.rule(PointsType::Remark).points;
+        let mut awards = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let remark = RemarkCreated::from_entry(entry)?;
+            let key = format!("remark:{}", remark.remark_id);
+            awards.push((entry, remark.author_id, PointsType::Remark, points, key));
         }
         award_all(&self.0, awards).await
     }

@@ -24,12 +24,7 @@ use std::{
 use sqlx::{any::AnyRow, Row};
 
 use crate::{
-    features::{
-        items::Items,
-        points::{Points, PointsType},
-        remarks::events::RemarkCreated,
-        users::UserRecord,
-    },
+    features::{items::Items, remarks::events::RemarkCreated, users::UserRecord},
     infra::{
         cache::TtlCache,
         config::Config,
@@ -39,13 +34,13 @@ use crate::{
     },
 };
 
-/// What remarks and their likes work with: a remark is about an item, and earns points.
+/// What remarks and their likes work with: a remark is about an item. (Its points and its
+/// place in followers' feeds follow from its announcement: [`RemarkCreated`].)
 #[derive(Clone)]
 pub struct Remarks {
     pub infra: Infra,
     pub settings: Arc<RemarkSettings>,
     pub items: Items,
-    pub points: Points,
 }
 
 pub const MAX_CONTENT_CHARS: usize = 2000;
@@ -262,19 +257,7 @@ pub async fn create(ctx: &Remarks, author_id: i64, remark: NewRemark) -> AppResu
     )
     .await
     {
-        tracing::warn!(remark = id, %error, "remark not announced to the feed");
-    }
-    let points = ctx.points.settings.rules.rule(PointsType::Remark).points;
-    if let Err(error) = crate::features::points::award(
-        &ctx.points,
-        author_id,
-        PointsType::Remark,
-        points,
-        &format!("remark:{id}"),
-    )
-    .await
-    {
-        tracing::warn!(remark = id, %error, "REMARK points not awarded");
+        tracing::warn!(remark = id, %error, "remark not announced to the feed and to points");
     }
     Ok(RemarkRecord {
         id,
