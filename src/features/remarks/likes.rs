@@ -141,11 +141,9 @@ async fn rebuild_counter(ctx: &Remarks, remark_id: i64) -> AppResult<()> {
     let remark = super::find(ctx, remark_id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no remark {remark_id}")))?;
-    let likes: i64 = sqlx::query(
-        "SELECT COUNT(*) AS likes FROM vote_log v WHERE v.remark_id = $1 AND v.voting = 1 \
-         AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
-                              WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)",
-    )
+    let likes: i64 = sqlx::query(&format!(
+        "SELECT COUNT(*) AS likes FROM vote_log v WHERE v.remark_id = $1 AND {CURRENT_LIKE}"
+    ))
     .bind(remark_id)
     .fetch_one(&ctx.infra.db.pool)
     .await?
@@ -170,6 +168,12 @@ async fn rebuild_counter(ctx: &Remarks, remark_id: i64) -> AppResult<()> {
         .await?;
     Ok(())
 }
+
+/// The condition on a row `v` of `vote_log` that makes it a current like: the voter's latest
+/// vote on the remark (the log is insert-only: a later unlike follows a like), and a like.
+pub(super) const CURRENT_LIKE: &str = "v.voting = 1 AND v.event_order = \
+    (SELECT MAX(w.event_order) FROM vote_log w \
+     WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)";
 
 /// The archive's word on whether a voter currently likes a remark.
 async fn archived_relation(ctx: &Remarks, voter_id: i64, remark_id: i64) -> AppResult<Known> {
@@ -287,8 +291,7 @@ async fn archived_likes(ctx: &Remarks, voter_id: i64, remark_ids: &[i64]) -> App
     let list = crate::infra::db::id_list(remark_ids);
     let rows = sqlx::query(&format!(
         "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = $1 AND v.remark_id IN ({list}) \
-         AND v.voting = 1 AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
-             WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)"
+         AND {CURRENT_LIKE}"
     ))
     .bind(voter_id)
     .fetch_all(&ctx.infra.db.pool)
@@ -357,12 +360,10 @@ pub async fn earliest_likers(ctx: &Remarks, remark_id: i64, first: usize) -> App
     if likers.len() >= wanted {
         return Ok(likers);
     }
-    let rows = sqlx::query(
-        "SELECT v.voter_id, v.voted_at_ms FROM vote_log v WHERE v.remark_id = $1 AND v.voting = 1 \
-         AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
-                              WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id) \
-         ORDER BY v.event_order LIMIT $2",
-    )
+    let rows = sqlx::query(&format!(
+        "SELECT v.voter_id, v.voted_at_ms FROM vote_log v WHERE v.remark_id = $1 \
+         AND {CURRENT_LIKE} ORDER BY v.event_order LIMIT $2"
+    ))
     .bind(remark_id)
     // Twice as many as kept: room for voters whose unlike the archive does not hold yet.
     .bind(2 * LIKERS_KEPT as i64)

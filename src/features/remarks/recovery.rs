@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use crate::{
-    features::remarks::Remarks,
+    features::remarks::{likes::CURRENT_LIKE, Remarks},
     infra::{
         error::AppResult,
         recovery::{within, Rebuild, Report},
@@ -45,9 +45,7 @@ async fn remarks_after(ctx: &Remarks, after: i64) -> AppResult<Vec<(i64, i64, i6
 /// Who currently likes each of `remarks`, by the archive (each voter's latest vote).
 async fn likers_of(ctx: &Remarks, remarks: &[i64]) -> AppResult<BTreeMap<i64, Vec<i64>>> {
     let rows = sqlx::query(&format!(
-        "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.{} \
-         AND v.voting = 1 AND v.event_order = (SELECT MAX(w.event_order) FROM vote_log w \
-         WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)",
+        "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.{} AND {CURRENT_LIKE}",
         within("remark_id", remarks)
     ))
     .fetch_all(&ctx.infra.db.pool)
