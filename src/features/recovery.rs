@@ -1,6 +1,6 @@
 //! Every feature that SQL can restore, and the runs of `engage verify` and `engage rebuild`
-//! over them. It names the features' recovery modules; they name only the parent's toolkit,
-//! so the toolkit never imports a feature.
+//! over them. It names the features' recovery modules; they use the toolkit of
+//! `infra::recovery`, which imports no feature.
 
 use indicatif::{ProgressBar, ProgressStyle};
 

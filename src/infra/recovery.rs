@@ -1,9 +1,9 @@
 //! `engage verify` and `engage rebuild`: SQL is the system of record, and Redis can be told
 //! how far it has drifted from it, or be rebuilt from it, feature by feature.
 //!
-//! Each feature owns its part, next to its code: `verify(state) -> Report` compares what
+//! Each feature owns its part, next to its code: `verify(ctx) -> Report` compares what
 //! Redis holds with what SQL says it must hold (a key Redis lost is drift, so an empty Redis
-//! is never clean), and `rebuild(run)` writes what SQL says, idempotently, in chunks. A
+//! is never clean), and `rebuild(ctx, run)` writes what SQL says, idempotently, in chunks. A
 //! rebuild records after each chunk how far it got (in Redis, under `{recovery}`), so one
 //! that was stopped goes on from there; a finished one forgets its place, and the next
 //! starts over.

@@ -53,7 +53,6 @@ pub struct Gateway {
     pub rate_limits: RateLimits,
     pub users: Arc<UserDirectory>,
     /// The likes a `bench` build's `/bench/like` casts without GraphQL.
-    #[cfg_attr(not(feature = "bench"), allow(dead_code))]
     pub remarks: Remarks,
 }
 

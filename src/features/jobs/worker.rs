@@ -501,9 +501,7 @@ async fn finish_loop(ctx: &Jobs, mut queue: mpsc::Receiver<Finish>) {
                     if error.kind()
                         == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    scripts::load(&*JOBS_FINISH, &mut *conn)
-                        .await
-                        .map_err(AppError::internal)?;
+                    scripts::load(&*JOBS_FINISH, &mut *conn).await?;
                     Ok(pipe.query_async(&mut *conn).await?)
                 }
                 replies => Ok(replies?),

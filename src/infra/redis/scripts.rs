@@ -62,12 +62,9 @@ impl<const KEYS: usize> Loadable for LuaScript<KEYS> {
 }
 
 /// Loads one script (a pipeline does not reload a script Redis forgot: its caller does).
-pub async fn load(script: &dyn Loadable, conn: &mut impl ConnectionLike) -> anyhow::Result<()> {
-    script
-        .script()
-        .load_async(conn)
-        .await
-        .with_context(|| format!("loading lua/{}.lua", script.name()))?;
+/// The error stays Redis's own, so that a lost connection still reads as unavailable.
+pub async fn load(script: &dyn Loadable, conn: &mut impl ConnectionLike) -> redis::RedisResult<()> {
+    let _sha: String = script.script().load_async(conn).await?;
     Ok(())
 }
 
@@ -75,7 +72,9 @@ pub async fn load(script: &dyn Loadable, conn: &mut impl ConnectionLike) -> anyh
 pub async fn load_all(pool: &RedisPool) -> anyhow::Result<()> {
     let mut conn = pool.get().await?;
     for script in all() {
-        load(script, &mut *conn).await?;
+        load(script, &mut *conn)
+            .await
+            .with_context(|| format!("loading lua/{}.lua", script.name()))?;
     }
     Ok(())
 }
