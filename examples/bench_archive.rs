@@ -26,12 +26,8 @@ use clap::Parser;
 use engage::{
     app::{cli::Cli, AppState, Services},
     features::{
-        items::{self, NewItem},
-        remarks::{
-            self,
-            likes::{self, Vote},
-            NewRemark,
-        },
+        items::NewItem,
+        remarks::{self, likes::Vote, NewRemark},
     },
 };
 use futures::{stream, StreamExt};
@@ -66,12 +62,19 @@ async fn main() -> anyhow::Result<()> {
         "SQLite"
     };
 
-    let item = items::create(&state.features.items, 1, NewItem::new("bench", None, None)?).await?;
+    let item = state
+        .features
+        .items
+        .create(1, NewItem::new("bench", None, None)?)
+        .await?;
     let mut remark_ids = Vec::new();
     for author in 0..args.remarks {
         let remark = NewRemark::new(item.id, 5, "bench", Vec::new())?;
         remark_ids.push(
-            remarks::create(&state.features.remarks, 10_000_000 + author, remark)
+            state
+                .features
+                .remarks
+                .create(10_000_000 + author, remark)
                 .await?
                 .id,
         );
@@ -84,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
     like_many(&state, &remark_ids, &next_voter, args.events, 64).await?;
     let made_in = making.elapsed();
     let draining = Instant::now();
-    remarks::archive::spawn(&state.features.remarks);
+    state.features.remarks.spawn_archive();
     while unacknowledged(&state).await?.0 > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -161,7 +164,7 @@ async fn like_many(
         .map(|n| {
             let voter = next_voter.fetch_add(1, Ordering::Relaxed);
             let remark = remark_ids[(n as usize) % remark_ids.len()];
-            async move { likes::vote(&state.features.remarks, voter, remark, Vote::Like).await }
+            async move { state.features.remarks.vote(voter, remark, Vote::Like).await }
         })
         .buffer_unordered(concurrency)
         .collect()

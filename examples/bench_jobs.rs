@@ -14,7 +14,7 @@ use std::{
 use clap::Parser;
 use engage::{
     app::{cli::Cli, App},
-    features::jobs::{self, handlers::Delivery, JobError, JobHandler, NewJob},
+    features::jobs::{handlers::Delivery, JobError, JobHandler, NewJob},
 };
 
 #[derive(Parser)]
@@ -81,9 +81,7 @@ async fn main() -> anyhow::Result<()> {
                         max_attempts: None,
                         callback_url: None,
                     };
-                    jobs::schedule(&state.features.jobs, job)
-                        .await
-                        .expect("scheduled");
+                    state.features.jobs.schedule(job).await.expect("scheduled");
                 }
             })
         })

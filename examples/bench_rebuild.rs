@@ -73,7 +73,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
     println!("| step | figure | time |");
     println!("|---|---|---|");
     let started = Instant::now();
-    let reports = engage::features::recovery::verify(&state.features).await?;
+    let reports = state.features.verify().await?;
     let drifted: u64 = reports.iter().map(|r| r.drifted).sum();
     anyhow::ensure!(drifted > 0, "verify found no drift on an empty Redis");
     println!(
@@ -82,7 +82,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     let started = Instant::now();
-    let rebuilt = engage::features::recovery::rebuild(&state.infra, &state.features, false).await?;
+    let rebuilt = state.features.rebuild(&state.infra, false).await?;
     let took = started.elapsed();
     for feature in rebuilt.iter().filter(|f| f.written > 0) {
         println!(
@@ -98,7 +98,7 @@ async fn run(state: &AppState, args: &Args) -> anyhow::Result<()> {
         took.as_secs_f64()
     );
     let started = Instant::now();
-    let reports = engage::features::recovery::verify(&state.features).await?;
+    let reports = state.features.verify().await?;
     let drifted: Vec<_> = reports.iter().filter(|r| !r.is_clean()).collect();
     anyhow::ensure!(drifted.is_empty(), "drift after the rebuild: {drifted:?}");
     println!(

@@ -5,25 +5,23 @@
 use crate::{
     api::http::rate_limit,
     app::Services,
-    features::{feed, jobs, leaderboard, points, remarks, vouchers},
+    features::{jobs, leaderboard, vouchers},
     infra::live,
 };
 
 pub fn spawn_all(services: &Services) {
     let (infra, features) = (&services.infra, &services.features);
     // Registrations first: consumers schedule jobs with their topics' policies.
-    vouchers::orders::register_expiry(&features.vouchers);
+    features.vouchers.register_expiry();
     infra.instance.spawn(
         "rate-limit-sweeper",
         rate_limit::sweep(services.gateway.clone()),
     );
     infra.instance.spawn("live-hub", live::run(infra.clone()));
-    remarks::archive::spawn(&features.remarks);
-    points::archive::spawn(
-        &features.points,
-        features.remarks.vote_streams(),
-        infra.keys.remark_stream(),
-    );
+    features.remarks.spawn_archive();
+    features
+        .points
+        .spawn_archive(features.remarks.vote_streams(), infra.keys.remark_stream());
     infra.instance.spawn(
         "season-watch",
         leaderboard::live::watch_seasons(features.leaderboard.clone()),
@@ -32,8 +30,8 @@ pub fn spawn_all(services: &Services) {
         "season-rollover",
         leaderboard::rollover::run_periodically(features.leaderboard.clone()),
     );
-    vouchers::archive::spawn(&features.vouchers);
-    feed::spawn(&features.feed);
+    features.vouchers.spawn_archive();
+    features.feed.spawn_fan_out();
     infra.instance.spawn(
         "order-expiry-sweep",
         vouchers::sweep::run(features.vouchers.clone()),

@@ -5,7 +5,6 @@ use clap::{Parser, Subcommand};
 use crate::{
     api::schema,
     app::{self, App, Services},
-    features,
     infra::{
         auth::{Role, Tokens},
         config::Config,
@@ -127,7 +126,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Verify => {
             let state = Services::start(config).await?;
-            let reports = features::recovery::verify(&state.features)
+            let reports = state
+                .features
+                .verify()
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut drifted = 0;
@@ -149,7 +150,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Rebuild => {
             let state = Services::start(config).await?;
-            let rebuilt = features::recovery::rebuild(&state.infra, &state.features, true)
+            let rebuilt = state
+                .features
+                .rebuild(&state.infra, true)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             for feature in &rebuilt {
@@ -174,7 +177,7 @@ async fn archive_with_progress(
     state: &crate::app::AppState,
     season: crate::infra::clock::Month,
 ) -> anyhow::Result<()> {
-    use crate::features::leaderboard::rollover::{archive_season, Options, Progress};
+    use crate::features::leaderboard::rollover::{Options, Progress};
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template(
             "{spinner} season archive [{bar:40}] {pos}/{len} members",
@@ -189,7 +192,10 @@ async fn archive_with_progress(
         on_progress: Some(&report),
         stop_after_chunks: None,
     };
-    match archive_season(&state.features.leaderboard, season, options)
+    match state
+        .features
+        .leaderboard
+        .archive_season(season, options)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?
     {

@@ -9,8 +9,8 @@ use rand::{seq::IndexedRandom, Rng};
 use crate::{
     app::AppState,
     features::{
-        items::{self, NewItem},
-        remarks::{self, likes::Vote, NewRemark},
+        items::NewItem,
+        remarks::{likes::Vote, NewRemark},
     },
 };
 
@@ -56,12 +56,11 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
     bar.set_message("items");
     let mut item_ids = Vec::new();
     for (name, lat, lng) in ITEMS {
-        let item = items::create(
-            &state.features.items,
-            1,
-            NewItem::new(name, Some(*lat), Some(*lng))?,
-        )
-        .await?;
+        let item = state
+            .features
+            .items
+            .create(1, NewItem::new(name, Some(*lat), Some(*lng))?)
+            .await?;
         item_ids.push(item.id);
         bar.inc(1);
     }
@@ -77,12 +76,11 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
                 *REVIEWS.choose(&mut rng).unwrap_or(&REVIEWS[0]),
             )
         };
-        match remarks::create(
-            &state.features.remarks,
-            author,
-            NewRemark::new(item, score, text, Vec::new())?,
-        )
-        .await
+        match state
+            .features
+            .remarks
+            .create(author, NewRemark::new(item, score, text, Vec::new())?)
+            .await
         {
             Ok(remark) => remark_ids.push(remark.id),
             Err(error) if error.code() == crate::infra::error::ErrorCode::Conflict => {}
@@ -102,7 +100,10 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
                 .collect()
         };
         for remark in picks {
-            remarks::likes::vote(&state.features.remarks, voter, remark, Vote::Like)
+            state
+                .features
+                .remarks
+                .vote(voter, remark, Vote::Like)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
@@ -120,7 +121,10 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
                 .collect()
         };
         for followee in followees {
-            crate::features::feed::follow(&state.features.feed, user, followee)
+            state
+                .features
+                .feed
+                .follow(user, followee)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
@@ -129,20 +133,25 @@ pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
 
     bar.set_message("sign-ins");
     for user in 1..=users {
-        crate::features::signin::sign_in(&state.features.signin, user)
+        state
+            .features
+            .signin
+            .sign_in(user)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let extra: i64 = rand::rng().random_range(0..40);
         if extra > 0 {
-            crate::features::points::award(
-                &state.features.points,
-                user,
-                crate::features::points::PointsType::Learning,
-                extra,
-                &format!("demo:{user}"),
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            state
+                .features
+                .points
+                .award(
+                    user,
+                    crate::features::points::PointsType::Learning,
+                    extra,
+                    &format!("demo:{user}"),
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         bar.inc(1);
     }

@@ -52,51 +52,42 @@ impl NewItem {
     }
 }
 
-pub async fn create(ctx: &Items, created_by: i64, item: NewItem) -> AppResult<ItemRecord> {
-    let id = ctx.infra.ids.next_id().await?;
-    let now_ms = ctx.infra.clock.now_ms();
-    sqlx::query(
-        "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(id)
-    .bind(&item.name)
-    .bind(item.location.map(|l| l.lat))
-    .bind(item.location.map(|l| l.lng))
-    .bind(created_by)
-    .bind(now_ms)
-    .execute(&ctx.infra.db.pool)
-    .await?;
-    if let Some(location) = item.location {
-        crate::features::nearby::place(&ctx.nearby, id, location).await?;
+impl Items {
+    pub async fn create(&self, created_by: i64, item: NewItem) -> AppResult<ItemRecord> {
+        let id = self.infra.ids.next_id().await?;
+        let now_ms = self.infra.clock.now_ms();
+        sqlx::query(
+            "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(id)
+        .bind(&item.name)
+        .bind(item.location.map(|l| l.lat))
+        .bind(item.location.map(|l| l.lng))
+        .bind(created_by)
+        .bind(now_ms)
+        .execute(&self.infra.db.pool)
+        .await?;
+        if let Some(location) = item.location {
+            self.nearby.place(id, location).await?;
+        }
+        Ok(ItemRecord {
+            id,
+            name: item.name,
+            location: item.location,
+            created_at_ms: now_ms,
+        })
     }
-    Ok(ItemRecord {
-        id,
-        name: item.name,
-        location: item.location,
-        created_at_ms: now_ms,
-    })
-}
 
-pub async fn find(ctx: &Items, id: i64) -> AppResult<Option<ItemRecord>> {
-    Ok(find_many(ctx, &[id]).await?.pop())
-}
-
-/// Items by id (in no particular order).
-pub async fn find_many(ctx: &Items, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
+    pub async fn find(&self, id: i64) -> AppResult<Option<ItemRecord>> {
+        Ok(self.find_many(&[id]).await?.pop())
     }
-    let list = crate::infra::db::id_list(ids);
-    let rows = sqlx::query(&format!(
-        "SELECT id, name, lat, lng, created_at_ms FROM items WHERE id IN ({list})"
-    ))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    rows.iter()
-        .map(item_of)
-        .collect::<Result<_, _>>()
-        .map_err(Into::into)
+
+    /// Items by id (in no particular order).
+    pub async fn find_many(&self, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
+        let select = "SELECT id, name, lat, lng, created_at_ms FROM items";
+        self.infra.db.find_by_ids(select, ids, item_of).await
+    }
 }
 
 fn item_of(row: &sqlx::any::AnyRow) -> Result<ItemRecord, sqlx::Error> {

@@ -54,64 +54,50 @@ impl Feature {
 
     async fn verify(self, features: &Features) -> AppResult<Report> {
         match self {
-            Feature::Jobs => crate::features::jobs::recovery::verify(&features.jobs).await,
-            Feature::Likes => crate::features::remarks::recovery::verify(&features.remarks).await,
-            Feature::Calendars => crate::features::signin::recovery::verify(&features.signin).await,
-            Feature::Boards => {
-                crate::features::points::recovery::verify_boards(&features.points).await
-            }
-            Feature::DailyCaps => {
-                crate::features::points::recovery::verify_daily(&features.points).await
-            }
-            Feature::Follows => {
-                crate::features::feed::recovery::verify_follows(&features.feed).await
-            }
-            Feature::Feeds => crate::features::feed::recovery::verify_feeds(&features.feed).await,
-            Feature::Nearby => crate::features::nearby::recovery::verify(&features.nearby).await,
-            Feature::Vouchers => {
-                crate::features::vouchers::recovery::verify(&features.vouchers).await
-            }
+            Feature::Jobs => features.jobs.verify().await,
+            Feature::Likes => features.remarks.verify().await,
+            Feature::Calendars => features.signin.verify().await,
+            Feature::Boards => features.points.verify_boards().await,
+            Feature::DailyCaps => features.points.verify_daily().await,
+            Feature::Follows => features.feed.verify_follows().await,
+            Feature::Feeds => features.feed.verify_feeds().await,
+            Feature::Nearby => features.nearby.verify().await,
+            Feature::Vouchers => features.vouchers.verify().await,
         }
     }
 
     async fn rebuild(self, features: &Features, run: &Rebuild<'_>) -> AppResult<()> {
         match self {
-            Feature::Jobs => crate::features::jobs::recovery::rebuild(&features.jobs, run).await,
-            Feature::Likes => {
-                crate::features::remarks::recovery::rebuild(&features.remarks, run).await
-            }
-            Feature::Calendars => {
-                crate::features::signin::recovery::rebuild(&features.signin, run).await
-            }
+            Feature::Jobs => features.jobs.rebuild(run).await,
+            Feature::Likes => features.remarks.rebuild(run).await,
+            Feature::Calendars => features.signin.rebuild(run).await,
             // Boards, daily totals and make-up counters change together in one award, so
             // they are rebuilt together, under one hold.
-            Feature::Boards => {
-                crate::features::points::recovery::rebuild(&features.points, run).await
-            }
+            Feature::Boards => features.points.rebuild(run).await,
             Feature::DailyCaps => Ok(()),
-            Feature::Follows => {
-                crate::features::feed::recovery::rebuild_follows(&features.feed, run).await
-            }
-            Feature::Feeds => {
-                crate::features::feed::recovery::rebuild_feeds(&features.feed, run).await
-            }
-            Feature::Nearby => {
-                crate::features::nearby::recovery::rebuild(&features.nearby, run).await
-            }
-            Feature::Vouchers => {
-                crate::features::vouchers::recovery::rebuild(&features.vouchers, run).await
-            }
+            Feature::Follows => features.feed.rebuild_follows(run).await,
+            Feature::Feeds => features.feed.rebuild_feeds(run).await,
+            Feature::Nearby => features.nearby.rebuild(run).await,
+            Feature::Vouchers => features.vouchers.rebuild(run).await,
         }
     }
 }
 
-/// Verifies every feature; the reports come in the order of [`Feature::ALL`].
-pub async fn verify(features: &Features) -> AppResult<Vec<Report>> {
-    let mut reports = Vec::with_capacity(Feature::ALL.len());
-    for feature in Feature::ALL {
-        reports.push(feature.verify(features).await?);
+impl Features {
+    /// Verifies every feature; the reports come in the order of [`Feature::ALL`].
+    pub async fn verify(&self) -> AppResult<Vec<Report>> {
+        let mut reports = Vec::with_capacity(Feature::ALL.len());
+        for feature in Feature::ALL {
+            reports.push(feature.verify(self).await?);
+        }
+        Ok(reports)
     }
-    Ok(reports)
+
+    /// Rebuilds every feature from SQL, resuming a stopped run; with `show` a bar per
+    /// feature.
+    pub async fn rebuild(&self, infra: &Infra, show: bool) -> AppResult<Vec<Rebuilt>> {
+        rebuild(infra, self, show).await
+    }
 }
 
 /// What one feature's rebuild wrote, and how long it took.
@@ -123,8 +109,7 @@ pub struct Rebuilt {
     pub took: std::time::Duration,
 }
 
-/// Rebuilds every feature from SQL, resuming a stopped run; with `show` a bar per feature.
-pub async fn rebuild(infra: &Infra, features: &Features, show: bool) -> AppResult<Vec<Rebuilt>> {
+async fn rebuild(infra: &Infra, features: &Features, show: bool) -> AppResult<Vec<Rebuilt>> {
     let mut rebuilt = Vec::with_capacity(Feature::ALL.len());
     for feature in Feature::ALL {
         let bar = if show {

@@ -106,26 +106,17 @@ impl UserDirectory {
     }
 
     pub async fn find_many(&self, ids: &[i64]) -> Result<HashMap<i64, UserRecord>, AppError> {
-        if ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let list = crate::infra::db::id_list(ids);
-        let rows = sqlx::query(&format!(
-            "SELECT id, name, avatar_url FROM users WHERE id IN ({list})"
-        ))
-        .fetch_all(&self.db.pool)
-        .await?;
-        rows.into_iter()
-            .map(|row| {
-                let user = UserRecord {
+        let users = self
+            .db
+            .find_by_ids("SELECT id, name, avatar_url FROM users", ids, |row| {
+                Ok(UserRecord {
                     id: row.try_get("id")?,
                     name: row.try_get("name")?,
                     avatar_url: row.try_get("avatar_url")?,
-                };
-                Ok((user.id, user))
+                })
             })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+            .await?;
+        Ok(users.into_iter().map(|user| (user.id, user)).collect())
     }
 }
 

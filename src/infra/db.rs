@@ -14,11 +14,17 @@ use std::{str::FromStr, time::Duration};
 use anyhow::Context;
 use futures::future::BoxFuture;
 use sqlx::{
-    any::{AnyConnectOptions, AnyPoolOptions},
+    any::{AnyArguments, AnyConnectOptions, AnyPoolOptions, AnyRow},
     error::BoxDynError,
     migrate::{Migration, MigrationSource, MigrationType, Migrator},
+    query::Query,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
-    AnyPool, ConnectOptions, Executor,
+    Any, AnyPool, ConnectOptions, Executor,
+};
+
+use super::{
+    error::AppResult,
+    page::{split_page, PageArgs},
 };
 
 // `MIGRATIONS`: every migration with its SQL for each backend (written by build.rs).
@@ -130,6 +136,52 @@ impl Db {
     pub fn pool_state(&self) -> (u32, u32) {
         (self.pool.size(), self.pool.num_idle() as u32)
     }
+
+    /// The rows of `select` (a statement without its WHERE, e.g. `SELECT id, name FROM
+    /// items`) whose `id` is among `ids`, decoded by `decode`: one query however many ids, in
+    /// no particular order (none for no ids).
+    pub async fn find_by_ids<T>(
+        &self,
+        select: &str,
+        ids: &[i64],
+        decode: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
+    ) -> AppResult<Vec<T>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&format!("{select} WHERE id IN ({})", id_list(ids)))
+            .fetch_all(&self.pool)
+            .await?;
+        decode_all(&rows, decode)
+    }
+
+    /// One page of a list read newest first by an integer key. `query` ends in
+    /// `<key> < $n ORDER BY <key> DESC LIMIT $n+1` with every earlier parameter bound: the
+    /// page binds the last two, the key after which it starts (none: from the newest) and
+    /// one row more than it returns, which tells whether another page follows.
+    pub async fn keyset_page<'q, T>(
+        &self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+        page: PageArgs<Option<i64>>,
+        decode: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
+    ) -> AppResult<(Vec<T>, bool)> {
+        let rows = query
+            .bind(page.after.unwrap_or(i64::MAX))
+            .bind(page.first as i64 + 1)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(split_page(decode_all(&rows, decode)?, page.first))
+    }
+}
+
+fn decode_all<T>(
+    rows: &[AnyRow],
+    decode: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
+) -> AppResult<Vec<T>> {
+    rows.iter()
+        .map(decode)
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
 }
 
 /// Ids inlined into `IN (…)`. They are integers, so inlining is safe, and one statement
@@ -152,13 +204,6 @@ pub fn values_placeholders(rows: usize, columns: usize) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// A page read with `LIMIT first + 1`: the first `first` rows, and whether more follow.
-pub fn split_page<T>(mut rows: Vec<T>, first: usize) -> (Vec<T>, bool) {
-    let more = rows.len() > first;
-    rows.truncate(first);
-    (rows, more)
 }
 
 /// Creates the SQLite file (and its folder) and switches it to WAL; the journal mode is

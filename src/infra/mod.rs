@@ -13,6 +13,7 @@ pub mod ids;
 pub mod live;
 pub mod lock;
 pub mod metrics;
+pub mod page;
 pub mod recovery;
 pub mod redis;
 pub mod streams;

@@ -88,12 +88,13 @@ async fn due_times_are_honoured_within_a_second() {
     let mut due = HashMap::new();
     for i in 0..20 {
         let delay = Duration::from_millis(500 + 100 * i);
-        let view = jobs::schedule(
-            &app.state.features.jobs,
-            job(&format!("j{i}"), "due", delay),
-        )
-        .await
-        .unwrap();
+        let view = app
+            .state
+            .features
+            .jobs
+            .schedule(job(&format!("j{i}"), "due", delay))
+            .await
+            .unwrap();
         due.insert(view.id, view.run_at_ms);
     }
     until("all delivered", Duration::from_secs(10), || {
@@ -134,12 +135,12 @@ async fn ten_thousand_jobs_due_together_are_delivered_once_by_two_instances() {
             tokio::spawn(async move {
                 for i in 0..1000 {
                     let id = format!("b{worker}-{i}");
-                    jobs::schedule(
-                        &state.features.jobs,
-                        job(&id, "burst", Duration::from_secs(2)),
-                    )
-                    .await
-                    .unwrap();
+                    state
+                        .features
+                        .jobs
+                        .schedule(job(&id, "burst", Duration::from_secs(2)))
+                        .await
+                        .unwrap();
                 }
             })
         })
@@ -183,12 +184,12 @@ async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadlin
         policy(&[60], 1000),
     );
     let started = Instant::now();
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("f1", "fragile", Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("f1", "fragile", Duration::ZERO))
+        .await
+        .unwrap();
     until("redelivered", Duration::from_secs(10), || {
         recorder.count("f1") == 1
     })
@@ -235,7 +236,7 @@ async fn a_failing_job_climbs_the_ladder_dies_and_can_be_requeued() {
     );
     let mut new = job("x1", "flaky", Duration::ZERO);
     new.max_attempts = Some(3);
-    jobs::schedule(&app.state.features.jobs, new).await.unwrap();
+    app.state.features.jobs.schedule(new).await.unwrap();
 
     let admin = app.admin_token();
     let mut seen = Vec::new();
@@ -322,13 +323,17 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
     );
 
     // Before promotion: still delayed.
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("early", "gated", Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
-    assert!(jobs::cancel(&app.state.features.jobs, "gated", "early")
+    app.state
+        .features
+        .jobs
+        .schedule(job("early", "gated", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(app
+        .state
+        .features
+        .jobs
+        .cancel("gated", "early")
         .await
         .unwrap());
     assert_eq!(
@@ -337,12 +342,12 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
     );
 
     // During: the job is running when it is cancelled; its completion changes nothing.
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("during", "gated", Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("during", "gated", Duration::ZERO))
+        .await
+        .unwrap();
     until("running", Duration::from_secs(5), || {
         gate.recorder.count("during") == 1
     })
@@ -352,12 +357,12 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
         "RUNNING"
     );
     // After promotion: ready, waiting for the single worker slot that "during" holds.
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("after", "gated", Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("after", "gated", Duration::ZERO))
+        .await
+        .unwrap();
     let mut ready = Value::Null;
     for _ in 0..100 {
         ready = job_status(&app, "gated", "after").await;
@@ -367,14 +372,25 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(ready["status"], "READY");
-    assert!(jobs::cancel(&app.state.features.jobs, "gated", "after")
+    assert!(app
+        .state
+        .features
+        .jobs
+        .cancel("gated", "after")
         .await
         .unwrap());
-    assert!(jobs::cancel(&app.state.features.jobs, "gated", "during")
+    assert!(app
+        .state
+        .features
+        .jobs
+        .cancel("gated", "during")
         .await
         .unwrap());
     assert!(
-        !jobs::cancel(&app.state.features.jobs, "gated", "during")
+        !app.state
+            .features
+            .jobs
+            .cancel("gated", "during")
             .await
             .unwrap(),
         "a second cancel finds nothing"
@@ -552,7 +568,10 @@ async fn job_ids_and_topics_with_colons_are_scheduled_run_and_cancelled_like_any
         "invoice:error",
     ];
     for id in ids {
-        jobs::schedule(&app.state.features.jobs, job(id, topic, Duration::ZERO))
+        app.state
+            .features
+            .jobs
+            .schedule(job(id, topic, Duration::ZERO))
             .await
             .unwrap();
     }
@@ -628,19 +647,19 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
         .await
         .unwrap();
     drop(conn);
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("sound", "mixed", Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("sound", "mixed", Duration::ZERO))
+        .await
+        .unwrap();
     until("the sound job ran", Duration::from_secs(10), || {
         recorder.count("sound") == 1
     })
     .await;
     for _ in 0..100 {
         // Until it is buried, its pool entry cannot be shown.
-        let found = jobs::find(&app.state.features.jobs, "mixed", "garbled").await;
+        let found = app.state.features.jobs.find("mixed", "garbled").await;
         if found.is_ok_and(|job| job.is_some_and(|job| job.status == jobs::JobStatus::Dead)) {
             break;
         }
@@ -668,9 +687,7 @@ async fn job_when(
 ) -> jobs::JobView {
     let started = Instant::now();
     loop {
-        let view = jobs::find(&app.state.features.jobs, topic, id)
-            .await
-            .unwrap();
+        let view = app.state.features.jobs.find(topic, id).await.unwrap();
         match view {
             Some(view) if done(&view) => return view,
             view => assert!(
@@ -704,12 +721,12 @@ async fn a_job_whose_handler_crashes_its_process_is_dead_lettered_after_max_stal
         Arc::new(CrashesItsProcess(recorder.clone())),
         Some(crashing),
     );
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("c1", "crashing", Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("c1", "crashing", Duration::ZERO))
+        .await
+        .unwrap();
     let dead = job_when(&app, "crashing", "c1", Duration::from_secs(10), |job| {
         job.status == jobs::JobStatus::Dead
     })
@@ -749,7 +766,10 @@ async fn a_handler_that_runs_longer_than_the_visibility_timeout_is_delivered_onc
         Arc::new(Slow(recorder.clone(), Duration::from_millis(2500))),
         policy(&[1], 600),
     );
-    jobs::schedule(&app.state.features.jobs, job("s1", "slow", Duration::ZERO))
+    app.state
+        .features
+        .jobs
+        .schedule(job("s1", "slow", Duration::ZERO))
         .await
         .unwrap();
     let done = job_when(&app, "slow", "s1", Duration::from_secs(6), |job| {
@@ -769,12 +789,12 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
         .jobs
         .registry
         .register("again", Arc::new(recorder.clone()), None);
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("done", "again", Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("done", "again", Duration::ZERO))
+        .await
+        .unwrap();
     until("ran", Duration::from_secs(5), || {
         recorder.count("done") == 1
     })
@@ -783,18 +803,26 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
         job.status == jobs::JobStatus::Done
     })
     .await;
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("cancelled", "again", Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
-    assert!(jobs::cancel(&app.state.features.jobs, "again", "cancelled")
+    app.state
+        .features
+        .jobs
+        .schedule(job("cancelled", "again", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(app
+        .state
+        .features
+        .jobs
+        .cancel("again", "cancelled")
         .await
         .unwrap());
 
     for id in ["done", "cancelled"] {
-        let view = jobs::schedule(&app.state.features.jobs, job(id, "again", Duration::ZERO))
+        let view = app
+            .state
+            .features
+            .jobs
+            .schedule(job(id, "again", Duration::ZERO))
             .await
             .unwrap_or_else(|e| panic!("{id} scheduled again: {e}"));
         assert_eq!((view.status, view.attempts), (jobs::JobStatus::Delayed, 0));
@@ -809,17 +837,18 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
         "attempts start over"
     );
 
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("waiting", "again", Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
-    let twice = jobs::schedule(
-        &app.state.features.jobs,
-        job("waiting", "again", Duration::ZERO),
-    )
-    .await;
+    app.state
+        .features
+        .jobs
+        .schedule(job("waiting", "again", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let twice = app
+        .state
+        .features
+        .jobs
+        .schedule(job("waiting", "again", Duration::ZERO))
+        .await;
     assert_eq!(
         twice.map(|_| ()).unwrap_err().code(),
         engage::infra::error::ErrorCode::JobExists
@@ -875,15 +904,18 @@ async fn a_topic_whose_jobs_all_ended_is_no_longer_kept_or_walked() {
         .jobs
         .registry
         .register("once", Arc::new(recorder.clone()), None);
-    jobs::schedule(&app.state.features.jobs, job("o1", "once", Duration::ZERO))
+    app.state
+        .features
+        .jobs
+        .schedule(job("o1", "once", Duration::ZERO))
         .await
         .unwrap();
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("o2", "later", Duration::from_secs(3600)),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("o2", "later", Duration::from_secs(3600)))
+        .await
+        .unwrap();
     until("ran", Duration::from_secs(5), || recorder.count("o1") == 1).await;
     for _ in 0..100 {
         if !topic_kept(&app, "once").await {
@@ -954,12 +986,12 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
         ("cancelled", 60),
         ("waits", 60),
     ] {
-        jobs::schedule(
-            &app.state.features.jobs,
-            job(id, "kept", Duration::from_secs(delay)),
-        )
-        .await
-        .unwrap();
+        app.state
+            .features
+            .jobs
+            .schedule(job(id, "kept", Duration::from_secs(delay)))
+            .await
+            .unwrap();
     }
     let rows = pending_rows(&app, "kept").await;
     let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
@@ -967,7 +999,11 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     assert!(rows.iter().all(|r| r.1 >= now && r.2 == 0), "{rows:?}");
     let first_seq = rows[3].3;
 
-    assert!(jobs::cancel(&app.state.features.jobs, "kept", "cancelled")
+    assert!(app
+        .state
+        .features
+        .jobs
+        .cancel("kept", "cancelled")
         .await
         .unwrap());
     until("each due job ran", Duration::from_secs(5), || {
@@ -995,12 +1031,12 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     assert!(retried.1 >= now + 600_000, "and its due time: {retried:?}");
 
     // The id of a job that ended is scheduled again with a row of its own.
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("runs", "kept", Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("runs", "kept", Duration::from_secs(60)))
+        .await
+        .unwrap();
     let again = pending_rows(&app, "kept").await;
     let runs = again.iter().find(|r| r.0 == "runs").unwrap();
     assert!(runs.3 != first_seq && runs.2 == 0, "{again:?}");
@@ -1010,8 +1046,12 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
 async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
     let app = TestApp::spawn().await;
     app.state.infra.db.pool.close().await;
-    let refused =
-        jobs::schedule(&app.state.features.jobs, job("j1", "nosql", Duration::ZERO)).await;
+    let refused = app
+        .state
+        .features
+        .jobs
+        .schedule(job("j1", "nosql", Duration::ZERO))
+        .await;
     assert_eq!(
         refused.map(|_| ()).unwrap_err().code(),
         engage::infra::error::ErrorCode::Unavailable
@@ -1042,9 +1082,7 @@ async fn lose_redis(app: &TestApp) {
 
 async fn rebuild_jobs(app: &TestApp) {
     let run = engage::infra::recovery::Rebuild::hidden(&app.state.infra, "delayed jobs");
-    jobs::recovery::rebuild(&app.state.features.jobs, &run)
-        .await
-        .unwrap();
+    app.state.features.jobs.rebuild(&run).await.unwrap();
 }
 
 #[tokio::test]
@@ -1058,12 +1096,12 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
             .registry
             .register(topic, Arc::new(recorder.clone()), None);
     }
-    jobs::schedule(
-        &app.state.features.jobs,
-        job("ran", "rebuilt-a", Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    app.state
+        .features
+        .jobs
+        .schedule(job("ran", "rebuilt-a", Duration::ZERO))
+        .await
+        .unwrap();
     until("ran", Duration::from_secs(5), || recorder.count("ran") == 1).await;
     for (id, topic, delay) in [
         ("a1", "rebuilt-a", 30),
@@ -1071,25 +1109,25 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
         ("b1", "rebuilt-b", 90),
         ("gone", "rebuilt-b", 30),
     ] {
-        jobs::schedule(
-            &app.state.features.jobs,
-            job(id, topic, Duration::from_secs(delay)),
-        )
-        .await
-        .unwrap();
+        app.state
+            .features
+            .jobs
+            .schedule(job(id, topic, Duration::from_secs(delay)))
+            .await
+            .unwrap();
     }
-    assert!(jobs::cancel(&app.state.features.jobs, "rebuilt-b", "gone")
+    assert!(app
+        .state
+        .features
+        .jobs
+        .cancel("rebuilt-b", "gone")
         .await
         .unwrap());
-    let before = jobs::recovery::verify(&app.state.features.jobs)
-        .await
-        .unwrap();
+    let before = app.state.features.jobs.verify().await.unwrap();
     assert!(before.is_clean(), "{before:?}");
 
     lose_redis(&app).await;
-    let lost = jobs::recovery::verify(&app.state.features.jobs)
-        .await
-        .unwrap();
+    let lost = app.state.features.jobs.verify().await.unwrap();
     assert_eq!(lost.drifted, 3, "{lost:?}");
     assert!(
         lost.examples
@@ -1099,9 +1137,7 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
     );
 
     rebuild_jobs(&app).await;
-    let rebuilt = jobs::recovery::verify(&app.state.features.jobs)
-        .await
-        .unwrap();
+    let rebuilt = app.state.features.jobs.verify().await.unwrap();
     assert!(rebuilt.is_clean(), "{rebuilt:?}");
     assert_eq!(rebuilt.checked, 5, "three jobs and two topics: {rebuilt:?}");
     // Starting over (no cursor) leaves the pending jobs alone.
@@ -1113,10 +1149,7 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
         .unwrap();
     drop(conn);
     rebuild_jobs(&app).await;
-    assert!(jobs::recovery::verify(&app.state.features.jobs)
-        .await
-        .unwrap()
-        .is_clean());
+    assert!(app.state.features.jobs.verify().await.unwrap().is_clean());
 
     app.state.infra.clock.advance(chrono::Duration::seconds(31));
     until("a1 and a2 ran", Duration::from_secs(5), || {
@@ -1150,7 +1183,10 @@ async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_
         .jobs
         .registry
         .register("ended", Arc::new(recorder.clone()), None);
-    jobs::schedule(&app.state.features.jobs, job("e1", "ended", Duration::ZERO))
+    app.state
+        .features
+        .jobs
+        .schedule(job("e1", "ended", Duration::ZERO))
         .await
         .unwrap();
     let rows = pending_rows(&app, "ended").await;
@@ -1168,16 +1204,11 @@ async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_
     .execute(&app.state.infra.db.pool)
     .await
     .unwrap();
-    let stale = jobs::recovery::verify(&app.state.features.jobs)
-        .await
-        .unwrap();
+    let stale = app.state.features.jobs.verify().await.unwrap();
     assert_eq!(stale.drifted, 1, "{stale:?}");
 
     rebuild_jobs(&app).await;
-    assert!(jobs::recovery::verify(&app.state.features.jobs)
-        .await
-        .unwrap()
-        .is_clean());
+    assert!(app.state.features.jobs.verify().await.unwrap().is_clean());
     assert!(pending_rows(&app, "ended").await.is_empty());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(recorder.count("e1"), 1, "not run again");

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use engage::{
-    features::leaderboard::rollover::{archive_season, Options},
+    features::leaderboard::rollover::Options,
     infra::{auth::Role, clock::Month, lock},
 };
 use serde_json::{json, Value};
@@ -180,7 +180,10 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
         "rollover:202603",
         Duration::from_secs(10),
         |_| async {
-            archive_season(&app.state.features.leaderboard, march, Options::default())
+            app.state
+                .features
+                .leaderboard
+                .archive_season(march, Options::default())
                 .await
                 .unwrap()
         },
@@ -190,19 +193,26 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     assert_eq!(blocked, Some(None), "two instances never both run it");
 
     // Interrupted after one chunk, as a crash would, then resumed.
-    let partial = archive_season(
-        &app.state.features.leaderboard,
-        march,
-        Options {
-            stop_after_chunks: Some(1),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let partial = app
+        .state
+        .features
+        .leaderboard
+        .archive_season(
+            march,
+            Options {
+                stop_after_chunks: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((partial.copied, partial.done), (1000, false));
-    let finished = archive_season(&app.state.features.leaderboard, march, Options::default())
+    let finished = app
+        .state
+        .features
+        .leaderboard
+        .archive_season(march, Options::default())
         .await
         .unwrap()
         .unwrap();
@@ -254,7 +264,11 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
         ])
     );
     // A repeat is a no-op.
-    let again = archive_season(&app.state.features.leaderboard, march, Options::default())
+    let again = app
+        .state
+        .features
+        .leaderboard
+        .archive_season(march, Options::default())
         .await
         .unwrap()
         .unwrap();
@@ -459,17 +473,20 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
         .infra
         .clock
         .set(Utc.with_ymd_and_hms(2026, 5, 1, 0, 1, 0).unwrap());
-    let partial = archive_season(
-        &app.state.features.leaderboard,
-        april,
-        Options {
-            stop_after_chunks: Some(1),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let partial = app
+        .state
+        .features
+        .leaderboard
+        .archive_season(
+            april,
+            Options {
+                stop_after_chunks: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(partial.copied, 1000);
 
     // An award that took its season before midnight lands now, at the top of the board.
@@ -483,7 +500,11 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
         .unwrap();
     drop(conn);
 
-    let finished = archive_season(&app.state.features.leaderboard, april, Options::default())
+    let finished = app
+        .state
+        .features
+        .leaderboard
+        .archive_season(april, Options::default())
         .await
         .unwrap()
         .unwrap();

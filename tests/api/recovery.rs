@@ -59,7 +59,9 @@ async fn lose_everything(app: &TestApp) -> usize {
 
 /// Features `verify` finds drift in.
 async fn drifted(app: &TestApp) -> Vec<String> {
-    engage::features::recovery::verify(&app.state.features)
+    app.state
+        .features
+        .verify()
         .await
         .expect("verify runs")
         .into_iter()
@@ -269,7 +271,9 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         );
     }
 
-    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
         .await
         .expect("rebuild");
     assert_eq!(
@@ -280,7 +284,9 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     assert_eq!(answers(&app, &seeded).await, before);
 
     // A second rebuild changes nothing.
-    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
         .await
         .expect("rebuild again");
     assert_eq!(answers(&app, &seeded).await, before);
@@ -389,7 +395,9 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     let found = drifted(&app).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("follows"), "{found:?}");
-    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
         .await
         .unwrap();
     assert_eq!(drifted(&app).await, Vec::<String>::new());
@@ -432,14 +440,18 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
         .await
         .unwrap();
     drop(conn);
-    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
         .await
         .unwrap();
     assert_eq!(signed(2).await, 0, "not redone");
     assert_eq!(signed(5).await, 11, "done by the run that went on");
 
     // The run finished: the next one starts over.
-    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
         .await
         .unwrap();
     assert_eq!(signed(2).await, 11);
@@ -480,7 +492,9 @@ async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
         })
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    engage::features::recovery::rebuild(&app.state.infra, &app.state.features, false)
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
         .await
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;

@@ -58,9 +58,7 @@ async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
     for _ in 0..300 {
-        let checks = engage::features::vouchers::stock_checks(&app.state.features.vouchers)
-            .await
-            .unwrap();
+        let checks = app.state.features.vouchers.stock_checks().await.unwrap();
         if checks.iter().all(|c| c.consistent()) {
             return checks;
         }
@@ -68,9 +66,7 @@ async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck
     }
     panic!(
         "Redis and SQL never agreed: {:?}",
-        engage::features::vouchers::stock_checks(&app.state.features.vouchers)
-            .await
-            .unwrap()
+        app.state.features.vouchers.stock_checks().await.unwrap()
     );
 }
 
@@ -478,13 +474,12 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
             pay_by_ms: app.state.infra.clock.now_ms() + 86_400_000,
         };
         let mut sql = app.state.infra.db.pool.acquire().await.unwrap();
-        engage::features::vouchers::ensure_expiries(
-            &app.state.features.vouchers,
-            &mut sql,
-            &[late],
-        )
-        .await
-        .unwrap();
+        app.state
+            .features
+            .vouchers
+            .ensure_expiries(&mut sql, &[late])
+            .await
+            .unwrap();
         assert_eq!(pending_expiry(&app, &order).await, None, "{field}, late");
     }
 }
@@ -672,7 +667,11 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
     let voucher = voucher(&app, 1, 600).await;
     let order = buy(&app, &app.user_token(80), &voucher).await;
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
-    let job = engage::features::jobs::find(&app.state.features.jobs, topic, &order)
+    let job = app
+        .state
+        .features
+        .jobs
+        .find(topic, &order)
         .await
         .unwrap()
         .expect("the order's expiry job");
@@ -773,8 +772,6 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     let mut rows = rows;
     rows.sort();
     assert_eq!(rows, orders, "each unpaid order's expiry job has its row");
-    let report = engage::features::jobs::recovery::verify(&app.state.features.jobs)
-        .await
-        .unwrap();
+    let report = app.state.features.jobs.verify().await.unwrap();
     assert!(report.is_clean(), "{report:?}");
 }

@@ -66,5 +66,8 @@ async fn vote(
         .viewer
         .ok_or_else(|| AppError::unauthenticated("sign in first"))?;
     let remark_id = crate::infra::ids::parse(&body.remark_id, "remarkId")?;
-    likes::vote(&gateway.remarks, viewer.user_id, remark_id, Vote::Like).await
+    gateway
+        .remarks
+        .vote(viewer.user_id, remark_id, Vote::Like)
+        .await
 }

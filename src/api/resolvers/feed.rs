@@ -5,14 +5,14 @@ use async_graphql::{Context, Object};
 use crate::{
     api::schema::id::Id64,
     api::schema::{
-        page::PageInfo,
-        page_size,
-        remarks::{RemarkConnection, RemarkEdge},
+        connection::{Connection, Edge},
+        page::{PageArgs, PAGE},
+        remarks::Remark,
         ContextExt,
     },
     features::{
-        feed::{self, Feed, FeedCursor},
-        remarks::{self, Remarks},
+        feed::{Feed, FeedCursor},
+        remarks::Remarks,
     },
     infra::{
         auth::{self, RoleGuard},
@@ -28,38 +28,31 @@ impl FeedQuery {
     /// Remarks of the users the viewer follows, newest first.
     #[graphql(
         guard = "RoleGuard::signed_in()",
-        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+        complexity = "PAGE.cost(first, child_complexity)"
     )]
     async fn feed(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default = 20)] first: Option<i32>,
+        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<RemarkConnection> {
+    ) -> AppResult<Connection<Remark>> {
         let viewer = auth::require_viewer(ctx)?;
-        let first = page_size(first.unwrap_or(20))?;
-        let after = after.as_deref().map(FeedCursor::decode).transpose()?;
-        let (entries, more) =
-            feed::page(ctx.feature::<Feed>(), viewer.user_id, first, after).await?;
+        let args = PageArgs::decoded(first, after.as_deref(), |after| {
+            after.map(FeedCursor::decode).transpose()
+        })?;
+        let (entries, more) = ctx.feature::<Feed>().page(viewer.user_id, args).await?;
         let ids: Vec<i64> = entries.iter().map(|(id, _)| *id).collect();
-        let mut found = remarks::find_many(ctx.feature::<Remarks>(), &ids).await?;
-        let edges: Vec<RemarkEdge> = entries
+        let mut found = ctx.feature::<Remarks>().find_many(&ids).await?;
+        let edges = entries
             .into_iter()
             .filter_map(|(id, cursor)| {
-                found.remove(&id).map(|r| RemarkEdge {
+                found.remove(&id).map(|r| Edge {
                     cursor: cursor.encode(),
                     node: r.into(),
                 })
             })
             .collect();
-        let end_cursor = edges.last().map(|e| e.cursor.clone());
-        Ok(RemarkConnection {
-            edges,
-            page_info: PageInfo {
-                has_next_page: more,
-                end_cursor,
-            },
-        })
+        Ok(Connection::new(edges, more))
     }
 }
 
@@ -72,13 +65,17 @@ impl FeedMutation {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn follow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
-        feed::follow(ctx.feature::<Feed>(), viewer.user_id, user_id.0).await
+        ctx.feature::<Feed>()
+            .follow(viewer.user_id, user_id.0)
+            .await
     }
 
     /// Stops following a user; true when this call ended a follow (false: not following).
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn unfollow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
-        feed::unfollow(ctx.feature::<Feed>(), viewer.user_id, user_id.0).await
+        ctx.feature::<Feed>()
+            .unfollow(viewer.user_id, user_id.0)
+            .await
     }
 }

@@ -8,7 +8,7 @@ use crate::{
         items::{CreateItemInput, Item},
         ContextExt,
     },
-    features::items::{self, Items, NewItem},
+    features::items::{Items, NewItem},
     infra::{
         auth::{self, RoleGuard},
         error::AppResult,
@@ -22,7 +22,7 @@ pub struct ItemQuery;
 impl ItemQuery {
     async fn item(&self, ctx: &Context<'_>, id: Id64) -> AppResult<Option<Item>> {
         let id = id.0;
-        Ok(items::find(ctx.feature::<Items>(), id).await?.map(Item))
+        Ok(ctx.feature::<Items>().find(id).await?.map(Item))
     }
 }
 
@@ -37,7 +37,7 @@ impl ItemMutation {
         let viewer = auth::require_viewer(ctx)?;
         let item = NewItem::new(&input.name, input.lat, input.lng)?;
         Ok(Item(
-            items::create(ctx.feature::<Items>(), viewer.user_id, item).await?,
+            ctx.feature::<Items>().create(viewer.user_id, item).await?,
         ))
     }
 }

@@ -7,9 +7,10 @@ use async_graphql::{Context, Object, ID};
 
 use crate::{
     api::schema::{
-        jobs::{Job, JobConnection, JobEdge, ScheduleJobInput},
-        page::{decode_offset_cursor, encode_cursor, PageInfo},
-        page_size, ContextExt,
+        connection::Connection,
+        jobs::{Job, ScheduleJobInput},
+        page::{PageArgs, PAGE},
+        ContextExt,
     },
     features::jobs::{self, JobStatus, Jobs, NewJob, MAX_DELAY_SECONDS},
     infra::{
@@ -26,45 +27,33 @@ impl JobQuery {
     /// A job wherever it is (dead jobs included); null when unknown.
     #[graphql(guard = "RoleGuard::admin()")]
     async fn job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Option<Job>> {
-        Ok(jobs::find(ctx.feature::<Jobs>(), &topic, &id)
-            .await?
-            .map(Job))
+        Ok(ctx.feature::<Jobs>().find(&topic, &id).await?.map(Job))
     }
 
     /// A topic's jobs in one state, in queue order (dead jobs: newest first).
     #[graphql(
         guard = "RoleGuard::admin()",
-        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+        complexity = "PAGE.cost(first, child_complexity)"
     )]
     async fn jobs(
         &self,
         ctx: &Context<'_>,
         topic: String,
         status: JobStatus,
-        #[graphql(default = 20)] first: Option<i32>,
+        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<JobConnection> {
-        let first = page_size(first.unwrap_or(20))?;
-        // The cursor is the position after the last job of the previous page.
-        let offset = decode_offset_cursor(after.as_deref(), jobs::MAX_LIST_OFFSET)?;
-        let (views, more) =
-            jobs::list(ctx.feature::<Jobs>(), &topic, status, first, offset).await?;
-        let count = views.len();
-        let end_cursor = (count > 0).then(|| encode_cursor((offset + count) as i64));
-        Ok(JobConnection {
-            edges: views
-                .into_iter()
-                .enumerate()
-                .map(|(i, view)| JobEdge {
-                    cursor: encode_cursor((offset + i + 1) as i64),
-                    node: Job(view),
-                })
-                .collect(),
-            page_info: PageInfo {
-                has_next_page: more,
-                end_cursor,
-            },
-        })
+    ) -> AppResult<Connection<Job>> {
+        let args = PageArgs::offset(first, after.as_deref(), jobs::MAX_LIST_OFFSET)?;
+        let offset = args.after;
+        let (views, more) = ctx.feature::<Jobs>().list(&topic, status, args).await?;
+        let end = offset + views.len();
+        let nodes = views.into_iter().map(Job).enumerate();
+        Ok(Connection::offset(
+            nodes.map(|(i, job)| (offset + i, job)),
+            offset,
+            end,
+            more,
+        ))
     }
 }
 
@@ -97,21 +86,19 @@ impl JobMutation {
             max_attempts,
             callback_url: input.callback_url,
         };
-        Ok(Job(jobs::schedule(ctx.feature::<Jobs>(), job).await?))
+        Ok(Job(ctx.feature::<Jobs>().schedule(job).await?))
     }
 
     /// Cancels a pending job wherever it is; false when there is none by that id. A job
     /// cancelled while running does not run again, and its completion changes nothing.
     #[graphql(guard = "RoleGuard::admin()")]
     async fn cancel_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<bool> {
-        jobs::cancel(ctx.feature::<Jobs>(), &topic, &id).await
+        ctx.feature::<Jobs>().cancel(&topic, &id).await
     }
 
     /// Puts a dead job back in the queue, due now.
     #[graphql(guard = "RoleGuard::admin()")]
     async fn requeue_dead_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Job> {
-        Ok(Job(
-            jobs::requeue_dead(ctx.feature::<Jobs>(), &topic, &id).await?
-        ))
+        Ok(Job(ctx.feature::<Jobs>().requeue_dead(&topic, &id).await?))
     }
 }

@@ -8,10 +8,11 @@ use crate::{
         http::ws::SubscriptionSlot,
         schema::{
             leaderboard::{entries, Leaderboard, LeaderboardSnapshot, RankEntry, Season},
-            page_size, ContextExt,
+            page::{Limit, PAGE},
+            ContextExt,
         },
     },
-    features::leaderboard::{self, live, parse_season, season_info, Leaderboards},
+    features::leaderboard::Leaderboards,
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
@@ -25,7 +26,9 @@ pub struct LeaderboardQuery;
 impl LeaderboardQuery {
     /// The current season, the previous one and every archived one, newest first.
     async fn seasons(&self, ctx: &Context<'_>) -> AppResult<Vec<Season>> {
-        Ok(leaderboard::seasons(ctx.feature::<Leaderboards>())
+        Ok(ctx
+            .feature::<Leaderboards>()
+            .seasons()
             .await?
             .into_iter()
             .map(Season)
@@ -33,28 +36,27 @@ impl LeaderboardQuery {
     }
 
     /// A page of a season's board (default: the current season), ranks `offset + 1` on.
-    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
+    #[graphql(complexity = "PAGE.cost(first, child_complexity)")]
     async fn leaderboard(
         &self,
         ctx: &Context<'_>,
         season_id: Option<ID>,
-        #[graphql(default = 20)] first: Option<i32>,
+        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         #[graphql(default = 0)] offset: Option<i32>,
     ) -> AppResult<Leaderboard> {
-        let first = first.unwrap_or(20);
+        let first = PAGE.first(first)?;
         let offset = offset.unwrap_or(0);
         let boards = ctx.feature::<Leaderboards>();
-        let season = parse_season(boards, season_id.as_ref().map(|id| id.as_str()))?;
-        let first = page_size(first)?;
+        let season = boards.parse_season(season_id.as_ref().map(|id| id.as_str()))?;
         if !(0..=1_000_000_000).contains(&offset) {
             return Err(AppError::bad_input(format!(
                 "offset must be between 0 and 1000000000, got {offset}"
             )));
         }
         let viewer = auth::viewer(ctx).map(|v| v.user_id);
-        let board = leaderboard::board(boards, season, viewer, first, offset as usize).await?;
+        let board = boards.board(season, viewer, first, offset as usize).await?;
         Ok(Leaderboard {
-            season: Season(season_info(boards, board.season)),
+            season: Season(boards.season_info(board.season)),
             me: board.me.map(RankEntry),
             entries: entries(board.entries),
             total: board.total,
@@ -75,12 +77,17 @@ impl LeaderboardQuery {
             return Err(AppError::bad_input("radius must be between 0 and 50"));
         }
         let boards = ctx.feature::<Leaderboards>();
-        let season = parse_season(boards, season_id.as_ref().map(|id| id.as_str()))?;
+        let season = boards.parse_season(season_id.as_ref().map(|id| id.as_str()))?;
         Ok(entries(
-            leaderboard::around(boards, season, viewer.user_id, radius as usize).await?,
+            boards
+                .around(season, viewer.user_id, radius as usize)
+                .await?,
         ))
     }
 }
+
+/// A watched top: 10 unless asked, at most a page.
+const TOP: Limit = Limit::new(10, 100);
 
 #[derive(Default)]
 pub struct LeaderboardSubscription;
@@ -93,19 +100,19 @@ impl LeaderboardSubscription {
         &self,
         ctx: &Context<'_>,
         season_id: Option<ID>,
-        #[graphql(default = 10)] top: Option<i32>,
+        #[graphql(default_with = "TOP.default_first()")] top: Option<i32>,
     ) -> Result<impl Stream<Item = LeaderboardSnapshot>, AppError> {
-        let top = page_size(top.unwrap_or(10))?;
+        let top = TOP.first(top)?;
         let boards = ctx.feature::<Leaderboards>().clone();
         let season = season_id
-            .map(|id| parse_season(&boards, Some(id.as_str())))
+            .map(|id| boards.parse_season(Some(id.as_str())))
             .transpose()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let snapshots = live::board_changes(&boards, season, top).await?;
+        let snapshots = boards.board_changes(season, top).await?;
         Ok(snapshots.map(move |(season, top)| {
             let _held = &slot;
             LeaderboardSnapshot {
-                season: Season(season_info(&boards, season)),
+                season: Season(boards.season_info(season)),
                 entries: entries(top),
             }
         }))
@@ -118,8 +125,10 @@ impl LeaderboardSubscription {
     ) -> Result<impl Stream<Item = RankEntry>, AppError> {
         let viewer = auth::require_viewer(ctx)?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let changes =
-            live::my_current_rank_changes(ctx.feature::<Leaderboards>(), viewer.user_id).await?;
+        let changes = ctx
+            .feature::<Leaderboards>()
+            .my_current_rank_changes(viewer.user_id)
+            .await?;
         Ok(changes.map(move |entry| {
             let _held = &slot;
             RankEntry(entry)

@@ -6,13 +6,14 @@ use async_graphql::{Context, Object};
 
 use crate::{
     api::schema::{
+        connection::Connection,
         items::Item,
-        nearby::{NearbyItem, NearbyItemConnection, NearbyItemEdge},
-        page::{decode_offset_cursor, encode_cursor, PageInfo},
-        page_size, ContextExt,
+        nearby::NearbyItem,
+        page::{PageArgs, PAGE},
+        ContextExt,
     },
     features::{
-        items::{self, Items},
+        items::Items,
         nearby::Location,
         nearby::{self, Nearby},
     },
@@ -26,50 +27,46 @@ pub struct NearbyQuery;
 impl NearbyQuery {
     /// Items within `radiusKm` (at most 1000) of a point, nearest first; a search pages
     /// through its 1000 nearest items.
-    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
+    #[graphql(complexity = "PAGE.cost(first, child_complexity)")]
     async fn nearby_items(
         &self,
         ctx: &Context<'_>,
         lat: f64,
         lng: f64,
         radius_km: f64,
-        #[graphql(default = 20)] first: Option<i32>,
+        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<NearbyItemConnection> {
+    ) -> AppResult<Connection<NearbyItem>> {
         let from = Location::new(lat, lng)?;
-        let first = page_size(first.unwrap_or(20))?;
-        // The cursor is the position after the last item of the previous page.
-        let offset = decode_offset_cursor(after.as_deref(), nearby::MAX_RESULTS)?;
-        let (found, more) =
-            nearby::search(ctx.feature::<Nearby>(), from, radius_km, first, offset).await?;
+        let args = PageArgs::offset(first, after.as_deref(), nearby::MAX_RESULTS)?;
+        let offset = args.after;
+        let (found, more) = ctx
+            .feature::<Nearby>()
+            .search(from, radius_km, args)
+            .await?;
         let ids: Vec<i64> = found.iter().map(|(id, _)| *id).collect();
         // An item gone from SQL is skipped, yet the next page starts after it.
         let end = offset + found.len();
-        let mut items: HashMap<i64, _> = items::find_many(ctx.feature::<Items>(), &ids)
+        let mut items: HashMap<i64, _> = ctx
+            .feature::<Items>()
+            .find_many(&ids)
             .await?
             .into_iter()
             .map(|i| (i.id, i))
             .collect();
-        let edges: Vec<NearbyItemEdge> = found
+        let nodes = found
             .into_iter()
             .enumerate()
             .filter_map(|(i, (id, distance_km))| {
-                items.remove(&id).map(|item| NearbyItemEdge {
-                    cursor: encode_cursor((offset + i + 1) as i64),
-                    node: NearbyItem {
+                let item = items.remove(&id)?;
+                Some((
+                    offset + i,
+                    NearbyItem {
                         item: Item(item),
                         distance_km,
                     },
-                })
-            })
-            .collect();
-        let end_cursor = (end > offset).then(|| encode_cursor(end as i64));
-        Ok(NearbyItemConnection {
-            edges,
-            page_info: PageInfo {
-                has_next_page: more,
-                end_cursor,
-            },
-        })
+                ))
+            });
+        Ok(Connection::offset(nodes, offset, end, more))
     }
 }

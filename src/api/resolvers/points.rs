@@ -5,11 +5,9 @@ use async_graphql::{Context, Object};
 use crate::{
     api::schema::id::Id64,
     api::schema::{
-        page::{decode_cursor, encode_cursor, PageInfo},
-        page_size,
-        points::{
-            AwardResult, PointsByType, PointsEntry, PointsRecordConnection, PointsRecordEdge,
-        },
+        connection::Connection,
+        page::{PageArgs, PAGE},
+        points::{AwardResult, PointsByType, PointsEntry},
         ContextExt,
     },
     features::points::{self, Points, PointsType},
@@ -28,7 +26,9 @@ impl PointsQuery {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn points_today(&self, ctx: &Context<'_>) -> AppResult<Vec<PointsByType>> {
         let viewer = auth::require_viewer(ctx)?;
-        Ok(points::today(ctx.feature::<Points>(), viewer.user_id)
+        Ok(ctx
+            .feature::<Points>()
+            .today(viewer.user_id)
             .await?
             .into_iter()
             .map(Into::into)
@@ -38,34 +38,22 @@ impl PointsQuery {
     /// The viewer's archived awards, newest first.
     #[graphql(
         guard = "RoleGuard::signed_in()",
-        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+        complexity = "PAGE.cost(first, child_complexity)"
     )]
     async fn points_history(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default = 20)] first: Option<i32>,
+        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<PointsRecordConnection> {
-        let first = first.unwrap_or(20);
+    ) -> AppResult<Connection<PointsEntry>> {
         let viewer = auth::require_viewer(ctx)?;
-        let first = page_size(first)?;
-        let before = decode_cursor(after.as_deref())?;
-        let (records, more) =
-            points::history(ctx.feature::<Points>(), viewer.user_id, first, before).await?;
-        let end_cursor = records.last().map(|r| encode_cursor(r.order));
-        Ok(PointsRecordConnection {
-            edges: records
-                .into_iter()
-                .map(|r| PointsRecordEdge {
-                    cursor: encode_cursor(r.order),
-                    node: PointsEntry(r),
-                })
-                .collect(),
-            page_info: PageInfo {
-                has_next_page: more,
-                end_cursor,
-            },
-        })
+        let args = PageArgs::keyset(first, after.as_deref())?;
+        let (records, more) = ctx
+            .feature::<Points>()
+            .history(viewer.user_id, args)
+            .await?;
+        let nodes = records.into_iter().map(PointsEntry);
+        Ok(Connection::keyset(nodes, |entry| entry.0.order, more))
     }
 }
 
@@ -86,14 +74,15 @@ impl PointsMutation {
         idempotency_key: String,
     ) -> AppResult<AwardResult> {
         let user_id = user_id.0;
-        Ok(points::award(
-            ctx.feature::<Points>(),
-            user_id,
-            kind,
-            i64::from(points),
-            &points::service_key(&idempotency_key)?,
-        )
-        .await?
-        .into())
+        Ok(ctx
+            .feature::<Points>()
+            .award(
+                user_id,
+                kind,
+                i64::from(points),
+                &points::service_key(&idempotency_key)?,
+            )
+            .await?
+            .into())
     }
 }

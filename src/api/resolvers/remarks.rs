@@ -9,21 +9,21 @@ use crate::{
     api::{
         http::ws::SubscriptionSlot,
         schema::{
-            page::{decode_cursor, encode_cursor, PageInfo},
-            page_size,
-            remarks::{
-                page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark, RemarkConnection,
-                RemarkEdge,
-            },
+            connection::Connection,
+            page::{Limit, PageArgs, PAGE},
+            remarks::{page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark},
             ContextExt,
         },
     },
-    features::remarks::{self, likes::Vote, recommended, NewRemark, Remarks},
+    features::remarks::{likes::Vote, recommended, NewRemark, Remarks},
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
     },
 };
+
+/// An item's recommended remarks: 10 unless asked, at most the list's length.
+const RECOMMENDED: Limit = Limit::new(10, recommended::LIST_LENGTH as i32);
 
 #[derive(Default)]
 pub struct RemarkQuery;
@@ -31,54 +31,32 @@ pub struct RemarkQuery;
 #[Object]
 impl RemarkQuery {
     /// An item's remarks, newest first.
-    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
+    #[graphql(complexity = "PAGE.cost(first, child_complexity)")]
     async fn remarks(
         &self,
         ctx: &Context<'_>,
         item_id: Id64,
-        #[graphql(default = 20)] first: Option<i32>,
+        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<RemarkConnection> {
-        let first = first.unwrap_or(20);
-        let item_id = item_id.0;
-        let first = page_size(first)?;
-        let after = decode_cursor(after.as_deref())?;
-        let page = remarks::page(ctx.feature::<Remarks>(), item_id, first, after).await?;
+    ) -> AppResult<Connection<Remark>> {
+        let args = PageArgs::keyset(first, after.as_deref())?;
+        let page = ctx.feature::<Remarks>().page(item_id.0, args).await?;
         let nodes = page_nodes(ctx, ctx.look_ahead().field("edges").field("node"), &page).await?;
-        Ok(RemarkConnection {
-            edges: nodes
-                .into_iter()
-                .map(|node| RemarkEdge {
-                    cursor: encode_cursor(node.record.id),
-                    node,
-                })
-                .collect(),
-            page_info: PageInfo {
-                has_next_page: page.more,
-                end_cursor: page.remarks.last().map(|r| encode_cursor(r.id)),
-            },
-        })
+        Ok(Connection::keyset(nodes, |node| node.record.id, page.more))
     }
 
     /// An item's most liked remarks (refreshed in the background, at most 50).
-    #[graphql(complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity")]
+    #[graphql(complexity = "RECOMMENDED.cost(first, child_complexity)")]
     async fn recommended_remarks(
         &self,
         ctx: &Context<'_>,
         item_id: Id64,
-        #[graphql(default = 10)] first: Option<i32>,
+        #[graphql(default_with = "RECOMMENDED.default_first()")] first: Option<i32>,
     ) -> AppResult<Vec<Remark>> {
-        let first = first.unwrap_or(10);
-        let item_id = item_id.0;
-        if !(1..=recommended::LIST_LENGTH as i32).contains(&first) {
-            return Err(AppError::bad_input(format!(
-                "first must be between 1 and {}",
-                recommended::LIST_LENGTH
-            )));
-        }
+        let first = RECOMMENDED.first(first)?;
         let remarks = ctx.feature::<Remarks>();
-        let ids = recommended::read(remarks, item_id, first as usize).await?;
-        let mut found = remarks::find_many(remarks, &ids).await?;
+        let ids = remarks.recommended(item_id.0, first).await?;
+        let mut found = remarks.find_many(&ids).await?;
         Ok(ids
             .iter()
             .filter_map(|id| found.remove(id))
@@ -107,11 +85,11 @@ impl RemarkMutation {
             &input.content,
             input.images.unwrap_or_default(),
         )?;
-        Ok(
-            remarks::create(ctx.feature::<Remarks>(), viewer.user_id, remark)
-                .await?
-                .into(),
-        )
+        Ok(ctx
+            .feature::<Remarks>()
+            .create(viewer.user_id, remark)
+            .await?
+            .into())
     }
 
     #[graphql(guard = "RoleGuard::signed_in()")]
@@ -128,11 +106,11 @@ impl RemarkMutation {
 async fn vote(ctx: &Context<'_>, remark_id: Id64, vote: Vote) -> AppResult<LikeResult> {
     let viewer = auth::require_viewer(ctx)?;
     let remark_id = remark_id.0;
-    Ok(
-        remarks::likes::vote(ctx.feature::<Remarks>(), viewer.user_id, remark_id, vote)
-            .await?
-            .into(),
-    )
+    Ok(ctx
+        .feature::<Remarks>()
+        .vote(viewer.user_id, remark_id, vote)
+        .await?
+        .into())
 }
 
 #[derive(Default)]
@@ -152,7 +130,7 @@ impl RemarkSubscription {
             .map(|id| Ok::<_, AppError>(id.0))
             .collect::<AppResult<Vec<_>>>()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let changes = remarks::live::like_count_changes(ctx.feature::<Remarks>(), ids).await?;
+        let changes = ctx.feature::<Remarks>().like_count_changes(ids).await?;
         Ok(changes.map(move |change| {
             let _held = &slot;
             LikeCount::from(change)

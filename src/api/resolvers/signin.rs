@@ -8,7 +8,7 @@ use crate::{
         signin::{SignCalendar, SignInResult},
         ContextExt,
     },
-    features::signin::{self, SignIn},
+    features::signin::SignIn,
     infra::{
         auth::{self, RoleGuard},
         clock::Month,
@@ -35,11 +35,11 @@ impl SignInQuery {
                     .ok_or_else(|| AppError::bad_input("month must be YYYY-MM"))
             })
             .transpose()?;
-        Ok(
-            signin::calendar(ctx.feature::<SignIn>(), viewer.user_id, month)
-                .await?
-                .into(),
-        )
+        Ok(ctx
+            .feature::<SignIn>()
+            .calendar(viewer.user_id, month)
+            .await?
+            .into())
     }
 }
 
@@ -52,7 +52,9 @@ impl SignInMutation {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn sign_in(&self, ctx: &Context<'_>) -> AppResult<SignInResult> {
         let viewer = auth::require_viewer(ctx)?;
-        Ok(signin::sign_in(ctx.feature::<SignIn>(), viewer.user_id)
+        Ok(ctx
+            .feature::<SignIn>()
+            .sign_in(viewer.user_id)
             .await?
             .into())
     }
@@ -63,10 +65,10 @@ impl SignInMutation {
         let viewer = auth::require_viewer(ctx)?;
         let date = NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
             .map_err(|_| AppError::bad_input("date must be YYYY-MM-DD"))?;
-        Ok(
-            signin::make_up(ctx.feature::<SignIn>(), viewer.user_id, date)
-                .await?
-                .into(),
-        )
+        Ok(ctx
+            .feature::<SignIn>()
+            .make_up(viewer.user_id, date)
+            .await?
+            .into())
     }
 }

@@ -10,17 +10,14 @@ use crate::{
     api::{
         http::ws::SubscriptionSlot,
         schema::{
-            page::{decode_cursor, encode_cursor, PageInfo},
-            page_size,
-            vouchers::{
-                CreateVoucherInput, Order, OrderConnection, OrderEdge, Voucher, VoucherStock,
-            },
+            connection::Connection,
+            page::{PageArgs, PAGE},
+            vouchers::{CreateVoucherInput, Order, Voucher, VoucherStock},
             ContextExt,
         },
     },
     features::vouchers::{
-        self,
-        orders::{self, OrderRecord, OrderStatus},
+        orders::{OrderRecord, OrderStatus},
         NewVoucher, Vouchers,
     },
     infra::{
@@ -42,15 +39,15 @@ pub struct VoucherQuery;
 impl VoucherQuery {
     async fn voucher(&self, ctx: &Context<'_>, id: Id64) -> AppResult<Option<Voucher>> {
         let id = id.0;
-        Ok(vouchers::find(ctx.feature::<Vouchers>(), id)
-            .await?
-            .map(Voucher))
+        Ok(ctx.feature::<Vouchers>().find(id).await?.map(Voucher))
     }
 
     /// An item's vouchers, newest first (at most 100).
     async fn vouchers(&self, ctx: &Context<'_>, item_id: Id64) -> AppResult<Vec<Voucher>> {
         let item_id = item_id.0;
-        Ok(vouchers::for_item(ctx.feature::<Vouchers>(), item_id)
+        Ok(ctx
+            .feature::<Vouchers>()
+            .for_item(item_id)
             .await?
             .into_iter()
             .map(Voucher)
@@ -60,33 +57,25 @@ impl VoucherQuery {
     /// The viewer's orders, newest first.
     #[graphql(
         guard = "RoleGuard::signed_in()",
-        complexity = "first.unwrap_or(20).clamp(1, 100) as usize * child_complexity"
+        complexity = "PAGE.cost(first, child_complexity)"
     )]
     async fn my_orders(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default = 20)] first: Option<i32>,
+        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<OrderConnection> {
+    ) -> AppResult<Connection<Order>> {
         let viewer = auth::require_viewer(ctx)?;
-        let first = page_size(first.unwrap_or(20))?;
-        let before = decode_cursor(after.as_deref())?;
-        let (records, more) =
-            orders::of_buyer(ctx.feature::<Vouchers>(), viewer.user_id, first, before).await?;
-        let end_cursor = records.last().map(|o| encode_cursor(o.id));
-        Ok(OrderConnection {
-            edges: records
-                .into_iter()
-                .map(|o| OrderEdge {
-                    cursor: encode_cursor(o.id),
-                    node: Order(o),
-                })
-                .collect(),
-            page_info: PageInfo {
-                has_next_page: more,
-                end_cursor,
-            },
-        })
+        let args = PageArgs::keyset(first, after.as_deref())?;
+        let (records, more) = ctx
+            .feature::<Vouchers>()
+            .orders_of(viewer.user_id, args)
+            .await?;
+        Ok(Connection::keyset(
+            records.into_iter().map(Order),
+            |o| o.0.id,
+            more,
+        ))
     }
 }
 
@@ -110,9 +99,7 @@ impl VoucherMutation {
             ends_at: instant("endsAt", &input.ends_at)?,
             pay_within_seconds: i64::from(input.pay_within_seconds),
         };
-        Ok(Voucher(
-            vouchers::create(ctx.feature::<Vouchers>(), voucher).await?,
-        ))
+        Ok(Voucher(ctx.feature::<Vouchers>().create(voucher).await?))
     }
 
     /// One attempt to buy: an UNPAID order, or NOT_STARTED, ENDED, ALREADY_ORDERED, SOLD_OUT.
@@ -120,8 +107,10 @@ impl VoucherMutation {
     async fn seckill_voucher(&self, ctx: &Context<'_>, voucher_id: Id64) -> AppResult<Order> {
         let viewer = auth::require_viewer(ctx)?;
         let voucher_id = voucher_id.0;
-        let order =
-            vouchers::seckill(ctx.feature::<Vouchers>(), viewer.user_id, voucher_id).await?;
+        let order = ctx
+            .feature::<Vouchers>()
+            .seckill(viewer.user_id, voucher_id)
+            .await?;
         Ok(Order(OrderRecord {
             id: order.order_id,
             voucher_id,
@@ -149,7 +138,9 @@ async fn act(ctx: &Context<'_>, order_id: Id64, outcome: OrderStatus) -> AppResu
     let viewer = auth::require_viewer(ctx)?;
     let order_id = order_id.0;
     Ok(Order(
-        orders::act(ctx.feature::<Vouchers>(), viewer.user_id, order_id, outcome).await?,
+        ctx.feature::<Vouchers>()
+            .act_on_order(viewer.user_id, order_id, outcome)
+            .await?,
     ))
 }
 
@@ -166,11 +157,11 @@ impl VoucherSubscription {
     ) -> Result<impl Stream<Item = VoucherStock>, AppError> {
         let voucher_id = voucher_id.0;
         let vouchers = ctx.feature::<Vouchers>();
-        if vouchers::find(vouchers, voucher_id).await?.is_none() {
+        if vouchers.find(voucher_id).await?.is_none() {
             return Err(AppError::not_found(format!("no voucher {voucher_id}")));
         }
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let changes = vouchers::stock_changes(vouchers, voucher_id).await?;
+        let changes = vouchers.stock_changes(voucher_id).await?;
         Ok(changes.map(move |(id, remaining)| {
             let _held = &slot;
             VoucherStock {

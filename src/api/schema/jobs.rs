@@ -1,8 +1,8 @@
 //! GraphQL types of the delay queue.
 
-use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
+use async_graphql::{Context, InputObject, Object, ID};
 
-use super::{page::PageInfo, ContextExt};
+use super::ContextExt;
 use crate::features::jobs::{JobStatus, JobView};
 
 pub struct Job(pub JobView);
@@ -64,16 +64,4 @@ pub struct ScheduleJobInput {
     /// 1 to 25; default: the topic's (one per step of its retry ladder, plus one, unless
     /// the topic says otherwise).
     pub max_attempts: Option<i32>,
-}
-
-#[derive(SimpleObject)]
-pub struct JobEdge {
-    pub cursor: String,
-    pub node: Job,
-}
-
-#[derive(SimpleObject)]
-pub struct JobConnection {
-    pub edges: Vec<JobEdge>,
-    pub page_info: PageInfo,
 }

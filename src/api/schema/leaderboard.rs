@@ -7,7 +7,7 @@ use super::{
     ContextExt,
 };
 use crate::{
-    features::leaderboard::{self, Leaderboards, RankEntry as Entry, SeasonInfo},
+    features::leaderboard::{Leaderboards, RankEntry as Entry, SeasonInfo},
     infra::error::AppResult,
 };
 
@@ -63,7 +63,7 @@ impl Season {
     /// The top three, once the season has been archived.
     async fn winners(&self, ctx: &Context<'_>) -> AppResult<Vec<RankEntry>> {
         Ok(entries(
-            leaderboard::winners(ctx.feature::<Leaderboards>(), self.0.month).await?,
+            ctx.feature::<Leaderboards>().winners(self.0.month).await?,
         ))
     }
 }

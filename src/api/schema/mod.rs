@@ -3,6 +3,7 @@
 //!
 //! Adding a feature means adding its files and naming its roots once in the tuples below.
 
+pub mod connection;
 pub mod errors;
 pub mod id;
 pub mod items;
@@ -127,19 +128,5 @@ impl ContextExt for Context<'_> {
 
     fn clock(&self) -> &Clock {
         self.data_unchecked::<Clock>()
-    }
-}
-
-/// The largest page any list field returns (`first` above this is an input error).
-pub const MAX_PAGE_SIZE: i32 = 100;
-
-/// Checks a `first` argument: 1..=100.
-pub fn page_size(first: i32) -> crate::infra::error::AppResult<usize> {
-    if (1..=MAX_PAGE_SIZE).contains(&first) {
-        Ok(first as usize)
-    } else {
-        Err(crate::infra::error::AppError::bad_input(format!(
-            "first must be between 1 and {MAX_PAGE_SIZE}, got {first}"
-        )))
     }
 }

@@ -1,14 +1,91 @@
-//! Cursor paging shared by every connection type.
+//! Paging shared by every list field: its arguments and its cursors.
+//!
+//! - [`Limit`] is a list's `first`: its default (the one the SDL shows) and its largest
+//!   value, checked in one place and priced in one place for the complexity limit.
+//! - [`PageArgs`] is `first` and `after` validated together, the cursor decoded.
+//! - [`PageInfo`] ends every `…Connection` (see `connection.rs`).
 //!
 //! A cursor is `c` followed by a decimal number: the id of the last row of a page (keyset
 //! lists), or the position after it (offset lists: nearby items, the admin view of jobs).
 //! Anything else, a negative position, or a position beyond what the list serves is
 //! `BAD_USER_INPUT`: a cursor is client input like any other, and arithmetic on an unchecked
-//! position is how a crafted one used to overflow.
+//! position is how a crafted one used to overflow. The feed's cursor is its own
+//! ([`PageArgs::decoded`]).
 
 use async_graphql::SimpleObject;
 
 use crate::infra::error::{AppError, AppResult};
+pub use crate::infra::page::PageArgs;
+
+/// How many rows a list field returns when asked for `first`.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    default: i32,
+    max: i32,
+}
+
+/// Every paged list: 20 rows unless asked, at most 100.
+pub const PAGE: Limit = Limit::new(20, 100);
+
+impl Limit {
+    pub const fn new(default: i32, max: i32) -> Self {
+        Self { default, max }
+    }
+
+    /// The argument's default, as `#[graphql(default_with = "…")]` wants it.
+    pub const fn default_first(&self) -> Option<i32> {
+        Some(self.default)
+    }
+
+    /// `first` checked: 1 to `max`, the default when the client sends `null`.
+    pub fn first(&self, first: Option<i32>) -> AppResult<usize> {
+        let first = first.unwrap_or(self.default);
+        if (1..=self.max).contains(&first) {
+            Ok(first as usize)
+        } else {
+            Err(AppError::bad_input(format!(
+                "first must be between 1 and {}, got {first}",
+                self.max
+            )))
+        }
+    }
+
+    /// What a field returning up to `first` children costs against the complexity limit
+    /// (priced at the largest page it may return, a refused `first` included).
+    pub fn cost(&self, first: Option<i32>, child_complexity: usize) -> usize {
+        first.unwrap_or(self.default).clamp(1, self.max) as usize * child_complexity
+    }
+}
+
+/// A list field's `first` and `after`, validated: `after` is the decoded cursor.
+impl PageArgs<Option<i64>> {
+    /// A keyset list's arguments: `after` is the id (or order) of the last row seen.
+    pub fn keyset(first: Option<i32>, after: Option<&str>) -> AppResult<Self> {
+        Self::decoded(first, after, decode_cursor)
+    }
+}
+
+impl PageArgs<usize> {
+    /// An offset list's arguments: `after` is the position after the last row seen, at most
+    /// `max` (the list serves its first `max` rows).
+    pub fn offset(first: Option<i32>, after: Option<&str>, max: usize) -> AppResult<Self> {
+        Self::decoded(first, after, |after| decode_offset_cursor(after, max))
+    }
+}
+
+impl<After> PageArgs<After> {
+    /// Arguments whose cursor a list decodes in its own way.
+    pub fn decoded(
+        first: Option<i32>,
+        after: Option<&str>,
+        decode: impl FnOnce(Option<&str>) -> AppResult<After>,
+    ) -> AppResult<Self> {
+        Ok(Self {
+            first: PAGE.first(first)?,
+            after: decode(after)?,
+        })
+    }
+}
 
 #[derive(SimpleObject, Clone, Debug)]
 pub struct PageInfo {

@@ -2,7 +2,7 @@
 
 use async_graphql::{Context, Object, SimpleObject};
 
-use super::{page::PageInfo, ContextExt};
+use super::ContextExt;
 use crate::features::points::{AwardOutcome, PointsRecord, PointsType, TodayByType};
 
 #[derive(SimpleObject)]
@@ -64,16 +64,4 @@ impl PointsEntry {
     async fn awarded_at(&self, ctx: &Context<'_>) -> String {
         ctx.clock().format_ms(self.0.awarded_at_ms)
     }
-}
-
-#[derive(SimpleObject)]
-pub struct PointsRecordEdge {
-    pub cursor: String,
-    pub node: PointsEntry,
-}
-
-#[derive(SimpleObject)]
-pub struct PointsRecordConnection {
-    pub edges: Vec<PointsRecordEdge>,
-    pub page_info: PageInfo,
 }

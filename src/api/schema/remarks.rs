@@ -3,7 +3,7 @@
 use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject};
 
 use super::{
-    page::PageInfo,
+    page::Limit,
     users::{load_user, User},
     ContextExt,
 };
@@ -17,10 +17,7 @@ use crate::{
         },
         users::{UserLoader, UserRecord},
     },
-    infra::{
-        auth,
-        error::{AppError, AppResult},
-    },
+    infra::{auth, error::AppResult},
 };
 
 /// A remark, with what its page already read: the author's record and the like info
@@ -87,20 +84,16 @@ impl Remark {
     }
 
     /// The earliest users who like this remark (at most 20).
-    #[graphql(complexity = "first.unwrap_or(5).clamp(1, 20) as usize * child_complexity")]
+    #[graphql(complexity = "LIKERS.cost(first, child_complexity)")]
     async fn likers(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default = 5)] first: Option<i32>,
+        #[graphql(default_with = "LIKERS.default_first()")] first: Option<i32>,
     ) -> AppResult<Vec<User>> {
-        let first = first.unwrap_or(5);
-        if !(1..=likes::LIKERS_KEPT as i32).contains(&first) {
-            return Err(AppError::bad_input(format!(
-                "first must be between 1 and {}",
-                likes::LIKERS_KEPT
-            )));
-        }
-        let ids = likes::earliest_likers(ctx.feature::<Remarks>(), self.record.id, first as usize)
+        let first = LIKERS.first(first)?;
+        let ids = ctx
+            .feature::<Remarks>()
+            .earliest_likers(self.record.id, first)
             .await?;
         let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
         let users = loader
@@ -148,7 +141,10 @@ pub async fn page_nodes(
             Vec::new()
         };
     let viewer = auth::viewer(ctx).map(|v| v.user_id);
-    let likes = likes::like_infos(ctx.feature::<Remarks>(), viewer, &like_ids).await?;
+    let likes = ctx
+        .feature::<Remarks>()
+        .like_infos(viewer, &like_ids)
+        .await?;
     Ok(page
         .remarks
         .iter()
@@ -161,17 +157,8 @@ pub async fn page_nodes(
         .collect())
 }
 
-#[derive(SimpleObject)]
-pub struct RemarkEdge {
-    pub cursor: String,
-    pub node: Remark,
-}
-
-#[derive(SimpleObject)]
-pub struct RemarkConnection {
-    pub edges: Vec<RemarkEdge>,
-    pub page_info: PageInfo,
-}
+/// A remark's likers: 5 unless asked, at most the earliest kept.
+const LIKERS: Limit = Limit::new(5, likes::LIKERS_KEPT as i32);
 
 #[derive(InputObject)]
 pub struct CreateRemarkInput {

@@ -4,7 +4,7 @@ use async_graphql::{ComplexObject, Context, SimpleObject};
 
 use crate::{
     api::schema::ContextExt,
-    features::signin::{self, Calendar, SignIn, SignInOutcome},
+    features::signin::{Calendar, SignIn, SignInOutcome},
     infra::{clock::Month, error::AppResult},
 };
 
@@ -66,6 +66,8 @@ impl SignCalendar {
     /// The days (of `days`, 1 = the 1st) signed by a make-up, as archived: a make-up shows
     /// here a moment after it was made.
     async fn made_up_days(&self, ctx: &Context<'_>) -> AppResult<Vec<u32>> {
-        signin::made_up_days(ctx.feature::<SignIn>(), self.user_id, self.shown).await
+        ctx.feature::<SignIn>()
+            .made_up_days(self.user_id, self.shown)
+            .await
     }
 }

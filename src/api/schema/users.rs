@@ -31,12 +31,12 @@ impl User {
 
     /// How many users follow this one.
     async fn followers(&self, ctx: &Context<'_>) -> AppResult<i64> {
-        crate::features::feed::follower_count(ctx.feature::<Feed>(), self.0.id).await
+        ctx.feature::<Feed>().follower_count(self.0.id).await
     }
 
     /// How many users this one follows.
     async fn following(&self, ctx: &Context<'_>) -> AppResult<i64> {
-        crate::features::feed::following_count(ctx.feature::<Feed>(), self.0.id).await
+        ctx.feature::<Feed>().following_count(self.0.id).await
     }
 }
 

@@ -7,13 +7,12 @@ use async_graphql::{
     Context, InputObject, Object, SimpleObject,
 };
 
-use super::{items::Item, page::PageInfo, ContextExt};
+use super::{items::Item, ContextExt};
 use crate::{
     api::schema::id::Id64,
     features::{
         items::Items,
         vouchers::{
-            self,
             orders::{OrderRecord, OrderStatus},
             VoucherRecord, Vouchers,
         },
@@ -30,7 +29,8 @@ impl Voucher {
     }
 
     async fn item(&self, ctx: &Context<'_>) -> AppResult<Item> {
-        crate::features::items::find(ctx.feature::<Items>(), self.0.item_id)
+        ctx.feature::<Items>()
+            .find(self.0.item_id)
             .await?
             .map(Item)
             .ok_or_else(|| AppError::not_found(format!("no item {}", self.0.item_id)))
@@ -76,9 +76,7 @@ impl Loader<i64> for StockLoader {
     type Error = std::sync::Arc<AppError>;
 
     async fn load(&self, ids: &[i64]) -> Result<HashMap<i64, i64>, Self::Error> {
-        vouchers::remaining(&self.0, ids)
-            .await
-            .map_err(std::sync::Arc::new)
+        self.0.remaining(ids).await.map_err(std::sync::Arc::new)
     }
 }
 
@@ -91,7 +89,8 @@ impl Order {
     }
 
     async fn voucher(&self, ctx: &Context<'_>) -> AppResult<Voucher> {
-        vouchers::find(ctx.feature::<Vouchers>(), self.0.voucher_id)
+        ctx.feature::<Vouchers>()
+            .find(self.0.voucher_id)
             .await?
             .map(Voucher)
             .ok_or_else(|| AppError::not_found(format!("no voucher {}", self.0.voucher_id)))
@@ -124,18 +123,6 @@ pub struct CreateVoucherInput {
     pub ends_at: String,
     /// 1 to 604,800: time a buyer has to pay before the order expires.
     pub pay_within_seconds: i32,
-}
-
-#[derive(SimpleObject)]
-pub struct OrderEdge {
-    pub cursor: String,
-    pub node: Order,
-}
-
-#[derive(SimpleObject)]
-pub struct OrderConnection {
-    pub edges: Vec<OrderEdge>,
-    pub page_info: PageInfo,
 }
 
 #[derive(SimpleObject)]

@@ -21,6 +21,7 @@ use sqlx::{Any, Row, Transaction};
 
 pub mod recovery;
 
+use crate::infra::page::PageArgs;
 use crate::{
     features::{remarks::events::RemarkCreated, users::UserDirectory},
     infra::{
@@ -91,177 +92,179 @@ fn parse_member(member: &str) -> Option<(i64, i64)> {
     Some((remark.parse().ok()?, author.parse().ok()?))
 }
 
-/// Follows `followee`; `true` when this call created the follow.
-pub async fn follow(ctx: &Feed, follower: i64, followee: i64) -> AppResult<bool> {
-    if follower == followee {
-        return Err(AppError::bad_input("you cannot follow yourself"));
-    }
-    if ctx.users.find(followee).await?.is_none() {
-        return Err(AppError::not_found(format!("no user {followee}")));
-    }
-    let created = sqlx::query(
-        "INSERT INTO follows (follower_id, followee_id, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-    )
-    .bind(follower)
-    .bind(followee)
-    .bind(ctx.infra.clock.now_ms())
-    .execute(&ctx.infra.db.pool)
-    .await?
-    .rows_affected()
-        == 1;
-    let mut conn = ctx.infra.redis.get().await?;
-    let mut pipe = redis::pipe();
-    pipe.cmd("SADD")
-        .arg(ctx.infra.keys.following(follower))
-        .arg(followee)
-        .ignore();
-    if created {
-        pipe.cmd("HINCRBY")
-            .arg(ctx.infra.keys.follower_counts())
-            .arg(followee)
-            .arg(1)
-            .ignore();
-    }
-    let () = pipe.query_async(&mut *conn).await?;
-    // A pulled author's remarks reach the reader from their outbox; anyone else's recent
-    // ones are pushed into the new follower's inbox now, as if they had followed all along.
-    if created && pulled_among(ctx, &mut conn, &[followee]).await?.is_empty() {
-        drop(conn);
-        let recent = latest_remarks(ctx, followee).await?;
-        push_into_inbox(ctx, follower, followee, &recent).await?;
-    }
-    Ok(created)
-}
-
-/// An author's newest remarks, as many as an inbox keeps: `(remark id, created at ms)`.
-async fn latest_remarks(ctx: &Feed, author: i64) -> AppResult<Vec<(i64, i64)>> {
-    let rows = sqlx::query(
-        "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 ORDER BY id DESC LIMIT $2",
-    )
-    .bind(author)
-    .bind(ctx.settings.inbox_size)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut remarks = Vec::with_capacity(rows.len());
-    for row in &rows {
-        remarks.push((row.try_get("id")?, row.try_get("created_at_ms")?));
-    }
-    Ok(remarks)
-}
-
-/// Adds an author's remarks to a reader's inbox.
-async fn push_into_inbox(
-    ctx: &Feed,
-    reader: i64,
-    author: i64,
-    remarks: &[(i64, i64)],
-) -> AppResult<()> {
-    if remarks.is_empty() {
-        return Ok(());
-    }
-    let mut pipe = redis::pipe();
-    push(
-        ctx,
-        &mut pipe,
-        &ctx.infra.keys.feed_inbox(reader),
-        author,
-        remarks,
-    );
-    let mut conn = ctx.infra.redis.get().await?;
-    let () = pipe.query_async(&mut *conn).await?;
-    Ok(())
-}
-
-/// Queues the adding of an author's remarks `(id, created at ms)` to an inbox or outbox,
-/// which keeps its `ENGAGE_FEED_INBOX_SIZE` newest entries.
-fn push(ctx: &Feed, pipe: &mut redis::Pipeline, key: &str, author: i64, remarks: &[(i64, i64)]) {
-    if remarks.is_empty() {
-        return;
-    }
-    let keep = ctx.settings.inbox_size;
-    let add = pipe.cmd("ZADD").arg(key);
-    for &(remark, created) in remarks {
-        add.arg(created).arg(member(remark, author));
-    }
-    add.ignore();
-    pipe.cmd("ZREMRANGEBYRANK")
-        .arg(key)
-        .arg(0)
-        .arg(-keep - 1)
-        .ignore();
-}
-
-/// Stops following; the author's entries leave the inbox. `true` when a follow ended.
-pub async fn unfollow(ctx: &Feed, follower: i64, followee: i64) -> AppResult<bool> {
-    if follower == followee {
-        return Err(AppError::bad_input("you cannot unfollow yourself"));
-    }
-    let removed = sqlx::query("DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2")
+impl Feed {
+    /// Follows `followee`; `true` when this call created the follow.
+    pub async fn follow(&self, follower: i64, followee: i64) -> AppResult<bool> {
+        if follower == followee {
+            return Err(AppError::bad_input("you cannot follow yourself"));
+        }
+        if self.users.find(followee).await?.is_none() {
+            return Err(AppError::not_found(format!("no user {followee}")));
+        }
+        let created = sqlx::query(
+            "INSERT INTO follows (follower_id, followee_id, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
         .bind(follower)
         .bind(followee)
-        .execute(&ctx.infra.db.pool)
+        .bind(self.infra.clock.now_ms())
+        .execute(&self.infra.db.pool)
         .await?
         .rows_affected()
-        == 1;
-    let inbox = ctx.infra.keys.feed_inbox(follower);
-    let mut conn = ctx.infra.redis.get().await?;
-    let entries: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&inbox)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut *conn)
-        .await?;
-    let theirs: Vec<&String> = entries
-        .iter()
-        .filter(|m| parse_member(m).is_some_and(|(_, author)| author == followee))
-        .collect();
-    let mut pipe = redis::pipe();
-    pipe.cmd("SREM")
-        .arg(ctx.infra.keys.following(follower))
-        .arg(followee)
-        .ignore();
-    if !theirs.is_empty() {
-        pipe.cmd("ZREM").arg(&inbox).arg(theirs).ignore();
-    }
-    if removed {
-        pipe.cmd("HINCRBY")
-            .arg(ctx.infra.keys.follower_counts())
+            == 1;
+        let mut conn = self.infra.redis.get().await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("SADD")
+            .arg(self.infra.keys.following(follower))
             .arg(followee)
-            .arg(-1)
+            .ignore();
+        if created {
+            pipe.cmd("HINCRBY")
+                .arg(self.infra.keys.follower_counts())
+                .arg(followee)
+                .arg(1)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut *conn).await?;
+        // A pulled author's remarks reach the reader from their outbox; anyone else's recent
+        // ones are pushed into the new follower's inbox now, as if they had followed all along.
+        if created && self.pulled_among(&mut conn, &[followee]).await?.is_empty() {
+            drop(conn);
+            let recent = self.latest_remarks(followee).await?;
+            self.push_into_inbox(follower, followee, &recent).await?;
+        }
+        Ok(created)
+    }
+
+    /// An author's newest remarks, as many as an inbox keeps: `(remark id, created at ms)`.
+    async fn latest_remarks(&self, author: i64) -> AppResult<Vec<(i64, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(author)
+        .bind(self.settings.inbox_size)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut remarks = Vec::with_capacity(rows.len());
+        for row in &rows {
+            remarks.push((row.try_get("id")?, row.try_get("created_at_ms")?));
+        }
+        Ok(remarks)
+    }
+
+    /// Adds an author's remarks to a reader's inbox.
+    async fn push_into_inbox(
+        &self,
+        reader: i64,
+        author: i64,
+        remarks: &[(i64, i64)],
+    ) -> AppResult<()> {
+        if remarks.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        self.push(
+            &mut pipe,
+            &self.infra.keys.feed_inbox(reader),
+            author,
+            remarks,
+        );
+        let mut conn = self.infra.redis.get().await?;
+        let () = pipe.query_async(&mut *conn).await?;
+        Ok(())
+    }
+
+    /// Queues the adding of an author's remarks `(id, created at ms)` to an inbox or outbox,
+    /// which keeps its `ENGAGE_FEED_INBOX_SIZE` newest entries.
+    fn push(&self, pipe: &mut redis::Pipeline, key: &str, author: i64, remarks: &[(i64, i64)]) {
+        if remarks.is_empty() {
+            return;
+        }
+        let keep = self.settings.inbox_size;
+        let add = pipe.cmd("ZADD").arg(key);
+        for &(remark, created) in remarks {
+            add.arg(created).arg(member(remark, author));
+        }
+        add.ignore();
+        pipe.cmd("ZREMRANGEBYRANK")
+            .arg(key)
+            .arg(0)
+            .arg(-keep - 1)
             .ignore();
     }
-    let () = pipe.query_async(&mut *conn).await?;
-    Ok(removed)
-}
 
-/// How many users follow `user_id`.
-pub async fn follower_count(ctx: &Feed, user_id: i64) -> AppResult<i64> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let count: Option<i64> = redis::cmd("HGET")
-        .arg(ctx.infra.keys.follower_counts())
-        .arg(user_id)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(count.unwrap_or(0).max(0))
-}
+    /// Stops following; the author's entries leave the inbox. `true` when a follow ended.
+    pub async fn unfollow(&self, follower: i64, followee: i64) -> AppResult<bool> {
+        if follower == followee {
+            return Err(AppError::bad_input("you cannot unfollow yourself"));
+        }
+        let removed =
+            sqlx::query("DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2")
+                .bind(follower)
+                .bind(followee)
+                .execute(&self.infra.db.pool)
+                .await?
+                .rows_affected()
+                == 1;
+        let inbox = self.infra.keys.feed_inbox(follower);
+        let mut conn = self.infra.redis.get().await?;
+        let entries: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&inbox)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut *conn)
+            .await?;
+        let theirs: Vec<&String> = entries
+            .iter()
+            .filter(|m| parse_member(m).is_some_and(|(_, author)| author == followee))
+            .collect();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SREM")
+            .arg(self.infra.keys.following(follower))
+            .arg(followee)
+            .ignore();
+        if !theirs.is_empty() {
+            pipe.cmd("ZREM").arg(&inbox).arg(theirs).ignore();
+        }
+        if removed {
+            pipe.cmd("HINCRBY")
+                .arg(self.infra.keys.follower_counts())
+                .arg(followee)
+                .arg(-1)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut *conn).await?;
+        Ok(removed)
+    }
 
-/// How many users `user_id` follows.
-pub async fn following_count(ctx: &Feed, user_id: i64) -> AppResult<i64> {
-    let mut conn = ctx.infra.redis.get().await?;
-    Ok(redis::cmd("SCARD")
-        .arg(ctx.infra.keys.following(user_id))
-        .query_async(&mut *conn)
-        .await?)
-}
+    /// How many users follow `user_id`.
+    pub async fn follower_count(&self, user_id: i64) -> AppResult<i64> {
+        let mut conn = self.infra.redis.get().await?;
+        let count: Option<i64> = redis::cmd("HGET")
+            .arg(self.infra.keys.follower_counts())
+            .arg(user_id)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(count.unwrap_or(0).max(0))
+    }
 
-pub fn spawn(ctx: &Feed) {
-    let spec = ConsumerSpec::new(ctx.infra.instance.consumers, "feed-fanout", "fanout");
-    streams::spawn(
-        &ctx.infra,
-        spec,
-        vec![ctx.infra.keys.remark_stream()],
-        Arc::new(FanOut(ctx.clone())),
-    );
+    /// How many users `user_id` follows.
+    pub async fn following_count(&self, user_id: i64) -> AppResult<i64> {
+        let mut conn = self.infra.redis.get().await?;
+        Ok(redis::cmd("SCARD")
+            .arg(self.infra.keys.following(user_id))
+            .query_async(&mut *conn)
+            .await?)
+    }
+
+    pub fn spawn_fan_out(&self) {
+        let spec = ConsumerSpec::new(self.infra.instance.consumers, "feed-fanout", "fanout");
+        streams::spawn(
+            &self.infra,
+            spec,
+            vec![self.infra.keys.remark_stream()],
+            Arc::new(FanOut(self.clone())),
+        );
+    }
 }
 
 struct FanOut(Feed);
@@ -280,8 +283,8 @@ impl StreamHandler for FanOut {
                 author_id: author,
                 created_at_ms: created,
             } = RemarkCreated::from_entry(entry)?;
-            let big = is_big(ctx, author).await.map_err(unavailable)?;
-            fan_out(ctx, author, big, &[(remark, created)])
+            let big = ctx.is_big(author).await.map_err(unavailable)?;
+            ctx.fan_out(author, big, &[(remark, created)])
                 .await
                 .map_err(unavailable)?;
         }
@@ -289,82 +292,86 @@ impl StreamHandler for FanOut {
     }
 }
 
-/// Adds an author's remarks `(id, created at ms)` to their outbox and, unless they are
-/// `big` (their followers pull the outbox, and they stay pulled), to each follower's inbox.
-pub(crate) async fn fan_out(
-    ctx: &Feed,
-    author: i64,
-    big: bool,
-    remarks: &[(i64, i64)],
-) -> AppResult<()> {
-    let followers: Vec<i64> = if big {
-        Vec::new()
-    } else {
-        sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
-            .bind(author)
-            .fetch_all(&ctx.infra.db.pool)
-            .await?
-            .iter()
-            .map(|row| row.try_get("follower_id"))
-            .collect::<Result<_, _>>()?
-    };
-    let mut pipe = redis::pipe();
-    if big {
-        pipe.cmd("SADD")
-            .arg(ctx.infra.keys.pulled_authors())
-            .arg(author)
-            .ignore();
+impl Feed {
+    /// Adds an author's remarks `(id, created at ms)` to their outbox and, unless they are
+    /// `big` (their followers pull the outbox, and they stay pulled), to each follower's inbox.
+    pub(crate) async fn fan_out(
+        &self,
+        author: i64,
+        big: bool,
+        remarks: &[(i64, i64)],
+    ) -> AppResult<()> {
+        let followers: Vec<i64> = if big {
+            Vec::new()
+        } else {
+            sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
+                .bind(author)
+                .fetch_all(&self.infra.db.pool)
+                .await?
+                .iter()
+                .map(|row| row.try_get("follower_id"))
+                .collect::<Result<_, _>>()?
+        };
+        let mut pipe = redis::pipe();
+        if big {
+            pipe.cmd("SADD")
+                .arg(self.infra.keys.pulled_authors())
+                .arg(author)
+                .ignore();
+        }
+        for key in std::iter::once(self.infra.keys.feed_outbox(author))
+            .chain(followers.iter().map(|f| self.infra.keys.feed_inbox(*f)))
+        {
+            self.push(&mut pipe, &key, author, remarks);
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let () = pipe.query_async(&mut *conn).await?;
+        Ok(())
     }
-    for key in std::iter::once(ctx.infra.keys.feed_outbox(author))
-        .chain(followers.iter().map(|f| ctx.infra.keys.feed_inbox(*f)))
-    {
-        push(ctx, &mut pipe, &key, author, remarks);
-    }
-    let mut conn = ctx.infra.redis.get().await?;
-    let () = pipe.query_async(&mut *conn).await?;
-    Ok(())
 }
 
 fn unavailable(error: AppError) -> HandleError {
     HandleError::Unavailable(error.to_string())
 }
 
-async fn is_big(ctx: &Feed, author: i64) -> AppResult<bool> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let followers: Option<i64> = redis::cmd("HGET")
-        .arg(ctx.infra.keys.follower_counts())
-        .arg(author)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(followers.unwrap_or(0) > ctx.settings.push_limit)
-}
-
-/// Of the followed authors, those whose outbox the reader pulls: above the push limit now,
-/// or ever before (see [`Keys::pulled_authors`]).
-async fn pulled_among(
-    ctx: &Feed,
-    conn: &mut crate::infra::redis::RedisConn<'_>,
-    authors: &[i64],
-) -> AppResult<Vec<i64>> {
-    if authors.is_empty() {
-        return Ok(Vec::new());
+impl Feed {
+    async fn is_big(&self, author: i64) -> AppResult<bool> {
+        let mut conn = self.infra.redis.get().await?;
+        let followers: Option<i64> = redis::cmd("HGET")
+            .arg(self.infra.keys.follower_counts())
+            .arg(author)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(followers.unwrap_or(0) > self.settings.push_limit)
     }
-    let (counts, pulled): (Vec<Option<i64>>, Vec<bool>) = redis::pipe()
-        .cmd("HMGET")
-        .arg(ctx.infra.keys.follower_counts())
-        .arg(authors)
-        .cmd("SMISMEMBER")
-        .arg(ctx.infra.keys.pulled_authors())
-        .arg(authors)
-        .query_async(&mut **conn)
-        .await?;
-    let limit = ctx.settings.push_limit;
-    Ok(authors
-        .iter()
-        .zip(counts.iter().zip(pulled))
-        .filter(|(_, (count, pulled))| *pulled || count.unwrap_or(0) > limit)
-        .map(|(author, _)| *author)
-        .collect())
+
+    /// Of the followed authors, those whose outbox the reader pulls: above the push limit now,
+    /// or ever before (see [`Keys::pulled_authors`]).
+    async fn pulled_among(
+        &self,
+        conn: &mut crate::infra::redis::RedisConn<'_>,
+        authors: &[i64],
+    ) -> AppResult<Vec<i64>> {
+        if authors.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (counts, pulled): (Vec<Option<i64>>, Vec<bool>) = redis::pipe()
+            .cmd("HMGET")
+            .arg(self.infra.keys.follower_counts())
+            .arg(authors)
+            .cmd("SMISMEMBER")
+            .arg(self.infra.keys.pulled_authors())
+            .arg(authors)
+            .query_async(&mut **conn)
+            .await?;
+        let limit = self.settings.push_limit;
+        Ok(authors
+            .iter()
+            .zip(counts.iter().zip(pulled))
+            .filter(|(_, (count, pulled))| *pulled || count.unwrap_or(0) > limit)
+            .map(|(author, _)| *author)
+            .collect())
+    }
 }
 
 /// Where a feed page ends: the last entry's score and member.
@@ -390,78 +397,80 @@ impl FeedCursor {
     }
 }
 
-/// A page of the reader's feed, newest first: remark ids with their cursors.
-pub async fn page(
-    ctx: &Feed,
-    reader: i64,
-    first: usize,
-    after: Option<FeedCursor>,
-) -> AppResult<(Vec<(i64, FeedCursor)>, bool)> {
-    let keys = &ctx.infra.keys;
-    let mut conn = ctx.infra.redis.get().await?;
-    let following: Vec<i64> = redis::cmd("SMEMBERS")
-        .arg(keys.following(reader))
-        .query_async(&mut *conn)
-        .await?;
-    let pulled = pulled_among(ctx, &mut conn, &following).await?;
-    let followed: HashSet<i64> = following.into_iter().collect();
+impl Feed {
+    /// A page of the reader's feed, newest first: remark ids with their cursors.
+    pub async fn page(
+        &self,
+        reader: i64,
+        page: PageArgs<Option<FeedCursor>>,
+    ) -> AppResult<(Vec<(i64, FeedCursor)>, bool)> {
+        let PageArgs { first, after } = page;
+        let keys = &self.infra.keys;
+        let mut conn = self.infra.redis.get().await?;
+        let following: Vec<i64> = redis::cmd("SMEMBERS")
+            .arg(keys.following(reader))
+            .query_async(&mut *conn)
+            .await?;
+        let pulled = self.pulled_among(&mut conn, &following).await?;
+        let followed: HashSet<i64> = following.into_iter().collect();
 
-    // Each source contributes its `first + 1` newest entries older than the cursor's score,
-    // and every entry tied with it (the member decides among those): a source is a capped
-    // zset, so the ties are bounded, and a page never ends early however many remarks share
-    // one millisecond.
-    let mut pipe = redis::pipe();
-    for source in
-        std::iter::once(keys.feed_inbox(reader)).chain(pulled.iter().map(|a| keys.feed_outbox(*a)))
-    {
-        let max = match &after {
-            Some(cursor) => {
-                pipe.cmd("ZREVRANGEBYSCORE")
-                    .arg(&source)
-                    .arg(cursor.score)
-                    .arg(cursor.score)
-                    .arg("WITHSCORES");
-                format!("({}", cursor.score)
-            }
-            None => "+inf".to_string(),
-        };
-        pipe.cmd("ZREVRANGEBYSCORE")
-            .arg(&source)
-            .arg(max)
-            .arg("-inf")
-            .arg("WITHSCORES")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(first + 1);
-    }
-    let sources: Vec<Vec<(String, i64)>> = pipe.query_async(&mut *conn).await?;
-    drop(conn);
+        // Each source contributes its `first + 1` newest entries older than the cursor's score,
+        // and every entry tied with it (the member decides among those): a source is a capped
+        // zset, so the ties are bounded, and a page never ends early however many remarks share
+        // one millisecond.
+        let mut pipe = redis::pipe();
+        for source in std::iter::once(keys.feed_inbox(reader))
+            .chain(pulled.iter().map(|a| keys.feed_outbox(*a)))
+        {
+            let max = match &after {
+                Some(cursor) => {
+                    pipe.cmd("ZREVRANGEBYSCORE")
+                        .arg(&source)
+                        .arg(cursor.score)
+                        .arg(cursor.score)
+                        .arg("WITHSCORES");
+                    format!("({}", cursor.score)
+                }
+                None => "+inf".to_string(),
+            };
+            pipe.cmd("ZREVRANGEBYSCORE")
+                .arg(&source)
+                .arg(max)
+                .arg("-inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(first + 1);
+        }
+        let sources: Vec<Vec<(String, i64)>> = pipe.query_async(&mut *conn).await?;
+        drop(conn);
 
-    let mut seen = HashSet::new();
-    let mut entries: Vec<(i64, String)> = sources
-        .into_iter()
-        .flatten()
-        .filter(|(member, score)| match &after {
-            Some(cursor) => {
-                *score < cursor.score || (*score == cursor.score && *member < cursor.member)
-            }
-            None => true,
-        })
-        .filter(|(member, _)| {
-            parse_member(member).is_some_and(|(_, author)| followed.contains(&author))
-        })
-        .filter(|(member, _)| seen.insert(member.clone()))
-        .map(|(member, score)| (score, member))
-        .collect();
-    entries.sort_by(|a, b| b.cmp(a));
-    let (entries, more) = crate::infra::db::split_page(entries, first);
-    Ok((
-        entries
+        let mut seen = HashSet::new();
+        let mut entries: Vec<(i64, String)> = sources
             .into_iter()
-            .filter_map(|(score, member)| {
-                parse_member(&member).map(|(remark, _)| (remark, FeedCursor { score, member }))
+            .flatten()
+            .filter(|(member, score)| match &after {
+                Some(cursor) => {
+                    *score < cursor.score || (*score == cursor.score && *member < cursor.member)
+                }
+                None => true,
             })
-            .collect(),
-        more,
-    ))
+            .filter(|(member, _)| {
+                parse_member(member).is_some_and(|(_, author)| followed.contains(&author))
+            })
+            .filter(|(member, _)| seen.insert(member.clone()))
+            .map(|(member, score)| (score, member))
+            .collect();
+        entries.sort_by(|a, b| b.cmp(a));
+        let (entries, more) = crate::infra::page::split_page(entries, first);
+        Ok((
+            entries
+                .into_iter()
+                .filter_map(|(score, member)| {
+                    parse_member(&member).map(|(remark, _)| (remark, FeedCursor { score, member }))
+                })
+                .collect(),
+            more,
+        ))
+    }
 }

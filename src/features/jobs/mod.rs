@@ -30,6 +30,7 @@ use sqlx::Row;
 
 use std::sync::Arc;
 
+use crate::infra::page::PageArgs;
 use crate::infra::{
     config::Config,
     error::{AppError, AppResult, ErrorCode},
@@ -213,20 +214,22 @@ impl NewJob {
     }
 }
 
-/// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
-/// ended, done or cancelled, may be used again).
-pub async fn schedule(ctx: &Jobs, job: NewJob) -> AppResult<JobView> {
-    let mut sql = ctx.infra.db.pool.acquire().await?;
-    only_answer(schedule_jobs(ctx, Some(&mut sql), vec![job]).await?)
-}
+impl Jobs {
+    /// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
+    /// ended, done or cancelled, may be used again).
+    pub async fn schedule(&self, job: NewJob) -> AppResult<JobView> {
+        let mut sql = self.infra.db.pool.acquire().await?;
+        only_answer(self.schedule_jobs(Some(&mut sql), vec![job]).await?)
+    }
 
-/// [`schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
-/// whose archiving schedules the job again with its row ([`schedule_in`] then finds the
-/// job pending and records it): until then the job is as durable as what it belongs to, and
-/// the request that made it pays no SQL write. A seckill schedules its order's expiry so;
-/// the order consumer records it with the order.
-pub async fn schedule_ahead_of_record(ctx: &Jobs, job: NewJob) -> AppResult<JobView> {
-    only_answer(schedule_jobs(ctx, None, vec![job]).await?)
+    /// [`Jobs::schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
+    /// whose archiving schedules the job again with its row ([`Jobs::schedule_in`] then finds the
+    /// job pending and records it): until then the job is as durable as what it belongs to, and
+    /// the request that made it pays no SQL write. A seckill schedules its order's expiry so;
+    /// the order consumer records it with the order.
+    pub async fn schedule_ahead_of_record(&self, job: NewJob) -> AppResult<JobView> {
+        only_answer(self.schedule_jobs(None, vec![job]).await?)
+    }
 }
 
 fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
@@ -235,92 +238,94 @@ fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
         .unwrap_or_else(|| Err(AppError::internal(anyhow::anyhow!("no answer for a job"))))
 }
 
-/// Adds jobs of any topics, their SQL rows written through `sql` (a caller's transaction,
-/// or a pooled connection): one answer per job, in order, each its view or why not
-/// (`JOB_EXISTS`, `BAD_USER_INPUT`). A batch costs a few statements and one script call per
-/// topic, whatever its size.
-///
-/// The rows are written before Redis is: a job Redis accepted is in SQL (unless the caller's
-/// transaction then rolls back, and then the caller failed too). When SQL is down, nothing
-/// is scheduled and the caller hears UNAVAILABLE: an acknowledged job survives the loss of
-/// Redis. (Scheduling into Redis alone and recording later would keep scheduling up during
-/// an SQL outage, but a Redis lost meanwhile would take acknowledged jobs with it.) When
-/// Redis fails after SQL, the rows stay: the caller heard UNAVAILABLE (the job may or may
-/// not be scheduled), `engage verify` names them and a rebuild schedules them.
-pub async fn schedule_in(
-    ctx: &Jobs,
-    sql: &mut sqlx::AnyConnection,
-    jobs: Vec<NewJob>,
-) -> AppResult<Vec<AppResult<JobView>>> {
-    schedule_jobs(ctx, Some(sql), jobs).await
-}
-
-/// [`schedule_in`], or without SQL rows when `sql` is `None`.
-async fn schedule_jobs(
-    ctx: &Jobs,
-    sql: Option<&mut sqlx::AnyConnection>,
-    jobs: Vec<NewJob>,
-) -> AppResult<Vec<AppResult<JobView>>> {
-    let now = ctx.infra.clock.now_ms();
-    let mut answers: Vec<Option<AppResult<JobView>>> = Vec::with_capacity(jobs.len());
-    let mut records = Vec::with_capacity(jobs.len());
-    let mut positions = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let max_attempts = match job.validate(ctx) {
-            Ok(max_attempts) => max_attempts,
-            Err(error) => {
-                answers.push(Some(Err(error)));
-                continue;
-            }
-        };
-        positions.push(answers.len());
-        answers.push(None);
-        records.push(pending::Record {
-            spec: JobSpec {
-                body: job.body,
-                run_at_ms: now + job.delay.as_millis() as i64,
-                max_attempts,
-                callback_url: job.callback_url,
-                created_at_ms: now,
-                seq: ctx.infra.ids.next_id().await?,
-            },
-            topic: job.topic,
-            id: job.id,
-            attempts: 0,
-        });
+impl Jobs {
+    /// Adds jobs of any topics, their SQL rows written through `sql` (a caller's transaction,
+    /// or a pooled connection): one answer per job, in order, each its view or why not
+    /// (`JOB_EXISTS`, `BAD_USER_INPUT`). A batch costs a few statements and one script call per
+    /// topic, whatever its size.
+    ///
+    /// The rows are written before Redis is: a job Redis accepted is in SQL (unless the caller's
+    /// transaction then rolls back, and then the caller failed too). When SQL is down, nothing
+    /// is scheduled and the caller hears UNAVAILABLE: an acknowledged job survives the loss of
+    /// Redis. (Scheduling into Redis alone and recording later would keep scheduling up during
+    /// an SQL outage, but a Redis lost meanwhile would take acknowledged jobs with it.) When
+    /// Redis fails after SQL, the rows stay: the caller heard UNAVAILABLE (the job may or may
+    /// not be scheduled), `engage verify` names them and a rebuild schedules them.
+    pub async fn schedule_in(
+        &self,
+        sql: &mut sqlx::AnyConnection,
+        jobs: Vec<NewJob>,
+    ) -> AppResult<Vec<AppResult<JobView>>> {
+        self.schedule_jobs(Some(sql), jobs).await
     }
-    let Some(sql) = sql else {
-        let placed = place(ctx, &records).await?;
-        return Ok(answer(answers, records, placed, positions));
-    };
-    let written = pending::insert_new(sql, &records).await?;
-    let placed = place(ctx, &records).await?;
 
-    // Make each row describe the job Redis holds.
-    let mut rewrite = Vec::new();
-    let mut refused = Vec::new();
-    for (record, placed) in records.iter().zip(&placed) {
-        let ours = written.contains(&record.spec.seq);
-        match placed {
-            // A row was in the way: one of a job that ended without its row being removed,
-            // or of a scheduling whose Redis write failed.
-            Placed::Added if !ours => rewrite.push(record.clone()),
-            // Our row stands for a job Redis refused: it must describe the pending one.
-            Placed::Pending(theirs) if ours => match theirs.as_ref().filter(|t| t.seq > 0) {
-                Some(spec) => rewrite.push(pending::Record {
-                    spec: spec.clone(),
-                    attempts: 0,
-                    ..record.clone()
-                }),
-                // A job scheduled before SQL recorded jobs has no row to keep.
-                None => refused.push(record.spec.seq),
-            },
-            Placed::Added | Placed::Pending(_) => {}
+    /// [`Jobs::schedule_in`], or without SQL rows when `sql` is `None`.
+    async fn schedule_jobs(
+        &self,
+        sql: Option<&mut sqlx::AnyConnection>,
+        jobs: Vec<NewJob>,
+    ) -> AppResult<Vec<AppResult<JobView>>> {
+        let now = self.infra.clock.now_ms();
+        let mut answers: Vec<Option<AppResult<JobView>>> = Vec::with_capacity(jobs.len());
+        let mut records = Vec::with_capacity(jobs.len());
+        let mut positions = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let max_attempts = match job.validate(self) {
+                Ok(max_attempts) => max_attempts,
+                Err(error) => {
+                    answers.push(Some(Err(error)));
+                    continue;
+                }
+            };
+            positions.push(answers.len());
+            answers.push(None);
+            records.push(pending::Record {
+                spec: JobSpec {
+                    body: job.body,
+                    run_at_ms: now + job.delay.as_millis() as i64,
+                    max_attempts,
+                    callback_url: job.callback_url,
+                    created_at_ms: now,
+                    seq: self.infra.ids.next_id().await?,
+                },
+                topic: job.topic,
+                id: job.id,
+                attempts: 0,
+            });
         }
+        let Some(sql) = sql else {
+            let placed = self.place(&records).await?;
+            return Ok(answer(answers, records, placed, positions));
+        };
+        let written = pending::insert_new(sql, &records).await?;
+        let placed = self.place(&records).await?;
+
+        // Make each row describe the job Redis holds.
+        let mut rewrite = Vec::new();
+        let mut refused = Vec::new();
+        for (record, placed) in records.iter().zip(&placed) {
+            let ours = written.contains(&record.spec.seq);
+            match placed {
+                // A row was in the way: one of a job that ended without its row being removed,
+                // or of a scheduling whose Redis write failed.
+                Placed::Added if !ours => rewrite.push(record.clone()),
+                // Our row stands for a job Redis refused: it must describe the pending one.
+                Placed::Pending(theirs) if ours => match theirs.as_ref().filter(|t| t.seq > 0) {
+                    Some(spec) => rewrite.push(pending::Record {
+                        spec: spec.clone(),
+                        attempts: 0,
+                        ..record.clone()
+                    }),
+                    // A job scheduled before SQL recorded jobs has no row to keep.
+                    None => refused.push(record.spec.seq),
+                },
+                Placed::Added | Placed::Pending(_) => {}
+            }
+        }
+        pending::put(sql, &rewrite).await?;
+        pending::forget(sql, &refused).await?;
+        Ok(answer(answers, records, placed, positions))
     }
-    pending::put(sql, &rewrite).await?;
-    pending::forget(sql, &refused).await?;
-    Ok(answer(answers, records, placed, positions))
 }
 
 /// Fills the answers of the placed records (at their `positions`) and returns them all.
@@ -363,197 +368,202 @@ enum Placed {
     Pending(Option<JobSpec>),
 }
 
-/// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
-/// refused), then moves each topic's visit to its earliest new job. Answers per record.
-async fn place(ctx: &Jobs, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
-    if records.is_empty() {
-        return Ok(Vec::new());
-    }
-    let keys = &ctx.infra.keys;
-    let mut by_topic: Vec<(&str, Vec<usize>)> = Vec::new();
-    for (index, record) in records.iter().enumerate() {
-        match by_topic
-            .iter_mut()
-            .find(|(topic, _)| *topic == record.topic)
-        {
-            Some((_, indices)) => indices.push(index),
-            None => by_topic.push((&record.topic, vec![index])),
+impl Jobs {
+    /// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
+    /// refused), then moves each topic's visit to its earliest new job. Answers per record.
+    async fn place(&self, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
+        if records.is_empty() {
+            return Ok(Vec::new());
         }
-    }
-    let mut placed: Vec<Option<Placed>> = records.iter().map(|_| None).collect();
-    let mut due = Vec::new();
-    let mut conn = ctx.infra.redis.get().await?;
-    for (topic, indices) in &by_topic {
-        let mut call = JOBS_SCHEDULE.keys([
-            keys.job_pool(topic),
-            keys.jobs_delayed(topic),
-            keys.jobs_finished(topic),
-        ]);
-        for &index in indices {
-            let record = &records[index];
-            let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
-            call.arg(&record.id)
-                .arg(json)
-                .arg(record.spec.run_at_ms)
-                .arg(record.attempts);
+        let keys = &self.infra.keys;
+        let mut by_topic: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (index, record) in records.iter().enumerate() {
+            match by_topic
+                .iter_mut()
+                .find(|(topic, _)| *topic == record.topic)
+            {
+                Some((_, indices)) => indices.push(index),
+                None => by_topic.push((&record.topic, vec![index])),
+            }
         }
-        let replies: Vec<RedisValue> = call.invoke_async(&mut *conn).await?;
-        let mut earliest = None;
-        for (&index, reply) in indices.iter().zip(replies.chunks_exact(2)) {
-            let added: i64 = redis::FromRedisValue::from_redis_value(reply[0].clone())
-                .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
-            placed[index] = Some(if Status::of(JOBS_SCHEDULE.name, added)? == Status::Ok {
-                let run_at = records[index].spec.run_at_ms;
-                earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
-                Placed::Added
-            } else {
-                let json: String = redis::FromRedisValue::from_redis_value(reply[1].clone())
+        let mut placed: Vec<Option<Placed>> = records.iter().map(|_| None).collect();
+        let mut due = Vec::new();
+        let mut conn = self.infra.redis.get().await?;
+        for (topic, indices) in &by_topic {
+            let mut call = JOBS_SCHEDULE.keys([
+                keys.job_pool(topic),
+                keys.jobs_delayed(topic),
+                keys.jobs_finished(topic),
+            ]);
+            for &index in indices {
+                let record = &records[index];
+                let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
+                call.arg(&record.id)
+                    .arg(json)
+                    .arg(record.spec.run_at_ms)
+                    .arg(record.attempts);
+            }
+            let replies: Vec<RedisValue> = call.invoke_async(&mut *conn).await?;
+            let mut earliest = None;
+            for (&index, reply) in indices.iter().zip(replies.chunks_exact(2)) {
+                let added: i64 = redis::FromRedisValue::from_redis_value(reply[0].clone())
                     .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
-                Placed::Pending(serde_json::from_str(&json).ok())
-            });
+                placed[index] = Some(if Status::of(JOBS_SCHEDULE.name, added)? == Status::Ok {
+                    let run_at = records[index].spec.run_at_ms;
+                    earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
+                    Placed::Added
+                } else {
+                    let json: String = redis::FromRedisValue::from_redis_value(reply[1].clone())
+                        .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+                    Placed::Pending(serde_json::from_str(&json).ok())
+                });
+            }
+            if let Some(at) = earliest {
+                due.push((topic.to_string(), at));
+            }
         }
-        if let Some(at) = earliest {
-            due.push((topic.to_string(), at));
+        drop(conn);
+        self.index(&due).await?;
+        placed
+            .into_iter()
+            .map(|p| {
+                p.ok_or_else(|| {
+                    AppError::internal(anyhow::anyhow!("schedule script answered short"))
+                })
+            })
+            .collect()
+    }
+
+    /// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
+    pub async fn cancel(&self, topic: &str, id: &str) -> AppResult<bool> {
+        let mut sql = self.infra.db.pool.acquire().await?;
+        self.cancel_in(&mut sql, topic, id).await
+    }
+
+    /// [`Jobs::cancel`], removing the job's SQL row through `sql` (a caller's transaction).
+    pub async fn cancel_in(
+        &self,
+        sql: &mut sqlx::AnyConnection,
+        topic: &str,
+        id: &str,
+    ) -> AppResult<bool> {
+        check_topic(topic)?;
+        if !is_job_id(id) {
+            return Ok(false);
         }
-    }
-    drop(conn);
-    topics::index(ctx, &due).await?;
-    placed
-        .into_iter()
-        .map(|p| {
-            p.ok_or_else(|| AppError::internal(anyhow::anyhow!("schedule script answered short")))
-        })
-        .collect()
-}
-
-/// Cancels a pending job wherever it is. `false` when there is no pending job by that id.
-pub async fn cancel(ctx: &Jobs, topic: &str, id: &str) -> AppResult<bool> {
-    let mut sql = ctx.infra.db.pool.acquire().await?;
-    cancel_in(ctx, &mut sql, topic, id).await
-}
-
-/// [`cancel`], removing the job's SQL row through `sql` (a caller's transaction).
-pub async fn cancel_in(
-    ctx: &Jobs,
-    sql: &mut sqlx::AnyConnection,
-    topic: &str,
-    id: &str,
-) -> AppResult<bool> {
-    check_topic(topic)?;
-    if !is_job_id(id) {
-        return Ok(false);
-    }
-    let keys = &ctx.infra.keys;
-    let mut conn = ctx.infra.redis.get().await?;
-    let (cancelled, json): (i64, String) = JOBS_CANCEL
-        .keys([
-            keys.jobs_delayed(topic),
-            keys.jobs_ready(topic),
-            keys.jobs_running(topic),
-            keys.job_pool(topic),
-            keys.jobs_finished(topic),
-        ])
-        .arg(id)
-        .arg(ctx.infra.clock.now_ms())
-        .invoke_async(&mut *conn)
-        .await?;
-    drop(conn);
-    if cancelled != 1 {
-        return Ok(false);
-    }
-    // Redis cancelled it; a row left behind (SQL failed here) is one that a rebuild finds
-    // cancelled in the pool and removes.
-    if let Ok(spec) = serde_json::from_str::<JobSpec>(&json) {
-        pending::forget(sql, &[spec.seq]).await?;
-    }
-    Ok(true)
-}
-
-/// Where a job is and what it holds; `None` for an unknown job.
-pub async fn find(ctx: &Jobs, topic: &str, id: &str) -> AppResult<Option<JobView>> {
-    check_topic(topic)?;
-    if !is_job_id(id) {
-        return Ok(None);
-    }
-    Ok(describe(ctx, topic, &[id.to_string()])
-        .await?
-        .pop()
-        .flatten()
-        .or(dead(ctx, topic, id).await?))
-}
-
-/// Details of jobs of one topic, in one pipeline.
-async fn describe(ctx: &Jobs, topic: &str, ids: &[String]) -> AppResult<Vec<Option<JobView>>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let keys = &ctx.infra.keys;
-    let mut pipe = redis::pipe();
-    for id in ids {
-        pipe.cmd("HMGET")
-            .arg(keys.job_pool(topic))
+        let keys = &self.infra.keys;
+        let mut conn = self.infra.redis.get().await?;
+        let (cancelled, json): (i64, String) = JOBS_CANCEL
+            .keys([
+                keys.jobs_delayed(topic),
+                keys.jobs_ready(topic),
+                keys.jobs_running(topic),
+                keys.job_pool(topic),
+                keys.jobs_finished(topic),
+            ])
             .arg(id)
-            .arg(pool_field(id, "attempts"))
-            .arg(pool_field(id, "error"))
-            .arg(pool_field(id, "status"));
-        pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
-        pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
+            .arg(self.infra.clock.now_ms())
+            .invoke_async(&mut *conn)
+            .await?;
+        drop(conn);
+        if cancelled != 1 {
+            return Ok(false);
+        }
+        // Redis cancelled it; a row left behind (SQL failed here) is one that a rebuild finds
+        // cancelled in the pool and removes.
+        if let Ok(spec) = serde_json::from_str::<JobSpec>(&json) {
+            pending::forget(sql, &[spec.seq]).await?;
+        }
+        Ok(true)
     }
-    let mut conn = ctx.infra.redis.get().await?;
-    let replies: Vec<RedisValue> = pipe.query_async(&mut *conn).await?;
-    let mut replies = replies.into_iter();
-    let mut views = Vec::with_capacity(ids.len());
-    for id in ids {
-        let parse = |v: Option<RedisValue>| v.unwrap_or(RedisValue::Nil);
-        let (json, attempts, error, status): (
-            Option<String>,
-            Option<u32>,
-            Option<String>,
-            Option<String>,
-        ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
-            .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
-        let delayed: Option<f64> =
-            redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
-        let running: Option<f64> =
-            redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
-        let Some(json) = json else {
-            views.push(None);
-            continue;
-        };
-        let spec: JobSpec = serde_json::from_str(&json).map_err(AppError::internal)?;
-        let status = match (status.as_deref(), running, delayed) {
-            (Some("DONE"), _, _) => JobStatus::Done,
-            (Some("CANCELLED"), _, _) => JobStatus::Cancelled,
-            (_, Some(_), _) => JobStatus::Running,
-            (_, _, Some(_)) => JobStatus::Delayed,
-            _ => JobStatus::Ready,
-        };
-        views.push(Some(JobView {
-            id: id.clone(),
-            topic: topic.to_string(),
-            body: spec.body,
-            run_at_ms: delayed.map_or(spec.run_at_ms, |at| at as i64),
-            attempts: attempts.unwrap_or(0),
-            max_attempts: spec.max_attempts,
-            status,
-            last_error: error,
-            callback_url: spec.callback_url,
-        }));
-    }
-    Ok(views)
-}
 
-/// The newest unrequeued death of a job, if any.
-async fn dead(ctx: &Jobs, topic: &str, id: &str) -> AppResult<Option<JobView>> {
-    let row = sqlx::query(
-        "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
-         WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
-    )
-    .bind(topic)
-    .bind(id)
-    .fetch_optional(&ctx.infra.db.pool)
-    .await?;
-    row.map(|row| dead_view(&row)).transpose()
+    /// Where a job is and what it holds; `None` for an unknown job.
+    pub async fn find(&self, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+        check_topic(topic)?;
+        if !is_job_id(id) {
+            return Ok(None);
+        }
+        Ok(self
+            .describe(topic, &[id.to_string()])
+            .await?
+            .pop()
+            .flatten()
+            .or(self.dead(topic, id).await?))
+    }
+
+    /// Details of jobs of one topic, in one pipeline.
+    async fn describe(&self, topic: &str, ids: &[String]) -> AppResult<Vec<Option<JobView>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = &self.infra.keys;
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("HMGET")
+                .arg(keys.job_pool(topic))
+                .arg(id)
+                .arg(pool_field(id, "attempts"))
+                .arg(pool_field(id, "error"))
+                .arg(pool_field(id, "status"));
+            pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
+            pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let replies: Vec<RedisValue> = pipe.query_async(&mut *conn).await?;
+        let mut replies = replies.into_iter();
+        let mut views = Vec::with_capacity(ids.len());
+        for id in ids {
+            let parse = |v: Option<RedisValue>| v.unwrap_or(RedisValue::Nil);
+            let (json, attempts, error, status): (
+                Option<String>,
+                Option<u32>,
+                Option<String>,
+                Option<String>,
+            ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
+                .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+            let delayed: Option<f64> =
+                redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
+            let running: Option<f64> =
+                redis::FromRedisValue::from_redis_value(parse(replies.next())).unwrap_or(None);
+            let Some(json) = json else {
+                views.push(None);
+                continue;
+            };
+            let spec: JobSpec = serde_json::from_str(&json).map_err(AppError::internal)?;
+            let status = match (status.as_deref(), running, delayed) {
+                (Some("DONE"), _, _) => JobStatus::Done,
+                (Some("CANCELLED"), _, _) => JobStatus::Cancelled,
+                (_, Some(_), _) => JobStatus::Running,
+                (_, _, Some(_)) => JobStatus::Delayed,
+                _ => JobStatus::Ready,
+            };
+            views.push(Some(JobView {
+                id: id.clone(),
+                topic: topic.to_string(),
+                body: spec.body,
+                run_at_ms: delayed.map_or(spec.run_at_ms, |at| at as i64),
+                attempts: attempts.unwrap_or(0),
+                max_attempts: spec.max_attempts,
+                status,
+                last_error: error,
+                callback_url: spec.callback_url,
+            }));
+        }
+        Ok(views)
+    }
+
+    /// The newest unrequeued death of a job, if any.
+    async fn dead(&self, topic: &str, id: &str) -> AppResult<Option<JobView>> {
+        let row = sqlx::query(
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+             WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
+        )
+        .bind(topic)
+        .bind(id)
+        .fetch_optional(&self.infra.db.pool)
+        .await?;
+        row.map(|row| dead_view(&row)).transpose()
+    }
 }
 
 fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
@@ -570,108 +580,113 @@ fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
     })
 }
 
-/// A page of a topic's jobs in one state (`offset` based: an admin view).
-pub async fn list(
-    ctx: &Jobs,
-    topic: &str,
-    status: JobStatus,
-    first: usize,
-    offset: usize,
-) -> AppResult<(Vec<JobView>, bool)> {
-    check_topic(topic)?;
-    let keys = &ctx.infra.keys;
-    let (start, stop) = (offset as i64, (offset + first) as i64); // one extra: is there more?
-    let ids: Vec<String> = {
-        let mut conn = ctx.infra.redis.get().await?;
-        match status {
-            JobStatus::Delayed => {
-                redis::cmd("ZRANGE")
-                    .arg(keys.jobs_delayed(topic))
-                    .arg(start)
-                    .arg(stop)
-                    .query_async(&mut *conn)
-                    .await?
+impl Jobs {
+    /// A page of a topic's jobs in one state (`offset` based: an admin view).
+    pub async fn list(
+        &self,
+        topic: &str,
+        status: JobStatus,
+        page: PageArgs<usize>,
+    ) -> AppResult<(Vec<JobView>, bool)> {
+        let PageArgs {
+            first,
+            after: offset,
+        } = page;
+        check_topic(topic)?;
+        let keys = &self.infra.keys;
+        let (start, stop) = (offset as i64, (offset + first) as i64); // one extra: is there more?
+        let ids: Vec<String> = {
+            let mut conn = self.infra.redis.get().await?;
+            match status {
+                JobStatus::Delayed => {
+                    redis::cmd("ZRANGE")
+                        .arg(keys.jobs_delayed(topic))
+                        .arg(start)
+                        .arg(stop)
+                        .query_async(&mut *conn)
+                        .await?
+                }
+                JobStatus::Ready => {
+                    redis::cmd("LRANGE")
+                        .arg(keys.jobs_ready(topic))
+                        .arg(start)
+                        .arg(stop)
+                        .query_async(&mut *conn)
+                        .await?
+                }
+                JobStatus::Running => {
+                    redis::cmd("ZRANGE")
+                        .arg(keys.jobs_running(topic))
+                        .arg(start)
+                        .arg(stop)
+                        .query_async(&mut *conn)
+                        .await?
+                }
+                JobStatus::Done | JobStatus::Cancelled => {
+                    redis::cmd("ZREVRANGE")
+                        .arg(keys.jobs_finished(topic))
+                        .arg(0)
+                        .arg(FINISHED_KEPT)
+                        .query_async(&mut *conn)
+                        .await?
+                }
+                JobStatus::Dead => return self.list_dead(topic, first, offset).await,
             }
-            JobStatus::Ready => {
-                redis::cmd("LRANGE")
-                    .arg(keys.jobs_ready(topic))
-                    .arg(start)
-                    .arg(stop)
-                    .query_async(&mut *conn)
-                    .await?
-            }
-            JobStatus::Running => {
-                redis::cmd("ZRANGE")
-                    .arg(keys.jobs_running(topic))
-                    .arg(start)
-                    .arg(stop)
-                    .query_async(&mut *conn)
-                    .await?
-            }
-            JobStatus::Done | JobStatus::Cancelled => {
-                redis::cmd("ZREVRANGE")
-                    .arg(keys.jobs_finished(topic))
-                    .arg(0)
-                    .arg(FINISHED_KEPT)
-                    .query_async(&mut *conn)
-                    .await?
-            }
-            JobStatus::Dead => return list_dead(ctx, topic, first, offset).await,
+        };
+        let mut views: Vec<JobView> = self
+            .describe(topic, &ids)
+            .await?
+            .into_iter()
+            .flatten()
+            .filter(|v| v.status == status)
+            .collect();
+        if matches!(status, JobStatus::Done | JobStatus::Cancelled) {
+            views = views.into_iter().skip(offset).collect();
         }
-    };
-    let mut views: Vec<JobView> = describe(ctx, topic, &ids)
-        .await?
-        .into_iter()
-        .flatten()
-        .filter(|v| v.status == status)
-        .collect();
-    if matches!(status, JobStatus::Done | JobStatus::Cancelled) {
-        views = views.into_iter().skip(offset).collect();
+        Ok(crate::infra::page::split_page(views, first))
     }
-    Ok(crate::infra::db::split_page(views, first))
-}
 
-async fn list_dead(
-    ctx: &Jobs,
-    topic: &str,
-    first: usize,
-    offset: usize,
-) -> AppResult<(Vec<JobView>, bool)> {
-    let rows = sqlx::query(
-        "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
-         WHERE topic = $1 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT $2 OFFSET $3",
-    )
-    .bind(topic)
-    .bind(first as i64 + 1)
-    .bind(offset as i64)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let views = rows.iter().map(dead_view).collect::<AppResult<Vec<_>>>()?;
-    Ok(crate::infra::db::split_page(views, first))
-}
-
-/// Puts a dead job back in the queue (due now, attempts from zero).
-pub async fn requeue_dead(ctx: &Jobs, topic: &str, id: &str) -> AppResult<JobView> {
-    let dead = dead(ctx, topic, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no dead job {id} in topic {topic}")))?;
-    let view = schedule(
-        ctx,
-        NewJob {
-            id: dead.id.clone(),
-            topic: dead.topic.clone(),
-            body: dead.body.clone(),
-            delay: Duration::ZERO,
-            max_attempts: Some(dead.max_attempts),
-            callback_url: dead.callback_url.clone(),
-        },
-    )
-    .await?;
-    sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
-        .bind(ctx.infra.clock.now_ms())
+    async fn list_dead(
+        &self,
+        topic: &str,
+        first: usize,
+        offset: usize,
+    ) -> AppResult<(Vec<JobView>, bool)> {
+        let rows = sqlx::query(
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+             WHERE topic = $1 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT $2 OFFSET $3",
+        )
         .bind(topic)
-        .bind(id)
-        .execute(&ctx.infra.db.pool)
+        .bind(first as i64 + 1)
+        .bind(offset as i64)
+        .fetch_all(&self.infra.db.pool)
         .await?;
-    Ok(view)
+        let views = rows.iter().map(dead_view).collect::<AppResult<Vec<_>>>()?;
+        Ok(crate::infra::page::split_page(views, first))
+    }
+
+    /// Puts a dead job back in the queue (due now, attempts from zero).
+    pub async fn requeue_dead(&self, topic: &str, id: &str) -> AppResult<JobView> {
+        let dead = self
+            .dead(topic, id)
+            .await?
+            .ok_or_else(|| AppError::not_found(format!("no dead job {id} in topic {topic}")))?;
+        let view = self
+            .schedule(NewJob {
+                id: dead.id.clone(),
+                topic: dead.topic.clone(),
+                body: dead.body.clone(),
+                delay: Duration::ZERO,
+                max_attempts: Some(dead.max_attempts),
+                callback_url: dead.callback_url.clone(),
+            })
+            .await?;
+        sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
+            .bind(self.infra.clock.now_ms())
+            .bind(topic)
+            .bind(id)
+            .execute(&self.infra.db.pool)
+            .await?;
+        Ok(view)
+    }
 }

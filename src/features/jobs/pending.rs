@@ -1,7 +1,7 @@
 //! The SQL record of pending jobs (`pending_job`, migration 0009): what `engage rebuild`
 //! schedules again when Redis lost its data. Redis decides (an id is taken, a lease is
 //! held); SQL follows it, so that every job pending in Redis has its row:
-//! - a scheduling writes the row first and Redis second ([`super::schedule_in`]);
+//! - a scheduling writes the row first and Redis second ([`super::Jobs::schedule_in`]);
 //! - an ending (done, dead, cancelled) removes the row after Redis applied it, by the job's
 //!   `seq`, so an ending never removes the row of a newer job with the same id;
 //! - a retry writes its due time and attempts; single deliveries are not written (one

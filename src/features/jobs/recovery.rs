@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::{
     pending::{self, Record},
-    place, pool_field, topics, JobSpec,
+    pool_field, JobSpec,
 };
 use crate::{
     features::jobs::Jobs,
@@ -28,142 +28,144 @@ const CHUNK: usize = 1000;
 /// Ids read from one Redis key per command while verifying.
 const READ_BATCH: usize = 10_000;
 
-/// Compares the pending jobs of SQL and Redis, topic by topic.
-pub async fn verify(ctx: &Jobs) -> AppResult<Report> {
-    let mut report = Report::new("delayed jobs");
-    let mut all_topics: BTreeSet<String> = pending::topics(&ctx.infra.db.pool)
-        .await?
-        .into_iter()
-        .collect();
-    all_topics.extend(topics_in_redis(ctx).await?);
-    let all_topics: Vec<String> = all_topics.into_iter().collect();
-    let indexed = topics::indexed(ctx, &all_topics).await?;
-    for (topic, indexed) in all_topics.iter().zip(indexed) {
-        let in_sql: HashSet<String> = pending::ids_of(&ctx.infra.db.pool, topic)
+impl Jobs {
+    /// Compares the pending jobs of SQL and Redis, topic by topic.
+    pub async fn verify(&self) -> AppResult<Report> {
+        let mut report = Report::new("delayed jobs");
+        let mut all_topics: BTreeSet<String> = pending::topics(&self.infra.db.pool)
             .await?
             .into_iter()
             .collect();
-        let queued = queued_in_redis(ctx, topic).await?;
-        let pooled = pooled(ctx, topic, &queued).await?;
-        for id in &in_sql {
-            report.check(pooled.contains(id), || {
-                format!("job {id} of topic {topic} is pending in SQL but not in Redis")
-            });
+        all_topics.extend(self.topics_in_redis().await?);
+        let all_topics: Vec<String> = all_topics.into_iter().collect();
+        let indexed = self.indexed(&all_topics).await?;
+        for (topic, indexed) in all_topics.iter().zip(indexed) {
+            let in_sql: HashSet<String> = pending::ids_of(&self.infra.db.pool, topic)
+                .await?
+                .into_iter()
+                .collect();
+            let queued = self.queued_in_redis(topic).await?;
+            let pooled = self.pooled(topic, &queued).await?;
+            for id in &in_sql {
+                report.check(pooled.contains(id), || {
+                    format!("job {id} of topic {topic} is pending in SQL but not in Redis")
+                });
+            }
+            for id in pooled.iter().filter(|id| !in_sql.contains(*id)) {
+                report.check(false, || {
+                    format!("job {id} of topic {topic} is pending in Redis but not in SQL")
+                });
+            }
+            for id in queued.iter().filter(|id| !pooled.contains(*id)) {
+                report.check(false, || {
+                    format!("job {id} of topic {topic} is queued in Redis without its JSON")
+                });
+            }
+            if !queued.is_empty() {
+                report.check(indexed, || {
+                    format!("topic {topic} has pending jobs but is not in the index of due topics")
+                });
+            }
         }
-        for id in pooled.iter().filter(|id| !in_sql.contains(*id)) {
-            report.check(false, || {
-                format!("job {id} of topic {topic} is pending in Redis but not in SQL")
-            });
-        }
-        for id in queued.iter().filter(|id| !pooled.contains(*id)) {
-            report.check(false, || {
-                format!("job {id} of topic {topic} is queued in Redis without its JSON")
-            });
-        }
-        if !queued.is_empty() {
-            report.check(indexed, || {
-                format!("topic {topic} has pending jobs but is not in the index of due topics")
-            });
-        }
+        Ok(report)
     }
-    Ok(report)
-}
 
-/// Schedules every row of `pending_job` again, in seq order, resuming a stopped run.
-pub async fn rebuild(ctx: &Jobs, run: &Rebuild<'_>) -> AppResult<()> {
-    let mut cursor = run.resume_from().await?;
-    run.expect(pending::count_after(&ctx.infra.db.pool, cursor).await?);
-    loop {
-        let rows = pending::after(&ctx.infra.db.pool, cursor, CHUNK).await?;
-        let Some(last) = rows.last().map(|row| row.spec.seq) else {
-            return Ok(());
-        };
-        restore(ctx, &rows).await?;
-        run.finished_through(last, rows.len() as u64).await?;
-        cursor = last;
-    }
-}
-
-/// Puts a chunk of rows back into Redis, removes the rows of jobs that ended, and moves each
-/// topic's visit to its earliest row.
-async fn restore(ctx: &Jobs, rows: &[Record]) -> AppResult<()> {
-    let remembered = remembered(ctx, rows).await?;
-    let (ended, live): (Vec<_>, Vec<_>) = rows
-        .iter()
-        .zip(remembered)
-        .partition(|(row, ended_seq)| *ended_seq == Some(row.spec.seq));
-    let live: Vec<Record> = live.into_iter().map(|(row, _)| row.clone()).collect();
-    place(ctx, &live).await?;
-    // A topic whose jobs were pending already may have lost its place in the index.
-    let mut earliest: HashMap<&str, i64> = HashMap::new();
-    for row in &live {
-        let at = earliest.entry(&row.topic).or_insert(row.spec.run_at_ms);
-        *at = (*at).min(row.spec.run_at_ms);
-    }
-    let due: Vec<(String, i64)> = earliest
-        .into_iter()
-        .map(|(topic, at)| (topic.to_string(), at))
-        .collect();
-    topics::index(ctx, &due).await?;
-    let ended: Vec<i64> = ended.into_iter().map(|(row, _)| row.spec.seq).collect();
-    if !ended.is_empty() {
-        let mut sql = ctx.infra.db.pool.acquire().await?;
-        pending::forget(&mut sql, &ended).await?;
-        tracing::info!(
-            jobs = ended.len(),
-            "rows of jobs that had ended were removed"
-        );
-    }
-    Ok(())
-}
-
-/// For each row, the seq of the job the pool remembers ending under its id (done or
-/// cancelled), if any.
-async fn remembered(ctx: &Jobs, rows: &[Record]) -> AppResult<Vec<Option<i64>>> {
-    let mut pipe = redis::pipe();
-    for row in rows {
-        pipe.cmd("HMGET")
-            .arg(ctx.infra.keys.job_pool(&row.topic))
-            .arg(&row.id)
-            .arg(pool_field(&row.id, "status"));
-    }
-    let mut conn = ctx.infra.redis.get().await?;
-    let replies: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut *conn).await?;
-    Ok(replies
-        .into_iter()
-        .map(|(json, status)| match status.as_deref() {
-            Some("DONE" | "CANCELLED") => json
-                .and_then(|json| serde_json::from_str::<JobSpec>(&json).ok())
-                .map(|spec| spec.seq),
-            _ => None,
-        })
-        .collect())
-}
-
-/// Topics that have keys in Redis, from their key names.
-async fn topics_in_redis(ctx: &Jobs) -> AppResult<BTreeSet<String>> {
-    let start = format!("{}{{jobs:", ctx.infra.keys.prefix());
-    let pattern = format!("{}*", glob_escape(&start));
-    let mut found = BTreeSet::new();
-    let mut conn = ctx.infra.redis.get().await?;
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut *conn)
-            .await?;
-        found.extend(keys.iter().filter_map(|key| {
-            let rest = key.strip_prefix(&start)?;
-            Some(rest.split_once("}:")?.0.to_string())
-        }));
-        if next == 0 {
-            return Ok(found);
+    /// Schedules every row of `pending_job` again, in seq order, resuming a stopped run.
+    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+        let mut cursor = run.resume_from().await?;
+        run.expect(pending::count_after(&self.infra.db.pool, cursor).await?);
+        loop {
+            let rows = pending::after(&self.infra.db.pool, cursor, CHUNK).await?;
+            let Some(last) = rows.last().map(|row| row.spec.seq) else {
+                return Ok(());
+            };
+            self.restore(&rows).await?;
+            run.finished_through(last, rows.len() as u64).await?;
+            cursor = last;
         }
-        cursor = next;
+    }
+
+    /// Puts a chunk of rows back into Redis, removes the rows of jobs that ended, and moves each
+    /// topic's visit to its earliest row.
+    async fn restore(&self, rows: &[Record]) -> AppResult<()> {
+        let remembered = self.remembered(rows).await?;
+        let (ended, live): (Vec<_>, Vec<_>) = rows
+            .iter()
+            .zip(remembered)
+            .partition(|(row, ended_seq)| *ended_seq == Some(row.spec.seq));
+        let live: Vec<Record> = live.into_iter().map(|(row, _)| row.clone()).collect();
+        self.place(&live).await?;
+        // A topic whose jobs were pending already may have lost its place in the index.
+        let mut earliest: HashMap<&str, i64> = HashMap::new();
+        for row in &live {
+            let at = earliest.entry(&row.topic).or_insert(row.spec.run_at_ms);
+            *at = (*at).min(row.spec.run_at_ms);
+        }
+        let due: Vec<(String, i64)> = earliest
+            .into_iter()
+            .map(|(topic, at)| (topic.to_string(), at))
+            .collect();
+        self.index(&due).await?;
+        let ended: Vec<i64> = ended.into_iter().map(|(row, _)| row.spec.seq).collect();
+        if !ended.is_empty() {
+            let mut sql = self.infra.db.pool.acquire().await?;
+            pending::forget(&mut sql, &ended).await?;
+            tracing::info!(
+                jobs = ended.len(),
+                "rows of jobs that had ended were removed"
+            );
+        }
+        Ok(())
+    }
+
+    /// For each row, the seq of the job the pool remembers ending under its id (done or
+    /// cancelled), if any.
+    async fn remembered(&self, rows: &[Record]) -> AppResult<Vec<Option<i64>>> {
+        let mut pipe = redis::pipe();
+        for row in rows {
+            pipe.cmd("HMGET")
+                .arg(self.infra.keys.job_pool(&row.topic))
+                .arg(&row.id)
+                .arg(pool_field(&row.id, "status"));
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let replies: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut *conn).await?;
+        Ok(replies
+            .into_iter()
+            .map(|(json, status)| match status.as_deref() {
+                Some("DONE" | "CANCELLED") => json
+                    .and_then(|json| serde_json::from_str::<JobSpec>(&json).ok())
+                    .map(|spec| spec.seq),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Topics that have keys in Redis, from their key names.
+    async fn topics_in_redis(&self) -> AppResult<BTreeSet<String>> {
+        let start = format!("{}{{jobs:", self.infra.keys.prefix());
+        let pattern = format!("{}*", glob_escape(&start));
+        let mut found = BTreeSet::new();
+        let mut conn = self.infra.redis.get().await?;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut *conn)
+                .await?;
+            found.extend(keys.iter().filter_map(|key| {
+                let rest = key.strip_prefix(&start)?;
+                Some(rest.split_once("}:")?.0.to_string())
+            }));
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
     }
 }
 
@@ -177,56 +179,59 @@ fn glob_escape(text: &str) -> String {
         .collect()
 }
 
-/// The ids in a topic's delay zset, ready list and in-flight zset.
-async fn queued_in_redis(ctx: &Jobs, topic: &str) -> AppResult<HashSet<String>> {
-    let keys = &ctx.infra.keys;
-    let mut ids = HashSet::new();
-    let mut conn = ctx.infra.redis.get().await?;
-    for (command, key) in [
-        ("ZRANGE", keys.jobs_delayed(topic)),
-        ("LRANGE", keys.jobs_ready(topic)),
-        ("ZRANGE", keys.jobs_running(topic)),
-    ] {
-        let mut start = 0;
-        loop {
-            let page: Vec<String> = redis::cmd(command)
-                .arg(&key)
-                .arg(start)
-                .arg(start + READ_BATCH - 1)
-                .query_async(&mut *conn)
-                .await?;
-            let full = page.len() == READ_BATCH;
-            ids.extend(page);
-            if !full {
-                break;
+impl Jobs {
+    /// The ids in a topic's delay zset, ready list and in-flight zset.
+    async fn queued_in_redis(&self, topic: &str) -> AppResult<HashSet<String>> {
+        let keys = &self.infra.keys;
+        let mut ids = HashSet::new();
+        let mut conn = self.infra.redis.get().await?;
+        for (command, key) in [
+            ("ZRANGE", keys.jobs_delayed(topic)),
+            ("LRANGE", keys.jobs_ready(topic)),
+            ("ZRANGE", keys.jobs_running(topic)),
+        ] {
+            let mut start = 0;
+            loop {
+                let page: Vec<String> = redis::cmd(command)
+                    .arg(&key)
+                    .arg(start)
+                    .arg(start + READ_BATCH - 1)
+                    .query_async(&mut *conn)
+                    .await?;
+                let full = page.len() == READ_BATCH;
+                ids.extend(page);
+                if !full {
+                    break;
+                }
+                start += READ_BATCH;
             }
-            start += READ_BATCH;
         }
+        Ok(ids)
     }
-    Ok(ids)
-}
 
-/// Of the queued ids, those whose JSON the pool holds (as a job that has not ended).
-async fn pooled(ctx: &Jobs, topic: &str, queued: &HashSet<String>) -> AppResult<HashSet<String>> {
-    let queued: Vec<&String> = queued.iter().collect();
-    let mut pooled = HashSet::new();
-    let mut conn = ctx.infra.redis.get().await?;
-    for chunk in queued.chunks(1000) {
-        let mut pipe = redis::pipe();
-        for id in chunk {
-            pipe.cmd("HMGET")
-                .arg(ctx.infra.keys.job_pool(topic))
-                .arg(*id)
-                .arg(pool_field(id, "status"));
-        }
-        let replies: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut *conn).await?;
-        for (id, (json, status)) in chunk.iter().zip(replies) {
-            if json.is_some() && !matches!(status.as_deref(), Some("DONE" | "CANCELLED")) {
-                pooled.insert((*id).clone());
+    /// Of the queued ids, those whose JSON the pool holds (as a job that has not ended).
+    async fn pooled(&self, topic: &str, queued: &HashSet<String>) -> AppResult<HashSet<String>> {
+        let queued: Vec<&String> = queued.iter().collect();
+        let mut pooled = HashSet::new();
+        let mut conn = self.infra.redis.get().await?;
+        for chunk in queued.chunks(1000) {
+            let mut pipe = redis::pipe();
+            for id in chunk {
+                pipe.cmd("HMGET")
+                    .arg(self.infra.keys.job_pool(topic))
+                    .arg(*id)
+                    .arg(pool_field(id, "status"));
+            }
+            let replies: Vec<(Option<String>, Option<String>)> =
+                pipe.query_async(&mut *conn).await?;
+            for (id, (json, status)) in chunk.iter().zip(replies) {
+                if json.is_some() && !matches!(status.as_deref(), Some("DONE" | "CANCELLED")) {
+                    pooled.insert((*id).clone());
+                }
             }
         }
+        Ok(pooled)
     }
-    Ok(pooled)
 }
 
 #[cfg(test)]

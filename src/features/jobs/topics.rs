@@ -8,9 +8,9 @@
 //! The index lives in its own slot, apart from the topics' keys, so no script can move a job
 //! and its topic's visit together. Two rules keep a job from being forgotten:
 //! - a job reaches its topic's keys first, and the topic's visit is moved earlier after
-//!   ([`index`], never later), so a visit is never later than a job already added;
+//!   ([`Jobs::index`], never later), so a visit is never later than a job already added;
 //! - a walk moves a topic's visit later only if nobody indexed the topic since the walk read
-//!   the index: every [`index`] gives the topic a new mark, and [`reindex`] compares marks.
+//!   the index: every [`Jobs::index`] gives the topic a new mark, and [`Jobs::reindex`] compares marks.
 //!   A job added while the walk promoted its topic (and perhaps unseen by it) changes the
 //!   mark, so the topic keeps its early visit and is walked again at the next tick.
 //!
@@ -35,7 +35,7 @@ impl Keys {
         self.tagged("jobs", "due")
     }
 
-    /// Each indexed topic's mark: the number of the last [`index`] write for it.
+    /// Each indexed topic's mark: the number of the last [`Jobs::index`] write for it.
     fn jobs_due_marks(&self) -> String {
         self.tagged("jobs", "marks")
     }
@@ -51,24 +51,26 @@ impl Keys {
     }
 }
 
-/// Moves each topic's visit to `at` (epoch ms) if that is earlier, and marks the topic. Call
-/// it after the topic's jobs were written, never before.
-pub(super) async fn index(ctx: &Jobs, due: &[(String, i64)]) -> AppResult<()> {
-    if due.is_empty() {
-        return Ok(());
+impl Jobs {
+    /// Moves each topic's visit to `at` (epoch ms) if that is earlier, and marks the topic. Call
+    /// it after the topic's jobs were written, never before.
+    pub(super) async fn index(&self, due: &[(String, i64)]) -> AppResult<()> {
+        if due.is_empty() {
+            return Ok(());
+        }
+        let keys = &self.infra.keys;
+        let mut call = JOBS_INDEX.keys([
+            keys.jobs_due_topics(),
+            keys.jobs_due_marks(),
+            keys.jobs_due_mark_counter(),
+        ]);
+        for (topic, at) in due {
+            call.arg(topic).arg(*at);
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let _: i64 = call.invoke_async(&mut *conn).await?;
+        Ok(())
     }
-    let keys = &ctx.infra.keys;
-    let mut call = JOBS_INDEX.keys([
-        keys.jobs_due_topics(),
-        keys.jobs_due_marks(),
-        keys.jobs_due_mark_counter(),
-    ]);
-    for (topic, at) in due {
-        call.arg(topic).arg(*at);
-    }
-    let mut conn = ctx.infra.redis.get().await?;
-    let _: i64 = call.invoke_async(&mut *conn).await?;
-    Ok(())
 }
 
 /// A topic due for a visit, with the mark it had when the walk read it.
@@ -77,96 +79,98 @@ pub(super) struct Visit {
     mark: String,
 }
 
-/// The topics due by `now`, at most `limit` of them, earliest first.
-pub(super) async fn due(ctx: &Jobs, now: i64, limit: usize) -> AppResult<Vec<Visit>> {
-    let keys = &ctx.infra.keys;
-    let mut conn = ctx.infra.redis.get().await?;
-    let topics: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-        .arg(keys.jobs_due_topics())
-        .arg("-inf")
-        .arg(now)
-        .arg("LIMIT")
-        .arg(0)
-        .arg(limit)
-        .query_async(&mut *conn)
-        .await?;
-    if topics.is_empty() {
-        return Ok(Vec::new());
+impl Jobs {
+    /// The topics due by `now`, at most `limit` of them, earliest first.
+    pub(super) async fn due(&self, now: i64, limit: usize) -> AppResult<Vec<Visit>> {
+        let keys = &self.infra.keys;
+        let mut conn = self.infra.redis.get().await?;
+        let topics: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(keys.jobs_due_topics())
+            .arg("-inf")
+            .arg(now)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut *conn)
+            .await?;
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Read after the topics: a mark written in between belongs to a job already in its
+        // topic's keys, which the walk that follows sees.
+        let marks: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(keys.jobs_due_marks())
+            .arg(&topics)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(topics
+            .into_iter()
+            .zip(marks)
+            .map(|(topic, mark)| Visit {
+                topic,
+                mark: mark.unwrap_or_default(),
+            })
+            .collect())
     }
-    // Read after the topics: a mark written in between belongs to a job already in its
-    // topic's keys, which the walk that follows sees.
-    let marks: Vec<Option<String>> = redis::cmd("HMGET")
-        .arg(keys.jobs_due_marks())
-        .arg(&topics)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(topics
-        .into_iter()
-        .zip(marks)
-        .map(|(topic, mark)| Visit {
-            topic,
-            mark: mark.unwrap_or_default(),
-        })
-        .collect())
-}
 
-/// After a walk: each visited topic's next visit (epoch ms), `None` when it has no pending
-/// job. A topic indexed since the walk read it keeps its visit.
-pub(super) async fn reindex(ctx: &Jobs, visited: &[(Visit, Option<i64>)]) -> AppResult<()> {
-    if visited.is_empty() {
-        return Ok(());
+    /// After a walk: each visited topic's next visit (epoch ms), `None` when it has no pending
+    /// job. A topic indexed since the walk read it keeps its visit.
+    pub(super) async fn reindex(&self, visited: &[(Visit, Option<i64>)]) -> AppResult<()> {
+        if visited.is_empty() {
+            return Ok(());
+        }
+        let keys = &self.infra.keys;
+        let mut call = JOBS_REINDEX.keys([keys.jobs_due_topics(), keys.jobs_due_marks()]);
+        for (visit, next) in visited {
+            call.arg(&visit.topic)
+                .arg(&visit.mark)
+                .arg(next.unwrap_or(-1));
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let _: i64 = call.invoke_async(&mut *conn).await?;
+        Ok(())
     }
-    let keys = &ctx.infra.keys;
-    let mut call = JOBS_REINDEX.keys([keys.jobs_due_topics(), keys.jobs_due_marks()]);
-    for (visit, next) in visited {
-        call.arg(&visit.topic)
-            .arg(&visit.mark)
-            .arg(next.unwrap_or(-1));
-    }
-    let mut conn = ctx.infra.redis.get().await?;
-    let _: i64 = call.invoke_async(&mut *conn).await?;
-    Ok(())
-}
 
-/// Indexes the topics of the set that listed every topic (due now: the first walk finds
-/// each one's next visit, or drops it) and removes that set. Idempotent.
-pub(super) async fn adopt_topic_set(ctx: &Jobs) -> AppResult<()> {
-    let keys = &ctx.infra.keys;
-    let topics: Vec<String> = {
-        let mut conn = ctx.infra.redis.get().await?;
-        redis::cmd("SMEMBERS")
+    /// Indexes the topics of the set that listed every topic (due now: the first walk finds
+    /// each one's next visit, or drops it) and removes that set. Idempotent.
+    pub(super) async fn adopt_topic_set(&self) -> AppResult<()> {
+        let keys = &self.infra.keys;
+        let topics: Vec<String> = {
+            let mut conn = self.infra.redis.get().await?;
+            redis::cmd("SMEMBERS")
+                .arg(keys.jobs_all_topics())
+                .query_async(&mut *conn)
+                .await?
+        };
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let now = self.infra.clock.now_ms();
+        let due: Vec<(String, i64)> = topics.into_iter().map(|topic| (topic, now)).collect();
+        self.index(&due).await?;
+        let mut conn = self.infra.redis.get().await?;
+        let () = redis::cmd("DEL")
             .arg(keys.jobs_all_topics())
             .query_async(&mut *conn)
-            .await?
-    };
-    if topics.is_empty() {
-        return Ok(());
+            .await?;
+        tracing::info!(
+            topics = due.len(),
+            "delay queue topics moved to the index of due topics"
+        );
+        Ok(())
     }
-    let now = ctx.infra.clock.now_ms();
-    let due: Vec<(String, i64)> = topics.into_iter().map(|topic| (topic, now)).collect();
-    index(ctx, &due).await?;
-    let mut conn = ctx.infra.redis.get().await?;
-    let () = redis::cmd("DEL")
-        .arg(keys.jobs_all_topics())
-        .query_async(&mut *conn)
-        .await?;
-    tracing::info!(
-        topics = due.len(),
-        "delay queue topics moved to the index of due topics"
-    );
-    Ok(())
-}
 
-/// Whether each topic is in the index (`engage verify`).
-pub(super) async fn indexed(ctx: &Jobs, topics: &[String]) -> AppResult<Vec<bool>> {
-    if topics.is_empty() {
-        return Ok(Vec::new());
+    /// Whether each topic is in the index (`engage verify`).
+    pub(super) async fn indexed(&self, topics: &[String]) -> AppResult<Vec<bool>> {
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
+            .arg(self.infra.keys.jobs_due_topics())
+            .arg(topics)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(scores.into_iter().map(|score| score.is_some()).collect())
     }
-    let mut conn = ctx.infra.redis.get().await?;
-    let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
-        .arg(ctx.infra.keys.jobs_due_topics())
-        .arg(topics)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(scores.into_iter().map(|score| score.is_some()).collect())
 }

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     handlers::{Delivery, JobError},
-    pending, topics, JobSpec,
+    pending, JobSpec,
 };
 use crate::{
     features::jobs::Jobs,
@@ -44,117 +44,120 @@ pub async fn run(ctx: Jobs) {
     let promoted = Notify::new();
     let (finisher, outcomes) = Finisher::new();
     tokio::join!(
-        promote_loop(&ctx, &ready_topics, &promoted),
+        ctx.promote_loop(&ready_topics, &promoted),
         async {
-            take_loop(&ctx, &ready_topics, &promoted, &permits, &finisher).await;
+            ctx.take_loop(&ready_topics, &promoted, &permits, &finisher)
+                .await;
             // Deliveries still running hold clones; the finisher ends after the last.
             drop(finisher);
         },
-        finish_loop(&ctx, outcomes),
+        ctx.finish_loop(outcomes),
     );
     // Let running jobs finish (the app bounds this wait by its grace period).
     let _ = permits.acquire_many(capacity as u32).await;
 }
 
-/// Every tick: promote due jobs of the topics due by now, move each topic to its next
-/// visit, and hand the topics with ready jobs to the taker.
-async fn promote_loop(ctx: &Jobs, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
-    let mut every = tokio::time::interval(ctx.settings.tick);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut adopted = false;
-    loop {
-        tokio::select! {
-            () = ctx.infra.instance.shutdown.cancelled() => return,
-            _ = every.tick() => {}
-        }
-        if !adopted {
-            match topics::adopt_topic_set(ctx).await {
-                Ok(()) => adopted = true,
-                Err(error) => tracing::warn!(%error, "delay queue topics not adopted yet"),
+impl Jobs {
+    /// Every tick: promote due jobs of the topics due by now, move each topic to its next
+    /// visit, and hand the topics with ready jobs to the taker.
+    async fn promote_loop(&self, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
+        let mut every = tokio::time::interval(self.settings.tick);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut adopted = false;
+        loop {
+            tokio::select! {
+                () = self.infra.instance.shutdown.cancelled() => return,
+                _ = every.tick() => {}
             }
-        }
-        let pass = async {
-            let now = ctx.infra.clock.now_ms();
-            let due = topics::due(ctx, now, TOPICS_PER_TICK).await?;
-            let mut visited = Vec::with_capacity(due.len());
-            let mut ready = Vec::new();
-            for visit in due {
-                let promotion = promote(ctx, &visit.topic, now).await?;
-                if promotion.ready > 0 {
-                    ready.push(visit.topic.clone());
+            if !adopted {
+                match self.adopt_topic_set().await {
+                    Ok(()) => adopted = true,
+                    Err(error) => tracing::warn!(%error, "delay queue topics not adopted yet"),
                 }
-                visited.push((visit, promotion.next_visit));
             }
-            topics::reindex(ctx, &visited).await?;
-            *ready_topics.lock().expect("poisoned") = ready;
-            AppResult::Ok(())
-        };
-        match pass.await {
-            Ok(()) => promoted.notify_one(),
-            Err(error) => tracing::warn!(%error, "delay queue promotion failed"),
+            let pass = async {
+                let now = self.infra.clock.now_ms();
+                let due = self.due(now, TOPICS_PER_TICK).await?;
+                let mut visited = Vec::with_capacity(due.len());
+                let mut ready = Vec::new();
+                for visit in due {
+                    let promotion = self.promote(&visit.topic, now).await?;
+                    if promotion.ready > 0 {
+                        ready.push(visit.topic.clone());
+                    }
+                    visited.push((visit, promotion.next_visit));
+                }
+                self.reindex(&visited).await?;
+                *ready_topics.lock().expect("poisoned") = ready;
+                AppResult::Ok(())
+            };
+            match pass.await {
+                Ok(()) => promoted.notify_one(),
+                Err(error) => tracing::warn!(%error, "delay queue promotion failed"),
+            }
         }
     }
-}
 
-/// Takes ready jobs as long as this instance has free capacity and the lists have jobs; a
-/// finished job frees capacity at once, so a backlog drains at the handlers' pace, not the
-/// tick's.
-async fn take_loop(
-    ctx: &Jobs,
-    ready_topics: &Mutex<Vec<String>>,
-    promoted: &Notify,
-    permits: &Arc<Semaphore>,
-    finisher: &Finisher,
-) {
-    loop {
-        let current = ready_topics.lock().expect("poisoned").clone();
-        let mut took_any = false;
-        for topic in &current {
-            let permit = tokio::select! {
-                () = ctx.infra.instance.shutdown.cancelled() => return,
-                permit = permits.clone().acquire_owned() => permit.expect("never closed"),
-            };
-            let want = 1 + permits.available_permits().min(TAKE_BATCH - 1);
-            let taken = match take(ctx, topic, want).await {
-                Ok(taken) => taken,
-                Err(error) => {
-                    tracing::warn!(%error, topic, "taking jobs failed");
-                    Vec::new()
-                }
-            };
-            let mut permit = Some(permit);
-            for taken in taken {
-                took_any = true;
-                let permit = match permit.take() {
-                    Some(first) => first,
-                    None => permits.clone().try_acquire_owned().expect("counted above"),
+    /// Takes ready jobs as long as this instance has free capacity and the lists have jobs; a
+    /// finished job frees capacity at once, so a backlog drains at the handlers' pace, not the
+    /// tick's.
+    async fn take_loop(
+        &self,
+        ready_topics: &Mutex<Vec<String>>,
+        promoted: &Notify,
+        permits: &Arc<Semaphore>,
+        finisher: &Finisher,
+    ) {
+        loop {
+            let current = ready_topics.lock().expect("poisoned").clone();
+            let mut took_any = false;
+            for topic in &current {
+                let permit = tokio::select! {
+                    () = self.infra.instance.shutdown.cancelled() => return,
+                    permit = permits.clone().acquire_owned() => permit.expect("never closed"),
                 };
-                let (ctx, finisher) = (ctx.clone(), finisher.clone());
-                tokio::spawn(async move {
-                    match taken {
-                        Taken::Run { delivery, lease } => {
-                            deliver(ctx, finisher, delivery, lease, permit).await
-                        }
-                        Taken::Bury {
-                            delivery,
-                            lease,
-                            error,
-                        } => {
-                            drop(permit);
-                            let buried = bury(&ctx, &finisher, &delivery, &lease, &error).await;
-                            if let Err(error) = buried {
-                                tracing::warn!(job = delivery.id, %error, "could not bury a job");
+                let want = 1 + permits.available_permits().min(TAKE_BATCH - 1);
+                let taken = match self.take(topic, want).await {
+                    Ok(taken) => taken,
+                    Err(error) => {
+                        tracing::warn!(%error, topic, "taking jobs failed");
+                        Vec::new()
+                    }
+                };
+                let mut permit = Some(permit);
+                for taken in taken {
+                    took_any = true;
+                    let permit = match permit.take() {
+                        Some(first) => first,
+                        None => permits.clone().try_acquire_owned().expect("counted above"),
+                    };
+                    let (ctx, finisher) = (self.clone(), finisher.clone());
+                    tokio::spawn(async move {
+                        match taken {
+                            Taken::Run { delivery, lease } => {
+                                deliver(ctx, finisher, delivery, lease, permit).await
+                            }
+                            Taken::Bury {
+                                delivery,
+                                lease,
+                                error,
+                            } => {
+                                drop(permit);
+                                let buried = ctx.bury(&finisher, &delivery, &lease, &error).await;
+                                if let Err(error) = buried {
+                                    tracing::warn!(job = delivery.id, %error, "could not bury a job");
+                                }
                             }
                         }
-                    }
-                });
+                    });
+                }
             }
-        }
-        if !took_any {
-            tokio::select! {
-                () = ctx.infra.instance.shutdown.cancelled() => return,
-                () = promoted.notified() => {}
-                () = tokio::time::sleep(ctx.settings.tick) => {}
+            if !took_any {
+                tokio::select! {
+                    () = self.infra.instance.shutdown.cancelled() => return,
+                    () = promoted.notified() => {}
+                    () = tokio::time::sleep(self.settings.tick) => {}
+                }
             }
         }
     }
@@ -168,40 +171,41 @@ struct Promotion {
     next_visit: Option<i64>,
 }
 
-async fn promote(ctx: &Jobs, topic: &str, now: i64) -> AppResult<Promotion> {
-    let keys = &ctx.infra.keys;
-    let mut conn = ctx.infra.redis.get().await?;
-    let moved: Vec<i64> = JOBS_PROMOTE
-        .keys([
-            keys.jobs_delayed(topic),
-            keys.jobs_ready(topic),
-            keys.jobs_running(topic),
-            keys.job_pool(topic),
-        ])
-        .arg(now)
-        .arg(PROMOTE_BATCH)
-        .invoke_async(&mut *conn)
-        .await?;
-    let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
-    let (promoted, reclaimed) = (reply(0), reply(1));
-    if promoted > 0 {
-        metrics::counter!("engage_jobs_promoted_total", "topic" => topic.to_string())
-            .increment(promoted as u64);
-        let lag =
-            metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => topic.to_string());
-        for run_at in moved.iter().skip(4) {
-            lag.record((now - run_at).max(0) as f64 / 1000.0);
+impl Jobs {
+    async fn promote(&self, topic: &str, now: i64) -> AppResult<Promotion> {
+        let keys = &self.infra.keys;
+        let mut conn = self.infra.redis.get().await?;
+        let moved: Vec<i64> = JOBS_PROMOTE
+            .keys([
+                keys.jobs_delayed(topic),
+                keys.jobs_ready(topic),
+                keys.jobs_running(topic),
+                keys.job_pool(topic),
+            ])
+            .arg(now)
+            .arg(PROMOTE_BATCH)
+            .invoke_async(&mut *conn)
+            .await?;
+        let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
+        let (promoted, reclaimed) = (reply(0), reply(1));
+        if promoted > 0 {
+            metrics::counter!("engage_jobs_promoted_total", "topic" => topic.to_string())
+                .increment(promoted as u64);
+            let lag = metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => topic.to_string());
+            for run_at in moved.iter().skip(4) {
+                lag.record((now - run_at).max(0) as f64 / 1000.0);
+            }
         }
+        if reclaimed > 0 {
+            tracing::info!(topic, reclaimed, "jobs of a silent worker are ready again");
+            metrics::counter!("engage_jobs_reclaimed_total", "topic" => topic.to_string())
+                .increment(reclaimed as u64);
+        }
+        Ok(Promotion {
+            ready: reply(2),
+            next_visit: moved.get(3).copied().filter(|at| *at >= 0),
+        })
     }
-    if reclaimed > 0 {
-        tracing::info!(topic, reclaimed, "jobs of a silent worker are ready again");
-        metrics::counter!("engage_jobs_reclaimed_total", "topic" => topic.to_string())
-            .increment(reclaimed as u64);
-    }
-    Ok(Promotion {
-        ready: reply(2),
-        next_visit: moved.get(3).copied().filter(|at| *at >= 0),
-    })
 }
 
 /// A job handed out by a take, with the lease of this delivery.
@@ -220,64 +224,66 @@ enum Taken {
     },
 }
 
-/// Takes up to `count` ready jobs of a topic in one round trip.
-async fn take(ctx: &Jobs, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
-    let keys = &ctx.infra.keys;
-    let lease = uuid::Uuid::new_v4().simple().to_string();
-    let policy = ctx.registry.policy(topic);
-    let mut conn = ctx.infra.redis.get().await?;
-    let taken: Vec<String> = JOBS_TAKE
-        .keys([
-            keys.jobs_ready(topic),
-            keys.jobs_running(topic),
-            keys.job_pool(topic),
-        ])
-        .arg(ctx.infra.clock.now_ms() + policy.visibility.as_millis() as i64)
-        .arg(&lease)
-        .arg(count)
-        .invoke_async(&mut *conn)
-        .await?;
-    let taken = taken
-        .chunks_exact(5)
-        .map(|job| {
-            let attempt = job[2].parse().unwrap_or(1);
-            let delivery = |spec| Delivery {
-                id: job[0].clone(),
-                topic: topic.to_string(),
-                spec,
-                attempt,
-            };
-            let lease = job[3].clone();
-            let stalls: u32 = job[4].parse().unwrap_or(0);
-            match serde_json::from_str::<JobSpec>(&job[1]) {
-                Ok(spec) if stalls > policy.max_stalls => Taken::Bury {
-                    delivery: delivery(spec),
-                    lease,
-                    error: format!(
-                        "stalled {stalls} times: each time its lease ran out before the \
-                         handler reported back (the process running it died, or lost Redis)"
-                    ),
-                },
-                Ok(spec) => Taken::Run {
-                    delivery: delivery(spec),
-                    lease,
-                },
-                Err(error) => Taken::Bury {
-                    delivery: delivery(JobSpec {
-                        body: job[1].clone(),
-                        run_at_ms: ctx.infra.clock.now_ms(),
-                        max_attempts: attempt,
-                        callback_url: None,
-                        created_at_ms: 0,
-                        seq: 0,
-                    }),
-                    lease,
-                    error: format!("the stored job does not read as a job: {error}"),
-                },
-            }
-        })
-        .collect();
-    Ok(taken)
+impl Jobs {
+    /// Takes up to `count` ready jobs of a topic in one round trip.
+    async fn take(&self, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
+        let keys = &self.infra.keys;
+        let lease = uuid::Uuid::new_v4().simple().to_string();
+        let policy = self.registry.policy(topic);
+        let mut conn = self.infra.redis.get().await?;
+        let taken: Vec<String> = JOBS_TAKE
+            .keys([
+                keys.jobs_ready(topic),
+                keys.jobs_running(topic),
+                keys.job_pool(topic),
+            ])
+            .arg(self.infra.clock.now_ms() + policy.visibility.as_millis() as i64)
+            .arg(&lease)
+            .arg(count)
+            .invoke_async(&mut *conn)
+            .await?;
+        let taken = taken
+            .chunks_exact(5)
+            .map(|job| {
+                let attempt = job[2].parse().unwrap_or(1);
+                let delivery = |spec| Delivery {
+                    id: job[0].clone(),
+                    topic: topic.to_string(),
+                    spec,
+                    attempt,
+                };
+                let lease = job[3].clone();
+                let stalls: u32 = job[4].parse().unwrap_or(0);
+                match serde_json::from_str::<JobSpec>(&job[1]) {
+                    Ok(spec) if stalls > policy.max_stalls => Taken::Bury {
+                        delivery: delivery(spec),
+                        lease,
+                        error: format!(
+                            "stalled {stalls} times: each time its lease ran out before the \
+                             handler reported back (the process running it died, or lost Redis)"
+                        ),
+                    },
+                    Ok(spec) => Taken::Run {
+                        delivery: delivery(spec),
+                        lease,
+                    },
+                    Err(error) => Taken::Bury {
+                        delivery: delivery(JobSpec {
+                            body: job[1].clone(),
+                            run_at_ms: self.infra.clock.now_ms(),
+                            max_attempts: attempt,
+                            callback_url: None,
+                            created_at_ms: 0,
+                            seq: 0,
+                        }),
+                        lease,
+                        error: format!("the stored job does not read as a job: {error}"),
+                    },
+                }
+            })
+            .collect();
+        Ok(taken)
+    }
 }
 
 /// Runs one delivery and records its outcome. Only this delivery's lease may finish it:
@@ -291,7 +297,10 @@ async fn deliver(
 ) {
     let policy = ctx.registry.policy(&delivery.topic);
     let run = tokio::time::timeout(policy.timeout, ctx.registry.run(&delivery));
-    let outcome = match holding_lease(&ctx, &delivery, &lease, policy.visibility, run).await {
+    let outcome = match ctx
+        .holding_lease(&delivery, &lease, policy.visibility, run)
+        .await
+    {
         Ok(outcome) => outcome,
         Err(_) => Err(JobError::Retry(format!(
             "handler ran longer than {:?}",
@@ -326,7 +335,7 @@ async fn deliver(
                 })
         }
         Err(JobError::Retry(error) | JobError::Permanent(error)) => {
-            bury(&ctx, &finisher, &delivery, &lease, error).await
+            ctx.bury(&finisher, &delivery, &lease, error).await
         }
     };
     if let Err(error) = recorded {
@@ -335,61 +344,63 @@ async fn deliver(
     }
 }
 
-/// Runs `work` while moving the delivery's visibility deadline forward every third of the
-/// visibility timeout. A lease found lost (the job was cancelled, or reclaimed after this
-/// process could not extend it in time) is left alone: the outcome will not be applied. A
-/// failed extension is tried again at the next third; one that never succeeds lets the job
-/// be delivered again, which is what the lease is for.
-async fn holding_lease<T>(
-    ctx: &Jobs,
-    delivery: &Delivery,
-    lease: &str,
-    visibility: Duration,
-    work: impl std::future::Future<Output = T>,
-) -> T {
-    tokio::pin!(work);
-    let mut every = tokio::time::interval((visibility / 3).max(Duration::from_millis(10)));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    every.tick().await;
-    let mut held = true;
-    loop {
-        tokio::select! {
-            outcome = &mut work => return outcome,
-            _ = every.tick(), if held => {
-                match extend(ctx, delivery, lease, visibility).await {
-                    Ok(still_held) => held = still_held,
-                    Err(error) => tracing::warn!(
-                        topic = delivery.topic,
-                        job = delivery.id,
-                        %error,
-                        "could not extend a job's lease"
-                    ),
+impl Jobs {
+    /// Runs `work` while moving the delivery's visibility deadline forward every third of the
+    /// visibility timeout. A lease found lost (the job was cancelled, or reclaimed after this
+    /// process could not extend it in time) is left alone: the outcome will not be applied. A
+    /// failed extension is tried again at the next third; one that never succeeds lets the job
+    /// be delivered again, which is what the lease is for.
+    async fn holding_lease<T>(
+        &self,
+        delivery: &Delivery,
+        lease: &str,
+        visibility: Duration,
+        work: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(work);
+        let mut every = tokio::time::interval((visibility / 3).max(Duration::from_millis(10)));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        let mut held = true;
+        loop {
+            tokio::select! {
+                outcome = &mut work => return outcome,
+                _ = every.tick(), if held => {
+                    match self.extend(delivery, lease, visibility).await {
+                        Ok(still_held) => held = still_held,
+                        Err(error) => tracing::warn!(
+                            topic = delivery.topic,
+                            job = delivery.id,
+                            %error,
+                            "could not extend a job's lease"
+                        ),
+                    }
                 }
             }
         }
     }
-}
 
-/// Whether the lease was this delivery's and now runs a whole visibility timeout from now.
-async fn extend(
-    ctx: &Jobs,
-    delivery: &Delivery,
-    lease: &str,
-    visibility: Duration,
-) -> AppResult<bool> {
-    let keys = &ctx.infra.keys;
-    let mut conn = ctx.infra.redis.get().await?;
-    let extended: i64 = JOBS_EXTEND
-        .keys([
-            keys.jobs_running(&delivery.topic),
-            keys.job_pool(&delivery.topic),
-        ])
-        .arg(ctx.infra.clock.now_ms() + visibility.as_millis() as i64)
-        .arg(&delivery.id)
-        .arg(lease)
-        .invoke_async(&mut *conn)
-        .await?;
-    Ok(extended == 1)
+    /// Whether the lease was this delivery's and now runs a whole visibility timeout from now.
+    async fn extend(
+        &self,
+        delivery: &Delivery,
+        lease: &str,
+        visibility: Duration,
+    ) -> AppResult<bool> {
+        let keys = &self.infra.keys;
+        let mut conn = self.infra.redis.get().await?;
+        let extended: i64 = JOBS_EXTEND
+            .keys([
+                keys.jobs_running(&delivery.topic),
+                keys.job_pool(&delivery.topic),
+            ])
+            .arg(self.infra.clock.now_ms() + visibility.as_millis() as i64)
+            .arg(&delivery.id)
+            .arg(lease)
+            .invoke_async(&mut *conn)
+            .await?;
+        Ok(extended == 1)
+    }
 }
 
 /// How a delivery ended.
@@ -413,7 +424,7 @@ struct Finish {
     applied: oneshot::Sender<AppResult<bool>>,
 }
 
-/// Hands the ends of deliveries to [`finish_loop`], which records them many at a time: one
+/// Hands the ends of deliveries to [`Jobs::finish_loop`], which records them many at a time: one
 /// script call per topic for all that queued meanwhile, every topic in one pipeline. One
 /// round trip per delivery was what bounded a burst of due jobs. SQL's record follows in two
 /// statements per batch, after the deliveries heard back ([`Ended`]).
@@ -461,67 +472,69 @@ impl Finisher {
     }
 }
 
-async fn finish_loop(ctx: &Jobs, mut queue: mpsc::Receiver<Finish>) {
-    let mut batch = Vec::with_capacity(FINISH_BATCH);
-    while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
-        let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
-        for end in batch.drain(..) {
-            match by_topic.iter_mut().find(|(topic, _)| *topic == end.topic) {
-                Some((_, ends)) => ends.push(end),
-                None => by_topic.push((end.topic.clone(), vec![end])),
-            }
-        }
-        let keys = &ctx.infra.keys;
-        let now = ctx.infra.clock.now_ms();
-        let mut pipe = redis::pipe();
-        for (topic, ends) in &by_topic {
-            let mut call = JOBS_FINISH.keys([
-                keys.jobs_running(topic),
-                keys.jobs_delayed(topic),
-                keys.job_pool(topic),
-                keys.jobs_finished(topic),
-            ]);
-            call.arg(now).arg(super::FINISHED_KEPT);
-            for end in ends {
-                call.arg(&end.job_id)
-                    .arg(&end.lease)
-                    .arg(end.outcome)
-                    .arg(end.retry_at)
-                    .arg(&end.error);
-            }
-            pipe.invoke_script(&call);
-        }
-        let applied: AppResult<Vec<Vec<i64>>> = async {
-            let mut conn = ctx.infra.redis.get().await?;
-            match pipe.query_async(&mut *conn).await {
-                // Inside a pipeline the `redis` crate does not reload a script Redis forgot
-                // (a restart): load it and send again. Every call of the pipeline is this
-                // one script, so none of them ran.
-                Err(error)
-                    if error.kind()
-                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    scripts::load(&*JOBS_FINISH, &mut *conn).await?;
-                    Ok(pipe.query_async(&mut *conn).await?)
+impl Jobs {
+    async fn finish_loop(&self, mut queue: mpsc::Receiver<Finish>) {
+        let mut batch = Vec::with_capacity(FINISH_BATCH);
+        while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
+            let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
+            for end in batch.drain(..) {
+                match by_topic.iter_mut().find(|(topic, _)| *topic == end.topic) {
+                    Some((_, ends)) => ends.push(end),
+                    None => by_topic.push((end.topic.clone(), vec![end])),
                 }
-                replies => Ok(replies?),
             }
-        }
-        .await;
-        let mut ended = Ended::default();
-        for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
-            for (position, end) in ends.into_iter().enumerate() {
-                let result = match &applied {
-                    Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
-                    Err(error) => Err(error.clone()),
-                };
-                if matches!(result, Ok(true)) {
-                    ended.add(&topic, &end);
+            let keys = &self.infra.keys;
+            let now = self.infra.clock.now_ms();
+            let mut pipe = redis::pipe();
+            for (topic, ends) in &by_topic {
+                let mut call = JOBS_FINISH.keys([
+                    keys.jobs_running(topic),
+                    keys.jobs_delayed(topic),
+                    keys.job_pool(topic),
+                    keys.jobs_finished(topic),
+                ]);
+                call.arg(now).arg(super::FINISHED_KEPT);
+                for end in ends {
+                    call.arg(&end.job_id)
+                        .arg(&end.lease)
+                        .arg(end.outcome)
+                        .arg(end.retry_at)
+                        .arg(&end.error);
                 }
-                let _ = end.applied.send(result);
+                pipe.invoke_script(&call);
             }
+            let applied: AppResult<Vec<Vec<i64>>> = async {
+                let mut conn = self.infra.redis.get().await?;
+                match pipe.query_async(&mut *conn).await {
+                    // Inside a pipeline the `redis` crate does not reload a script Redis forgot
+                    // (a restart): load it and send again. Every call of the pipeline is this
+                    // one script, so none of them ran.
+                    Err(error)
+                        if error.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        scripts::load(&*JOBS_FINISH, &mut *conn).await?;
+                        Ok(pipe.query_async(&mut *conn).await?)
+                    }
+                    replies => Ok(replies?),
+                }
+            }
+            .await;
+            let mut ended = Ended::default();
+            for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
+                for (position, end) in ends.into_iter().enumerate() {
+                    let result = match &applied {
+                        Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
+                        Err(error) => Err(error.clone()),
+                    };
+                    if matches!(result, Ok(true)) {
+                        ended.add(&topic, &end);
+                    }
+                    let _ = end.applied.send(result);
+                }
+            }
+            ended.record(self).await;
         }
-        ended.record(ctx).await;
     }
 }
 
@@ -557,7 +570,7 @@ impl Ended {
     async fn record(self, ctx: &Jobs) {
         // A retry may be due before the topic's next visit (which was at most the job's
         // visibility deadline): the topic's visit moves to the earliest retry.
-        if let Err(error) = topics::index(ctx, &self.retry_visits).await {
+        if let Err(error) = ctx.index(&self.retry_visits).await {
             tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
         }
         if self.forgotten.is_empty() && self.retries.is_empty() {
@@ -578,48 +591,53 @@ impl Ended {
     }
 }
 
-/// Stores an exhausted job in `dead_job` first, then removes it from Redis; if the job was
-/// cancelled or reclaimed meanwhile, the row is taken back.
-async fn bury(
-    ctx: &Jobs,
-    finisher: &Finisher,
-    delivery: &Delivery,
-    lease: &str,
-    error: &str,
-) -> AppResult<()> {
-    let died_at = ctx.infra.clock.now_ms();
-    sqlx::query(
-        "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-    )
-    .bind(&delivery.topic)
-    .bind(&delivery.id)
-    .bind(&delivery.spec.body)
-    .bind(&delivery.spec.callback_url)
-    .bind(i64::from(delivery.attempt))
-    .bind(i64::from(delivery.spec.max_attempts))
-    .bind(error)
-    .bind(died_at)
-    .execute(&ctx.infra.db.pool)
-    .await?;
-    if finisher
-        .finish(delivery, lease, Outcome::Dead { error })
-        .await?
-    {
-        metrics::counter!("engage_jobs_dead_total", "topic" => delivery.topic.clone()).increment(1);
-        tracing::warn!(
-            topic = delivery.topic,
-            job = delivery.id,
-            error,
-            "job moved to dead_job"
-        );
-    } else {
-        sqlx::query("DELETE FROM dead_job WHERE topic = $1 AND job_id = $2 AND died_at_ms = $3")
+impl Jobs {
+    /// Stores an exhausted job in `dead_job` first, then removes it from Redis; if the job was
+    /// cancelled or reclaimed meanwhile, the row is taken back.
+    async fn bury(
+        &self,
+        finisher: &Finisher,
+        delivery: &Delivery,
+        lease: &str,
+        error: &str,
+    ) -> AppResult<()> {
+        let died_at = self.infra.clock.now_ms();
+        sqlx::query(
+            "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+        )
+        .bind(&delivery.topic)
+        .bind(&delivery.id)
+        .bind(&delivery.spec.body)
+        .bind(&delivery.spec.callback_url)
+        .bind(i64::from(delivery.attempt))
+        .bind(i64::from(delivery.spec.max_attempts))
+        .bind(error)
+        .bind(died_at)
+        .execute(&self.infra.db.pool)
+        .await?;
+        if finisher
+            .finish(delivery, lease, Outcome::Dead { error })
+            .await?
+        {
+            metrics::counter!("engage_jobs_dead_total", "topic" => delivery.topic.clone())
+                .increment(1);
+            tracing::warn!(
+                topic = delivery.topic,
+                job = delivery.id,
+                error,
+                "job moved to dead_job"
+            );
+        } else {
+            sqlx::query(
+                "DELETE FROM dead_job WHERE topic = $1 AND job_id = $2 AND died_at_ms = $3",
+            )
             .bind(&delivery.topic)
             .bind(&delivery.id)
             .bind(died_at)
-            .execute(&ctx.infra.db.pool)
+            .execute(&self.infra.db.pool)
             .await?;
+        }
+        Ok(())
     }
-    Ok(())
 }

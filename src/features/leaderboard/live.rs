@@ -11,7 +11,7 @@
 //! Values travel through a `watch` channel: a subscriber that reads slowly skips to the
 //! latest snapshot instead of having older ones buffered for it.
 //!
-//! A subscription that names no season follows the current one ([`following_the_season`]):
+//! A subscription that names no season follows the current one ([`Leaderboards::following_the_season`]):
 //! when the month turns it moves to the new season's board, so a wall dashboard never stays
 //! on last month's frozen board. One task per instance ([`watch_seasons`]) notices the turn.
 
@@ -26,7 +26,7 @@ use futures::{stream::BoxStream, Stream, StreamExt};
 use tokio::sync::{watch, OnceCell};
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{board, RankEntry};
+use super::RankEntry;
 use crate::{
     features::leaderboard::Leaderboards,
     infra::{clock::Month, error::AppResult, live::LiveSubscription},
@@ -34,69 +34,74 @@ use crate::{
 
 pub const COALESCE: Duration = Duration::from_millis(250);
 
-/// Snapshots of a season's top `top`: the current one first, then each different one.
-pub async fn top_changes(
-    ctx: &Leaderboards,
-    season: Month,
-    top: usize,
-) -> AppResult<impl Stream<Item = Vec<RankEntry>>> {
-    let shared = ctx.boards.top(ctx, season, top).await?;
-    let receiver = shared.snapshots().clone();
-    Ok(snapshots(receiver, shared))
-}
+impl Leaderboards {
+    /// Snapshots of a season's top `top`: the current one first, then each different one.
+    pub async fn top_changes(
+        &self,
+        season: Month,
+        top: usize,
+    ) -> AppResult<impl Stream<Item = Vec<RankEntry>>> {
+        let shared = self.boards.top(self, season, top).await?;
+        let receiver = shared.snapshots().clone();
+        Ok(snapshots(receiver, shared))
+    }
 
-/// Snapshots of a season's top `top` with their season: of `season` when one is named, of
-/// the current season otherwise, moving to the new one when the month turns.
-pub async fn board_changes(
-    ctx: &Leaderboards,
-    season: Option<Month>,
-    top: usize,
-) -> AppResult<BoxStream<'static, (Month, Vec<RankEntry>)>> {
-    Ok(match season {
-        Some(season) => top_changes(ctx, season, top)
-            .await?
-            .map(move |entries| (season, entries))
-            .boxed(),
-        None => following_the_season(ctx, move |ctx, season| async move {
-            top_changes(&ctx, season, top).await
+    /// Snapshots of a season's top `top` with their season: of `season` when one is named, of
+    /// the current season otherwise, moving to the new one when the month turns.
+    pub async fn board_changes(
+        &self,
+        season: Option<Month>,
+        top: usize,
+    ) -> AppResult<BoxStream<'static, (Month, Vec<RankEntry>)>> {
+        Ok(match season {
+            Some(season) => self
+                .top_changes(season, top)
+                .await?
+                .map(move |entries| (season, entries))
+                .boxed(),
+            None => self
+                .following_the_season(move |ctx, season| async move {
+                    ctx.top_changes(season, top).await
+                })
+                .await?
+                .boxed(),
         })
-        .await?
-        .boxed(),
-    })
-}
+    }
 
-/// The viewer's entry in the current season (when ranked), then each change, moving to the
-/// new season when the month turns.
-pub async fn my_current_rank_changes(
-    ctx: &Leaderboards,
-    user_id: i64,
-) -> AppResult<impl Stream<Item = RankEntry>> {
-    let changes = following_the_season(ctx, move |ctx, season| async move {
-        my_rank_changes(&ctx, season, user_id).await
-    })
-    .await?;
-    Ok(changes.map(|(_, entry)| entry))
-}
+    /// The viewer's entry in the current season (when ranked), then each change, moving to the
+    /// new season when the month turns.
+    pub async fn my_current_rank_changes(
+        &self,
+        user_id: i64,
+    ) -> AppResult<impl Stream<Item = RankEntry>> {
+        let changes = self
+            .following_the_season(move |ctx, season| async move {
+                ctx.my_rank_changes(season, user_id).await
+            })
+            .await?;
+        Ok(changes.map(|(_, entry)| entry))
+    }
 
-/// The viewer's entry: the current one first (when ranked), then each change.
-async fn my_rank_changes(
-    ctx: &Leaderboards,
-    season: Month,
-    user_id: i64,
-) -> AppResult<impl Stream<Item = RankEntry>> {
-    let read = move |ctx: Leaderboards| async move {
-        board(&ctx, season, Some(user_id), 1, 0).await.map(|b| b.me)
-    };
-    let subscription = ctx
-        .infra
-        .live
-        .subscribe(ctx.infra.keys.board_channel(season))
-        .await;
-    let first = read(ctx.clone()).await?;
-    let (sender, receiver) = watch::channel(first);
-    // The reader ends by itself when the subscriber goes (its receiver is dropped).
-    tokio::spawn(reread_on_change(ctx.clone(), subscription, sender, read));
-    Ok(snapshots(receiver, ()).filter_map(|me| async move { me }))
+    /// The viewer's entry: the current one first (when ranked), then each change.
+    async fn my_rank_changes(
+        &self,
+        season: Month,
+        user_id: i64,
+    ) -> AppResult<impl Stream<Item = RankEntry>> {
+        let read = move |ctx: Leaderboards| async move {
+            ctx.board(season, Some(user_id), 1, 0).await.map(|b| b.me)
+        };
+        let subscription = self
+            .infra
+            .live
+            .subscribe(self.infra.keys.board_channel(season))
+            .await;
+        let first = read(self.clone()).await?;
+        let (sender, receiver) = watch::channel(first);
+        // The reader ends by itself when the subscriber goes (its receiver is dropped).
+        tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
+        Ok(snapshots(receiver, ()).filter_map(|me| async move { me }))
+    }
 }
 
 /// The current value of a channel, then each new one, holding `guard` while it lasts.
@@ -171,39 +176,41 @@ pub async fn watch_seasons(ctx: Leaderboards) {
     }
 }
 
-/// The stream `open` gives for the current season, then, each time the month turns, the
-/// one it gives for the new season; items carry their season. A failure to open the new
-/// season's stream ends the subscription (the client resubscribes).
-async fn following_the_season<T, S, F, Fut>(
-    ctx: &Leaderboards,
-    open: F,
-) -> AppResult<impl Stream<Item = (Month, T)>>
-where
-    T: Send + 'static,
-    S: Stream<Item = T> + Send + 'static,
-    F: Fn(Leaderboards, Month) -> Fut + Send + 'static,
-    Fut: Future<Output = AppResult<S>> + Send,
-{
-    let season = ctx.infra.clock.current_month();
-    let first = open(ctx.clone(), season).await?.boxed();
-    let start = (ctx.clone(), open, season, first);
-    Ok(futures::stream::unfold(
-        start,
-        |(ctx, open, mut season, mut stream)| async move {
-            loop {
-                tokio::select! {
-                    item = stream.next() => {
-                        let item = item?;
-                        return Some(((season, item), (ctx, open, season, stream)));
-                    }
-                    next = ctx.boards.season_after(season) => {
-                        stream = open(ctx.clone(), next).await.ok()?.boxed();
-                        season = next;
+impl Leaderboards {
+    /// The stream `open` gives for the current season, then, each time the month turns, the
+    /// one it gives for the new season; items carry their season. A failure to open the new
+    /// season's stream ends the subscription (the client resubscribes).
+    async fn following_the_season<T, S, F, Fut>(
+        &self,
+        open: F,
+    ) -> AppResult<impl Stream<Item = (Month, T)>>
+    where
+        T: Send + 'static,
+        S: Stream<Item = T> + Send + 'static,
+        F: Fn(Leaderboards, Month) -> Fut + Send + 'static,
+        Fut: Future<Output = AppResult<S>> + Send,
+    {
+        let season = self.infra.clock.current_month();
+        let first = open(self.clone(), season).await?.boxed();
+        let start = (self.clone(), open, season, first);
+        Ok(futures::stream::unfold(
+            start,
+            |(ctx, open, mut season, mut stream)| async move {
+                loop {
+                    tokio::select! {
+                        item = stream.next() => {
+                            let item = item?;
+                            return Some(((season, item), (ctx, open, season, stream)));
+                        }
+                        next = ctx.boards.season_after(season) => {
+                            stream = open(ctx.clone(), next).await.ok()?.boxed();
+                            season = next;
+                        }
                     }
                 }
-            }
-        },
-    ))
+            },
+        ))
+    }
 }
 
 /// One reader of a season's top N and the snapshots it keeps current.
@@ -281,7 +288,7 @@ impl SharedBoards {
         // A failed start leaves the cell empty: the next subscriber tries again.
         shared
             .0
-            .get_or_try_init(|| start_top_reader(ctx, season, top))
+            .get_or_try_init(|| ctx.start_top_reader(season, top))
             .await?;
         Ok(shared)
     }
@@ -297,22 +304,24 @@ impl SharedBoards {
     }
 }
 
-/// Subscribes to the board's channel, then reads it (so no change slips between the two),
-/// and keeps the snapshot current.
-async fn start_top_reader(ctx: &Leaderboards, season: Month, top: usize) -> AppResult<TopReader> {
-    let read = move |ctx: Leaderboards| async move {
-        board(&ctx, season, None, top, 0).await.map(|b| b.entries)
-    };
-    let subscription = ctx
-        .infra
-        .live
-        .subscribe(ctx.infra.keys.board_channel(season))
-        .await;
-    let first = read(ctx.clone()).await?;
-    let (sender, snapshots) = watch::channel(first);
-    let reader = tokio::spawn(reread_on_change(ctx.clone(), subscription, sender, read));
-    Ok(TopReader {
-        snapshots,
-        _reader: AbortOnDropHandle::new(reader),
-    })
+impl Leaderboards {
+    /// Subscribes to the board's channel, then reads it (so no change slips between the two),
+    /// and keeps the snapshot current.
+    async fn start_top_reader(&self, season: Month, top: usize) -> AppResult<TopReader> {
+        let read = move |ctx: Leaderboards| async move {
+            ctx.board(season, None, top, 0).await.map(|b| b.entries)
+        };
+        let subscription = self
+            .infra
+            .live
+            .subscribe(self.infra.keys.board_channel(season))
+            .await;
+        let first = read(self.clone()).await?;
+        let (sender, snapshots) = watch::channel(first);
+        let reader = tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
+        Ok(TopReader {
+            snapshots,
+            _reader: AbortOnDropHandle::new(reader),
+        })
+    }
 }

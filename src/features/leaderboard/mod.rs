@@ -54,44 +54,46 @@ pub struct SeasonInfo {
     pub current: bool,
 }
 
-pub fn season_info(ctx: &Leaderboards, month: Month) -> SeasonInfo {
-    SeasonInfo {
-        month,
-        begins: ctx.infra.clock.month_begins(month),
-        ends: ctx.infra.clock.month_begins(month.next()),
-        current: month == ctx.infra.clock.current_month(),
-    }
-}
-
-/// A season id argument (`YYYYMM`), or the current season.
-pub fn parse_season(ctx: &Leaderboards, id: Option<&str>) -> AppResult<Month> {
-    match id {
-        None => Ok(ctx.infra.clock.current_month()),
-        Some(id) => Month::parse_id(id.trim())
-            .filter(|m| *m <= ctx.infra.clock.current_month())
-            .ok_or_else(|| {
-                AppError::bad_input(format!(
-                    "seasonId must be a YYYYMM month up to now, got {id:?}"
-                ))
-            }),
-    }
-}
-
-/// The current season, the previous one, and every season archived, newest first.
-pub async fn seasons(ctx: &Leaderboards) -> AppResult<Vec<SeasonInfo>> {
-    let current = ctx.infra.clock.current_month();
-    let mut months = vec![current, current.previous()];
-    let rows = sqlx::query("SELECT season FROM season_archives")
-        .fetch_all(&ctx.infra.db.pool)
-        .await?;
-    for row in rows {
-        if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
-            months.push(month);
+impl Leaderboards {
+    pub fn season_info(&self, month: Month) -> SeasonInfo {
+        SeasonInfo {
+            month,
+            begins: self.infra.clock.month_begins(month),
+            ends: self.infra.clock.month_begins(month.next()),
+            current: month == self.infra.clock.current_month(),
         }
     }
-    months.sort_by(|a, b| b.cmp(a));
-    months.dedup();
-    Ok(months.into_iter().map(|m| season_info(ctx, m)).collect())
+
+    /// A season id argument (`YYYYMM`), or the current season.
+    pub fn parse_season(&self, id: Option<&str>) -> AppResult<Month> {
+        match id {
+            None => Ok(self.infra.clock.current_month()),
+            Some(id) => Month::parse_id(id.trim())
+                .filter(|m| *m <= self.infra.clock.current_month())
+                .ok_or_else(|| {
+                    AppError::bad_input(format!(
+                        "seasonId must be a YYYYMM month up to now, got {id:?}"
+                    ))
+                }),
+        }
+    }
+
+    /// The current season, the previous one, and every season archived, newest first.
+    pub async fn seasons(&self) -> AppResult<Vec<SeasonInfo>> {
+        let current = self.infra.clock.current_month();
+        let mut months = vec![current, current.previous()];
+        let rows = sqlx::query("SELECT season FROM season_archives")
+            .fetch_all(&self.infra.db.pool)
+            .await?;
+        for row in rows {
+            if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
+                months.push(month);
+            }
+        }
+        months.sort_by(|a, b| b.cmp(a));
+        months.dedup();
+        Ok(months.into_iter().map(|m| self.season_info(m)).collect())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,80 +111,82 @@ pub struct Board {
     pub total: i64,
 }
 
-/// Whether a season's board now lives in SQL (its rollover finished).
-async fn archived(ctx: &Leaderboards, season: Month) -> AppResult<bool> {
-    if season == ctx.infra.clock.current_month() {
-        return Ok(false);
+impl Leaderboards {
+    /// Whether a season's board now lives in SQL (its rollover finished).
+    async fn archived(&self, season: Month) -> AppResult<bool> {
+        if season == self.infra.clock.current_month() {
+            return Ok(false);
+        }
+        let row = sqlx::query("SELECT status FROM season_archives WHERE season = $1")
+            .bind(i64::from(season.id()))
+            .fetch_optional(&self.infra.db.pool)
+            .await?;
+        Ok(match row {
+            Some(row) => row.try_get::<String, _>("status")? == rollover::DONE,
+            None => false,
+        })
     }
-    let row = sqlx::query("SELECT status FROM season_archives WHERE season = $1")
-        .bind(i64::from(season.id()))
-        .fetch_optional(&ctx.infra.db.pool)
-        .await?;
-    Ok(match row {
-        Some(row) => row.try_get::<String, _>("status")? == rollover::DONE,
-        None => false,
-    })
-}
 
-/// A page of a season's board (ranks `offset + 1 ..`), its size, and the viewer's entry.
-pub async fn board(
-    ctx: &Leaderboards,
-    season: Month,
-    viewer: Option<i64>,
-    first: usize,
-    offset: usize,
-) -> AppResult<Board> {
-    if archived(ctx, season).await? {
-        return archived_board(ctx, season, viewer, first, offset).await;
-    }
-    let key = ctx.infra.keys.season_board(season);
-    let mut pipe = redis::pipe();
-    pipe.cmd("ZREVRANGE")
-        .arg(&key)
-        .arg(offset)
-        .arg(offset + first - 1)
-        .arg("WITHSCORES");
-    pipe.cmd("ZCARD").arg(&key);
-    if let Some(user) = viewer {
-        pipe.cmd("ZREVRANK")
+    /// A page of a season's board (ranks `offset + 1 ..`), its size, and the viewer's entry.
+    pub async fn board(
+        &self,
+        season: Month,
+        viewer: Option<i64>,
+        first: usize,
+        offset: usize,
+    ) -> AppResult<Board> {
+        if self.archived(season).await? {
+            return self.archived_board(season, viewer, first, offset).await;
+        }
+        let key = self.infra.keys.season_board(season);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZREVRANGE")
             .arg(&key)
-            .arg(user)
-            .cmd("ZSCORE")
-            .arg(&key)
-            .arg(user);
-    }
-    let mut conn = ctx.infra.redis.get().await?;
-    let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
-    let mut replies = replies.into_iter();
-    let page: Vec<(i64, f64)> = from_value(replies.next())?;
-    let total: i64 = from_value(replies.next())?;
-    let me = match viewer {
-        Some(user_id) => {
-            let rank: Option<i64> = from_value(replies.next())?;
-            let score: Option<f64> = from_value(replies.next())?;
-            rank.zip(score).map(|(rank, score)| RankEntry {
-                rank: rank + 1,
+            .arg(offset)
+            .arg(offset + first - 1)
+            .arg("WITHSCORES");
+        pipe.cmd("ZCARD").arg(&key);
+        if let Some(user) = viewer {
+            pipe.cmd("ZREVRANK")
+                .arg(&key)
+                .arg(user)
+                .cmd("ZSCORE")
+                .arg(&key)
+                .arg(user);
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
+        let mut replies = replies.into_iter();
+        let page: Vec<(i64, f64)> = from_value(replies.next())?;
+        let total: i64 = from_value(replies.next())?;
+        let me = match viewer {
+            Some(user_id) => {
+                let rank: Option<i64> = from_value(replies.next())?;
+                let score: Option<f64> = from_value(replies.next())?;
+                rank.zip(score).map(|(rank, score)| RankEntry {
+                    rank: rank + 1,
+                    points: points_of(score),
+                    user_id,
+                })
+            }
+            None => None,
+        };
+        let entries = page
+            .into_iter()
+            .enumerate()
+            .map(|(i, (user_id, score))| RankEntry {
+                rank: (offset + i + 1) as i64,
                 points: points_of(score),
                 user_id,
             })
-        }
-        None => None,
-    };
-    let entries = page
-        .into_iter()
-        .enumerate()
-        .map(|(i, (user_id, score))| RankEntry {
-            rank: (offset + i + 1) as i64,
-            points: points_of(score),
-            user_id,
+            .collect();
+        Ok(Board {
+            season,
+            me,
+            entries,
+            total,
         })
-        .collect();
-    Ok(Board {
-        season,
-        me,
-        entries,
-        total,
-    })
+    }
 }
 
 fn from_value<T: redis::FromRedisValue>(value: Option<redis::Value>) -> AppResult<T> {
@@ -190,46 +194,48 @@ fn from_value<T: redis::FromRedisValue>(value: Option<redis::Value>) -> AppResul
         .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))
 }
 
-async fn archived_board(
-    ctx: &Leaderboards,
-    season: Month,
-    viewer: Option<i64>,
-    first: usize,
-    offset: usize,
-) -> AppResult<Board> {
-    let season_id = i64::from(season.id());
-    let rows = sqlx::query(
-        "SELECT rank, points, user_id FROM season_ranks WHERE season = $1 AND rank > $2 ORDER BY rank LIMIT $3",
-    )
-    .bind(season_id)
-    .bind(offset as i64)
-    .bind(first as i64)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let entries = rows.iter().map(entry_of).collect::<Result<Vec<_>, _>>()?;
-    let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
-        .bind(season_id)
-        .fetch_one(&ctx.infra.db.pool)
-        .await?
-        .try_get("n")?;
-    let me = match viewer {
-        Some(user) => sqlx::query(
-            "SELECT rank, points, user_id FROM season_ranks WHERE season = $1 AND user_id = $2",
+impl Leaderboards {
+    async fn archived_board(
+        &self,
+        season: Month,
+        viewer: Option<i64>,
+        first: usize,
+        offset: usize,
+    ) -> AppResult<Board> {
+        let season_id = i64::from(season.id());
+        let rows = sqlx::query(
+            "SELECT rank, points, user_id FROM season_ranks WHERE season = $1 AND rank > $2 ORDER BY rank LIMIT $3",
         )
         .bind(season_id)
-        .bind(user)
-        .fetch_optional(&ctx.infra.db.pool)
-        .await?
-        .map(|row| entry_of(&row))
-        .transpose()?,
-        None => None,
-    };
-    Ok(Board {
-        season,
-        me,
-        entries,
-        total,
-    })
+        .bind(offset as i64)
+        .bind(first as i64)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let entries = rows.iter().map(entry_of).collect::<Result<Vec<_>, _>>()?;
+        let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
+            .bind(season_id)
+            .fetch_one(&self.infra.db.pool)
+            .await?
+            .try_get("n")?;
+        let me = match viewer {
+            Some(user) => sqlx::query(
+                "SELECT rank, points, user_id FROM season_ranks WHERE season = $1 AND user_id = $2",
+            )
+            .bind(season_id)
+            .bind(user)
+            .fetch_optional(&self.infra.db.pool)
+            .await?
+            .map(|row| entry_of(&row))
+            .transpose()?,
+            None => None,
+        };
+        Ok(Board {
+            season,
+            me,
+            entries,
+            total,
+        })
+    }
 }
 
 fn entry_of(row: &sqlx::any::AnyRow) -> Result<RankEntry, sqlx::Error> {
@@ -240,30 +246,32 @@ fn entry_of(row: &sqlx::any::AnyRow) -> Result<RankEntry, sqlx::Error> {
     })
 }
 
-/// The entries just above and below the viewer (empty when the viewer is unranked).
-pub async fn around(
-    ctx: &Leaderboards,
-    season: Month,
-    user_id: i64,
-    radius: usize,
-) -> AppResult<Vec<RankEntry>> {
-    let me = board(ctx, season, Some(user_id), 1, 0).await?.me;
-    let Some(me) = me else { return Ok(Vec::new()) };
-    let offset = (me.rank - 1 - radius as i64).max(0) as usize;
-    let first = (me.rank as usize - offset) + radius;
-    Ok(board(ctx, season, None, first, offset).await?.entries)
-}
+impl Leaderboards {
+    /// The entries just above and below the viewer (empty when the viewer is unranked).
+    pub async fn around(
+        &self,
+        season: Month,
+        user_id: i64,
+        radius: usize,
+    ) -> AppResult<Vec<RankEntry>> {
+        let me = self.board(season, Some(user_id), 1, 0).await?.me;
+        let Some(me) = me else { return Ok(Vec::new()) };
+        let offset = (me.rank - 1 - radius as i64).max(0) as usize;
+        let first = (me.rank as usize - offset) + radius;
+        Ok(self.board(season, None, first, offset).await?.entries)
+    }
 
-/// The top three of a finished season, recorded by its rollover.
-pub async fn winners(ctx: &Leaderboards, season: Month) -> AppResult<Vec<RankEntry>> {
-    let rows = sqlx::query(
-        "SELECT rank, points, user_id FROM season_winners WHERE season = $1 ORDER BY rank",
-    )
-    .bind(i64::from(season.id()))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    rows.iter()
-        .map(entry_of)
-        .collect::<Result<_, _>>()
-        .map_err(Into::into)
+    /// The top three of a finished season, recorded by its rollover.
+    pub async fn winners(&self, season: Month) -> AppResult<Vec<RankEntry>> {
+        let rows = sqlx::query(
+            "SELECT rank, points, user_id FROM season_winners WHERE season = $1 ORDER BY rank",
+        )
+        .bind(i64::from(season.id()))
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        rows.iter()
+            .map(entry_of)
+            .collect::<Result<_, _>>()
+            .map_err(Into::into)
+    }
 }

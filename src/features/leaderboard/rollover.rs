@@ -40,9 +40,11 @@ const STEP_ATTEMPTS: u32 = 5;
 /// tries again).
 const MAX_RECOPIES: u32 = 3;
 
-/// The board a rollover copies from: the live board as it was when the copy started.
-fn snapshot_key(ctx: &Leaderboards, season: Month) -> String {
-    format!("{}:snapshot", ctx.infra.keys.season_board(season))
+impl Leaderboards {
+    /// The board a rollover copies from: the live board as it was when the copy started.
+    fn snapshot_key(&self, season: Month) -> String {
+        format!("{}:snapshot", self.infra.keys.season_board(season))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,76 +62,81 @@ pub struct Options<'a> {
     pub stop_after_chunks: Option<usize>,
 }
 
-/// Archives a finished season. `Ok(None)` when another instance is archiving it now.
-pub async fn archive_season(
-    ctx: &Leaderboards,
-    season: Month,
-    options: Options<'_>,
-) -> AppResult<Option<Progress>> {
-    if season >= ctx.infra.clock.current_month() {
-        return Err(AppError::bad_input(format!(
-            "season {} has not ended",
-            season.id()
-        )));
+impl Leaderboards {
+    /// Archives a finished season. `Ok(None)` when another instance is archiving it now.
+    pub async fn archive_season(
+        &self,
+        season: Month,
+        options: Options<'_>,
+    ) -> AppResult<Option<Progress>> {
+        if season >= self.infra.clock.current_month() {
+            return Err(AppError::bad_input(format!(
+                "season {} has not ended",
+                season.id()
+            )));
+        }
+        let name = format!("rollover:{}", season.id());
+        lock::with_lock(&self.infra, &name, Duration::from_secs(30), |held| {
+            self.roll_over(season, held, options)
+        })
+        .await?
+        .transpose()
     }
-    let name = format!("rollover:{}", season.id());
-    lock::with_lock(&ctx.infra, &name, Duration::from_secs(30), |held| {
-        run(ctx, season, held, options)
-    })
-    .await?
-    .transpose()
-}
 
-async fn run(
-    ctx: &Leaderboards,
-    season: Month,
-    held: Held,
-    options: Options<'_>,
-) -> AppResult<Progress> {
-    let mut progress = retried("start", || start(ctx, season, held.fence)).await?;
-    let mut chunks = 0;
-    let mut recopies = 0;
-    while !progress.done {
-        while progress.copied < progress.total {
-            if options.stop_after_chunks == Some(chunks) {
-                return Ok(progress);
+    async fn roll_over(
+        &self,
+        season: Month,
+        held: Held,
+        options: Options<'_>,
+    ) -> AppResult<Progress> {
+        let mut progress = retried("start", || self.start_copy(season, held.fence)).await?;
+        let mut chunks = 0;
+        let mut recopies = 0;
+        while !progress.done {
+            while progress.copied < progress.total {
+                if options.stop_after_chunks == Some(chunks) {
+                    return Ok(progress);
+                }
+                if held.lost.is_cancelled() {
+                    return Err(AppError::Unavailable("rollover lock lost".into()));
+                }
+                progress =
+                    retried("copy", || self.copy_chunk(season, held.fence, progress)).await?;
+                chunks += 1;
+                if let Some(report) = options.on_progress {
+                    report(progress);
+                }
             }
-            if held.lost.is_cancelled() {
-                return Err(AppError::Unavailable("rollover lock lost".into()));
-            }
-            progress = retried("copy", || copy_chunk(ctx, season, held.fence, progress)).await?;
-            chunks += 1;
-            if let Some(report) = options.on_progress {
-                report(progress);
+            let verified = retried("verify", || {
+                self.verify_copy(season, held.fence, progress.total)
+            })
+            .await?;
+            match verified {
+                Some(fresh) if recopies < MAX_RECOPIES => {
+                    recopies += 1;
+                    tracing::info!(
+                        season = season.id(),
+                        "late writes: copying a fresh snapshot"
+                    );
+                    progress = fresh;
+                }
+                Some(_) => {
+                    return Err(AppError::Unavailable(format!(
+                        "season {} keeps changing after its end",
+                        season.id()
+                    )))
+                }
+                None => {
+                    retried("unlink", || self.unlink_season(season, held.fence)).await?;
+                    progress.done = true;
+                }
             }
         }
-        let verified =
-            retried("verify", || verify(ctx, season, held.fence, progress.total)).await?;
-        match verified {
-            Some(fresh) if recopies < MAX_RECOPIES => {
-                recopies += 1;
-                tracing::info!(
-                    season = season.id(),
-                    "late writes: copying a fresh snapshot"
-                );
-                progress = fresh;
-            }
-            Some(_) => {
-                return Err(AppError::Unavailable(format!(
-                    "season {} keeps changing after its end",
-                    season.id()
-                )))
-            }
-            None => {
-                retried("unlink", || unlink(ctx, season, held.fence)).await?;
-                progress.done = true;
-            }
+        if let Some(report) = options.on_progress {
+            report(progress);
         }
+        Ok(progress)
     }
-    if let Some(report) = options.on_progress {
-        report(progress);
-    }
-    Ok(progress)
 }
 
 async fn retried<T, F, Fut>(step: &str, mut attempt: F) -> AppResult<T>
@@ -152,166 +159,169 @@ where
     }
 }
 
-/// Records the season's size (once) and prepares its storage.
-async fn start(ctx: &Leaderboards, season: Month, fence: i64) -> AppResult<Progress> {
-    let id = i64::from(season.id());
-    if ctx.infra.db.backend == Backend::Postgres {
-        let ddl = format!(
-            "CREATE TABLE IF NOT EXISTS season_ranks_{id} PARTITION OF season_ranks FOR VALUES IN ({id})"
-        );
-        if let Err(error) = sqlx::query(&ddl).execute(&ctx.infra.db.pool).await {
-            tracing::debug!(%error, "season partition not created (may exist)");
+impl Leaderboards {
+    /// Records the season's size (once) and prepares its storage.
+    async fn start_copy(&self, season: Month, fence: i64) -> AppResult<Progress> {
+        let id = i64::from(season.id());
+        if self.infra.db.backend == Backend::Postgres {
+            let ddl = format!(
+                "CREATE TABLE IF NOT EXISTS season_ranks_{id} PARTITION OF season_ranks FOR VALUES IN ({id})"
+            );
+            if let Err(error) = sqlx::query(&ddl).execute(&self.infra.db.pool).await {
+                tracing::debug!(%error, "season partition not created (may exist)");
+            }
         }
-    }
-    let row = sqlx::query("SELECT total, copied, status FROM season_archives WHERE season = $1")
+        let row =
+            sqlx::query("SELECT total, copied, status FROM season_archives WHERE season = $1")
+                .bind(id)
+                .fetch_optional(&self.infra.db.pool)
+                .await?;
+        if let Some(row) = &row {
+            let status: String = row.try_get("status")?;
+            if status != COPYING {
+                return Ok(Progress {
+                    total: row.try_get("total")?,
+                    copied: row.try_get("copied")?,
+                    done: status == DONE,
+                });
+            }
+            let mut conn = self.infra.redis.get().await?;
+            let snapshot: bool = redis::cmd("EXISTS")
+                .arg(self.snapshot_key(season))
+                .query_async(&mut *conn)
+                .await?;
+            if snapshot {
+                return Ok(Progress {
+                    total: row.try_get("total")?,
+                    copied: row.try_get("copied")?,
+                    done: false,
+                });
+            }
+        }
+        // No copy yet, or one whose snapshot is gone: start from a fresh snapshot.
+        let total = self.take_snapshot(season).await?;
+        sqlx::query(
+            "INSERT INTO season_archives (season, total, copied, status, fence, updated_at_ms) \
+             VALUES ($1, $2, 0, $3, $4, $5) ON CONFLICT (season) DO NOTHING",
+        )
         .bind(id)
-        .fetch_optional(&ctx.infra.db.pool)
+        .bind(total)
+        .bind(COPYING)
+        .bind(fence)
+        .bind(self.infra.clock.now_ms())
+        .execute(&self.infra.db.pool)
         .await?;
-    if let Some(row) = &row {
-        let status: String = row.try_get("status")?;
-        if status != COPYING {
-            return Ok(Progress {
-                total: row.try_get("total")?,
-                copied: row.try_get("copied")?,
-                done: status == DONE,
-            });
-        }
-        let mut conn = ctx.infra.redis.get().await?;
-        let snapshot: bool = redis::cmd("EXISTS")
-            .arg(snapshot_key(ctx, season))
+        self.restart_copy(season, fence, total).await
+    }
+
+    /// Snapshots the live board (atomically, with `COPY`); its member count.
+    async fn take_snapshot(&self, season: Month) -> AppResult<i64> {
+        let snapshot = self.snapshot_key(season);
+        let mut conn = self.infra.redis.get().await?;
+        let (_, total): (i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("COPY")
+            .arg(self.infra.keys.season_board(season))
+            .arg(&snapshot)
+            .arg("REPLACE")
+            .cmd("ZCARD")
+            .arg(&snapshot)
             .query_async(&mut *conn)
             .await?;
-        if snapshot {
-            return Ok(Progress {
-                total: row.try_get("total")?,
-                copied: row.try_get("copied")?,
-                done: false,
-            });
+        if total == 0 {
+            // An empty board of a season with awards is a board Redis lost: archiving it would
+            // record a season without winners. `engage rebuild` brings it back first.
+            let awarded = sqlx::query(
+                "SELECT 1 AS found FROM points_record WHERE season = $1 AND points > 0 LIMIT 1",
+            )
+            .bind(i64::from(season.id()))
+            .fetch_optional(&self.infra.db.pool)
+            .await?;
+            if awarded.is_some() {
+                return Err(AppError::Unavailable(format!(
+                    "the board of season {} is missing from Redis: run `engage rebuild`",
+                    season.id()
+                )));
+            }
         }
+        Ok(total)
     }
-    // No copy yet, or one whose snapshot is gone: start from a fresh snapshot.
-    let total = take_snapshot(ctx, season).await?;
-    sqlx::query(
-        "INSERT INTO season_archives (season, total, copied, status, fence, updated_at_ms) \
-         VALUES ($1, $2, 0, $3, $4, $5) ON CONFLICT (season) DO NOTHING",
-    )
-    .bind(id)
-    .bind(total)
-    .bind(COPYING)
-    .bind(fence)
-    .bind(ctx.infra.clock.now_ms())
-    .execute(&ctx.infra.db.pool)
-    .await?;
-    restart(ctx, season, fence, total).await
-}
 
-/// Snapshots the live board (atomically, with `COPY`); its member count.
-async fn take_snapshot(ctx: &Leaderboards, season: Month) -> AppResult<i64> {
-    let snapshot = snapshot_key(ctx, season);
-    let mut conn = ctx.infra.redis.get().await?;
-    let (_, total): (i64, i64) = redis::pipe()
-        .atomic()
-        .cmd("COPY")
-        .arg(ctx.infra.keys.season_board(season))
-        .arg(&snapshot)
-        .arg("REPLACE")
-        .cmd("ZCARD")
-        .arg(&snapshot)
-        .query_async(&mut *conn)
-        .await?;
-    if total == 0 {
-        // An empty board of a season with awards is a board Redis lost: archiving it would
-        // record a season without winners. `engage rebuild` brings it back first.
-        let awarded = sqlx::query(
-            "SELECT 1 AS found FROM points_record WHERE season = $1 AND points > 0 LIMIT 1",
+    /// Forgets what was copied and starts over from the snapshot of `total` members.
+    async fn restart_copy(&self, season: Month, fence: i64, total: i64) -> AppResult<Progress> {
+        let mut tx = self.infra.db.pool.begin().await?;
+        for table in ["season_ranks", "season_winners"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE season = $1"))
+                .bind(i64::from(season.id()))
+                .execute(&mut *tx)
+                .await?;
+        }
+        advance(
+            &mut tx,
+            season,
+            fence,
+            Change::Started(total),
+            self.infra.clock.now_ms(),
         )
-        .bind(i64::from(season.id()))
-        .fetch_optional(&ctx.infra.db.pool)
         .await?;
-        if awarded.is_some() {
-            return Err(AppError::Unavailable(format!(
-                "the board of season {} is missing from Redis: run `engage rebuild`",
-                season.id()
+        tx.commit().await?;
+        Ok(Progress {
+            total,
+            copied: 0,
+            done: false,
+        })
+    }
+
+    /// Copies the next chunk and advances the progress in one transaction.
+    async fn copy_chunk(
+        &self,
+        season: Month,
+        fence: i64,
+        progress: Progress,
+    ) -> AppResult<Progress> {
+        let from = progress.copied as usize;
+        let mut conn = self.infra.redis.get().await?;
+        let page: Vec<(i64, f64)> = redis::cmd("ZREVRANGE")
+            .arg(self.snapshot_key(season))
+            .arg(from)
+            .arg(from + CHUNK - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut *conn)
+            .await?;
+        drop(conn);
+        if page.is_empty() {
+            return Err(AppError::internal(anyhow::anyhow!(
+                "board of {} has {} members, expected {}",
+                season.id(),
+                from,
+                progress.total
             )));
         }
-    }
-    Ok(total)
-}
-
-/// Forgets what was copied and starts over from the snapshot of `total` members.
-async fn restart(ctx: &Leaderboards, season: Month, fence: i64, total: i64) -> AppResult<Progress> {
-    let mut tx = ctx.infra.db.pool.begin().await?;
-    for table in ["season_ranks", "season_winners"] {
-        sqlx::query(&format!("DELETE FROM {table} WHERE season = $1"))
-            .bind(i64::from(season.id()))
+        let id = i64::from(season.id());
+        let mut tx = self.infra.db.pool.begin().await?;
+        for (i, (user_id, score)) in page.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO season_ranks (season, rank, user_id, points) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind((from + i + 1) as i64)
+            .bind(user_id)
+            .bind(points_of(*score))
             .execute(&mut *tx)
             .await?;
-    }
-    advance(
-        &mut tx,
-        season,
-        fence,
-        Change::Started(total),
-        ctx.infra.clock.now_ms(),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(Progress {
-        total,
-        copied: 0,
-        done: false,
-    })
-}
-
-/// Copies the next chunk and advances the progress in one transaction.
-async fn copy_chunk(
-    ctx: &Leaderboards,
-    season: Month,
-    fence: i64,
-    progress: Progress,
-) -> AppResult<Progress> {
-    let from = progress.copied as usize;
-    let mut conn = ctx.infra.redis.get().await?;
-    let page: Vec<(i64, f64)> = redis::cmd("ZREVRANGE")
-        .arg(snapshot_key(ctx, season))
-        .arg(from)
-        .arg(from + CHUNK - 1)
-        .arg("WITHSCORES")
-        .query_async(&mut *conn)
-        .await?;
-    drop(conn);
-    if page.is_empty() {
-        return Err(AppError::internal(anyhow::anyhow!(
-            "board of {} has {} members, expected {}",
-            season.id(),
-            from,
-            progress.total
-        )));
-    }
-    let id = i64::from(season.id());
-    let mut tx = ctx.infra.db.pool.begin().await?;
-    for (i, (user_id, score)) in page.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO season_ranks (season, rank, user_id, points) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        }
+        let copied = (from + page.len()) as i64;
+        advance(
+            &mut tx,
+            season,
+            fence,
+            Change::Copied(copied),
+            self.infra.clock.now_ms(),
         )
-        .bind(id)
-        .bind((from + i + 1) as i64)
-        .bind(user_id)
-        .bind(points_of(*score))
-        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
+        Ok(Progress { copied, ..progress })
     }
-    let copied = (from + page.len()) as i64;
-    advance(
-        &mut tx,
-        season,
-        fence,
-        Change::Copied(copied),
-        ctx.infra.clock.now_ms(),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(Progress { copied, ..progress })
 }
 
 /// A change of an archive's progress.
@@ -356,116 +366,120 @@ async fn advance(
     Ok(())
 }
 
-/// Checks the copy by count (recopying from the start if it is short) and the live board
-/// against the snapshot, then records the winners. `Some(progress)` when late writes
-/// changed the board: a fresh snapshot is to be copied.
-async fn verify(
-    ctx: &Leaderboards,
-    season: Month,
-    fence: i64,
-    total: i64,
-) -> AppResult<Option<Progress>> {
-    let id = i64::from(season.id());
-    let copied: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
+impl Leaderboards {
+    /// Checks the copy by count (recopying from the start if it is short) and the live board
+    /// against the snapshot, then records the winners. `Some(progress)` when late writes
+    /// changed the board: a fresh snapshot is to be copied.
+    async fn verify_copy(
+        &self,
+        season: Month,
+        fence: i64,
+        total: i64,
+    ) -> AppResult<Option<Progress>> {
+        let id = i64::from(season.id());
+        let copied: i64 = sqlx::query("SELECT COUNT(*) AS n FROM season_ranks WHERE season = $1")
+            .bind(id)
+            .fetch_one(&self.infra.db.pool)
+            .await?
+            .try_get("n")?;
+        if copied != total {
+            let mut tx = self.infra.db.pool.begin().await?;
+            advance(
+                &mut tx,
+                season,
+                fence,
+                Change::Copied(0),
+                self.infra.clock.now_ms(),
+            )
+            .await?;
+            tx.commit().await?;
+            return Err(AppError::internal(anyhow::anyhow!(
+                "season {id}: {copied} rows copied of {total}"
+            )));
+        }
+        if !self.unchanged_since_snapshot(season).await? {
+            let total = self.take_snapshot(season).await?;
+            return Ok(Some(self.restart_copy(season, fence, total).await?));
+        }
+        let mut tx = self.infra.db.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO season_winners (season, rank, user_id, points) \
+             SELECT season, rank, user_id, points FROM season_ranks WHERE season = $1 AND rank <= 3 \
+             ON CONFLICT DO NOTHING",
+        )
         .bind(id)
-        .fetch_one(&ctx.infra.db.pool)
-        .await?
-        .try_get("n")?;
-    if copied != total {
-        let mut tx = ctx.infra.db.pool.begin().await?;
+        .execute(&mut *tx)
+        .await?;
         advance(
             &mut tx,
             season,
             fence,
-            Change::Copied(0),
-            ctx.infra.clock.now_ms(),
+            Change::Status(VERIFIED),
+            self.infra.clock.now_ms(),
         )
         .await?;
         tx.commit().await?;
-        return Err(AppError::internal(anyhow::anyhow!(
-            "season {id}: {copied} rows copied of {total}"
-        )));
+        Ok(None)
     }
-    if !unchanged_since_snapshot(ctx, season).await? {
-        let total = take_snapshot(ctx, season).await?;
-        return Ok(Some(restart(ctx, season, fence, total).await?));
-    }
-    let mut tx = ctx.infra.db.pool.begin().await?;
-    sqlx::query(
-        "INSERT INTO season_winners (season, rank, user_id, points) \
-         SELECT season, rank, user_id, points FROM season_ranks WHERE season = $1 AND rank <= 3 \
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    advance(
-        &mut tx,
-        season,
-        fence,
-        Change::Status(VERIFIED),
-        ctx.infra.clock.now_ms(),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(None)
 }
 
 /// Board members with their scores, in rank order.
 type Members = Vec<(String, f64)>;
 
-/// Whether the live board still equals its snapshot, member by member (read in chunks).
-async fn unchanged_since_snapshot(ctx: &Leaderboards, season: Month) -> AppResult<bool> {
-    let (live, snapshot) = (
-        ctx.infra.keys.season_board(season),
-        snapshot_key(ctx, season),
-    );
-    let mut from = 0;
-    loop {
-        let mut conn = ctx.infra.redis.get().await?;
-        let (a, b): (Members, Members) = redis::pipe()
-            .cmd("ZRANGE")
-            .arg(&live)
-            .arg(from)
-            .arg(from + CHUNK - 1)
-            .arg("WITHSCORES")
-            .cmd("ZRANGE")
-            .arg(&snapshot)
-            .arg(from)
-            .arg(from + CHUNK - 1)
-            .arg("WITHSCORES")
+impl Leaderboards {
+    /// Whether the live board still equals its snapshot, member by member (read in chunks).
+    async fn unchanged_since_snapshot(&self, season: Month) -> AppResult<bool> {
+        let (live, snapshot) = (
+            self.infra.keys.season_board(season),
+            self.snapshot_key(season),
+        );
+        let mut from = 0;
+        loop {
+            let mut conn = self.infra.redis.get().await?;
+            let (a, b): (Members, Members) = redis::pipe()
+                .cmd("ZRANGE")
+                .arg(&live)
+                .arg(from)
+                .arg(from + CHUNK - 1)
+                .arg("WITHSCORES")
+                .cmd("ZRANGE")
+                .arg(&snapshot)
+                .arg(from)
+                .arg(from + CHUNK - 1)
+                .arg("WITHSCORES")
+                .query_async(&mut *conn)
+                .await?;
+            if a != b {
+                return Ok(false);
+            }
+            if a.len() < CHUNK {
+                return Ok(true);
+            }
+            from += CHUNK;
+        }
+    }
+
+    /// Removes the Redis board once SQL holds it, then marks the season done.
+    async fn unlink_season(&self, season: Month, fence: i64) -> AppResult<()> {
+        let mut conn = self.infra.redis.get().await?;
+        let _: i64 = redis::cmd("UNLINK")
+            .arg(self.infra.keys.season_board(season))
+            .arg(self.snapshot_key(season))
             .query_async(&mut *conn)
             .await?;
-        if a != b {
-            return Ok(false);
-        }
-        if a.len() < CHUNK {
-            return Ok(true);
-        }
-        from += CHUNK;
-    }
-}
-
-/// Removes the Redis board once SQL holds it, then marks the season done.
-async fn unlink(ctx: &Leaderboards, season: Month, fence: i64) -> AppResult<()> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let _: i64 = redis::cmd("UNLINK")
-        .arg(ctx.infra.keys.season_board(season))
-        .arg(snapshot_key(ctx, season))
-        .query_async(&mut *conn)
+        drop(conn);
+        let mut tx = self.infra.db.pool.begin().await?;
+        advance(
+            &mut tx,
+            season,
+            fence,
+            Change::Status(DONE),
+            self.infra.clock.now_ms(),
+        )
         .await?;
-    drop(conn);
-    let mut tx = ctx.infra.db.pool.begin().await?;
-    advance(
-        &mut tx,
-        season,
-        fence,
-        Change::Status(DONE),
-        ctx.infra.clock.now_ms(),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(())
+        tx.commit().await?;
+        Ok(())
+    }
 }
 
 /// Archives finished seasons that still have a board in Redis or an unfinished archive,
@@ -477,48 +491,50 @@ pub async fn run_periodically(ctx: Leaderboards) {
             () = ctx.infra.instance.shutdown.cancelled() => return,
             _ = every.tick() => {}
         }
-        if let Err(error) = archive_finished(&ctx).await {
+        if let Err(error) = ctx.archive_finished().await {
             tracing::warn!(%error, "season rollover check failed");
         }
     }
 }
 
-async fn archive_finished(ctx: &Leaderboards) -> AppResult<()> {
-    let current = ctx.infra.clock.current_month();
-    let mut due = Vec::new();
-    let mut conn = ctx.infra.redis.get().await?;
-    for month in [current.previous(), current.previous().previous()] {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(ctx.infra.keys.season_board(month))
-            .query_async(&mut *conn)
+impl Leaderboards {
+    async fn archive_finished(&self) -> AppResult<()> {
+        let current = self.infra.clock.current_month();
+        let mut due = Vec::new();
+        let mut conn = self.infra.redis.get().await?;
+        for month in [current.previous(), current.previous().previous()] {
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(self.infra.keys.season_board(month))
+                .query_async(&mut *conn)
+                .await?;
+            if exists {
+                due.push(month);
+            }
+        }
+        drop(conn);
+        let unfinished = sqlx::query("SELECT season FROM season_archives WHERE status <> $1")
+            .bind(DONE)
+            .fetch_all(&self.infra.db.pool)
             .await?;
-        if exists {
-            due.push(month);
+        for row in unfinished {
+            if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
+                due.push(month);
+            }
         }
-    }
-    drop(conn);
-    let unfinished = sqlx::query("SELECT season FROM season_archives WHERE status <> $1")
-        .bind(DONE)
-        .fetch_all(&ctx.infra.db.pool)
-        .await?;
-    for row in unfinished {
-        if let Some(month) = Month::parse_id(&row.try_get::<i64, _>("season")?.to_string()) {
-            due.push(month);
+        due.sort();
+        due.dedup();
+        // One season that fails does not hold back the others.
+        for season in due.into_iter().filter(|m| *m < current) {
+            match self.archive_season(season, Options::default()).await {
+                Ok(Some(progress)) => tracing::info!(
+                    season = season.id(),
+                    total = progress.total,
+                    "season archived"
+                ),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(season = season.id(), %error, "season not archived"),
+            }
         }
+        Ok(())
     }
-    due.sort();
-    due.dedup();
-    // One season that fails does not hold back the others.
-    for season in due.into_iter().filter(|m| *m < current) {
-        match archive_season(ctx, season, Options::default()).await {
-            Ok(Some(progress)) => tracing::info!(
-                season = season.id(),
-                total = progress.total,
-                "season archived"
-            ),
-            Ok(None) => {}
-            Err(error) => tracing::warn!(season = season.id(), %error, "season not archived"),
-        }
-    }
-    Ok(())
 }

@@ -9,6 +9,7 @@
 
 pub mod recovery;
 
+use crate::infra::page::PageArgs;
 use crate::infra::{
     error::{AppError, AppResult},
     redis::{scripts::NEARBY_SEARCH, Keys},
@@ -65,54 +66,59 @@ impl Keys {
     }
 }
 
-/// Adds or moves an item on the map.
-pub async fn place(ctx: &Nearby, item_id: i64, location: Location) -> AppResult<()> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let _: i64 = redis::cmd("GEOADD")
-        .arg(ctx.infra.keys.item_locations())
-        .arg(location.lng)
-        .arg(location.lat)
-        .arg(item_id)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(())
-}
+impl Nearby {
+    /// Adds or moves an item on the map.
+    pub async fn place(&self, item_id: i64, location: Location) -> AppResult<()> {
+        let mut conn = self.infra.redis.get().await?;
+        let _: i64 = redis::cmd("GEOADD")
+            .arg(self.infra.keys.item_locations())
+            .arg(location.lng)
+            .arg(location.lat)
+            .arg(item_id)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(())
+    }
 
-/// Items within `radius_km` of a point, nearest first: `(item id, distance km)` from
-/// position `offset`, and whether more follow. The page ends at [`MAX_RESULTS`] at the
-/// latest; `offset` must not be beyond it.
-pub async fn search(
-    ctx: &Nearby,
-    from: Location,
-    radius_km: f64,
-    first: usize,
-    offset: usize,
-) -> AppResult<(Vec<(i64, f64)>, bool)> {
-    if !(radius_km.is_finite() && radius_km > 0.0 && radius_km <= MAX_RADIUS_KM) {
-        return Err(AppError::bad_input(format!(
-            "radiusKm must be above 0 and at most {MAX_RADIUS_KM}"
-        )));
+    /// Items within `radius_km` of a point, nearest first: `(item id, distance km)` from
+    /// position `offset`, and whether more follow. The page ends at [`MAX_RESULTS`] at the
+    /// latest; `offset` must not be beyond it.
+    pub async fn search(
+        &self,
+        from: Location,
+        radius_km: f64,
+        page: PageArgs<usize>,
+    ) -> AppResult<(Vec<(i64, f64)>, bool)> {
+        let PageArgs {
+            first,
+            after: offset,
+        } = page;
+        if !(radius_km.is_finite() && radius_km > 0.0 && radius_km <= MAX_RADIUS_KM) {
+            return Err(AppError::bad_input(format!(
+                "radiusKm must be above 0 and at most {MAX_RADIUS_KM}"
+            )));
+        }
+        if offset > MAX_RESULTS {
+            return Err(AppError::bad_input(format!(
+                "a search serves its {MAX_RESULTS} nearest items"
+            )));
+        }
+        let first = first.min(MAX_RESULTS - offset);
+        if first == 0 {
+            return Ok((Vec::new(), false));
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let (more, found): (i64, Vec<(i64, f64)>) = NEARBY_SEARCH
+            .keys([self.infra.keys.item_locations()])
+            .arg(from.lng)
+            .arg(from.lat)
+            .arg(radius_km)
+            .arg(offset)
+            .arg(first)
+            .invoke_async(&mut *conn)
+            .await?;
+        // The window's end is the end of the list, whatever lies beyond it.
+        let more = more == 1 && offset + first < MAX_RESULTS;
+        Ok((found, more))
     }
-    if offset > MAX_RESULTS {
-        return Err(AppError::bad_input(format!(
-            "a search serves its {MAX_RESULTS} nearest items"
-        )));
-    }
-    let first = first.min(MAX_RESULTS - offset);
-    if first == 0 {
-        return Ok((Vec::new(), false));
-    }
-    let mut conn = ctx.infra.redis.get().await?;
-    let (more, found): (i64, Vec<(i64, f64)>) = NEARBY_SEARCH
-        .keys([ctx.infra.keys.item_locations()])
-        .arg(from.lng)
-        .arg(from.lat)
-        .arg(radius_km)
-        .arg(offset)
-        .arg(first)
-        .invoke_async(&mut *conn)
-        .await?;
-    // The window's end is the end of the list, whatever lies beyond it.
-    let more = more == 1 && offset + first < MAX_RESULTS;
-    Ok((found, more))
 }

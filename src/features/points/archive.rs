@@ -28,40 +28,42 @@ use crate::{
     },
 };
 
-/// Runs the points consumers: the award archive, the intake of awards made elsewhere, the
-/// points for likes received, read from the vote streams (`vote_streams`), and the points
-/// for writing a remark, read from the remark stream (`remark_stream`).
-///
-/// Points react to other features' events rather than being called by them: a remark is
-/// stored whether or not its points can be paid at that moment, and the consumer pays them
-/// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
-pub fn spawn(ctx: &Points, vote_streams: Vec<String>, remark_stream: String) {
-    let spec = |name, group| ConsumerSpec::new(ctx.infra.instance.consumers, name, group);
-    let handler = |h: Arc<dyn StreamHandler>| h;
-    streams::spawn(
-        &ctx.infra,
-        spec("points-archive", "archive"),
-        vec![ctx.infra.keys.points_stream()],
-        handler(Arc::new(PointsArchive(ctx.clone()))),
-    );
-    streams::spawn(
-        &ctx.infra,
-        spec("points-intake", "intake"),
-        vec![ctx.infra.keys.points_intake_stream()],
-        handler(Arc::new(PointsIntake(ctx.clone()))),
-    );
-    streams::spawn(
-        &ctx.infra,
-        spec("like-points", "points"),
-        vote_streams,
-        handler(Arc::new(LikePoints(ctx.clone()))),
-    );
-    streams::spawn(
-        &ctx.infra,
-        spec("remark-points", "points"),
-        vec![remark_stream],
-        handler(Arc::new(RemarkPoints(ctx.clone()))),
-    );
+impl Points {
+    /// Runs the points consumers: the award archive, the intake of awards made elsewhere, the
+    /// points for likes received, read from the vote streams (`vote_streams`), and the points
+    /// for writing a remark, read from the remark stream (`remark_stream`).
+    ///
+    /// Points react to other features' events rather than being called by them: a remark is
+    /// stored whether or not its points can be paid at that moment, and the consumer pays them
+    /// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
+    pub fn spawn_archive(&self, vote_streams: Vec<String>, remark_stream: String) {
+        let spec = |name, group| ConsumerSpec::new(self.infra.instance.consumers, name, group);
+        let handler = |h: Arc<dyn StreamHandler>| h;
+        streams::spawn(
+            &self.infra,
+            spec("points-archive", "archive"),
+            vec![self.infra.keys.points_stream()],
+            handler(Arc::new(PointsArchive(self.clone()))),
+        );
+        streams::spawn(
+            &self.infra,
+            spec("points-intake", "intake"),
+            vec![self.infra.keys.points_intake_stream()],
+            handler(Arc::new(PointsIntake(self.clone()))),
+        );
+        streams::spawn(
+            &self.infra,
+            spec("like-points", "points"),
+            vote_streams,
+            handler(Arc::new(LikePoints(self.clone()))),
+        );
+        streams::spawn(
+            &self.infra,
+            spec("remark-points", "points"),
+            vec![remark_stream],
+            handler(Arc::new(RemarkPoints(self.clone()))),
+        );
+    }
 }
 
 struct PointsArchive(Points);
@@ -162,7 +164,7 @@ impl StreamHandler for PointsIntake {
             let key = super::service_key(&asked.key).map_err(|e| award_failure(entry, e))?;
             awards.push((entry, asked.user_id, asked.kind, asked.points, key));
         }
-        award_all(&self.0, awards).await
+        self.0.award_all(awards).await
     }
 }
 
@@ -185,7 +187,7 @@ impl StreamHandler for LikePoints {
             let key = format!("like:{}:{}", vote.remark_id, vote.voter_id);
             awards.push((entry, vote.author_id, PointsType::LikeReceived, points, key));
         }
-        award_all(&self.0, awards).await
+        self.0.award_all(awards).await
     }
 }
 
@@ -205,38 +207,40 @@ impl StreamHandler for RemarkPoints {
             let key = format!("remark:{}", remark.remark_id);
             awards.push((entry, remark.author_id, PointsType::Remark, points, key));
         }
-        award_all(&self.0, awards).await
+        self.0.award_all(awards).await
     }
 }
 
 /// Awards in flight at once while a batch is handled.
 const AWARDS_IN_FLIGHT: usize = 32;
 
-/// Runs a batch's awards a few dozen at a time: each is one script call, and one after the
-/// other they capped a consumer at one award per Redis round trip (it could not catch up
-/// with a backlog while likes kept coming). Awards are idempotent on their key, so a batch
-/// that fails part-way is simply handled again; started in entry order, they reach Redis in
-/// that order on the shared connection.
-async fn award_all(
-    ctx: &Points,
-    awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
-) -> Result<(), HandleError> {
-    let mut awards = awards.into_iter();
-    let mut in_flight = FuturesOrdered::new();
-    loop {
-        while in_flight.len() < AWARDS_IN_FLIGHT {
-            let Some((entry, user, kind, points, key)) = awards.next() else {
-                break;
+impl Points {
+    /// Runs a batch's awards a few dozen at a time: each is one script call, and one after the
+    /// other they capped a consumer at one award per Redis round trip (it could not catch up
+    /// with a backlog while likes kept coming). Awards are idempotent on their key, so a batch
+    /// that fails part-way is simply handled again; started in entry order, they reach Redis in
+    /// that order on the shared connection.
+    async fn award_all(
+        &self,
+        awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
+    ) -> Result<(), HandleError> {
+        let mut awards = awards.into_iter();
+        let mut in_flight = FuturesOrdered::new();
+        loop {
+            while in_flight.len() < AWARDS_IN_FLIGHT {
+                let Some((entry, user, kind, points, key)) = awards.next() else {
+                    break;
+                };
+                in_flight.push_back(async move {
+                    self.award(user, kind, points, &key)
+                        .await
+                        .map_err(|e| award_failure(entry, e))
+                });
+            }
+            match in_flight.next().await {
+                Some(result) => result?,
+                None => return Ok(()),
             };
-            in_flight.push_back(async move {
-                super::award(ctx, user, kind, points, &key)
-                    .await
-                    .map_err(|e| award_failure(entry, e))
-            });
         }
-        match in_flight.next().await {
-            Some(result) => result?,
-            None => return Ok(()),
-        };
     }
 }

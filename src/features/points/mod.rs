@@ -21,6 +21,7 @@ pub use rules::{PointsRules, PointsType};
 
 use std::sync::Arc;
 
+use crate::infra::page::PageArgs;
 use crate::infra::{
     clock::Month,
     config::Config,
@@ -96,15 +97,17 @@ impl Keys {
     }
 }
 
-/// The season an award made now belongs to, and the seconds since it began (the board's
-/// tie-breaker).
-pub fn season_now(ctx: &Points) -> (Month, i64) {
-    let now = ctx.infra.clock.now();
-    let season = Month::of(ctx.infra.clock.date_of(now));
-    let seconds = (now - ctx.infra.clock.month_begins(season))
-        .num_seconds()
-        .max(0);
-    (season, seconds)
+impl Points {
+    /// The season an award made now belongs to, and the seconds since it began (the board's
+    /// tie-breaker).
+    pub fn season_now(&self) -> (Month, i64) {
+        let now = self.infra.clock.now();
+        let season = Month::of(self.infra.clock.date_of(now));
+        let seconds = (now - self.infra.clock.month_begins(season))
+            .num_seconds()
+            .max(0);
+        (season, seconds)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,63 +130,65 @@ pub fn service_key(key: &str) -> AppResult<String> {
     Ok(format!("service:{key}"))
 }
 
-/// Awards points once per `(user, idempotency key)`, within the type's daily cap. The Redis
-/// marker answers repeats for a week; after that `points_record` (unique on the pair) does.
-pub async fn award(
-    ctx: &Points,
-    user_id: i64,
-    kind: PointsType,
-    points: i64,
-    key: &str,
-) -> AppResult<AwardOutcome> {
-    if !(1..=MAX_AWARD).contains(&points) {
-        return Err(AppError::bad_input(format!(
-            "points must be between 1 and {MAX_AWARD}"
-        )));
-    }
-    if let Some(awarded) = archived_award(ctx, user_id, key).await {
-        return Ok(AwardOutcome {
+impl Points {
+    /// Awards points once per `(user, idempotency key)`, within the type's daily cap. The Redis
+    /// marker answers repeats for a week; after that `points_record` (unique on the pair) does.
+    pub async fn award(
+        &self,
+        user_id: i64,
+        kind: PointsType,
+        points: i64,
+        key: &str,
+    ) -> AppResult<AwardOutcome> {
+        if !(1..=MAX_AWARD).contains(&points) {
+            return Err(AppError::bad_input(format!(
+                "points must be between 1 and {MAX_AWARD}"
+            )));
+        }
+        if let Some(awarded) = self.archived_award(user_id, key).await {
+            return Ok(AwardOutcome {
+                awarded,
+                capped: awarded < points,
+                duplicate: true,
+            });
+        }
+        let rule = self.settings.rules.rule(kind);
+        let keys = &self.infra.keys;
+        let (awarded, duplicate): (i64, i64) = unless_held(
+            || async move {
+                let (season, season_seconds) = self.season_now();
+                let mut conn = self.infra.redis.get().await?;
+                Ok(POINTS_AWARD
+                    .keys([
+                        keys.points_today(user_id, self.infra.clock.today()),
+                        keys.points_award_marker(user_id, key),
+                        keys.season_board(season),
+                        keys.points_stream(),
+                        keys.points_hold(),
+                    ])
+                    .arg(user_id)
+                    .arg(kind.as_str())
+                    .arg(points)
+                    .arg(rule.daily_cap.unwrap_or(-1))
+                    .arg(self.infra.clock.now_ms())
+                    .arg(season_seconds)
+                    .arg(season.id())
+                    .arg(keys.board_channel(season))
+                    .arg(key)
+                    .arg(IDEMPOTENCY_TTL_SECONDS)
+                    .arg(DAILY_TTL_SECONDS)
+                    .invoke_async(&mut *conn)
+                    .await?)
+            },
+            |(awarded, _)| *awarded,
+        )
+        .await?;
+        Ok(AwardOutcome {
             awarded,
             capped: awarded < points,
-            duplicate: true,
-        });
+            duplicate: duplicate == 1,
+        })
     }
-    let rule = ctx.settings.rules.rule(kind);
-    let keys = &ctx.infra.keys;
-    let (awarded, duplicate): (i64, i64) = unless_held(
-        || async move {
-            let (season, season_seconds) = season_now(ctx);
-            let mut conn = ctx.infra.redis.get().await?;
-            Ok(POINTS_AWARD
-                .keys([
-                    keys.points_today(user_id, ctx.infra.clock.today()),
-                    keys.points_award_marker(user_id, key),
-                    keys.season_board(season),
-                    keys.points_stream(),
-                    keys.points_hold(),
-                ])
-                .arg(user_id)
-                .arg(kind.as_str())
-                .arg(points)
-                .arg(rule.daily_cap.unwrap_or(-1))
-                .arg(ctx.infra.clock.now_ms())
-                .arg(season_seconds)
-                .arg(season.id())
-                .arg(keys.board_channel(season))
-                .arg(key)
-                .arg(IDEMPOTENCY_TTL_SECONDS)
-                .arg(DAILY_TTL_SECONDS)
-                .invoke_async(&mut *conn)
-                .await?)
-        },
-        |(awarded, _)| *awarded,
-    )
-    .await?;
-    Ok(AwardOutcome {
-        awarded,
-        capped: awarded < points,
-        duplicate: duplicate == 1,
-    })
 }
 
 /// How long a points write waits for a rebuild to lift its hold before it answers
@@ -212,20 +217,23 @@ where
     }
 }
 
-/// What an award with this key paid, if SQL has archived one. While SQL cannot be read the
-/// Redis marker alone decides (it covers a week): awards keep working through an outage.
-async fn archived_award(ctx: &Points, user_id: i64, key: &str) -> Option<i64> {
-    let row =
-        sqlx::query("SELECT points FROM points_record WHERE user_id = $1 AND idempotency_key = $2")
-            .bind(user_id)
-            .bind(key)
-            .fetch_optional(&ctx.infra.db.pool)
-            .await;
-    match row {
-        Ok(row) => row.and_then(|row| row.try_get("points").ok()),
-        Err(error) => {
-            tracing::warn!(%error, "archived awards not read; the Redis marker decides");
-            None
+impl Points {
+    /// What an award with this key paid, if SQL has archived one. While SQL cannot be read the
+    /// Redis marker alone decides (it covers a week): awards keep working through an outage.
+    async fn archived_award(&self, user_id: i64, key: &str) -> Option<i64> {
+        let row = sqlx::query(
+            "SELECT points FROM points_record WHERE user_id = $1 AND idempotency_key = $2",
+        )
+        .bind(user_id)
+        .bind(key)
+        .fetch_optional(&self.infra.db.pool)
+        .await;
+        match row {
+            Ok(row) => row.and_then(|row| row.try_get("points").ok()),
+            Err(error) => {
+                tracing::warn!(%error, "archived awards not read; the Redis marker decides");
+                None
+            }
         }
     }
 }
@@ -237,25 +245,27 @@ pub struct TodayByType {
     pub cap: Option<i64>,
 }
 
-/// Today's points of a user per type, with each type's cap.
-pub async fn today(ctx: &Points, user_id: i64) -> AppResult<Vec<TodayByType>> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let totals: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
-        .arg(
-            ctx.infra
-                .keys
-                .points_today(user_id, ctx.infra.clock.today()),
-        )
-        .query_async(&mut *conn)
-        .await?;
-    Ok(PointsType::ALL
-        .into_iter()
-        .map(|kind| TodayByType {
-            kind,
-            points: totals.get(kind.as_str()).copied().unwrap_or(0),
-            cap: ctx.settings.rules.rule(kind).daily_cap,
-        })
-        .collect())
+impl Points {
+    /// Today's points of a user per type, with each type's cap.
+    pub async fn today(&self, user_id: i64) -> AppResult<Vec<TodayByType>> {
+        let mut conn = self.infra.redis.get().await?;
+        let totals: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+            .arg(
+                self.infra
+                    .keys
+                    .points_today(user_id, self.infra.clock.today()),
+            )
+            .query_async(&mut *conn)
+            .await?;
+        Ok(PointsType::ALL
+            .into_iter()
+            .map(|kind| TodayByType {
+                kind,
+                points: totals.get(kind.as_str()).copied().unwrap_or(0),
+                cap: self.settings.rules.rule(kind).daily_cap,
+            })
+            .collect())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -267,34 +277,33 @@ pub struct PointsRecord {
     pub awarded_at_ms: i64,
 }
 
-/// A user's archived awards, newest first, before the record `before` (exclusive).
-pub async fn history(
-    ctx: &Points,
-    user_id: i64,
-    first: usize,
-    before: Option<i64>,
-) -> AppResult<(Vec<PointsRecord>, bool)> {
-    let rows = sqlx::query(
-        "SELECT event_order, kind, points, season, awarded_at_ms FROM points_record \
-         WHERE user_id = $1 AND event_order < $2 AND points > 0 \
-         ORDER BY event_order DESC LIMIT $3",
-    )
-    .bind(user_id)
-    .bind(before.unwrap_or(i64::MAX))
-    .bind(first as i64 + 1)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut records = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let kind: String = row.try_get("kind")?;
-        records.push(PointsRecord {
-            order: row.try_get("event_order")?,
-            kind: PointsType::parse(&kind)
-                .ok_or_else(|| AppError::internal(anyhow::anyhow!("unknown type {kind}")))?,
-            points: row.try_get("points")?,
-            season: row.try_get::<i64, _>("season")? as u32,
-            awarded_at_ms: row.try_get("awarded_at_ms")?,
-        });
+impl Points {
+    /// A user's archived awards, newest first, after the record `page.after` (exclusive).
+    pub async fn history(
+        &self,
+        user_id: i64,
+        page: PageArgs<Option<i64>>,
+    ) -> AppResult<(Vec<PointsRecord>, bool)> {
+        let query = sqlx::query(
+            "SELECT event_order, kind, points, season, awarded_at_ms FROM points_record \
+             WHERE user_id = $1 AND event_order < $2 AND points > 0 \
+             ORDER BY event_order DESC LIMIT $3",
+        )
+        .bind(user_id);
+        self.infra
+            .db
+            .keyset_page(query, page, |row| {
+                let kind: String = row.try_get("kind")?;
+                Ok(PointsRecord {
+                    order: row.try_get("event_order")?,
+                    kind: PointsType::parse(&kind).ok_or_else(|| {
+                        sqlx::Error::Decode(format!("unknown points type {kind}").into())
+                    })?,
+                    points: row.try_get("points")?,
+                    season: row.try_get::<i64, _>("season")? as u32,
+                    awarded_at_ms: row.try_get("awarded_at_ms")?,
+                })
+            })
+            .await
     }
-    Ok(crate::infra::db::split_page(records, first))
 }

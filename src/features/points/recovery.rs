@@ -40,22 +40,24 @@ const HOLD_SECONDS: u64 = 60;
 /// How long the rebuild waits for the archive to catch up with the stream.
 const CATCH_UP: Duration = Duration::from_secs(30);
 
-/// Seasons whose board lives in Redis: those with awards that the rollover has not moved to
-/// SQL yet.
-async fn live_seasons(ctx: &Points) -> AppResult<Vec<Month>> {
-    let rows = sqlx::query(
-        "SELECT DISTINCT season FROM points_record WHERE season NOT IN \
-         (SELECT season FROM season_archives WHERE status = $1) ORDER BY season",
-    )
-    .bind(DONE)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut seasons = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let id: i64 = row.try_get("season")?;
-        seasons.extend(Month::parse_id(&id.to_string()));
+impl Points {
+    /// Seasons whose board lives in Redis: those with awards that the rollover has not moved to
+    /// SQL yet.
+    async fn live_seasons(&self) -> AppResult<Vec<Month>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT season FROM points_record WHERE season NOT IN \
+             (SELECT season FROM season_archives WHERE status = $1) ORDER BY season",
+        )
+        .bind(DONE)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut seasons = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: i64 = row.try_get("season")?;
+            seasons.extend(Month::parse_id(&id.to_string()));
+        }
+        Ok(seasons)
     }
-    Ok(seasons)
 }
 
 /// One board member as SQL has it.
@@ -90,313 +92,315 @@ const STANDING: &str = "SELECT user_id, CAST(SUM(points) AS BIGINT) AS points, \
      MAX(CASE WHEN points > 0 THEN awarded_at_ms ELSE 0 END) AS last_award_ms \
      FROM points_record";
 
-/// The next chunk of a season's standings: users above `after`, awards up to `through`;
-/// with the last user the chunk covered (`None` when no user is left). The users come
-/// first, from the index alone, so that the sums read a bounded range of it.
-async fn standings(
-    ctx: &Points,
-    season: Month,
-    after: i64,
-    through: i64,
-) -> AppResult<Option<(Vec<Standing>, i64)>> {
-    let season = i64::from(season.id());
-    let users = next_ids(
-        &ctx.infra,
-        "points_record",
-        "user_id",
-        &format!("season = {season}"),
-        after,
-        CHUNK,
-    )
-    .await?;
-    let Some(&last) = users.last() else {
-        return Ok(None);
-    };
-    let rows = sqlx::query(&format!(
-        "{STANDING} WHERE season = $1 AND user_id > $2 AND user_id <= $3 AND event_order <= $4 \
-         GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id"
-    ))
-    .bind(season)
-    .bind(after)
-    .bind(last)
-    .bind(through)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    Ok(Some((standings_of(&rows)?, last)))
-}
+impl Points {
+    /// The next chunk of a season's standings: users above `after`, awards up to `through`;
+    /// with the last user the chunk covered (`None` when no user is left). The users come
+    /// first, from the index alone, so that the sums read a bounded range of it.
+    async fn standings(
+        &self,
+        season: Month,
+        after: i64,
+        through: i64,
+    ) -> AppResult<Option<(Vec<Standing>, i64)>> {
+        let season = i64::from(season.id());
+        let users = next_ids(
+            &self.infra,
+            "points_record",
+            "user_id",
+            &format!("season = {season}"),
+            after,
+            CHUNK,
+        )
+        .await?;
+        let Some(&last) = users.last() else {
+            return Ok(None);
+        };
+        let rows = sqlx::query(&format!(
+            "{STANDING} WHERE season = $1 AND user_id > $2 AND user_id <= $3 AND event_order <= $4 \
+             GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id"
+        ))
+        .bind(season)
+        .bind(after)
+        .bind(last)
+        .bind(through)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        Ok(Some((standings_of(&rows)?, last)))
+    }
 
-/// Each live season's board holds every user with points, with SQL's points.
-pub async fn verify_boards(ctx: &Points) -> AppResult<Report> {
-    let mut report = Report::new("season boards");
-    for season in live_seasons(ctx).await? {
-        let key = ctx.infra.keys.season_board(season);
-        let mut after = 0;
-        let mut members = 0u64;
-        loop {
-            let Some((chunk, last)) = standings(ctx, season, after, i64::MAX).await? else {
-                break;
-            };
-            if chunk.is_empty() {
+    /// Each live season's board holds every user with points, with SQL's points.
+    pub async fn verify_boards(&self) -> AppResult<Report> {
+        let mut report = Report::new("season boards");
+        for season in self.live_seasons().await? {
+            let key = self.infra.keys.season_board(season);
+            let mut after = 0;
+            let mut members = 0u64;
+            loop {
+                let Some((chunk, last)) = self.standings(season, after, i64::MAX).await? else {
+                    break;
+                };
+                if chunk.is_empty() {
+                    after = last;
+                    continue;
+                }
+                let users: Vec<i64> = chunk.iter().map(|s| s.user_id).collect();
+                let mut conn = self.infra.redis.get().await?;
+                let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
+                    .arg(&key)
+                    .arg(&users)
+                    .query_async(&mut *conn)
+                    .await?;
+                drop(conn);
+                for (standing, score) in chunk.iter().zip(scores) {
+                    let redis = score.map(points_of);
+                    report.check(redis == Some(standing.points), || {
+                        format!(
+                            "season {}: user {} has {} points in SQL, {redis:?} on the board",
+                            season.id(),
+                            standing.user_id,
+                            standing.points
+                        )
+                    });
+                }
+                members += chunk.len() as u64;
                 after = last;
-                continue;
             }
-            let users: Vec<i64> = chunk.iter().map(|s| s.user_id).collect();
-            let mut conn = ctx.infra.redis.get().await?;
-            let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
+            let mut conn = self.infra.redis.get().await?;
+            let on_board: u64 = redis::cmd("ZCARD")
                 .arg(&key)
-                .arg(&users)
+                .query_async(&mut *conn)
+                .await?;
+            report.check(on_board == members, || {
+                format!(
+                    "season {}: {on_board} members on the board, {members} in SQL",
+                    season.id()
+                )
+            });
+        }
+        Ok(report)
+    }
+
+    /// Today's totals per user and type, in SQL.
+    async fn todays_totals(&self) -> AppResult<HashMap<i64, Vec<(String, i64)>>> {
+        let rows = sqlx::query(
+            "SELECT user_id, kind, CAST(SUM(points) AS BIGINT) AS points FROM points_record \
+             WHERE award_date = $1 \
+             GROUP BY user_id, kind HAVING SUM(points) > 0",
+        )
+        .bind(day_number(self.infra.clock.today()))
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut totals: HashMap<i64, Vec<(String, i64)>> = HashMap::new();
+        for row in &rows {
+            totals
+                .entry(row.try_get("user_id")?)
+                .or_default()
+                .push((row.try_get("kind")?, row.try_get("points")?));
+        }
+        Ok(totals)
+    }
+
+    /// Today's totals per user and type (what the daily caps count) agree with SQL.
+    pub async fn verify_daily(&self) -> AppResult<Report> {
+        let mut report = Report::new("daily caps");
+        let today = self.infra.clock.today();
+        let totals = self.todays_totals().await?;
+        for (user, kinds) in &totals {
+            let mut conn = self.infra.redis.get().await?;
+            let redis: HashMap<String, i64> = redis::cmd("HGETALL")
+                .arg(self.infra.keys.points_today(*user, today))
                 .query_async(&mut *conn)
                 .await?;
             drop(conn);
-            for (standing, score) in chunk.iter().zip(scores) {
-                let redis = score.map(points_of);
-                report.check(redis == Some(standing.points), || {
-                    format!(
-                        "season {}: user {} has {} points in SQL, {redis:?} on the board",
-                        season.id(),
-                        standing.user_id,
-                        standing.points
-                    )
+            for (kind, points) in kinds {
+                let held = redis.get(kind).copied().unwrap_or(0);
+                report.check(held == *points, || {
+                    format!("user {user}: {kind} today {points} in SQL, {held} in Redis")
                 });
             }
-            members += chunk.len() as u64;
+        }
+        Ok(report)
+    }
+
+    /// The side key a board is rebuilt into before it is swapped in.
+    fn side_key(&self, season: Month) -> String {
+        format!("{}:rebuild", self.infra.keys.season_board(season))
+    }
+
+    /// Rebuilds every live season's board, then today's totals and this month's make-up
+    /// counters (see the module's comment for what is held back, and when).
+    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+        let seasons = self.live_seasons().await?;
+        let members: i64 = if seasons.is_empty() {
+            0
+        } else {
+            sqlx::query(&format!(
+                "SELECT COUNT(DISTINCT user_id) AS n FROM points_record WHERE season IN ({})",
+                id_list(
+                    &seasons
+                        .iter()
+                        .map(|s| i64::from(s.id()))
+                        .collect::<Vec<_>>()
+                )
+            ))
+            .fetch_one(&self.infra.db.pool)
+            .await?
+            .try_get("n")?
+        };
+        run.expect(members.max(0) as u64);
+
+        // 1. Up to a snapshot, without holding anything back.
+        let snapshot = match run.recall("snapshot").await? {
+            Some(snapshot) => snapshot,
+            None => {
+                let position = streams::position_now(&self.infra).await?;
+                self.catch_up(position).await?;
+                let snapshot = streams::event_order(position);
+                run.remember("snapshot", snapshot).await?;
+                snapshot
+            }
+        };
+        for season in &seasons {
+            self.copy_board(run, *season, snapshot).await?;
+        }
+
+        // 2. The last moments, holding writes back.
+        self.hold(true).await?;
+        let finished = self.finish(&seasons, snapshot).await;
+        self.hold(false).await?;
+        finished
+    }
+
+    /// Writes a season's standings up to the snapshot into its side key, resumably.
+    async fn copy_board(&self, run: &Rebuild<'_>, season: Month, snapshot: i64) -> AppResult<()> {
+        let side = self.side_key(season);
+        let part = season.id().to_string();
+        let mut after = run.recall(&part).await?.unwrap_or(0);
+        loop {
+            let Some((chunk, last)) = self.standings(season, after, snapshot).await? else {
+                return Ok(());
+            };
+            if !chunk.is_empty() {
+                let mut add = redis::cmd("ZADD");
+                add.arg(&side);
+                for standing in &chunk {
+                    add.arg(standing.score(self, season)).arg(standing.user_id);
+                }
+                let mut conn = self.infra.redis.get().await?;
+                let _: i64 = add.query_async(&mut *conn).await?;
+            }
+            run.remember(&part, last).await?;
+            run.advance(chunk.len() as u64);
             after = last;
         }
-        let mut conn = ctx.infra.redis.get().await?;
-        let on_board: u64 = redis::cmd("ZCARD")
-            .arg(&key)
-            .query_async(&mut *conn)
-            .await?;
-        report.check(on_board == members, || {
-            format!(
-                "season {}: {on_board} members on the board, {members} in SQL",
-                season.id()
-            )
-        });
-    }
-    Ok(report)
-}
-
-/// Today's totals per user and type, in SQL.
-async fn todays_totals(ctx: &Points) -> AppResult<HashMap<i64, Vec<(String, i64)>>> {
-    let rows = sqlx::query(
-        "SELECT user_id, kind, CAST(SUM(points) AS BIGINT) AS points FROM points_record \
-         WHERE award_date = $1 \
-         GROUP BY user_id, kind HAVING SUM(points) > 0",
-    )
-    .bind(day_number(ctx.infra.clock.today()))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut totals: HashMap<i64, Vec<(String, i64)>> = HashMap::new();
-    for row in &rows {
-        totals
-            .entry(row.try_get("user_id")?)
-            .or_default()
-            .push((row.try_get("kind")?, row.try_get("points")?));
-    }
-    Ok(totals)
-}
-
-/// Today's totals per user and type (what the daily caps count) agree with SQL.
-pub async fn verify_daily(ctx: &Points) -> AppResult<Report> {
-    let mut report = Report::new("daily caps");
-    let today = ctx.infra.clock.today();
-    let totals = todays_totals(ctx).await?;
-    for (user, kinds) in &totals {
-        let mut conn = ctx.infra.redis.get().await?;
-        let redis: HashMap<String, i64> = redis::cmd("HGETALL")
-            .arg(ctx.infra.keys.points_today(*user, today))
-            .query_async(&mut *conn)
-            .await?;
-        drop(conn);
-        for (kind, points) in kinds {
-            let held = redis.get(kind).copied().unwrap_or(0);
-            report.check(held == *points, || {
-                format!("user {user}: {kind} today {points} in SQL, {held} in Redis")
-            });
-        }
-    }
-    Ok(report)
-}
-
-/// The side key a board is rebuilt into before it is swapped in.
-fn side_key(ctx: &Points, season: Month) -> String {
-    format!("{}:rebuild", ctx.infra.keys.season_board(season))
-}
-
-/// Rebuilds every live season's board, then today's totals and this month's make-up
-/// counters (see the module's comment for what is held back, and when).
-pub async fn rebuild(ctx: &Points, run: &Rebuild<'_>) -> AppResult<()> {
-    let seasons = live_seasons(ctx).await?;
-    let members: i64 = if seasons.is_empty() {
-        0
-    } else {
-        sqlx::query(&format!(
-            "SELECT COUNT(DISTINCT user_id) AS n FROM points_record WHERE season IN ({})",
-            id_list(
-                &seasons
-                    .iter()
-                    .map(|s| i64::from(s.id()))
-                    .collect::<Vec<_>>()
-            )
-        ))
-        .fetch_one(&ctx.infra.db.pool)
-        .await?
-        .try_get("n")?
-    };
-    run.expect(members.max(0) as u64);
-
-    // 1. Up to a snapshot, without holding anything back.
-    let snapshot = match run.recall("snapshot").await? {
-        Some(snapshot) => snapshot,
-        None => {
-            let position = streams::position_now(&ctx.infra).await?;
-            catch_up(ctx, position).await?;
-            let snapshot = streams::event_order(position);
-            run.remember("snapshot", snapshot).await?;
-            snapshot
-        }
-    };
-    for season in &seasons {
-        copy_board(ctx, run, *season, snapshot).await?;
     }
 
-    // 2. The last moments, holding writes back.
-    hold(ctx, true).await?;
-    let finished = finish(ctx, &seasons, snapshot).await;
-    hold(ctx, false).await?;
-    finished
-}
-
-/// Writes a season's standings up to the snapshot into its side key, resumably.
-async fn copy_board(
-    ctx: &Points,
-    run: &Rebuild<'_>,
-    season: Month,
-    snapshot: i64,
-) -> AppResult<()> {
-    let side = side_key(ctx, season);
-    let part = season.id().to_string();
-    let mut after = run.recall(&part).await?.unwrap_or(0);
-    loop {
-        let Some((chunk, last)) = standings(ctx, season, after, snapshot).await? else {
-            return Ok(());
+    /// Sets or lifts the hold on points writes.
+    async fn hold(&self, on: bool) -> AppResult<()> {
+        let mut conn = self.infra.redis.get().await?;
+        let key = self.infra.keys.points_hold();
+        let () = if on {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .arg("EX")
+                .arg(HOLD_SECONDS)
+                .query_async(&mut *conn)
+                .await?
+        } else {
+            let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut *conn).await?;
         };
-        if !chunk.is_empty() {
-            let mut add = redis::cmd("ZADD");
-            add.arg(&side);
-            for standing in &chunk {
-                add.arg(standing.score(ctx, season)).arg(standing.user_id);
+        Ok(())
+    }
+
+    /// Waits until the points archive has written every award up to `position` to SQL.
+    async fn catch_up(&self, position: (u64, u64)) -> AppResult<()> {
+        let stream = self.infra.keys.points_stream();
+        let started = std::time::Instant::now();
+        while !streams::handled_through(&self.infra, &stream, "archive", position).await? {
+            if started.elapsed() > CATCH_UP {
+                return Err(AppError::Unavailable(
+                    "the points archive is behind the stream: start an instance (its consumers \
+                     archive the awards) and rebuild again"
+                        .into(),
+                ));
             }
-            let mut conn = ctx.infra.redis.get().await?;
-            let _: i64 = add.query_async(&mut *conn).await?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        run.remember(&part, last).await?;
-        run.advance(chunk.len() as u64);
-        after = last;
+        Ok(())
     }
-}
 
-/// Sets or lifts the hold on points writes.
-async fn hold(ctx: &Points, on: bool) -> AppResult<()> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let key = ctx.infra.keys.points_hold();
-    let () = if on {
-        redis::cmd("SET")
-            .arg(key)
-            .arg(1)
-            .arg("EX")
-            .arg(HOLD_SECONDS)
-            .query_async(&mut *conn)
-            .await?
-    } else {
-        let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut *conn).await?;
-    };
-    Ok(())
-}
-
-/// Waits until the points archive has written every award up to `position` to SQL.
-async fn catch_up(ctx: &Points, position: (u64, u64)) -> AppResult<()> {
-    let stream = ctx.infra.keys.points_stream();
-    let started = std::time::Instant::now();
-    while !streams::handled_through(&ctx.infra, &stream, "archive", position).await? {
-        if started.elapsed() > CATCH_UP {
-            return Err(AppError::Unavailable(
-                "the points archive is behind the stream: start an instance (its consumers \
-                 archive the awards) and rebuild again"
-                    .into(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
-}
-
-/// Under the hold: catches up, adds the users awarded since the snapshot, swaps the boards
-/// in, and writes today's totals and this month's make-up counters.
-async fn finish(ctx: &Points, seasons: &[Month], snapshot: i64) -> AppResult<()> {
-    catch_up(ctx, streams::position_now(&ctx.infra).await?).await?;
-    for &season in seasons {
-        let rows = sqlx::query(&format!(
-            "{STANDING} WHERE season = $1 AND user_id IN (SELECT user_id FROM points_record \
-             WHERE season = $1 AND event_order > $2) GROUP BY user_id HAVING SUM(points) > 0"
-        ))
-        .bind(i64::from(season.id()))
-        .bind(snapshot)
-        .fetch_all(&ctx.infra.db.pool)
-        .await?;
-        let side = side_key(ctx, season);
-        let mut pipe = redis::pipe();
-        for standing in standings_of(&rows)? {
-            pipe.cmd("ZADD")
-                .arg(&side)
-                .arg(standing.score(ctx, season))
-                .arg(standing.user_id)
-                .ignore();
-        }
-        crate::infra::recovery::write(&ctx.infra, &pipe).await?;
-        let mut conn = ctx.infra.redis.get().await?;
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(&side)
-            .query_async(&mut *conn)
+    /// Under the hold: catches up, adds the users awarded since the snapshot, swaps the boards
+    /// in, and writes today's totals and this month's make-up counters.
+    async fn finish(&self, seasons: &[Month], snapshot: i64) -> AppResult<()> {
+        self.catch_up(streams::position_now(&self.infra).await?)
             .await?;
-        if exists {
-            let () = redis::cmd("RENAME")
+        for &season in seasons {
+            let rows = sqlx::query(&format!(
+                "{STANDING} WHERE season = $1 AND user_id IN (SELECT user_id FROM points_record \
+                 WHERE season = $1 AND event_order > $2) GROUP BY user_id HAVING SUM(points) > 0"
+            ))
+            .bind(i64::from(season.id()))
+            .bind(snapshot)
+            .fetch_all(&self.infra.db.pool)
+            .await?;
+            let side = self.side_key(season);
+            let mut pipe = redis::pipe();
+            for standing in standings_of(&rows)? {
+                pipe.cmd("ZADD")
+                    .arg(&side)
+                    .arg(standing.score(self, season))
+                    .arg(standing.user_id)
+                    .ignore();
+            }
+            crate::infra::recovery::write(&self.infra, &pipe).await?;
+            let mut conn = self.infra.redis.get().await?;
+            let exists: bool = redis::cmd("EXISTS")
                 .arg(&side)
-                .arg(ctx.infra.keys.season_board(season))
                 .query_async(&mut *conn)
                 .await?;
-        }
-    }
-    let today = ctx.infra.clock.today();
-    let mut pipe = redis::pipe();
-    for (user, kinds) in todays_totals(ctx).await? {
-        let key = ctx.infra.keys.points_today(user, today);
-        pipe.cmd("DEL").arg(&key).ignore();
-        for (kind, points) in kinds {
-            if PointsType::parse(&kind).is_some() {
-                pipe.cmd("HSET").arg(&key).arg(kind).arg(points).ignore();
+            if exists {
+                let () = redis::cmd("RENAME")
+                    .arg(&side)
+                    .arg(self.infra.keys.season_board(season))
+                    .query_async(&mut *conn)
+                    .await?;
             }
         }
-        pipe.cmd("EXPIRE").arg(&key).arg(DAILY_TTL_SECONDS).ignore();
+        let today = self.infra.clock.today();
+        let mut pipe = redis::pipe();
+        for (user, kinds) in self.todays_totals().await? {
+            let key = self.infra.keys.points_today(user, today);
+            pipe.cmd("DEL").arg(&key).ignore();
+            for (kind, points) in kinds {
+                if PointsType::parse(&kind).is_some() {
+                    pipe.cmd("HSET").arg(&key).arg(kind).arg(points).ignore();
+                }
+            }
+            pipe.cmd("EXPIRE").arg(&key).arg(DAILY_TTL_SECONDS).ignore();
+        }
+        let month = self.infra.clock.current_month();
+        let make_ups = sqlx::query(
+            "SELECT user_id, COUNT(*) AS n FROM sign_ins WHERE made_up = 1 AND day >= $1 \
+             AND day <= $2 GROUP BY user_id",
+        )
+        .bind(day_number(month.first_day()))
+        .bind(day_number(month.next().first_day()) - 1)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        for row in &make_ups {
+            pipe.cmd("SET")
+                .arg(
+                    self.infra
+                        .keys
+                        .sign_make_ups(row.try_get("user_id")?, month),
+                )
+                .arg(row.try_get::<i64, _>("n")?)
+                .arg("EX")
+                .arg(MAKE_UP_COUNTER_TTL_SECONDS)
+                .ignore();
+        }
+        crate::infra::recovery::write(&self.infra, &pipe).await?;
+        Ok(())
     }
-    let month = ctx.infra.clock.current_month();
-    let make_ups = sqlx::query(
-        "SELECT user_id, COUNT(*) AS n FROM sign_ins WHERE made_up = 1 AND day >= $1 \
-         AND day <= $2 GROUP BY user_id",
-    )
-    .bind(day_number(month.first_day()))
-    .bind(day_number(month.next().first_day()) - 1)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    for row in &make_ups {
-        pipe.cmd("SET")
-            .arg(ctx.infra.keys.sign_make_ups(row.try_get("user_id")?, month))
-            .arg(row.try_get::<i64, _>("n")?)
-            .arg("EX")
-            .arg(MAKE_UP_COUNTER_TTL_SECONDS)
-            .ignore();
-    }
-    crate::infra::recovery::write(&ctx.infra, &pipe).await?;
-    Ok(())
 }

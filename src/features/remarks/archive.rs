@@ -23,14 +23,16 @@ use crate::{
 
 pub const GROUP: &str = "archive";
 
-pub fn spawn(ctx: &Remarks) {
-    let spec = ConsumerSpec::new(ctx.infra.instance.consumers, "vote-archive", GROUP);
-    let streams = ctx.vote_streams();
-    let handler = Arc::new(VoteArchive {
-        ctx: ctx.clone(),
-        partitions: Mutex::new(HashSet::new()),
-    });
-    streams::spawn(&ctx.infra, spec, streams, handler);
+impl Remarks {
+    pub fn spawn_archive(&self) {
+        let spec = ConsumerSpec::new(self.infra.instance.consumers, "vote-archive", GROUP);
+        let streams = self.vote_streams();
+        let handler = Arc::new(VoteArchive {
+            ctx: self.clone(),
+            partitions: Mutex::new(HashSet::new()),
+        });
+        streams::spawn(&self.infra, spec, streams, handler);
+    }
 }
 
 struct VoteArchive {

@@ -57,116 +57,114 @@ impl Known {
     }
 }
 
-/// Likes or unlikes a remark. Idempotent: repeating a vote changes nothing.
-pub async fn vote(
-    ctx: &Remarks,
-    voter_id: i64,
-    remark_id: i64,
-    vote: Vote,
-) -> AppResult<VoteOutcome> {
-    let settings = &ctx.settings;
-    let age_ms = ctx.infra.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
-    let mut known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
-        Known::Young
-    } else {
-        Known::Unknown
-    };
-    // At most: rebuild the counter, then ask the archive, then vote.
-    for _ in 0..4 {
-        let script = match vote {
-            Vote::Like => &REMARKS_LIKE,
-            Vote::Unlike => &REMARKS_UNLIKE,
+impl Remarks {
+    /// Likes or unlikes a remark. Idempotent: repeating a vote changes nothing.
+    pub async fn vote(&self, voter_id: i64, remark_id: i64, vote: Vote) -> AppResult<VoteOutcome> {
+        let settings = &self.settings;
+        let age_ms = self.infra.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
+        let mut known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
+            Known::Young
+        } else {
+            Known::Unknown
         };
-        let keys = &ctx.infra.keys;
-        let mut conn = ctx.infra.redis.get().await?;
-        let (status, likes, liked, changed): (i64, i64, i64, i64) = script
-            .keys([
-                keys.remark_info(remark_id, settings.shards),
-                keys.like_relation(remark_id, voter_id, settings.shards),
-                keys.remark_likers(remark_id, settings.shards),
-                keys.vote_stream_of(remark_id, settings.shards),
-            ])
-            .arg(voter_id)
-            .arg(remark_id)
-            .arg(ctx.infra.clock.now_ms())
-            .arg(settings.relation_ttl_seconds)
-            .arg(known.as_arg())
-            .arg(keys.like_count_channel(remark_id))
-            .arg(LIKERS_KEPT)
-            .invoke_async(&mut *conn)
-            .await?;
-        drop(conn);
-        match Status::of(script.name, status)? {
-            Status::Ok => {
-                return Ok(VoteOutcome {
-                    remark_id,
-                    like_count: likes,
-                    liked: liked == 1,
-                    changed: changed == 1,
-                })
-            }
-            Status::Missing => rebuild_counter(ctx, remark_id).await?,
-            Status::AskArchive => known = archived_relation(ctx, voter_id, remark_id).await?,
-            other => {
-                return Err(AppError::internal(anyhow::anyhow!(
-                    "{} answered {other:?}",
-                    script.name
-                )))
+        // At most: rebuild the counter, then ask the archive, then vote.
+        for _ in 0..4 {
+            let script = match vote {
+                Vote::Like => &REMARKS_LIKE,
+                Vote::Unlike => &REMARKS_UNLIKE,
+            };
+            let keys = &self.infra.keys;
+            let mut conn = self.infra.redis.get().await?;
+            let (status, likes, liked, changed): (i64, i64, i64, i64) = script
+                .keys([
+                    keys.remark_info(remark_id, settings.shards),
+                    keys.like_relation(remark_id, voter_id, settings.shards),
+                    keys.remark_likers(remark_id, settings.shards),
+                    keys.vote_stream_of(remark_id, settings.shards),
+                ])
+                .arg(voter_id)
+                .arg(remark_id)
+                .arg(self.infra.clock.now_ms())
+                .arg(settings.relation_ttl_seconds)
+                .arg(known.as_arg())
+                .arg(keys.like_count_channel(remark_id))
+                .arg(LIKERS_KEPT)
+                .invoke_async(&mut *conn)
+                .await?;
+            drop(conn);
+            match Status::of(script.name, status)? {
+                Status::Ok => {
+                    return Ok(VoteOutcome {
+                        remark_id,
+                        like_count: likes,
+                        liked: liked == 1,
+                        changed: changed == 1,
+                    })
+                }
+                Status::Missing => self.rebuild_counter(remark_id).await?,
+                Status::AskArchive => known = self.archived_relation(voter_id, remark_id).await?,
+                other => {
+                    return Err(AppError::internal(anyhow::anyhow!(
+                        "{} answered {other:?}",
+                        script.name
+                    )))
+                }
             }
         }
+        Err(AppError::internal(anyhow::anyhow!(
+            "like of remark {remark_id} did not settle"
+        )))
     }
-    Err(AppError::internal(anyhow::anyhow!(
-        "like of remark {remark_id} did not settle"
-    )))
-}
 
-/// Creates the counter of a new remark (zero likes).
-pub async fn prepare_counter(ctx: &Remarks, remark_id: i64, author_id: i64) -> AppResult<()> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let () = redis::cmd("HSET")
-        .arg(ctx.infra.keys.remark_info(remark_id, ctx.settings.shards))
-        .arg("likes")
-        .arg(0)
-        .arg("author")
-        .arg(author_id)
-        .query_async(&mut *conn)
-        .await?;
-    Ok(())
-}
+    /// Creates the counter of a new remark (zero likes).
+    pub async fn prepare_counter(&self, remark_id: i64, author_id: i64) -> AppResult<()> {
+        let mut conn = self.infra.redis.get().await?;
+        let () = redis::cmd("HSET")
+            .arg(self.infra.keys.remark_info(remark_id, self.settings.shards))
+            .arg("likes")
+            .arg(0)
+            .arg("author")
+            .arg(author_id)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(())
+    }
 
-/// Rebuilds a remark's counter from the archive after Redis lost it (or never had it);
-/// `NOT_FOUND` when the remark does not exist. Marked `hydrated`, so that missing relation
-/// keys of this remark are from now on checked against the archive.
-async fn rebuild_counter(ctx: &Remarks, remark_id: i64) -> AppResult<()> {
-    let remark = super::find(ctx, remark_id)
+    /// Rebuilds a remark's counter from the archive after Redis lost it (or never had it);
+    /// `NOT_FOUND` when the remark does not exist. Marked `hydrated`, so that missing relation
+    /// keys of this remark are from now on checked against the archive.
+    async fn rebuild_counter(&self, remark_id: i64) -> AppResult<()> {
+        let remark = self
+            .find(remark_id)
+            .await?
+            .ok_or_else(|| AppError::not_found(format!("no remark {remark_id}")))?;
+        let likes: i64 = sqlx::query(&format!(
+            "SELECT COUNT(*) AS likes FROM vote_log v WHERE v.remark_id = $1 AND {CURRENT_LIKE}"
+        ))
+        .bind(remark_id)
+        .fetch_one(&self.infra.db.pool)
         .await?
-        .ok_or_else(|| AppError::not_found(format!("no remark {remark_id}")))?;
-    let likes: i64 = sqlx::query(&format!(
-        "SELECT COUNT(*) AS likes FROM vote_log v WHERE v.remark_id = $1 AND {CURRENT_LIKE}"
-    ))
-    .bind(remark_id)
-    .fetch_one(&ctx.infra.db.pool)
-    .await?
-    .try_get("likes")?;
-    let mut conn = ctx.infra.redis.get().await?;
-    // HSETNX: a concurrent rebuild or a vote that got there first wins.
-    let key = ctx.infra.keys.remark_info(remark_id, ctx.settings.shards);
-    let () = redis::pipe()
-        .cmd("HSETNX")
-        .arg(&key)
-        .arg("likes")
-        .arg(likes)
-        .ignore()
-        .cmd("HSET")
-        .arg(&key)
-        .arg("author")
-        .arg(remark.author_id)
-        .arg("hydrated")
-        .arg(1)
-        .ignore()
-        .query_async(&mut *conn)
-        .await?;
-    Ok(())
+        .try_get("likes")?;
+        let mut conn = self.infra.redis.get().await?;
+        // HSETNX: a concurrent rebuild or a vote that got there first wins.
+        let key = self.infra.keys.remark_info(remark_id, self.settings.shards);
+        let () = redis::pipe()
+            .cmd("HSETNX")
+            .arg(&key)
+            .arg("likes")
+            .arg(likes)
+            .ignore()
+            .cmd("HSET")
+            .arg(&key)
+            .arg("author")
+            .arg(remark.author_id)
+            .arg("hydrated")
+            .arg(1)
+            .ignore()
+            .query_async(&mut *conn)
+            .await?;
+        Ok(())
+    }
 }
 
 /// The condition on a row `v` of `vote_log` that makes it a current like: the voter's latest
@@ -175,20 +173,22 @@ pub(super) const CURRENT_LIKE: &str = "v.voting = 1 AND v.event_order = \
     (SELECT MAX(w.event_order) FROM vote_log w \
      WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)";
 
-/// The archive's word on whether a voter currently likes a remark.
-async fn archived_relation(ctx: &Remarks, voter_id: i64, remark_id: i64) -> AppResult<Known> {
-    let latest = sqlx::query(
-        "SELECT voting FROM vote_log WHERE remark_id = $1 AND voter_id = $2 \
-         ORDER BY event_order DESC LIMIT 1",
-    )
-    .bind(remark_id)
-    .bind(voter_id)
-    .fetch_optional(&ctx.infra.db.pool)
-    .await?;
-    Ok(match latest {
-        Some(row) if row.try_get::<i32, _>("voting")? == 1 => Known::Liked,
-        _ => Known::Unliked,
-    })
+impl Remarks {
+    /// The archive's word on whether a voter currently likes a remark.
+    async fn archived_relation(&self, voter_id: i64, remark_id: i64) -> AppResult<Known> {
+        let latest = sqlx::query(
+            "SELECT voting FROM vote_log WHERE remark_id = $1 AND voter_id = $2 \
+             ORDER BY event_order DESC LIMIT 1",
+        )
+        .bind(remark_id)
+        .bind(voter_id)
+        .fetch_optional(&self.infra.db.pool)
+        .await?;
+        Ok(match latest {
+            Some(row) if row.try_get::<i32, _>("voting")? == 1 => Known::Liked,
+            _ => Known::Unliked,
+        })
+    }
 }
 
 /// The like count of a remark and whether the viewer likes it.
@@ -198,112 +198,113 @@ pub struct LikeInfo {
     pub liked_by_viewer: bool,
 }
 
-/// Like info of many remarks for one viewer (or none): one Redis pipeline, whatever the
-/// count. Remarks whose Redis state is missing fall back to SQL (the rolled-up count, the
-/// archive for the viewer's relation), which costs no further Redis round trip.
-pub async fn like_infos(
-    ctx: &Remarks,
-    viewer: Option<i64>,
-    remark_ids: &[i64],
-) -> AppResult<HashMap<i64, LikeInfo>> {
-    if remark_ids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let (keys, shards) = (&ctx.infra.keys, ctx.settings.shards);
-    let mut pipe = redis::pipe();
-    for &id in remark_ids {
-        pipe.cmd("HMGET")
-            .arg(keys.remark_info(id, shards))
-            .arg("likes")
-            .arg("hydrated");
-        if let Some(viewer) = viewer {
-            pipe.cmd("GET").arg(keys.like_relation(id, viewer, shards));
+impl Remarks {
+    /// Like info of many remarks for one viewer (or none): one Redis pipeline, whatever the
+    /// count. Remarks whose Redis state is missing fall back to SQL (the rolled-up count, the
+    /// archive for the viewer's relation), which costs no further Redis round trip.
+    pub async fn like_infos(
+        &self,
+        viewer: Option<i64>,
+        remark_ids: &[i64],
+    ) -> AppResult<HashMap<i64, LikeInfo>> {
+        if remark_ids.is_empty() {
+            return Ok(HashMap::new());
         }
-    }
-    let mut conn = ctx.infra.redis.get().await?;
-    let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
-    drop(conn);
-
-    let mut infos = HashMap::new();
-    let mut missing_counts = Vec::new();
-    let mut ask_archive = Vec::new();
-    let mut replies = replies.into_iter();
-    let ttl_ms = ctx.settings.relation_ttl_seconds as i64 * 1000;
-    for &id in remark_ids {
-        let (likes, hydrated): (Option<i64>, Option<i64>) =
-            redis::FromRedisValue::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))
-                .unwrap_or((None, None));
-        let relation: Option<String> = if viewer.is_some() {
-            redis::FromRedisValue::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))
-                .unwrap_or(None)
-        } else {
-            None
-        };
-        if likes.is_none() {
-            missing_counts.push(id);
-        }
-        let young = ctx.infra.clock.now_ms() - ids::timestamp_of(id).timestamp_millis()
-            < ttl_ms - 3_600_000;
-        let liked = match relation.as_deref() {
-            Some(value) => value == "1",
-            None if viewer.is_some() && (likes.is_none() || hydrated.is_some() || !young) => {
-                ask_archive.push(id);
-                false
+        let (keys, shards) = (&self.infra.keys, self.settings.shards);
+        let mut pipe = redis::pipe();
+        for &id in remark_ids {
+            pipe.cmd("HMGET")
+                .arg(keys.remark_info(id, shards))
+                .arg("likes")
+                .arg("hydrated");
+            if let Some(viewer) = viewer {
+                pipe.cmd("GET").arg(keys.like_relation(id, viewer, shards));
             }
-            None => false,
-        };
-        infos.insert(
-            id,
-            LikeInfo {
-                count: likes.unwrap_or(0),
-                liked_by_viewer: liked,
-            },
-        );
-    }
-    if !missing_counts.is_empty() {
-        for (id, count) in rolled_up_counts(ctx, &missing_counts).await? {
-            infos.entry(id).or_default().count = count;
         }
-    }
-    if let (Some(viewer), false) = (viewer, ask_archive.is_empty()) {
-        for id in archived_likes(ctx, viewer, &ask_archive).await? {
-            infos.entry(id).or_default().liked_by_viewer = true;
+        let mut conn = self.infra.redis.get().await?;
+        let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
+        drop(conn);
+
+        let mut infos = HashMap::new();
+        let mut missing_counts = Vec::new();
+        let mut ask_archive = Vec::new();
+        let mut replies = replies.into_iter();
+        let ttl_ms = self.settings.relation_ttl_seconds as i64 * 1000;
+        for &id in remark_ids {
+            let (likes, hydrated): (Option<i64>, Option<i64>) =
+                redis::FromRedisValue::from_redis_value(
+                    replies.next().unwrap_or(redis::Value::Nil),
+                )
+                .unwrap_or((None, None));
+            let relation: Option<String> = if viewer.is_some() {
+                redis::FromRedisValue::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))
+                    .unwrap_or(None)
+            } else {
+                None
+            };
+            if likes.is_none() {
+                missing_counts.push(id);
+            }
+            let young = self.infra.clock.now_ms() - ids::timestamp_of(id).timestamp_millis()
+                < ttl_ms - 3_600_000;
+            let liked = match relation.as_deref() {
+                Some(value) => value == "1",
+                None if viewer.is_some() && (likes.is_none() || hydrated.is_some() || !young) => {
+                    ask_archive.push(id);
+                    false
+                }
+                None => false,
+            };
+            infos.insert(
+                id,
+                LikeInfo {
+                    count: likes.unwrap_or(0),
+                    liked_by_viewer: liked,
+                },
+            );
         }
+        if !missing_counts.is_empty() {
+            for (id, count) in self.rolled_up_counts(&missing_counts).await? {
+                infos.entry(id).or_default().count = count;
+            }
+        }
+        if let (Some(viewer), false) = (viewer, ask_archive.is_empty()) {
+            for id in self.archived_likes(viewer, &ask_archive).await? {
+                infos.entry(id).or_default().liked_by_viewer = true;
+            }
+        }
+        Ok(infos)
     }
-    Ok(infos)
-}
 
-async fn rolled_up_counts(ctx: &Remarks, ids: &[i64]) -> AppResult<Vec<(i64, i64)>> {
-    let list = crate::infra::db::id_list(ids);
-    let rows = sqlx::query(&format!(
-        "SELECT id, like_count FROM remarks WHERE id IN ({list})"
-    ))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    rows.iter()
-        .map(|row| Ok((row.try_get("id")?, row.try_get("like_count")?)))
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(Into::into)
-}
+    async fn rolled_up_counts(&self, ids: &[i64]) -> AppResult<Vec<(i64, i64)>> {
+        let select = "SELECT id, like_count FROM remarks";
+        self.infra
+            .db
+            .find_by_ids(select, ids, |row| {
+                Ok((row.try_get("id")?, row.try_get("like_count")?))
+            })
+            .await
+    }
 
-/// Which of `remark_ids` the voter likes according to the archive.
-async fn archived_likes(ctx: &Remarks, voter_id: i64, remark_ids: &[i64]) -> AppResult<Vec<i64>> {
-    let list = crate::infra::db::id_list(remark_ids);
-    let rows = sqlx::query(&format!(
-        "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = $1 AND v.remark_id IN ({list}) \
-         AND {CURRENT_LIKE}"
-    ))
-    .bind(voter_id)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    rows.iter()
-        .map(|row| row.try_get("remark_id"))
-        .collect::<Result<_, _>>()
-        .map_err(Into::into)
+    /// Which of `remark_ids` the voter likes according to the archive.
+    async fn archived_likes(&self, voter_id: i64, remark_ids: &[i64]) -> AppResult<Vec<i64>> {
+        let list = crate::infra::db::id_list(remark_ids);
+        let rows = sqlx::query(&format!(
+            "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = $1 AND v.remark_id IN ({list}) \
+             AND {CURRENT_LIKE}"
+        ))
+        .bind(voter_id)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        rows.iter()
+            .map(|row| row.try_get("remark_id"))
+            .collect::<Result<_, _>>()
+            .map_err(Into::into)
+    }
 }
 
 /// Batches the like info of one GraphQL response: every `likeCount` and `likedByMe` of a
-/// page becomes one call of [`like_infos`], so one Redis round trip.
+/// page becomes one call of [`Remarks::like_infos`], so one Redis round trip.
 pub struct LikeInfoLoader(pub Remarks);
 
 /// A remark seen by a viewer (or anonymously).
@@ -327,7 +328,9 @@ impl Loader<LikeInfoKey> for LikeInfoLoader {
         }
         let mut out = HashMap::new();
         for (viewer, ids) in by_viewer {
-            let infos = like_infos(&self.0, viewer, &ids)
+            let infos = self
+                .0
+                .like_infos(viewer, &ids)
                 .await
                 .map_err(std::sync::Arc::new)?;
             for (remark_id, info) in infos {
@@ -338,82 +341,87 @@ impl Loader<LikeInfoKey> for LikeInfoLoader {
     }
 }
 
-/// The earliest current likers of a remark, oldest first. Redis keeps the first
-/// [`LIKERS_KEPT`]; when unlikes thinned that set below what is asked, it is refilled from
-/// the archive.
-pub async fn earliest_likers(ctx: &Remarks, remark_id: i64, first: usize) -> AppResult<Vec<i64>> {
-    let first = first.min(LIKERS_KEPT);
-    let key = ctx.infra.keys.remark_likers(remark_id, ctx.settings.shards);
-    let mut conn = ctx.infra.redis.get().await?;
-    let (likers, count): (Vec<i64>, Option<i64>) = redis::pipe()
-        .cmd("ZRANGE")
-        .arg(&key)
-        .arg(0)
-        .arg(first as i64 - 1)
-        .cmd("HGET")
-        .arg(ctx.infra.keys.remark_info(remark_id, ctx.settings.shards))
-        .arg("likes")
-        .query_async(&mut *conn)
-        .await?;
-    drop(conn);
-    let wanted = first.min(count.unwrap_or(0).max(0) as usize);
-    if likers.len() >= wanted {
-        return Ok(likers);
-    }
-    let rows = sqlx::query(&format!(
-        "SELECT v.voter_id, v.voted_at_ms FROM vote_log v WHERE v.remark_id = $1 \
-         AND {CURRENT_LIKE} ORDER BY v.event_order LIMIT $2"
-    ))
-    .bind(remark_id)
-    // Twice as many as kept: room for voters whose unlike the archive does not hold yet.
-    .bind(2 * LIKERS_KEPT as i64)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let archived: Vec<(i64, i64)> = rows
-        .iter()
-        .map(|r| Ok((r.try_get("voter_id")?, r.try_get("voted_at_ms")?)))
-        .collect::<Result<_, sqlx::Error>>()?;
-    if archived.is_empty() {
-        return Ok(likers);
-    }
-    // The archive lags: a voter it still lists may have unliked since. Redis's relation key
-    // is the truth while it lives ("0": no longer liked); without one the archive decides.
-    let relations: Vec<Option<String>> = {
-        let keys: Vec<String> = archived
-            .iter()
-            .map(|(voter, _)| {
-                ctx.infra
-                    .keys
-                    .like_relation(remark_id, *voter, ctx.settings.shards)
-            })
-            .collect();
-        let mut conn = ctx.infra.redis.get().await?;
-        redis::cmd("MGET").arg(keys).query_async(&mut *conn).await?
-    };
-    let archived: Vec<(i64, i64)> = archived
-        .into_iter()
-        .zip(relations)
-        .filter(|(_, relation)| relation.as_deref() != Some("0"))
-        .map(|(liker, _)| liker)
-        .collect();
-    let mut refill = redis::pipe();
-    for (voter, at) in &archived {
-        refill
-            .cmd("ZADD")
+impl Remarks {
+    /// The earliest current likers of a remark, oldest first. Redis keeps the first
+    /// [`LIKERS_KEPT`]; when unlikes thinned that set below what is asked, it is refilled from
+    /// the archive.
+    pub async fn earliest_likers(&self, remark_id: i64, first: usize) -> AppResult<Vec<i64>> {
+        let first = first.min(LIKERS_KEPT);
+        let key = self
+            .infra
+            .keys
+            .remark_likers(remark_id, self.settings.shards);
+        let mut conn = self.infra.redis.get().await?;
+        let (likers, count): (Vec<i64>, Option<i64>) = redis::pipe()
+            .cmd("ZRANGE")
             .arg(&key)
-            .arg("NX")
-            .arg(at)
-            .arg(voter)
+            .arg(0)
+            .arg(first as i64 - 1)
+            .cmd("HGET")
+            .arg(self.infra.keys.remark_info(remark_id, self.settings.shards))
+            .arg("likes")
+            .query_async(&mut *conn)
+            .await?;
+        drop(conn);
+        let wanted = first.min(count.unwrap_or(0).max(0) as usize);
+        if likers.len() >= wanted {
+            return Ok(likers);
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT v.voter_id, v.voted_at_ms FROM vote_log v WHERE v.remark_id = $1 \
+             AND {CURRENT_LIKE} ORDER BY v.event_order LIMIT $2"
+        ))
+        .bind(remark_id)
+        // Twice as many as kept: room for voters whose unlike the archive does not hold yet.
+        .bind(2 * LIKERS_KEPT as i64)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let archived: Vec<(i64, i64)> = rows
+            .iter()
+            .map(|r| Ok((r.try_get("voter_id")?, r.try_get("voted_at_ms")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        if archived.is_empty() {
+            return Ok(likers);
+        }
+        // The archive lags: a voter it still lists may have unliked since. Redis's relation key
+        // is the truth while it lives ("0": no longer liked); without one the archive decides.
+        let relations: Vec<Option<String>> = {
+            let keys: Vec<String> = archived
+                .iter()
+                .map(|(voter, _)| {
+                    self.infra
+                        .keys
+                        .like_relation(remark_id, *voter, self.settings.shards)
+                })
+                .collect();
+            let mut conn = self.infra.redis.get().await?;
+            redis::cmd("MGET").arg(keys).query_async(&mut *conn).await?
+        };
+        let archived: Vec<(i64, i64)> = archived
+            .into_iter()
+            .zip(relations)
+            .filter(|(_, relation)| relation.as_deref() != Some("0"))
+            .map(|(liker, _)| liker)
+            .collect();
+        let mut refill = redis::pipe();
+        for (voter, at) in &archived {
+            refill
+                .cmd("ZADD")
+                .arg(&key)
+                .arg("NX")
+                .arg(at)
+                .arg(voter)
+                .ignore();
+        }
+        refill
+            .cmd("ZREMRANGEBYRANK")
+            .arg(&key)
+            .arg(LIKERS_KEPT)
+            .arg(-1)
             .ignore();
+        refill.cmd("ZRANGE").arg(&key).arg(0).arg(first as i64 - 1);
+        let mut conn = self.infra.redis.get().await?;
+        let (likers,): (Vec<i64>,) = refill.query_async(&mut *conn).await?;
+        Ok(likers)
     }
-    refill
-        .cmd("ZREMRANGEBYRANK")
-        .arg(&key)
-        .arg(LIKERS_KEPT)
-        .arg(-1)
-        .ignore();
-    refill.cmd("ZRANGE").arg(&key).arg(0).arg(first as i64 - 1);
-    let mut conn = ctx.infra.redis.get().await?;
-    let (likers,): (Vec<i64>,) = refill.query_async(&mut *conn).await?;
-    Ok(likers)
 }

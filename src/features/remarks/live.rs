@@ -28,46 +28,48 @@ pub struct CountChange {
     pub like_count: i64,
 }
 
-/// The current counts, then their changes (see [`crate::infra::live::counter_changes`]), of
-/// remarks that all exist (`NOT_FOUND` otherwise, and nothing is subscribed).
-pub async fn like_count_changes(
-    ctx: &Remarks,
-    remark_ids: Vec<i64>,
-) -> AppResult<impl Stream<Item = CountChange>> {
-    let mut seen = HashSet::new();
-    let remark_ids: Vec<i64> = remark_ids
-        .into_iter()
-        .filter(|id| seen.insert(*id))
-        .collect();
-    if remark_ids.is_empty() || remark_ids.len() > MAX_REMARKS {
-        return Err(AppError::bad_input(format!(
-            "watch 1 to {MAX_REMARKS} remarks"
-        )));
+impl Remarks {
+    /// The current counts, then their changes (see [`crate::infra::live::counter_changes`]), of
+    /// remarks that all exist (`NOT_FOUND` otherwise, and nothing is subscribed).
+    pub async fn like_count_changes(
+        &self,
+        remark_ids: Vec<i64>,
+    ) -> AppResult<impl Stream<Item = CountChange>> {
+        let mut seen = HashSet::new();
+        let remark_ids: Vec<i64> = remark_ids
+            .into_iter()
+            .filter(|id| seen.insert(*id))
+            .collect();
+        if remark_ids.is_empty() || remark_ids.len() > MAX_REMARKS {
+            return Err(AppError::bad_input(format!(
+                "watch 1 to {MAX_REMARKS} remarks"
+            )));
+        }
+        let existing = self.existing(&remark_ids).await?;
+        if let Some(missing) = remark_ids.iter().find(|id| !existing.contains(id)) {
+            return Err(AppError::not_found(format!("no remark {missing}")));
+        }
+        let keys = self.infra.keys.clone();
+        let reader = self.clone();
+        let changes = crate::infra::live::counter_changes(
+            &self.infra,
+            remark_ids,
+            move |id| keys.like_count_channel(id),
+            move |ids| {
+                let ctx = reader.clone();
+                async move {
+                    let infos = ctx.like_infos(None, &ids).await?;
+                    Ok(infos
+                        .into_iter()
+                        .map(|(id, info)| (id, info.count))
+                        .collect())
+                }
+            },
+        )
+        .await?;
+        Ok(changes.map(|(remark_id, like_count)| CountChange {
+            remark_id,
+            like_count,
+        }))
     }
-    let existing = super::existing(ctx, &remark_ids).await?;
-    if let Some(missing) = remark_ids.iter().find(|id| !existing.contains(id)) {
-        return Err(AppError::not_found(format!("no remark {missing}")));
-    }
-    let keys = ctx.infra.keys.clone();
-    let reader = ctx.clone();
-    let changes = crate::infra::live::counter_changes(
-        &ctx.infra,
-        remark_ids,
-        move |id| keys.like_count_channel(id),
-        move |ids| {
-            let ctx = reader.clone();
-            async move {
-                let infos = super::likes::like_infos(&ctx, None, &ids).await?;
-                Ok(infos
-                    .into_iter()
-                    .map(|(id, info)| (id, info.count))
-                    .collect())
-            }
-        },
-    )
-    .await?;
-    Ok(changes.map(|(remark_id, like_count)| CountChange {
-        remark_id,
-        like_count,
-    }))
 }

@@ -23,6 +23,7 @@ use std::{
 
 use sqlx::{any::AnyRow, Row};
 
+use crate::infra::page::PageArgs;
 use crate::{
     features::{items::Items, remarks::events::RemarkCreated, users::UserRecord},
     infra::{
@@ -214,100 +215,88 @@ impl NewRemark {
     }
 }
 
-/// Stores a remark (one per user per item) and prepares its like counter in Redis.
-pub async fn create(ctx: &Remarks, author_id: i64, remark: NewRemark) -> AppResult<RemarkRecord> {
-    if crate::features::items::find(&ctx.items, remark.item_id)
-        .await?
-        .is_none()
-    {
-        return Err(AppError::not_found(format!("no item {}", remark.item_id)));
-    }
-    let id = ctx.infra.ids.next_id().await?;
-    let now_ms = ctx.infra.clock.now_ms();
-    let images = serde_json::to_string(&remark.images).map_err(AppError::internal)?;
-    sqlx::query(
-        "INSERT INTO remarks (id, item_id, author_id, score, content, images, created_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(id)
-    .bind(remark.item_id)
-    .bind(author_id)
-    .bind(remark.score)
-    .bind(&remark.content)
-    .bind(images)
-    .bind(now_ms)
-    .execute(&ctx.infra.db.pool)
-    .await
-    .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
-    ctx.settings
-        .pages
-        .forget(|page| page.item_id == remark.item_id);
+impl Remarks {
+    /// Stores a remark (one per user per item) and prepares its like counter in Redis.
+    pub async fn create(&self, author_id: i64, remark: NewRemark) -> AppResult<RemarkRecord> {
+        if self.items.find(remark.item_id).await?.is_none() {
+            return Err(AppError::not_found(format!("no item {}", remark.item_id)));
+        }
+        let id = self.infra.ids.next_id().await?;
+        let now_ms = self.infra.clock.now_ms();
+        let images = serde_json::to_string(&remark.images).map_err(AppError::internal)?;
+        sqlx::query(
+            "INSERT INTO remarks (id, item_id, author_id, score, content, images, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(id)
+        .bind(remark.item_id)
+        .bind(author_id)
+        .bind(remark.score)
+        .bind(&remark.content)
+        .bind(images)
+        .bind(now_ms)
+        .execute(&self.infra.db.pool)
+        .await
+        .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
+        self.settings
+            .pages
+            .forget(|page| page.item_id == remark.item_id);
 
-    // If this fails the info is rebuilt from SQL on the first like, so the remark stands.
-    if let Err(error) = likes::prepare_counter(ctx, id, author_id).await {
-        tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
-    }
-    if let Err(error) = announce(
-        ctx,
-        &RemarkCreated {
-            remark_id: id,
+        // If this fails the info is rebuilt from SQL on the first like, so the remark stands.
+        if let Err(error) = self.prepare_counter(id, author_id).await {
+            tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
+        }
+        if let Err(error) = self
+            .announce(&RemarkCreated {
+                remark_id: id,
+                author_id,
+                created_at_ms: now_ms,
+            })
+            .await
+        {
+            tracing::warn!(remark = id, %error, "remark not announced to the feed and to points");
+        }
+        Ok(RemarkRecord {
+            id,
+            item_id: remark.item_id,
             author_id,
+            score: remark.score,
+            content: remark.content,
+            images: remark.images,
             created_at_ms: now_ms,
-        },
-    )
-    .await
-    {
-        tracing::warn!(remark = id, %error, "remark not announced to the feed and to points");
+        })
     }
-    Ok(RemarkRecord {
-        id,
-        item_id: remark.item_id,
-        author_id,
-        score: remark.score,
-        content: remark.content,
-        images: remark.images,
-        created_at_ms: now_ms,
-    })
-}
 
-/// Announces a stored remark on the remark stream, which the feed fans out.
-async fn announce(ctx: &Remarks, remark: &RemarkCreated) -> AppResult<()> {
-    streams::publish(&ctx.infra, &ctx.infra.keys.remark_stream(), remark).await
-}
-
-pub async fn find(ctx: &Remarks, id: i64) -> AppResult<Option<RemarkRecord>> {
-    Ok(find_many(ctx, &[id]).await?.remove(&id))
-}
-
-pub async fn find_many(ctx: &Remarks, ids: &[i64]) -> AppResult<HashMap<i64, RemarkRecord>> {
-    if ids.is_empty() {
-        return Ok(HashMap::new());
+    /// Announces a stored remark on the remark stream, which the feed fans out.
+    async fn announce(&self, remark: &RemarkCreated) -> AppResult<()> {
+        streams::publish(&self.infra, &self.infra.keys.remark_stream(), remark).await
     }
-    let list = crate::infra::db::id_list(ids);
-    let rows = sqlx::query(&format!(
-        "SELECT {COLUMNS} FROM remarks WHERE id IN ({list})"
-    ))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    rows.iter()
-        .map(|row| RemarkRecord::from_row(row).map(|r| (r.id, r)))
-        .collect::<Result<_, _>>()
-        .map_err(Into::into)
-}
 
-/// Which of these remarks exist: one SQL query.
-pub async fn existing(ctx: &Remarks, ids: &[i64]) -> AppResult<HashSet<i64>> {
-    if ids.is_empty() {
-        return Ok(HashSet::new());
+    pub async fn find(&self, id: i64) -> AppResult<Option<RemarkRecord>> {
+        Ok(self.find_many(&[id]).await?.remove(&id))
     }
-    let list = crate::infra::db::id_list(ids);
-    let rows = sqlx::query(&format!("SELECT id FROM remarks WHERE id IN ({list})"))
-        .fetch_all(&ctx.infra.db.pool)
-        .await?;
-    rows.iter()
-        .map(|row| row.try_get::<i64, _>("id"))
-        .collect::<Result<_, _>>()
-        .map_err(Into::into)
+
+    pub async fn find_many(&self, ids: &[i64]) -> AppResult<HashMap<i64, RemarkRecord>> {
+        let select = format!("SELECT {COLUMNS} FROM remarks");
+        let remarks = self
+            .infra
+            .db
+            .find_by_ids(&select, ids, RemarkRecord::from_row)
+            .await?;
+        Ok(remarks.into_iter().map(|r| (r.id, r)).collect())
+    }
+
+    /// Which of these remarks exist: one SQL query.
+    pub async fn existing(&self, ids: &[i64]) -> AppResult<HashSet<i64>> {
+        let found = self
+            .infra
+            .db
+            .find_by_ids("SELECT id FROM remarks", ids, |row| {
+                row.try_get::<i64, _>("id")
+            })
+            .await?;
+        Ok(found.into_iter().collect())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -325,64 +314,73 @@ pub struct RemarkPage {
     pub more: bool,
 }
 
-/// A page after the remark `after` (exclusive): one SQL query (remarks joined with their
-/// authors), and none while the instance's page cache holds it. Pages are keyset pages, so a
-/// new remark changes only the first page of its item: this instance forgets its cached
-/// pages of the item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
-pub async fn page(
-    ctx: &Remarks,
-    item_id: i64,
-    first: usize,
-    after: Option<i64>,
-) -> AppResult<Arc<RemarkPage>> {
-    let key = PageKey {
-        item_id,
-        first,
-        after,
-    };
-    if let Some(page) = ctx.settings.pages.get(&key) {
-        return Ok(page);
-    }
-    ctx.settings
-        .page_reads
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let columns = COLUMNS
-        .split(", ")
-        .map(|column| format!("r.{column}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let rows = sqlx::query(&format!(
-        "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url \
-         FROM remarks r LEFT JOIN users u ON u.id = r.author_id \
-         WHERE r.item_id = $1 AND r.id < $2 ORDER BY r.id DESC LIMIT $3"
-    ))
-    .bind(item_id)
-    .bind(after.unwrap_or(i64::MAX))
-    .bind(first as i64 + 1)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut remarks = Vec::with_capacity(rows.len());
-    let mut authors = HashMap::new();
-    for row in &rows {
-        let remark = RemarkRecord::from_row(row)?;
-        if let Some(name) = row.try_get::<Option<String>, _>("author_name")? {
-            authors.insert(
-                remark.author_id,
-                UserRecord {
-                    id: remark.author_id,
-                    name,
-                    avatar_url: row.try_get("author_avatar_url")?,
-                },
-            );
+impl Remarks {
+    /// A page after the remark `after` (exclusive): one SQL query (remarks joined with their
+    /// authors), and none while the instance's page cache holds it. Pages are keyset pages, so a
+    /// new remark changes only the first page of its item: this instance forgets its cached
+    /// pages of the item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
+    pub async fn page(
+        &self,
+        item_id: i64,
+        page: PageArgs<Option<i64>>,
+    ) -> AppResult<Arc<RemarkPage>> {
+        let PageArgs { first, after } = page;
+        let key = PageKey {
+            item_id,
+            first,
+            after,
+        };
+        if let Some(page) = self.settings.pages.get(&key) {
+            return Ok(page);
         }
-        remarks.push(remark);
+        self.settings
+            .page_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let columns = COLUMNS
+            .split(", ")
+            .map(|column| format!("r.{column}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url \
+             FROM remarks r LEFT JOIN users u ON u.id = r.author_id \
+             WHERE r.item_id = $1 AND r.id < $2 ORDER BY r.id DESC LIMIT $3"
+        );
+        let query = sqlx::query(&sql).bind(item_id);
+        let (rows, more) = self
+            .infra
+            .db
+            .keyset_page(query, page, |row| {
+                let remark = RemarkRecord::from_row(row)?;
+                let author = row
+                    .try_get::<Option<String>, _>("author_name")?
+                    .map(|name| {
+                        Ok::<_, sqlx::Error>(UserRecord {
+                            id: remark.author_id,
+                            name,
+                            avatar_url: row.try_get("author_avatar_url")?,
+                        })
+                    })
+                    .transpose()?;
+                Ok((remark, author))
+            })
+            .await?;
+        let mut authors = HashMap::new();
+        let remarks = rows
+            .into_iter()
+            .map(|(remark, author)| {
+                if let Some(author) = author {
+                    authors.insert(author.id, author);
+                }
+                remark
+            })
+            .collect();
+        let page = Arc::new(RemarkPage {
+            remarks,
+            authors,
+            more,
+        });
+        self.settings.pages.insert(key, page.clone());
+        Ok(page)
     }
-    let (remarks, more) = crate::infra::db::split_page(remarks, first);
-    let page = Arc::new(RemarkPage {
-        remarks,
-        authors,
-        more,
-    });
-    ctx.settings.pages.insert(key, page.clone());
-    Ok(page)
 }

@@ -22,58 +22,59 @@ pub const LIST_LENGTH: usize = 50;
 /// How long a refresher holds the proxy key before the refresh must have finished.
 const REFRESH_LEASE_SECONDS: u64 = 5;
 
-/// The ids of the most liked remarks of an item, most liked first.
-pub async fn read(ctx: &Remarks, item_id: i64, first: usize) -> AppResult<Vec<i64>> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let (ids, won): (Vec<i64>, Option<String>) = redis::pipe()
-        .cmd("LRANGE")
-        .arg(ctx.infra.keys.recommended_list(item_id))
-        .arg(0)
-        .arg(first.min(LIST_LENGTH) as i64 - 1)
-        .cmd("SET")
-        .arg(ctx.infra.keys.recommended_proxy(item_id))
-        .arg(1)
-        .arg("NX")
-        .arg("EX")
-        .arg(REFRESH_LEASE_SECONDS)
-        .query_async(&mut *conn)
-        .await?;
-    if won.is_some() {
-        let refresher = ctx.clone();
-        ctx.infra.instance.tasks.spawn(async move {
-            let ctx = refresher;
-            if let Err(error) = refresh(&ctx, item_id).await {
-                tracing::warn!(item_id, %error, "recommended remarks refresh failed; retried on a later read");
-            }
-        });
+impl Remarks {
+    /// The ids of the most liked remarks of an item, most liked first.
+    pub async fn recommended(&self, item_id: i64, first: usize) -> AppResult<Vec<i64>> {
+        let mut conn = self.infra.redis.get().await?;
+        let (ids, won): (Vec<i64>, Option<String>) = redis::pipe()
+            .cmd("LRANGE")
+            .arg(self.infra.keys.recommended_list(item_id))
+            .arg(0)
+            .arg(first.min(LIST_LENGTH) as i64 - 1)
+            .cmd("SET")
+            .arg(self.infra.keys.recommended_proxy(item_id))
+            .arg(1)
+            .arg("NX")
+            .arg("EX")
+            .arg(REFRESH_LEASE_SECONDS)
+            .query_async(&mut *conn)
+            .await?;
+        if won.is_some() {
+            let refresher = self.clone();
+            self.infra.instance.tasks.spawn(async move {
+                if let Err(error) = refresher.refresh_recommended(item_id).await {
+                    tracing::warn!(item_id, %error, "recommended remarks refresh failed; retried on a later read");
+                }
+            });
+        }
+        Ok(ids)
     }
-    Ok(ids)
-}
 
-async fn refresh(ctx: &Remarks, item_id: i64) -> AppResult<()> {
-    ctx.settings
-        .recommended_refreshes
-        .fetch_add(1, Ordering::Relaxed);
-    let rows = sqlx::query(
-        "SELECT id FROM remarks WHERE item_id = $1 ORDER BY like_count DESC, id LIMIT $2",
-    )
-    .bind(item_id)
-    .bind(LIST_LENGTH as i64)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let ids = rows
-        .iter()
-        .map(|row| row.try_get::<i64, _>("id"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut conn = ctx.infra.redis.get().await?;
-    let _: i64 = REMARKS_REPLACE_RECOMMENDED
-        .keys([
-            ctx.infra.keys.recommended_list(item_id),
-            ctx.infra.keys.recommended_proxy(item_id),
-        ])
-        .arg(ctx.settings.recommended_refresh_seconds)
-        .arg(ids)
-        .invoke_async(&mut *conn)
+    async fn refresh_recommended(&self, item_id: i64) -> AppResult<()> {
+        self.settings
+            .recommended_refreshes
+            .fetch_add(1, Ordering::Relaxed);
+        let rows = sqlx::query(
+            "SELECT id FROM remarks WHERE item_id = $1 ORDER BY like_count DESC, id LIMIT $2",
+        )
+        .bind(item_id)
+        .bind(LIST_LENGTH as i64)
+        .fetch_all(&self.infra.db.pool)
         .await?;
-    Ok(())
+        let ids = rows
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut conn = self.infra.redis.get().await?;
+        let _: i64 = REMARKS_REPLACE_RECOMMENDED
+            .keys([
+                self.infra.keys.recommended_list(item_id),
+                self.infra.keys.recommended_proxy(item_id),
+            ])
+            .arg(self.settings.recommended_refresh_seconds)
+            .arg(ids)
+            .invoke_async(&mut *conn)
+            .await?;
+        Ok(())
+    }
 }

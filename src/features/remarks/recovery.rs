@@ -22,135 +22,137 @@ use crate::{
 /// Remarks read and written per round trip.
 const CHUNK: i64 = 1000;
 
-/// A chunk of remarks above `after`: `(id, author, like count)`.
-async fn remarks_after(ctx: &Remarks, after: i64) -> AppResult<Vec<(i64, i64, i64)>> {
-    let rows = sqlx::query(
-        "SELECT id, author_id, like_count FROM remarks WHERE id > $1 ORDER BY id LIMIT $2",
-    )
-    .bind(after)
-    .bind(CHUNK)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut remarks = Vec::with_capacity(rows.len());
-    for row in &rows {
-        remarks.push((
-            row.try_get("id")?,
-            row.try_get("author_id")?,
-            row.try_get("like_count")?,
-        ));
-    }
-    Ok(remarks)
-}
-
-/// Who currently likes each of `remarks`, by the archive (each voter's latest vote).
-async fn likers_of(ctx: &Remarks, remarks: &[i64]) -> AppResult<BTreeMap<i64, Vec<i64>>> {
-    let rows = sqlx::query(&format!(
-        "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.{} AND {CURRENT_LIKE}",
-        within("remark_id", remarks)
-    ))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut likers: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for row in &rows {
-        likers
-            .entry(row.try_get("remark_id")?)
-            .or_default()
-            .push(row.try_get("voter_id")?);
-    }
-    Ok(likers)
-}
-
-/// Each remark's counter equals the archived count, and each current liker's relation is
-/// either in Redis as a like or left to the archive (the counter is `hydrated`).
-pub async fn verify(ctx: &Remarks) -> AppResult<Report> {
-    let mut report = Report::new("likes");
-    let shards = ctx.settings.shards;
-    let mut after = 0;
-    loop {
-        let remarks = remarks_after(ctx, after).await?;
-        let Some(&(last, _, _)) = remarks.last() else {
-            return Ok(report);
-        };
-        let ids: Vec<i64> = remarks.iter().map(|(id, _, _)| *id).collect();
-        let likers = likers_of(ctx, &ids).await?;
-        let mut pipe = redis::pipe();
-        for &id in &ids {
-            pipe.cmd("HMGET")
-                .arg(ctx.infra.keys.remark_info(id, shards))
-                .arg("likes")
-                .arg("hydrated");
-        }
-        let mut relations = redis::pipe();
-        for (&remark, voters) in &likers {
-            for &voter in voters {
-                relations
-                    .cmd("GET")
-                    .arg(ctx.infra.keys.like_relation(remark, voter, shards));
-            }
-        }
-        let mut conn = ctx.infra.redis.get().await?;
-        let infos: Vec<(Option<i64>, Option<i64>)> = pipe.query_async(&mut *conn).await?;
-        let held: Vec<Option<String>> = if relations.is_empty() {
-            Vec::new()
-        } else {
-            relations.query_async(&mut *conn).await?
-        };
-        drop(conn);
-        let mut hydrated = BTreeMap::new();
-        for (&(id, _, count), (likes, is_hydrated)) in remarks.iter().zip(infos) {
-            report.check(likes == Some(count), || {
-                format!("remark {id}: {count} likes in SQL, {likes:?} in Redis")
-            });
-            hydrated.insert(id, is_hydrated.is_some());
-        }
-        let mut held = held.into_iter();
-        for (&remark, voters) in &likers {
-            for &voter in voters {
-                let relation = held.next().flatten();
-                let answered = match relation.as_deref() {
-                    Some(value) => value == "1",
-                    None => hydrated.get(&remark).copied().unwrap_or(false),
-                };
-                report.check(answered, || {
-                    format!(
-                        "remark {remark}: voter {voter} likes it in SQL, Redis says {relation:?}"
-                    )
-                });
-            }
-        }
-        after = last;
-    }
-}
-
-/// Restores each remark's counter where Redis lacks it, marked `hydrated`.
-pub async fn rebuild(ctx: &Remarks, run: &Rebuild<'_>) -> AppResult<()> {
-    run.expect_count("SELECT COUNT(*) AS n FROM remarks")
+impl Remarks {
+    /// A chunk of remarks above `after`: `(id, author, like count)`.
+    async fn remarks_after(&self, after: i64) -> AppResult<Vec<(i64, i64, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, author_id, like_count FROM remarks WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(CHUNK)
+        .fetch_all(&self.infra.db.pool)
         .await?;
-    let shards = ctx.settings.shards;
-    let mut after = run.resume_from().await?;
-    loop {
-        let remarks = remarks_after(ctx, after).await?;
-        let Some(&(last, _, _)) = remarks.last() else {
-            return Ok(());
-        };
-        let mut pipe = redis::pipe();
-        for &(id, author, count) in &remarks {
-            let key = ctx.infra.keys.remark_info(id, shards);
-            pipe.cmd("HSETNX")
-                .arg(&key)
-                .arg("likes")
-                .arg(count)
-                .ignore();
-            pipe.cmd("HSET")
-                .arg(&key)
-                .arg("author")
-                .arg(author)
-                .arg("hydrated")
-                .arg(1)
-                .ignore();
+        let mut remarks = Vec::with_capacity(rows.len());
+        for row in &rows {
+            remarks.push((
+                row.try_get("id")?,
+                row.try_get("author_id")?,
+                row.try_get("like_count")?,
+            ));
         }
-        crate::infra::recovery::write(&ctx.infra, &pipe).await?;
-        run.finished_through(last, remarks.len() as u64).await?;
-        after = last;
+        Ok(remarks)
+    }
+
+    /// Who currently likes each of `remarks`, by the archive (each voter's latest vote).
+    async fn likers_of(&self, remarks: &[i64]) -> AppResult<BTreeMap<i64, Vec<i64>>> {
+        let rows = sqlx::query(&format!(
+            "SELECT v.remark_id, v.voter_id FROM vote_log v WHERE v.{} AND {CURRENT_LIKE}",
+            within("remark_id", remarks)
+        ))
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut likers: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        for row in &rows {
+            likers
+                .entry(row.try_get("remark_id")?)
+                .or_default()
+                .push(row.try_get("voter_id")?);
+        }
+        Ok(likers)
+    }
+
+    /// Each remark's counter equals the archived count, and each current liker's relation is
+    /// either in Redis as a like or left to the archive (the counter is `hydrated`).
+    pub async fn verify(&self) -> AppResult<Report> {
+        let mut report = Report::new("likes");
+        let shards = self.settings.shards;
+        let mut after = 0;
+        loop {
+            let remarks = self.remarks_after(after).await?;
+            let Some(&(last, _, _)) = remarks.last() else {
+                return Ok(report);
+            };
+            let ids: Vec<i64> = remarks.iter().map(|(id, _, _)| *id).collect();
+            let likers = self.likers_of(&ids).await?;
+            let mut pipe = redis::pipe();
+            for &id in &ids {
+                pipe.cmd("HMGET")
+                    .arg(self.infra.keys.remark_info(id, shards))
+                    .arg("likes")
+                    .arg("hydrated");
+            }
+            let mut relations = redis::pipe();
+            for (&remark, voters) in &likers {
+                for &voter in voters {
+                    relations
+                        .cmd("GET")
+                        .arg(self.infra.keys.like_relation(remark, voter, shards));
+                }
+            }
+            let mut conn = self.infra.redis.get().await?;
+            let infos: Vec<(Option<i64>, Option<i64>)> = pipe.query_async(&mut *conn).await?;
+            let held: Vec<Option<String>> = if relations.is_empty() {
+                Vec::new()
+            } else {
+                relations.query_async(&mut *conn).await?
+            };
+            drop(conn);
+            let mut hydrated = BTreeMap::new();
+            for (&(id, _, count), (likes, is_hydrated)) in remarks.iter().zip(infos) {
+                report.check(likes == Some(count), || {
+                    format!("remark {id}: {count} likes in SQL, {likes:?} in Redis")
+                });
+                hydrated.insert(id, is_hydrated.is_some());
+            }
+            let mut held = held.into_iter();
+            for (&remark, voters) in &likers {
+                for &voter in voters {
+                    let relation = held.next().flatten();
+                    let answered = match relation.as_deref() {
+                        Some(value) => value == "1",
+                        None => hydrated.get(&remark).copied().unwrap_or(false),
+                    };
+                    report.check(answered, || {
+                        format!(
+                            "remark {remark}: voter {voter} likes it in SQL, Redis says {relation:?}"
+                        )
+                    });
+                }
+            }
+            after = last;
+        }
+    }
+
+    /// Restores each remark's counter where Redis lacks it, marked `hydrated`.
+    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+        run.expect_count("SELECT COUNT(*) AS n FROM remarks")
+            .await?;
+        let shards = self.settings.shards;
+        let mut after = run.resume_from().await?;
+        loop {
+            let remarks = self.remarks_after(after).await?;
+            let Some(&(last, _, _)) = remarks.last() else {
+                return Ok(());
+            };
+            let mut pipe = redis::pipe();
+            for &(id, author, count) in &remarks {
+                let key = self.infra.keys.remark_info(id, shards);
+                pipe.cmd("HSETNX")
+                    .arg(&key)
+                    .arg("likes")
+                    .arg(count)
+                    .ignore();
+                pipe.cmd("HSET")
+                    .arg(&key)
+                    .arg("author")
+                    .arg(author)
+                    .arg("hydrated")
+                    .arg(1)
+                    .ignore();
+            }
+            crate::infra::recovery::write(&self.infra, &pipe).await?;
+            run.finished_through(last, remarks.len() as u64).await?;
+            after = last;
+        }
     }
 }

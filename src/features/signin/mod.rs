@@ -56,122 +56,124 @@ pub struct SignInOutcome {
     pub already_signed: bool,
 }
 
-/// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
-pub async fn sign_in(ctx: &SignIn, user_id: i64) -> AppResult<SignInOutcome> {
-    let today = ctx.infra.clock.today();
-    let month = Month::of(today);
-    let rules = &ctx.points.settings.rules;
-    let keys = &ctx.infra.keys;
-    let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
-        || async move {
-            let (season, season_seconds) = points::season_now(&ctx.points);
-            let mut conn = ctx.infra.redis.get().await?;
-            Ok(SIGNIN_SIGN
-                .keys([
-                    keys.sign_bitmap(user_id, month),
-                    keys.sign_bitmap(user_id, month.previous()),
-                    keys.sign_streak(user_id),
-                    keys.points_today(user_id, today),
-                    keys.season_board(season),
-                    keys.points_stream(),
-                    keys.points_hold(),
-                ])
-                .arg(user_id)
-                .arg(today.day())
-                .arg(month.previous().days())
-                .arg(month.previous().id())
-                .arg(month.previous().previous().id())
-                .arg(ctx.infra.clock.now_ms())
-                .arg(season_seconds)
-                .arg(season.id())
-                .arg(keys.board_channel(season))
-                .arg(DAILY_TTL_SECONDS)
-                .arg(BITMAP_TTL_SECONDS)
-                .arg(rules.rule(PointsType::SignIn).points)
-                .arg(rules.bonuses_arg())
-                .arg(format!("signin:{user_id}:{today}"))
-                .arg(day_number(today))
-                .invoke_async(&mut *conn)
-                .await?)
-        },
-        |(already, _, _)| *already,
-    )
-    .await?;
-    Ok(SignInOutcome {
-        date: today,
-        streak,
-        points_awarded: awarded,
-        already_signed: Status::of(SIGNIN_SIGN.name, already)? == Status::Already,
-    })
-}
-
-/// Signs in a missed day of this month before today, at most `ENGAGE_MAKEUP_PER_MONTH`
-/// times a month, for the base point only.
-pub async fn make_up(ctx: &SignIn, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
-    let today = ctx.infra.clock.today();
-    let month = Month::of(today);
-    if Month::of(date) != month || date >= today {
-        return Err(AppError::bad_input(format!(
-            "only a missed day of this month before today can be made up ({} to {})",
-            month.first_day(),
-            today.pred_opt().unwrap_or(today)
-        )));
-    }
-    let keys = &ctx.infra.keys;
-    let (status, streak, awarded, _left): (i64, i64, i64, i64) = points::unless_held(
-        || async move {
-            let (season, season_seconds) = points::season_now(&ctx.points);
-            let mut conn = ctx.infra.redis.get().await?;
-            Ok(SIGNIN_MAKE_UP
-                .keys([
-                    keys.sign_bitmap(user_id, month),
-                    keys.sign_bitmap(user_id, month.previous()),
-                    keys.sign_streak(user_id),
-                    keys.points_today(user_id, today),
-                    keys.season_board(season),
-                    keys.points_stream(),
-                    keys.sign_make_ups(user_id, month),
-                    keys.points_hold(),
-                ])
-                .arg(user_id)
-                .arg(date.day())
-                .arg(today.day())
-                .arg(month.previous().days())
-                .arg(month.previous().id())
-                .arg(month.previous().previous().id())
-                .arg(ctx.points.settings.make_ups_per_month)
-                .arg(ctx.infra.clock.now_ms())
-                .arg(season_seconds)
-                .arg(season.id())
-                .arg(keys.board_channel(season))
-                .arg(DAILY_TTL_SECONDS)
-                .arg(MAKE_UP_COUNTER_TTL_SECONDS)
-                .arg(ctx.points.settings.rules.rule(PointsType::SignIn).points)
-                .arg(format!("makeup:{user_id}:{date}"))
-                .arg(day_number(date))
-                .invoke_async(&mut *conn)
-                .await?)
-        },
-        |(status, _, _, _)| *status,
-    )
-    .await?;
-    match Status::of(SIGNIN_MAKE_UP.name, status)? {
-        Status::Ok => Ok(SignInOutcome {
-            date,
+impl SignIn {
+    /// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
+    pub async fn sign_in(&self, user_id: i64) -> AppResult<SignInOutcome> {
+        let today = self.infra.clock.today();
+        let month = Month::of(today);
+        let rules = &self.points.settings.rules;
+        let keys = &self.infra.keys;
+        let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
+            || async move {
+                let (season, season_seconds) = self.points.season_now();
+                let mut conn = self.infra.redis.get().await?;
+                Ok(SIGNIN_SIGN
+                    .keys([
+                        keys.sign_bitmap(user_id, month),
+                        keys.sign_bitmap(user_id, month.previous()),
+                        keys.sign_streak(user_id),
+                        keys.points_today(user_id, today),
+                        keys.season_board(season),
+                        keys.points_stream(),
+                        keys.points_hold(),
+                    ])
+                    .arg(user_id)
+                    .arg(today.day())
+                    .arg(month.previous().days())
+                    .arg(month.previous().id())
+                    .arg(month.previous().previous().id())
+                    .arg(self.infra.clock.now_ms())
+                    .arg(season_seconds)
+                    .arg(season.id())
+                    .arg(keys.board_channel(season))
+                    .arg(DAILY_TTL_SECONDS)
+                    .arg(BITMAP_TTL_SECONDS)
+                    .arg(rules.rule(PointsType::SignIn).points)
+                    .arg(rules.bonuses_arg())
+                    .arg(format!("signin:{user_id}:{today}"))
+                    .arg(day_number(today))
+                    .invoke_async(&mut *conn)
+                    .await?)
+            },
+            |(already, _, _)| *already,
+        )
+        .await?;
+        Ok(SignInOutcome {
+            date: today,
             streak,
             points_awarded: awarded,
-            already_signed: false,
-        }),
-        Status::Already => Ok(SignInOutcome {
-            date,
-            streak,
-            points_awarded: 0,
-            already_signed: true,
-        }),
-        refused => Err(refused.refusal(format!(
-            "no make-up sign-ins left this month (at most {})",
-            ctx.points.settings.make_ups_per_month
-        ))),
+            already_signed: Status::of(SIGNIN_SIGN.name, already)? == Status::Already,
+        })
+    }
+
+    /// Signs in a missed day of this month before today, at most `ENGAGE_MAKEUP_PER_MONTH`
+    /// times a month, for the base point only.
+    pub async fn make_up(&self, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
+        let today = self.infra.clock.today();
+        let month = Month::of(today);
+        if Month::of(date) != month || date >= today {
+            return Err(AppError::bad_input(format!(
+                "only a missed day of this month before today can be made up ({} to {})",
+                month.first_day(),
+                today.pred_opt().unwrap_or(today)
+            )));
+        }
+        let keys = &self.infra.keys;
+        let (status, streak, awarded, _left): (i64, i64, i64, i64) = points::unless_held(
+            || async move {
+                let (season, season_seconds) = self.points.season_now();
+                let mut conn = self.infra.redis.get().await?;
+                Ok(SIGNIN_MAKE_UP
+                    .keys([
+                        keys.sign_bitmap(user_id, month),
+                        keys.sign_bitmap(user_id, month.previous()),
+                        keys.sign_streak(user_id),
+                        keys.points_today(user_id, today),
+                        keys.season_board(season),
+                        keys.points_stream(),
+                        keys.sign_make_ups(user_id, month),
+                        keys.points_hold(),
+                    ])
+                    .arg(user_id)
+                    .arg(date.day())
+                    .arg(today.day())
+                    .arg(month.previous().days())
+                    .arg(month.previous().id())
+                    .arg(month.previous().previous().id())
+                    .arg(self.points.settings.make_ups_per_month)
+                    .arg(self.infra.clock.now_ms())
+                    .arg(season_seconds)
+                    .arg(season.id())
+                    .arg(keys.board_channel(season))
+                    .arg(DAILY_TTL_SECONDS)
+                    .arg(MAKE_UP_COUNTER_TTL_SECONDS)
+                    .arg(self.points.settings.rules.rule(PointsType::SignIn).points)
+                    .arg(format!("makeup:{user_id}:{date}"))
+                    .arg(day_number(date))
+                    .invoke_async(&mut *conn)
+                    .await?)
+            },
+            |(status, _, _, _)| *status,
+        )
+        .await?;
+        match Status::of(SIGNIN_MAKE_UP.name, status)? {
+            Status::Ok => Ok(SignInOutcome {
+                date,
+                streak,
+                points_awarded: awarded,
+                already_signed: false,
+            }),
+            Status::Already => Ok(SignInOutcome {
+                date,
+                streak,
+                points_awarded: 0,
+                already_signed: true,
+            }),
+            refused => Err(refused.refusal(format!(
+                "no make-up sign-ins left this month (at most {})",
+                self.points.settings.make_ups_per_month
+            ))),
+        }
     }
 }
 
@@ -193,71 +195,73 @@ impl Calendar {
     }
 }
 
-/// A month's sign-ins (default: this month); months after this one are an input error.
-pub async fn calendar(ctx: &SignIn, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
-    let today = ctx.infra.clock.today();
-    let current = Month::of(today);
-    let shown = month.unwrap_or(current);
-    if shown > current {
-        return Err(AppError::bad_input("that month has not begun"));
+impl SignIn {
+    /// A month's sign-ins (default: this month); months after this one are an input error.
+    pub async fn calendar(&self, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
+        let today = self.infra.clock.today();
+        let current = Month::of(today);
+        let shown = month.unwrap_or(current);
+        if shown > current {
+            return Err(AppError::bad_input("that month has not begun"));
+        }
+        let days = if shown == current {
+            today.day()
+        } else {
+            shown.days()
+        };
+        let keys = &self.infra.keys;
+        let mut conn = self.infra.redis.get().await?;
+        let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
+            .keys([
+                keys.sign_bitmap(user_id, shown),
+                keys.sign_bitmap(user_id, current),
+                keys.sign_bitmap(user_id, current.previous()),
+                keys.sign_streak(user_id),
+                keys.sign_make_ups(user_id, shown),
+            ])
+            .arg(days)
+            .arg(today.day())
+            .arg(current.previous().days())
+            .arg(current.previous().id())
+            .arg(current.previous().previous().id())
+            .invoke_async(&mut *conn)
+            .await?;
+        let days = (0..days)
+            .map(|day| bits >> (days - 1 - day) & 1 == 1)
+            .collect();
+        let make_ups_left = if shown == current {
+            self.points
+                .settings
+                .make_ups_per_month
+                .saturating_sub(make_ups_used)
+        } else {
+            0
+        };
+        Ok(Calendar {
+            user_id,
+            month: shown,
+            days,
+            signed_today: signed_today == 1,
+            streak,
+            make_ups_left,
+        })
     }
-    let days = if shown == current {
-        today.day()
-    } else {
-        shown.days()
-    };
-    let keys = &ctx.infra.keys;
-    let mut conn = ctx.infra.redis.get().await?;
-    let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
-        .keys([
-            keys.sign_bitmap(user_id, shown),
-            keys.sign_bitmap(user_id, current),
-            keys.sign_bitmap(user_id, current.previous()),
-            keys.sign_streak(user_id),
-            keys.sign_make_ups(user_id, shown),
-        ])
-        .arg(days)
-        .arg(today.day())
-        .arg(current.previous().days())
-        .arg(current.previous().id())
-        .arg(current.previous().previous().id())
-        .invoke_async(&mut *conn)
-        .await?;
-    let days = (0..days)
-        .map(|day| bits >> (days - 1 - day) & 1 == 1)
-        .collect();
-    let make_ups_left = if shown == current {
-        ctx.points
-            .settings
-            .make_ups_per_month
-            .saturating_sub(make_ups_used)
-    } else {
-        0
-    };
-    Ok(Calendar {
-        user_id,
-        month: shown,
-        days,
-        signed_today: signed_today == 1,
-        streak,
-        make_ups_left,
-    })
-}
 
-/// The days of a month a user signed by a make-up, from `sign_ins`.
-pub async fn made_up_days(ctx: &SignIn, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
-    let rows = sqlx::query(
-        "SELECT day FROM sign_ins WHERE user_id = $1 AND made_up = 1 AND day >= $2 AND day < $3 \
-         ORDER BY day",
-    )
-    .bind(user_id)
-    .bind(day_number(month.first_day()))
-    .bind(day_number(month.next().first_day()))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut days = Vec::with_capacity(rows.len());
-    for row in &rows {
-        days.push((row.try_get::<i64, _>("day")? % 100) as u32);
+    /// The days of a month a user signed by a make-up, from `sign_ins`.
+    pub async fn made_up_days(&self, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
+        let rows = sqlx::query(
+            "SELECT day FROM sign_ins WHERE user_id = $1 AND made_up = 1 AND day >= $2 AND day < $3 \
+             ORDER BY day",
+        )
+        .bind(user_id)
+        .bind(day_number(month.first_day()))
+        .bind(day_number(month.next().first_day()))
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut days = Vec::with_capacity(rows.len());
+        for row in &rows {
+            days.push((row.try_get::<i64, _>("day")? % 100) as u32);
+        }
+        Ok(days)
     }
-    Ok(days)
 }

@@ -25,32 +25,34 @@ use crate::{
 /// Users read and written per round trip.
 const CHUNK: usize = 500;
 
-/// Months whose bitmaps Redis keeps: the bitmap TTL, in whole months, back from this one.
-fn kept_months(ctx: &SignIn) -> Vec<Month> {
-    let mut month = ctx.infra.clock.current_month();
-    let mut months = vec![month];
-    for _ in 0..(BITMAP_TTL_SECONDS / (31 * 24 * 3600)) {
-        month = month.previous();
-        months.push(month);
-    }
-    months
-}
-
-/// Every day each of `users` signed (or made up).
-async fn days_of(ctx: &SignIn, users: &[i64]) -> AppResult<BTreeMap<i64, BTreeSet<NaiveDate>>> {
-    let rows = sqlx::query(&format!(
-        "SELECT user_id, day FROM sign_ins WHERE {}",
-        within("user_id", users)
-    ))
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let mut days: BTreeMap<i64, BTreeSet<NaiveDate>> = BTreeMap::new();
-    for row in &rows {
-        if let Some(day) = date_of_day_number(row.try_get("day")?) {
-            days.entry(row.try_get("user_id")?).or_default().insert(day);
+impl SignIn {
+    /// Months whose bitmaps Redis keeps: the bitmap TTL, in whole months, back from this one.
+    fn kept_months(&self) -> Vec<Month> {
+        let mut month = self.infra.clock.current_month();
+        let mut months = vec![month];
+        for _ in 0..(BITMAP_TTL_SECONDS / (31 * 24 * 3600)) {
+            month = month.previous();
+            months.push(month);
         }
+        months
     }
-    Ok(days)
+
+    /// Every day each of `users` signed (or made up).
+    async fn days_of(&self, users: &[i64]) -> AppResult<BTreeMap<i64, BTreeSet<NaiveDate>>> {
+        let rows = sqlx::query(&format!(
+            "SELECT user_id, day FROM sign_ins WHERE {}",
+            within("user_id", users)
+        ))
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut days: BTreeMap<i64, BTreeSet<NaiveDate>> = BTreeMap::new();
+        for row in &rows {
+            if let Some(day) = date_of_day_number(row.try_get("day")?) {
+                days.entry(row.try_get("user_id")?).or_default().insert(day);
+            }
+        }
+        Ok(days)
+    }
 }
 
 /// A month's bitmap as `BITFIELD GET u31 0` reads it: day 1 is the most significant bit.
@@ -71,92 +73,94 @@ fn streak_before(days: &BTreeSet<NaiveDate>, month: Month) -> i64 {
     run
 }
 
-/// Each kept month's bitmap of each user holds exactly the days SQL has.
-pub async fn verify(ctx: &SignIn) -> AppResult<Report> {
-    let mut report = Report::new("sign-in calendars");
-    let months = kept_months(ctx);
-    let mut after = 0;
-    loop {
-        let users = next_ids(&ctx.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
-        let Some(&last) = users.last() else {
-            return Ok(report);
-        };
-        let days = days_of(ctx, &users).await?;
-        let mut pipe = redis::pipe();
-        for &user in &users {
-            for &month in &months {
-                pipe.cmd("BITFIELD")
-                    .arg(ctx.infra.keys.sign_bitmap(user, month))
-                    .arg("GET")
-                    .arg("u31")
-                    .arg(0);
+impl SignIn {
+    /// Each kept month's bitmap of each user holds exactly the days SQL has.
+    pub async fn verify(&self) -> AppResult<Report> {
+        let mut report = Report::new("sign-in calendars");
+        let months = self.kept_months();
+        let mut after = 0;
+        loop {
+            let users = next_ids(&self.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
+            let Some(&last) = users.last() else {
+                return Ok(report);
+            };
+            let days = self.days_of(&users).await?;
+            let mut pipe = redis::pipe();
+            for &user in &users {
+                for &month in &months {
+                    pipe.cmd("BITFIELD")
+                        .arg(self.infra.keys.sign_bitmap(user, month))
+                        .arg("GET")
+                        .arg("u31")
+                        .arg(0);
+                }
             }
-        }
-        let mut conn = ctx.infra.redis.get().await?;
-        let bitmaps: Vec<Vec<u64>> = pipe.query_async(&mut *conn).await?;
-        drop(conn);
-        let mut bitmaps = bitmaps.into_iter();
-        for user in &users {
-            let signed = days.get(user).cloned().unwrap_or_default();
-            for &month in &months {
-                let redis = bitmaps.next().and_then(|b| b.first().copied()).unwrap_or(0);
-                let sql = month_bits(&signed, month);
-                report.check(redis == sql, || {
-                    format!(
-                        "user {user}, {}: SQL days {sql:031b}, Redis {redis:031b}",
-                        month.id()
-                    )
-                });
+            let mut conn = self.infra.redis.get().await?;
+            let bitmaps: Vec<Vec<u64>> = pipe.query_async(&mut *conn).await?;
+            drop(conn);
+            let mut bitmaps = bitmaps.into_iter();
+            for user in &users {
+                let signed = days.get(user).cloned().unwrap_or_default();
+                for &month in &months {
+                    let redis = bitmaps.next().and_then(|b| b.first().copied()).unwrap_or(0);
+                    let sql = month_bits(&signed, month);
+                    report.check(redis == sql, || {
+                        format!(
+                            "user {user}, {}: SQL days {sql:031b}, Redis {redis:031b}",
+                            month.id()
+                        )
+                    });
+                }
             }
+            after = last;
         }
-        after = last;
     }
-}
 
-/// Sets each user's bits of the kept months and records the streak through the previous
-/// month.
-pub async fn rebuild(ctx: &SignIn, run: &Rebuild<'_>) -> AppResult<()> {
-    run.expect_count("SELECT COUNT(DISTINCT user_id) AS n FROM sign_ins")
-        .await?;
-    let months = kept_months(ctx);
-    let current = ctx.infra.clock.current_month();
-    let mut after = run.resume_from().await?;
-    loop {
-        let users = next_ids(&ctx.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
-        let Some(&last) = users.last() else {
-            return Ok(());
-        };
-        let days = days_of(ctx, &users).await?;
-        let mut pipe = redis::pipe();
-        for (user, signed) in &days {
-            for &month in &months {
-                let in_month: Vec<&NaiveDate> =
-                    signed.iter().filter(|d| Month::of(**d) == month).collect();
-                if in_month.is_empty() {
-                    continue;
+    /// Sets each user's bits of the kept months and records the streak through the previous
+    /// month.
+    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+        run.expect_count("SELECT COUNT(DISTINCT user_id) AS n FROM sign_ins")
+            .await?;
+        let months = self.kept_months();
+        let current = self.infra.clock.current_month();
+        let mut after = run.resume_from().await?;
+        loop {
+            let users = next_ids(&self.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
+            let Some(&last) = users.last() else {
+                return Ok(());
+            };
+            let days = self.days_of(&users).await?;
+            let mut pipe = redis::pipe();
+            for (user, signed) in &days {
+                for &month in &months {
+                    let in_month: Vec<&NaiveDate> =
+                        signed.iter().filter(|d| Month::of(**d) == month).collect();
+                    if in_month.is_empty() {
+                        continue;
+                    }
+                    let key = self.infra.keys.sign_bitmap(*user, month);
+                    let set = pipe.cmd("BITFIELD").arg(&key);
+                    for day in in_month {
+                        set.arg("SET").arg("u1").arg(day.day() - 1).arg(1);
+                    }
+                    set.ignore();
+                    pipe.cmd("EXPIRE")
+                        .arg(&key)
+                        .arg(BITMAP_TTL_SECONDS)
+                        .ignore();
                 }
-                let key = ctx.infra.keys.sign_bitmap(*user, month);
-                let set = pipe.cmd("BITFIELD").arg(&key);
-                for day in in_month {
-                    set.arg("SET").arg("u1").arg(day.day() - 1).arg(1);
-                }
-                set.ignore();
-                pipe.cmd("EXPIRE")
-                    .arg(&key)
-                    .arg(BITMAP_TTL_SECONDS)
+                pipe.cmd("HSET")
+                    .arg(self.infra.keys.sign_streak(*user))
+                    .arg("through")
+                    .arg(current.previous().id())
+                    .arg("length")
+                    .arg(streak_before(signed, current))
                     .ignore();
             }
-            pipe.cmd("HSET")
-                .arg(ctx.infra.keys.sign_streak(*user))
-                .arg("through")
-                .arg(current.previous().id())
-                .arg("length")
-                .arg(streak_before(signed, current))
-                .ignore();
+            crate::infra::recovery::write(&self.infra, &pipe).await?;
+            run.finished_through(last, users.len() as u64).await?;
+            after = last;
         }
-        crate::infra::recovery::write(&ctx.infra, &pipe).await?;
-        run.finished_through(last, users.len() as u64).await?;
-        after = last;
     }
 }
 

@@ -31,17 +31,19 @@ use crate::{
     },
 };
 
-pub fn spawn(ctx: &Vouchers) {
-    let spec = ConsumerSpec::new(ctx.infra.instance.consumers, "order-archive", "archive");
-    let streams = (0..ctx.settings.shards)
-        .map(|shard| ctx.infra.keys.order_stream(shard))
-        .collect();
-    streams::spawn(
-        &ctx.infra,
-        spec,
-        streams,
-        Arc::new(OrderArchive(ctx.clone())),
-    );
+impl Vouchers {
+    pub fn spawn_archive(&self) {
+        let spec = ConsumerSpec::new(self.infra.instance.consumers, "order-archive", "archive");
+        let streams = (0..self.settings.shards)
+            .map(|shard| self.infra.keys.order_stream(shard))
+            .collect();
+        streams::spawn(
+            &self.infra,
+            spec,
+            streams,
+            Arc::new(OrderArchive(self.clone())),
+        );
+    }
 }
 
 struct OrderArchive(Vouchers);
@@ -86,7 +88,8 @@ impl StreamHandler for OrderArchive {
         }
         settle_orders(tx, &settled).await?;
         insert_orders(tx, &orders).await?;
-        super::ensure_expiries(&self.0, tx, &created)
+        self.0
+            .ensure_expiries(tx, &created)
             .await
             .map_err(|error| HandleError::Unavailable(error.to_string()))
     }

@@ -17,7 +17,7 @@ pub mod orders;
 pub mod recovery;
 pub mod sweep;
 
-pub use recovery::{stock_checks, StockCheck};
+pub use recovery::StockCheck;
 
 use std::{collections::HashMap, time::Duration};
 
@@ -159,98 +159,98 @@ impl NewVoucher {
     }
 }
 
-pub(crate) fn shards(ctx: &Vouchers) -> u32 {
-    ctx.settings.shards
-}
-
-/// Stores a voucher and preloads its stock and window into Redis.
-pub async fn create(ctx: &Vouchers, voucher: NewVoucher) -> AppResult<VoucherRecord> {
-    voucher.validate(ctx.infra.clock.now())?;
-    if crate::features::items::find(&ctx.items, voucher.item_id)
-        .await?
-        .is_none()
-    {
-        return Err(AppError::not_found(format!("no item {}", voucher.item_id)));
+impl Vouchers {
+    pub(crate) fn shards(&self) -> u32 {
+        self.settings.shards
     }
-    let record = VoucherRecord {
-        id: ctx.infra.ids.next_id().await?,
-        item_id: voucher.item_id,
-        title: voucher.title.trim().to_string(),
-        stock: voucher.stock,
-        begins_at_ms: voucher.begins_at.timestamp_millis(),
-        ends_at_ms: voucher.ends_at.timestamp_millis(),
-        pay_within_seconds: voucher.pay_within_seconds,
-    };
-    sqlx::query(
-        "INSERT INTO vouchers (id, item_id, title, stock, remaining, begins_at_ms, ends_at_ms, \
-         pay_within_seconds, created_at_ms) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8)",
-    )
-    .bind(record.id)
-    .bind(record.item_id)
-    .bind(&record.title)
-    .bind(record.stock)
-    .bind(record.begins_at_ms)
-    .bind(record.ends_at_ms)
-    .bind(record.pay_within_seconds)
-    .bind(ctx.infra.clock.now_ms())
-    .execute(&ctx.infra.db.pool)
-    .await?;
-    preload(ctx, &record, record.stock, &[]).await?;
-    Ok(record)
-}
 
-/// Writes a voucher's stock, window and live buyers into Redis (at creation, or to rebuild
-/// them from SQL after Redis lost them). HSETNX: a rebuild never overwrites live stock.
-pub(crate) async fn preload(
-    ctx: &Vouchers,
-    voucher: &VoucherRecord,
-    stock: i64,
-    buyers: &[i64],
-) -> AppResult<()> {
-    let key = ctx.infra.keys.voucher(voucher.id, shards(ctx));
-    let mut pipe = redis::pipe();
-    pipe.cmd("HSETNX")
-        .arg(&key)
-        .arg("stock")
-        .arg(stock)
-        .ignore();
-    pipe.cmd("HSET")
-        .arg(&key)
-        .arg("begins")
-        .arg(voucher.begins_at_ms)
-        .arg("ends")
-        .arg(voucher.ends_at_ms)
-        .arg("pay_within")
-        .arg(voucher.pay_within_seconds)
-        .ignore();
-    if !buyers.is_empty() {
-        pipe.cmd("SADD")
-            .arg(ctx.infra.keys.voucher_buyers(voucher.id, shards(ctx)))
-            .arg(buyers)
+    /// Stores a voucher and preloads its stock and window into Redis.
+    pub async fn create(&self, voucher: NewVoucher) -> AppResult<VoucherRecord> {
+        voucher.validate(self.infra.clock.now())?;
+        if self.items.find(voucher.item_id).await?.is_none() {
+            return Err(AppError::not_found(format!("no item {}", voucher.item_id)));
+        }
+        let record = VoucherRecord {
+            id: self.infra.ids.next_id().await?,
+            item_id: voucher.item_id,
+            title: voucher.title.trim().to_string(),
+            stock: voucher.stock,
+            begins_at_ms: voucher.begins_at.timestamp_millis(),
+            ends_at_ms: voucher.ends_at.timestamp_millis(),
+            pay_within_seconds: voucher.pay_within_seconds,
+        };
+        sqlx::query(
+            "INSERT INTO vouchers (id, item_id, title, stock, remaining, begins_at_ms, ends_at_ms, \
+             pay_within_seconds, created_at_ms) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8)",
+        )
+        .bind(record.id)
+        .bind(record.item_id)
+        .bind(&record.title)
+        .bind(record.stock)
+        .bind(record.begins_at_ms)
+        .bind(record.ends_at_ms)
+        .bind(record.pay_within_seconds)
+        .bind(self.infra.clock.now_ms())
+        .execute(&self.infra.db.pool)
+        .await?;
+        self.preload(&record, record.stock, &[]).await?;
+        Ok(record)
+    }
+
+    /// Writes a voucher's stock, window and live buyers into Redis (at creation, or to rebuild
+    /// them from SQL after Redis lost them). HSETNX: a rebuild never overwrites live stock.
+    pub(crate) async fn preload(
+        &self,
+        voucher: &VoucherRecord,
+        stock: i64,
+        buyers: &[i64],
+    ) -> AppResult<()> {
+        let key = self.infra.keys.voucher(voucher.id, self.shards());
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSETNX")
+            .arg(&key)
+            .arg("stock")
+            .arg(stock)
             .ignore();
+        pipe.cmd("HSET")
+            .arg(&key)
+            .arg("begins")
+            .arg(voucher.begins_at_ms)
+            .arg("ends")
+            .arg(voucher.ends_at_ms)
+            .arg("pay_within")
+            .arg(voucher.pay_within_seconds)
+            .ignore();
+        if !buyers.is_empty() {
+            pipe.cmd("SADD")
+                .arg(self.infra.keys.voucher_buyers(voucher.id, self.shards()))
+                .arg(buyers)
+                .ignore();
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let () = pipe.query_async(&mut *conn).await?;
+        Ok(())
     }
-    let mut conn = ctx.infra.redis.get().await?;
-    let () = pipe.query_async(&mut *conn).await?;
-    Ok(())
-}
 
-/// Rebuilds a voucher in Redis from SQL; `NOT_FOUND` when there is no such voucher.
-pub(crate) async fn rebuild(ctx: &Vouchers, voucher_id: i64) -> AppResult<()> {
-    let voucher = find(ctx, voucher_id)
+    /// Rebuilds a voucher in Redis from SQL; `NOT_FOUND` when there is no such voucher.
+    pub(crate) async fn rebuild_voucher(&self, voucher_id: i64) -> AppResult<()> {
+        let voucher = self
+            .find(voucher_id)
+            .await?
+            .ok_or_else(|| AppError::not_found(format!("no voucher {voucher_id}")))?;
+        let (remaining, live) = self.sql_stock(voucher_id).await?;
+        let buyers: Vec<i64> = sqlx::query(
+            "SELECT buyer_id FROM orders WHERE voucher_id = $1 AND status IN ('UNPAID', 'PAID')",
+        )
+        .bind(voucher_id)
+        .fetch_all(&self.infra.db.pool)
         .await?
-        .ok_or_else(|| AppError::not_found(format!("no voucher {voucher_id}")))?;
-    let (remaining, live) = sql_stock(ctx, voucher_id).await?;
-    let buyers: Vec<i64> = sqlx::query(
-        "SELECT buyer_id FROM orders WHERE voucher_id = $1 AND status IN ('UNPAID', 'PAID')",
-    )
-    .bind(voucher_id)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?
-    .iter()
-    .map(|row| row.try_get("buyer_id"))
-    .collect::<Result<_, _>>()?;
-    debug_assert_eq!(live as usize, buyers.len());
-    preload(ctx, &voucher, remaining, &buyers).await
+        .iter()
+        .map(|row| row.try_get("buyer_id"))
+        .collect::<Result<_, _>>()?;
+        debug_assert_eq!(live as usize, buyers.len());
+        self.preload(&voucher, remaining, &buyers).await
+    }
 }
 
 pub(crate) const COLUMNS: &str =
@@ -268,80 +268,82 @@ pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<VoucherRecord, sqlx::
     })
 }
 
-pub async fn find(ctx: &Vouchers, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
-    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM vouchers WHERE id = $1"))
-        .bind(voucher_id)
-        .fetch_optional(&ctx.infra.db.pool)
+impl Vouchers {
+    pub async fn find(&self, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM vouchers WHERE id = $1"))
+            .bind(voucher_id)
+            .fetch_optional(&self.infra.db.pool)
+            .await?;
+        Ok(row.map(|row| record_of(&row)).transpose()?)
+    }
+
+    pub async fn for_item(&self, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM vouchers WHERE item_id = $1 ORDER BY id DESC LIMIT 100"
+        ))
+        .bind(item_id)
+        .fetch_all(&self.infra.db.pool)
         .await?;
-    Ok(row.map(|row| record_of(&row)).transpose()?)
-}
-
-pub async fn for_item(ctx: &Vouchers, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
-    let rows = sqlx::query(&format!(
-        "SELECT {COLUMNS} FROM vouchers WHERE item_id = $1 ORDER BY id DESC LIMIT 100"
-    ))
-    .bind(item_id)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    rows.iter()
-        .map(record_of)
-        .collect::<Result<_, _>>()
-        .map_err(Into::into)
-}
-
-/// A voucher's stock now, then each change (coalesced; read again after a lag).
-pub async fn stock_changes(
-    ctx: &Vouchers,
-    voucher_id: i64,
-) -> AppResult<impl futures::Stream<Item = (i64, i64)>> {
-    let keys = ctx.infra.keys.clone();
-    let reader = ctx.clone();
-    crate::infra::live::counter_changes(
-        &ctx.infra,
-        vec![voucher_id],
-        move |id| keys.voucher_stock_channel(id),
-        move |ids| {
-            let ctx = reader.clone();
-            async move { remaining(&ctx, &ids).await }
-        },
-    )
-    .await
-}
-
-/// Live stock of vouchers from Redis, in one round trip (missing ones: SQL's count).
-pub async fn remaining(ctx: &Vouchers, voucher_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
-    let mut pipe = redis::pipe();
-    for &id in voucher_ids {
-        pipe.cmd("HGET")
-            .arg(ctx.infra.keys.voucher(id, shards(ctx)))
-            .arg("stock");
+        rows.iter()
+            .map(record_of)
+            .collect::<Result<_, _>>()
+            .map_err(Into::into)
     }
-    let mut conn = ctx.infra.redis.get().await?;
-    let stocks: Vec<Option<i64>> = pipe.query_async(&mut *conn).await?;
-    drop(conn);
-    let mut out = HashMap::new();
-    for (&id, stock) in voucher_ids.iter().zip(stocks) {
-        let stock = match stock {
-            Some(stock) => stock,
-            None => sql_stock(ctx, id).await?.0,
-        };
-        out.insert(id, stock);
-    }
-    Ok(out)
-}
 
-/// SQL's stock of a voucher and its live (unpaid or paid) orders.
-pub(crate) async fn sql_stock(ctx: &Vouchers, voucher_id: i64) -> AppResult<(i64, i64)> {
-    let row = sqlx::query(
-        "SELECT v.remaining AS remaining, (SELECT COUNT(*) FROM orders o WHERE o.voucher_id = v.id \
-         AND o.status IN ('UNPAID', 'PAID')) AS live FROM vouchers v WHERE v.id = $1",
-    )
-    .bind(voucher_id)
-    .fetch_optional(&ctx.infra.db.pool)
-    .await?;
-    match row {
-        Some(row) => Ok((row.try_get("remaining")?, row.try_get("live")?)),
-        None => Ok((0, 0)),
+    /// A voucher's stock now, then each change (coalesced; read again after a lag).
+    pub async fn stock_changes(
+        &self,
+        voucher_id: i64,
+    ) -> AppResult<impl futures::Stream<Item = (i64, i64)>> {
+        let keys = self.infra.keys.clone();
+        let reader = self.clone();
+        crate::infra::live::counter_changes(
+            &self.infra,
+            vec![voucher_id],
+            move |id| keys.voucher_stock_channel(id),
+            move |ids| {
+                let ctx = reader.clone();
+                async move { ctx.remaining(&ids).await }
+            },
+        )
+        .await
+    }
+
+    /// Live stock of vouchers from Redis, in one round trip (missing ones: SQL's count).
+    pub async fn remaining(&self, voucher_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
+        let mut pipe = redis::pipe();
+        for &id in voucher_ids {
+            pipe.cmd("HGET")
+                .arg(self.infra.keys.voucher(id, self.shards()))
+                .arg("stock");
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let stocks: Vec<Option<i64>> = pipe.query_async(&mut *conn).await?;
+        drop(conn);
+        let mut out = HashMap::new();
+        for (&id, stock) in voucher_ids.iter().zip(stocks) {
+            let stock = match stock {
+                Some(stock) => stock,
+                None => self.sql_stock(id).await?.0,
+            };
+            out.insert(id, stock);
+        }
+        Ok(out)
+    }
+
+    /// SQL's stock of a voucher and its live (unpaid or paid) orders.
+    pub(crate) async fn sql_stock(&self, voucher_id: i64) -> AppResult<(i64, i64)> {
+        let row = sqlx::query(
+            "SELECT v.remaining AS remaining, (SELECT COUNT(*) FROM orders o WHERE o.voucher_id = v.id \
+             AND o.status IN ('UNPAID', 'PAID')) AS live FROM vouchers v WHERE v.id = $1",
+        )
+        .bind(voucher_id)
+        .fetch_optional(&self.infra.db.pool)
+        .await?;
+        match row {
+            Some(row) => Ok((row.try_get("remaining")?, row.try_get("live")?)),
+            None => Ok((0, 0)),
+        }
     }
 }
 
@@ -353,93 +355,95 @@ pub struct NewOrder {
     pub pay_by_ms: i64,
 }
 
-/// One attempt to buy a voucher.
-pub async fn seckill(ctx: &Vouchers, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
-    let order_id = ctx.infra.ids.next_id().await?;
-    for _ in 0..2 {
-        let now = ctx.infra.clock.now_ms();
-        let keys = &ctx.infra.keys;
-        let mut conn = ctx.infra.redis.get().await?;
-        let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
-            .keys([
-                keys.voucher(voucher_id, shards(ctx)),
-                keys.voucher_buyers(voucher_id, shards(ctx)),
-                keys.order(voucher_id, order_id, shards(ctx)),
-                keys.order_stream_of(voucher_id, shards(ctx)),
-            ])
-            .arg(voucher_id)
-            .arg(buyer_id)
-            .arg(order_id)
-            .arg(now)
-            .arg(keys.voucher_stock_channel(voucher_id))
-            .invoke_async(&mut *conn)
-            .await?;
-        drop(conn);
-        match Status::of(VOUCHERS_SECKILL.name, status)? {
-            Status::Ok => {
-                let order = NewOrder {
-                    order_id,
-                    voucher_id,
-                    created_at_ms: now,
-                    pay_by_ms: pay_by,
-                };
-                remember_voucher_of(ctx, &order).await;
-                // The order consumer schedules the expiry too (durably); this is the fast path.
-                if let Err(error) = schedule_expiry(ctx, &order).await {
-                    tracing::warn!(order = order_id, %error, "expiry not scheduled yet; the order consumer will");
+impl Vouchers {
+    /// One attempt to buy a voucher.
+    pub async fn seckill(&self, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
+        let order_id = self.infra.ids.next_id().await?;
+        for _ in 0..2 {
+            let now = self.infra.clock.now_ms();
+            let keys = &self.infra.keys;
+            let mut conn = self.infra.redis.get().await?;
+            let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
+                .keys([
+                    keys.voucher(voucher_id, self.shards()),
+                    keys.voucher_buyers(voucher_id, self.shards()),
+                    keys.order(voucher_id, order_id, self.shards()),
+                    keys.order_stream_of(voucher_id, self.shards()),
+                ])
+                .arg(voucher_id)
+                .arg(buyer_id)
+                .arg(order_id)
+                .arg(now)
+                .arg(keys.voucher_stock_channel(voucher_id))
+                .invoke_async(&mut *conn)
+                .await?;
+            drop(conn);
+            match Status::of(VOUCHERS_SECKILL.name, status)? {
+                Status::Ok => {
+                    let order = NewOrder {
+                        order_id,
+                        voucher_id,
+                        created_at_ms: now,
+                        pay_by_ms: pay_by,
+                    };
+                    self.remember_voucher_of(&order).await;
+                    // The order consumer schedules the expiry too (durably); this is the fast path.
+                    if let Err(error) = self.schedule_expiry(&order).await {
+                        tracing::warn!(order = order_id, %error, "expiry not scheduled yet; the order consumer will");
+                    }
+                    return Ok(order);
                 }
-                return Ok(order);
-            }
-            Status::Missing => rebuild(ctx, voucher_id).await?,
-            refused @ Status::NotYet => return Err(refused.refusal("the sale has not started")),
-            refused @ Status::Ended => return Err(refused.refusal("the sale has ended")),
-            refused @ Status::Taken => {
-                return Err(refused.refusal("you already have an order for this voucher"))
-            }
-            refused @ Status::SoldOut => return Err(refused.refusal("sold out")),
-            other => {
-                return Err(AppError::internal(anyhow::anyhow!(
-                    "{} answered {other:?}",
-                    VOUCHERS_SECKILL.name
-                )))
+                Status::Missing => self.rebuild_voucher(voucher_id).await?,
+                refused @ Status::NotYet => return Err(refused.refusal("the sale has not started")),
+                refused @ Status::Ended => return Err(refused.refusal("the sale has ended")),
+                refused @ Status::Taken => {
+                    return Err(refused.refusal("you already have an order for this voucher"))
+                }
+                refused @ Status::SoldOut => return Err(refused.refusal("sold out")),
+                other => {
+                    return Err(AppError::internal(anyhow::anyhow!(
+                        "{} answered {other:?}",
+                        VOUCHERS_SECKILL.name
+                    )))
+                }
             }
         }
+        Err(AppError::not_found(format!("no voucher {voucher_id}")))
     }
-    Err(AppError::not_found(format!("no voucher {voucher_id}")))
-}
 
-/// Records which voucher an order belongs to, so that the buyer can pay or cancel before
-/// the order reaches SQL. Best effort: SQL answers once the consumer archived the order.
-pub async fn remember_voucher_of(ctx: &Vouchers, order: &NewOrder) {
-    let written: AppResult<()> = async {
-        let mut conn = ctx.infra.redis.get().await?;
-        let () = redis::cmd("SET")
-            .arg(ctx.infra.keys.order_voucher(order.order_id))
-            .arg(order.voucher_id)
-            .arg("EX")
-            .arg(30 * 24 * 3600)
-            .query_async(&mut *conn)
-            .await?;
-        Ok(())
+    /// Records which voucher an order belongs to, so that the buyer can pay or cancel before
+    /// the order reaches SQL. Best effort: SQL answers once the consumer archived the order.
+    pub async fn remember_voucher_of(&self, order: &NewOrder) {
+        let written: AppResult<()> = async {
+            let mut conn = self.infra.redis.get().await?;
+            let () = redis::cmd("SET")
+                .arg(self.infra.keys.order_voucher(order.order_id))
+                .arg(order.voucher_id)
+                .arg("EX")
+                .arg(30 * 24 * 3600)
+                .query_async(&mut *conn)
+                .await?;
+            Ok(())
+        }
+        .await;
+        if let Err(error) = written {
+            tracing::warn!(order = order.order_id, %error, "order index not written");
+        }
     }
-    .await;
-    if let Err(error) = written {
-        tracing::warn!(order = order.order_id, %error, "order index not written");
-    }
-}
 
-/// The expiry job of an order: due at its pay-by time, its id the order's.
-fn expiry_job(ctx: &Vouchers, order: &NewOrder) -> NewJob {
-    let delay = (order.pay_by_ms - ctx.infra.clock.now_ms()).max(0) as u64;
-    NewJob {
-        id: order.order_id.to_string(),
-        topic: EXPIRY_TOPIC.into(),
-        body: serde_json::json!({ "order": order.order_id, "voucher": order.voucher_id })
-            .to_string(),
-        delay: Duration::from_millis(delay),
-        // The topic's policy (orders::register_expiry) gives it its attempts.
-        max_attempts: None,
-        callback_url: None,
+    /// The expiry job of an order: due at its pay-by time, its id the order's.
+    fn expiry_job(&self, order: &NewOrder) -> NewJob {
+        let delay = (order.pay_by_ms - self.infra.clock.now_ms()).max(0) as u64;
+        NewJob {
+            id: order.order_id.to_string(),
+            topic: EXPIRY_TOPIC.into(),
+            body: serde_json::json!({ "order": order.order_id, "voucher": order.voucher_id })
+                .to_string(),
+            delay: Duration::from_millis(delay),
+            // The topic's policy (orders::register_expiry) gives it its attempts.
+            max_attempts: None,
+            callback_url: None,
+        }
     }
 }
 
@@ -452,76 +456,84 @@ fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
     }
 }
 
-/// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
-/// record (the order consumer records the job with the order); an existing job is fine.
-pub async fn schedule_expiry(ctx: &Vouchers, order: &NewOrder) -> AppResult<()> {
-    scheduled_or_pending(jobs::schedule_ahead_of_record(&ctx.jobs, expiry_job(ctx, order)).await)
-}
+impl Vouchers {
+    /// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
+    /// record (the order consumer records the job with the order); an existing job is fine.
+    pub async fn schedule_expiry(&self, order: &NewOrder) -> AppResult<()> {
+        scheduled_or_pending(
+            self.jobs
+                .schedule_ahead_of_record(self.expiry_job(order))
+                .await,
+        )
+    }
 
-/// Takes the expiry job of a settled order off the delay queue (otherwise it would wait
-/// there until the pay-by time, to find nothing to do). Best effort: a job left behind
-/// finds the order settled and ends.
-pub async fn cancel_expiry(ctx: &Vouchers, order_id: i64) {
-    if let Err(error) = jobs::cancel(&ctx.jobs, EXPIRY_TOPIC, &order_id.to_string()).await {
-        tracing::warn!(order = order_id, %error, "expiry job of a settled order not cancelled");
+    /// Takes the expiry job of a settled order off the delay queue (otherwise it would wait
+    /// there until the pay-by time, to find nothing to do). Best effort: a job left behind
+    /// finds the order settled and ends.
+    pub async fn cancel_expiry(&self, order_id: i64) {
+        if let Err(error) = self.jobs.cancel(EXPIRY_TOPIC, &order_id.to_string()).await {
+            tracing::warn!(order = order_id, %error, "expiry job of a settled order not cancelled");
+        }
     }
-}
 
-/// Makes sure each order still unpaid has its expiry job, and that no job is left for an
-/// order settled meanwhile. An order settled already gets none; the jobs of the others are
-/// scheduled in one batch, their SQL rows written through `sql` (the order consumer's
-/// transaction, which commits them with the orders), and the orders' status read again
-/// after: a settlement came either before that read (seen here: its job is cancelled) or
-/// after the job existed (and its settler cancels it), so no interleaving leaves one behind.
-pub async fn ensure_expiries(
-    ctx: &Vouchers,
-    sql: &mut sqlx::AnyConnection,
-    orders: &[NewOrder],
-) -> AppResult<()> {
-    let unpaid = unsettled(ctx, orders).await?;
-    if unpaid.is_empty() {
-        return Ok(());
+    /// Makes sure each order still unpaid has its expiry job, and that no job is left for an
+    /// order settled meanwhile. An order settled already gets none; the jobs of the others are
+    /// scheduled in one batch, their SQL rows written through `sql` (the order consumer's
+    /// transaction, which commits them with the orders), and the orders' status read again
+    /// after: a settlement came either before that read (seen here: its job is cancelled) or
+    /// after the job existed (and its settler cancels it), so no interleaving leaves one behind.
+    pub async fn ensure_expiries(
+        &self,
+        sql: &mut sqlx::AnyConnection,
+        orders: &[NewOrder],
+    ) -> AppResult<()> {
+        let unpaid = self.unsettled(orders).await?;
+        if unpaid.is_empty() {
+            return Ok(());
+        }
+        let jobs = unpaid.iter().map(|order| self.expiry_job(order)).collect();
+        for answer in self.jobs.schedule_in(sql, jobs).await? {
+            scheduled_or_pending(answer)?;
+        }
+        let still_unpaid = self.unsettled(&unpaid).await?;
+        for order in unpaid.iter().filter(|order| !still_unpaid.contains(order)) {
+            self.jobs
+                .cancel_in(sql, EXPIRY_TOPIC, &order.order_id.to_string())
+                .await?;
+        }
+        Ok(())
     }
-    let jobs = unpaid.iter().map(|order| expiry_job(ctx, order)).collect();
-    for answer in jobs::schedule_in(&ctx.jobs, sql, jobs).await? {
-        scheduled_or_pending(answer)?;
-    }
-    let still_unpaid = unsettled(ctx, &unpaid).await?;
-    for order in unpaid.iter().filter(|order| !still_unpaid.contains(order)) {
-        jobs::cancel_in(&ctx.jobs, sql, EXPIRY_TOPIC, &order.order_id.to_string()).await?;
-    }
-    Ok(())
-}
 
-/// The orders that Redis does not hold as settled (unpaid ones, and unknown ones: their
-/// expiry job finds nothing to do), in one round trip.
-async fn unsettled(ctx: &Vouchers, orders: &[NewOrder]) -> AppResult<Vec<NewOrder>> {
-    if orders.is_empty() {
-        return Ok(Vec::new());
+    /// The orders that Redis does not hold as settled (unpaid ones, and unknown ones: their
+    /// expiry job finds nothing to do), in one round trip.
+    async fn unsettled(&self, orders: &[NewOrder]) -> AppResult<Vec<NewOrder>> {
+        if orders.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for order in orders {
+            pipe.cmd("HGET")
+                .arg(
+                    self.infra
+                        .keys
+                        .order(order.voucher_id, order.order_id, self.shards()),
+                )
+                .arg("status");
+        }
+        let statuses: Vec<Option<String>> = {
+            let mut conn = self.infra.redis.get().await?;
+            pipe.query_async(&mut *conn).await?
+        };
+        Ok(orders
+            .iter()
+            .zip(statuses)
+            .filter(|(_, status)| {
+                status
+                    .as_deref()
+                    .and_then(OrderStatus::parse)
+                    .is_none_or(|status| status == OrderStatus::Unpaid)
+            })
+            .map(|(order, _)| *order)
+            .collect())
     }
-    let mut pipe = redis::pipe();
-    for order in orders {
-        pipe.cmd("HGET")
-            .arg(
-                ctx.infra
-                    .keys
-                    .order(order.voucher_id, order.order_id, shards(ctx)),
-            )
-            .arg("status");
-    }
-    let statuses: Vec<Option<String>> = {
-        let mut conn = ctx.infra.redis.get().await?;
-        pipe.query_async(&mut *conn).await?
-    };
-    Ok(orders
-        .iter()
-        .zip(statuses)
-        .filter(|(_, status)| {
-            status
-                .as_deref()
-                .and_then(OrderStatus::parse)
-                .is_none_or(|status| status == OrderStatus::Unpaid)
-        })
-        .map(|(order, _)| *order)
-        .collect())
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use sqlx::Row;
 
-use super::{shards, EXPIRY_TOPIC};
+use super::EXPIRY_TOPIC;
+use crate::infra::page::PageArgs;
 use crate::{
     features::{
         jobs::{handlers::Delivery, JobError, JobHandler},
@@ -56,49 +57,51 @@ pub struct OrderRecord {
     pub pay_by_ms: i64,
 }
 
-/// An order as its buyer sees it: from Redis while it is there (fresh, and available before
-/// the consumer archived it), from SQL otherwise.
-pub async fn find(ctx: &Vouchers, order_id: i64) -> AppResult<Option<OrderRecord>> {
-    let mut conn = ctx.infra.redis.get().await?;
-    let voucher: Option<i64> = redis::cmd("GET")
-        .arg(ctx.infra.keys.order_voucher(order_id))
-        .query_async(&mut *conn)
-        .await?;
-    if let Some(voucher_id) = voucher {
-        let (buyer, status, created, pay_by): (
-            Option<i64>,
-            Option<String>,
-            Option<i64>,
-            Option<i64>,
-        ) = redis::cmd("HMGET")
-            .arg(ctx.infra.keys.order(voucher_id, order_id, shards(ctx)))
-            .arg("buyer")
-            .arg("status")
-            .arg("created")
-            .arg("pay_by")
+impl Vouchers {
+    /// An order as its buyer sees it: from Redis while it is there (fresh, and available before
+    /// the consumer archived it), from SQL otherwise.
+    pub async fn find_order(&self, order_id: i64) -> AppResult<Option<OrderRecord>> {
+        let mut conn = self.infra.redis.get().await?;
+        let voucher: Option<i64> = redis::cmd("GET")
+            .arg(self.infra.keys.order_voucher(order_id))
             .query_async(&mut *conn)
             .await?;
-        if let (Some(buyer_id), Some(status), Some(created_at_ms), Some(pay_by_ms)) =
-            (buyer, status, created, pay_by)
-        {
-            return Ok(Some(OrderRecord {
-                id: order_id,
-                voucher_id,
-                buyer_id,
-                status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
-                created_at_ms,
-                pay_by_ms,
-            }));
+        if let Some(voucher_id) = voucher {
+            let (buyer, status, created, pay_by): (
+                Option<i64>,
+                Option<String>,
+                Option<i64>,
+                Option<i64>,
+            ) = redis::cmd("HMGET")
+                .arg(self.infra.keys.order(voucher_id, order_id, self.shards()))
+                .arg("buyer")
+                .arg("status")
+                .arg("created")
+                .arg("pay_by")
+                .query_async(&mut *conn)
+                .await?;
+            if let (Some(buyer_id), Some(status), Some(created_at_ms), Some(pay_by_ms)) =
+                (buyer, status, created, pay_by)
+            {
+                return Ok(Some(OrderRecord {
+                    id: order_id,
+                    voucher_id,
+                    buyer_id,
+                    status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
+                    created_at_ms,
+                    pay_by_ms,
+                }));
+            }
         }
+        drop(conn);
+        let row = sqlx::query(
+            "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders WHERE id = $1",
+        )
+        .bind(order_id)
+        .fetch_optional(&self.infra.db.pool)
+        .await?;
+        Ok(row.map(|row| record_of(&row)).transpose()?)
     }
-    drop(conn);
-    let row = sqlx::query(
-        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders WHERE id = $1",
-    )
-    .bind(order_id)
-    .fetch_optional(&ctx.infra.db.pool)
-    .await?;
-    Ok(row.map(|row| record_of(&row)).transpose()?)
 }
 
 pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
@@ -113,145 +116,149 @@ pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Er
     })
 }
 
-/// A buyer's orders, newest first, before the order `before` (exclusive).
-pub async fn of_buyer(
-    ctx: &Vouchers,
-    buyer_id: i64,
-    first: usize,
-    before: Option<i64>,
-) -> AppResult<(Vec<OrderRecord>, bool)> {
-    let rows = sqlx::query(
-        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
-         WHERE buyer_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
-    )
-    .bind(buyer_id)
-    .bind(before.unwrap_or(i64::MAX))
-    .bind(first as i64 + 1)
-    .fetch_all(&ctx.infra.db.pool)
-    .await?;
-    let orders = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
-    Ok(crate::infra::db::split_page(orders, first))
-}
-
-/// Where an order must go; `buyer` is the acting user (`None` for the expiry job). An order
-/// Redis does not know but SQL holds live (Redis lost it and was not rebuilt yet) is
-/// restored from SQL first: it stays payable, cancellable and expirable.
-pub async fn settle(
-    ctx: &Vouchers,
-    voucher_id: i64,
-    order_id: i64,
-    outcome: OrderStatus,
-    buyer: Option<i64>,
-) -> AppResult<(bool, OrderStatus)> {
-    if let Some(settled) = settle_in_redis(ctx, voucher_id, order_id, outcome, buyer).await? {
-        return Ok(settled);
+impl Vouchers {
+    /// A buyer's orders, newest first, after the order `page.after` (exclusive).
+    pub async fn orders_of(
+        &self,
+        buyer_id: i64,
+        page: PageArgs<Option<i64>>,
+    ) -> AppResult<(Vec<OrderRecord>, bool)> {
+        let query = sqlx::query(
+            "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
+             WHERE buyer_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+        )
+        .bind(buyer_id);
+        self.infra.db.keyset_page(query, page, record_of).await
     }
-    if restore_from_sql(ctx, voucher_id, order_id).await? {
-        if let Some(settled) = settle_in_redis(ctx, voucher_id, order_id, outcome, buyer).await? {
+
+    /// Where an order must go; `buyer` is the acting user (`None` for the expiry job). An order
+    /// Redis does not know but SQL holds live (Redis lost it and was not rebuilt yet) is
+    /// restored from SQL first: it stays payable, cancellable and expirable.
+    pub async fn settle_order(
+        &self,
+        voucher_id: i64,
+        order_id: i64,
+        outcome: OrderStatus,
+        buyer: Option<i64>,
+    ) -> AppResult<(bool, OrderStatus)> {
+        if let Some(settled) = self
+            .settle_in_redis(voucher_id, order_id, outcome, buyer)
+            .await?
+        {
             return Ok(settled);
         }
-    }
-    Err(no_such_order(order_id))
-}
-
-/// One run of the settle script; `None` when Redis does not know the order.
-async fn settle_in_redis(
-    ctx: &Vouchers,
-    voucher_id: i64,
-    order_id: i64,
-    outcome: OrderStatus,
-    buyer: Option<i64>,
-) -> AppResult<Option<(bool, OrderStatus)>> {
-    let keys = &ctx.infra.keys;
-    let shards = shards(ctx);
-    let mut conn = ctx.infra.redis.get().await?;
-    let (status, now): (i64, String) = VOUCHERS_SETTLE
-        .keys([
-            keys.order(voucher_id, order_id, shards),
-            keys.voucher(voucher_id, shards),
-            keys.voucher_buyers(voucher_id, shards),
-            keys.order_stream_of(voucher_id, shards),
-        ])
-        .arg(outcome.as_str())
-        .arg(ctx.infra.clock.now_ms())
-        .arg(buyer.map(|b| b.to_string()).unwrap_or_default())
-        .arg(keys.voucher_stock_channel(voucher_id))
-        .arg(order_id)
-        .arg(KEEP_SETTLED_SECONDS)
-        .invoke_async(&mut *conn)
-        .await?;
-    let now = OrderStatus::parse(&now);
-    match (Status::of(VOUCHERS_SETTLE.name, status)?, now) {
-        (Status::Ok, Some(now)) => Ok(Some((true, now))),
-        (Status::Already, Some(now)) => Ok(Some((false, now))),
-        (Status::Missing, _) => Ok(None),
-        (Status::NotFound, _) => Err(no_such_order(order_id)),
-        (refused @ Status::NotYet, _) => Err(refused.refusal("the order is not due to expire yet")),
-        (other, now) => Err(AppError::internal(anyhow::anyhow!(
-            "{} answered {other:?} with the order {now:?}",
-            VOUCHERS_SETTLE.name
-        ))),
-    }
-}
-
-/// Puts a live SQL order (and its voucher) back into Redis; false when SQL has no such live
-/// order of that voucher.
-async fn restore_from_sql(ctx: &Vouchers, voucher_id: i64, order_id: i64) -> AppResult<bool> {
-    let row = sqlx::query(
-        "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
-         WHERE id = $1 AND voucher_id = $2 AND status IN ('UNPAID', 'PAID')",
-    )
-    .bind(order_id)
-    .bind(voucher_id)
-    .fetch_optional(&ctx.infra.db.pool)
-    .await?;
-    let Some(row) = row else {
-        return Ok(false);
-    };
-    let order = record_of(&row)?;
-    super::rebuild(ctx, voucher_id).await?;
-    restore(ctx, &[order]).await?;
-    Ok(true)
-}
-
-/// Writes live orders into Redis where it lacks them (field by field with HSETNX, so an
-/// order a script changed meanwhile keeps its state), with the index of their voucher.
-pub async fn restore(ctx: &Vouchers, orders: &[OrderRecord]) -> AppResult<()> {
-    if orders.is_empty() {
-        return Ok(());
-    }
-    let mut pipe = redis::pipe();
-    for order in orders {
-        let key = ctx
-            .infra
-            .keys
-            .order(order.voucher_id, order.id, shards(ctx));
-        for (field, value) in [
-            ("voucher", order.voucher_id.to_string()),
-            ("buyer", order.buyer_id.to_string()),
-            ("status", order.status.as_str().to_string()),
-            ("created", order.created_at_ms.to_string()),
-            ("pay_by", order.pay_by_ms.to_string()),
-        ] {
-            pipe.cmd("HSETNX").arg(&key).arg(field).arg(value).ignore();
+        if self.restore_from_sql(voucher_id, order_id).await? {
+            if let Some(settled) = self
+                .settle_in_redis(voucher_id, order_id, outcome, buyer)
+                .await?
+            {
+                return Ok(settled);
+            }
         }
-        if order.status != OrderStatus::Unpaid {
-            pipe.cmd("EXPIRE")
-                .arg(&key)
+        Err(no_such_order(order_id))
+    }
+
+    /// One run of the settle script; `None` when Redis does not know the order.
+    async fn settle_in_redis(
+        &self,
+        voucher_id: i64,
+        order_id: i64,
+        outcome: OrderStatus,
+        buyer: Option<i64>,
+    ) -> AppResult<Option<(bool, OrderStatus)>> {
+        let keys = &self.infra.keys;
+        let shards = self.shards();
+        let mut conn = self.infra.redis.get().await?;
+        let (status, now): (i64, String) = VOUCHERS_SETTLE
+            .keys([
+                keys.order(voucher_id, order_id, shards),
+                keys.voucher(voucher_id, shards),
+                keys.voucher_buyers(voucher_id, shards),
+                keys.order_stream_of(voucher_id, shards),
+            ])
+            .arg(outcome.as_str())
+            .arg(self.infra.clock.now_ms())
+            .arg(buyer.map(|b| b.to_string()).unwrap_or_default())
+            .arg(keys.voucher_stock_channel(voucher_id))
+            .arg(order_id)
+            .arg(KEEP_SETTLED_SECONDS)
+            .invoke_async(&mut *conn)
+            .await?;
+        let now = OrderStatus::parse(&now);
+        match (Status::of(VOUCHERS_SETTLE.name, status)?, now) {
+            (Status::Ok, Some(now)) => Ok(Some((true, now))),
+            (Status::Already, Some(now)) => Ok(Some((false, now))),
+            (Status::Missing, _) => Ok(None),
+            (Status::NotFound, _) => Err(no_such_order(order_id)),
+            (refused @ Status::NotYet, _) => {
+                Err(refused.refusal("the order is not due to expire yet"))
+            }
+            (other, now) => Err(AppError::internal(anyhow::anyhow!(
+                "{} answered {other:?} with the order {now:?}",
+                VOUCHERS_SETTLE.name
+            ))),
+        }
+    }
+
+    /// Puts a live SQL order (and its voucher) back into Redis; false when SQL has no such live
+    /// order of that voucher.
+    async fn restore_from_sql(&self, voucher_id: i64, order_id: i64) -> AppResult<bool> {
+        let row = sqlx::query(
+            "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
+             WHERE id = $1 AND voucher_id = $2 AND status IN ('UNPAID', 'PAID')",
+        )
+        .bind(order_id)
+        .bind(voucher_id)
+        .fetch_optional(&self.infra.db.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        let order = record_of(&row)?;
+        self.rebuild_voucher(voucher_id).await?;
+        self.restore_orders(&[order]).await?;
+        Ok(true)
+    }
+
+    /// Writes live orders into Redis where it lacks them (field by field with HSETNX, so an
+    /// order a script changed meanwhile keeps its state), with the index of their voucher.
+    pub async fn restore_orders(&self, orders: &[OrderRecord]) -> AppResult<()> {
+        if orders.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for order in orders {
+            let key = self
+                .infra
+                .keys
+                .order(order.voucher_id, order.id, self.shards());
+            for (field, value) in [
+                ("voucher", order.voucher_id.to_string()),
+                ("buyer", order.buyer_id.to_string()),
+                ("status", order.status.as_str().to_string()),
+                ("created", order.created_at_ms.to_string()),
+                ("pay_by", order.pay_by_ms.to_string()),
+            ] {
+                pipe.cmd("HSETNX").arg(&key).arg(field).arg(value).ignore();
+            }
+            if order.status != OrderStatus::Unpaid {
+                pipe.cmd("EXPIRE")
+                    .arg(&key)
+                    .arg(KEEP_SETTLED_SECONDS)
+                    .ignore();
+            }
+            pipe.cmd("SET")
+                .arg(self.infra.keys.order_voucher(order.id))
+                .arg(order.voucher_id)
+                .arg("NX")
+                .arg("EX")
                 .arg(KEEP_SETTLED_SECONDS)
                 .ignore();
         }
-        pipe.cmd("SET")
-            .arg(ctx.infra.keys.order_voucher(order.id))
-            .arg(order.voucher_id)
-            .arg("NX")
-            .arg("EX")
-            .arg(KEEP_SETTLED_SECONDS)
-            .ignore();
+        let mut conn = self.infra.redis.get().await?;
+        let () = pipe.query_async(&mut *conn).await?;
+        Ok(())
     }
-    let mut conn = ctx.infra.redis.get().await?;
-    let () = pipe.query_async(&mut *conn).await?;
-    Ok(())
 }
 
 /// Someone else's order answers as a missing one does: which order ids exist is nobody's
@@ -261,35 +268,40 @@ fn no_such_order(order_id: i64) -> AppError {
     AppError::not_found(format!("no order {order_id}"))
 }
 
-/// Pays or cancels the buyer's order. Repeating what already happened is a no-op; trying to
-/// pay a cancelled or expired order (or cancel a paid one) is a `CONFLICT`; paying after
-/// the pay-by time expires the order and answers `ENDED`. Once settled, the order's expiry
-/// job leaves the delay queue.
-pub async fn act(
-    ctx: &Vouchers,
-    buyer_id: i64,
-    order_id: i64,
-    outcome: OrderStatus,
-) -> AppResult<OrderRecord> {
-    let order = find(ctx, order_id)
-        .await?
-        .filter(|order| order.buyer_id == buyer_id)
-        .ok_or_else(|| no_such_order(order_id))?;
-    let (_, now) = settle(ctx, order.voucher_id, order_id, outcome, Some(buyer_id)).await?;
-    super::cancel_expiry(ctx, order_id).await;
-    if now != outcome {
-        if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
-            return Err(AppError::client(
-                ErrorCode::Ended,
-                "the time to pay is over; the order expired",
-            ));
+impl Vouchers {
+    /// Pays or cancels the buyer's order. Repeating what already happened is a no-op; trying to
+    /// pay a cancelled or expired order (or cancel a paid one) is a `CONFLICT`; paying after
+    /// the pay-by time expires the order and answers `ENDED`. Once settled, the order's expiry
+    /// job leaves the delay queue.
+    pub async fn act_on_order(
+        &self,
+        buyer_id: i64,
+        order_id: i64,
+        outcome: OrderStatus,
+    ) -> AppResult<OrderRecord> {
+        let order = self
+            .find_order(order_id)
+            .await?
+            .filter(|order| order.buyer_id == buyer_id)
+            .ok_or_else(|| no_such_order(order_id))?;
+        let (_, now) = self
+            .settle_order(order.voucher_id, order_id, outcome, Some(buyer_id))
+            .await?;
+        self.cancel_expiry(order_id).await;
+        if now != outcome {
+            if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
+                return Err(AppError::client(
+                    ErrorCode::Ended,
+                    "the time to pay is over; the order expired",
+                ));
+            }
+            return Err(AppError::conflict(format!("the order is {}", now.as_str())));
         }
-        return Err(AppError::conflict(format!("the order is {}", now.as_str())));
+        Ok(OrderRecord {
+            status: now,
+            ..order
+        })
     }
-    Ok(OrderRecord {
-        status: now,
-        ..order
-    })
 }
 
 /// The expiry job of an order: settles it as expired if it is still unpaid.
@@ -304,14 +316,15 @@ impl JobHandler for ExpireOrder {
         else {
             return Err(JobError::Permanent("body lacks order or voucher".into()));
         };
-        expire(&self.0, voucher, order)
+        self.0
+            .expire_order(voucher, order)
             .await
             .map(drop)
             .map_err(|error| JobError::Retry(error.to_string()))
     }
 }
 
-/// What [`expire`] did.
+/// What [`Vouchers::expire_order`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {
     Expired,
@@ -322,14 +335,19 @@ pub enum Expiry {
     Unknown,
 }
 
-/// Expires an order if it is still unpaid and its pay-by time has passed (`NOT_STARTED`
-/// before). The one path of the expiry job and of the sweep ([`super::sweep`]).
-pub async fn expire(ctx: &Vouchers, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
-    match settle(ctx, voucher_id, order_id, OrderStatus::Expired, None).await {
-        Ok((true, _)) => Ok(Expiry::Expired),
-        Ok((false, _)) => Ok(Expiry::Settled),
-        Err(error) if error.code() == ErrorCode::NotFound => Ok(Expiry::Unknown),
-        Err(error) => Err(error),
+impl Vouchers {
+    /// Expires an order if it is still unpaid and its pay-by time has passed (`NOT_STARTED`
+    /// before). The one path of the expiry job and of the sweep ([`super::sweep`]).
+    pub async fn expire_order(&self, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
+        match self
+            .settle_order(voucher_id, order_id, OrderStatus::Expired, None)
+            .await
+        {
+            Ok((true, _)) => Ok(Expiry::Expired),
+            Ok((false, _)) => Ok(Expiry::Settled),
+            Err(error) if error.code() == ErrorCode::NotFound => Ok(Expiry::Unknown),
+            Err(error) => Err(error),
+        }
     }
 }
 
@@ -340,18 +358,20 @@ pub async fn expire(ctx: &Vouchers, voucher_id: i64, order_id: i64) -> AppResult
 const EXPIRY_LADDER_SECONDS: [u64; 6] = [1, 5, 30, 60, 300, 600];
 const EXPIRY_ATTEMPTS: u32 = 25;
 
-/// Registers the expiry job's handler and retry policy. Before any consumer starts: the
-/// order consumer schedules expiry jobs with the topic's attempts.
-pub fn register_expiry(ctx: &Vouchers) {
-    let mut policy = ctx.jobs.registry.policy(EXPIRY_TOPIC);
-    policy.ladder = EXPIRY_LADDER_SECONDS
-        .iter()
-        .map(|seconds| std::time::Duration::from_secs(*seconds))
-        .collect();
-    policy.attempts = Some(EXPIRY_ATTEMPTS);
-    ctx.jobs.registry.register(
-        EXPIRY_TOPIC,
-        Arc::new(ExpireOrder(ctx.clone())),
-        Some(policy),
-    );
+impl Vouchers {
+    /// Registers the expiry job's handler and retry policy. Before any consumer starts: the
+    /// order consumer schedules expiry jobs with the topic's attempts.
+    pub fn register_expiry(&self) {
+        let mut policy = self.jobs.registry.policy(EXPIRY_TOPIC);
+        policy.ladder = EXPIRY_LADDER_SECONDS
+            .iter()
+            .map(|seconds| std::time::Duration::from_secs(*seconds))
+            .collect();
+        policy.attempts = Some(EXPIRY_ATTEMPTS);
+        self.jobs.registry.register(
+            EXPIRY_TOPIC,
+            Arc::new(ExpireOrder(self.clone())),
+            Some(policy),
+        );
+    }
 }

@@ -1,0 +1,102 @@
+//! The one connection type: every `…Connection` of the schema is [`Connection`] of its
+//! node, and every `…Edge` is [`Edge`]. The concrete names are the schema's; a new list adds
+//! its line to both.
+
+use async_graphql::{OutputType, SimpleObject};
+
+use super::{
+    jobs::Job,
+    nearby::NearbyItem,
+    page::{encode_cursor, PageInfo},
+    points::PointsEntry,
+    remarks::Remark,
+    vouchers::Order,
+};
+
+// One page of a list (no doc comment: the SDL names each connection only).
+#[derive(SimpleObject)]
+#[graphql(
+    concrete(name = "JobConnection", params(Job)),
+    concrete(name = "NearbyItemConnection", params(NearbyItem)),
+    concrete(name = "OrderConnection", params(Order)),
+    concrete(name = "PointsRecordConnection", params(PointsEntry)),
+    concrete(name = "RemarkConnection", params(Remark))
+)]
+pub struct Connection<Node: OutputType>
+where
+    Edge<Node>: OutputType,
+{
+    pub edges: Vec<Edge<Node>>,
+    pub page_info: PageInfo,
+}
+
+#[derive(SimpleObject)]
+#[graphql(
+    concrete(name = "JobEdge", params(Job)),
+    concrete(name = "NearbyItemEdge", params(NearbyItem)),
+    concrete(name = "OrderEdge", params(Order)),
+    concrete(name = "PointsRecordEdge", params(PointsEntry)),
+    concrete(name = "RemarkEdge", params(Remark))
+)]
+pub struct Edge<Node: OutputType> {
+    pub cursor: String,
+    pub node: Node,
+}
+
+impl<Node: OutputType> Connection<Node>
+where
+    Edge<Node>: OutputType,
+{
+    /// Edges that carry their own cursors; the last one's is where the next page starts.
+    pub fn new(edges: Vec<Edge<Node>>, has_next_page: bool) -> Self {
+        let end_cursor = edges.last().map(|edge| edge.cursor.clone());
+        Self {
+            edges,
+            page_info: PageInfo {
+                has_next_page,
+                end_cursor,
+            },
+        }
+    }
+
+    /// A keyset page: each node's cursor is its key.
+    pub fn keyset(
+        nodes: impl IntoIterator<Item = Node>,
+        key: impl Fn(&Node) -> i64,
+        has_next_page: bool,
+    ) -> Self {
+        let edges = nodes
+            .into_iter()
+            .map(|node| Edge {
+                cursor: encode_cursor(key(&node)),
+                node,
+            })
+            .collect();
+        Self::new(edges, has_next_page)
+    }
+
+    /// An offset page read from position `offset` up to `end`: each node comes with its
+    /// position, and its cursor is the position after it. A row that vanished between the
+    /// two reads leaves no edge, yet the next page still starts at `end`.
+    pub fn offset(
+        nodes: impl IntoIterator<Item = (usize, Node)>,
+        offset: usize,
+        end: usize,
+        has_next_page: bool,
+    ) -> Self {
+        let edges = nodes
+            .into_iter()
+            .map(|(position, node)| Edge {
+                cursor: encode_cursor(position as i64 + 1),
+                node,
+            })
+            .collect();
+        Self {
+            edges,
+            page_info: PageInfo {
+                has_next_page,
+                end_cursor: (end > offset).then(|| encode_cursor(end as i64)),
+            },
+        }
+    }
+}
