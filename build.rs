@@ -5,11 +5,13 @@
 //! and the generated tables (`lua_scripts.rs`, `playground_operations.rs`) list it, so no
 //! central registry has to be edited by hand.
 //!
-//! A script's header declares its keys (`KEYS[1] …`, `KEYS[1..6]`). The build reads the
-//! count, refuses a script whose code reads a key its header does not declare, and writes
-//! the count into the script's type (`LuaScript<3>`): a Rust caller that passes another
-//! number of keys does not compile. BullMQ puts the count in the file name for the same
-//! reason; here it stays next to the description of each key.
+//! A script's header declares its keys (`KEYS[1] …`, `KEYS[1..6]`) and its arguments
+//! (`ARGV[1] …`, `ARGV[1..7]`, and `ARGV[3..]` for a list of groups that ends the call). The
+//! build reads both counts, refuses a script whose code reads a key or an argument its header
+//! does not declare, and writes them into the script's type (`LuaScript<3, 5, false>`,
+//! or `LuaScript<3, 2, true>` when groups follow): a Rust caller that passes another number of
+//! keys or of arguments does not compile. BullMQ puts the key count in the file name for the
+//! same reason; here it stays next to the description of each key.
 
 use std::{env, fs, path::Path};
 
@@ -23,13 +25,14 @@ fn main() {
     fs::create_dir_all(&expanded_dir).expect("create OUT_DIR/lua");
     let mut generated = String::new();
     for (stem, source) in &scripts {
-        let keys = declared_keys(stem, source);
+        let Declared { keys, args, more } = declared(stem, source);
         let expanded = expand_includes(&lua_dir, source);
         let path = expanded_dir.join(format!("{stem}.lua"));
         fs::write(&path, expanded).expect("write expanded script");
         let path = path.to_string_lossy();
         generated.push_str(&format!(
-            "/// `lua/{stem}.lua`, {keys} keys\npub static {}: LazyLock<LuaScript<{keys}>> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({path:?})));\n",
+            "/// `lua/{stem}.lua`, {keys} keys, {args} arguments{}\npub static {}: LazyLock<LuaScript<{keys}, {args}, {more}>> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({path:?})));\n",
+            if more { " and groups" } else { "" },
             stem.to_uppercase()
         ));
     }
@@ -121,9 +124,18 @@ fn write_migrations(root: &Path, out_dir: &Path) {
     fs::write(out_dir.join("migrations.rs"), generated).expect("write migrations.rs");
 }
 
-/// The number of keys a script's header declares: the highest `KEYS[n]` (or `KEYS[a..n]`)
-/// in the comment that opens it. Panics when the code reads a key beyond that.
-fn declared_keys(stem: &str, path: &str) -> usize {
+/// What a script's header declares: its keys, its fixed arguments, and whether groups of
+/// arguments follow them.
+struct Declared {
+    keys: usize,
+    args: usize,
+    more: bool,
+}
+
+/// Reads the header (the comment that opens the script): the highest `KEYS[n]` (or
+/// `KEYS[a..n]`), the highest `ARGV[n]` (or `ARGV[a..n]`), and `ARGV[a..]` for groups from
+/// `a` on. Panics when the code reads a key or a fixed argument beyond those.
+fn declared(stem: &str, path: &str) -> Declared {
     let source = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     let header = match source.strip_prefix("--[[") {
         Some(rest) => rest.split("]]").next().unwrap_or_default().to_string(),
@@ -134,30 +146,66 @@ fn declared_keys(stem: &str, path: &str) -> usize {
             .join("\n"),
     };
     let code = &source[source.find(&header).map_or(0, |at| at + header.len())..];
-    let declared = highest_key(&header);
+    let keys = highest("KEYS", &header).fixed;
     assert!(
-        declared > 0,
+        keys > 0,
         "lua/{stem}.lua: its header declares no KEYS[n]; every key comes in through KEYS"
     );
-    let used = highest_key(code);
+    let used = highest("KEYS", code).fixed;
     assert!(
-        used <= declared,
-        "lua/{stem}.lua reads KEYS[{used}] but its header declares {declared} keys"
+        used <= keys,
+        "lua/{stem}.lua reads KEYS[{used}] but its header declares {keys} keys"
     );
-    declared
+    let Highest { fixed: args, open } = highest("ARGV", &header);
+    let more = open.is_some();
+    let args = open.map_or(args, |from| from - 1);
+    let used = highest("ARGV", code).fixed;
+    assert!(
+        used <= args,
+        "lua/{stem}.lua reads ARGV[{used}] but its header declares {args} fixed arguments"
+    );
+    Declared { keys, args, more }
 }
 
-/// The highest key index named in `text` as `KEYS[n]` or `KEYS[a..n]`.
-fn highest_key(text: &str) -> usize {
-    text.match_indices("KEYS[")
-        .filter_map(|(at, _)| {
-            let rest = &text[at + "KEYS[".len()..];
-            let inside = &rest[..rest.find(']')?];
-            let last = inside.rsplit("..").next()?;
-            last.trim().parse::<usize>().ok()
-        })
-        .max()
-        .unwrap_or(0)
+struct Highest {
+    /// The highest index named as `NAME[n]` or `NAME[a..n]` (0: none).
+    fixed: usize,
+    /// `a` of a `NAME[a..]`, open to the end.
+    open: Option<usize>,
+}
+
+/// The indices of `name` (KEYS or ARGV) that `text` names with a number; `ARGV[i + 1]` names
+/// none.
+fn highest(name: &str, text: &str) -> Highest {
+    let mut highest = Highest {
+        fixed: 0,
+        open: None,
+    };
+    let opening = format!("{name}[");
+    for (at, _) in text.match_indices(&opening) {
+        let rest = &text[at + opening.len()..];
+        let Some(inside) = rest.find(']').map(|end| &rest[..end]) else {
+            continue;
+        };
+        match inside.split_once("..") {
+            Some((from, "")) => {
+                if let Ok(from) = from.trim().parse::<usize>() {
+                    highest.open = Some(from);
+                }
+            }
+            Some((_, last)) => {
+                if let Ok(last) = last.trim().parse::<usize>() {
+                    highest.fixed = highest.fixed.max(last);
+                }
+            }
+            None => {
+                if let Ok(index) = inside.trim().parse::<usize>() {
+                    highest.fixed = highest.fixed.max(index);
+                }
+            }
+        }
+    }
+    highest
 }
 
 /// Replaces each line `-- @include name.lua` with the file `lua/include/name.lua`, so that

@@ -8,8 +8,8 @@
     KEYS[1] in-flight zset   KEYS[2] delay zset   KEYS[3] job pool hash
     KEYS[4] finished zset    {jobs:<topic>}:finished   score = finish time, ms
     ARGV[1] now, epoch ms    ARGV[2] finished jobs kept per topic
-    then five per delivery:  job id, lease token, outcome (done | retry | dead),
-                             retry at (epoch ms), error text
+    ARGV[3..] five per delivery: job id, lease token, outcome (done | retry | dead),
+                                 retry at (epoch ms), error text
 
   Output: one per delivery, in order: 1 applied, 0 the lease is no longer this delivery's
 ]]

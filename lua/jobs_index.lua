@@ -9,7 +9,7 @@
     KEYS[2] marks hash     {jobs}:marks      topic -> mark of the latest write
     KEYS[3] mark counter   {jobs}:mark       marks are never reused, so a topic dropped and
                                              indexed again never shows an old mark
-    then two per topic: ARGV topic, due at (epoch ms)
+    ARGV[1..] two per topic: topic, due at (epoch ms)
 
   Output: 0
 ]]

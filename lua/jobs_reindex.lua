@@ -6,8 +6,8 @@
 
   Input:
     KEYS[1] due zset   {jobs}:due   KEYS[2] marks hash   {jobs}:marks
-    then three per topic: ARGV topic, mark the walk read ('' none), next visit (epoch ms;
-                          -1 = nothing pending)
+    ARGV[1..] three per topic: topic, mark the walk read ('' none), next visit (epoch ms;
+                               -1 = nothing pending)
 
   Output: how many topics were moved or dropped
 ]]

@@ -10,7 +10,7 @@
                                                    <id>/status
     KEYS[2] delay zset       {jobs:<topic>}:delayed    score = run at, epoch ms
     KEYS[3] finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
-    then four per job:  ARGV job id, job JSON, run at (epoch ms), attempts so far (0 if new)
+    ARGV[1..] four per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new)
 
   Output: two per job, in order (statuses of lua/include/status.lua): OK, '' added;
           TAKEN, <JSON of the pending job> refused (a job with this id is pending; the

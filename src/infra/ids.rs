@@ -116,9 +116,10 @@ impl IdGenerator {
     async fn reserve(&self, day: NaiveDate) -> AppResult<u64> {
         let mut conn = self.redis.get().await?;
         let last: u64 = scripts::IDS_ALLOCATE_BLOCK
-            .keys([self.keys.id_sequence(day)])
-            .arg(self.block_size)
-            .arg(DAY_KEY_TTL_SECONDS)
+            .call(
+                [self.keys.id_sequence(day)],
+                (self.block_size, DAY_KEY_TTL_SECONDS),
+            )
             .invoke_async(&mut *conn)
             .await?;
         Ok(last)

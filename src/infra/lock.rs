@@ -56,9 +56,10 @@ where
     let fence: i64 = {
         let mut conn = infra.redis.get().await?;
         LOCK_ACQUIRE
-            .keys([owner_key.clone(), infra.keys.lock_fence(name)])
-            .arg(&token)
-            .arg(lease_ms)
+            .call(
+                [owner_key.clone(), infra.keys.lock_fence(name)],
+                (&token, lease_ms),
+            )
             .invoke_async(&mut *conn)
             .await?
     };
@@ -90,9 +91,7 @@ where
                 let renewed: AppResult<i64> = async {
                     let mut conn = infra.redis.get().await?;
                     Ok(LOCK_RENEW
-                        .keys([owner_key.clone()])
-                        .arg(&token)
-                        .arg(lease_ms)
+                        .call([owner_key.clone()], (&token, lease_ms))
                         .invoke_async(&mut *conn)
                         .await?)
                 }
@@ -111,8 +110,7 @@ where
     let _ = renewer.await;
     let mut conn = infra.redis.get().await?;
     let _: i64 = LOCK_RELEASE
-        .keys([owner_key.clone()])
-        .arg(&token)
+        .call([owner_key.clone()], (&token,))
         .invoke_async(&mut *conn)
         .await?;
     Ok(Some(result))

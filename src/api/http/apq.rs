@@ -81,12 +81,13 @@ pub async fn resolve(
         None => {
             let mut conn = gateway.infra.redis.get().await?;
             let stored: Option<String> = APQ_LOOKUP
-                .keys([
-                    gateway.infra.keys.persisted_queries(),
-                    gateway.infra.keys.persisted_query_recency(),
-                ])
-                .arg(&hash)
-                .arg(gateway.infra.clock.now_ms())
+                .call(
+                    [
+                        gateway.infra.keys.persisted_queries(),
+                        gateway.infra.keys.persisted_query_recency(),
+                    ],
+                    (&hash, gateway.infra.clock.now_ms()),
+                )
                 .invoke_async(&mut *conn)
                 .await?;
             stored
@@ -108,16 +109,20 @@ pub async fn register(gateway: &Gateway, hash: &str, query: &str) -> Result<(), 
     let keys = &gateway.infra.keys;
     let mut conn = gateway.infra.redis.get().await?;
     let (_stored, evicted): (i64, u64) = APQ_REGISTER
-        .keys([
-            keys.persisted_queries(),
-            keys.persisted_query_recency(),
-            keys.persisted_query_bytes(),
-        ])
-        .arg(hash)
-        .arg(query)
-        .arg(gateway.infra.clock.now_ms())
-        .arg(config.apq_max_bytes)
-        .arg(UNUSED_FOR_MS)
+        .call(
+            [
+                keys.persisted_queries(),
+                keys.persisted_query_recency(),
+                keys.persisted_query_bytes(),
+            ],
+            (
+                hash,
+                query,
+                gateway.infra.clock.now_ms(),
+                config.apq_max_bytes,
+                UNUSED_FOR_MS,
+            ),
+        )
         .invoke_async(&mut *conn)
         .await?;
     if evicted > 0 {

@@ -390,11 +390,14 @@ impl Jobs {
         let mut due = Vec::new();
         let mut conn = self.infra.redis.get().await?;
         for (topic, indices) in &by_topic {
-            let mut call = JOBS_SCHEDULE.keys([
-                keys.job_pool(topic),
-                keys.jobs_delayed(topic),
-                keys.jobs_finished(topic),
-            ]);
+            let mut call = JOBS_SCHEDULE.call(
+                [
+                    keys.job_pool(topic),
+                    keys.jobs_delayed(topic),
+                    keys.jobs_finished(topic),
+                ],
+                (),
+            );
             for &index in indices {
                 let record = &records[index];
                 let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
@@ -454,15 +457,16 @@ impl Jobs {
         let keys = &self.infra.keys;
         let mut conn = self.infra.redis.get().await?;
         let (cancelled, json): (i64, String) = JOBS_CANCEL
-            .keys([
-                keys.jobs_delayed(topic),
-                keys.jobs_ready(topic),
-                keys.jobs_running(topic),
-                keys.job_pool(topic),
-                keys.jobs_finished(topic),
-            ])
-            .arg(id)
-            .arg(self.infra.clock.now_ms())
+            .call(
+                [
+                    keys.jobs_delayed(topic),
+                    keys.jobs_ready(topic),
+                    keys.jobs_running(topic),
+                    keys.job_pool(topic),
+                    keys.jobs_finished(topic),
+                ],
+                (id, self.infra.clock.now_ms()),
+            )
             .invoke_async(&mut *conn)
             .await?;
         drop(conn);

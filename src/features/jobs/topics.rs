@@ -59,11 +59,14 @@ impl Jobs {
             return Ok(());
         }
         let keys = &self.infra.keys;
-        let mut call = JOBS_INDEX.keys([
-            keys.jobs_due_topics(),
-            keys.jobs_due_marks(),
-            keys.jobs_due_mark_counter(),
-        ]);
+        let mut call = JOBS_INDEX.call(
+            [
+                keys.jobs_due_topics(),
+                keys.jobs_due_marks(),
+                keys.jobs_due_mark_counter(),
+            ],
+            (),
+        );
         for (topic, at) in due {
             call.arg(topic).arg(*at);
         }
@@ -120,7 +123,7 @@ impl Jobs {
             return Ok(());
         }
         let keys = &self.infra.keys;
-        let mut call = JOBS_REINDEX.keys([keys.jobs_due_topics(), keys.jobs_due_marks()]);
+        let mut call = JOBS_REINDEX.call([keys.jobs_due_topics(), keys.jobs_due_marks()], ());
         for (visit, next) in visited {
             call.arg(&visit.topic)
                 .arg(&visit.mark)

@@ -176,14 +176,15 @@ impl Jobs {
         let keys = &self.infra.keys;
         let mut conn = self.infra.redis.get().await?;
         let moved: Vec<i64> = JOBS_PROMOTE
-            .keys([
-                keys.jobs_delayed(topic),
-                keys.jobs_ready(topic),
-                keys.jobs_running(topic),
-                keys.job_pool(topic),
-            ])
-            .arg(now)
-            .arg(PROMOTE_BATCH)
+            .call(
+                [
+                    keys.jobs_delayed(topic),
+                    keys.jobs_ready(topic),
+                    keys.jobs_running(topic),
+                    keys.job_pool(topic),
+                ],
+                (now, PROMOTE_BATCH),
+            )
             .invoke_async(&mut *conn)
             .await?;
         let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
@@ -232,14 +233,18 @@ impl Jobs {
         let policy = self.registry.policy(topic);
         let mut conn = self.infra.redis.get().await?;
         let taken: Vec<String> = JOBS_TAKE
-            .keys([
-                keys.jobs_ready(topic),
-                keys.jobs_running(topic),
-                keys.job_pool(topic),
-            ])
-            .arg(self.infra.clock.now_ms() + policy.visibility.as_millis() as i64)
-            .arg(&lease)
-            .arg(count)
+            .call(
+                [
+                    keys.jobs_ready(topic),
+                    keys.jobs_running(topic),
+                    keys.job_pool(topic),
+                ],
+                (
+                    self.infra.clock.now_ms() + policy.visibility.as_millis() as i64,
+                    &lease,
+                    count,
+                ),
+            )
             .invoke_async(&mut *conn)
             .await?;
         let taken = taken
@@ -390,13 +395,17 @@ impl Jobs {
         let keys = &self.infra.keys;
         let mut conn = self.infra.redis.get().await?;
         let extended: i64 = JOBS_EXTEND
-            .keys([
-                keys.jobs_running(&delivery.topic),
-                keys.job_pool(&delivery.topic),
-            ])
-            .arg(self.infra.clock.now_ms() + visibility.as_millis() as i64)
-            .arg(&delivery.id)
-            .arg(lease)
+            .call(
+                [
+                    keys.jobs_running(&delivery.topic),
+                    keys.job_pool(&delivery.topic),
+                ],
+                (
+                    self.infra.clock.now_ms() + visibility.as_millis() as i64,
+                    &delivery.id,
+                    lease,
+                ),
+            )
             .invoke_async(&mut *conn)
             .await?;
         Ok(extended == 1)
@@ -487,13 +496,15 @@ impl Jobs {
             let now = self.infra.clock.now_ms();
             let mut pipe = redis::pipe();
             for (topic, ends) in &by_topic {
-                let mut call = JOBS_FINISH.keys([
-                    keys.jobs_running(topic),
-                    keys.jobs_delayed(topic),
-                    keys.job_pool(topic),
-                    keys.jobs_finished(topic),
-                ]);
-                call.arg(now).arg(super::FINISHED_KEPT);
+                let mut call = JOBS_FINISH.call(
+                    [
+                        keys.jobs_running(topic),
+                        keys.jobs_delayed(topic),
+                        keys.job_pool(topic),
+                        keys.jobs_finished(topic),
+                    ],
+                    (now, super::FINISHED_KEPT),
+                );
                 for end in ends {
                     call.arg(&end.job_id)
                         .arg(&end.lease)

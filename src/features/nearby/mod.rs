@@ -109,12 +109,10 @@ impl Nearby {
         }
         let mut conn = self.infra.redis.get().await?;
         let (more, found): (i64, Vec<(i64, f64)>) = NEARBY_SEARCH
-            .keys([self.infra.keys.item_locations()])
-            .arg(from.lng)
-            .arg(from.lat)
-            .arg(radius_km)
-            .arg(offset)
-            .arg(first)
+            .call(
+                [self.infra.keys.item_locations()],
+                (from.lng, from.lat, radius_km, offset, first),
+            )
             .invoke_async(&mut *conn)
             .await?;
         // The window's end is the end of the list, whatever lies beyond it.

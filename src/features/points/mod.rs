@@ -159,24 +159,28 @@ impl Points {
                 let (season, season_seconds) = self.season_now();
                 let mut conn = self.infra.redis.get().await?;
                 Ok(POINTS_AWARD
-                    .keys([
-                        keys.points_today(user_id, self.infra.clock.today()),
-                        keys.points_award_marker(user_id, key),
-                        keys.season_board(season),
-                        keys.points_stream(),
-                        keys.points_hold(),
-                    ])
-                    .arg(user_id)
-                    .arg(kind.as_str())
-                    .arg(points)
-                    .arg(rule.daily_cap.unwrap_or(-1))
-                    .arg(self.infra.clock.now_ms())
-                    .arg(season_seconds)
-                    .arg(season.id())
-                    .arg(keys.board_channel(season))
-                    .arg(key)
-                    .arg(IDEMPOTENCY_TTL_SECONDS)
-                    .arg(DAILY_TTL_SECONDS)
+                    .call(
+                        [
+                            keys.points_today(user_id, self.infra.clock.today()),
+                            keys.points_award_marker(user_id, key),
+                            keys.season_board(season),
+                            keys.points_stream(),
+                            keys.points_hold(),
+                        ],
+                        (
+                            user_id,
+                            kind.as_str(),
+                            points,
+                            rule.daily_cap.unwrap_or(-1),
+                            self.infra.clock.now_ms(),
+                            season_seconds,
+                            season.id(),
+                            keys.board_channel(season),
+                            key,
+                            IDEMPOTENCY_TTL_SECONDS,
+                            DAILY_TTL_SECONDS,
+                        ),
+                    )
                     .invoke_async(&mut *conn)
                     .await?)
             },

@@ -76,19 +76,23 @@ impl Remarks {
             let keys = &self.infra.keys;
             let mut conn = self.infra.redis.get().await?;
             let (status, likes, liked, changed): (i64, i64, i64, i64) = script
-                .keys([
-                    keys.remark_info(remark_id, settings.shards),
-                    keys.like_relation(remark_id, voter_id, settings.shards),
-                    keys.remark_likers(remark_id, settings.shards),
-                    keys.vote_stream_of(remark_id, settings.shards),
-                ])
-                .arg(voter_id)
-                .arg(remark_id)
-                .arg(self.infra.clock.now_ms())
-                .arg(settings.relation_ttl_seconds)
-                .arg(known.as_arg())
-                .arg(keys.like_count_channel(remark_id))
-                .arg(LIKERS_KEPT)
+                .call(
+                    [
+                        keys.remark_info(remark_id, settings.shards),
+                        keys.like_relation(remark_id, voter_id, settings.shards),
+                        keys.remark_likers(remark_id, settings.shards),
+                        keys.vote_stream_of(remark_id, settings.shards),
+                    ],
+                    (
+                        voter_id,
+                        remark_id,
+                        self.infra.clock.now_ms(),
+                        settings.relation_ttl_seconds,
+                        known.as_arg(),
+                        keys.like_count_channel(remark_id),
+                        LIKERS_KEPT,
+                    ),
+                )
                 .invoke_async(&mut *conn)
                 .await?;
             drop(conn);

@@ -66,15 +66,15 @@ impl Remarks {
             .map(|row| row.try_get::<i64, _>("id"))
             .collect::<Result<Vec<_>, _>>()?;
         let mut conn = self.infra.redis.get().await?;
-        let _: i64 = REMARKS_REPLACE_RECOMMENDED
-            .keys([
+        let mut call = REMARKS_REPLACE_RECOMMENDED.call(
+            [
                 self.infra.keys.recommended_list(item_id),
                 self.infra.keys.recommended_proxy(item_id),
-            ])
-            .arg(self.settings.recommended_refresh_seconds)
-            .arg(ids)
-            .invoke_async(&mut *conn)
-            .await?;
+            ],
+            (self.settings.recommended_refresh_seconds,),
+        );
+        call.arg(ids);
+        let _: i64 = call.invoke_async(&mut *conn).await?;
         Ok(())
     }
 }

@@ -68,30 +68,34 @@ impl SignIn {
                 let (season, season_seconds) = self.points.season_now();
                 let mut conn = self.infra.redis.get().await?;
                 Ok(SIGNIN_SIGN
-                    .keys([
-                        keys.sign_bitmap(user_id, month),
-                        keys.sign_bitmap(user_id, month.previous()),
-                        keys.sign_streak(user_id),
-                        keys.points_today(user_id, today),
-                        keys.season_board(season),
-                        keys.points_stream(),
-                        keys.points_hold(),
-                    ])
-                    .arg(user_id)
-                    .arg(today.day())
-                    .arg(month.previous().days())
-                    .arg(month.previous().id())
-                    .arg(month.previous().previous().id())
-                    .arg(self.infra.clock.now_ms())
-                    .arg(season_seconds)
-                    .arg(season.id())
-                    .arg(keys.board_channel(season))
-                    .arg(DAILY_TTL_SECONDS)
-                    .arg(BITMAP_TTL_SECONDS)
-                    .arg(rules.rule(PointsType::SignIn).points)
-                    .arg(rules.bonuses_arg())
-                    .arg(format!("signin:{user_id}:{today}"))
-                    .arg(day_number(today))
+                    .call(
+                        [
+                            keys.sign_bitmap(user_id, month),
+                            keys.sign_bitmap(user_id, month.previous()),
+                            keys.sign_streak(user_id),
+                            keys.points_today(user_id, today),
+                            keys.season_board(season),
+                            keys.points_stream(),
+                            keys.points_hold(),
+                        ],
+                        (
+                            user_id,
+                            today.day(),
+                            month.previous().days(),
+                            month.previous().id(),
+                            month.previous().previous().id(),
+                            self.infra.clock.now_ms(),
+                            season_seconds,
+                            season.id(),
+                            keys.board_channel(season),
+                            DAILY_TTL_SECONDS,
+                            BITMAP_TTL_SECONDS,
+                            rules.rule(PointsType::SignIn).points,
+                            rules.bonuses_arg(),
+                            format!("signin:{user_id}:{today}"),
+                            day_number(today),
+                        ),
+                    )
                     .invoke_async(&mut *conn)
                     .await?)
             },
@@ -124,32 +128,36 @@ impl SignIn {
                 let (season, season_seconds) = self.points.season_now();
                 let mut conn = self.infra.redis.get().await?;
                 Ok(SIGNIN_MAKE_UP
-                    .keys([
-                        keys.sign_bitmap(user_id, month),
-                        keys.sign_bitmap(user_id, month.previous()),
-                        keys.sign_streak(user_id),
-                        keys.points_today(user_id, today),
-                        keys.season_board(season),
-                        keys.points_stream(),
-                        keys.sign_make_ups(user_id, month),
-                        keys.points_hold(),
-                    ])
-                    .arg(user_id)
-                    .arg(date.day())
-                    .arg(today.day())
-                    .arg(month.previous().days())
-                    .arg(month.previous().id())
-                    .arg(month.previous().previous().id())
-                    .arg(self.points.settings.make_ups_per_month)
-                    .arg(self.infra.clock.now_ms())
-                    .arg(season_seconds)
-                    .arg(season.id())
-                    .arg(keys.board_channel(season))
-                    .arg(DAILY_TTL_SECONDS)
-                    .arg(MAKE_UP_COUNTER_TTL_SECONDS)
-                    .arg(self.points.settings.rules.rule(PointsType::SignIn).points)
-                    .arg(format!("makeup:{user_id}:{date}"))
-                    .arg(day_number(date))
+                    .call(
+                        [
+                            keys.sign_bitmap(user_id, month),
+                            keys.sign_bitmap(user_id, month.previous()),
+                            keys.sign_streak(user_id),
+                            keys.points_today(user_id, today),
+                            keys.season_board(season),
+                            keys.points_stream(),
+                            keys.sign_make_ups(user_id, month),
+                            keys.points_hold(),
+                        ],
+                        (
+                            user_id,
+                            date.day(),
+                            today.day(),
+                            month.previous().days(),
+                            month.previous().id(),
+                            month.previous().previous().id(),
+                            self.points.settings.make_ups_per_month,
+                            self.infra.clock.now_ms(),
+                            season_seconds,
+                            season.id(),
+                            keys.board_channel(season),
+                            DAILY_TTL_SECONDS,
+                            MAKE_UP_COUNTER_TTL_SECONDS,
+                            self.points.settings.rules.rule(PointsType::SignIn).points,
+                            format!("makeup:{user_id}:{date}"),
+                            day_number(date),
+                        ),
+                    )
                     .invoke_async(&mut *conn)
                     .await?)
             },
@@ -212,18 +220,22 @@ impl SignIn {
         let keys = &self.infra.keys;
         let mut conn = self.infra.redis.get().await?;
         let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
-            .keys([
-                keys.sign_bitmap(user_id, shown),
-                keys.sign_bitmap(user_id, current),
-                keys.sign_bitmap(user_id, current.previous()),
-                keys.sign_streak(user_id),
-                keys.sign_make_ups(user_id, shown),
-            ])
-            .arg(days)
-            .arg(today.day())
-            .arg(current.previous().days())
-            .arg(current.previous().id())
-            .arg(current.previous().previous().id())
+            .call(
+                [
+                    keys.sign_bitmap(user_id, shown),
+                    keys.sign_bitmap(user_id, current),
+                    keys.sign_bitmap(user_id, current.previous()),
+                    keys.sign_streak(user_id),
+                    keys.sign_make_ups(user_id, shown),
+                ],
+                (
+                    days,
+                    today.day(),
+                    current.previous().days(),
+                    current.previous().id(),
+                    current.previous().previous().id(),
+                ),
+            )
             .invoke_async(&mut *conn)
             .await?;
         let days = (0..days)

@@ -364,17 +364,21 @@ impl Vouchers {
             let keys = &self.infra.keys;
             let mut conn = self.infra.redis.get().await?;
             let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
-                .keys([
-                    keys.voucher(voucher_id, self.shards()),
-                    keys.voucher_buyers(voucher_id, self.shards()),
-                    keys.order(voucher_id, order_id, self.shards()),
-                    keys.order_stream_of(voucher_id, self.shards()),
-                ])
-                .arg(voucher_id)
-                .arg(buyer_id)
-                .arg(order_id)
-                .arg(now)
-                .arg(keys.voucher_stock_channel(voucher_id))
+                .call(
+                    [
+                        keys.voucher(voucher_id, self.shards()),
+                        keys.voucher_buyers(voucher_id, self.shards()),
+                        keys.order(voucher_id, order_id, self.shards()),
+                        keys.order_stream_of(voucher_id, self.shards()),
+                    ],
+                    (
+                        voucher_id,
+                        buyer_id,
+                        order_id,
+                        now,
+                        keys.voucher_stock_channel(voucher_id),
+                    ),
+                )
                 .invoke_async(&mut *conn)
                 .await?;
             drop(conn);

@@ -170,18 +170,22 @@ impl Vouchers {
         let shards = self.shards();
         let mut conn = self.infra.redis.get().await?;
         let (status, now): (i64, String) = VOUCHERS_SETTLE
-            .keys([
-                keys.order(voucher_id, order_id, shards),
-                keys.voucher(voucher_id, shards),
-                keys.voucher_buyers(voucher_id, shards),
-                keys.order_stream_of(voucher_id, shards),
-            ])
-            .arg(outcome.as_str())
-            .arg(self.infra.clock.now_ms())
-            .arg(buyer.map(|b| b.to_string()).unwrap_or_default())
-            .arg(keys.voucher_stock_channel(voucher_id))
-            .arg(order_id)
-            .arg(KEEP_SETTLED_SECONDS)
+            .call(
+                [
+                    keys.order(voucher_id, order_id, shards),
+                    keys.voucher(voucher_id, shards),
+                    keys.voucher_buyers(voucher_id, shards),
+                    keys.order_stream_of(voucher_id, shards),
+                ],
+                (
+                    outcome.as_str(),
+                    self.infra.clock.now_ms(),
+                    buyer.map(|b| b.to_string()).unwrap_or_default(),
+                    keys.voucher_stock_channel(voucher_id),
+                    order_id,
+                    KEEP_SETTLED_SECONDS,
+                ),
+            )
             .invoke_async(&mut *conn)
             .await?;
         let now = OrderStatus::parse(&now);

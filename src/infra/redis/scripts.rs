@@ -8,20 +8,21 @@
 use std::sync::LazyLock;
 
 use anyhow::Context;
-use redis::{aio::ConnectionLike, ScriptInvocation};
+use redis::{aio::ConnectionLike, FromRedisValue, ScriptInvocation, ToRedisArgs};
 
 use super::RedisPool;
 
 include!(concat!(env!("OUT_DIR"), "/lua_scripts.rs"));
 
-/// One embedded script with its SHA-1 computed once. `KEYS` is the number of keys its
-/// header declares (build.rs reads it): [`LuaScript::keys`] takes exactly that many.
-pub struct LuaScript<const KEYS: usize> {
+/// One embedded script with its SHA-1 computed once. `KEYS` and `ARGS` are the numbers of
+/// keys and of fixed arguments its header declares, and `MORE` whether groups of arguments
+/// follow (build.rs reads them): [`LuaScript::call`] takes exactly that many of each.
+pub struct LuaScript<const KEYS: usize, const ARGS: usize, const MORE: bool> {
     pub name: &'static str,
     script: redis::Script,
 }
 
-impl<const KEYS: usize> LuaScript<KEYS> {
+impl<const KEYS: usize, const ARGS: usize, const MORE: bool> LuaScript<KEYS, ARGS, MORE> {
     pub fn new(name: &'static str, source: &str) -> Self {
         Self {
             name,
@@ -34,16 +35,78 @@ impl<const KEYS: usize> LuaScript<KEYS> {
         self.script.get_hash()
     }
 
-    /// A call of the script with its keys, in the order of its header; add its ARGV with
-    /// `.arg` and run it with `.invoke_async` (or put it in a pipeline).
-    pub fn keys(&self, keys: [String; KEYS]) -> ScriptInvocation<'_> {
+    fn prepare(&self, keys: [String; KEYS], args: impl Args<ARGS>) -> ScriptInvocation<'_> {
         let mut call = self.script.prepare_invoke();
         for key in keys {
             call.key(key);
         }
+        args.add_to(&mut call);
         call
     }
 }
+
+impl<const KEYS: usize, const ARGS: usize> LuaScript<KEYS, ARGS, false> {
+    /// A call of the script with its keys and its arguments (a tuple), each in the order of
+    /// its header; run it with `.invoke_async`.
+    pub fn call(&self, keys: [String; KEYS], args: impl Args<ARGS>) -> Call<'_> {
+        Call(self.prepare(keys, args))
+    }
+}
+
+impl<const KEYS: usize, const ARGS: usize> LuaScript<KEYS, ARGS, true> {
+    /// A call of a script whose arguments end in groups (`ARGV[a..]`): its keys and fixed
+    /// arguments here, then each group with `.arg`.
+    pub fn call(&self, keys: [String; KEYS], args: impl Args<ARGS>) -> ScriptInvocation<'_> {
+        self.prepare(keys, args)
+    }
+}
+
+/// A call with every key and argument in place: it can run, and take nothing more.
+pub struct Call<'a>(ScriptInvocation<'a>);
+
+impl Call<'_> {
+    pub async fn invoke_async<T: FromRedisValue>(
+        &self,
+        conn: &mut impl ConnectionLike,
+    ) -> redis::RedisResult<T> {
+        self.0.invoke_async(conn).await
+    }
+}
+
+/// The arguments of a call: a tuple of `N` values, in the order of the script's header.
+pub trait Args<const N: usize> {
+    fn add_to(self, call: &mut ScriptInvocation<'_>);
+}
+
+macro_rules! args {
+    ($n:literal: $($arg:ident)*) => {
+        impl<$($arg: ToRedisArgs),*> Args<$n> for ($($arg,)*) {
+            #[allow(non_snake_case, unused_variables)]
+            fn add_to(self, call: &mut ScriptInvocation<'_>) {
+                let ($($arg,)*) = self;
+                $(call.arg($arg);)*
+            }
+        }
+    };
+}
+
+args!(0:);
+args!(1: A);
+args!(2: A B);
+args!(3: A B C);
+args!(4: A B C D);
+args!(5: A B C D E);
+args!(6: A B C D E F);
+args!(7: A B C D E F G);
+args!(8: A B C D E F G H);
+args!(9: A B C D E F G H I);
+args!(10: A B C D E F G H I J);
+args!(11: A B C D E F G H I J K);
+args!(12: A B C D E F G H I J K L);
+args!(13: A B C D E F G H I J K L M);
+args!(14: A B C D E F G H I J K L M N);
+args!(15: A B C D E F G H I J K L M N O);
+args!(16: A B C D E F G H I J K L M N O P);
 
 /// A script as the loader sees it, whatever its key count.
 pub trait Loadable: Sync {
@@ -51,7 +114,9 @@ pub trait Loadable: Sync {
     fn script(&self) -> &redis::Script;
 }
 
-impl<const KEYS: usize> Loadable for LuaScript<KEYS> {
+impl<const KEYS: usize, const ARGS: usize, const MORE: bool> Loadable
+    for LuaScript<KEYS, ARGS, MORE>
+{
     fn name(&self) -> &'static str {
         self.name
     }
