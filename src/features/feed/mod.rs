@@ -92,6 +92,58 @@ fn parse_member(member: &str) -> Option<(i64, i64)> {
     Some((remark.parse().ok()?, author.parse().ok()?))
 }
 
+struct FanOut(Feed);
+
+#[async_trait::async_trait]
+impl StreamHandler for FanOut {
+    async fn handle(
+        &self,
+        _tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError> {
+        let ctx = &self.0;
+        for entry in entries {
+            let RemarkCreated {
+                remark_id: remark,
+                author_id: author,
+                created_at_ms: created,
+            } = RemarkCreated::from_entry(entry)?;
+            let big = ctx.is_big(author).await.map_err(unavailable)?;
+            ctx.fan_out(author, big, &[(remark, created)])
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+}
+
+fn unavailable(error: AppError) -> HandleError {
+    HandleError::Unavailable(error.to_string())
+}
+
+/// Where a feed page ends: the last entry's score and member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedCursor {
+    pub score: i64,
+    pub member: String,
+}
+
+impl FeedCursor {
+    pub fn encode(&self) -> String {
+        format!("{}|{}", self.score, self.member)
+    }
+
+    pub fn decode(text: &str) -> AppResult<Self> {
+        let bad = || AppError::bad_input("not a cursor of the feed");
+        let (score, member) = text.split_once('|').ok_or_else(bad)?;
+        parse_member(member).ok_or_else(bad)?;
+        Ok(Self {
+            score: score.parse().map_err(|_| bad())?,
+            member: member.to_string(),
+        })
+    }
+}
+
 impl Feed {
     /// Follows `followee`; `true` when this call created the follow.
     pub async fn follow(&self, follower: i64, followee: i64) -> AppResult<bool> {
@@ -265,34 +317,7 @@ impl Feed {
             Arc::new(FanOut(self.clone())),
         );
     }
-}
 
-struct FanOut(Feed);
-
-#[async_trait::async_trait]
-impl StreamHandler for FanOut {
-    async fn handle(
-        &self,
-        _tx: &mut Transaction<'static, Any>,
-        entries: &[StreamEntry],
-    ) -> Result<(), HandleError> {
-        let ctx = &self.0;
-        for entry in entries {
-            let RemarkCreated {
-                remark_id: remark,
-                author_id: author,
-                created_at_ms: created,
-            } = RemarkCreated::from_entry(entry)?;
-            let big = ctx.is_big(author).await.map_err(unavailable)?;
-            ctx.fan_out(author, big, &[(remark, created)])
-                .await
-                .map_err(unavailable)?;
-        }
-        Ok(())
-    }
-}
-
-impl Feed {
     /// Adds an author's remarks `(id, created at ms)` to their outbox and, unless they are
     /// `big` (their followers pull the outbox, and they stay pulled), to each follower's inbox.
     pub(crate) async fn fan_out(
@@ -328,13 +353,7 @@ impl Feed {
         let () = pipe.query_async(&mut *conn).await?;
         Ok(())
     }
-}
 
-fn unavailable(error: AppError) -> HandleError {
-    HandleError::Unavailable(error.to_string())
-}
-
-impl Feed {
     async fn is_big(&self, author: i64) -> AppResult<bool> {
         let mut conn = self.infra.redis.get().await?;
         let followers: Option<i64> = redis::cmd("HGET")
@@ -372,32 +391,7 @@ impl Feed {
             .map(|(author, _)| *author)
             .collect())
     }
-}
 
-/// Where a feed page ends: the last entry's score and member.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedCursor {
-    pub score: i64,
-    pub member: String,
-}
-
-impl FeedCursor {
-    pub fn encode(&self) -> String {
-        format!("{}|{}", self.score, self.member)
-    }
-
-    pub fn decode(text: &str) -> AppResult<Self> {
-        let bad = || AppError::bad_input("not a cursor of the feed");
-        let (score, member) = text.split_once('|').ok_or_else(bad)?;
-        parse_member(member).ok_or_else(bad)?;
-        Ok(Self {
-            score: score.parse().map_err(|_| bad())?,
-            member: member.to_string(),
-        })
-    }
-}
-
-impl Feed {
     /// A page of the reader's feed, newest first: remark ids with their cursors.
     pub async fn page(
         &self,

@@ -214,6 +214,66 @@ impl NewJob {
     }
 }
 
+fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
+    answers
+        .pop()
+        .unwrap_or_else(|| Err(AppError::internal(anyhow::anyhow!("no answer for a job"))))
+}
+
+/// Fills the answers of the placed records (at their `positions`) and returns them all.
+fn answer(
+    mut answers: Vec<Option<AppResult<JobView>>>,
+    records: Vec<pending::Record>,
+    placed: Vec<Placed>,
+    positions: Vec<usize>,
+) -> Vec<AppResult<JobView>> {
+    for ((record, placed), position) in records.into_iter().zip(placed).zip(positions) {
+        answers[position] = Some(match placed {
+            Placed::Added => {
+                metrics::counter!("engage_jobs_scheduled_total", "topic" => record.topic.clone())
+                    .increment(1);
+                Ok(JobView {
+                    id: record.id,
+                    topic: record.topic,
+                    body: record.spec.body,
+                    run_at_ms: record.spec.run_at_ms,
+                    attempts: 0,
+                    max_attempts: record.spec.max_attempts,
+                    status: JobStatus::Delayed,
+                    last_error: None,
+                    callback_url: record.spec.callback_url,
+                })
+            }
+            Placed::Pending(_) => Err(AppError::client(
+                ErrorCode::JobExists,
+                format!("topic {} has a job {}", record.topic, record.id),
+            )),
+        });
+    }
+    answers.into_iter().flatten().collect()
+}
+
+/// How the schedule script answered for one job.
+enum Placed {
+    Added,
+    /// A pending job has the id; what it holds, if it reads as a job.
+    Pending(Option<JobSpec>),
+}
+
+fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
+    Ok(JobView {
+        id: row.try_get("job_id")?,
+        topic: row.try_get("topic")?,
+        body: row.try_get("body")?,
+        run_at_ms: row.try_get("died_at_ms")?,
+        attempts: row.try_get::<i64, _>("attempts")? as u32,
+        max_attempts: row.try_get::<i64, _>("max_attempts")? as u32,
+        status: JobStatus::Dead,
+        last_error: Some(row.try_get("last_error")?),
+        callback_url: row.try_get("callback_url")?,
+    })
+}
+
 impl Jobs {
     /// Adds a job; `JOB_EXISTS` if the topic has a pending job with this id (an id whose job
     /// ended, done or cancelled, may be used again).
@@ -230,15 +290,7 @@ impl Jobs {
     pub async fn schedule_ahead_of_record(&self, job: NewJob) -> AppResult<JobView> {
         only_answer(self.schedule_jobs(None, vec![job]).await?)
     }
-}
 
-fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
-    answers
-        .pop()
-        .unwrap_or_else(|| Err(AppError::internal(anyhow::anyhow!("no answer for a job"))))
-}
-
-impl Jobs {
     /// Adds jobs of any topics, their SQL rows written through `sql` (a caller's transaction,
     /// or a pooled connection): one answer per job, in order, each its view or why not
     /// (`JOB_EXISTS`, `BAD_USER_INPUT`). A batch costs a few statements and one script call per
@@ -326,49 +378,7 @@ impl Jobs {
         pending::forget(sql, &refused).await?;
         Ok(answer(answers, records, placed, positions))
     }
-}
 
-/// Fills the answers of the placed records (at their `positions`) and returns them all.
-fn answer(
-    mut answers: Vec<Option<AppResult<JobView>>>,
-    records: Vec<pending::Record>,
-    placed: Vec<Placed>,
-    positions: Vec<usize>,
-) -> Vec<AppResult<JobView>> {
-    for ((record, placed), position) in records.into_iter().zip(placed).zip(positions) {
-        answers[position] = Some(match placed {
-            Placed::Added => {
-                metrics::counter!("engage_jobs_scheduled_total", "topic" => record.topic.clone())
-                    .increment(1);
-                Ok(JobView {
-                    id: record.id,
-                    topic: record.topic,
-                    body: record.spec.body,
-                    run_at_ms: record.spec.run_at_ms,
-                    attempts: 0,
-                    max_attempts: record.spec.max_attempts,
-                    status: JobStatus::Delayed,
-                    last_error: None,
-                    callback_url: record.spec.callback_url,
-                })
-            }
-            Placed::Pending(_) => Err(AppError::client(
-                ErrorCode::JobExists,
-                format!("topic {} has a job {}", record.topic, record.id),
-            )),
-        });
-    }
-    answers.into_iter().flatten().collect()
-}
-
-/// How the schedule script answered for one job.
-enum Placed {
-    Added,
-    /// A pending job has the id; what it holds, if it reads as a job.
-    Pending(Option<JobSpec>),
-}
-
-impl Jobs {
     /// Puts jobs into their topics' keys (one script call per topic; an id that is pending is
     /// refused), then moves each topic's visit to its earliest new job. Answers per record.
     async fn place(&self, records: &[pending::Record]) -> AppResult<Vec<Placed>> {
@@ -568,23 +578,7 @@ impl Jobs {
         .await?;
         row.map(|row| dead_view(&row)).transpose()
     }
-}
 
-fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
-    Ok(JobView {
-        id: row.try_get("job_id")?,
-        topic: row.try_get("topic")?,
-        body: row.try_get("body")?,
-        run_at_ms: row.try_get("died_at_ms")?,
-        attempts: row.try_get::<i64, _>("attempts")? as u32,
-        max_attempts: row.try_get::<i64, _>("max_attempts")? as u32,
-        status: JobStatus::Dead,
-        last_error: Some(row.try_get("last_error")?),
-        callback_url: row.try_get("callback_url")?,
-    })
-}
-
-impl Jobs {
     /// A page of a topic's jobs in one state (`offset` based: an admin view).
     pub async fn list(
         &self,

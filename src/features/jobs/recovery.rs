@@ -28,6 +28,16 @@ const CHUNK: usize = 1000;
 /// Ids read from one Redis key per command while verifying.
 const READ_BATCH: usize = 10_000;
 
+/// `text` matched literally by a SCAN pattern.
+fn glob_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+            _ => vec![c],
+        })
+        .collect()
+}
+
 impl Jobs {
     /// Compares the pending jobs of SQL and Redis, topic by topic.
     pub async fn verify(&self) -> AppResult<Report> {
@@ -167,19 +177,7 @@ impl Jobs {
             cursor = next;
         }
     }
-}
 
-/// `text` matched literally by a SCAN pattern.
-fn glob_escape(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| match c {
-            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
-            _ => vec![c],
-        })
-        .collect()
-}
-
-impl Jobs {
     /// The ids in a topic's delay zset, ready list and in-flight zset.
     async fn queued_in_redis(&self, topic: &str) -> AppResult<HashSet<String>> {
         let keys = &self.infra.keys;

@@ -51,6 +51,12 @@ impl Keys {
     }
 }
 
+/// A topic due for a visit, with the mark it had when the walk read it.
+pub(super) struct Visit {
+    pub topic: String,
+    mark: String,
+}
+
 impl Jobs {
     /// Moves each topic's visit to `at` (epoch ms) if that is earlier, and marks the topic. Call
     /// it after the topic's jobs were written, never before.
@@ -74,15 +80,7 @@ impl Jobs {
         let _: i64 = call.invoke_async(&mut *conn).await?;
         Ok(())
     }
-}
 
-/// A topic due for a visit, with the mark it had when the walk read it.
-pub(super) struct Visit {
-    pub topic: String,
-    mark: String,
-}
-
-impl Jobs {
     /// The topics due by `now`, at most `limit` of them, earliest first.
     pub(super) async fn due(&self, now: i64, limit: usize) -> AppResult<Vec<Visit>> {
         let keys = &self.infra.keys;

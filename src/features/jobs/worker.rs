@@ -57,6 +57,210 @@ pub async fn run(ctx: Jobs) {
     let _ = permits.acquire_many(capacity as u32).await;
 }
 
+/// What a promotion left in a topic.
+struct Promotion {
+    /// Jobs ready to take.
+    ready: i64,
+    /// When the topic needs promoting again; `None` when it has no pending job.
+    next_visit: Option<i64>,
+}
+
+/// A job handed out by a take, with the lease of this delivery.
+enum Taken {
+    Run {
+        delivery: Delivery,
+        lease: String,
+    },
+    /// Goes to `dead_job` without running: its stored JSON does not read as a job (it is
+    /// kept as it is, the text in its body, instead of failing the jobs taken with it), or
+    /// it stalled more often than its topic allows.
+    Bury {
+        delivery: Delivery,
+        lease: String,
+        error: String,
+    },
+}
+
+/// Runs one delivery and records its outcome. Only this delivery's lease may finish it:
+/// if the job was cancelled or handed to another worker meanwhile, the outcome is dropped.
+async fn deliver(
+    ctx: Jobs,
+    finisher: Finisher,
+    delivery: Delivery,
+    lease: String,
+    permit: OwnedSemaphorePermit,
+) {
+    let policy = ctx.registry.policy(&delivery.topic);
+    let run = tokio::time::timeout(policy.timeout, ctx.registry.run(&delivery));
+    let outcome = match ctx
+        .holding_lease(&delivery, &lease, policy.visibility, run)
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(_) => Err(JobError::Retry(format!(
+            "handler ran longer than {:?}",
+            policy.timeout
+        ))),
+    };
+    // The permit bounds running handlers; recording the outcome is not the handler's work,
+    // and holding the permit through that round trip would halve a burst's throughput.
+    drop(permit);
+    let topic = delivery.topic.clone();
+    let recorded = match &outcome {
+        Ok(()) => finisher
+            .finish(&delivery, &lease, Outcome::Done)
+            .await
+            .map(|applied| {
+                if applied {
+                    metrics::counter!("engage_jobs_succeeded_total", "topic" => topic.clone())
+                        .increment(1);
+                }
+            }),
+        Err(JobError::Retry(error)) if delivery.attempt < delivery.spec.max_attempts => {
+            let retry_at =
+                ctx.infra.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
+            finisher
+                .finish(&delivery, &lease, Outcome::Retry { retry_at, error })
+                .await
+                .map(|applied| {
+                    if applied {
+                        metrics::counter!("engage_jobs_retried_total", "topic" => topic.clone())
+                            .increment(1);
+                    }
+                })
+        }
+        Err(JobError::Retry(error) | JobError::Permanent(error)) => {
+            ctx.bury(&finisher, &delivery, &lease, error).await
+        }
+    };
+    if let Err(error) = recorded {
+        // The lease runs out and the job is delivered again (a stall): nothing is lost.
+        tracing::warn!(topic, job = delivery.id, %error, "could not record a job's outcome");
+    }
+}
+
+/// How a delivery ended.
+enum Outcome<'a> {
+    Done,
+    Retry { retry_at: i64, error: &'a str },
+    Dead { error: &'a str },
+}
+
+/// A delivery's end, queued for the finish loop.
+struct Finish {
+    topic: String,
+    job_id: String,
+    /// The job's SQL row.
+    seq: i64,
+    attempt: u32,
+    lease: String,
+    outcome: &'static str,
+    retry_at: i64,
+    error: String,
+    applied: oneshot::Sender<AppResult<bool>>,
+}
+
+/// Hands the ends of deliveries to [`Jobs::finish_loop`], which records them many at a time: one
+/// script call per topic for all that queued meanwhile, every topic in one pipeline. One
+/// round trip per delivery was what bounded a burst of due jobs. SQL's record follows in two
+/// statements per batch, after the deliveries heard back ([`Ended`]).
+#[derive(Clone)]
+struct Finisher(mpsc::Sender<Finish>);
+
+/// Most delivery ends recorded by one round trip.
+const FINISH_BATCH: usize = 500;
+
+impl Finisher {
+    fn new() -> (Self, mpsc::Receiver<Finish>) {
+        let (sender, receiver) = mpsc::channel(FINISH_BATCH * 4);
+        (Self(sender), receiver)
+    }
+
+    /// Whether the outcome was applied (false: the lease is no longer this delivery's).
+    async fn finish(
+        &self,
+        delivery: &Delivery,
+        lease: &str,
+        outcome: Outcome<'_>,
+    ) -> AppResult<bool> {
+        let (outcome, retry_at, error) = match outcome {
+            Outcome::Done => ("done", 0, ""),
+            Outcome::Retry { retry_at, error } => ("retry", retry_at, error),
+            Outcome::Dead { error } => ("dead", 0, error),
+        };
+        let (applied, reply) = oneshot::channel();
+        let stopped = || AppError::Unavailable("the delay queue is stopping".into());
+        self.0
+            .send(Finish {
+                topic: delivery.topic.clone(),
+                job_id: delivery.id.clone(),
+                seq: delivery.spec.seq,
+                attempt: delivery.attempt,
+                lease: lease.to_string(),
+                outcome,
+                retry_at,
+                error: error.to_string(),
+                applied,
+            })
+            .await
+            .map_err(|_| stopped())?;
+        reply.await.map_err(|_| stopped())?
+    }
+}
+
+/// What the applied ends of a batch change outside the topics' keys.
+#[derive(Default)]
+struct Ended {
+    /// SQL rows of jobs that are done or dead.
+    forgotten: Vec<i64>,
+    retries: Vec<pending::Retry>,
+    /// Each topic's earliest retry.
+    retry_visits: Vec<(String, i64)>,
+}
+
+impl Ended {
+    fn add(&mut self, topic: &str, end: &Finish) {
+        if end.outcome != "retry" {
+            self.forgotten.push(end.seq);
+            return;
+        }
+        self.retries.push(pending::Retry {
+            seq: end.seq,
+            run_at_ms: end.retry_at,
+            attempts: end.attempt,
+        });
+        match self.retry_visits.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, at)) => *at = (*at).min(end.retry_at),
+            None => self.retry_visits.push((topic.to_string(), end.retry_at)),
+        }
+    }
+
+    /// After the deliveries heard back: their ends are applied in Redis already, and
+    /// nothing here may hold them up.
+    async fn record(self, ctx: &Jobs) {
+        // A retry may be due before the topic's next visit (which was at most the job's
+        // visibility deadline): the topic's visit moves to the earliest retry.
+        if let Err(error) = ctx.index(&self.retry_visits).await {
+            tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
+        }
+        if self.forgotten.is_empty() && self.retries.is_empty() {
+            return;
+        }
+        let recorded: AppResult<()> = async {
+            let mut sql = ctx.infra.db.pool.acquire().await?;
+            pending::forget(&mut sql, &self.forgotten).await?;
+            pending::record_retries(&mut sql, &self.retries).await
+        }
+        .await;
+        if let Err(error) = recorded {
+            // Rows left behind are of jobs Redis no longer holds as pending: verify names
+            // them, and a rebuild removes those the pool remembers as done (a dead one, or
+            // one forgotten meanwhile, would run again: delivery is at least once).
+            tracing::warn!(%error, jobs = self.forgotten.len() + self.retries.len(), "ends of jobs not recorded in SQL");
+        }
+    }
+}
+
 impl Jobs {
     /// Every tick: promote due jobs of the topics due by now, move each topic to its next
     /// visit, and hand the topics with ready jobs to the taker.
@@ -161,17 +365,7 @@ impl Jobs {
             }
         }
     }
-}
 
-/// What a promotion left in a topic.
-struct Promotion {
-    /// Jobs ready to take.
-    ready: i64,
-    /// When the topic needs promoting again; `None` when it has no pending job.
-    next_visit: Option<i64>,
-}
-
-impl Jobs {
     async fn promote(&self, topic: &str, now: i64) -> AppResult<Promotion> {
         let keys = &self.infra.keys;
         let mut conn = self.infra.redis.get().await?;
@@ -207,25 +401,7 @@ impl Jobs {
             next_visit: moved.get(3).copied().filter(|at| *at >= 0),
         })
     }
-}
 
-/// A job handed out by a take, with the lease of this delivery.
-enum Taken {
-    Run {
-        delivery: Delivery,
-        lease: String,
-    },
-    /// Goes to `dead_job` without running: its stored JSON does not read as a job (it is
-    /// kept as it is, the text in its body, instead of failing the jobs taken with it), or
-    /// it stalled more often than its topic allows.
-    Bury {
-        delivery: Delivery,
-        lease: String,
-        error: String,
-    },
-}
-
-impl Jobs {
     /// Takes up to `count` ready jobs of a topic in one round trip.
     async fn take(&self, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
         let keys = &self.infra.keys;
@@ -289,67 +465,7 @@ impl Jobs {
             .collect();
         Ok(taken)
     }
-}
 
-/// Runs one delivery and records its outcome. Only this delivery's lease may finish it:
-/// if the job was cancelled or handed to another worker meanwhile, the outcome is dropped.
-async fn deliver(
-    ctx: Jobs,
-    finisher: Finisher,
-    delivery: Delivery,
-    lease: String,
-    permit: OwnedSemaphorePermit,
-) {
-    let policy = ctx.registry.policy(&delivery.topic);
-    let run = tokio::time::timeout(policy.timeout, ctx.registry.run(&delivery));
-    let outcome = match ctx
-        .holding_lease(&delivery, &lease, policy.visibility, run)
-        .await
-    {
-        Ok(outcome) => outcome,
-        Err(_) => Err(JobError::Retry(format!(
-            "handler ran longer than {:?}",
-            policy.timeout
-        ))),
-    };
-    // The permit bounds running handlers; recording the outcome is not the handler's work,
-    // and holding the permit through that round trip would halve a burst's throughput.
-    drop(permit);
-    let topic = delivery.topic.clone();
-    let recorded = match &outcome {
-        Ok(()) => finisher
-            .finish(&delivery, &lease, Outcome::Done)
-            .await
-            .map(|applied| {
-                if applied {
-                    metrics::counter!("engage_jobs_succeeded_total", "topic" => topic.clone())
-                        .increment(1);
-                }
-            }),
-        Err(JobError::Retry(error)) if delivery.attempt < delivery.spec.max_attempts => {
-            let retry_at =
-                ctx.infra.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
-            finisher
-                .finish(&delivery, &lease, Outcome::Retry { retry_at, error })
-                .await
-                .map(|applied| {
-                    if applied {
-                        metrics::counter!("engage_jobs_retried_total", "topic" => topic.clone())
-                            .increment(1);
-                    }
-                })
-        }
-        Err(JobError::Retry(error) | JobError::Permanent(error)) => {
-            ctx.bury(&finisher, &delivery, &lease, error).await
-        }
-    };
-    if let Err(error) = recorded {
-        // The lease runs out and the job is delivered again (a stall): nothing is lost.
-        tracing::warn!(topic, job = delivery.id, %error, "could not record a job's outcome");
-    }
-}
-
-impl Jobs {
     /// Runs `work` while moving the delivery's visibility deadline forward every third of the
     /// visibility timeout. A lease found lost (the job was cancelled, or reclaimed after this
     /// process could not extend it in time) is left alone: the outcome will not be applied. A
@@ -410,78 +526,7 @@ impl Jobs {
             .await?;
         Ok(extended == 1)
     }
-}
 
-/// How a delivery ended.
-enum Outcome<'a> {
-    Done,
-    Retry { retry_at: i64, error: &'a str },
-    Dead { error: &'a str },
-}
-
-/// A delivery's end, queued for the finish loop.
-struct Finish {
-    topic: String,
-    job_id: String,
-    /// The job's SQL row.
-    seq: i64,
-    attempt: u32,
-    lease: String,
-    outcome: &'static str,
-    retry_at: i64,
-    error: String,
-    applied: oneshot::Sender<AppResult<bool>>,
-}
-
-/// Hands the ends of deliveries to [`Jobs::finish_loop`], which records them many at a time: one
-/// script call per topic for all that queued meanwhile, every topic in one pipeline. One
-/// round trip per delivery was what bounded a burst of due jobs. SQL's record follows in two
-/// statements per batch, after the deliveries heard back ([`Ended`]).
-#[derive(Clone)]
-struct Finisher(mpsc::Sender<Finish>);
-
-/// Most delivery ends recorded by one round trip.
-const FINISH_BATCH: usize = 500;
-
-impl Finisher {
-    fn new() -> (Self, mpsc::Receiver<Finish>) {
-        let (sender, receiver) = mpsc::channel(FINISH_BATCH * 4);
-        (Self(sender), receiver)
-    }
-
-    /// Whether the outcome was applied (false: the lease is no longer this delivery's).
-    async fn finish(
-        &self,
-        delivery: &Delivery,
-        lease: &str,
-        outcome: Outcome<'_>,
-    ) -> AppResult<bool> {
-        let (outcome, retry_at, error) = match outcome {
-            Outcome::Done => ("done", 0, ""),
-            Outcome::Retry { retry_at, error } => ("retry", retry_at, error),
-            Outcome::Dead { error } => ("dead", 0, error),
-        };
-        let (applied, reply) = oneshot::channel();
-        let stopped = || AppError::Unavailable("the delay queue is stopping".into());
-        self.0
-            .send(Finish {
-                topic: delivery.topic.clone(),
-                job_id: delivery.id.clone(),
-                seq: delivery.spec.seq,
-                attempt: delivery.attempt,
-                lease: lease.to_string(),
-                outcome,
-                retry_at,
-                error: error.to_string(),
-                applied,
-            })
-            .await
-            .map_err(|_| stopped())?;
-        reply.await.map_err(|_| stopped())?
-    }
-}
-
-impl Jobs {
     async fn finish_loop(&self, mut queue: mpsc::Receiver<Finish>) {
         let mut batch = Vec::with_capacity(FINISH_BATCH);
         while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
@@ -547,62 +592,7 @@ impl Jobs {
             ended.record(self).await;
         }
     }
-}
 
-/// What the applied ends of a batch change outside the topics' keys.
-#[derive(Default)]
-struct Ended {
-    /// SQL rows of jobs that are done or dead.
-    forgotten: Vec<i64>,
-    retries: Vec<pending::Retry>,
-    /// Each topic's earliest retry.
-    retry_visits: Vec<(String, i64)>,
-}
-
-impl Ended {
-    fn add(&mut self, topic: &str, end: &Finish) {
-        if end.outcome != "retry" {
-            self.forgotten.push(end.seq);
-            return;
-        }
-        self.retries.push(pending::Retry {
-            seq: end.seq,
-            run_at_ms: end.retry_at,
-            attempts: end.attempt,
-        });
-        match self.retry_visits.iter_mut().find(|(t, _)| t == topic) {
-            Some((_, at)) => *at = (*at).min(end.retry_at),
-            None => self.retry_visits.push((topic.to_string(), end.retry_at)),
-        }
-    }
-
-    /// After the deliveries heard back: their ends are applied in Redis already, and
-    /// nothing here may hold them up.
-    async fn record(self, ctx: &Jobs) {
-        // A retry may be due before the topic's next visit (which was at most the job's
-        // visibility deadline): the topic's visit moves to the earliest retry.
-        if let Err(error) = ctx.index(&self.retry_visits).await {
-            tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
-        }
-        if self.forgotten.is_empty() && self.retries.is_empty() {
-            return;
-        }
-        let recorded: AppResult<()> = async {
-            let mut sql = ctx.infra.db.pool.acquire().await?;
-            pending::forget(&mut sql, &self.forgotten).await?;
-            pending::record_retries(&mut sql, &self.retries).await
-        }
-        .await;
-        if let Err(error) = recorded {
-            // Rows left behind are of jobs Redis no longer holds as pending: verify names
-            // them, and a rebuild removes those the pool remembers as done (a dead one, or
-            // one forgotten meanwhile, would run again: delivery is at least once).
-            tracing::warn!(%error, jobs = self.forgotten.len() + self.retries.len(), "ends of jobs not recorded in SQL");
-        }
-    }
-}
-
-impl Jobs {
     /// Stores an exhausted job in `dead_job` first, then removes it from Redis; if the job was
     /// cancelled or reclaimed meanwhile, the row is taken back.
     async fn bury(

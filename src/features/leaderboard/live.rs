@@ -34,76 +34,6 @@ use crate::{
 
 pub const COALESCE: Duration = Duration::from_millis(250);
 
-impl Leaderboards {
-    /// Snapshots of a season's top `top`: the current one first, then each different one.
-    pub async fn top_changes(
-        &self,
-        season: Month,
-        top: usize,
-    ) -> AppResult<impl Stream<Item = Vec<RankEntry>>> {
-        let shared = self.boards.top(self, season, top).await?;
-        let receiver = shared.snapshots().clone();
-        Ok(snapshots(receiver, shared))
-    }
-
-    /// Snapshots of a season's top `top` with their season: of `season` when one is named, of
-    /// the current season otherwise, moving to the new one when the month turns.
-    pub async fn board_changes(
-        &self,
-        season: Option<Month>,
-        top: usize,
-    ) -> AppResult<BoxStream<'static, (Month, Vec<RankEntry>)>> {
-        Ok(match season {
-            Some(season) => self
-                .top_changes(season, top)
-                .await?
-                .map(move |entries| (season, entries))
-                .boxed(),
-            None => self
-                .following_the_season(move |ctx, season| async move {
-                    ctx.top_changes(season, top).await
-                })
-                .await?
-                .boxed(),
-        })
-    }
-
-    /// The viewer's entry in the current season (when ranked), then each change, moving to the
-    /// new season when the month turns.
-    pub async fn my_current_rank_changes(
-        &self,
-        user_id: i64,
-    ) -> AppResult<impl Stream<Item = RankEntry>> {
-        let changes = self
-            .following_the_season(move |ctx, season| async move {
-                ctx.my_rank_changes(season, user_id).await
-            })
-            .await?;
-        Ok(changes.map(|(_, entry)| entry))
-    }
-
-    /// The viewer's entry: the current one first (when ranked), then each change.
-    async fn my_rank_changes(
-        &self,
-        season: Month,
-        user_id: i64,
-    ) -> AppResult<impl Stream<Item = RankEntry>> {
-        let read = move |ctx: Leaderboards| async move {
-            ctx.board(season, Some(user_id), 1, 0).await.map(|b| b.me)
-        };
-        let subscription = self
-            .infra
-            .live
-            .subscribe(self.infra.keys.board_channel(season))
-            .await;
-        let first = read(self.clone()).await?;
-        let (sender, receiver) = watch::channel(first);
-        // The reader ends by itself when the subscriber goes (its receiver is dropped).
-        tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
-        Ok(snapshots(receiver, ()).filter_map(|me| async move { me }))
-    }
-}
-
 /// The current value of a channel, then each new one, holding `guard` while it lasts.
 fn snapshots<T, G>(mut receiver: watch::Receiver<T>, guard: G) -> impl Stream<Item = T>
 where
@@ -173,43 +103,6 @@ pub async fn watch_seasons(ctx: Leaderboards) {
                 });
             }
         }
-    }
-}
-
-impl Leaderboards {
-    /// The stream `open` gives for the current season, then, each time the month turns, the
-    /// one it gives for the new season; items carry their season. A failure to open the new
-    /// season's stream ends the subscription (the client resubscribes).
-    async fn following_the_season<T, S, F, Fut>(
-        &self,
-        open: F,
-    ) -> AppResult<impl Stream<Item = (Month, T)>>
-    where
-        T: Send + 'static,
-        S: Stream<Item = T> + Send + 'static,
-        F: Fn(Leaderboards, Month) -> Fut + Send + 'static,
-        Fut: Future<Output = AppResult<S>> + Send,
-    {
-        let season = self.infra.clock.current_month();
-        let first = open(self.clone(), season).await?.boxed();
-        let start = (self.clone(), open, season, first);
-        Ok(futures::stream::unfold(
-            start,
-            |(ctx, open, mut season, mut stream)| async move {
-                loop {
-                    tokio::select! {
-                        item = stream.next() => {
-                            let item = item?;
-                            return Some(((season, item), (ctx, open, season, stream)));
-                        }
-                        next = ctx.boards.season_after(season) => {
-                            stream = open(ctx.clone(), next).await.ok()?.boxed();
-                            season = next;
-                        }
-                    }
-                }
-            },
-        ))
     }
 }
 
@@ -305,6 +198,109 @@ impl SharedBoards {
 }
 
 impl Leaderboards {
+    /// Snapshots of a season's top `top`: the current one first, then each different one.
+    pub async fn top_changes(
+        &self,
+        season: Month,
+        top: usize,
+    ) -> AppResult<impl Stream<Item = Vec<RankEntry>>> {
+        let shared = self.boards.top(self, season, top).await?;
+        let receiver = shared.snapshots().clone();
+        Ok(snapshots(receiver, shared))
+    }
+
+    /// Snapshots of a season's top `top` with their season: of `season` when one is named, of
+    /// the current season otherwise, moving to the new one when the month turns.
+    pub async fn board_changes(
+        &self,
+        season: Option<Month>,
+        top: usize,
+    ) -> AppResult<BoxStream<'static, (Month, Vec<RankEntry>)>> {
+        Ok(match season {
+            Some(season) => self
+                .top_changes(season, top)
+                .await?
+                .map(move |entries| (season, entries))
+                .boxed(),
+            None => self
+                .following_the_season(move |ctx, season| async move {
+                    ctx.top_changes(season, top).await
+                })
+                .await?
+                .boxed(),
+        })
+    }
+
+    /// The viewer's entry in the current season (when ranked), then each change, moving to the
+    /// new season when the month turns.
+    pub async fn my_current_rank_changes(
+        &self,
+        user_id: i64,
+    ) -> AppResult<impl Stream<Item = RankEntry>> {
+        let changes = self
+            .following_the_season(move |ctx, season| async move {
+                ctx.my_rank_changes(season, user_id).await
+            })
+            .await?;
+        Ok(changes.map(|(_, entry)| entry))
+    }
+
+    /// The viewer's entry: the current one first (when ranked), then each change.
+    async fn my_rank_changes(
+        &self,
+        season: Month,
+        user_id: i64,
+    ) -> AppResult<impl Stream<Item = RankEntry>> {
+        let read = move |ctx: Leaderboards| async move {
+            ctx.board(season, Some(user_id), 1, 0).await.map(|b| b.me)
+        };
+        let subscription = self
+            .infra
+            .live
+            .subscribe(self.infra.keys.board_channel(season))
+            .await;
+        let first = read(self.clone()).await?;
+        let (sender, receiver) = watch::channel(first);
+        // The reader ends by itself when the subscriber goes (its receiver is dropped).
+        tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
+        Ok(snapshots(receiver, ()).filter_map(|me| async move { me }))
+    }
+
+    /// The stream `open` gives for the current season, then, each time the month turns, the
+    /// one it gives for the new season; items carry their season. A failure to open the new
+    /// season's stream ends the subscription (the client resubscribes).
+    async fn following_the_season<T, S, F, Fut>(
+        &self,
+        open: F,
+    ) -> AppResult<impl Stream<Item = (Month, T)>>
+    where
+        T: Send + 'static,
+        S: Stream<Item = T> + Send + 'static,
+        F: Fn(Leaderboards, Month) -> Fut + Send + 'static,
+        Fut: Future<Output = AppResult<S>> + Send,
+    {
+        let season = self.infra.clock.current_month();
+        let first = open(self.clone(), season).await?.boxed();
+        let start = (self.clone(), open, season, first);
+        Ok(futures::stream::unfold(
+            start,
+            |(ctx, open, mut season, mut stream)| async move {
+                loop {
+                    tokio::select! {
+                        item = stream.next() => {
+                            let item = item?;
+                            return Some(((season, item), (ctx, open, season, stream)));
+                        }
+                        next = ctx.boards.season_after(season) => {
+                            stream = open(ctx.clone(), next).await.ok()?.boxed();
+                            season = next;
+                        }
+                    }
+                }
+            },
+        ))
+    }
+
     /// Subscribes to the board's channel, then reads it (so no change slips between the two),
     /// and keeps the snapshot current.
     async fn start_top_reader(&self, season: Month, top: usize) -> AppResult<TopReader> {

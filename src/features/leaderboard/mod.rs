@@ -54,6 +54,34 @@ pub struct SeasonInfo {
     pub current: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankEntry {
+    pub rank: i64,
+    pub points: i64,
+    pub user_id: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Board {
+    pub season: Month,
+    pub me: Option<RankEntry>,
+    pub entries: Vec<RankEntry>,
+    pub total: i64,
+}
+
+fn from_value<T: redis::FromRedisValue>(value: Option<redis::Value>) -> AppResult<T> {
+    T::from_redis_value(value.unwrap_or(redis::Value::Nil))
+        .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))
+}
+
+fn entry_of(row: &sqlx::any::AnyRow) -> Result<RankEntry, sqlx::Error> {
+    Ok(RankEntry {
+        rank: row.try_get("rank")?,
+        points: row.try_get("points")?,
+        user_id: row.try_get("user_id")?,
+    })
+}
+
 impl Leaderboards {
     pub fn season_info(&self, month: Month) -> SeasonInfo {
         SeasonInfo {
@@ -94,24 +122,7 @@ impl Leaderboards {
         months.dedup();
         Ok(months.into_iter().map(|m| self.season_info(m)).collect())
     }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RankEntry {
-    pub rank: i64,
-    pub points: i64,
-    pub user_id: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Board {
-    pub season: Month,
-    pub me: Option<RankEntry>,
-    pub entries: Vec<RankEntry>,
-    pub total: i64,
-}
-
-impl Leaderboards {
     /// Whether a season's board now lives in SQL (its rollover finished).
     async fn archived(&self, season: Month) -> AppResult<bool> {
         if season == self.infra.clock.current_month() {
@@ -187,14 +198,7 @@ impl Leaderboards {
             total,
         })
     }
-}
 
-fn from_value<T: redis::FromRedisValue>(value: Option<redis::Value>) -> AppResult<T> {
-    T::from_redis_value(value.unwrap_or(redis::Value::Nil))
-        .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))
-}
-
-impl Leaderboards {
     async fn archived_board(
         &self,
         season: Month,
@@ -236,17 +240,7 @@ impl Leaderboards {
             total,
         })
     }
-}
 
-fn entry_of(row: &sqlx::any::AnyRow) -> Result<RankEntry, sqlx::Error> {
-    Ok(RankEntry {
-        rank: row.try_get("rank")?,
-        points: row.try_get("points")?,
-        user_id: row.try_get("user_id")?,
-    })
-}
-
-impl Leaderboards {
     /// The entries just above and below the viewer (empty when the viewer is unranked).
     pub async fn around(
         &self,

@@ -40,13 +40,6 @@ const STEP_ATTEMPTS: u32 = 5;
 /// tries again).
 const MAX_RECOPIES: u32 = 3;
 
-impl Leaderboards {
-    /// The board a rollover copies from: the live board as it was when the copy started.
-    fn snapshot_key(&self, season: Month) -> String {
-        format!("{}:snapshot", self.infra.keys.season_board(season))
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
     pub total: i64,
@@ -62,7 +55,92 @@ pub struct Options<'a> {
     pub stop_after_chunks: Option<usize>,
 }
 
+async fn retried<T, F, Fut>(step: &str, mut attempt: F) -> AppResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = AppResult<T>>,
+{
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) if tries + 1 < STEP_ATTEMPTS && error.is_hidden() => {
+                tries += 1;
+                tracing::warn!(step, %error, "rollover step failed, retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// A change of an archive's progress.
+enum Change {
+    Copied(i64),
+    Status(&'static str),
+    /// A fresh start from a snapshot of this many members.
+    Started(i64),
+}
+
+/// Writes progress only for the newest lock holder (fencing).
+async fn advance(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    season: Month,
+    fence: i64,
+    change: Change,
+    now_ms: i64,
+) -> AppResult<()> {
+    const SET_COPIED: &str =
+        "UPDATE season_archives SET copied = $1, fence = $2, updated_at_ms = $3 \
+                              WHERE season = $4 AND fence <= $2";
+    const SET_STATUS: &str =
+        "UPDATE season_archives SET status = $1, fence = $2, updated_at_ms = $3 \
+                              WHERE season = $4 AND fence <= $2";
+    const START: &str =
+        "UPDATE season_archives SET total = $1, copied = 0, status = 'copying', fence = $2, \
+         updated_at_ms = $3 WHERE season = $4 AND fence <= $2";
+    let query = match change {
+        Change::Copied(copied) => sqlx::query(SET_COPIED).bind(copied),
+        Change::Status(status) => sqlx::query(SET_STATUS).bind(status),
+        Change::Started(total) => sqlx::query(START).bind(total),
+    };
+    let updated = query
+        .bind(fence)
+        .bind(now_ms)
+        .bind(i64::from(season.id()))
+        .execute(&mut **tx)
+        .await?;
+    if updated.rows_affected() == 0 {
+        return Err(AppError::conflict("a newer rollover holds this season"));
+    }
+    Ok(())
+}
+
+/// Board members with their scores, in rank order.
+type Members = Vec<(String, f64)>;
+
+/// Archives finished seasons that still have a board in Redis or an unfinished archive,
+/// every `ENGAGE_ROLLOVER_CHECK_SECONDS`, in every instance (the lock picks one).
+pub async fn run_periodically(ctx: Leaderboards) {
+    let mut every = tokio::time::interval(ctx.rollover_check);
+    loop {
+        tokio::select! {
+            () = ctx.infra.instance.shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Err(error) = ctx.archive_finished().await {
+            tracing::warn!(%error, "season rollover check failed");
+        }
+    }
+}
+
 impl Leaderboards {
+    /// The board a rollover copies from: the live board as it was when the copy started.
+    fn snapshot_key(&self, season: Month) -> String {
+        format!("{}:snapshot", self.infra.keys.season_board(season))
+    }
+
     /// Archives a finished season. `Ok(None)` when another instance is archiving it now.
     pub async fn archive_season(
         &self,
@@ -137,29 +215,7 @@ impl Leaderboards {
         }
         Ok(progress)
     }
-}
 
-async fn retried<T, F, Fut>(step: &str, mut attempt: F) -> AppResult<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = AppResult<T>>,
-{
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-    let mut tries = 0;
-    loop {
-        match attempt().await {
-            Ok(value) => return Ok(value),
-            Err(error) if tries + 1 < STEP_ATTEMPTS && error.is_hidden() => {
-                tries += 1;
-                tracing::warn!(step, %error, "rollover step failed, retrying");
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-}
-
-impl Leaderboards {
     /// Records the season's size (once) and prepares its storage.
     async fn start_copy(&self, season: Month, fence: i64) -> AppResult<Progress> {
         let id = i64::from(season.id());
@@ -322,51 +378,7 @@ impl Leaderboards {
         tx.commit().await?;
         Ok(Progress { copied, ..progress })
     }
-}
 
-/// A change of an archive's progress.
-enum Change {
-    Copied(i64),
-    Status(&'static str),
-    /// A fresh start from a snapshot of this many members.
-    Started(i64),
-}
-
-/// Writes progress only for the newest lock holder (fencing).
-async fn advance(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    season: Month,
-    fence: i64,
-    change: Change,
-    now_ms: i64,
-) -> AppResult<()> {
-    const SET_COPIED: &str =
-        "UPDATE season_archives SET copied = $1, fence = $2, updated_at_ms = $3 \
-                              WHERE season = $4 AND fence <= $2";
-    const SET_STATUS: &str =
-        "UPDATE season_archives SET status = $1, fence = $2, updated_at_ms = $3 \
-                              WHERE season = $4 AND fence <= $2";
-    const START: &str =
-        "UPDATE season_archives SET total = $1, copied = 0, status = 'copying', fence = $2, \
-         updated_at_ms = $3 WHERE season = $4 AND fence <= $2";
-    let query = match change {
-        Change::Copied(copied) => sqlx::query(SET_COPIED).bind(copied),
-        Change::Status(status) => sqlx::query(SET_STATUS).bind(status),
-        Change::Started(total) => sqlx::query(START).bind(total),
-    };
-    let updated = query
-        .bind(fence)
-        .bind(now_ms)
-        .bind(i64::from(season.id()))
-        .execute(&mut **tx)
-        .await?;
-    if updated.rows_affected() == 0 {
-        return Err(AppError::conflict("a newer rollover holds this season"));
-    }
-    Ok(())
-}
-
-impl Leaderboards {
     /// Checks the copy by count (recopying from the start if it is short) and the live board
     /// against the snapshot, then records the winners. `Some(progress)` when late writes
     /// changed the board: a fresh snapshot is to be copied.
@@ -421,12 +433,7 @@ impl Leaderboards {
         tx.commit().await?;
         Ok(None)
     }
-}
 
-/// Board members with their scores, in rank order.
-type Members = Vec<(String, f64)>;
-
-impl Leaderboards {
     /// Whether the live board still equals its snapshot, member by member (read in chunks).
     async fn unchanged_since_snapshot(&self, season: Month) -> AppResult<bool> {
         let (live, snapshot) = (
@@ -480,24 +487,7 @@ impl Leaderboards {
         tx.commit().await?;
         Ok(())
     }
-}
 
-/// Archives finished seasons that still have a board in Redis or an unfinished archive,
-/// every `ENGAGE_ROLLOVER_CHECK_SECONDS`, in every instance (the lock picks one).
-pub async fn run_periodically(ctx: Leaderboards) {
-    let mut every = tokio::time::interval(ctx.rollover_check);
-    loop {
-        tokio::select! {
-            () = ctx.infra.instance.shutdown.cancelled() => return,
-            _ = every.tick() => {}
-        }
-        if let Err(error) = ctx.archive_finished().await {
-            tracing::warn!(%error, "season rollover check failed");
-        }
-    }
-}
-
-impl Leaderboards {
     async fn archive_finished(&self) -> AppResult<()> {
         let current = self.infra.clock.current_month();
         let mut due = Vec::new();

@@ -28,44 +28,6 @@ use crate::{
     },
 };
 
-impl Points {
-    /// Runs the points consumers: the award archive, the intake of awards made elsewhere, the
-    /// points for likes received, read from the vote streams (`vote_streams`), and the points
-    /// for writing a remark, read from the remark stream (`remark_stream`).
-    ///
-    /// Points react to other features' events rather than being called by them: a remark is
-    /// stored whether or not its points can be paid at that moment, and the consumer pays them
-    /// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
-    pub fn spawn_archive(&self, vote_streams: Vec<String>, remark_stream: String) {
-        let spec = |name, group| ConsumerSpec::new(self.infra.instance.consumers, name, group);
-        let handler = |h: Arc<dyn StreamHandler>| h;
-        streams::spawn(
-            &self.infra,
-            spec("points-archive", "archive"),
-            vec![self.infra.keys.points_stream()],
-            handler(Arc::new(PointsArchive(self.clone()))),
-        );
-        streams::spawn(
-            &self.infra,
-            spec("points-intake", "intake"),
-            vec![self.infra.keys.points_intake_stream()],
-            handler(Arc::new(PointsIntake(self.clone()))),
-        );
-        streams::spawn(
-            &self.infra,
-            spec("like-points", "points"),
-            vote_streams,
-            handler(Arc::new(LikePoints(self.clone()))),
-        );
-        streams::spawn(
-            &self.infra,
-            spec("remark-points", "points"),
-            vec![remark_stream],
-            handler(Arc::new(RemarkPoints(self.clone()))),
-        );
-    }
-}
-
 struct PointsArchive(Points);
 
 /// A sign-in or make-up carried by a SIGN_IN award (its `day` and `made_up` fields).
@@ -215,6 +177,42 @@ impl StreamHandler for RemarkPoints {
 const AWARDS_IN_FLIGHT: usize = 32;
 
 impl Points {
+    /// Runs the points consumers: the award archive, the intake of awards made elsewhere, the
+    /// points for likes received, read from the vote streams (`vote_streams`), and the points
+    /// for writing a remark, read from the remark stream (`remark_stream`).
+    ///
+    /// Points react to other features' events rather than being called by them: a remark is
+    /// stored whether or not its points can be paid at that moment, and the consumer pays them
+    /// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
+    pub fn spawn_archive(&self, vote_streams: Vec<String>, remark_stream: String) {
+        let spec = |name, group| ConsumerSpec::new(self.infra.instance.consumers, name, group);
+        let handler = |h: Arc<dyn StreamHandler>| h;
+        streams::spawn(
+            &self.infra,
+            spec("points-archive", "archive"),
+            vec![self.infra.keys.points_stream()],
+            handler(Arc::new(PointsArchive(self.clone()))),
+        );
+        streams::spawn(
+            &self.infra,
+            spec("points-intake", "intake"),
+            vec![self.infra.keys.points_intake_stream()],
+            handler(Arc::new(PointsIntake(self.clone()))),
+        );
+        streams::spawn(
+            &self.infra,
+            spec("like-points", "points"),
+            vote_streams,
+            handler(Arc::new(LikePoints(self.clone()))),
+        );
+        streams::spawn(
+            &self.infra,
+            spec("remark-points", "points"),
+            vec![remark_stream],
+            handler(Arc::new(RemarkPoints(self.clone()))),
+        );
+    }
+
     /// Runs a batch's awards a few dozen at a time: each is one script call, and one after the
     /// other they capped a consumer at one award per Redis round trip (it could not catch up
     /// with a backlog while likes kept coming). Awards are idempotent on their key, so a batch

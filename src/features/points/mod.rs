@@ -97,19 +97,6 @@ impl Keys {
     }
 }
 
-impl Points {
-    /// The season an award made now belongs to, and the seconds since it began (the board's
-    /// tie-breaker).
-    pub fn season_now(&self) -> (Month, i64) {
-        let now = self.infra.clock.now();
-        let season = Month::of(self.infra.clock.date_of(now));
-        let seconds = (now - self.infra.clock.month_begins(season))
-            .num_seconds()
-            .max(0);
-        (season, seconds)
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AwardOutcome {
     pub awarded: i64,
@@ -130,7 +117,60 @@ pub fn service_key(key: &str) -> AppResult<String> {
     Ok(format!("service:{key}"))
 }
 
+/// How long a points write waits for a rebuild to lift its hold before it answers
+/// UNAVAILABLE (the hold lasts the seconds a rebuild needs to catch up, see `recovery`).
+const HOLD_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs a points script, again while a rebuild holds points writes back (`status` reads the
+/// reply's first element).
+pub async fn unless_held<T, F, Fut>(mut run: F, status: impl Fn(&T) -> i64) -> AppResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = AppResult<T>>,
+{
+    let started = Instant::now();
+    loop {
+        let reply = run().await?;
+        if status(&reply) != Status::Held.code() {
+            return Ok(reply);
+        }
+        if started.elapsed() > HOLD_WAIT {
+            return Err(AppError::Unavailable(
+                "points are being rebuilt from SQL".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TodayByType {
+    pub kind: PointsType,
+    pub points: i64,
+    pub cap: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PointsRecord {
+    pub order: i64,
+    pub kind: PointsType,
+    pub points: i64,
+    pub season: u32,
+    pub awarded_at_ms: i64,
+}
+
 impl Points {
+    /// The season an award made now belongs to, and the seconds since it began (the board's
+    /// tie-breaker).
+    pub fn season_now(&self) -> (Month, i64) {
+        let now = self.infra.clock.now();
+        let season = Month::of(self.infra.clock.date_of(now));
+        let seconds = (now - self.infra.clock.month_begins(season))
+            .num_seconds()
+            .max(0);
+        (season, seconds)
+    }
+
     /// Awards points once per `(user, idempotency key)`, within the type's daily cap. The Redis
     /// marker answers repeats for a week; after that `points_record` (unique on the pair) does.
     pub async fn award(
@@ -193,35 +233,7 @@ impl Points {
             duplicate: duplicate == 1,
         })
     }
-}
 
-/// How long a points write waits for a rebuild to lift its hold before it answers
-/// UNAVAILABLE (the hold lasts the seconds a rebuild needs to catch up, see `recovery`).
-const HOLD_WAIT: Duration = Duration::from_secs(10);
-
-/// Runs a points script, again while a rebuild holds points writes back (`status` reads the
-/// reply's first element).
-pub async fn unless_held<T, F, Fut>(mut run: F, status: impl Fn(&T) -> i64) -> AppResult<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = AppResult<T>>,
-{
-    let started = Instant::now();
-    loop {
-        let reply = run().await?;
-        if status(&reply) != Status::Held.code() {
-            return Ok(reply);
-        }
-        if started.elapsed() > HOLD_WAIT {
-            return Err(AppError::Unavailable(
-                "points are being rebuilt from SQL".into(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-impl Points {
     /// What an award with this key paid, if SQL has archived one. While SQL cannot be read the
     /// Redis marker alone decides (it covers a week): awards keep working through an outage.
     async fn archived_award(&self, user_id: i64, key: &str) -> Option<i64> {
@@ -240,16 +252,7 @@ impl Points {
             }
         }
     }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TodayByType {
-    pub kind: PointsType,
-    pub points: i64,
-    pub cap: Option<i64>,
-}
-
-impl Points {
     /// Today's points of a user per type, with each type's cap.
     pub async fn today(&self, user_id: i64) -> AppResult<Vec<TodayByType>> {
         let mut conn = self.infra.redis.get().await?;
@@ -270,18 +273,7 @@ impl Points {
             })
             .collect())
     }
-}
 
-#[derive(Debug, Clone)]
-pub struct PointsRecord {
-    pub order: i64,
-    pub kind: PointsType,
-    pub points: i64,
-    pub season: u32,
-    pub awarded_at_ms: i64,
-}
-
-impl Points {
     /// A user's archived awards, newest first, after the record `page.after` (exclusive).
     pub async fn history(
         &self,

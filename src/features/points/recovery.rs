@@ -40,26 +40,6 @@ const HOLD_SECONDS: u64 = 60;
 /// How long the rebuild waits for the archive to catch up with the stream.
 const CATCH_UP: Duration = Duration::from_secs(30);
 
-impl Points {
-    /// Seasons whose board lives in Redis: those with awards that the rollover has not moved to
-    /// SQL yet.
-    async fn live_seasons(&self) -> AppResult<Vec<Month>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT season FROM points_record WHERE season NOT IN \
-             (SELECT season FROM season_archives WHERE status = $1) ORDER BY season",
-        )
-        .bind(DONE)
-        .fetch_all(&self.infra.db.pool)
-        .await?;
-        let mut seasons = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let id: i64 = row.try_get("season")?;
-            seasons.extend(Month::parse_id(&id.to_string()));
-        }
-        Ok(seasons)
-    }
-}
-
 /// One board member as SQL has it.
 struct Standing {
     user_id: i64,
@@ -93,6 +73,24 @@ const STANDING: &str = "SELECT user_id, CAST(SUM(points) AS BIGINT) AS points, \
      FROM points_record";
 
 impl Points {
+    /// Seasons whose board lives in Redis: those with awards that the rollover has not moved to
+    /// SQL yet.
+    async fn live_seasons(&self) -> AppResult<Vec<Month>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT season FROM points_record WHERE season NOT IN \
+             (SELECT season FROM season_archives WHERE status = $1) ORDER BY season",
+        )
+        .bind(DONE)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut seasons = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: i64 = row.try_get("season")?;
+            seasons.extend(Month::parse_id(&id.to_string()));
+        }
+        Ok(seasons)
+    }
+
     /// The next chunk of a season's standings: users above `after`, awards up to `through`;
     /// with the last user the chunk covered (`None` when no user is left). The users come
     /// first, from the index alone, so that the sums read a bounded range of it.

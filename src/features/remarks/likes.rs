@@ -57,6 +57,57 @@ impl Known {
     }
 }
 
+/// The condition on a row `v` of `vote_log` that makes it a current like: the voter's latest
+/// vote on the remark (the log is insert-only: a later unlike follows a like), and a like.
+pub(super) const CURRENT_LIKE: &str = "v.voting = 1 AND v.event_order = \
+    (SELECT MAX(w.event_order) FROM vote_log w \
+     WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)";
+
+/// The like count of a remark and whether the viewer likes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LikeInfo {
+    pub count: i64,
+    pub liked_by_viewer: bool,
+}
+
+/// Batches the like info of one GraphQL response: every `likeCount` and `likedByMe` of a
+/// page becomes one call of [`Remarks::like_infos`], so one Redis round trip.
+pub struct LikeInfoLoader(pub Remarks);
+
+/// A remark seen by a viewer (or anonymously).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LikeInfoKey {
+    pub remark_id: i64,
+    pub viewer: Option<i64>,
+}
+
+impl Loader<LikeInfoKey> for LikeInfoLoader {
+    type Value = LikeInfo;
+    type Error = std::sync::Arc<AppError>;
+
+    async fn load(
+        &self,
+        keys: &[LikeInfoKey],
+    ) -> Result<HashMap<LikeInfoKey, LikeInfo>, Self::Error> {
+        let mut by_viewer: HashMap<Option<i64>, Vec<i64>> = HashMap::new();
+        for key in keys {
+            by_viewer.entry(key.viewer).or_default().push(key.remark_id);
+        }
+        let mut out = HashMap::new();
+        for (viewer, ids) in by_viewer {
+            let infos = self
+                .0
+                .like_infos(viewer, &ids)
+                .await
+                .map_err(std::sync::Arc::new)?;
+            for (remark_id, info) in infos {
+                out.insert(LikeInfoKey { remark_id, viewer }, info);
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl Remarks {
     /// Likes or unlikes a remark. Idempotent: repeating a vote changes nothing.
     pub async fn vote(&self, voter_id: i64, remark_id: i64, vote: Vote) -> AppResult<VoteOutcome> {
@@ -169,15 +220,7 @@ impl Remarks {
             .await?;
         Ok(())
     }
-}
 
-/// The condition on a row `v` of `vote_log` that makes it a current like: the voter's latest
-/// vote on the remark (the log is insert-only: a later unlike follows a like), and a like.
-pub(super) const CURRENT_LIKE: &str = "v.voting = 1 AND v.event_order = \
-    (SELECT MAX(w.event_order) FROM vote_log w \
-     WHERE w.remark_id = v.remark_id AND w.voter_id = v.voter_id)";
-
-impl Remarks {
     /// The archive's word on whether a voter currently likes a remark.
     async fn archived_relation(&self, voter_id: i64, remark_id: i64) -> AppResult<Known> {
         let latest = sqlx::query(
@@ -193,16 +236,7 @@ impl Remarks {
             _ => Known::Unliked,
         })
     }
-}
 
-/// The like count of a remark and whether the viewer likes it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LikeInfo {
-    pub count: i64,
-    pub liked_by_viewer: bool,
-}
-
-impl Remarks {
     /// Like info of many remarks for one viewer (or none): one Redis pipeline, whatever the
     /// count. Remarks whose Redis state is missing fall back to SQL (the rolled-up count, the
     /// archive for the viewer's relation), which costs no further Redis round trip.
@@ -305,47 +339,7 @@ impl Remarks {
             .collect::<Result<_, _>>()
             .map_err(Into::into)
     }
-}
 
-/// Batches the like info of one GraphQL response: every `likeCount` and `likedByMe` of a
-/// page becomes one call of [`Remarks::like_infos`], so one Redis round trip.
-pub struct LikeInfoLoader(pub Remarks);
-
-/// A remark seen by a viewer (or anonymously).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LikeInfoKey {
-    pub remark_id: i64,
-    pub viewer: Option<i64>,
-}
-
-impl Loader<LikeInfoKey> for LikeInfoLoader {
-    type Value = LikeInfo;
-    type Error = std::sync::Arc<AppError>;
-
-    async fn load(
-        &self,
-        keys: &[LikeInfoKey],
-    ) -> Result<HashMap<LikeInfoKey, LikeInfo>, Self::Error> {
-        let mut by_viewer: HashMap<Option<i64>, Vec<i64>> = HashMap::new();
-        for key in keys {
-            by_viewer.entry(key.viewer).or_default().push(key.remark_id);
-        }
-        let mut out = HashMap::new();
-        for (viewer, ids) in by_viewer {
-            let infos = self
-                .0
-                .like_infos(viewer, &ids)
-                .await
-                .map_err(std::sync::Arc::new)?;
-            for (remark_id, info) in infos {
-                out.insert(LikeInfoKey { remark_id, viewer }, info);
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl Remarks {
     /// The earliest current likers of a remark, oldest first. Redis keeps the first
     /// [`LIKERS_KEPT`]; when unlikes thinned that set below what is asked, it is refilled from
     /// the archive.

@@ -61,15 +61,6 @@ pub struct RemarkSettings {
     pub page_reads: std::sync::atomic::AtomicU64,
 }
 
-impl Remarks {
-    /// The vote streams, one per shard: the archive and the points for likes read them.
-    pub fn vote_streams(&self) -> Vec<String> {
-        (0..self.settings.shards)
-            .map(|shard| self.infra.keys.vote_stream(shard))
-            .collect()
-    }
-}
-
 impl RemarkSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
@@ -215,7 +206,29 @@ impl NewRemark {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageKey {
+    item_id: i64,
+    first: usize,
+    after: Option<i64>,
+}
+
+/// A page of an item's remarks, newest first, with the authors' user records.
+pub struct RemarkPage {
+    pub remarks: Vec<RemarkRecord>,
+    pub authors: HashMap<i64, UserRecord>,
+    /// Whether more remarks follow.
+    pub more: bool,
+}
+
 impl Remarks {
+    /// The vote streams, one per shard: the archive and the points for likes read them.
+    pub fn vote_streams(&self) -> Vec<String> {
+        (0..self.settings.shards)
+            .map(|shard| self.infra.keys.vote_stream(shard))
+            .collect()
+    }
+
     /// Stores a remark (one per user per item) and prepares its like counter in Redis.
     pub async fn create(&self, author_id: i64, remark: NewRemark) -> AppResult<RemarkRecord> {
         if self.items.find(remark.item_id).await?.is_none() {
@@ -297,24 +310,7 @@ impl Remarks {
             .await?;
         Ok(found.into_iter().collect())
     }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PageKey {
-    item_id: i64,
-    first: usize,
-    after: Option<i64>,
-}
-
-/// A page of an item's remarks, newest first, with the authors' user records.
-pub struct RemarkPage {
-    pub remarks: Vec<RemarkRecord>,
-    pub authors: HashMap<i64, UserRecord>,
-    /// Whether more remarks follow.
-    pub more: bool,
-}
-
-impl Remarks {
     /// A page after the remark `after` (exclusive): one SQL query (remarks joined with their
     /// authors), and none while the instance's page cache holds it. Pages are keyset pages, so a
     /// new remark changes only the first page of its item: this instance forgets its cached

@@ -56,6 +56,24 @@ pub struct SignInOutcome {
     pub already_signed: bool,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calendar {
+    pub user_id: i64,
+    pub month: Month,
+    /// Day 1 first; up to today for this month, the whole month for past ones.
+    pub days: Vec<bool>,
+    pub signed_today: bool,
+    /// The current streak (ending today, or yesterday while today is unsigned).
+    pub streak: i64,
+    pub make_ups_left: u32,
+}
+
+impl Calendar {
+    pub fn signed_days(&self) -> usize {
+        self.days.iter().filter(|d| **d).count()
+    }
+}
+
 impl SignIn {
     /// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
     pub async fn sign_in(&self, user_id: i64) -> AppResult<SignInOutcome> {
@@ -183,27 +201,7 @@ impl SignIn {
             ))),
         }
     }
-}
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Calendar {
-    pub user_id: i64,
-    pub month: Month,
-    /// Day 1 first; up to today for this month, the whole month for past ones.
-    pub days: Vec<bool>,
-    pub signed_today: bool,
-    /// The current streak (ending today, or yesterday while today is unsigned).
-    pub streak: i64,
-    pub make_ups_left: u32,
-}
-
-impl Calendar {
-    pub fn signed_days(&self) -> usize {
-        self.days.iter().filter(|d| **d).count()
-    }
-}
-
-impl SignIn {
     /// A month's sign-ins (default: this month); months after this one are an input error.
     pub async fn calendar(&self, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
         let today = self.infra.clock.today();

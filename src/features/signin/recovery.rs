@@ -25,6 +25,24 @@ use crate::{
 /// Users read and written per round trip.
 const CHUNK: usize = 500;
 
+/// A month's bitmap as `BITFIELD GET u31 0` reads it: day 1 is the most significant bit.
+fn month_bits(days: &BTreeSet<NaiveDate>, month: Month) -> u64 {
+    days.iter()
+        .filter(|day| Month::of(**day) == month)
+        .fold(0, |bits, day| bits | 1 << (31 - day.day()))
+}
+
+/// The streak that ended on the last day of the month before `month`.
+fn streak_before(days: &BTreeSet<NaiveDate>, month: Month) -> i64 {
+    let mut day = month.first_day() - Duration::days(1);
+    let mut run = 0;
+    while days.contains(&day) {
+        run += 1;
+        day -= Duration::days(1);
+    }
+    run
+}
+
 impl SignIn {
     /// Months whose bitmaps Redis keeps: the bitmap TTL, in whole months, back from this one.
     fn kept_months(&self) -> Vec<Month> {
@@ -53,27 +71,7 @@ impl SignIn {
         }
         Ok(days)
     }
-}
 
-/// A month's bitmap as `BITFIELD GET u31 0` reads it: day 1 is the most significant bit.
-fn month_bits(days: &BTreeSet<NaiveDate>, month: Month) -> u64 {
-    days.iter()
-        .filter(|day| Month::of(**day) == month)
-        .fold(0, |bits, day| bits | 1 << (31 - day.day()))
-}
-
-/// The streak that ended on the last day of the month before `month`.
-fn streak_before(days: &BTreeSet<NaiveDate>, month: Month) -> i64 {
-    let mut day = month.first_day() - Duration::days(1);
-    let mut run = 0;
-    while days.contains(&day) {
-        run += 1;
-        day -= Duration::days(1);
-    }
-    run
-}
-
-impl SignIn {
     /// Each kept month's bitmap of each user holds exactly the days SQL has.
     pub async fn verify(&self) -> AppResult<Report> {
         let mut report = Report::new("sign-in calendars");

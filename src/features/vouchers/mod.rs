@@ -159,6 +159,38 @@ impl NewVoucher {
     }
 }
 
+pub(crate) const COLUMNS: &str =
+    "id, item_id, title, stock, begins_at_ms, ends_at_ms, pay_within_seconds";
+
+pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<VoucherRecord, sqlx::Error> {
+    Ok(VoucherRecord {
+        id: row.try_get("id")?,
+        item_id: row.try_get("item_id")?,
+        title: row.try_get("title")?,
+        stock: row.try_get("stock")?,
+        begins_at_ms: row.try_get("begins_at_ms")?,
+        ends_at_ms: row.try_get("ends_at_ms")?,
+        pay_within_seconds: row.try_get("pay_within_seconds")?,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewOrder {
+    pub order_id: i64,
+    pub voucher_id: i64,
+    pub created_at_ms: i64,
+    pub pay_by_ms: i64,
+}
+
+/// An expiry job that exists already is as good as a new one.
+fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(error) if error.code() == ErrorCode::JobExists => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
 impl Vouchers {
     pub(crate) fn shards(&self) -> u32 {
         self.settings.shards
@@ -251,24 +283,7 @@ impl Vouchers {
         debug_assert_eq!(live as usize, buyers.len());
         self.preload(&voucher, remaining, &buyers).await
     }
-}
 
-pub(crate) const COLUMNS: &str =
-    "id, item_id, title, stock, begins_at_ms, ends_at_ms, pay_within_seconds";
-
-pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<VoucherRecord, sqlx::Error> {
-    Ok(VoucherRecord {
-        id: row.try_get("id")?,
-        item_id: row.try_get("item_id")?,
-        title: row.try_get("title")?,
-        stock: row.try_get("stock")?,
-        begins_at_ms: row.try_get("begins_at_ms")?,
-        ends_at_ms: row.try_get("ends_at_ms")?,
-        pay_within_seconds: row.try_get("pay_within_seconds")?,
-    })
-}
-
-impl Vouchers {
     pub async fn find(&self, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
         let row = sqlx::query(&format!("SELECT {COLUMNS} FROM vouchers WHERE id = $1"))
             .bind(voucher_id)
@@ -345,17 +360,7 @@ impl Vouchers {
             None => Ok((0, 0)),
         }
     }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NewOrder {
-    pub order_id: i64,
-    pub voucher_id: i64,
-    pub created_at_ms: i64,
-    pub pay_by_ms: i64,
-}
-
-impl Vouchers {
     /// One attempt to buy a voucher.
     pub async fn seckill(&self, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
         let order_id = self.infra.ids.next_id().await?;
@@ -449,18 +454,7 @@ impl Vouchers {
             callback_url: None,
         }
     }
-}
 
-/// An expiry job that exists already is as good as a new one.
-fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
-    match answer {
-        Ok(_) => Ok(()),
-        Err(error) if error.code() == ErrorCode::JobExists => Ok(()),
-        Err(error) => Err(error),
-    }
-}
-
-impl Vouchers {
     /// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
     /// record (the order consumer records the job with the order); an existing job is fine.
     pub async fn schedule_expiry(&self, order: &NewOrder) -> AppResult<()> {

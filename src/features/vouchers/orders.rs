@@ -57,6 +57,63 @@ pub struct OrderRecord {
     pub pay_by_ms: i64,
 }
 
+pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
+    let status: String = row.try_get("status")?;
+    Ok(OrderRecord {
+        id: row.try_get("id")?,
+        voucher_id: row.try_get("voucher_id")?,
+        buyer_id: row.try_get("buyer_id")?,
+        status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
+        created_at_ms: row.try_get("created_at_ms")?,
+        pay_by_ms: row.try_get("pay_by_ms")?,
+    })
+}
+
+/// Someone else's order answers as a missing one does: which order ids exist is nobody's
+/// business but their buyers'. (`FORBIDDEN` for someone else's order told a stranger that
+/// the id was a real order.)
+fn no_such_order(order_id: i64) -> AppError {
+    AppError::not_found(format!("no order {order_id}"))
+}
+
+/// The expiry job of an order: settles it as expired if it is still unpaid.
+pub struct ExpireOrder(pub Vouchers);
+
+#[async_trait::async_trait]
+impl JobHandler for ExpireOrder {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        let body: serde_json::Value = serde_json::from_str(&delivery.spec.body)
+            .map_err(|e| JobError::Permanent(format!("bad body: {e}")))?;
+        let (Some(order), Some(voucher)) = (body["order"].as_i64(), body["voucher"].as_i64())
+        else {
+            return Err(JobError::Permanent("body lacks order or voucher".into()));
+        };
+        self.0
+            .expire_order(voucher, order)
+            .await
+            .map(drop)
+            .map_err(|error| JobError::Retry(error.to_string()))
+    }
+}
+
+/// What [`Vouchers::expire_order`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    Expired,
+    /// Paid, cancelled or expired before.
+    Settled,
+    /// Neither Redis nor SQL holds the order live (a live order Redis lost is restored
+    /// from SQL first): nothing to expire.
+    Unknown,
+}
+
+/// Retries of an expiry job: an early delivery (a clock ahead) or a Redis that was away is
+/// retried within seconds, then every 10 minutes, 25 attempts in all (over three hours; the
+/// seed's 3 attempts in 6 seconds let a short outage lose an expiry). After that the job is
+/// in `dead_job`, and the sweep still expires the order.
+const EXPIRY_LADDER_SECONDS: [u64; 6] = [1, 5, 30, 60, 300, 600];
+const EXPIRY_ATTEMPTS: u32 = 25;
+
 impl Vouchers {
     /// An order as its buyer sees it: from Redis while it is there (fresh, and available before
     /// the consumer archived it), from SQL otherwise.
@@ -102,21 +159,7 @@ impl Vouchers {
         .await?;
         Ok(row.map(|row| record_of(&row)).transpose()?)
     }
-}
 
-pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
-    let status: String = row.try_get("status")?;
-    Ok(OrderRecord {
-        id: row.try_get("id")?,
-        voucher_id: row.try_get("voucher_id")?,
-        buyer_id: row.try_get("buyer_id")?,
-        status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Unpaid),
-        created_at_ms: row.try_get("created_at_ms")?,
-        pay_by_ms: row.try_get("pay_by_ms")?,
-    })
-}
-
-impl Vouchers {
     /// A buyer's orders, newest first, after the order `page.after` (exclusive).
     pub async fn orders_of(
         &self,
@@ -263,16 +306,7 @@ impl Vouchers {
         let () = pipe.query_async(&mut *conn).await?;
         Ok(())
     }
-}
 
-/// Someone else's order answers as a missing one does: which order ids exist is nobody's
-/// business but their buyers'. (`FORBIDDEN` for someone else's order told a stranger that
-/// the id was a real order.)
-fn no_such_order(order_id: i64) -> AppError {
-    AppError::not_found(format!("no order {order_id}"))
-}
-
-impl Vouchers {
     /// Pays or cancels the buyer's order. Repeating what already happened is a no-op; trying to
     /// pay a cancelled or expired order (or cancel a paid one) is a `CONFLICT`; paying after
     /// the pay-by time expires the order and answers `ENDED`. Once settled, the order's expiry
@@ -306,40 +340,7 @@ impl Vouchers {
             ..order
         })
     }
-}
 
-/// The expiry job of an order: settles it as expired if it is still unpaid.
-pub struct ExpireOrder(pub Vouchers);
-
-#[async_trait::async_trait]
-impl JobHandler for ExpireOrder {
-    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
-        let body: serde_json::Value = serde_json::from_str(&delivery.spec.body)
-            .map_err(|e| JobError::Permanent(format!("bad body: {e}")))?;
-        let (Some(order), Some(voucher)) = (body["order"].as_i64(), body["voucher"].as_i64())
-        else {
-            return Err(JobError::Permanent("body lacks order or voucher".into()));
-        };
-        self.0
-            .expire_order(voucher, order)
-            .await
-            .map(drop)
-            .map_err(|error| JobError::Retry(error.to_string()))
-    }
-}
-
-/// What [`Vouchers::expire_order`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
-    Expired,
-    /// Paid, cancelled or expired before.
-    Settled,
-    /// Neither Redis nor SQL holds the order live (a live order Redis lost is restored
-    /// from SQL first): nothing to expire.
-    Unknown,
-}
-
-impl Vouchers {
     /// Expires an order if it is still unpaid and its pay-by time has passed (`NOT_STARTED`
     /// before). The one path of the expiry job and of the sweep ([`super::sweep`]).
     pub async fn expire_order(&self, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
@@ -353,16 +354,7 @@ impl Vouchers {
             Err(error) => Err(error),
         }
     }
-}
 
-/// Retries of an expiry job: an early delivery (a clock ahead) or a Redis that was away is
-/// retried within seconds, then every 10 minutes, 25 attempts in all (over three hours; the
-/// seed's 3 attempts in 6 seconds let a short outage lose an expiry). After that the job is
-/// in `dead_job`, and the sweep still expires the order.
-const EXPIRY_LADDER_SECONDS: [u64; 6] = [1, 5, 30, 60, 300, 600];
-const EXPIRY_ATTEMPTS: u32 = 25;
-
-impl Vouchers {
     /// Registers the expiry job's handler and retry policy. Before any consumer starts: the
     /// order consumer schedules expiry jobs with the topic's attempts.
     pub fn register_expiry(&self) {

@@ -38,6 +38,26 @@ impl StockCheck {
     }
 }
 
+impl StockCheck {
+    /// From Redis's stock (`None`: Redis lacks the voucher) and buyer count, and SQL's
+    /// remaining stock and live orders.
+    fn of(
+        voucher: &VoucherRecord,
+        stock: Option<i64>,
+        buyers: i64,
+        (sql_stock, sql_live): (i64, i64),
+    ) -> Self {
+        Self {
+            voucher_id: voucher.id,
+            initial: voucher.stock,
+            redis_stock: stock.unwrap_or(sql_stock),
+            redis_live_orders: if stock.is_some() { buyers } else { sql_live },
+            sql_stock,
+            sql_live_orders: sql_live,
+        }
+    }
+}
+
 impl Vouchers {
     /// Vouchers with ids above `after`, one chunk.
     async fn vouchers_after(&self, after: i64) -> AppResult<Vec<VoucherRecord>> {
@@ -82,29 +102,7 @@ impl Vouchers {
         let sql = self.sql_stock(voucher.id).await?;
         Ok(StockCheck::of(voucher, stock, buyers, sql))
     }
-}
 
-impl StockCheck {
-    /// From Redis's stock (`None`: Redis lacks the voucher) and buyer count, and SQL's
-    /// remaining stock and live orders.
-    fn of(
-        voucher: &VoucherRecord,
-        stock: Option<i64>,
-        buyers: i64,
-        (sql_stock, sql_live): (i64, i64),
-    ) -> Self {
-        Self {
-            voucher_id: voucher.id,
-            initial: voucher.stock,
-            redis_stock: stock.unwrap_or(sql_stock),
-            redis_live_orders: if stock.is_some() { buyers } else { sql_live },
-            sql_stock,
-            sql_live_orders: sql_live,
-        }
-    }
-}
-
-impl Vouchers {
     /// Every voucher's stock in Redis and SQL. Counts taken while orders are in flight to SQL
     /// may differ for a moment; a second run then agrees.
     pub async fn stock_checks(&self) -> AppResult<Vec<StockCheck>> {
