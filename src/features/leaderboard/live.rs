@@ -245,15 +245,19 @@ impl Leaderboards {
         Ok(changes.map(|(_, entry)| entry))
     }
 
-    /// The viewer's entry: the current one first (when ranked), then each change.
-    async fn my_rank_changes(
+    /// What `read` reads of a season's board, kept current: subscribes to the board's
+    /// channel, then reads (so no change slips between the two), and rereads on each change
+    /// until every receiver is gone.
+    async fn watch_board<T, F, Fut>(
         &self,
         season: Month,
-        user_id: i64,
-    ) -> AppResult<impl Stream<Item = RankEntry>> {
-        let read = move |ctx: Leaderboards| async move {
-            ctx.board(season, Some(user_id), 1, 0).await.map(|b| b.me)
-        };
+        read: F,
+    ) -> AppResult<(watch::Receiver<T>, tokio::task::JoinHandle<()>)>
+    where
+        T: PartialEq + Send + Sync + 'static,
+        F: Fn(Leaderboards) -> Fut + Send + 'static,
+        Fut: Future<Output = AppResult<T>> + Send + 'static,
+    {
         let subscription = self
             .infra
             .live
@@ -261,8 +265,23 @@ impl Leaderboards {
             .await;
         let first = read(self.clone()).await?;
         let (sender, receiver) = watch::channel(first);
-        // The reader ends by itself when the subscriber goes (its receiver is dropped).
-        tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
+        let reader = tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
+        Ok((receiver, reader))
+    }
+
+    /// The viewer's entry: the current one first (when ranked), then each change.
+    async fn my_rank_changes(
+        &self,
+        season: Month,
+        user_id: i64,
+    ) -> AppResult<impl Stream<Item = RankEntry>> {
+        // Detached: the reader ends by itself when the subscriber goes (its receiver is
+        // dropped).
+        let (receiver, _detached) = self
+            .watch_board(season, move |ctx| async move {
+                ctx.board(season, Some(user_id), 1, 0).await.map(|b| b.me)
+            })
+            .await?;
         Ok(snapshots(receiver, ()).filter_map(|me| async move { me }))
     }
 
@@ -304,17 +323,11 @@ impl Leaderboards {
     /// Subscribes to the board's channel, then reads it (so no change slips between the two),
     /// and keeps the snapshot current.
     async fn start_top_reader(&self, season: Month, top: usize) -> AppResult<TopReader> {
-        let read = move |ctx: Leaderboards| async move {
-            ctx.board(season, None, top, 0).await.map(|b| b.entries)
-        };
-        let subscription = self
-            .infra
-            .live
-            .subscribe(self.infra.keys.board_channel(season))
-            .await;
-        let first = read(self.clone()).await?;
-        let (sender, snapshots) = watch::channel(first);
-        let reader = tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
+        let (snapshots, reader) = self
+            .watch_board(season, move |ctx| async move {
+                ctx.board(season, None, top, 0).await.map(|b| b.entries)
+            })
+            .await?;
         Ok(TopReader {
             snapshots,
             _reader: AbortOnDropHandle::new(reader),
