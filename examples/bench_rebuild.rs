@@ -121,7 +121,7 @@ async fn seed(state: &AppState, args: &Args) -> anyhow::Result<i64> {
         let sql = format!(
             "INSERT INTO points_record (event_id, user_id, kind, points, requested, \
              idempotency_key, season, awarded_at_ms, award_date, event_order) VALUES {}",
-            values_placeholders(users.len(), 10)
+            values_placeholders(state.infra.db.backend, users.len(), 10)
         );
         let mut insert = sqlx::query(&sql);
         for &n in &users {
@@ -154,7 +154,7 @@ async fn seed(state: &AppState, args: &Args) -> anyhow::Result<i64> {
             let users: Vec<i64> = (first..(first + per_batch).min(args.signed)).collect();
             let sql = format!(
                 "INSERT INTO sign_ins (user_id, day, made_up, signed_at_ms) VALUES {}",
-                values_placeholders(users.len() * days.len(), 4)
+                values_placeholders(state.infra.db.backend, users.len() * days.len(), 4)
             );
             let mut insert = sqlx::query(&sql);
             for &n in &users {

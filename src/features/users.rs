@@ -6,7 +6,7 @@ use async_graphql::dataloader::Loader;
 use sqlx::Row;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::infra::{auth::Claims, db::Db, error::AppError};
+use crate::infra::{auth::Claims, cache::TtlCache, db::Db, error::AppError};
 
 #[derive(Debug, Clone)]
 pub struct UserRecord {
@@ -22,6 +22,9 @@ pub struct UserRecord {
 pub struct UserDirectory {
     db: Db,
     seen: Mutex<HashSet<i64>>,
+    /// Users read lately. Every leaderboard page shows twenty names, which change only by
+    /// hand in SQL: asking SQL each time was a query per page on the hot path.
+    records: TtlCache<i64, UserRecord>,
     registrar: mpsc::Sender<FirstSight>,
 }
 
@@ -42,6 +45,11 @@ const BATCH: usize = 300;
 /// per user afterwards.
 const SEEN_CAPACITY: usize = 100_000;
 
+/// How long a user read from SQL is shown without asking again (a name edited in SQL shows
+/// within this), and how many are kept (about 100 bytes each).
+const RECORD_TTL: Duration = Duration::from_secs(300);
+const RECORDS_KEPT: usize = 100_000;
+
 impl UserDirectory {
     /// Must be called within the runtime: it starts the batch writer.
     pub fn new(db: Db) -> Self {
@@ -50,6 +58,7 @@ impl UserDirectory {
         Self {
             db,
             seen: Mutex::new(HashSet::new()),
+            records: TtlCache::new(RECORD_TTL, RECORDS_KEPT),
             registrar,
         }
     }
@@ -106,9 +115,22 @@ impl UserDirectory {
     }
 
     pub async fn find_many(&self, ids: &[i64]) -> Result<HashMap<i64, UserRecord>, AppError> {
+        let mut found = HashMap::with_capacity(ids.len());
+        let mut unknown = Vec::new();
+        for &id in ids {
+            match self.records.get(&id) {
+                Some(user) => {
+                    found.insert(id, UserRecord::clone(&user));
+                }
+                None => unknown.push(id),
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(found);
+        }
         let users = self
             .db
-            .find_by_ids("SELECT id, name, avatar_url FROM users", ids, |row| {
+            .find_by_ids("SELECT id, name, avatar_url FROM users", &unknown, |row| {
                 Ok(UserRecord {
                     id: row.try_get("id")?,
                     name: row.try_get("name")?,
@@ -116,7 +138,14 @@ impl UserDirectory {
                 })
             })
             .await?;
-        Ok(users.into_iter().map(|user| (user.id, user)).collect())
+        // A user without a row yet (first sight not written) is not remembered: the row is
+        // read once it exists.
+        for user in users {
+            self.records
+                .insert(user.id, std::sync::Arc::new(user.clone()));
+            found.insert(user.id, user);
+        }
+        Ok(found)
     }
 }
 
@@ -133,7 +162,7 @@ async fn write_first_sights(db: Db, mut queue: mpsc::Receiver<FirstSight>) {
         batch.sort_by_key(|sight| sight.user_id);
         let sql = format!(
             "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING",
-            crate::infra::db::values_placeholders(batch.len(), 3)
+            crate::infra::db::values_placeholders(db.backend, batch.len(), 3)
         );
         let mut query = sqlx::query(&sql);
         for sight in &batch {

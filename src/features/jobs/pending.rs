@@ -16,7 +16,7 @@ use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::JobSpec;
 use crate::infra::{
-    db::{id_list, values_placeholders},
+    db::{id_list, values_placeholders, Backend},
     error::AppResult,
 };
 
@@ -64,7 +64,7 @@ pub async fn insert_new(sql: &mut AnyConnection, records: &[Record]) -> AppResul
         let statement = format!(
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} \
              ON CONFLICT (topic, job_id) DO NOTHING RETURNING seq",
-            values_placeholders(chunk.len(), 9)
+            values_placeholders(Backend::of(sql), chunk.len(), 9)
         );
         for row in insert(&statement, chunk).fetch_all(&mut *sql).await? {
             written.insert(row.try_get("seq")?);
@@ -90,7 +90,7 @@ pub async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResult<()> {
              SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
              run_at_ms = excluded.run_at_ms, attempts = excluded.attempts, \
              max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms",
-            values_placeholders(chunk.len(), 9)
+            values_placeholders(Backend::of(sql), chunk.len(), 9)
         );
         insert(&statement, chunk).execute(&mut *sql).await?;
     }

@@ -22,7 +22,7 @@ use crate::{
     },
     infra::{
         clock::day_number,
-        db::values_placeholders,
+        db::{values_placeholders, Backend},
         error::{AppError, ErrorCode},
         streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
     },
@@ -54,7 +54,7 @@ impl StreamHandler for PointsArchive {
         let sql = format!(
             "INSERT INTO points_record (event_id, user_id, kind, points, requested, idempotency_key, \
              season, awarded_at_ms, award_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
-            values_placeholders(entries.len(), 10)
+            values_placeholders(Backend::of(tx), entries.len(), 10)
         );
         let mut insert = sqlx::query(&sql);
         let mut sign_ins = Vec::new();
@@ -86,7 +86,7 @@ impl StreamHandler for PointsArchive {
             let sql = format!(
                 "INSERT INTO sign_ins (user_id, day, made_up, signed_at_ms) VALUES {} \
                  ON CONFLICT DO NOTHING",
-                values_placeholders(sign_ins.len(), 4)
+                values_placeholders(Backend::of(tx), sign_ins.len(), 4)
             );
             let mut insert = sqlx::query(&sql);
             for row in &sign_ins {
@@ -222,7 +222,14 @@ impl Points {
         &self,
         awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
     ) -> Result<(), HandleError> {
-        let mut awards = awards.into_iter();
+        let pairs: Vec<(i64, &str)> = awards
+            .iter()
+            .map(|(_, user, _, _, key)| (*user, key.as_str()))
+            .collect();
+        let archived = self.archived_awards(&pairs).await;
+        let mut awards = awards
+            .into_iter()
+            .filter(|(_, user, _, _, key)| !archived.contains_key(&(*user, key.clone())));
         let mut in_flight = FuturesOrdered::new();
         loop {
             while in_flight.len() < AWARDS_IN_FLIGHT {
@@ -230,7 +237,7 @@ impl Points {
                     break;
                 };
                 in_flight.push_back(async move {
-                    self.award(user, kind, points, &key)
+                    self.award_unarchived(user, kind, points, &key)
                         .await
                         .map_err(|e| award_failure(entry, e))
                 });

@@ -12,7 +12,10 @@ pub mod events;
 pub mod recovery;
 pub mod rules;
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use sha2::{Digest, Sha256};
 use sqlx::Row;
@@ -185,13 +188,29 @@ impl Points {
                 "points must be between 1 and {MAX_AWARD}"
             )));
         }
-        if let Some(awarded) = self.archived_award(user_id, key).await {
+        if let Some(awarded) = self
+            .archived_awards(&[(user_id, key)])
+            .await
+            .into_values()
+            .next()
+        {
             return Ok(AwardOutcome {
                 awarded,
                 capped: awarded < points,
                 duplicate: true,
             });
         }
+        self.award_unarchived(user_id, kind, points, key).await
+    }
+
+    /// [`Points::award`] once SQL has been asked whether the award was archived.
+    pub(super) async fn award_unarchived(
+        &self,
+        user_id: i64,
+        kind: PointsType,
+        points: i64,
+        key: &str,
+    ) -> AppResult<AwardOutcome> {
         let rule = self.settings.rules.rule(kind);
         let keys = &self.infra.keys;
         let (awarded, duplicate): (i64, i64) = unless_held(
@@ -234,29 +253,59 @@ impl Points {
         })
     }
 
-    /// What an award with this key paid, if SQL has archived one. While SQL cannot be read the
-    /// Redis marker alone decides (it covers a week): awards keep working through an outage.
-    async fn archived_award(&self, user_id: i64, key: &str) -> Option<i64> {
-        let row = sqlx::query(
-            "SELECT points FROM points_record WHERE user_id = $1 AND idempotency_key = $2",
-        )
-        .bind(user_id)
-        .bind(key)
-        .fetch_optional(&self.infra.db.pool)
-        .await;
-        match row {
-            Ok(row) => row.and_then(|row| row.try_get("points").ok()),
-            Err(error) => {
-                tracing::warn!(%error, "archived awards not read; the Redis marker decides");
-                None
+    /// What the awards of these (user, key) pairs paid, for those SQL has archived: one
+    /// query per hundred pairs, so that a consumer's batch asks SQL once rather than once per
+    /// award. While SQL cannot be read the Redis markers alone decide (they cover a week):
+    /// awards keep working through an outage.
+    pub(super) async fn archived_awards(
+        &self,
+        pairs: &[(i64, &str)],
+    ) -> HashMap<(i64, String), i64> {
+        const PAIRS_PER_QUERY: usize = 100;
+        let backend = self.infra.db.backend;
+        let mut archived = HashMap::new();
+        for chunk in pairs.chunks(PAIRS_PER_QUERY) {
+            let matches: Vec<String> = (0..chunk.len())
+                .map(|i| {
+                    format!(
+                        "(user_id = {} AND idempotency_key = {})",
+                        backend.param(2 * i + 1),
+                        backend.param(2 * i + 2)
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "SELECT user_id, idempotency_key, points FROM points_record WHERE {}",
+                matches.join(" OR ")
+            );
+            let mut query = sqlx::query(&sql);
+            for (user_id, key) in chunk {
+                query = query.bind(*user_id).bind(*key);
+            }
+            match query.fetch_all(&self.infra.db.pool).await {
+                Ok(rows) => {
+                    for row in rows {
+                        if let (Ok(user), Ok(key), Ok(points)) = (
+                            row.try_get("user_id"),
+                            row.try_get("idempotency_key"),
+                            row.try_get("points"),
+                        ) {
+                            archived.insert((user, key), points);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "archived awards not read; the Redis markers decide");
+                }
             }
         }
+        archived
     }
 
     /// Today's points of a user per type, with each type's cap.
     pub async fn today(&self, user_id: i64) -> AppResult<Vec<TodayByType>> {
         let mut conn = self.infra.redis.get().await?;
-        let totals: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+        let totals: HashMap<String, i64> = redis::cmd("HGETALL")
             .arg(
                 self.infra
                     .keys

@@ -149,7 +149,7 @@ impl StreamHandler for VoteArchive {
         let sql = format!(
             "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
              vote_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
-            values_placeholders(rows.len(), 8)
+            values_placeholders(Backend::of(tx), rows.len(), 8)
         );
         let mut insert = sqlx::query(&sql);
         let mut newest: HashMap<i64, (i64, i64)> = HashMap::new();

@@ -26,7 +26,7 @@ use crate::{
         Vouchers,
     },
     infra::{
-        db::values_placeholders,
+        db::{values_placeholders, Backend},
         streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
     },
 };
@@ -134,7 +134,7 @@ async fn insert_orders(
     let sql = format!(
         "INSERT INTO orders (id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms, \
          settled_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING voucher_id, status",
-        values_placeholders(last.len(), 7)
+        values_placeholders(Backend::of(tx), last.len(), 7)
     );
     let mut query = sqlx::query(&sql);
     for archived in last.values() {
