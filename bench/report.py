@@ -284,7 +284,9 @@ def render(runs):
     def cpu_row(path, target, results, count="requests"):
         values = [cpu_us(r, count) for r in results]
         mid = median(values)
-        return [path, f"≤ {target}", spread(values), verdict(mid is not None and mid <= target)]
+        if mid is None:
+            return [path, f"≤ {target}", "–", "not measured in this run"]
+        return [path, f"≤ {target}", spread(values), verdict(mid <= target)]
 
     board = [r for _, r in runs.get("leaderboard", []) if r["connections"] == 64]
     blocks["cpu"] = table(

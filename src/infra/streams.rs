@@ -2,7 +2,9 @@
 //!
 //! A feature's Lua script XADDs its event in the same script that changes state, so an
 //! acknowledged write is always in a stream. This worker then, per stream and consumer group:
-//! - reads in batches (XREADGROUP) and writes each batch in **one SQL transaction**;
+//! - reads in batches (XREADGROUP) and writes each batch in **one SQL transaction**; after a
+//!   short batch it lets entries gather for `linger` (100 ms), so that a steady trickle is
+//!   written in a few full transactions rather than many small ones;
 //! - XACKs only **after the commit**: a crash in between replays the batch, which the
 //!   handler absorbs because it is idempotent on the entry id;
 //! - first re-reads its own pending entries, and takes over entries a dead instance left
