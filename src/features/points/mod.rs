@@ -146,6 +146,17 @@ where
     }
 }
 
+/// An award pays between 1 and [`MAX_AWARD`] points.
+fn check_amount(points: i64) -> AppResult<()> {
+    if (1..=MAX_AWARD).contains(&points) {
+        Ok(())
+    } else {
+        Err(AppError::bad_input(format!(
+            "points must be between 1 and {MAX_AWARD}"
+        )))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TodayByType {
     pub kind: PointsType,
@@ -183,11 +194,6 @@ impl Points {
         points: i64,
         key: &str,
     ) -> AppResult<AwardOutcome> {
-        if !(1..=MAX_AWARD).contains(&points) {
-            return Err(AppError::bad_input(format!(
-                "points must be between 1 and {MAX_AWARD}"
-            )));
-        }
         if let Some(awarded) = self
             .archived_awards(&[(user_id, key)])
             .await
@@ -211,6 +217,7 @@ impl Points {
         points: i64,
         key: &str,
     ) -> AppResult<AwardOutcome> {
+        check_amount(points)?;
         let rule = self.settings.rules.rule(kind);
         let keys = &self.infra.keys;
         let (awarded, duplicate): (i64, i64) = unless_held(
