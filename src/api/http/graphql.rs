@@ -9,7 +9,7 @@
 //! Every request passes [`admission`] (rates, token, size, persisted query, parse, cost)
 //! before it runs; this module only speaks HTTP around it.
 
-use std::{net::SocketAddr, time::Instant};
+use std::{collections::BTreeMap, net::SocketAddr, time::Instant};
 
 use async_graphql::{parser::types::OperationType, Variables};
 use axum::{
@@ -18,7 +18,7 @@ use axum::{
     http::{header, HeaderMap, HeaderValue, Method, StatusCode},
     response::{IntoResponse, Response},
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{
@@ -266,6 +266,18 @@ async fn execute(
     response
 }
 
+/// A response body, serialised straight from async-graphql's values: building a
+/// `serde_json::Value` of the whole response first cost an allocation per field.
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a async_graphql::Value>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    errors: &'a [async_graphql::ServerError],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    extensions: &'a BTreeMap<String, async_graphql::Value>,
+}
+
 /// Where a request came from and how.
 struct Incoming<'a> {
     peer: SocketAddr,
@@ -327,22 +339,20 @@ async fn run(
         metrics::record_error(code_of(error).unwrap_or("INTERNAL"));
     }
 
-    let mut body = serde_json::Map::new();
-    if !request_error {
-        body.insert("data".into(), json!(response.data));
-    }
-    if !response.errors.is_empty() {
-        body.insert("errors".into(), json!(response.errors));
-    }
-    if !response.extensions.is_empty() {
-        body.insert("extensions".into(), json!(response.extensions));
-    }
+    let body = Body {
+        data: (!request_error).then_some(&response.data),
+        errors: &response.errors,
+        extensions: &response.extensions,
+    };
     let status = if request_error && media == MediaType::GraphqlResponseJson {
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK
     };
-    let mut http_response = (status, Value::Object(body).to_string()).into_response();
+    let body = serde_json::to_vec(&body).map_err(|error| {
+        Rejection::from_app_error(media, AppError::internal(anyhow::anyhow!(error)))
+    })?;
+    let mut http_response = (status, body).into_response();
     http_response
         .headers_mut()
         .insert(header::CONTENT_TYPE, media.content_type());
