@@ -137,6 +137,22 @@ impl UserDirectory {
         if unknown.is_empty() {
             return Ok(found);
         }
+        // Users queued for writing are shown as they will be written. Read before SQL: the
+        // writer forgets a user only once their row is committed, so a user neither queued
+        // now nor found by the query below has no row.
+        let queued: Vec<UserRecord> = {
+            let known = self.known.lock().expect("poisoned");
+            unknown
+                .iter()
+                .filter_map(|id| {
+                    known.queued.get(id).map(|name| UserRecord {
+                        id: *id,
+                        name: name.clone(),
+                        avatar_url: None,
+                    })
+                })
+                .collect()
+        };
         let users = self
             .db
             .find_by_ids("SELECT id, name, avatar_url FROM users", &unknown, |row| {
@@ -147,12 +163,13 @@ impl UserDirectory {
                 })
             })
             .await?;
-        // A user without a row yet (first sight not written) is not remembered: the row is
-        // read once it exists.
+        // A user without a row yet is not remembered: the row is read once it exists.
         for user in users {
-            self.records
-                .insert(user.id, std::sync::Arc::new(user.clone()));
+            self.records.insert(user.id, Arc::new(user.clone()));
             found.insert(user.id, user);
+        }
+        for user in queued {
+            found.entry(user.id).or_insert(user);
         }
         Ok(found)
     }
