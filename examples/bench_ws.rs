@@ -109,7 +109,11 @@ async fn main() -> anyhow::Result<()> {
 
     // Likes at a steady rate; each remembers when it was sent and the count it produced.
     let sent: Arc<Mutex<HashMap<(usize, i64), Instant>>> = Arc::default();
-    let client = reqwest::Client::new();
+    // The server closes a connection idle for its header-read timeout (30 s by default); a
+    // pooled connection idle that long could be picked just as it closes.
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(10))
+        .build()?;
     let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / args.rate));
     let total = (args.rate * args.seconds) as usize;
     let mut likes = Vec::with_capacity(total);
