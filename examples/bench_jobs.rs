@@ -94,6 +94,13 @@ async fn main() -> anyhow::Result<()> {
         args.jobs,
         scheduling.elapsed().as_secs_f64()
     );
+    // Jobs that came due while others were still being scheduled were not due together:
+    // the figures would measure scheduling, not promotion.
+    anyhow::ensure!(
+        scheduling.elapsed() < Duration::from_secs(args.due_in),
+        "scheduling took longer than --due-in {}s: raise it",
+        args.due_in
+    );
 
     let deadline = Instant::now() + Duration::from_secs(args.due_in + 120);
     while seen.lock().unwrap().len() < args.jobs && Instant::now() < deadline {
