@@ -62,7 +62,7 @@ const BATCH: usize = 300;
 
 /// Past this many remembered ids the memory is cleared; the cost is one idempotent insert
 /// per user afterwards.
-const SEEN_CAPACITY: usize = 100_000;
+const WRITTEN_KEPT: usize = 100_000;
 
 /// How long a user read from SQL is shown without asking again (a name edited in SQL shows
 /// within this), and how many are kept (about 100 bytes each).
@@ -206,7 +206,7 @@ async fn write_first_sights(
             tracing::debug!(%error, users = batch.len(), "first sights not written: queued again on their next request");
         }
         let mut known = known.lock().expect("poisoned");
-        if written.is_ok() && known.written.len() + batch.len() > SEEN_CAPACITY {
+        if written.is_ok() && known.written.len() + batch.len() > WRITTEN_KEPT {
             known.written.clear();
         }
         for sight in batch {

@@ -121,9 +121,9 @@ impl Db {
                             conn.execute("PRAGMA foreign_keys = ON").await?;
                             // Each connection's page cache is dropped whenever another one
                             // has written, so with the archives writing all the time every
-                            // transaction began by reading its pages again through read(2)
-                            // (a fifth of the CPU of a like). Mapped, the file's pages are
-                            // shared by the connections and read without a system call.
+                            // transaction began by reading its pages again through read(2).
+                            // Mapped, the file's pages are shared by the connections and read
+                            // without a system call.
                             conn.execute("PRAGMA mmap_size = 1073741824").await?;
                             Ok(())
                         })

@@ -183,9 +183,9 @@ pub struct ConsumerSpec {
     pub block: Duration,
     /// After a batch short of `batch_size`, how long entries gather before the next read.
     /// Each transaction makes SQLite write every page it touches to its log again, so a
-    /// transaction per handful of entries (a steady trickle read as it comes) cost a third
-    /// of the server's CPU under a like load; fuller batches cost a fraction of it. A full
-    /// batch reads on at once, so a backlog drains at full speed.
+    /// steady trickle read as it comes (a transaction per handful of entries) rewrote the
+    /// same pages over and over; fuller batches write each page once. A full batch reads on
+    /// at once, so a backlog drains at full speed.
     pub linger: Duration,
     /// The longest back-off while SQL fails.
     pub max_backoff: Duration,
