@@ -1,7 +1,7 @@
 //! The one error type of the service and the one table that maps it to `extensions.code`.
 //!
 //! Domain code returns [`AppError`]; resolvers return it unchanged (async-graphql keeps it as
-//! the error's source) and [`crate::api::schema::errors::ErrorCodes`] turns it into the wire form.
+//! the error's source) and [`crate::api::schema::errors::assign_codes`] turns it into the wire form.
 //! Internal details never reach a client: they are logged with the request id instead.
 
 use std::fmt;

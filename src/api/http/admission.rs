@@ -24,10 +24,7 @@ use serde_json::Value;
 
 use super::{apq, document};
 use crate::{
-    api::{
-        http::Gateway,
-        schema::errors::{code_of, RequestId},
-    },
+    api::{http::Gateway, schema::errors::code_of},
     infra::{
         auth::Viewer,
         cache::TtlCache,
@@ -110,7 +107,6 @@ pub async fn admit(
     caller: &Caller,
     operation: RawOperation,
     transport: Transport,
-    request_id: &str,
 ) -> AppResult<Admitted> {
     if transport == Transport::WebSocket {
         if caller
@@ -164,9 +160,7 @@ pub async fn admit(
         .and_then(|s| s.first_root_field.as_deref())
         .map_or("other", known_label);
     let register = resolved.register.map(|hash| (hash, resolved.query.clone()));
-    let mut request = async_graphql::Request::new(resolved.query)
-        .variables(operation.variables)
-        .data(RequestId(request_id.to_string()));
+    let mut request = async_graphql::Request::new(resolved.query).variables(operation.variables);
     if let Some(name) = operation.operation_name {
         request = request.operation_name(name);
     }

@@ -28,7 +28,7 @@ use super::{
     ws, HttpState,
 };
 use crate::{
-    api::schema::errors::code_of,
+    api::schema::errors::{assign_codes, code_of},
     infra::{
         error::{AppError, ErrorCode},
         metrics,
@@ -310,7 +310,7 @@ async fn run(
         variables: Variables::from_json(params.variables.unwrap_or(Value::Null)),
         extensions: params.extensions,
     };
-    let admitted = admission::admit(gateway, &caller, operation, Transport::Http, request_id)
+    let admitted = admission::admit(gateway, &caller, operation, Transport::Http)
         .await
         .map_err(app_error)?;
     *label = admitted.label;
@@ -326,7 +326,8 @@ async fn run(
         ));
     }
 
-    let response = http.schema.execute(admitted.request).await;
+    let mut response = http.schema.execute(admitted.request).await;
+    assign_codes(&mut response, request_id);
 
     let request_error =
         response.data == async_graphql::Value::Null && admission::is_request_error(&response);

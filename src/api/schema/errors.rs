@@ -1,89 +1,29 @@
-//! Gives every GraphQL error an `extensions.code`, in one place, for HTTP and WebSocket alike.
+//! Gives every GraphQL error an `extensions.code`, in one place, for HTTP and WebSocket alike:
+//! each transport hands every response it sends to [`assign_codes`].
 //!
 //! - Errors of our own carry an [`AppError`] as their source: its code is written, and the
 //!   message of internal and unavailable errors is replaced by a fixed sentence (the details
 //!   are logged with the request id, which the client also receives as `requestId`).
-//! - Parse and validation failures get the codes Apollo clients know.
+//! - Errors without a path are the document's (admission parsed it, so they come from
+//!   validation: unknown fields, bad variables, depth and complexity): Apollo's
+//!   `GRAPHQL_VALIDATION_FAILED`.
 //! - What remains comes from async-graphql coercing an argument during execution (an `Int`
 //!   out of range, an enum value misspelled): `BAD_USER_INPUT`.
+//!
+//! Why not an async-graphql extension: with any extension installed, async-graphql resolves
+//! every field and list item through its extension chain (a registry lookup, type names
+//! formatted, a boxed future each), which was most of the cost of a page of 20 remarks.
 
 use std::sync::Arc;
 
-use async_graphql::{
-    extensions::{
-        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextRequest, NextSubscribe,
-        NextValidation,
-    },
-    parser::types::ExecutableDocument,
-    Response, ServerError, ServerResult, ValidationResult, Variables,
-};
-use futures::{stream::BoxStream, StreamExt};
+use async_graphql::{Response, ServerError};
 
 use crate::infra::error::{AppError, ErrorCode};
 
-/// The id of the HTTP request or WebSocket connection, for logs and error extensions.
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
-
-pub struct ErrorCodes;
-
-impl ExtensionFactory for ErrorCodes {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(ErrorCodes)
-    }
-}
-
-#[async_trait::async_trait]
-impl Extension for ErrorCodes {
-    async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> Response {
-        let request_id = ctx.data_opt::<RequestId>().map(|id| id.0.clone());
-        let mut response = next.run(ctx).await;
-        for error in &mut response.errors {
-            assign_code(error, request_id.as_deref());
-        }
-        response
-    }
-
-    fn subscribe<'s>(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        stream: BoxStream<'s, Response>,
-        next: NextSubscribe<'_>,
-    ) -> BoxStream<'s, Response> {
-        let request_id = ctx.data_opt::<RequestId>().map(|id| id.0.clone());
-        next.run(ctx, stream)
-            .map(move |mut response| {
-                for error in &mut response.errors {
-                    assign_code(error, request_id.as_deref());
-                }
-                response
-            })
-            .boxed()
-    }
-
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        next.run(ctx, query, variables)
-            .await
-            .map_err(|error| with_code(error, ErrorCode::GraphqlParseFailed))
-    }
-
-    async fn validation(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        next: NextValidation<'_>,
-    ) -> Result<ValidationResult, Vec<ServerError>> {
-        next.run(ctx).await.map_err(|errors| {
-            errors
-                .into_iter()
-                .map(|error| with_code(error, ErrorCode::GraphqlValidationFailed))
-                .collect()
-        })
+/// Gives each error of a response its code (see the module's documentation).
+pub fn assign_codes(response: &mut Response, request_id: &str) {
+    for error in &mut response.errors {
+        assign_code(error, request_id);
     }
 }
 
@@ -103,7 +43,7 @@ pub fn with_code(mut error: ServerError, code: ErrorCode) -> ServerError {
     error
 }
 
-fn assign_code(error: &mut ServerError, request_id: Option<&str>) {
+fn assign_code(error: &mut ServerError, request_id: &str) {
     let app_error = error
         .source::<AppError>()
         .or_else(|| error.source::<Arc<AppError>>().map(|e| e.as_ref()))
@@ -115,9 +55,7 @@ fn assign_code(error: &mut ServerError, request_id: Option<&str>) {
         let extensions = error.extensions.get_or_insert_with(Default::default);
         app_error.write_extensions(extensions);
         if app_error.is_hidden() {
-            if let Some(id) = request_id {
-                extensions.set("requestId", id);
-            }
+            extensions.set("requestId", request_id);
         }
         error.message = app_error.public_message();
         return;

@@ -70,7 +70,6 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
         MutationRoot::default(),
         SubscriptionRoot::default(),
     )
-    .extension(errors::ErrorCodes)
     // Admission refuses documents nested deeper than this before they reach the schema
     // (`http::document`); the schema's own check stays as a second line. `limit_depth`
     // (far lower) then gives the precise validation error.

@@ -45,7 +45,7 @@ use operations::{Admitter, Connection};
 pub use slots::{SubscriptionSlot, SubscriptionSlots};
 
 use super::{admission, client_ip, server::ConnectionSlot, HttpState};
-use crate::{api::schema::errors::RequestId, infra::error::ErrorCode};
+use crate::infra::error::ErrorCode;
 
 /// Close code sent when the server goes away.
 const GOING_AWAY: u16 = 1001;
@@ -156,7 +156,6 @@ async fn serve(
     let init_connection = connection.clone();
     let on_init = move |payload: Value| async move {
         let mut data = Data::default();
-        data.insert(RequestId(init_connection.id.clone()));
         data.insert(SubscriptionSlots::new(init_connection.max_subscriptions));
         let token = authorization_in(&payload).or(header_token);
         let caller = admission::identify(&gateway, init_connection.ip, token.as_deref())

@@ -19,6 +19,7 @@ use crate::{
         admission::{self, Caller, RawOperation, Transport},
         apq, HttpState,
     },
+    api::schema::errors::assign_codes,
     infra::{
         error::{AppError, AppResult, ErrorCode},
         metrics,
@@ -97,14 +98,8 @@ impl Admitter {
             variables: request.variables,
             extensions,
         };
-        let admitted = admission::admit(
-            &self.http.gateway,
-            caller,
-            operation,
-            Transport::WebSocket,
-            &connection.id,
-        )
-        .await?;
+        let admitted =
+            admission::admit(&self.http.gateway, caller, operation, Transport::WebSocket).await?;
         Ok((admitted, in_flight))
     }
 }
@@ -120,7 +115,11 @@ fn refusal(error: &AppError) -> Response {
 impl Executor for Admitter {
     async fn execute(&self, request: Request) -> Response {
         match self.admit(request).await {
-            Ok((admitted, _in_flight)) => self.http.schema.execute(admitted.request).await,
+            Ok((admitted, _in_flight)) => {
+                let mut response = self.http.schema.execute(admitted.request).await;
+                assign_codes(&mut response, &self.connection.id);
+                response
+            }
             Err(error) => refusal(&error),
         }
     }
@@ -145,14 +144,16 @@ impl Executor for Admitter {
             match this.admit(request).await {
                 Ok((admitted, in_flight)) => {
                     let mut register = admitted.register.map(|r| (this.http.gateway.clone(), r));
+                    let connection = this.connection.clone();
                     this.http
                         .schema
                         .execute_stream_with_session_data(
                             admitted.request,
                             session_data.unwrap_or_default(),
                         )
-                        .map(move |response| {
+                        .map(move |mut response| {
                             let _held = &in_flight;
+                            assign_codes(&mut response, &connection.id);
                             // A persisted query is stored once it has passed validation.
                             if let Some((gateway, (hash, query))) = register.take() {
                                 if !admission::is_request_error(&response) {
