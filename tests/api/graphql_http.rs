@@ -25,6 +25,56 @@ async fn typename_answers_over_post_and_get() {
 }
 
 #[tokio::test]
+async fn every_response_has_a_request_id_and_any_origin_may_call() {
+    let app = TestApp::spawn().await;
+    let response = app
+        .http
+        .post(app.url("/graphql"))
+        .header("origin", "https://app.example")
+        .json(&json!({ "query": "{ __typename }" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    let first = response.headers()["x-request-id"].clone();
+    let second = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_ne!(second.headers()["x-request-id"], first);
+
+    // A proxy's id is kept, so that its logs and ours join up.
+    let relayed = app
+        .http
+        .get(app.url("/healthz"))
+        .header("x-request-id", "lb-7f3a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(relayed.headers()["x-request-id"], "lb-7f3a");
+
+    // A browser's preflight for a bearer token is granted what it asks for: a wildcard
+    // would not cover Authorization.
+    let preflight = app
+        .http
+        .request(reqwest::Method::OPTIONS, app.url("/graphql"))
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), StatusCode::OK);
+    let headers = preflight.headers();
+    assert_eq!(headers["access-control-allow-origin"], "*");
+    assert_eq!(headers["access-control-allow-methods"], "POST");
+    assert_eq!(
+        headers["access-control-allow-headers"],
+        "authorization, content-type"
+    );
+}
+
+#[tokio::test]
 async fn get_refuses_mutations_with_405() {
     let app = TestApp::spawn().await;
     let response = app

@@ -5,6 +5,7 @@ pub mod apq;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod document;
+pub mod edge;
 pub mod graphql;
 pub mod health;
 pub mod pages;
@@ -19,19 +20,13 @@ use std::{
 
 use axum::{
     extract::DefaultBodyLimit,
-    http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode},
+    http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::get,
     Router,
 };
 use serde_json::json;
-use tower_http::{
-    catch_panic::CatchPanicLayer,
-    cors::CorsLayer,
-    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
-    timeout::RequestBodyTimeoutLayer,
-    trace::TraceLayer,
-};
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::{
     api::{http::rate_limit::RateLimits, schema::AppSchema},
@@ -40,8 +35,6 @@ use crate::{
 };
 
 const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// What every transport shares: the limits, the token check, the rate limits, the users
 /// seen so far, and the infrastructure (persisted queries live in Redis; readiness asks
@@ -80,25 +73,13 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
         .layer(DefaultBodyLimit::max(max_body))
         // A client that sends its body slowly holds a connection; this bounds for how long.
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
-        .layer(CatchPanicLayer::custom(|_| {
-            tracing::error!("a handler panicked");
-            plain_error(StatusCode::INTERNAL_SERVER_ERROR, &AppError::internal(anyhow::anyhow!("panic")))
-        }))
-        // Bearer tokens, not cookies, carry identity, so any origin may call the API.
-        .layer(CorsLayer::permissive())
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-            let id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
-            tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id = id)
-        }))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .with_state(http)
 }
 
-/// The request id set by [`SetRequestIdLayer`] (or sent by the client).
+/// The request id given by [`edge`] (or sent by the client).
 pub fn request_id(headers: &HeaderMap) -> String {
     headers
-        .get(REQUEST_ID)
+        .get(edge::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-")
         .to_string()

@@ -17,20 +17,19 @@
 //! before any timeout runs, so a silent connection would be held for ever; HTTP/2 belongs at
 //! the load balancer, which speaks HTTP/1.1 to the service.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{extract::ConnectInfo, Router};
-use hyper::{body::Incoming, server::conn::http1, Request};
-use hyper_util::{
-    rt::{TokioIo, TokioTimer},
-    service::TowerToHyperService,
-};
+use futures::FutureExt;
+use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     net::TcpListener,
     sync::{OwnedSemaphorePermit, Semaphore},
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tower::ServiceExt;
+
+use super::edge;
 
 /// Descriptors kept free of client connections: for Redis, SQL, the listener, logs and
 /// callbacks, whatever the clients do.
@@ -108,14 +107,13 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
         };
         let slot = ConnectionSlot(Arc::new(permit));
         let request_slot = slot.clone();
-        let service = TowerToHyperService::new(router.clone().map_request(
-            move |mut request: Request<Incoming>| {
-                let extensions = request.extensions_mut();
-                extensions.insert(ConnectInfo::<SocketAddr>(peer));
-                extensions.insert(request_slot.clone());
-                request
-            },
-        ));
+        let router = router.clone();
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            let extensions = request.extensions_mut();
+            extensions.insert(ConnectInfo::<SocketAddr>(peer));
+            extensions.insert(request_slot.clone());
+            edge::handle(router.clone(), request).map(Ok::<_, Infallible>)
+        });
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();
