@@ -92,6 +92,7 @@ impl Services {
                 consumers: ConsumerTimings {
                     claim_idle: Duration::from_millis(config.consumer_claim_idle_ms.max(10)),
                     max_backoff: Duration::from_millis(config.consumer_max_backoff_ms.max(10)),
+                    archive_linger: Duration::from_millis(config.archive_linger_ms),
                 },
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),

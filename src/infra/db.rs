@@ -125,6 +125,10 @@ impl Db {
                             // Mapped, the file's pages are shared by the connections and read
                             // without a system call.
                             conn.execute("PRAGMA mmap_size = 1073741824").await?;
+                            // A multi-row insert keeps a statement journal (to undo the
+                            // statement alone if a row fails); past 64 KiB SQLite spills it
+                            // to a temporary file, which an archive batch always did.
+                            conn.execute("PRAGMA temp_store = MEMORY").await?;
                             Ok(())
                         })
                     })

@@ -68,6 +68,8 @@ pub struct ConsumerTimings {
     pub claim_idle: Duration,
     /// The longest back-off while SQL fails.
     pub max_backoff: Duration,
+    /// How long the archives (the consumers that write SQL) let a short batch gather.
+    pub archive_linger: Duration,
 }
 
 impl Instance {

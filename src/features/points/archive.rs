@@ -189,7 +189,7 @@ impl Points {
         let handler = |h: Arc<dyn StreamHandler>| h;
         streams::spawn(
             &self.infra,
-            spec("points-archive", "archive"),
+            ConsumerSpec::archive(self.infra.instance.consumers, "points-archive", "archive"),
             vec![self.infra.keys.points_stream()],
             handler(Arc::new(PointsArchive(self.clone()))),
         );

@@ -25,7 +25,7 @@ pub const GROUP: &str = "archive";
 
 impl Remarks {
     pub fn spawn_archive(&self) {
-        let spec = ConsumerSpec::new(self.infra.instance.consumers, "vote-archive", GROUP);
+        let spec = ConsumerSpec::archive(self.infra.instance.consumers, "vote-archive", GROUP);
         let streams = self.vote_streams();
         let handler = Arc::new(VoteArchive {
             ctx: self.clone(),

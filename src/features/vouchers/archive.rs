@@ -33,7 +33,7 @@ use crate::{
 
 impl Vouchers {
     pub fn spawn_archive(&self) {
-        let spec = ConsumerSpec::new(self.infra.instance.consumers, "order-archive", "archive");
+        let spec = ConsumerSpec::archive(self.infra.instance.consumers, "order-archive", "archive");
         let streams = (0..self.settings.shards)
             .map(|shard| self.infra.keys.order_stream(shard))
             .collect();

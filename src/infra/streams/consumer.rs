@@ -1,0 +1,449 @@
+//! The stream consumer: moves a consumer group's entries out of its streams (into SQL, or
+//! into other Redis state), losing nothing. One worker per group and instance reads all of
+//! the group's streams (a feature's shards) together:
+//! - reads in batches (one XREADGROUP over every stream) and handles each batch in **one SQL
+//!   transaction**; after a short batch it lets entries gather for `linger`, so that a steady
+//!   trickle is written in a few full transactions rather than many small ones;
+//! - XACKs only **after the commit**: a crash in between replays the batch, which the
+//!   handler absorbs because it is idempotent on the entry id;
+//! - re-reads its own pending entries after a failure, and takes over entries a dead
+//!   instance left pending for longer than `claim_idle` (XAUTOCLAIM);
+//! - while SQL fails for reasons that are not the entry's fault (connection lost, table
+//!   locked or missing), **backs off with jitter and keeps the circuit open**: entries stay
+//!   pending, nothing is dropped, nothing counts as an attempt;
+//! - isolates an entry that fails on its own (bad data, a constraint) by retrying the batch
+//!   entry by entry, and after `max_attempts` moves it to the `dead_letters` table with the
+//!   error, then acknowledges it;
+//! - XTRIMs each stream only below the oldest entry some group still needs.
+//!
+//! Why one worker for all the streams of a group rather than one per stream: the shards of
+//! a feature archive into the same tables, and SQLite writes every page a transaction
+//! touches to its log again. A transaction per shard wrote the same index pages once per
+//! shard; one transaction for all of them writes each page once (BENCHMARKS.md has what it
+//! bought). The handlers never relied on a batch holding one stream: two instances already
+//! archive neighbouring batches in any order.
+//!
+//! Every instance runs the same workers: the consumer group spreads the entries.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use redis::{
+    aio::MultiplexedConnection,
+    streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
+    AsyncConnectionConfig,
+};
+
+use super::{entries_of, parse_id, HandleError, StreamEntry, StreamHandler};
+use crate::infra::{backoff::Backoff, ConsumerTimings, Infra};
+
+#[derive(Clone)]
+pub struct ConsumerSpec {
+    /// For logs and metrics, e.g. `vote-archive`.
+    pub name: &'static str,
+    pub group: &'static str,
+    /// Most entries read from each stream at a time.
+    pub batch_size: usize,
+    pub max_attempts: u32,
+    /// Pending entries idle this long belong to a dead consumer and are taken over.
+    pub claim_idle: Duration,
+    /// How long one read waits for new entries.
+    pub block: Duration,
+    /// After a batch short of `batch_size`, how long entries gather before the next read. A
+    /// full batch reads on at once, so a backlog drains at full speed.
+    pub linger: Duration,
+    /// The longest back-off while SQL fails.
+    pub max_backoff: Duration,
+}
+
+impl ConsumerSpec {
+    /// A consumer whose handler works in Redis (awards, fan-out): small batches, read soon.
+    pub fn new(timings: ConsumerTimings, name: &'static str, group: &'static str) -> Self {
+        Self {
+            name,
+            group,
+            batch_size: 200,
+            max_attempts: 5,
+            claim_idle: timings.claim_idle,
+            block: Duration::from_millis(500),
+            linger: Duration::from_millis(100),
+            max_backoff: timings.max_backoff,
+        }
+    }
+
+    /// A consumer whose handler writes SQL: large batches, gathered for
+    /// `ENGAGE_ARCHIVE_LINGER_MS`. Each transaction makes SQLite write every page it touches
+    /// (the random pages of each index) to its log, and later to the file: a like's archive
+    /// cost less than half as much written twice a second as ten times (BENCHMARKS.md).
+    pub fn archive(timings: ConsumerTimings, name: &'static str, group: &'static str) -> Self {
+        Self {
+            batch_size: 1000,
+            linger: timings.archive_linger,
+            ..Self::new(timings, name, group)
+        }
+    }
+}
+
+/// Runs one worker for `streams` until shutdown.
+pub fn spawn(
+    infra: &Infra,
+    spec: ConsumerSpec,
+    streams: Vec<String>,
+    handler: Arc<dyn StreamHandler>,
+) {
+    let name = spec.name;
+    infra
+        .instance
+        .spawn(name, run(infra.clone(), spec, streams, handler));
+}
+
+struct Worker {
+    infra: Infra,
+    spec: ConsumerSpec,
+    streams: Vec<String>,
+    consumer: String,
+    handler: Arc<dyn StreamHandler>,
+    conn: Option<MultiplexedConnection>,
+    /// Whether entries may be pending for this consumer (at start, and after anything
+    /// left some unacknowledged): they are read again before new ones.
+    own_pending: bool,
+}
+
+async fn run(
+    infra: Infra,
+    spec: ConsumerSpec,
+    streams: Vec<String>,
+    handler: Arc<dyn StreamHandler>,
+) {
+    let consumer = infra.instance.id.to_string();
+    let mut worker = Worker {
+        infra: infra.clone(),
+        spec,
+        streams,
+        consumer,
+        handler,
+        conn: None,
+        own_pending: true,
+    };
+    let mut backoff = Backoff::new(Duration::from_millis(100), worker.spec.max_backoff);
+    let mut last_claim = tokio::time::Instant::now() - worker.spec.claim_idle;
+    let mut last_trim = tokio::time::Instant::now();
+    while !infra.instance.shutdown.is_cancelled() {
+        let claim_due = last_claim.elapsed() >= worker.spec.claim_idle / 2;
+        if claim_due {
+            last_claim = tokio::time::Instant::now();
+        }
+        let outcome = async {
+            let entries = worker.next_batch(claim_due).await?;
+            let processed = worker.process(&entries).await?;
+            if last_trim.elapsed() >= Duration::from_secs(10) {
+                last_trim = tokio::time::Instant::now();
+                worker.trim().await?;
+            }
+            anyhow::Ok((processed, worker.linger_after(&entries)))
+        };
+        let outcome = tokio::select! {
+            () = infra.instance.shutdown.cancelled() => return,
+            outcome = outcome => outcome,
+        };
+        match outcome {
+            Ok((Progress::Done, linger)) => {
+                backoff.reset();
+                if linger {
+                    tokio::select! {
+                        () = infra.instance.shutdown.cancelled() => return,
+                        () = tokio::time::sleep(worker.spec.linger) => {}
+                    }
+                }
+            }
+            Ok((Progress::Stalled, _)) | Err(_) => {
+                worker.own_pending = true;
+                if let Err(error) = &outcome {
+                    tracing::warn!(consumer = worker.spec.name, %error, "stream consumer error");
+                    worker.conn = None;
+                }
+                metrics::counter!("engage_stream_consumer_stalls_total", "consumer" => worker.spec.name).increment(1);
+                let delay = backoff.next_delay();
+                tokio::select! {
+                    () = infra.instance.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+enum Progress {
+    /// The batch (possibly empty) was handled.
+    Done,
+    /// SQL is failing: the circuit is open, entries stay pending.
+    Stalled,
+}
+
+impl Worker {
+    async fn conn(&mut self) -> anyhow::Result<&mut MultiplexedConnection> {
+        if self.conn.is_none() {
+            let client = redis::Client::open(self.infra.instance.redis_url.as_ref())?;
+            // Blocking reads wait up to `block`; the default response timeout is shorter.
+            let config = AsyncConnectionConfig::new()
+                .set_response_timeout(Some(self.spec.block + Duration::from_secs(5)));
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            for stream in &self.streams {
+                let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(stream)
+                    .arg(self.spec.group)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query_async(&mut conn)
+                    .await;
+                if let Err(error) = created {
+                    if error.code() != Some("BUSYGROUP") {
+                        return Err(error.into());
+                    }
+                }
+            }
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("just set"))
+    }
+
+    /// Whether to let entries gather before the next read: after a batch that was not empty
+    /// and filled no stream's share (a full share means more may be waiting).
+    fn linger_after(&self, batch: &[StreamEntry]) -> bool {
+        !batch.is_empty()
+            && self.streams.iter().all(|stream| {
+                batch.iter().filter(|e| &e.stream == stream).count() < self.spec.batch_size
+            })
+    }
+
+    /// Own pending entries first (retries), then entries of dead consumers, then new ones.
+    async fn next_batch(&mut self, claim: bool) -> anyhow::Result<Vec<StreamEntry>> {
+        let mut batch = Vec::new();
+        if self.own_pending {
+            batch = self.read("0", None).await?;
+            self.own_pending = !batch.is_empty();
+        }
+        // A due claim joins the own retries rather than waiting behind them: an entry held
+        // back until an earlier one is written (an order waiting for its buyer's previous
+        // order to settle) would otherwise wait for ever on an entry that a dead consumer
+        // holds. One batch, in stream order, handles both.
+        if claim {
+            let claimed = self.claim().await?;
+            if !claimed.is_empty() {
+                let own: HashSet<(String, String)> = batch
+                    .iter()
+                    .map(|e| (e.stream.clone(), e.id.clone()))
+                    .collect();
+                batch.extend(
+                    claimed
+                        .into_iter()
+                        .filter(|e| !own.contains(&(e.stream.clone(), e.id.clone()))),
+                );
+                batch.sort_by(|a, b| (&a.stream, a.id_parts()).cmp(&(&b.stream, b.id_parts())));
+            }
+        }
+        if !batch.is_empty() {
+            return Ok(batch);
+        }
+        let block = self.spec.block;
+        self.read(">", Some(block)).await
+    }
+
+    /// One XREADGROUP over every stream: from `id` (`>` new entries, `0` own pending ones).
+    async fn read(
+        &mut self,
+        id: &str,
+        block: Option<Duration>,
+    ) -> anyhow::Result<Vec<StreamEntry>> {
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
+            .arg(self.spec.group)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(self.spec.batch_size);
+        if let Some(block) = block {
+            read.arg("BLOCK").arg(block.as_millis() as u64);
+        }
+        read.arg("STREAMS").arg(&self.streams);
+        for _ in &self.streams {
+            read.arg(id);
+        }
+        let reply: Option<StreamReadReply> = read.query_async(self.conn().await?).await?;
+        Ok(reply.map(entries_of).unwrap_or_default())
+    }
+
+    /// Takes over the entries of consumers silent for `claim_idle`, in every stream.
+    async fn claim(&mut self) -> anyhow::Result<Vec<StreamEntry>> {
+        let idle = self.spec.claim_idle.as_millis() as u64;
+        let (group, consumer, count) =
+            (self.spec.group, self.consumer.clone(), self.spec.batch_size);
+        let mut taken = Vec::new();
+        for stream in self.streams.clone() {
+            let claimed: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+                .arg(&stream)
+                .arg(group)
+                .arg(&consumer)
+                .arg(idle)
+                .arg("0-0")
+                .arg("COUNT")
+                .arg(count)
+                .query_async(self.conn().await?)
+                .await?;
+            if !claimed.claimed.is_empty() {
+                tracing::info!(
+                    stream,
+                    taken = claimed.claimed.len(),
+                    "took over entries of a silent consumer"
+                );
+                taken.extend(
+                    claimed
+                        .claimed
+                        .into_iter()
+                        .map(|e| StreamEntry::from_redis(&stream, e)),
+                );
+            }
+        }
+        Ok(taken)
+    }
+
+    async fn process(&mut self, entries: &[StreamEntry]) -> anyhow::Result<Progress> {
+        if entries.is_empty() {
+            return Ok(Progress::Done);
+        }
+        match self.write(entries).await {
+            Ok(()) => {
+                self.ack(entries).await?;
+                return Ok(Progress::Done);
+            }
+            Err(error) if !error.is_entry_fault() => {
+                tracing::warn!(consumer = self.spec.name, %error, "SQL unavailable: holding entries");
+                return Ok(Progress::Stalled);
+            }
+            Err(_) => {}
+        }
+        // Some entry is at fault: find it by writing one at a time. An entry that failed
+        // but has attempts left stays pending, to be read again.
+        self.own_pending = true;
+        for entry in entries {
+            match self.write(std::slice::from_ref(entry)).await {
+                Ok(()) => self.ack(std::slice::from_ref(entry)).await?,
+                Err(error) if !error.is_entry_fault() => return Ok(Progress::Stalled),
+                Err(error) => self.count_failure(entry, &error).await?,
+            }
+        }
+        Ok(Progress::Done)
+    }
+
+    async fn write(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
+        let mut tx = self.infra.db.pool.begin().await?;
+        self.handler.handle(&mut tx, entries).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Acknowledges `entries`: one XACK per stream, in one round trip.
+    async fn ack(&mut self, entries: &[StreamEntry]) -> anyhow::Result<()> {
+        let group = self.spec.group;
+        let mut acks = redis::pipe();
+        for stream in &self.streams {
+            let ids: Vec<&str> = entries
+                .iter()
+                .filter(|e| &e.stream == stream)
+                .map(|e| e.id.as_str())
+                .collect();
+            if !ids.is_empty() {
+                acks.cmd("XACK").arg(stream).arg(group).arg(ids).ignore();
+            }
+        }
+        let name = self.spec.name;
+        let () = acks.query_async(self.conn().await?).await?;
+        metrics::counter!("engage_stream_entries_archived_total", "consumer" => name)
+            .increment(entries.len() as u64);
+        Ok(())
+    }
+
+    /// Counts a failed attempt; at `max_attempts` the entry goes to `dead_letters`.
+    async fn count_failure(
+        &mut self,
+        entry: &StreamEntry,
+        error: &HandleError,
+    ) -> anyhow::Result<()> {
+        let attempts_key = format!("{}:attempts:{}", entry.stream, self.spec.group);
+        let conn = self.conn().await?;
+        let attempts: u32 = redis::cmd("HINCRBY")
+            .arg(&attempts_key)
+            .arg(&entry.id)
+            .arg(1)
+            .query_async(conn)
+            .await?;
+        tracing::warn!(consumer = self.spec.name, entry = entry.id, attempts, %error, "entry failed");
+        if attempts < self.spec.max_attempts {
+            return Ok(());
+        }
+        let payload = serde_json::to_string(&entry.fields)?;
+        sqlx::query(
+            "INSERT INTO dead_letters (stream, entry_id, consumer_group, payload, error, attempts, failed_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (stream, entry_id, consumer_group) DO NOTHING",
+        )
+        .bind(&entry.stream)
+        .bind(&entry.id)
+        .bind(self.spec.group)
+        .bind(payload)
+        .bind(error.to_string())
+        .bind(i64::from(attempts))
+        .bind(self.infra.clock.now_ms())
+        .execute(&self.infra.db.pool)
+        .await?;
+        self.ack(std::slice::from_ref(entry)).await?;
+        let conn = self.conn().await?;
+        let () = redis::cmd("HDEL")
+            .arg(&attempts_key)
+            .arg(&entry.id)
+            .query_async(conn)
+            .await?;
+        metrics::counter!("engage_stream_dead_letters_total", "consumer" => self.spec.name)
+            .increment(1);
+        tracing::error!(consumer = self.spec.name, entry = entry.id, %error, "entry moved to dead_letters");
+        Ok(())
+    }
+
+    /// Trims each stream below the oldest entry any group still needs: its oldest pending
+    /// entry, or what it has not been delivered yet.
+    async fn trim(&mut self) -> anyhow::Result<()> {
+        for stream in self.streams.clone() {
+            let conn = self.conn().await?;
+            let groups: StreamInfoGroupsReply = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(&stream)
+                .query_async(conn)
+                .await?;
+            let mut keep_from: Option<(u64, u64)> = None;
+            for group in &groups.groups {
+                let pending: StreamPendingReply = redis::cmd("XPENDING")
+                    .arg(&stream)
+                    .arg(&group.name)
+                    .query_async(conn)
+                    .await?;
+                let needed = match pending {
+                    StreamPendingReply::Data(data) => parse_id(&data.start_id),
+                    _ => parse_id(&group.last_delivered_id).map(|(ms, seq)| (ms, seq + 1)),
+                };
+                if let Some(id) = needed {
+                    keep_from = Some(keep_from.map_or(id, |k| k.min(id)));
+                }
+            }
+            if let Some((ms, seq)) = keep_from {
+                let () = redis::cmd("XTRIM")
+                    .arg(&stream)
+                    .arg("MINID")
+                    .arg("~")
+                    .arg(format!("{ms}-{seq}"))
+                    .query_async(conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}

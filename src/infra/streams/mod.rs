@@ -1,0 +1,231 @@
+//! Redis Streams between the hot path and SQL: the events features XADD, and the
+//! [`consumer`] that moves them into SQL, losing nothing.
+//!
+//! A feature's Lua script XADDs its event in the same script that changes state, so an
+//! acknowledged write is always in a stream. An event has one type ([`Event`]) that writes
+//! its field names once, for the script's XADD and the consumers that read it.
+
+mod consumer;
+
+use std::collections::HashMap;
+
+use redis::{
+    streams::{StreamId, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
+    FromRedisValue,
+};
+use sqlx::{Any, Transaction};
+
+pub use consumer::{spawn, ConsumerSpec};
+
+use crate::infra::{error::AppResult, Infra};
+
+/// One stream entry, its fields decoded as strings.
+#[derive(Debug, Clone)]
+pub struct StreamEntry {
+    pub stream: String,
+    pub id: String,
+    pub fields: HashMap<String, String>,
+}
+
+impl StreamEntry {
+    pub(crate) fn from_redis(stream: &str, entry: StreamId) -> Self {
+        let fields = entry
+            .map
+            .into_iter()
+            .map(|(key, value)| (key, String::from_redis_value(value).unwrap_or_default()))
+            .collect();
+        Self {
+            stream: stream.to_string(),
+            id: entry.id,
+            fields,
+        }
+    }
+
+    /// A field, or a poison error naming it.
+    pub fn field(&self, name: &str) -> Result<&str, HandleError> {
+        self.fields.get(name).map(String::as_str).ok_or_else(|| {
+            HandleError::Poison(format!("entry {} lacks the field {name:?}", self.id))
+        })
+    }
+
+    /// A numeric field, or a poison error.
+    pub fn number(&self, name: &str) -> Result<i64, HandleError> {
+        let text = self.field(name)?;
+        text.parse().map_err(|_| {
+            HandleError::Poison(format!(
+                "entry {}: {name} is not a number: {text:?}",
+                self.id
+            ))
+        })
+    }
+
+    /// `<ms>-<seq>` as numbers, for ordering entries of one stream in SQL.
+    pub fn id_parts(&self) -> (i64, i64) {
+        let (ms, seq) = self.id.split_once('-').unwrap_or((&self.id, "0"));
+        (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+    }
+
+    /// The entry's place in its stream as one number, as SQL stores it (`event_order`).
+    pub fn event_order(&self) -> i64 {
+        let (ms, seq) = self.id_parts();
+        event_order((ms as u64, seq as u64))
+    }
+}
+
+/// An event as a stream entry carries it. Its type writes its field names once: the code
+/// that XADDs it ([`Event::to_fields`]) and the consumers that read it
+/// ([`Event::from_entry`]) share them, and a Lua script that XADDs it names the type in its
+/// header.
+pub trait Event: Sized {
+    /// Reads an entry; one that is not this event is poison (kept apart), not an outage.
+    fn from_entry(entry: &StreamEntry) -> Result<Self, HandleError>;
+    /// The field/value pairs of the entry, in the order XADD writes them.
+    fn to_fields(&self) -> Vec<(&'static str, String)>;
+}
+
+impl StreamEntry {
+    /// The entry XADD would make of `event` (for tests and tools that read events back).
+    pub fn of_event(stream: &str, id: &str, event: &impl Event) -> Self {
+        Self {
+            stream: stream.to_string(),
+            id: id.to_string(),
+            fields: event
+                .to_fields()
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value))
+                .collect(),
+        }
+    }
+}
+
+/// XADDs `event` to `stream`.
+pub async fn publish(infra: &Infra, stream: &str, event: &impl Event) -> AppResult<()> {
+    let mut conn = infra.redis.get().await?;
+    let _: String = redis::cmd("XADD")
+        .arg(stream)
+        .arg("*")
+        .arg(event.to_fields())
+        .query_async(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandleError {
+    /// The entry itself can never be written (malformed, violates a rule).
+    #[error("{0}")]
+    Poison(String),
+    #[error(transparent)]
+    Sql(#[from] sqlx::Error),
+    /// Something the entry needs is down (Redis, another service): wait and retry.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl HandleError {
+    /// Whether the failure belongs to the entry (retry a few times, then dead-letter) rather
+    /// than to the database (wait and retry for as long as it takes).
+    pub(crate) fn is_entry_fault(&self) -> bool {
+        match self {
+            Self::Poison(_) => true,
+            Self::Sql(sqlx::Error::Database(db)) => match db.code().as_deref() {
+                // PostgreSQL: data exception (22…) and integrity constraint violation (23…).
+                Some(code) if code.len() == 5 => code.starts_with("22") || code.starts_with("23"),
+                // SQLite: CONSTRAINT, MISMATCH, RANGE (primary result codes).
+                Some(code) => matches!(code.parse::<i32>().map(|c| c & 0xff), Ok(19 | 20 | 25)),
+                None => false,
+            },
+            Self::Sql(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => true,
+            Self::Sql(_) | Self::Unavailable(_) => false,
+        }
+    }
+}
+
+/// What a feature provides to archive its stream.
+#[async_trait::async_trait]
+pub trait StreamHandler: Send + Sync + 'static {
+    /// Writes the entries inside `tx` (committed by the caller). Must be idempotent on
+    /// `StreamEntry::id`: the same entry may come again after a crash.
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        entries: &[StreamEntry],
+    ) -> Result<(), HandleError>;
+}
+
+/// A stream position `(ms, seq)` as one number that orders like it: `ms * 10^6 + seq`
+/// (a millisecond never holds a million entries; a larger seq stands for "the whole ms").
+pub fn event_order((ms, seq): (u64, u64)) -> i64 {
+    ms as i64 * 1_000_000 + seq.min(999_999) as i64
+}
+
+/// A stream position no entry added from now on can precede: Redis's clock as an entry id
+/// (ids are Redis's time in ms, never below the last one).
+pub async fn position_now(infra: &Infra) -> AppResult<(u64, u64)> {
+    let mut conn = infra.redis.get().await?;
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut *conn).await?;
+    Ok((seconds * 1000 + micros / 1000, u64::MAX))
+}
+
+/// Whether `group` has handled (its handler committed and acknowledged) every entry of
+/// `stream` up to `through`. A stream or group that does not exist has nothing waiting.
+pub async fn handled_through(
+    infra: &Infra,
+    stream: &str,
+    group: &str,
+    through: (u64, u64),
+) -> AppResult<bool> {
+    let mut conn = infra.redis.get().await?;
+    let info: Option<redis::streams::StreamInfoStreamReply> = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(stream)
+        .query_async(&mut *conn)
+        .await
+        .ok();
+    let Some(info) = info else {
+        return Ok(true);
+    };
+    let groups: StreamInfoGroupsReply = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query_async(&mut *conn)
+        .await?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == group) else {
+        return Ok(info.length == 0);
+    };
+    let last = parse_id(&info.last_generated_id).unwrap_or((0, 0));
+    let delivered = parse_id(&group.last_delivered_id).unwrap_or((0, 0));
+    if delivered < last.min(through) {
+        return Ok(false);
+    }
+    let pending: StreamPendingReply = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(&group.name)
+        .query_async(&mut *conn)
+        .await?;
+    Ok(match pending {
+        StreamPendingReply::Data(data) => {
+            parse_id(&data.start_id).is_none_or(|oldest| oldest > through)
+        }
+        _ => true,
+    })
+}
+
+/// The entries of a read of one or more streams, each with its stream.
+fn entries_of(reply: StreamReadReply) -> Vec<StreamEntry> {
+    reply
+        .keys
+        .into_iter()
+        .flat_map(|key| {
+            let stream = key.key;
+            key.ids
+                .into_iter()
+                .map(move |entry| StreamEntry::from_redis(&stream, entry))
+        })
+        .collect()
+}
+
+pub(crate) fn parse_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
