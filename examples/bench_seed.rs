@@ -11,7 +11,7 @@ use std::{fmt::Write as _, path::PathBuf, time::Instant};
 
 use clap::Parser;
 use engage::{
-    features::remarks::RemarkSettings,
+    features::{remarks::RemarkSettings, users::UserRecord},
     infra::{
         auth::Role,
         clock::Month,
@@ -51,6 +51,10 @@ struct Args {
     /// Members of the current season's board.
     #[arg(long, default_value_t = 1_000_000)]
     members: usize,
+    /// The server's `DATABASE_URL`: the board's members get their user rows there, as the
+    /// members of a real board (who signed in to earn points) have.
+    #[arg(long)]
+    database_url: Option<String>,
 }
 
 #[tokio::main]
@@ -154,6 +158,9 @@ async fn main() -> anyhow::Result<()> {
         .arg(&board)
         .query_async(&mut conn)
         .await?;
+    if let Some(url) = &args.database_url {
+        member_rows(url, &args.prefix, &mut conn, args.members).await?;
+    }
     write("members.txt", &mut std::iter::once(members.to_string()))?;
     write(
         "like_script.txt",
@@ -168,6 +175,49 @@ async fn main() -> anyhow::Result<()> {
         args.sign_ins_per_run,
         filling.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// A user row for each member of the board (`4_000_000_000 + n`), in multi-row inserts, and
+/// their names in Redis, where a user's first sight puts them.
+async fn member_rows(
+    url: &str,
+    prefix: &str,
+    conn: &mut redis::aio::MultiplexedConnection,
+    members: usize,
+) -> anyhow::Result<()> {
+    let db = engage::infra::db::Db::connect(url).await?;
+    let keys = Keys::new(prefix);
+    let now = chrono::Utc::now().timestamp_millis();
+    const ROWS: usize = 300;
+    let mut tx = db.pool.begin().await?;
+    for (n, chunk) in (0..members).step_by(ROWS).enumerate() {
+        if n % 100 == 99 {
+            tx.commit().await?;
+            tx = db.pool.begin().await?;
+        }
+        let ids: Vec<i64> = (chunk..(chunk + ROWS).min(members))
+            .map(|member| 4_000_000_000_i64 + member as i64)
+            .collect();
+        let sql = format!(
+            "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING",
+            engage::infra::db::values_placeholders(db.backend, ids.len(), 3)
+        );
+        let mut insert = sqlx::query(&sql);
+        let mut names = redis::pipe();
+        for &id in &ids {
+            let user = UserRecord {
+                id,
+                name: format!("member {id}"),
+                avatar_url: None,
+            };
+            names.hset(keys.user_names(id), id, user.card()).ignore();
+            insert = insert.bind(id).bind(user.name).bind(now);
+        }
+        insert.execute(&mut *tx).await?;
+        let () = names.query_async(&mut *conn).await?;
+    }
+    tx.commit().await?;
     Ok(())
 }
 

@@ -36,7 +36,7 @@ pub struct Features {
 
 impl Features {
     pub fn new(infra: &Infra, config: &Config) -> anyhow::Result<Self> {
-        let users = Arc::new(users::UserDirectory::new(infra.db.clone()));
+        let users = Arc::new(users::UserDirectory::new(infra.clone()));
         let nearby = nearby::Nearby {
             infra: infra.clone(),
         };

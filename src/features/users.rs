@@ -1,8 +1,19 @@
-//! Users: rows in SQL, created the first time a valid token names them.
+//! Users: rows in SQL, created the first time a valid token names them, and read through
+//! two caches: this instance's memory, and the users' names in Redis.
+//!
+//! Why names in Redis: a leaderboard page shows twenty users, and on a board of a million
+//! members (random pages, or many instances) the memory of one instance mostly missed, so
+//! each page asked SQL. Redis holds the names of every user once, for every instance; a page
+//! asks for them in one pipeline. They are a cache of SQL, filled when a user is first
+//! written and when SQL is read for one that Redis lacked: a lost Redis refills itself as
+//! users are read, and `engage rebuild` has nothing to restore.
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -10,13 +21,36 @@ use async_graphql::dataloader::Loader;
 use sqlx::Row;
 use tokio::sync::mpsc;
 
-use crate::infra::{auth::Claims, cache::TtlCache, db::Db, error::AppError};
+use crate::infra::{
+    auth::Claims,
+    cache::TtlCache,
+    error::{AppError, AppResult},
+    redis::Keys,
+    Infra,
+};
 
 #[derive(Debug, Clone)]
 pub struct UserRecord {
     pub id: i64,
     pub name: String,
     pub avatar_url: Option<String>,
+}
+
+impl UserRecord {
+    /// The user as the names in Redis hold them ([`Keys::user_names`]).
+    pub fn card(&self) -> String {
+        serde_json::to_string(&(&self.name, &self.avatar_url)).expect("strings serialise")
+    }
+
+    /// What is shown of a user without a row (awarded points by another service before
+    /// ever signing in here, or deleted).
+    pub fn placeholder(id: i64) -> Self {
+        Self {
+            id,
+            name: format!("user{id}"),
+            avatar_url: None,
+        }
+    }
 }
 
 /// Remembers which users this instance has already written, so that first sight costs one
@@ -32,12 +66,14 @@ pub struct UserRecord {
 /// moment ago finds them), and a write that fails forgets the user, so that their next
 /// request queues them again.
 pub struct UserDirectory {
-    db: Db,
+    infra: Infra,
     known: Arc<Mutex<Known>>,
     /// Users read lately. Every leaderboard page shows twenty names, which change only by
     /// hand in SQL: asking SQL each time was a query per page on the hot path.
     records: TtlCache<i64, UserRecord>,
     registrar: mpsc::Sender<FirstSight>,
+    /// Queries of `users` made for lookups (for tests: what the caches spared).
+    sql_reads: AtomicU64,
 }
 
 /// The users this instance has written, and those queued for writing with their names.
@@ -69,17 +105,33 @@ const WRITTEN_KEPT: usize = 100_000;
 const RECORD_TTL: Duration = Duration::from_secs(300);
 const RECORDS_KEPT: usize = 100_000;
 
+/// Hashes the names in Redis are spread over (by user id), so that a cluster spreads them
+/// and no hash grows without bound on one node.
+const NAME_BUCKETS: i64 = 1024;
+
+impl Keys {
+    /// The names of one bucket of users, `{users:<id mod 1024>}:names`: field the user id,
+    /// value `[name, avatar url]` as JSON.
+    pub fn user_names(&self, user_id: i64) -> String {
+        self.tagged(
+            &format!("users:{}", user_id.rem_euclid(NAME_BUCKETS)),
+            "names",
+        )
+    }
+}
+
 impl UserDirectory {
     /// Must be called within the runtime: it starts the batch writer.
-    pub fn new(db: Db) -> Self {
+    pub fn new(infra: Infra) -> Self {
         let (registrar, queue) = mpsc::channel(4 * BATCH);
         let known = Arc::new(Mutex::new(Known::default()));
-        tokio::spawn(write_first_sights(db.clone(), queue, known.clone()));
+        tokio::spawn(write_first_sights(infra.clone(), queue, known.clone()));
         Self {
-            db,
+            infra,
             known,
             records: TtlCache::new(RECORD_TTL, RECORDS_KEPT),
             registrar,
+            sql_reads: AtomicU64::new(0),
         }
     }
 
@@ -123,6 +175,9 @@ impl UserDirectory {
         Ok(self.find_many(&[user_id]).await?.remove(&user_id))
     }
 
+    /// The users of `ids` that exist (or are queued for writing): from this instance's
+    /// memory, then Redis's names (one pipeline), then SQL (one query), each filling the
+    /// caches before it.
     pub async fn find_many(&self, ids: &[i64]) -> Result<HashMap<i64, UserRecord>, AppError> {
         let mut found = HashMap::with_capacity(ids.len());
         let mut unknown = Vec::new();
@@ -134,6 +189,16 @@ impl UserDirectory {
                 None => unknown.push(id),
             }
         }
+        if unknown.is_empty() {
+            return Ok(found);
+        }
+        unknown.sort_unstable();
+        unknown.dedup();
+        for user in self.cached_names(&unknown).await {
+            self.records.insert(user.id, Arc::new(user.clone()));
+            found.insert(user.id, user);
+        }
+        unknown.retain(|id| !found.contains_key(id));
         if unknown.is_empty() {
             return Ok(found);
         }
@@ -153,7 +218,9 @@ impl UserDirectory {
                 })
                 .collect()
         };
+        self.sql_reads.fetch_add(1, Ordering::Relaxed);
         let users = self
+            .infra
             .db
             .find_by_ids("SELECT id, name, avatar_url FROM users", &unknown, |row| {
                 Ok(UserRecord {
@@ -164,6 +231,7 @@ impl UserDirectory {
             })
             .await?;
         // A user without a row yet is not remembered: the row is read once it exists.
+        remember_names(&self.infra, &users).await;
         for user in users {
             self.records.insert(user.id, Arc::new(user.clone()));
             found.insert(user.id, user);
@@ -173,11 +241,69 @@ impl UserDirectory {
         }
         Ok(found)
     }
+
+    /// How many lookups SQL answered (each one query).
+    pub fn sql_reads(&self) -> u64 {
+        self.sql_reads.load(Ordering::Relaxed)
+    }
+
+    /// The users of `ids` whose names Redis holds. Redis unavailable is a miss: SQL answers.
+    async fn cached_names(&self, ids: &[i64]) -> Vec<UserRecord> {
+        let keys = &self.infra.keys;
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hget(keys.user_names(*id), id);
+        }
+        let read: AppResult<Vec<Option<String>>> = async {
+            let mut conn = self.infra.redis.get().await?;
+            Ok(pipe.query_async(&mut *conn).await?)
+        }
+        .await;
+        let cards = match read {
+            Ok(cards) => cards,
+            Err(error) => {
+                tracing::debug!(%error, "user names not read from Redis; SQL answers");
+                return Vec::new();
+            }
+        };
+        ids.iter()
+            .zip(cards)
+            .filter_map(|(id, card)| {
+                let (name, avatar_url) = serde_json::from_str(&card?).ok()?;
+                Some(UserRecord {
+                    id: *id,
+                    name,
+                    avatar_url,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Writes users' names to Redis (best effort: a name that did not make it is read from SQL
+/// and written again later).
+async fn remember_names(infra: &Infra, users: &[UserRecord]) {
+    if users.is_empty() {
+        return;
+    }
+    let mut pipe = redis::pipe();
+    for user in users {
+        pipe.hset(infra.keys.user_names(user.id), user.id, user.card())
+            .ignore();
+    }
+    let written: AppResult<()> = async {
+        let mut conn = infra.redis.get().await?;
+        Ok(pipe.query_async(&mut *conn).await?)
+    }
+    .await;
+    if let Err(error) = written {
+        tracing::debug!(%error, "user names not written to Redis");
+    }
 }
 
 /// Writes queued first sights in batches until every sender is gone.
 async fn write_first_sights(
-    db: Db,
+    infra: Infra,
     mut queue: mpsc::Receiver<FirstSight>,
     known: Arc<Mutex<Known>>,
 ) {
@@ -190,9 +316,12 @@ async fn write_first_sights(
             }
         }
         batch.sort_by_key(|sight| sight.user_id);
+        // RETURNING names the rows this statement wrote: a row that existed keeps its name,
+        // which SQL, not this token, knows.
         let sql = format!(
-            "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING",
-            crate::infra::db::values_placeholders(db.backend, batch.len(), 3)
+            "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING \
+             RETURNING id, name",
+            crate::infra::db::values_placeholders(infra.db.backend, batch.len(), 3)
         );
         let mut query = sqlx::query(&sql);
         for sight in &batch {
@@ -201,7 +330,20 @@ async fn write_first_sights(
                 .bind(&sight.name)
                 .bind(sight.now_ms);
         }
-        let written = query.execute(&db.pool).await;
+        let written = query.fetch_all(&infra.db.pool).await;
+        if let Ok(rows) = &written {
+            let users: Vec<UserRecord> = rows
+                .iter()
+                .filter_map(|row| {
+                    Some(UserRecord {
+                        id: row.try_get("id").ok()?,
+                        name: row.try_get("name").ok()?,
+                        avatar_url: None,
+                    })
+                })
+                .collect();
+            remember_names(&infra, &users).await;
+        }
         if let Err(error) = &written {
             tracing::debug!(%error, users = batch.len(), "first sights not written: queued again on their next request");
         }

@@ -6,12 +6,16 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use engage::{
     features::leaderboard::rollover::Options,
-    infra::{auth::Role, clock::Month, lock},
+    infra::{
+        auth::{Role, Tokens},
+        clock::Month,
+        lock,
+    },
 };
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, next_data, subscribe, TestApp};
+use crate::harness::{eventually, first_code, next_data, subscribe, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: SIGN_IN, points: $p, idempotencyKey: $k) { awarded } }";
@@ -543,4 +547,63 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
             { "rank": 3, "user": { "id": "72" } },
         ])
     );
+}
+
+#[tokio::test]
+async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_lacks() {
+    let app = app().await;
+    let tokens = Tokens::new(app.state.config.jwt_secret());
+    for (user, name) in [(11, "Ada"), (12, "Brian")] {
+        let token = tokens.mint(user, Role::User, 3600, Some(name.into()));
+        app.data(Some(&token), "{ viewer { id } }", json!({})).await;
+    }
+    for (user, points) in [(11, 30), (12, 20), (13, 10)] {
+        award(&app, user, points).await;
+    }
+    let keys = app.state.infra.keys.clone();
+    let name_in_redis = |user: i64| {
+        let keys = keys.clone();
+        let app = &app;
+        async move {
+            let mut conn = app.state.infra.redis.get().await.unwrap();
+            redis::cmd("HEXISTS")
+                .arg(keys.user_names(user))
+                .arg(user)
+                .query_async::<bool>(&mut *conn)
+                .await
+                .unwrap()
+        }
+    };
+    // A first sight writes the name to Redis once the row is committed.
+    eventually(async || name_in_redis(11).await && name_in_redis(12).await).await;
+
+    const NAMES: &str = "{ leaderboard { entries { rank user { id name } } } }";
+    let names = |board: &Value| -> Vec<String> {
+        board["leaderboard"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["user"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // An instance that has seen no one: the names come from Redis; SQL is asked once, for
+    // user 13, who never signed in (no row: shown by the placeholder name).
+    let fresh = app.spawn_sibling().await;
+    let before = fresh.state.features.users.sql_reads();
+    let board = fresh.data(None, NAMES, json!({})).await;
+    assert_eq!(names(&board), ["Ada", "Brian", "user13"]);
+    assert_eq!(fresh.state.features.users.sql_reads() - before, 1);
+
+    // A name Redis lost is read from SQL and written back.
+    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let () = redis::cmd("HDEL")
+        .arg(keys.user_names(11))
+        .arg(11)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    let another = app.spawn_sibling().await;
+    let board = another.data(None, NAMES, json!({})).await;
+    assert_eq!(names(&board), ["Ada", "Brian", "user13"]);
+    assert!(name_in_redis(11).await);
 }

@@ -7,7 +7,9 @@ use crate::{
     api::{
         http::ws::SubscriptionSlot,
         schema::{
-            leaderboard::{entries, Leaderboard, LeaderboardSnapshot, RankEntry, Season},
+            leaderboard::{
+                entries, with_users, Leaderboard, LeaderboardSnapshot, RankEntry, Season,
+            },
             page::{Limit, PAGE},
             ContextExt,
         },
@@ -55,10 +57,21 @@ impl LeaderboardQuery {
         }
         let viewer = auth::viewer(ctx).map(|v| v.user_id);
         let board = boards.board(season, viewer, first, offset as usize).await?;
+        let look = ctx.look_ahead();
+        let users_wanted =
+            look.field("entries").field("user").exists() || look.field("me").field("user").exists();
+        let has_me = board.me.is_some();
+        let mut page = with_users(
+            ctx,
+            board.me.into_iter().chain(board.entries).collect(),
+            users_wanted,
+        )
+        .await;
+        let me = has_me.then(|| page.remove(0));
         Ok(Leaderboard {
             season: Season(boards.season_info(board.season)),
-            me: board.me.map(RankEntry),
-            entries: entries(board.entries),
+            me,
+            entries: page,
             total: board.total,
         })
     }
@@ -78,11 +91,10 @@ impl LeaderboardQuery {
         }
         let boards = ctx.feature::<Leaderboards>();
         let season = boards.parse_season(season_id.as_ref().map(|id| id.as_str()))?;
-        Ok(entries(
-            boards
-                .around(season, viewer.user_id, radius as usize)
-                .await?,
-        ))
+        let around = boards
+            .around(season, viewer.user_id, radius as usize)
+            .await?;
+        Ok(with_users(ctx, around, ctx.look_ahead().field("user").exists()).await)
     }
 }
 
@@ -131,7 +143,7 @@ impl LeaderboardSubscription {
             .await?;
         Ok(changes.map(move |entry| {
             let _held = &slot;
-            RankEntry(entry)
+            RankEntry::new(entry)
         }))
     }
 }

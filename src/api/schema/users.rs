@@ -44,9 +44,7 @@ impl User {
 pub async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User> {
     let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
     let user = loader.load_one(user_id).await.map_err(|e| (*e).clone())?;
-    Ok(User(user.unwrap_or_else(|| UserRecord {
-        id: user_id,
-        name: format!("user{user_id}"),
-        avatar_url: None,
-    })))
+    Ok(User(
+        user.unwrap_or_else(|| UserRecord::placeholder(user_id)),
+    ))
 }
