@@ -3,13 +3,19 @@
 //! The acting user always comes from a verified token, never from an argument. Only HS256 is
 //! accepted: a token that names another algorithm (`none` included) is refused.
 
-use std::fmt;
+use std::{fmt, sync::Arc, time::Duration};
 
 use async_graphql::{Context, Guard};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::infra::error::{AppError, AppResult};
+use crate::infra::{
+    cache::TtlCache,
+    error::{AppError, AppResult},
+};
+
+/// Longer tokens are verified each time rather than remembered (memory stays bounded).
+const MAX_REMEMBERED_TOKEN: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,12 +80,23 @@ pub struct Tokens {
     validation: Validation,
     /// Longest lifetime a token may claim (`ENGAGE_JWT_MAX_TTL_SECONDS`).
     max_ttl_seconds: Option<i64>,
+    /// Tokens whose signature was verified lately, with their claims. A client sends the
+    /// same token with every request, and checking its signature again (decoding it,
+    /// hashing it, parsing its claims) cost more than a like's Lua script; the times are
+    /// still checked on every use.
+    verified: Arc<TtlCache<String, (Viewer, Claims)>>,
 }
+
+/// How long a verified token is remembered, and how many are.
+const VERIFIED_TTL: Duration = Duration::from_secs(60);
+const VERIFIED_KEPT: usize = 20_000;
+/// The clock skew allowed on `exp` and `nbf`, as jsonwebtoken's leeway.
+const LEEWAY_SECONDS: i64 = 5;
 
 impl Tokens {
     pub fn new(secret: &str) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);
-        validation.leeway = 5;
+        validation.leeway = LEEWAY_SECONDS as u64;
         validation.validate_nbf = true;
         validation.set_required_spec_claims(&["exp", "sub"]);
         Self {
@@ -87,6 +104,7 @@ impl Tokens {
             decoding: DecodingKey::from_secret(secret.as_bytes()),
             validation,
             max_ttl_seconds: None,
+            verified: Arc::new(TtlCache::new(VERIFIED_TTL, VERIFIED_KEPT)),
         }
     }
 
@@ -113,6 +131,21 @@ impl Tokens {
 
     /// Verifies a token and returns its claims; `UNAUTHENTICATED` with the reason otherwise.
     pub fn verify(&self, token: &str) -> AppResult<(Viewer, Claims)> {
+        if let Some(verified) = self.verified.get(token) {
+            self.check_times(&verified.1)?;
+            return Ok(verified.as_ref().clone());
+        }
+        let verified = self.decode(token)?;
+        self.check_times(&verified.1)?;
+        if token.len() <= MAX_REMEMBERED_TOKEN {
+            self.verified
+                .insert(token.to_string(), Arc::new(verified.clone()));
+        }
+        Ok(verified)
+    }
+
+    /// The signature and the claims of a token (jsonwebtoken checks the times too).
+    fn decode(&self, token: &str) -> AppResult<(Viewer, Claims)> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| {
                 use jsonwebtoken::errors::ErrorKind;
@@ -128,18 +161,6 @@ impl Tokens {
                 };
                 AppError::unauthenticated(reason)
             })?;
-        if let Some(max) = self.max_ttl_seconds {
-            let claims = &data.claims;
-            let now = chrono::Utc::now().timestamp();
-            let lifetime = claims
-                .exp
-                .saturating_sub(claims.iat.unwrap_or(now).min(now));
-            if lifetime > max {
-                return Err(AppError::unauthenticated(format!(
-                    "token lives longer than the {max} s this server accepts"
-                )));
-            }
-        }
         let user_id = crate::infra::ids::parse(&data.claims.sub, "token subject")
             .map_err(|_| AppError::unauthenticated("token subject is not a user id"))?;
         Ok((
@@ -149,6 +170,31 @@ impl Tokens {
             },
             data.claims,
         ))
+    }
+
+    /// What depends on the time of use: expiry, not-before and the longest lifetime.
+    fn check_times(&self, claims: &Claims) -> AppResult<()> {
+        let now = chrono::Utc::now().timestamp();
+        if claims.exp.saturating_add(LEEWAY_SECONDS) < now {
+            return Err(AppError::unauthenticated("token expired"));
+        }
+        if claims
+            .nbf
+            .is_some_and(|nbf| nbf > now.saturating_add(LEEWAY_SECONDS))
+        {
+            return Err(AppError::unauthenticated("token is not valid yet (nbf)"));
+        }
+        if let Some(max) = self.max_ttl_seconds {
+            let lifetime = claims
+                .exp
+                .saturating_sub(claims.iat.unwrap_or(now).min(now));
+            if lifetime > max {
+                return Err(AppError::unauthenticated(format!(
+                    "token lives longer than the {max} s this server accepts"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Reads `Bearer <token>` (the form of both the HTTP header and the WebSocket
@@ -209,5 +255,40 @@ impl Guard for RoleGuard {
         } else {
             Err(AppError::forbidden(format!("this needs the {} role", self.allowed[0])).into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remembered_token_is_checked_for_its_times_on_every_use() {
+        let tokens =
+            Tokens::new("a test secret that is long enough for HS256").with_max_ttl(Some(600));
+        let token = tokens.mint(7, Role::User, 300, None);
+        let (viewer, claims) = tokens.verify(&token).unwrap();
+        assert_eq!(viewer.user_id, 7);
+        // The second use is answered from memory, with the same claims.
+        assert!(tokens.verified.get(token.as_str()).is_some());
+        assert_eq!(tokens.verify(&token).unwrap().0, viewer);
+
+        let now = chrono::Utc::now().timestamp();
+        let expired = Claims {
+            exp: now - LEEWAY_SECONDS - 1,
+            ..claims.clone()
+        };
+        assert!(tokens.check_times(&expired).is_err());
+        let early = Claims {
+            nbf: Some(now + 60),
+            ..claims.clone()
+        };
+        assert!(tokens.check_times(&early).is_err());
+        let long_lived = Claims {
+            exp: now + 3600,
+            iat: Some(now),
+            ..claims
+        };
+        assert!(tokens.check_times(&long_lived).is_err());
     }
 }

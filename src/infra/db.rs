@@ -129,6 +129,11 @@ impl Db {
                             // statement alone if a row fails); past 64 KiB SQLite spills it
                             // to a temporary file, which an archive batch always did.
                             conn.execute("PRAGMA temp_store = MEMORY").await?;
+                            // An archive's transaction dirties more pages than the default
+                            // 2 MiB page cache holds; past it SQLite spills pages to the log
+                            // in the middle of the transaction and writes them again at its
+                            // end. The cache grows only as pages are used.
+                            conn.execute("PRAGMA cache_size = -16384").await?;
                             Ok(())
                         })
                     })
