@@ -243,8 +243,9 @@ fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
         chrono::Utc::now().timestamp_millis().to_string(),
         settings.relation_ttl_seconds.to_string(),
         "young".into(),
-        keys.like_count_channel(remark),
+        keys.like_count_channel(remark, shards),
         engage::features::remarks::likes::LIKERS_KEPT.to_string(),
+        keys.publish_command().into(),
     ]
     .join(" "))
 }

@@ -11,7 +11,7 @@
     ARGV[1] user id   ARGV[2] type   ARGV[3] requested points   ARGV[4] daily cap (-1: none)
     ARGV[5] now, epoch ms   ARGV[6] seconds since the season began   ARGV[7] season id
     ARGV[8] board channel   ARGV[9] idempotency key   ARGV[10] marker TTL seconds
-    ARGV[11] daily hash TTL seconds
+    ARGV[11] daily hash TTL seconds   ARGV[12] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { points_awarded, duplicate (0/1) } - a duplicate answers the first award;
           { HELD, 0 } while a rebuild holds awards back.
@@ -28,6 +28,6 @@ if prior then
   return {tonumber(prior), 1}
 end
 local awarded = award(KEYS[1], KEYS[3], KEYS[4], ARGV[1], ARGV[2], tonumber(ARGV[3]),
-  tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8], ARGV[9], ARGV[11])
+  tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7], {ARGV[12], ARGV[8]}, ARGV[9], ARGV[11])
 redis.call('SET', KEYS[2], awarded, 'EX', ARGV[10])
 return {awarded, 0}

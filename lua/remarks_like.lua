@@ -17,6 +17,7 @@
             liked / unliked - the archive's answer
     ARGV[6] live channel of the remark's count
     ARGV[7] how many earliest likers to keep
+    ARGV[8] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, likes, liked, changed }
     status (lua/include/status.lua) OK done, MISSING remark info missing (the caller
@@ -59,5 +60,5 @@ if kept < keep and kept == likes - 1 then
 end
 redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
   'voting', 1, 'count', likes, 'at', ARGV[3])
-redis.call('PUBLISH', ARGV[6], likes)
+redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 1, 1}

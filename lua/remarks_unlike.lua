@@ -1,7 +1,7 @@
 --[[
   Withdraws a voter's like of a remark.
 
-  Input: as remarks_like.lua (KEYS[1..4], ARGV[1..7]; ARGV[7] unused).
+  Input: as remarks_like.lua (KEYS[1..4], ARGV[1..8]; ARGV[7] unused).
   Output: { status, likes, liked, changed } with the same status codes.
 
   Events: on a change, XADD a VoteEvent {remark, voter, author, voting=0, count, at}
@@ -28,5 +28,5 @@ local likes = redis.call('HINCRBY', KEYS[1], 'likes', -1)
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
   'voting', 0, 'count', likes, 'at', ARGV[3])
-redis.call('PUBLISH', ARGV[6], likes)
+redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 0, 1}

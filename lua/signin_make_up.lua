@@ -14,6 +14,7 @@
     ARGV[12] daily hash TTL seconds   ARGV[13] counter TTL seconds
     ARGV[14] base points    ARGV[15] idempotency text for the event
     ARGV[16] the missed day, YYYYMMDD (the sign_ins row the archive writes from the event)
+    ARGV[17] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, streak, points_awarded, make_ups_left }
     status (lua/include/status.lua) OK made up, ALREADY the day is signed already,
@@ -47,6 +48,6 @@ redis.call('SETBIT', KEYS[1], day - 1, 1)
 redis.call('INCR', KEYS[7])
 redis.call('EXPIRE', KEYS[7], ARGV[13])
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]), -1,
-  ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[15], ARGV[12],
+  ARGV[8], tonumber(ARGV[9]), ARGV[10], {ARGV[17], ARGV[11]}, ARGV[15], ARGV[12],
   {'day', ARGV[16], 'made_up', 1})
 return {OK, current_streak(), awarded, allowed - used - 1}

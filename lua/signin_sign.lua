@@ -19,6 +19,7 @@
     ARGV[12] base points     ARGV[13] bonuses "streak:points,..." e.g. "7:10,14:20,28:40"
     ARGV[14] idempotency text for the event (signin:<user>:<date>)
     ARGV[15] today, YYYYMMDD (the sign_ins row the archive writes from the event)
+    ARGV[16] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, streak, points_awarded }
     status (lua/include/status.lua) OK signed, ALREADY signed today before, HELD while a
@@ -47,5 +48,5 @@ for rule in string.gmatch(ARGV[13], '[^,]+') do
   end
 end
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
-  tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
+  tonumber(ARGV[7]), ARGV[8], {ARGV[16], ARGV[9]}, ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
 return {OK, streak, awarded}

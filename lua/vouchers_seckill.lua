@@ -9,6 +9,7 @@
     KEYS[4] order stream   {sale:S}:orders
     ARGV[1] voucher id   ARGV[2] buyer id   ARGV[3] order id (allocated before the call)
     ARGV[4] now, epoch ms (the server's clock, not Redis's)   ARGV[5] stock channel
+    ARGV[6] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, stock left, pay by (epoch ms) }
     status (lua/include/status.lua) OK ordered, MISSING voucher unknown here (the caller
@@ -43,5 +44,5 @@ redis.call('HSET', KEYS[3], 'voucher', ARGV[1], 'buyer', ARGV[2], 'status', 'UNP
   'created', now, 'pay_by', pay_by)
 redis.call('XADD', KEYS[4], '*', 'type', 'created', 'order', ARGV[3], 'voucher', ARGV[1],
   'buyer', ARGV[2], 'created', now, 'pay_by', pay_by)
-redis.call('PUBLISH', ARGV[5], stock)
+redis.call(ARGV[6], ARGV[5], stock)
 return {OK, stock, pay_by}

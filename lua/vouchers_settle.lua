@@ -9,6 +9,7 @@
     ARGV[2] now, epoch ms
     ARGV[3] acting buyer id ("" for the expiry job)
     ARGV[4] stock channel   ARGV[5] order id   ARGV[6] seconds to keep the order hash
+    ARGV[7] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, order status now }
     status (lua/include/status.lua) OK changed, ALREADY settled before (order status
@@ -45,7 +46,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[6])
 if outcome ~= 'PAID' then
   local stock = redis.call('HINCRBY', KEYS[2], 'stock', 1)
   redis.call('SREM', KEYS[3], buyer)
-  redis.call('PUBLISH', ARGV[4], stock)
+  redis.call(ARGV[7], ARGV[4], stock)
 end
 redis.call('XADD', KEYS[4], '*', 'type', 'settled', 'order', ARGV[5], 'voucher', order[3],
   'buyer', buyer, 'status', outcome, 'at', now, 'created', order[4], 'pay_by', order[5])

@@ -1,5 +1,6 @@
 -- Shared by the points scripts (included by build.rs): awards points within a daily cap,
--- adds them to the season board, XADDs the award and PUBLISHes the board's change.
+-- adds them to the season board, XADDs the award and publishes the board's change (`live`:
+-- the publish command, SPUBLISH or PUBLISH, and the channel).
 -- @include leaderboard_score.lua
 
 -- While `engage rebuild` rewrites the points from SQL, it holds awards back: the scripts
@@ -13,7 +14,7 @@ end
 -- SQL then knows each idempotency key that was used, and each sign-in. `extra` (optional)
 -- is a list of more field/value pairs (a sign-in's `day` and `made_up`).
 local function award(daily_key, board_key, stream_key, user, kind, requested, cap, now_ms,
-                     season_seconds, season, channel, idempotency, day_ttl, extra)
+                     season_seconds, season, live, idempotency, day_ttl, extra)
   local allowed = requested
   if cap >= 0 then
     local today = tonumber(redis.call('HGET', daily_key, kind) or '0')
@@ -25,7 +26,7 @@ local function award(daily_key, board_key, stream_key, user, kind, requested, ca
     local score = tonumber(redis.call('ZSCORE', board_key, user) or '0')
     local points = board_points(score) + allowed
     redis.call('ZADD', board_key, string.format('%.0f', board_score(points, season_seconds)), user)
-    redis.call('PUBLISH', channel, user)
+    redis.call(live[1], live[2], user)
   end
   redis.call('XADD', stream_key, '*', 'user', user, 'type', kind, 'points', allowed,
     'requested', requested, 'key', idempotency, 'season', season, 'at', now_ms,

@@ -32,7 +32,7 @@ use crate::{
         db::Db,
         ids::IdGenerator,
         live::LiveHub,
-        redis::{self as redis_access, Keys},
+        redis::{self as redis_access, Keys, RedisTarget},
         ConsumerTimings, Infra, Instance,
     },
 };
@@ -60,17 +60,17 @@ impl Services {
             );
         }
         let redis_round_trips = Arc::new(AtomicU64::new(0));
-        let redis = redis_access::connect(
+        let target = RedisTarget::new(
             &config.redis_url,
             config.redis_mode,
-            redis_round_trips.clone(),
-        )
-        .await?;
+            config.redis_ca_file.as_deref(),
+        )?;
+        let redis = redis_access::connect(&target, redis_round_trips.clone()).await?;
         redis_access::scripts::load_all(&redis).await?;
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
 
-        let keys = Keys::new(config.redis_prefix.clone());
+        let keys = Keys::new(config.redis_prefix.clone()).on_cluster(target.is_cluster());
         let clock = Clock::new(config.timezone);
         let ids = IdGenerator::new(
             redis.clone(),
@@ -85,10 +85,10 @@ impl Services {
             keys,
             clock,
             ids: Arc::new(ids),
-            live: LiveHub::new(&config.redis_url),
+            live: LiveHub::new(target.clone()),
             instance: Instance {
                 id: format!("engage-{}", uuid::Uuid::new_v4().simple()).into(),
-                redis_url: config.redis_url.as_str().into(),
+                redis: target,
                 consumers: ConsumerTimings {
                     claim_idle: Duration::from_millis(config.consumer_claim_idle_ms.max(10)),
                     max_backoff: Duration::from_millis(config.consumer_max_backoff_ms.max(10)),

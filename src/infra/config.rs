@@ -22,7 +22,9 @@ pub struct Config {
     )]
     pub bind: SocketAddr,
 
-    /// Redis 7 or newer: the hot path of every feature.
+    /// Redis 7 or newer: the hot path of every feature. `rediss://` for TLS. In cluster
+    /// mode, a comma-separated list of seed nodes (any of them will do; the rest of the
+    /// cluster is discovered from them).
     #[arg(
         long,
         env = "REDIS_URL",
@@ -32,8 +34,9 @@ pub struct Config {
     pub redis_url: String,
 
     /// How requests reach Redis: `shared` (one multiplexed connection every request
-    /// pipelines on; about half again the like throughput of the pool in BENCHMARKS.md) or
-    /// `pool` (a connection lent to each request).
+    /// pipelines on; about half again the like throughput of the pool in BENCHMARKS.md),
+    /// `pool` (a connection lent to each request) or `cluster` (a Redis Cluster: one
+    /// multiplexed connection per node, commands routed by their keys' slots).
     #[arg(
         long,
         env = "ENGAGE_REDIS_MODE",
@@ -42,6 +45,11 @@ pub struct Config {
         global = true
     )]
     pub redis_mode: crate::infra::redis::RedisMode,
+
+    /// A PEM file of the certificate authority that signed the Redis servers' TLS
+    /// certificates (`rediss://`), when it is not one the system trusts.
+    #[arg(long, env = "ENGAGE_REDIS_CA_FILE", global = true)]
+    pub redis_ca_file: Option<std::path::PathBuf>,
 
     /// SQLite (`sqlite://path`, the embedded default) or PostgreSQL (`postgres://…`).
     #[arg(

@@ -1,4 +1,7 @@
 //! The live-event hub: one Redis pub/sub connection per instance, fanned out in process.
+//! On a Redis Cluster the channels are sharded (SSUBSCRIBE): the hub's cluster connection
+//! subscribes each on the master of its slot, and follows failovers and slot moves (the
+//! `redis` crate resubscribes after it reconnects or learns a new owner).
 //!
 //! GraphQL subscribers ask the hub for a channel; the first local subscriber of a channel
 //! makes the hub SUBSCRIBE on its one connection, the last one leaving makes it UNSUBSCRIBE.
@@ -25,11 +28,15 @@ use futures::{
     stream::{select_all, BoxStream, SelectAll},
     Stream, StreamExt,
 };
-use redis::aio::PubSubSink;
+use redis::{aio::PubSubSink, cluster_async::ClusterConnection, PushInfo, PushKind};
 use tokio::sync::broadcast;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use crate::infra::{error::AppResult, Infra};
+use crate::infra::{
+    error::AppResult,
+    redis::{cluster_builder, RedisTarget},
+    Infra,
+};
 
 /// Messages a channel keeps for slow subscribers before they are told they lagged.
 const CHANNEL_CAPACITY: usize = 64;
@@ -48,18 +55,18 @@ struct Topic {
 }
 
 pub struct LiveHub {
-    redis_url: String,
+    target: RedisTarget,
     topics: Mutex<HashMap<String, Topic>>,
     /// The sink of the current connection; `None` while reconnecting.
-    sink: Mutex<Option<PubSubSink>>,
+    sink: Mutex<Option<Sink>>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE so that a late unsubscribe cannot undo a subscribe.
     changes: tokio::sync::Mutex<()>,
 }
 
 impl LiveHub {
-    pub fn new(redis_url: &str) -> Arc<Self> {
+    pub fn new(target: RedisTarget) -> Arc<Self> {
         Arc::new(Self {
-            redis_url: redis_url.to_string(),
+            target,
             topics: Mutex::new(HashMap::new()),
             sink: Mutex::new(None),
             changes: tokio::sync::Mutex::new(()),
@@ -83,7 +90,7 @@ impl LiveHub {
             let _serial = self.changes.lock().await;
             let sink = self.sink.lock().expect("poisoned").clone();
             if let Some(mut sink) = sink {
-                if let Err(error) = sink.subscribe(&channel).await {
+                if let Err(error) = sink.subscribe(std::slice::from_ref(&channel)).await {
                     // The runner resubscribes every channel when it reconnects.
                     tracing::warn!(%error, channel, "live hub: subscribe failed");
                 }
@@ -294,16 +301,50 @@ where
     }
 }
 
+/// Where the hub sends SUBSCRIBE and UNSUBSCRIBE: its pub/sub connection to the one node, or
+/// its cluster connection (sharded channels, each to its slot's master).
+#[derive(Clone)]
+enum Sink {
+    Node(PubSubSink),
+    Cluster(ClusterConnection),
+}
+
+impl Sink {
+    async fn subscribe(&mut self, channels: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Self::Node(sink) => sink.subscribe(channels).await,
+            Self::Cluster(conn) => {
+                // One at a time: channels of different slots cannot share a command.
+                for channel in channels {
+                    conn.ssubscribe(channel).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            Self::Node(sink) => sink.unsubscribe(channel).await,
+            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+}
+
 /// Keeps the hub's connection up until shutdown: connects, subscribes every wanted channel,
 /// dispatches messages, and after a loss reconnects with back-off and tells every
 /// subscriber to resync.
 pub async fn run(infra: Infra) {
+    if infra.live.target.is_cluster() {
+        return run_on_cluster(infra).await;
+    }
     let hub = infra.live.clone();
     let mut delay = Duration::from_millis(100);
     loop {
         let connected = async {
-            let client = redis::Client::open(hub.redis_url.as_str())?;
-            let (mut sink, stream) = client.get_async_pubsub().await?.split();
+            let client = hub.target.client()?;
+            let (sink, stream) = client.get_async_pubsub().await?.split();
+            let mut sink = Sink::Node(sink);
             let channels: Vec<String> = hub
                 .topics
                 .lock()
@@ -351,5 +392,108 @@ pub async fn run(infra: Infra) {
             () = tokio::time::sleep(crate::infra::backoff::jittered(delay)) => {}
         }
         delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+    }
+}
+
+/// The hub on a cluster. Its connection reconnects by itself and resubscribes what it had
+/// subscribed; the hub only dispatches, and tells subscribers to resync whenever messages
+/// may have been missed: a node's connection was lost, or a node dropped a channel because
+/// its slot moved (the hub then subscribes it again, at the slot's new master).
+async fn run_on_cluster(infra: Infra) {
+    let hub = infra.live.clone();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let (pushes, mut received) = tokio::sync::mpsc::unbounded_channel::<PushInfo>();
+        let connected = async {
+            let client = cluster_builder(&hub.target)
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(pushes)
+                .build()?;
+            let mut sink = Sink::Cluster(client.get_async_connection().await?);
+            let channels: Vec<String> = hub
+                .topics
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .cloned()
+                .collect();
+            let _serial = hub.changes.lock().await;
+            sink.subscribe(&channels).await?;
+            *hub.sink.lock().expect("poisoned") = Some(sink);
+            redis::RedisResult::Ok(())
+        };
+        let connected = tokio::select! {
+            () = infra.instance.shutdown.cancelled() => return,
+            connected = connected => connected,
+        };
+        if let Err(error) = connected {
+            tracing::warn!(%error, "live hub: cannot connect to the Redis Cluster");
+            *hub.sink.lock().expect("poisoned") = None;
+            tokio::select! {
+                () = infra.instance.shutdown.cancelled() => return,
+                () = tokio::time::sleep(crate::infra::backoff::jittered(delay)) => {}
+            }
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+            continue;
+        }
+        hub.broadcast_resync();
+        loop {
+            let push = tokio::select! {
+                () = infra.instance.shutdown.cancelled() => return,
+                push = received.recv() => push,
+            };
+            let Some(push) = push else { break };
+            hub.on_cluster_push(push);
+        }
+    }
+}
+
+impl LiveHub {
+    fn on_cluster_push(self: &Arc<Self>, push: PushInfo) {
+        let channel = |value: Option<&redis::Value>| {
+            value.and_then(|v| redis::FromRedisValue::from_redis_value_ref(v).ok())
+        };
+        match push.kind {
+            PushKind::SMessage | PushKind::Message => {
+                let (Some(name), Some(payload)) =
+                    (channel(push.data.first()), channel(push.data.get(1)))
+                else {
+                    return;
+                };
+                let name: String = name;
+                let payload: String = payload;
+                self.dispatch(&name, LiveMessage::Payload(payload.into()));
+            }
+            PushKind::Disconnection => {
+                tracing::warn!("live hub: a cluster node's connection was lost, resubscribing");
+                self.broadcast_resync();
+            }
+            PushKind::SUnsubscribe => {
+                let Some(name) = channel(push.data.first()) else {
+                    return;
+                };
+                let name: String = name;
+                if !self.topics.lock().expect("poisoned").contains_key(&name) {
+                    return; // our own unsubscribe
+                }
+                // The slot moved (or its node was failed over): subscribe again where it
+                // lives now, and have its subscribers re-read what they may have missed.
+                self.dispatch(&name, LiveMessage::Resync);
+                let hub = self.clone();
+                tokio::spawn(async move {
+                    let _serial = hub.changes.lock().await;
+                    let sink = hub.sink.lock().expect("poisoned").clone();
+                    if let Some(mut sink) = sink {
+                        if hub.topics.lock().expect("poisoned").contains_key(&name) {
+                            if let Err(error) = sink.subscribe(std::slice::from_ref(&name)).await {
+                                tracing::warn!(%error, channel = name, "live hub: resubscribe failed");
+                            }
+                        }
+                    }
+                    hub.dispatch(&name, LiveMessage::Resync);
+                });
+            }
+            _ => {}
+        }
     }
 }

@@ -51,8 +51,8 @@ pub struct Infra {
 pub struct Instance {
     /// Names this instance as a stream consumer and lock owner.
     pub id: Arc<str>,
-    /// Where dedicated connections (blocking stream reads) connect.
-    pub redis_url: Arc<str>,
+    /// Where dedicated connections (the live hub, blocking stream reads) connect.
+    pub redis: redis::RedisTarget,
     /// How stream consumers wait: take-over of a dead consumer's entries, and back-off.
     pub consumers: ConsumerTimings,
     /// Cancelled when the instance begins to shut down.

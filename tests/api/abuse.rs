@@ -498,15 +498,13 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
 #[tokio::test]
 async fn hostile_strings_in_content_names_keys_and_ids_never_change_which_keys_are_touched() {
     let app = TestApp::spawn_with(|config| config.callback_hosts = "127.0.0.1:9".into()).await;
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let prefix = app.state.config.redis_prefix.clone();
     let families = |keys: &[String]| -> BTreeSet<String> {
         keys.iter().map(|key| family(&prefix, key)).collect()
     };
 
     exercise(&app, 100, "plain words").await;
-    let benign = families(&scan(&mut conn, &format!("{prefix}*")).await);
+    let benign = families(&scan(&app, &format!("{prefix}*")).await);
 
     let marker = format!("hostilemarker{}", uuid::Uuid::new_v4().simple());
     let hostile = format!(
@@ -515,10 +513,10 @@ async fn hostile_strings_in_content_names_keys_and_ids_never_change_which_keys_a
         "x".repeat(1500)
     );
     exercise(&app, 200, &hostile).await;
-    let after = families(&scan(&mut conn, &format!("{prefix}*")).await);
+    let after = families(&scan(&app, &format!("{prefix}*")).await);
 
     assert_eq!(after, benign, "the same key families, whatever the strings");
-    let escaped = scan(&mut conn, &format!("*{marker}*")).await;
+    let escaped = scan(&app, &format!("*{marker}*")).await;
     assert!(
         escaped.is_empty(),
         "keys named after user input: {escaped:?}"

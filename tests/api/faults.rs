@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use engage::infra::redis::RedisMode;
 use serde_json::{json, Value};
 use sqlx::Row;
 
@@ -118,10 +119,11 @@ async fn next_count(socket: &mut Socket) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn during_a_redis_outage_writes_fail_fast_with_unavailable_and_everything_recovers_alone() {
-    let (plug, redis_url) = plugged(&crate::harness::base_config().redis_url).await;
+    let (plug, redis_url) = plugged(&crate::harness::node_redis_url()).await;
     let app = TestApp::spawn_with(|config| {
         unlimited(config);
         config.redis_url = redis_url;
+        config.redis_mode = RedisMode::Shared;
     })
     .await;
     let remark = create_remark(&app, 1).await;
@@ -184,11 +186,12 @@ async fn during_a_redis_outage_writes_fail_fast_with_unavailable_and_everything_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_seconds_and_subscribers_resume(
 ) {
-    let shared = crate::harness::base_config().redis_url;
+    let shared = crate::harness::node_redis_url();
     let (plug, redis_url) = plugged(&shared).await;
     let app = TestApp::spawn_with(|config| {
         unlimited(config);
         config.redis_url = redis_url;
+        config.redis_mode = RedisMode::Shared;
     })
     .await;
     let remark = create_remark(&app, 1).await;
@@ -202,11 +205,10 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
     plug.unplug();
     tokio::time::sleep(Duration::from_secs(8)).await;
     plug.plug_in();
-    let channel = app
-        .state
-        .infra
-        .keys
-        .like_count_channel(remark.parse().unwrap());
+    let channel = app.state.infra.keys.like_count_channel(
+        remark.parse().unwrap(),
+        app.state.features.remarks.settings.shards,
+    );
     let client = redis::Client::open(shared.as_str()).unwrap();
     eventually("the hub subscribed again", Duration::from_secs(2), || {
         let (client, channel) = (client.clone(), channel.clone());
@@ -389,9 +391,12 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     // Ten thousand changes published while the client reads nothing (made-up values; the
     // pub/sub connection may be cut by Redis's output-buffer limit meanwhile, then the hub
     // resyncs from the real count) ...
-    let channel = app.state.infra.keys.like_count_channel(remark_id);
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let channel = app
+        .state
+        .infra
+        .keys
+        .like_count_channel(remark_id, app.state.features.remarks.settings.shards);
+    let mut conn = crate::harness::redis(&app).await;
     let published: Vec<i64> = (1_000..11_000).collect();
     for chunk in published.chunks(1_000) {
         let mut pipe = redis::pipe();

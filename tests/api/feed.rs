@@ -355,8 +355,7 @@ async fn a_malformed_or_out_of_reach_nearby_cursor_is_bad_user_input() {
 async fn a_nearby_search_pages_through_its_1000_nearest_items_and_no_further() {
     let app = app(1000, 100).await;
     // 1,100 places around one point, put straight into the GEO set.
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = crate::harness::redis(&app).await;
     let mut add = redis::cmd("GEOADD");
     add.arg(app.state.infra.keys.item_locations());
     for i in 1..=1100 {

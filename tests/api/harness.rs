@@ -11,6 +11,7 @@ use engage::{
     infra::{
         auth::{Role, Tokens},
         config::Config,
+        redis::{counting::CountedConnection, RedisMode, RedisTarget},
     },
 };
 use serde_json::{json, Value};
@@ -25,7 +26,7 @@ pub struct TestApp {
 }
 
 struct Cleanup {
-    redis_url: String,
+    redis: RedisTarget,
     redis_prefix: String,
     postgres: Option<(String, String)>,
 }
@@ -35,6 +36,18 @@ pub fn base_config() -> Config {
     Cli::try_parse_from(["engage"])
         .expect("defaults parse")
         .config
+}
+
+/// One Redis node, for the tests of one node's outages: `REDIS_URL` itself, or when the
+/// suite runs against a cluster, `TEST_NODE_REDIS_URL` (default: the local Redis).
+pub fn node_redis_url() -> String {
+    let config = base_config();
+    match config.redis_mode {
+        RedisMode::Cluster => {
+            std::env::var("TEST_NODE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+        }
+        _ => config.redis_url,
+    }
 }
 
 impl TestApp {
@@ -91,7 +104,12 @@ impl TestApp {
         adjust(&mut config);
 
         let cleanup = Cleanup {
-            redis_url: config.redis_url.clone(),
+            redis: RedisTarget::new(
+                &config.redis_url,
+                config.redis_mode,
+                config.redis_ca_file.as_deref(),
+            )
+            .expect("a valid REDIS_URL"),
             redis_prefix: config.redis_prefix.clone(),
             postgres,
         };
@@ -219,8 +237,7 @@ pub async fn eventually(mut check: impl AsyncFnMut() -> bool) {
 
 /// Waits until `group` has read and acknowledged everything in each of `streams`.
 pub async fn streams_settled(app: &TestApp, streams: &[String], group: &str) {
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = redis(app).await;
     for _ in 0..300 {
         let mut settled = true;
         for stream in streams {
@@ -339,32 +356,16 @@ impl Drop for TestApp {
 
 impl Cleanup {
     async fn run(self) {
-        if let Ok(client) = redis::Client::open(self.redis_url.as_str()) {
-            if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                let pattern = format!("{}*", self.redis_prefix);
-                let mut cursor: u64 = 0;
-                loop {
-                    let (next, keys): (u64, Vec<String>) = match redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut conn)
-                        .await
-                    {
-                        Ok(page) => page,
-                        Err(_) => break,
-                    };
-                    if !keys.is_empty() {
-                        let _: Result<(), _> =
-                            redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await;
-                    }
-                    if next == 0 {
-                        break;
-                    }
-                    cursor = next;
+        if let Ok(mut conn) = engage::infra::redis::dedicated(&self.redis).await {
+            let pattern = format!("{}*", self.redis_prefix);
+            let keys = engage::infra::redis::scan(&mut conn, &pattern).await;
+            for chunk in keys.unwrap_or_default().chunks(500) {
+                // One UNLINK per key: on a cluster the keys live in many slots.
+                let mut unlink = redis::pipe();
+                for key in chunk {
+                    unlink.cmd("UNLINK").arg(key).ignore();
                 }
+                let _: Result<(), _> = unlink.query_async(&mut conn).await;
             }
         }
         if let Some((url, schema)) = self.postgres {
@@ -402,24 +403,51 @@ pub fn percent_encode(text: &str) -> String {
         .collect()
 }
 
-/// Every key matching `pattern` in the whole keyspace.
-pub async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .unwrap();
-        keys.extend(page);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
+/// Every key matching `pattern` in the whole keyspace (on every master of a cluster).
+pub async fn scan(app: &TestApp, pattern: &str) -> Vec<String> {
+    app.state.infra.redis.scan(pattern).await.unwrap()
+}
+
+/// Removes `keys` (one UNLINK each: on a cluster they live in many slots).
+pub async fn unlink(app: &TestApp, keys: &[String]) {
+    let mut conn = redis(app).await;
+    let mut unlink = redis::pipe();
+    for key in keys {
+        unlink.cmd("UNLINK").arg(key).ignore();
     }
+    let () = unlink.query_async(&mut conn).await.unwrap();
+}
+
+/// How many connections listen on a live channel (sharded on a cluster).
+pub async fn listeners(app: &TestApp, channel: &str) -> i64 {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    let mut conn = redis(app).await;
+    let reply = match conn.as_cluster().cloned() {
+        Some(mut cluster) => {
+            let node = Route::with_key(channel, SlotAddr::Master);
+            cluster
+                .route_command(
+                    redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(channel).clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node)),
+                )
+                .await
+        }
+        None => {
+            redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(channel)
+                .query_async(&mut conn)
+                .await
+        }
+    };
+    let (_, listeners): (String, i64) =
+        redis::FromRedisValue::from_redis_value(reply.unwrap()).expect("a channel and its count");
+    listeners
+}
+
+/// A Redis connection of the test's own to the app's Redis (one node or the cluster).
+pub async fn redis(app: &TestApp) -> CountedConnection {
+    engage::infra::redis::dedicated(&app.state.infra.instance.redis)
+        .await
+        .expect("Redis answers")
 }

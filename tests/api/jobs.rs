@@ -857,10 +857,9 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
 
 /// Whether any key of the jobs' shared slot still names `topic` (a set or zset member, a hash field).
 async fn topic_kept(app: &TestApp, topic: &str) -> bool {
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = crate::harness::redis(app).await;
     let pattern = format!("{}{{jobs}}:*", app.state.infra.keys.prefix());
-    for key in crate::harness::scan(&mut conn, &pattern).await {
+    for key in crate::harness::scan(app, &pattern).await {
         let kind: String = redis::cmd("TYPE")
             .arg(&key)
             .query_async(&mut conn)
@@ -1068,10 +1067,9 @@ async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
 
 /// Deletes every key of this app's prefix, as a Redis that lost its data would have none.
 async fn lose_redis(app: &TestApp) {
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = crate::harness::redis(app).await;
     let pattern = format!("{}*", app.state.infra.keys.prefix());
-    for key in crate::harness::scan(&mut conn, &pattern).await {
+    for key in crate::harness::scan(app, &pattern).await {
         let () = redis::cmd("DEL")
             .arg(&key)
             .query_async(&mut conn)

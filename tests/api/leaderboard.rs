@@ -357,8 +357,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     // The board changes behind the app's back (as another instance's award would), so that
     // only the subscribers' reads are counted.
     let season = app.state.infra.clock.current_month();
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = crate::harness::redis(&app).await;
     let before = app
         .state
         .infra
@@ -371,7 +370,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         .arg(score)
         .arg(92)
         .ignore()
-        .cmd("PUBLISH")
+        .cmd(app.state.infra.keys.publish_command())
         .arg(app.state.infra.keys.board_channel(season))
         .arg(92)
         .ignore()

@@ -203,10 +203,9 @@ async fn run_persisted(app: &TestApp, query: &str) -> Result<(), String> {
 /// Bytes Redis holds for the persisted queries of this app's prefix (MEMORY USAGE, every
 /// element counted).
 async fn persisted_query_memory(app: &TestApp) -> u64 {
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = crate::harness::redis(app).await;
     let pattern = format!("{}{{apq}}*", app.state.infra.keys.prefix());
-    let keys = crate::harness::scan(&mut conn, &pattern).await;
+    let keys = crate::harness::scan(app, &pattern).await;
     let mut total = 0;
     for key in keys {
         let used: Option<u64> = redis::cmd("MEMORY")

@@ -25,6 +25,7 @@ mod lock;
 mod pages;
 mod points;
 mod recovery;
+mod redis_tls;
 mod remarks;
 mod signin;
 mod via;

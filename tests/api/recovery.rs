@@ -46,14 +46,8 @@ async fn settled(app: &TestApp) {
 
 /// Redis loses every key of this app; how many there were.
 async fn lose_everything(app: &TestApp) -> usize {
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys = scan(&mut conn, &app.state.infra.keys.all_pattern()).await;
-    let _: i64 = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys = scan(app, &app.state.infra.keys.all_pattern()).await;
+    crate::harness::unlink(app, &keys).await;
     keys.len()
 }
 

@@ -476,21 +476,13 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
         );
         sockets.push(socket);
     }
-    let channel = app
-        .state
-        .infra
-        .keys
-        .like_count_channel(remark.parse().unwrap());
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(&channel)
-        .query_async(&mut *conn)
-        .await
-        .unwrap();
-    drop(conn);
+    let channel = app.state.infra.keys.like_count_channel(
+        remark.parse().unwrap(),
+        app.state.features.remarks.settings.shards,
+    );
     assert_eq!(
-        listeners, 1,
+        crate::harness::listeners(&app, &channel).await,
+        1,
         "one Redis subscription for 200 GraphQL subscribers"
     );
     assert_eq!(app.state.infra.live.local_subscribers(&channel), 200);
@@ -530,17 +522,13 @@ async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channe
         );
         // Nothing is held, neither in this instance's hub nor in Redis, while the
         // connection stays open.
-        let mut conn = app.state.infra.redis.get().await.unwrap();
         for id in &ids {
-            let channel = app.state.infra.keys.like_count_channel(id.parse().unwrap());
+            let channel = app.state.infra.keys.like_count_channel(
+                id.parse().unwrap(),
+                app.state.features.remarks.settings.shards,
+            );
             assert_eq!(app.state.infra.live.local_subscribers(&channel), 0, "{id}");
-            let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query_async(&mut *conn)
-                .await
-                .unwrap();
-            assert_eq!(listeners, 0, "{id}");
+            assert_eq!(crate::harness::listeners(&app, &channel).await, 0, "{id}");
         }
     }
 }
@@ -688,8 +676,7 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
 
     // A consumer reads three votes and dies before acknowledging them. MULTI makes the
     // read happen before the live worker can see the entries.
-    let client = redis::Client::open(app.state.config.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = crate::harness::redis(&app).await;
     let now = chrono::Utc::now().timestamp_millis();
     let mut pipe = redis::pipe();
     pipe.atomic();

@@ -155,27 +155,17 @@ impl Jobs {
     async fn topics_in_redis(&self) -> AppResult<BTreeSet<String>> {
         let start = format!("{}{{jobs:", self.infra.keys.prefix());
         let pattern = format!("{}*", glob_escape(&start));
-        let mut found = BTreeSet::new();
-        let mut conn = self.infra.redis.get().await?;
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut *conn)
-                .await?;
-            found.extend(keys.iter().filter_map(|key| {
+        Ok(self
+            .infra
+            .redis
+            .scan(&pattern)
+            .await?
+            .iter()
+            .filter_map(|key| {
                 let rest = key.strip_prefix(&start)?;
                 Some(rest.split_once("}:")?.0.to_string())
-            }));
-            if next == 0 {
-                return Ok(found);
-            }
-            cursor = next;
-        }
+            })
+            .collect())
     }
 
     /// The ids in a topic's delay zset, ready list and in-flight zset.

@@ -95,8 +95,9 @@ impl Keys {
         self.tagged(TAG, "intake")
     }
 
+    /// The live channel of a season board's changes, in the slot of the board.
     pub fn board_channel(&self, season: Month) -> String {
-        format!("{}live:board:{}", self.prefix(), season.id())
+        self.tagged(TAG, &format!("live:board:{}", season.id()))
     }
 }
 
@@ -245,6 +246,7 @@ impl Points {
                             key,
                             IDEMPOTENCY_TTL_SECONDS,
                             DAILY_TTL_SECONDS,
+                            keys.publish_command(),
                         ),
                     )
                     .invoke_async(&mut *conn)

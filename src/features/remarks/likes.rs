@@ -140,8 +140,9 @@ impl Remarks {
                         self.infra.clock.now_ms(),
                         settings.relation_ttl_seconds,
                         known.as_arg(),
-                        keys.like_count_channel(remark_id),
+                        keys.like_count_channel(remark_id, settings.shards),
                         LIKERS_KEPT,
+                        keys.publish_command(),
                     ),
                 )
                 .invoke_async(&mut *conn)

@@ -50,11 +50,12 @@ impl Remarks {
             return Err(AppError::not_found(format!("no remark {missing}")));
         }
         let keys = self.infra.keys.clone();
+        let shards = self.settings.shards;
         let reader = self.clone();
         let changes = crate::infra::live::counter_changes(
             &self.infra,
             remark_ids,
-            move |id| keys.like_count_channel(id),
+            move |id| keys.like_count_channel(id, shards),
             move |ids| {
                 let ctx = reader.clone();
                 async move {

@@ -116,9 +116,12 @@ impl Keys {
         self.vote_stream(remark_id.rem_euclid(i64::from(shards)) as u32)
     }
 
-    /// Pub/sub channel of a remark's like count (channels are not keys: no hash tag).
-    pub fn like_count_channel(&self, remark_id: i64) -> String {
-        format!("{}live:likes:{remark_id}", self.prefix())
+    /// The live channel of a remark's like count, in the slot of its keys.
+    pub fn like_count_channel(&self, remark_id: i64, shards: u32) -> String {
+        self.tagged(
+            &self.likes_tag(remark_id, shards),
+            &format!("live:likes:{remark_id}"),
+        )
     }
 
     pub fn recommended_list(&self, item_id: i64) -> String {

@@ -112,6 +112,7 @@ impl SignIn {
                             rules.bonuses_arg(),
                             format!("signin:{user_id}:{today}"),
                             day_number(today),
+                            keys.publish_command(),
                         ),
                     )
                     .invoke_async(&mut *conn)
@@ -174,6 +175,7 @@ impl SignIn {
                             self.points.settings.rules.rule(PointsType::SignIn).points,
                             format!("makeup:{user_id}:{date}"),
                             day_number(date),
+                            keys.publish_command(),
                         ),
                     )
                     .invoke_async(&mut *conn)

@@ -109,8 +109,12 @@ impl Keys {
         self.tagged("orders", &format!("voucher-of:{order_id}"))
     }
 
-    pub fn voucher_stock_channel(&self, voucher_id: i64) -> String {
-        format!("{}live:voucher:{voucher_id}", self.prefix())
+    /// The live channel of a voucher's stock, in the slot of its keys.
+    pub fn voucher_stock_channel(&self, voucher_id: i64, shards: u32) -> String {
+        self.tagged(
+            &Self::sale_tag(voucher_id, shards),
+            &format!("live:voucher:{voucher_id}"),
+        )
     }
 }
 
@@ -311,11 +315,12 @@ impl Vouchers {
         voucher_id: i64,
     ) -> AppResult<impl futures::Stream<Item = (i64, i64)>> {
         let keys = self.infra.keys.clone();
+        let shards = self.shards();
         let reader = self.clone();
         crate::infra::live::counter_changes(
             &self.infra,
             vec![voucher_id],
-            move |id| keys.voucher_stock_channel(id),
+            move |id| keys.voucher_stock_channel(id, shards),
             move |ids| {
                 let ctx = reader.clone();
                 async move { ctx.remaining(&ids).await }
@@ -381,7 +386,8 @@ impl Vouchers {
                         buyer_id,
                         order_id,
                         now,
-                        keys.voucher_stock_channel(voucher_id),
+                        keys.voucher_stock_channel(voucher_id, self.shards()),
+                        keys.publish_command(),
                     ),
                 )
                 .invoke_async(&mut *conn)

@@ -224,9 +224,10 @@ impl Vouchers {
                     outcome.as_str(),
                     self.infra.clock.now_ms(),
                     buyer.map(|b| b.to_string()).unwrap_or_default(),
-                    keys.voucher_stock_channel(voucher_id),
+                    keys.voucher_stock_channel(voucher_id, shards),
                     order_id,
                     KEEP_SETTLED_SECONDS,
+                    keys.publish_command(),
                 ),
             )
             .invoke_async(&mut *conn)

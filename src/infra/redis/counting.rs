@@ -1,6 +1,7 @@
 //! A pool connection that counts its round trips.
 //!
-//! Every command or pipeline sent through the pool is one round trip; the count feeds
+//! Every command or pipeline sent through the pool is one round trip (on a cluster, a
+//! pipeline whose keys live on several nodes is one per node, sent at the same time); the count feeds
 //! `engage_redis_round_trips_total` and lets tests prove claims such as "a page of remarks
 //! costs one Redis round trip" against the real server.
 
@@ -10,8 +11,11 @@ use std::sync::{
 };
 
 use bb8_redis::RedisConnectionManager;
+
+use super::cluster;
 use redis::{
     aio::{ConnectionLike, ConnectionManager, MultiplexedConnection},
+    cluster_async::ClusterConnection,
     AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
 };
 
@@ -23,16 +27,17 @@ pub struct CountingManager {
 }
 
 impl CountingManager {
-    /// Connections of the pool are made with `config` (timeouts), not the crate's defaults.
+    /// Connections of the pool are made by `client` with `config` (timeouts), not the
+    /// crate's defaults.
     pub fn new(
-        url: &str,
+        client: redis::Client,
         config: AsyncConnectionConfig,
         round_trips: Arc<AtomicU64>,
     ) -> redis::RedisResult<Self> {
         Ok(Self {
-            client: redis::Client::open(url)?,
+            inner: RedisConnectionManager::new(client.get_connection_info().clone())?,
+            client,
             config,
-            inner: RedisConnectionManager::new(url)?,
             round_trips,
         })
     }
@@ -56,14 +61,14 @@ impl bb8::ManageConnection for CountingManager {
     async fn is_valid(&self, conn: &mut CountedConnection) -> Result<(), redis::RedisError> {
         match &mut conn.inner {
             Link::Pooled(inner) => self.inner.is_valid(inner).await,
-            Link::Shared(_) => Ok(()),
+            Link::Shared(_) | Link::Cluster(_) => Ok(()),
         }
     }
 
     fn has_broken(&self, conn: &mut CountedConnection) -> bool {
         match &mut conn.inner {
             Link::Pooled(inner) => self.inner.has_broken(inner),
-            Link::Shared(_) => false,
+            Link::Shared(_) | Link::Cluster(_) => false,
         }
     }
 }
@@ -74,11 +79,12 @@ pub struct CountedConnection {
     round_trips: Arc<AtomicU64>,
 }
 
-/// A connection of the pool, or the one shared, reconnecting connection.
+/// A connection of the pool, the one shared, reconnecting connection, or a cluster's.
 #[derive(Clone)]
 enum Link {
     Pooled(MultiplexedConnection),
     Shared(ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
 impl CountedConnection {
@@ -89,6 +95,30 @@ impl CountedConnection {
             round_trips,
         }
     }
+
+    /// A connection of its own to one node.
+    pub fn own(inner: MultiplexedConnection, round_trips: Arc<AtomicU64>) -> Self {
+        Self {
+            inner: Link::Pooled(inner),
+            round_trips,
+        }
+    }
+
+    /// The connection to a cluster every request shares (`ENGAGE_REDIS_MODE=cluster`).
+    pub fn cluster(inner: ClusterConnection, round_trips: Arc<AtomicU64>) -> Self {
+        Self {
+            inner: Link::Cluster(inner),
+            round_trips,
+        }
+    }
+
+    /// The cluster connection, in cluster mode.
+    pub fn as_cluster(&self) -> Option<&ClusterConnection> {
+        match &self.inner {
+            Link::Cluster(conn) => Some(conn),
+            _ => None,
+        }
+    }
 }
 
 impl ConnectionLike for CountedConnection {
@@ -97,6 +127,7 @@ impl ConnectionLike for CountedConnection {
         match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_command(cmd),
             Link::Shared(conn) => conn.req_packed_command(cmd),
+            Link::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -110,6 +141,12 @@ impl ConnectionLike for CountedConnection {
         match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Shared(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(conn) => Box::pin(cluster::send_pipeline(
+                conn.clone(),
+                pipeline,
+                offset,
+                count,
+            )),
         }
     }
 
@@ -117,6 +154,7 @@ impl ConnectionLike for CountedConnection {
         match &self.inner {
             Link::Pooled(conn) => conn.get_db(),
             Link::Shared(conn) => conn.get_db(),
+            Link::Cluster(conn) => conn.get_db(),
         }
     }
 }

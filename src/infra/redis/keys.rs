@@ -3,6 +3,11 @@
 //! Every key is `<prefix>{<hash tag>}:<rest>`. The prefix (`ENGAGE_REDIS_PREFIX`) lets tests
 //! and deployments share a server; the hash tag puts the keys one Lua script touches together
 //! into one Redis Cluster slot. Lua never builds a key: it receives these in KEYS.
+//!
+//! Live channels have the same shape: a script publishes on a channel in the slot of its
+//! keys. On a cluster it publishes with SPUBLISH, so a like's update travels only within
+//! its slot's shard (PUBLISH would copy every message to every node); on one node with
+//! PUBLISH, which the hub's plain pub/sub connection receives.
 //! Each key family has one function here; features add theirs in their own `impl Keys`
 //! block next to their code, built with [`Keys::tagged`].
 
@@ -11,12 +16,29 @@ use chrono::NaiveDate;
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
+    cluster: bool,
 }
 
 impl Keys {
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
+            cluster: false,
+        }
+    }
+
+    /// The keys of an instance on a Redis Cluster (whose live channels are sharded).
+    pub fn on_cluster(mut self, cluster: bool) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    /// How scripts publish on live channels: `SPUBLISH` on a cluster, `PUBLISH` on one node.
+    pub fn publish_command(&self) -> &'static str {
+        if self.cluster {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
         }
     }
 

@@ -1,9 +1,11 @@
 //! Redis access: the connection pool, the key builder and the embedded Lua scripts.
 
+pub mod cluster;
 pub mod counting;
 pub mod keys;
 pub mod scripts;
 pub mod status;
+pub mod target;
 
 use std::{
     net::ToSocketAddrs,
@@ -13,15 +15,18 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use redis::AsyncCommands;
+use redis::{cluster_async::ClusterConnection, AsyncCommands};
 
 pub use keys::Keys;
+pub use target::RedisTarget;
 
 /// How requests reach Redis (`ENGAGE_REDIS_MODE`):
 /// - `Pool`: bb8 lends each request a connection of its own (up to 32);
 /// - `Shared`: every request clones one auto-reconnecting multiplexed connection, so the
 ///   commands of concurrent requests leave pipelined on one socket and Redis reads many per
-///   system call.
+///   system call;
+/// - `Cluster`: the same over a Redis Cluster: one multiplexed connection per node, each
+///   command sent to the master of its keys' slot (see [`cluster`]).
 ///
 /// `bench/run` measures both on the like path; BENCHMARKS.md has the figures behind the
 /// default.
@@ -29,13 +34,32 @@ pub use keys::Keys;
 pub enum RedisPool {
     Pool(bb8::Pool<counting::CountingManager>),
     Shared(counting::CountedConnection),
+    Cluster(counting::CountedConnection),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RedisMode {
     Pool,
     Shared,
+    Cluster,
 }
+
+/// How this instance's cluster clients connect. A command whose slot has no master (a
+/// failover under way) is retried with waits of 0.1 to 1 s, then fails UNAVAILABLE; MOVED and
+/// ASK are followed at once.
+pub fn cluster_builder(target: &RedisTarget) -> redis::cluster::ClusterClientBuilder {
+    target
+        .cluster()
+        .connection_timeout(CONNECTION_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(100)
+        .max_retry_wait(1000)
+}
+
+/// Retries of a cluster command (redirections and failovers): with waits of 0.1–1 s, about
+/// the 5–10 s a replica takes to be promoted.
+const CLUSTER_RETRIES: u32 = 10;
 
 /// A Redis that does not accept a connection within this is down: fail the request.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
@@ -74,28 +98,131 @@ impl RedisPool {
     pub async fn get(&self) -> Result<RedisConn<'_>, bb8::RunError<redis::RedisError>> {
         match self {
             Self::Pool(pool) => pool.get().await.map(RedisConn::Pooled),
-            Self::Shared(conn) => Ok(RedisConn::Shared(conn.clone())),
+            Self::Shared(conn) | Self::Cluster(conn) => Ok(RedisConn::Shared(conn.clone())),
         }
+    }
+
+    /// The cluster connection, in cluster mode.
+    pub fn cluster(&self) -> Option<ClusterConnection> {
+        match self {
+            Self::Cluster(conn) => conn.as_cluster().cloned(),
+            _ => None,
+        }
+    }
+
+    /// Every key matching `pattern`, on every master of a cluster. For maintenance and
+    /// recovery, never for a request: SCAN walks the whole keyspace.
+    pub async fn scan(&self, pattern: &str) -> redis::RedisResult<Vec<String>> {
+        let mut conn = self.get().await.map_err(unavailable)?.clone();
+        scan(&mut conn, pattern).await
+    }
+}
+
+/// Every key matching `pattern` that `conn` reaches: its node's, or every master's.
+pub async fn scan(
+    conn: &mut counting::CountedConnection,
+    pattern: &str,
+) -> redis::RedisResult<Vec<String>> {
+    let Some(cluster) = conn.as_cluster().cloned() else {
+        return scan_node(conn, pattern).await;
+    };
+    let mut keys = Vec::new();
+    let mut masters = cluster.clone();
+    for master in cluster::masters(&mut masters).await? {
+        let mut node = NodeConn {
+            conn: cluster.clone(),
+            master,
+        };
+        keys.extend(scan_node(&mut node, pattern).await?);
+    }
+    Ok(keys)
+}
+
+/// A pool that cannot lend a connection, as the Redis error a caller reports.
+fn unavailable(error: bb8::RunError<redis::RedisError>) -> redis::RedisError {
+    match error {
+        bb8::RunError::User(error) => error,
+        bb8::RunError::TimedOut => {
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+        }
+    }
+}
+
+/// A cluster connection whose commands all go to one master.
+struct NodeConn {
+    conn: ClusterConnection,
+    master: (String, u16),
+}
+
+impl redis::aio::ConnectionLike for NodeConn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        Box::pin(cluster::on_node(&mut self.conn, &self.master, cmd))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        let node = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+            host: self.master.0.clone(),
+            port: self.master.1,
+        };
+        Box::pin(
+            self.conn
+                .route_pipeline(pipeline.clone(), offset, count, node),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// SCANs one node for `pattern`.
+async fn scan_node(
+    conn: &mut impl redis::aio::ConnectionLike,
+    pattern: &str,
+) -> redis::RedisResult<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        keys.extend(page);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
     }
 }
 
 /// Connects the pool and checks that Redis answers; fails fast with a message that says how
 /// to start one. When nothing listens on a loopback address and `redis-server` is on the
 /// PATH, one is started (without persistence) so that the first command of the README
-/// works on a fresh machine.
+/// works on a fresh machine (one node only: a cluster is started by
+/// `deploy/redis-cluster/start`).
 /// `round_trips` counts every command and pipeline sent through the pool.
 pub async fn connect(
-    url: &str,
-    mode: RedisMode,
+    target: &RedisTarget,
     round_trips: Arc<AtomicU64>,
 ) -> anyhow::Result<RedisPool> {
-    let pool = match mode {
+    let pool = match target.mode {
         RedisMode::Pool => {
             let config = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(CONNECTION_TIMEOUT))
                 .set_response_timeout(Some(RESPONSE_TIMEOUT));
-            let manager = counting::CountingManager::new(url, config, round_trips)
-                .context("REDIS_URL is not a valid Redis URL")?;
+            let manager = counting::CountingManager::new(target.client()?, config, round_trips)?;
             RedisPool::Pool(
                 bb8::Pool::builder()
                     .max_size(32)
@@ -104,7 +231,6 @@ pub async fn connect(
             )
         }
         RedisMode::Shared => {
-            let client = redis::Client::open(url).context("REDIS_URL is not a valid Redis URL")?;
             // While Redis is away, requests fail within about a second (UNAVAILABLE) rather
             // than queueing behind long reconnection back-offs.
             let config = redis::aio::ConnectionManagerConfig::new()
@@ -113,14 +239,26 @@ pub async fn connect(
                 .set_number_of_retries(1)
                 .set_max_delay(Duration::from_millis(500));
             // Lazy: the first command connects, so a missing Redis can still be started below.
-            let manager = redis::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+            let manager =
+                redis::aio::ConnectionManager::new_lazy_with_config(target.client()?, config)?;
             RedisPool::Shared(counting::CountedConnection::shared(manager, round_trips))
         }
+        RedisMode::Cluster => {
+            let client = cluster_builder(target).build()?;
+            let conn = client.get_async_connection().await.with_context(|| {
+                format!(
+                    "Redis Cluster does not answer at {} (start a local one with \
+                     deploy/redis-cluster/start)",
+                    target.describe()
+                )
+            })?;
+            RedisPool::Cluster(counting::CountedConnection::cluster(conn, round_trips))
+        }
     };
-
+    let url = target.describe();
     if ping(&pool).await.is_err() {
         let mut started = false;
-        if let Some(port) = local_port(url) {
+        if let Some(port) = local_port(&target.urls[0]).filter(|_| !target.is_cluster()) {
             if start_local_server(port)? {
                 for _ in 0..50 {
                     if ping(&pool).await.is_ok() {
@@ -143,6 +281,22 @@ pub async fn connect(
     }
     warn_if_evicting(&pool).await;
     Ok(pool)
+}
+
+/// A connection of its own to the same Redis (a node, or the whole cluster), not shared with
+/// requests nor counted with them: for tools and tests that inspect or arrange state.
+pub async fn dedicated(target: &RedisTarget) -> anyhow::Result<counting::CountedConnection> {
+    let round_trips = Arc::new(AtomicU64::new(0));
+    Ok(if target.is_cluster() {
+        let conn = cluster_builder(target)
+            .build()?
+            .get_async_connection()
+            .await?;
+        counting::CountedConnection::cluster(conn, round_trips)
+    } else {
+        let conn = target.client()?.get_multiplexed_async_connection().await?;
+        counting::CountedConnection::own(conn, round_trips)
+    })
 }
 
 /// Says loudly at start when Redis may evict keys. Like relations, buyer sets, jobs and
@@ -243,7 +397,7 @@ pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
             let state = pool.state();
             (state.connections, state.idle_connections)
         }
-        RedisPool::Shared(_) => (1, 1),
+        RedisPool::Shared(_) | RedisPool::Cluster(_) => (1, 1),
     }
 }
 

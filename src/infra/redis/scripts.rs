@@ -107,6 +107,7 @@ args!(13: A B C D E F G H I J K L M);
 args!(14: A B C D E F G H I J K L M N);
 args!(15: A B C D E F G H I J K L M N O);
 args!(16: A B C D E F G H I J K L M N O P);
+args!(17: A B C D E F G H I J K L M N O P Q);
 
 /// A script as the loader sees it, whatever its key count.
 pub trait Loadable: Sync {

@@ -24,17 +24,26 @@
 //! archive neighbouring batches in any order.
 //!
 //! Every instance runs the same workers: the consumer group spreads the entries.
+//!
+//! On a Redis Cluster the shards' streams live in different slots, which one XREADGROUP
+//! cannot span: the worker reads each slot's streams with its own XREADGROUP, all at once,
+//! over the instance's cluster connection, and polls rather than blocks (a blocking read
+//! would hold up every other command on that node's connection).
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use redis::{
-    aio::MultiplexedConnection,
+    aio::{ConnectionLike, MultiplexedConnection},
+    cluster_routing::{Route, SlotAddr},
     streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
-    AsyncConnectionConfig,
+    AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
 };
 
 use super::{entries_of, parse_id, HandleError, StreamEntry, StreamHandler};
-use crate::infra::{backoff::Backoff, ConsumerTimings, Infra};
+use crate::infra::{backoff::Backoff, redis::counting::CountedConnection, ConsumerTimings, Infra};
+
+/// How often a worker on a cluster looks for new entries while its streams are empty.
+const CLUSTER_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Clone)]
 pub struct ConsumerSpec {
@@ -102,7 +111,7 @@ struct Worker {
     streams: Vec<String>,
     consumer: String,
     handler: Arc<dyn StreamHandler>,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Link>,
     /// Whether entries may be pending for this consumer (at start, and after anything
     /// left some unacknowledged): they are read again before new ones.
     own_pending: bool,
@@ -180,15 +189,21 @@ enum Progress {
 }
 
 impl Worker {
-    async fn conn(&mut self) -> anyhow::Result<&mut MultiplexedConnection> {
+    async fn conn(&mut self) -> anyhow::Result<&mut Link> {
         if self.conn.is_none() {
-            let client = redis::Client::open(self.infra.instance.redis_url.as_ref())?;
-            // Blocking reads wait up to `block`; the default response timeout is shorter.
-            let config = AsyncConnectionConfig::new()
-                .set_response_timeout(Some(self.spec.block + Duration::from_secs(5)));
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut conn = if self.infra.instance.redis.is_cluster() {
+                Link::Cluster(self.infra.redis.get().await?.clone())
+            } else {
+                let client = self.infra.instance.redis.client()?;
+                // Blocking reads wait up to `block`; the default response timeout is shorter.
+                let config = AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(self.spec.block + Duration::from_secs(5)));
+                Link::Own(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            };
             for stream in &self.streams {
                 let created: redis::RedisResult<()> = redis::cmd("XGROUP")
                     .arg("CREATE")
@@ -252,26 +267,56 @@ impl Worker {
     }
 
     /// One XREADGROUP over every stream: from `id` (`>` new entries, `0` own pending ones).
+    /// On a cluster, one per slot, sent together; an empty read there waits `CLUSTER_POLL`
+    /// instead of blocking.
     async fn read(
         &mut self,
         id: &str,
         block: Option<Duration>,
     ) -> anyhow::Result<Vec<StreamEntry>> {
-        let mut read = redis::cmd("XREADGROUP");
-        read.arg("GROUP")
-            .arg(self.spec.group)
-            .arg(&self.consumer)
-            .arg("COUNT")
-            .arg(self.spec.batch_size);
-        if let Some(block) = block {
-            read.arg("BLOCK").arg(block.as_millis() as u64);
+        let (group, consumer, count) =
+            (self.spec.group, self.consumer.clone(), self.spec.batch_size);
+        let read = |streams: &[String], block: Option<Duration>| {
+            let mut read = redis::cmd("XREADGROUP");
+            read.arg("GROUP")
+                .arg(group)
+                .arg(&consumer)
+                .arg("COUNT")
+                .arg(count);
+            if let Some(block) = block {
+                read.arg("BLOCK").arg(block.as_millis() as u64);
+            }
+            read.arg("STREAMS").arg(streams);
+            for _ in streams {
+                read.arg(id);
+            }
+            read
+        };
+        let streams = self.streams.clone();
+        let conn = self.conn().await?;
+        if !conn.is_cluster() {
+            let reply: Option<StreamReadReply> = read(&streams, block).query_async(conn).await?;
+            return Ok(reply.map(entries_of).unwrap_or_default());
         }
-        read.arg("STREAMS").arg(&self.streams);
-        for _ in &self.streams {
-            read.arg(id);
+        let mut by_slot: Vec<(Route, Vec<String>)> = Vec::new();
+        for stream in streams {
+            let route = Route::with_key(&stream, SlotAddr::Master);
+            match by_slot.iter_mut().find(|(r, _)| *r == route) {
+                Some((_, same)) => same.push(stream),
+                None => by_slot.push((route, vec![stream])),
+            }
         }
-        let reply: Option<StreamReadReply> = read.query_async(self.conn().await?).await?;
-        Ok(reply.map(entries_of).unwrap_or_default())
+        let mut reads = redis::pipe();
+        for (_, streams) in &by_slot {
+            reads.add_command(read(streams, None));
+        }
+        let replies: Vec<Option<StreamReadReply>> = reads.query_async(conn).await?;
+        let entries: Vec<StreamEntry> =
+            replies.into_iter().flatten().flat_map(entries_of).collect();
+        if entries.is_empty() && block.is_some() {
+            tokio::time::sleep(CLUSTER_POLL).await;
+        }
+        Ok(entries)
     }
 
     /// Takes over the entries of consumers silent for `claim_idle`, in every stream.
@@ -445,5 +490,46 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+/// The worker's connection: its own on one node (its reads block there), the instance's
+/// shared cluster connection on a cluster (which splits pipelines per slot).
+enum Link {
+    Own(MultiplexedConnection),
+    Cluster(CountedConnection),
+}
+
+impl Link {
+    fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Own(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Own(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Own(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
     }
 }

@@ -1,0 +1,124 @@
+//! Where Redis is: one node, or the seed nodes of a cluster, and the certificate authority
+//! their TLS certificates chain to. Every connection of an instance (requests, the live hub,
+//! the stream consumers) is made from here, so they all reach the same servers the same way.
+
+use std::{path::Path, sync::Arc};
+
+use anyhow::{bail, Context};
+use redis::{cluster::ClusterClientBuilder, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
+
+use super::RedisMode;
+
+#[derive(Clone)]
+pub struct RedisTarget {
+    pub mode: RedisMode,
+    /// The one node's URL, or a cluster's seed nodes.
+    pub urls: Vec<String>,
+    /// A private certificate authority (PEM, `ENGAGE_REDIS_CA_FILE`).
+    ca: Option<Arc<Vec<u8>>>,
+}
+
+impl RedisTarget {
+    /// `url` is `REDIS_URL`: one URL, or in cluster mode a comma-separated seed list.
+    pub fn new(url: &str, mode: RedisMode, ca_file: Option<&Path>) -> anyhow::Result<Self> {
+        let urls: Vec<String> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect();
+        if urls.is_empty() {
+            bail!("REDIS_URL is empty");
+        }
+        if urls.len() > 1 && mode != RedisMode::Cluster {
+            bail!(
+                "REDIS_URL lists {} nodes, a cluster's seeds: set ENGAGE_REDIS_MODE=cluster",
+                urls.len()
+            );
+        }
+        let mut tls = Vec::new();
+        for url in &urls {
+            let info = url
+                .as_str()
+                .into_connection_info()
+                .with_context(|| format!("REDIS_URL: {url} is not a valid Redis URL"))?;
+            tls.push(matches!(info.addr(), ConnectionAddr::TcpTls { .. }));
+        }
+        if tls.iter().any(|&t| t != tls[0]) {
+            bail!("REDIS_URL mixes redis:// and rediss:// nodes");
+        }
+        let ca = match ca_file {
+            Some(_) if !tls[0] => {
+                bail!("ENGAGE_REDIS_CA_FILE is set, but REDIS_URL is not rediss:// (TLS)")
+            }
+            Some(path) => Some(Arc::new(std::fs::read(path).with_context(|| {
+                format!("ENGAGE_REDIS_CA_FILE: cannot read {}", path.display())
+            })?)),
+            None => None,
+        };
+        Ok(Self { mode, urls, ca })
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.mode == RedisMode::Cluster
+    }
+
+    /// A client of the one node (the standalone modes).
+    pub fn client(&self) -> redis::RedisResult<redis::Client> {
+        let url = self.urls[0].as_str();
+        match &self.ca {
+            Some(ca) => redis::Client::build_with_tls(url, certificates(ca)),
+            None => redis::Client::open(url),
+        }
+    }
+
+    /// A builder of cluster clients, seeded and trusting the configured authority.
+    pub fn cluster(&self) -> ClusterClientBuilder {
+        let builder = ClusterClientBuilder::new(self.urls.clone());
+        match &self.ca {
+            Some(ca) => builder.certs(certificates(ca)),
+            None => builder,
+        }
+    }
+
+    /// The first node's URL, for messages.
+    pub fn describe(&self) -> String {
+        self.urls.join(",")
+    }
+}
+
+fn certificates(ca: &[u8]) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_list_needs_cluster_mode_and_one_scheme() {
+        let seeds = "redis://127.0.0.1:7001, redis://127.0.0.1:7002";
+        assert!(RedisTarget::new(seeds, RedisMode::Shared, None).is_err());
+        let target = RedisTarget::new(seeds, RedisMode::Cluster, None).unwrap();
+        assert_eq!(target.urls.len(), 2);
+        let mixed = "redis://127.0.0.1:7001,rediss://127.0.0.1:7002";
+        assert!(RedisTarget::new(mixed, RedisMode::Cluster, None).is_err());
+        assert!(RedisTarget::new("", RedisMode::Shared, None).is_err());
+    }
+
+    #[test]
+    fn a_ca_file_is_for_tls_urls_only() {
+        let ca = Path::new("/nonexistent/ca.pem");
+        let plain = RedisTarget::new("redis://127.0.0.1:6379", RedisMode::Shared, Some(ca));
+        assert!(plain.err().unwrap().to_string().contains("not rediss://"));
+        let unreadable = RedisTarget::new("rediss://127.0.0.1:6379", RedisMode::Shared, Some(ca));
+        assert!(unreadable
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("cannot read"));
+    }
+}
