@@ -32,7 +32,7 @@ use crate::{
         db::Db,
         ids::IdGenerator,
         live::LiveHub,
-        redis::{self as redis_access, Keys, RedisTarget},
+        redis::{self as redis_access, durability::Durability, Keys, RedisTarget},
         ConsumerTimings, Infra, Instance,
     },
 };
@@ -86,6 +86,11 @@ impl Services {
             clock,
             ids: Arc::new(ids),
             live: LiveHub::new(target.clone()),
+            durability: Arc::new(Durability::new(
+                config.redis_wait_replicas,
+                Duration::from_millis(config.redis_wait_timeout_ms),
+                config.redis_wait_writes.clone(),
+            )),
             instance: Instance {
                 id: format!("engage-{}", uuid::Uuid::new_v4().simple()).into(),
                 redis: target,

@@ -46,6 +46,37 @@ pub struct Config {
     )]
     pub redis_mode: crate::infra::redis::RedisMode,
 
+    /// Replicas that must hold a write before it is acknowledged (`WAIT N`), for the writes
+    /// of `ENGAGE_REDIS_WAIT_WRITES`; 0 acknowledges once the master has it.
+    #[arg(
+        long,
+        env = "ENGAGE_REDIS_WAIT_REPLICAS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub redis_wait_replicas: u32,
+
+    /// Which writes wait for `ENGAGE_REDIS_WAIT_REPLICAS` replicas: `orders`, `likes`,
+    /// `points`, comma separated.
+    #[arg(
+        long,
+        env = "ENGAGE_REDIS_WAIT_WRITES",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "orders",
+        global = true
+    )]
+    pub redis_wait_writes: Vec<crate::infra::redis::durability::DurableWrite>,
+
+    /// Longest wait for those replicas, in milliseconds; fewer in time answers UNAVAILABLE.
+    #[arg(
+        long,
+        env = "ENGAGE_REDIS_WAIT_TIMEOUT_MS",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub redis_wait_timeout_ms: u64,
+
     /// A PEM file of the certificate authority that signed the Redis servers' TLS
     /// certificates (`rediss://`), when it is not one the system trusts.
     #[arg(long, env = "ENGAGE_REDIS_CA_FILE", global = true)]
@@ -385,8 +416,9 @@ pub struct Config {
 pub const MIN_JWT_SECRET_BYTES: usize = 32;
 
 impl Config {
-    /// Refuses settings that would leave the service open: a short secret, or the
-    /// development secret (and with it `/dev/token`) on an address other hosts can reach.
+    /// Refuses settings that would leave the service open (a short secret, or the
+    /// development secret and with it `/dev/token` on an address other hosts can reach) or
+    /// would not do what they say (waiting for replicas through a pool).
     pub fn check(&self) -> anyhow::Result<()> {
         match self.jwt_secret.as_deref() {
             Some("") => anyhow::bail!(
@@ -406,8 +438,16 @@ impl Config {
                  ENGAGE_JWT_SECRET (at least {MIN_JWT_SECRET_BYTES} bytes) to listen there",
                 self.bind
             ),
-            _ => Ok(()),
+            _ => {}
         }
+        if self.redis_wait_replicas > 0 && self.redis_mode == crate::infra::redis::RedisMode::Pool {
+            anyhow::bail!(
+                "ENGAGE_REDIS_WAIT_REPLICAS needs ENGAGE_REDIS_MODE=shared or cluster: WAIT \
+                 covers the writes of the connection it is sent on, and a pool lends each \
+                 request another"
+            );
+        }
+        Ok(())
     }
 
     /// The secret tokens are signed with; the development one when none is configured.

@@ -176,6 +176,8 @@ impl From<redis::RedisError> for AppError {
             || error.is_connection_dropped()
             || error.is_connection_refusal()
             || error.is_timeout()
+            || error.is_cluster_error()
+            || error.kind() == redis::ErrorKind::ClusterConnectionNotFound
             || redis_refuses_for_now(&error)
         {
             Self::Unavailable(format!("redis: {error}"))

@@ -41,6 +41,8 @@ pub struct Infra {
     pub ids: Arc<IdGenerator>,
     /// The one pub/sub connection of this instance, fanned out to subscriptions.
     pub live: Arc<LiveHub>,
+    /// Which writes wait for replicas before they are acknowledged.
+    pub durability: Arc<redis::durability::Durability>,
     pub instance: Instance,
 }
 

@@ -775,3 +775,39 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     let report = app.state.features.jobs.verify().await.unwrap();
     assert!(report.is_clean(), "{report:?}");
 }
+
+#[tokio::test]
+async fn with_replicas_required_an_order_is_acknowledged_only_once_they_hold_it() {
+    use engage::infra::redis::{durability::DurableWrite, RedisMode};
+    // More replicas than any master has: the order is taken on the master, but the request
+    // cannot be acknowledged as safe from a failover, so it answers UNAVAILABLE; the retry
+    // finds the order.
+    let app = TestApp::spawn_with(|config| {
+        config.redis_wait_replicas = 5;
+        config.redis_wait_timeout_ms = 100;
+        config.redis_wait_writes = vec![DurableWrite::Orders];
+        if config.redis_mode == RedisMode::Pool {
+            config.redis_mode = RedisMode::Shared;
+        }
+    })
+    .await;
+    let first = voucher(&app, 10, 60).await;
+    let token = app.user_token(7);
+    let response = app.gql(Some(&token), SECKILL, json!({ "v": first })).await;
+    assert_eq!(first_code(&response), "UNAVAILABLE", "{response}");
+    let retried = app.gql(Some(&token), SECKILL, json!({ "v": first })).await;
+    assert_eq!(first_code(&retried), "ALREADY_ORDERED", "{retried}");
+
+    // On the cluster every master has one replica: WAIT 1 is met and the order answers.
+    if app.state.infra.instance.redis.is_cluster() {
+        let app = TestApp::spawn_with(|config| config.redis_wait_replicas = 1).await;
+        let second = voucher(&app, 10, 60).await;
+        buy(&app, &app.user_token(7), &second).await;
+    }
+
+    // A pool cannot wait: WAIT would ask about another connection's writes.
+    let mut config = crate::harness::base_config();
+    config.redis_mode = RedisMode::Pool;
+    config.redis_wait_replicas = 1;
+    assert!(config.check().is_err());
+}

@@ -20,6 +20,8 @@ use std::{
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
+use crate::infra::redis::durability::DurableWrite;
+
 pub use rules::{PointsRules, PointsType};
 
 use std::sync::Arc;
@@ -119,6 +121,20 @@ pub fn service_key(key: &str) -> AppResult<String> {
         )));
     }
     Ok(format!("service:{key}"))
+}
+
+impl Points {
+    /// Waits for replicas to hold a points write (`ENGAGE_REDIS_WAIT_WRITES=points`), unless
+    /// the script answered that a rebuild held it back.
+    pub(crate) async fn confirm_unless_held(&self, status: i64, key: &str) -> AppResult<()> {
+        if status == Status::Held.code() {
+            return Ok(());
+        }
+        self.infra
+            .durability
+            .confirm(DurableWrite::Points, &self.infra.redis, key)
+            .await
+    }
 }
 
 /// How long a points write waits for a rebuild to lift its hold before it answers
@@ -225,7 +241,7 @@ impl Points {
             || async move {
                 let (season, season_seconds) = self.season_now();
                 let mut conn = self.infra.redis.get().await?;
-                Ok(POINTS_AWARD
+                let reply: (i64, i64) = POINTS_AWARD
                     .call(
                         [
                             keys.points_today(user_id, self.infra.clock.today()),
@@ -250,7 +266,11 @@ impl Points {
                         ),
                     )
                     .invoke_async(&mut *conn)
-                    .await?)
+                    .await?;
+                drop(conn);
+                self.confirm_unless_held(reply.0, &keys.season_board(season))
+                    .await?;
+                Ok(reply)
             },
             |(awarded, _)| *awarded,
         )

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use async_graphql::dataloader::Loader;
 use sqlx::Row;
 
+use crate::infra::redis::durability::DurableWrite;
+
 use crate::{
     features::remarks::Remarks,
     infra::{
@@ -147,8 +149,16 @@ impl Remarks {
                 )
                 .invoke_async(&mut *conn)
                 .await?;
+            let status = Status::of(script.name, status)?;
+            if status == Status::Ok && changed == 1 {
+                let counter = keys.remark_info(remark_id, settings.shards);
+                self.infra
+                    .durability
+                    .confirm(DurableWrite::Likes, &self.infra.redis, &counter)
+                    .await?;
+            }
             drop(conn);
-            match Status::of(script.name, status)? {
+            match status {
                 Status::Ok => {
                     return Ok(VoteOutcome {
                         remark_id,

@@ -85,7 +85,7 @@ impl SignIn {
             || async move {
                 let (season, season_seconds) = self.points.season_now();
                 let mut conn = self.infra.redis.get().await?;
-                Ok(SIGNIN_SIGN
+                let reply: (i64, i64, i64) = SIGNIN_SIGN
                     .call(
                         [
                             keys.sign_bitmap(user_id, month),
@@ -116,7 +116,12 @@ impl SignIn {
                         ),
                     )
                     .invoke_async(&mut *conn)
-                    .await?)
+                    .await?;
+                drop(conn);
+                self.points
+                    .confirm_unless_held(reply.0, &keys.season_board(season))
+                    .await?;
+                Ok(reply)
             },
             |(already, _, _)| *already,
         )
@@ -146,7 +151,7 @@ impl SignIn {
             || async move {
                 let (season, season_seconds) = self.points.season_now();
                 let mut conn = self.infra.redis.get().await?;
-                Ok(SIGNIN_MAKE_UP
+                let reply: (i64, i64, i64, i64) = SIGNIN_MAKE_UP
                     .call(
                         [
                             keys.sign_bitmap(user_id, month),
@@ -179,7 +184,12 @@ impl SignIn {
                         ),
                     )
                     .invoke_async(&mut *conn)
-                    .await?)
+                    .await?;
+                drop(conn);
+                self.points
+                    .confirm_unless_held(reply.0, &keys.season_board(season))
+                    .await?;
+                Ok(reply)
             },
             |(status, _, _, _)| *status,
         )

@@ -24,6 +24,8 @@ use std::{collections::HashMap, time::Duration};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
+use crate::infra::redis::durability::DurableWrite;
+
 use crate::{
     features::{
         items::Items,
@@ -392,8 +394,16 @@ impl Vouchers {
                 )
                 .invoke_async(&mut *conn)
                 .await?;
+            let status = Status::of(VOUCHERS_SECKILL.name, status)?;
+            if status == Status::Ok {
+                let voucher = keys.voucher(voucher_id, self.shards());
+                self.infra
+                    .durability
+                    .confirm(DurableWrite::Orders, &self.infra.redis, &voucher)
+                    .await?;
+            }
             drop(conn);
-            match Status::of(VOUCHERS_SECKILL.name, status)? {
+            match status {
                 Status::Ok => {
                     let order = NewOrder {
                         order_id,

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use sqlx::Row;
 
+use crate::infra::redis::durability::DurableWrite;
+
 use super::EXPIRY_TOPIC;
 use crate::infra::page::PageArgs;
 use crate::{
@@ -232,8 +234,16 @@ impl Vouchers {
             )
             .invoke_async(&mut *conn)
             .await?;
+        let status = Status::of(VOUCHERS_SETTLE.name, status)?;
+        if status == Status::Ok {
+            let order = keys.order(voucher_id, order_id, shards);
+            self.infra
+                .durability
+                .confirm(DurableWrite::Orders, &self.infra.redis, &order)
+                .await?;
+        }
         let now = OrderStatus::parse(&now);
-        match (Status::of(VOUCHERS_SETTLE.name, status)?, now) {
+        match (status, now) {
             (Status::Ok, Some(now)) => Ok(Some((true, now))),
             (Status::Already, Some(now)) => Ok(Some((false, now))),
             (Status::Missing, _) => Ok(None),

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod counting;
+pub mod durability;
 pub mod keys;
 pub mod scripts;
 pub mod status;
