@@ -3,9 +3,14 @@
 //! - pipelines whose commands live in different slots, split per slot and sent at the same
 //!   time (the crate sends a pipeline to one node, and a page of remarks spans the like
 //!   shards);
-//! - the masters, for what runs on each of them (SCAN).
+//! - the masters, for what runs on each of them (SCAN);
+//! - a watchdog that replaces the connection should it wedge ([`ClusterLink`]).
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{atomic::AtomicU64, Arc, Weak},
+    time::Duration,
+};
 
 use futures::future::try_join_all;
 use redis::{
@@ -14,6 +19,8 @@ use redis::{
     cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot},
     FromRedisValue, Pipeline, RedisResult, Value,
 };
+
+use super::{counting::CountedConnection, RedisTarget};
 
 /// Sends a pipeline on a cluster: as it is when its commands share a slot (or it is a
 /// transaction, which must), otherwise one pipeline per slot, at the same time; the replies
@@ -152,4 +159,86 @@ pub async fn on_node(
         }),
     )
     .await
+}
+
+/// The instance's connection to the cluster, replaced when it stops answering.
+///
+/// The `redis` crate's cluster connection can wedge for good: when a slot refresh (after
+/// MOVED replies, as while slots are resharded) waits for its lock behind a request that
+/// was granted the lock but is only polled once the refresh is done, every later command
+/// waits for its response timeout. A watchdog sends PING to one node each second; after
+/// three in a row get no answer, it connects afresh and swaps the new connection in
+/// (commands in flight on the old one fail UNAVAILABLE; stream workers reconnect on their
+/// next error). A node that is merely down does not trip it: PING goes to a connected node.
+pub struct ClusterLink {
+    current: std::sync::RwLock<CountedConnection>,
+}
+
+/// How often the watchdog asks, how long it waits, and after how many silences it replaces.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+const WATCH_TIMEOUT: Duration = Duration::from_millis(1500);
+const SILENCES: u32 = 3;
+
+impl ClusterLink {
+    /// Connects, and watches the connection for as long as the link lives.
+    pub async fn connect(
+        target: &RedisTarget,
+        round_trips: Arc<AtomicU64>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let conn = super::cluster_builder(target)
+            .build()?
+            .get_async_connection()
+            .await?;
+        let link = Arc::new(Self {
+            current: std::sync::RwLock::new(CountedConnection::cluster(conn, round_trips.clone())),
+        });
+        tokio::spawn(watch(Arc::downgrade(&link), target.clone(), round_trips));
+        Ok(link)
+    }
+
+    pub fn current(&self) -> CountedConnection {
+        self.current.read().expect("poisoned").clone()
+    }
+}
+
+async fn watch(link: Weak<ClusterLink>, target: RedisTarget, round_trips: Arc<AtomicU64>) {
+    let mut silences = 0;
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        let Some(current) = link.upgrade().map(|link| link.current()) else {
+            return; // the instance is gone
+        };
+        let Some(mut conn) = current.as_cluster().cloned() else {
+            return;
+        };
+        let ping = conn.route_command(
+            redis::cmd("PING"),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        );
+        match tokio::time::timeout(WATCH_TIMEOUT, ping).await {
+            Err(_) => silences += 1,
+            Ok(_) => silences = 0,
+        }
+        if silences < SILENCES {
+            continue;
+        }
+        let fresh = async {
+            let client = super::cluster_builder(&target).build()?;
+            client.get_async_connection().await
+        };
+        match tokio::time::timeout(WATCH_TIMEOUT * 2, fresh).await {
+            Ok(Ok(fresh)) => {
+                let Some(link) = link.upgrade() else { return };
+                *link.current.write().expect("poisoned") =
+                    CountedConnection::cluster(fresh, round_trips.clone());
+                metrics::counter!("engage_redis_cluster_reconnects_total").increment(1);
+                tracing::warn!(
+                    "the Redis Cluster connection stopped answering for {SILENCES} s: replaced"
+                );
+                silences = 0;
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "the Redis Cluster cannot be reached"),
+            Err(_) => tracing::warn!("the Redis Cluster does not answer a new connection"),
+        }
+    }
 }

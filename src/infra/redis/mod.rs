@@ -35,7 +35,7 @@ pub use target::RedisTarget;
 pub enum RedisPool {
     Pool(bb8::Pool<counting::CountingManager>),
     Shared(counting::CountedConnection),
-    Cluster(counting::CountedConnection),
+    Cluster(Arc<cluster::ClusterLink>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -99,14 +99,15 @@ impl RedisPool {
     pub async fn get(&self) -> Result<RedisConn<'_>, bb8::RunError<redis::RedisError>> {
         match self {
             Self::Pool(pool) => pool.get().await.map(RedisConn::Pooled),
-            Self::Shared(conn) | Self::Cluster(conn) => Ok(RedisConn::Shared(conn.clone())),
+            Self::Shared(conn) => Ok(RedisConn::Shared(conn.clone())),
+            Self::Cluster(link) => Ok(RedisConn::Shared(link.current())),
         }
     }
 
     /// The cluster connection, in cluster mode.
     pub fn cluster(&self) -> Option<ClusterConnection> {
         match self {
-            Self::Cluster(conn) => conn.as_cluster().cloned(),
+            Self::Cluster(link) => link.current().as_cluster().cloned(),
             _ => None,
         }
     }
@@ -245,15 +246,16 @@ pub async fn connect(
             RedisPool::Shared(counting::CountedConnection::shared(manager, round_trips))
         }
         RedisMode::Cluster => {
-            let client = cluster_builder(target).build()?;
-            let conn = client.get_async_connection().await.with_context(|| {
-                format!(
-                    "Redis Cluster does not answer at {} (start a local one with \
-                     deploy/redis-cluster/start)",
-                    target.describe()
-                )
-            })?;
-            RedisPool::Cluster(counting::CountedConnection::cluster(conn, round_trips))
+            let link = cluster::ClusterLink::connect(target, round_trips)
+                .await
+                .with_context(|| {
+                    format!(
+                        "Redis Cluster does not answer at {} (start a local one with \
+                         deploy/redis-cluster/start)",
+                        target.describe()
+                    )
+                })?;
+            RedisPool::Cluster(link)
         }
     };
     let url = target.describe();
