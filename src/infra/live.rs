@@ -61,6 +61,8 @@ pub struct LiveHub {
     sink: Mutex<Option<Sink>>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE so that a late unsubscribe cannot undo a subscribe.
     changes: tokio::sync::Mutex<()>,
+    /// Told when the cluster connection stopped answering: the runner connects afresh.
+    stuck: tokio::sync::Notify,
 }
 
 impl LiveHub {
@@ -70,6 +72,7 @@ impl LiveHub {
             topics: Mutex::new(HashMap::new()),
             sink: Mutex::new(None),
             changes: tokio::sync::Mutex::new(()),
+            stuck: tokio::sync::Notify::new(),
         })
     }
 
@@ -93,6 +96,9 @@ impl LiveHub {
                 if let Err(error) = sink.subscribe(std::slice::from_ref(&channel)).await {
                     // The runner resubscribes every channel when it reconnects.
                     tracing::warn!(%error, channel, "live hub: subscribe failed");
+                    if error.is_timeout() {
+                        self.stuck.notify_one();
+                    }
                 }
             }
         }
@@ -316,7 +322,7 @@ impl Sink {
             Self::Cluster(conn) => {
                 // One at a time: channels of different slots cannot share a command.
                 for channel in channels {
-                    conn.ssubscribe(channel).await?;
+                    within_time(conn.ssubscribe(channel)).await?;
                 }
                 Ok(())
             }
@@ -326,8 +332,25 @@ impl Sink {
     async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         match self {
             Self::Node(sink) => sink.unsubscribe(channel).await,
-            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
+            Self::Cluster(conn) => within_time(conn.sunsubscribe(channel)).await,
         }
+    }
+}
+
+/// How long a cluster (un)subscription may take. The `redis` crate's cluster connection can
+/// wedge during a slot refresh (see `infra::redis::cluster::ClusterLink`); a subscription
+/// that does not answer in time fails, and the hub connects afresh.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+async fn within_time(
+    change: impl Future<Output = redis::RedisResult<()>>,
+) -> redis::RedisResult<()> {
+    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, change).await {
+        Ok(done) => done,
+        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the cluster did not confirm a subscription",
+        ))),
     }
 }
 
@@ -440,11 +463,16 @@ async fn run_on_cluster(infra: Infra) {
         loop {
             let push = tokio::select! {
                 () = infra.instance.shutdown.cancelled() => return,
+                () = hub.stuck.notified() => {
+                    tracing::warn!("live hub: the cluster connection stopped answering, reconnecting");
+                    break;
+                }
                 push = received.recv() => push,
             };
             let Some(push) = push else { break };
             hub.on_cluster_push(push);
         }
+        *hub.sink.lock().expect("poisoned") = None;
     }
 }
 
@@ -487,6 +515,9 @@ impl LiveHub {
                         if hub.topics.lock().expect("poisoned").contains_key(&name) {
                             if let Err(error) = sink.subscribe(std::slice::from_ref(&name)).await {
                                 tracing::warn!(%error, channel = name, "live hub: resubscribe failed");
+                                if error.is_timeout() {
+                                    hub.stuck.notify_one();
+                                }
                             }
                         }
                     }
