@@ -32,6 +32,9 @@ use engage::infra::{
 use serde_json::{json, Value};
 use sqlx::Row;
 
+#[path = "support/mod.rs"]
+mod support;
+
 #[derive(Parser)]
 struct Args {
     /// The `engage` binary under test.
@@ -122,7 +125,7 @@ async fn main() -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?;
-    wait_for("the server", || async {
+    support::wait_for("the server", || async {
         http.get(format!("http://127.0.0.1:{port}/readyz"))
             .send()
             .await
@@ -274,16 +277,7 @@ async fn fixtures(
 ) -> anyhow::Result<(String, Vec<i64>, String)> {
     let admin = tokens.mint(1, Role::Admin, 7200, None);
     let post = |token: String, query: &'static str, variables: Value| async move {
-        let body: Value = http
-            .post(url)
-            .bearer_auth(token)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await?
-            .json()
-            .await?;
-        anyhow::ensure!(body.get("errors").is_none(), "{body}");
-        anyhow::Ok(body["data"].clone())
+        support::data(http, url, &token, query, variables).await
     };
     let item = post(
         admin.clone(),
@@ -630,18 +624,4 @@ fn cli(port: u16, command: &[&str]) -> anyhow::Result<String> {
         "redis-cli -p {port} {command:?} failed"
     );
     Ok(String::from_utf8(output.stdout)?)
-}
-
-async fn wait_for<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if check().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("{what} did not come up within 30 s")
 }

@@ -168,7 +168,7 @@ async fn main() -> anyhow::Result<()> {
     let mut redis_server = start_redis(work.path())?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     let redis = redis::Client::open(redis_url.as_str())?;
-    wait_for("Redis", || async {
+    support::wait_for("Redis", || async {
         redis.get_multiplexed_async_connection().await.is_ok()
     })
     .await?;
@@ -506,7 +506,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis_server = start_redis(work.path())?;
     let back = Instant::now();
-    wait_for("Redis back", || async {
+    support::wait_for("Redis back", || async {
         redis.get_multiplexed_async_connection().await.is_ok()
     })
     .await?;
@@ -781,23 +781,9 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if check().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("{what}: not within 30 s")
-}
-
 async fn wait_ready(instance: &Instance) -> anyhow::Result<()> {
     let url = instance.url().replace("/graphql", "/readyz");
-    wait_for(instance.name, || async {
+    support::wait_for(instance.name, || async {
         reqwest::get(&url)
             .await
             .is_ok_and(|r| r.status().is_success())

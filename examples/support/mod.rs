@@ -56,3 +56,18 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
 pub fn patient_redis() -> redis::AsyncConnectionConfig {
     redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)))
 }
+
+/// Polls `check` every 100 ms until it holds, for at most 30 s.
+pub async fn wait_for<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..300 {
+        if check().await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("{what}: not within 30 s")
+}

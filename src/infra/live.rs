@@ -367,21 +367,7 @@ pub async fn run(infra: Infra) {
         let connected = async {
             let client = hub.target.client()?;
             let (sink, stream) = client.get_async_pubsub().await?.split();
-            let mut sink = Sink::Node(sink);
-            let channels: Vec<String> = hub
-                .topics
-                .lock()
-                .expect("poisoned")
-                .keys()
-                .cloned()
-                .collect();
-            {
-                let _serial = hub.changes.lock().await;
-                if !channels.is_empty() {
-                    sink.subscribe(&channels).await?;
-                }
-                *hub.sink.lock().expect("poisoned") = Some(sink);
-            }
+            hub.install(Sink::Node(sink)).await?;
             redis::RedisResult::Ok(stream)
         };
         let stream = tokio::select! {
@@ -410,12 +396,41 @@ pub async fn run(infra: Infra) {
         }
         *hub.sink.lock().expect("poisoned") = None;
         hub.broadcast_resync();
-        tokio::select! {
-            () = infra.instance.shutdown.cancelled() => return,
-            () = tokio::time::sleep(crate::infra::backoff::jittered(delay)) => {}
+        if !pause(&infra, &mut delay).await {
+            return;
         }
-        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
     }
+}
+
+impl LiveHub {
+    /// Subscribes every wanted channel on a new connection's sink, then makes it the sink
+    /// that later subscriptions use (serialised with them).
+    async fn install(&self, mut sink: Sink) -> redis::RedisResult<()> {
+        let channels: Vec<String> = self
+            .topics
+            .lock()
+            .expect("poisoned")
+            .keys()
+            .cloned()
+            .collect();
+        let _serial = self.changes.lock().await;
+        if !channels.is_empty() {
+            sink.subscribe(&channels).await?;
+        }
+        *self.sink.lock().expect("poisoned") = Some(sink);
+        Ok(())
+    }
+}
+
+/// Waits before the next connection attempt, doubling `delay` up to the longest pause;
+/// false at shutdown.
+async fn pause(infra: &Infra, delay: &mut Duration) -> bool {
+    tokio::select! {
+        () = infra.instance.shutdown.cancelled() => return false,
+        () = tokio::time::sleep(crate::infra::backoff::jittered(*delay)) => {}
+    }
+    *delay = (*delay * 2).min(MAX_RECONNECT_DELAY);
+    true
 }
 
 /// The hub on a cluster. Its connection reconnects by itself and resubscribes what it had
@@ -432,18 +447,8 @@ async fn run_on_cluster(infra: Infra) {
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(pushes)
                 .build()?;
-            let mut sink = Sink::Cluster(client.get_async_connection().await?);
-            let channels: Vec<String> = hub
-                .topics
-                .lock()
-                .expect("poisoned")
-                .keys()
-                .cloned()
-                .collect();
-            let _serial = hub.changes.lock().await;
-            sink.subscribe(&channels).await?;
-            *hub.sink.lock().expect("poisoned") = Some(sink);
-            redis::RedisResult::Ok(())
+            hub.install(Sink::Cluster(client.get_async_connection().await?))
+                .await
         };
         let connected = tokio::select! {
             () = infra.instance.shutdown.cancelled() => return,
@@ -452,13 +457,12 @@ async fn run_on_cluster(infra: Infra) {
         if let Err(error) = connected {
             tracing::warn!(%error, "live hub: cannot connect to the Redis Cluster");
             *hub.sink.lock().expect("poisoned") = None;
-            tokio::select! {
-                () = infra.instance.shutdown.cancelled() => return,
-                () = tokio::time::sleep(crate::infra::backoff::jittered(delay)) => {}
+            if !pause(&infra, &mut delay).await {
+                return;
             }
-            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
             continue;
         }
+        delay = Duration::from_millis(100);
         hub.broadcast_resync();
         loop {
             let push = tokio::select! {

@@ -104,14 +104,6 @@ impl RedisPool {
         }
     }
 
-    /// The cluster connection, in cluster mode.
-    pub fn cluster(&self) -> Option<ClusterConnection> {
-        match self {
-            Self::Cluster(link) => link.current().as_cluster().cloned(),
-            _ => None,
-        }
-    }
-
     /// Every key matching `pattern`, on every master of a cluster. For maintenance and
     /// recovery, never for a request: SCAN walks the whole keyspace.
     pub async fn scan(&self, pattern: &str) -> redis::RedisResult<Vec<String>> {

@@ -81,7 +81,7 @@ impl RedisTarget {
         }
     }
 
-    /// The first node's URL, for messages.
+    /// The URLs as configured, for messages.
     pub fn describe(&self) -> String {
         self.urls.join(",")
     }

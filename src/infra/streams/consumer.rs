@@ -30,13 +30,16 @@
 //! over the instance's cluster connection, and polls rather than blocks (a blocking read
 //! would hold up every other command on that node's connection).
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::HashSet,
+    sync::{atomic::AtomicU64, Arc},
+    time::Duration,
+};
 
 use redis::{
-    aio::{ConnectionLike, MultiplexedConnection},
     cluster_routing::{Route, SlotAddr},
     streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
-    AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
+    AsyncConnectionConfig,
 };
 
 use super::{entries_of, parse_id, HandleError, StreamEntry, StreamHandler};
@@ -111,7 +114,9 @@ struct Worker {
     streams: Vec<String>,
     consumer: String,
     handler: Arc<dyn StreamHandler>,
-    conn: Option<Link>,
+    /// Its own connection on one node (its reads block there), the instance's shared
+    /// cluster connection on a cluster (which splits pipelines per slot).
+    conn: Option<CountedConnection>,
     /// Whether entries may be pending for this consumer (at start, and after anything
     /// left some unacknowledged): they are read again before new ones.
     own_pending: bool,
@@ -189,20 +194,20 @@ enum Progress {
 }
 
 impl Worker {
-    async fn conn(&mut self) -> anyhow::Result<&mut Link> {
+    async fn conn(&mut self) -> anyhow::Result<&mut CountedConnection> {
         if self.conn.is_none() {
             let mut conn = if self.infra.instance.redis.is_cluster() {
-                Link::Cluster(self.infra.redis.get().await?.clone())
+                self.infra.redis.get().await?.clone()
             } else {
                 let client = self.infra.instance.redis.client()?;
                 // Blocking reads wait up to `block`; the default response timeout is shorter.
                 let config = AsyncConnectionConfig::new()
                     .set_response_timeout(Some(self.spec.block + Duration::from_secs(5)));
-                Link::Own(
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                )
+                let own = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                // Not counted with the requests' round trips.
+                CountedConnection::own(own, Arc::new(AtomicU64::new(0)))
             };
             for stream in &self.streams {
                 let created: redis::RedisResult<()> = redis::cmd("XGROUP")
@@ -294,7 +299,7 @@ impl Worker {
         };
         let streams = self.streams.clone();
         let conn = self.conn().await?;
-        if !conn.is_cluster() {
+        if conn.as_cluster().is_none() {
             let reply: Option<StreamReadReply> = read(&streams, block).query_async(conn).await?;
             return Ok(reply.map(entries_of).unwrap_or_default());
         }
@@ -490,46 +495,5 @@ impl Worker {
             }
         }
         Ok(())
-    }
-}
-
-/// The worker's connection: its own on one node (its reads block there), the instance's
-/// shared cluster connection on a cluster (which splits pipelines per slot).
-enum Link {
-    Own(MultiplexedConnection),
-    Cluster(CountedConnection),
-}
-
-impl Link {
-    fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
-    }
-}
-
-impl ConnectionLike for Link {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Own(conn) => conn.req_packed_command(cmd),
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Own(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Own(conn) => conn.get_db(),
-            Self::Cluster(conn) => conn.get_db(),
-        }
     }
 }
