@@ -55,6 +55,9 @@ struct Args {
     /// members of a real board (who signed in to earn points) have.
     #[arg(long)]
     database_url: Option<String>,
+    /// The server's `ENGAGE_POINTS_BUCKETS` (the parts the board is written to).
+    #[arg(long, default_value_t = 1)]
+    points_buckets: u32,
 }
 
 #[tokio::main]
@@ -134,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
         .to_string();
     let season = Month::parse_id(&season)
         .ok_or_else(|| anyhow::anyhow!("the server answered season {season:?}"))?;
-    let board = Keys::new(args.prefix.clone()).season_board(season);
+    let keys = Keys::new(args.prefix.clone()).with_points_buckets(args.points_buckets);
     let mut conn = redis::Client::open(args.redis.as_str())?
         .get_multiplexed_async_connection_with_config(&support::patient_redis())
         .await?;
@@ -146,18 +149,25 @@ async fn main() -> anyhow::Result<()> {
             let points: u64 = rng.random_range(1..5_000);
             let tie: u64 = rng.random_range(0..2_678_400);
             let score = points as f64 * 4_194_304.0 + (4_194_303 - tie) as f64;
+            let user = 4_000_000_000_i64 + member as i64;
             pipe.cmd("ZADD")
-                .arg(&board)
+                .arg(keys.season_board_of(season, user))
                 .arg(score)
-                .arg(4_000_000_000_i64 + member as i64)
+                .arg(user)
                 .ignore();
         }
         let () = pipe.query_async(&mut conn).await?;
     }
-    let members: usize = redis::cmd("ZCARD")
-        .arg(&board)
-        .query_async(&mut conn)
-        .await?;
+    let mut sizes = redis::pipe();
+    for part in keys.season_board_parts(season) {
+        sizes.cmd("ZCARD").arg(part);
+    }
+    let members: usize = sizes
+        .query_async::<Vec<usize>>(&mut conn)
+        .await?
+        .into_iter()
+        .sum();
+    let board = keys.season_board_parts(season).join(",");
     if let Some(url) = &args.database_url {
         member_rows(url, &args.prefix, &mut conn, args.members).await?;
     }

@@ -3,11 +3,11 @@
   (a partial award up to the cap is allowed).
 
   Input:
-    KEYS[1] today's points hash   {points}:daily:<user>:<YYYYMMDD>
-    KEYS[2] idempotency marker    {points}:award:<user>:<key>
-    KEYS[3] season board          {points}:board:<YYYYMM>
-    KEYS[4] points stream         {points}:events
-    KEYS[5] rebuild hold          {points}:rebuilding
+    KEYS[1] today's points hash   {points:B}:daily:<user>:<YYYYMMDD>
+    KEYS[2] idempotency marker    {points:B}:award:<user>:<key>
+    KEYS[3] season board          {points:B}:board:<YYYYMM>
+    KEYS[4] points stream         {points:B}:events
+    KEYS[5] rebuild hold          {points:B}:rebuilding
     ARGV[1] user id   ARGV[2] type   ARGV[3] requested points   ARGV[4] daily cap (-1: none)
     ARGV[5] now, epoch ms   ARGV[6] seconds since the season began   ARGV[7] season id
     ARGV[8] board channel   ARGV[9] idempotency key   ARGV[10] marker TTL seconds

@@ -3,8 +3,8 @@
   point only (no streak bonus).
 
   Input:
-    KEYS[1..6] as signin_sign.lua   KEYS[7] make-up counter {points}:makeups:<user>:<YYYYMM>
-    KEYS[8] rebuild hold {points}:rebuilding
+    KEYS[1..6] as signin_sign.lua   KEYS[7] make-up counter {points:B}:makeups:<user>:<YYYYMM>
+    KEYS[8] rebuild hold {points:B}:rebuilding
     ARGV[1] user id     ARGV[2] the missed day (before today)   ARGV[3] today's day
     ARGV[4] days in the previous month
     ARGV[5] previous month YYYYMM   ARGV[6] the month before it YYYYMM

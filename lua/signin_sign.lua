@@ -3,13 +3,13 @@
   computes the streak and awards SIGN_IN points with the streak bonus.
 
   Input:
-    KEYS[1] this month's bitmap      {points}:sign:<user>:<YYYYMM>
-    KEYS[2] previous month's bitmap  {points}:sign:<user>:<YYYYMM-1>
-    KEYS[3] streak hash              {points}:streak:<user>
-    KEYS[4] today's points hash      {points}:daily:<user>:<YYYYMMDD>
-    KEYS[5] season board             {points}:board:<YYYYMM>
-    KEYS[6] points stream            {points}:events
-    KEYS[7] rebuild hold             {points}:rebuilding
+    KEYS[1] this month's bitmap      {points:B}:sign:<user>:<YYYYMM>
+    KEYS[2] previous month's bitmap  {points:B}:sign:<user>:<YYYYMM-1>
+    KEYS[3] streak hash              {points:B}:streak:<user>
+    KEYS[4] today's points hash      {points:B}:daily:<user>:<YYYYMMDD>
+    KEYS[5] season board             {points:B}:board:<YYYYMM>
+    KEYS[6] points stream            {points:B}:events
+    KEYS[7] rebuild hold             {points:B}:rebuilding
     ARGV[1] user id          ARGV[2] day of month (1..31)
     ARGV[3] days in the previous month
     ARGV[4] previous month YYYYMM    ARGV[5] the month before it YYYYMM

@@ -70,7 +70,9 @@ impl Services {
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
 
-        let keys = Keys::new(config.redis_prefix.clone()).on_cluster(target.is_cluster());
+        let keys = Keys::new(config.redis_prefix.clone())
+            .on_cluster(target.is_cluster())
+            .with_points_buckets(config.points_buckets());
         let clock = Clock::new(config.timezone);
         let ids = IdGenerator::new(
             redis.clone(),

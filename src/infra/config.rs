@@ -245,6 +245,13 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_LIKE_SHARDS", default_value_t = 4, global = true)]
     pub like_shards: u32,
 
+    /// User buckets of the points keys (daily totals, sign-ins, the season board's parts):
+    /// each bucket is one Redis Cluster slot, so more buckets spread points over more
+    /// nodes. Unset: 1 on one Redis node, 16 on a cluster. Changing it moves users to other
+    /// buckets: run `engage rebuild` after a change.
+    #[arg(long, env = "ENGAGE_POINTS_BUCKETS", global = true)]
+    pub points_buckets: Option<u32>,
+
     /// Days a like relation stays in Redis after its last change; older ones are answered
     /// by the SQL archive (so memory stays bounded and a like still counts once).
     #[arg(
@@ -414,12 +421,28 @@ pub struct Config {
 
 /// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
 pub const MIN_JWT_SECRET_BYTES: usize = 32;
+/// A board read asks every bucket, so buckets are bounded by what one read may ask.
+pub const MAX_POINTS_BUCKETS: u32 = 1024;
 
 impl Config {
     /// Refuses settings that would leave the service open (a short secret, or the
     /// development secret and with it `/dev/token` on an address other hosts can reach) or
     /// would not do what they say (waiting for replicas through a pool).
+    /// The points buckets in effect: as set, or what suits the Redis mode.
+    pub fn points_buckets(&self) -> u32 {
+        self.points_buckets.unwrap_or(match self.redis_mode {
+            crate::infra::redis::RedisMode::Cluster => 16,
+            _ => 1,
+        })
+    }
+
     pub fn check(&self) -> anyhow::Result<()> {
+        if !(1..=MAX_POINTS_BUCKETS).contains(&self.points_buckets()) {
+            anyhow::bail!(
+                "ENGAGE_POINTS_BUCKETS must be between 1 and {MAX_POINTS_BUCKETS}, got {}",
+                self.points_buckets()
+            );
+        }
         match self.jwt_secret.as_deref() {
             Some("") => anyhow::bail!(
                 "ENGAGE_JWT_SECRET is set but empty; set it to a secret of at least \

@@ -50,7 +50,7 @@ async fn many_members(app: &TestApp, season: Month) {
     for user in 1000..3500_i64 {
         let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
         pipe.cmd("ZADD")
-            .arg(app.state.infra.keys.season_board(season))
+            .arg(app.state.infra.keys.season_board_of(season, user))
             .arg(score)
             .arg(user)
             .ignore();
@@ -237,12 +237,14 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     assert_eq!(archived["leaderboard"]["season"]["current"], false);
 
     let mut conn = app.state.infra.redis.get().await.unwrap();
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(app.state.infra.keys.season_board(march))
-        .query_async(&mut *conn)
-        .await
-        .unwrap();
-    assert!(!exists, "the Redis board is unlinked");
+    for part in app.state.infra.keys.season_board_parts(march) {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&part)
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+        assert!(!exists, "the Redis board is unlinked: {part}");
+    }
     drop(conn);
 
     let seasons = app
@@ -351,7 +353,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         );
         sockets.push(socket);
     }
-    crate::harness::streams_settled(&app, &[app.state.infra.keys.points_stream()], "archive").await;
+    crate::harness::streams_settled(&app, &app.state.infra.keys.points_streams(), "archive").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The board changes behind the app's back (as another instance's award would), so that
@@ -366,12 +368,12 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     let score = 60.0 * engage::features::leaderboard::SCORE_TIME_UNIT;
     let () = redis::pipe()
         .cmd("ZADD")
-        .arg(app.state.infra.keys.season_board(season))
+        .arg(app.state.infra.keys.season_board_of(season, 92))
         .arg(score)
         .arg(92)
         .ignore()
         .cmd(app.state.infra.keys.publish_command())
-        .arg(app.state.infra.keys.board_channel(season))
+        .arg(app.state.infra.keys.board_channel_of(season, 92))
         .arg(92)
         .ignore()
         .query_async(&mut conn)
@@ -397,18 +399,22 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     assert_eq!(app.state.features.leaderboard.boards.readers(), 1);
 
     // The reader and its channel go with the last subscriber.
-    let channel = app.state.infra.keys.board_channel(season);
+    let channels = app.state.infra.keys.board_channels(season);
+    let listening = || {
+        channels
+            .iter()
+            .map(|channel| app.state.infra.live.local_subscribers(channel))
+            .sum::<usize>()
+    };
     drop(sockets);
     for _ in 0..250 {
-        if app.state.features.leaderboard.boards.readers() == 0
-            && app.state.infra.live.local_subscribers(&channel) == 0
-        {
+        if app.state.features.leaderboard.boards.readers() == 0 && listening() == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(app.state.features.leaderboard.boards.readers(), 0);
-    assert_eq!(app.state.infra.live.local_subscribers(&channel), 0);
+    assert_eq!(listening(), 0);
 }
 
 #[tokio::test]
@@ -495,7 +501,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
     // An award that took its season before midnight lands now, at the top of the board.
     let mut conn = app.state.infra.redis.get().await.unwrap();
     let _: i64 = redis::cmd("ZADD")
-        .arg(app.state.infra.keys.season_board(april))
+        .arg(app.state.infra.keys.season_board_of(april, 73))
         .arg(500.0 * 4_194_304.0)
         .arg(73)
         .query_async(&mut *conn)
@@ -605,4 +611,141 @@ async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_la
     let board = another.data(None, NAMES, json!({})).await;
     assert_eq!(names(&board), ["Ada", "Brian", "user13"]);
     assert!(name_in_redis(11).await);
+}
+
+/// A board in parts (one per points bucket) reads as one sorted set would: pages near the
+/// top and deep ones, ranks, ties across parts, the total, and the copy a rollover makes.
+#[tokio::test]
+async fn a_board_in_parts_reads_and_archives_as_one_board() {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.rollover_check_seconds = 3600;
+        config.points_buckets = Some(5);
+    })
+    .await;
+    let keys = &app.state.infra.keys;
+    assert_eq!(
+        keys.season_board_parts(Month::parse_id("203005").unwrap())
+            .len(),
+        5
+    );
+    app.state
+        .infra
+        .clock
+        .set(Utc.with_ymd_and_hms(2030, 5, 20, 12, 0, 0).unwrap());
+    let may = app.state.infra.clock.current_month();
+
+    // 3,000 members, with runs of equal scores that span parts (users 9 and 10, 19 and 20, …
+    // are in different buckets): Redis orders equals by member text, "9" before "10".
+    let mut members: Vec<(i64, f64)> = (1..=3000_i64)
+        .map(|user| {
+            let points = (user * 7919) % 400 + 1;
+            let seconds = if user % 10 < 2 { 0 } else { user % 1000 };
+            let score = engage::features::leaderboard::score_of(points, seconds) as f64;
+            (user, score)
+        })
+        .collect();
+    let mut conn = crate::harness::redis(&app).await;
+    let mut pipe = redis::pipe();
+    for (user, score) in &members {
+        pipe.cmd("ZADD")
+            .arg(keys.season_board_of(may, *user))
+            .arg(*score)
+            .arg(*user)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut conn).await.unwrap();
+    members.sort_by(|a, b| {
+        b.1.partial_cmp(&a.1)
+            .unwrap()
+            .then_with(|| b.0.to_string().cmp(&a.0.to_string()))
+    });
+    let expected = |offset: usize, first: usize| -> Vec<(i64, i64, String)> {
+        members
+            .iter()
+            .enumerate()
+            .skip(offset)
+            .take(first)
+            .map(|(i, (user, score))| {
+                (
+                    i as i64 + 1,
+                    engage::features::leaderboard::points_of(*score),
+                    user.to_string(),
+                )
+            })
+            .collect()
+    };
+
+    // Near the top (each part's top, merged) and deep (found by score): 990 + 20 crosses
+    // from one way of reading to the other.
+    for (offset, first) in [
+        (0, 20),
+        (0, 100),
+        (500, 100),
+        (990, 20),
+        (1500, 100),
+        (2950, 100),
+        (3000, 10),
+    ] {
+        let page = app
+            .data(None, BOARD, json!({ "f": first, "o": offset }))
+            .await;
+        assert_eq!(
+            ranks(&page),
+            expected(offset, first),
+            "offset {offset}, first {first}"
+        );
+        assert_eq!(page["leaderboard"]["total"], 3000);
+    }
+
+    // A viewer's rank counts who is ahead of them in every part, ties included.
+    for (index, (user, _)) in members.iter().enumerate().step_by(137) {
+        let viewer = app.token(*user, Role::User);
+        let board = app
+            .data(Some(&viewer), BOARD, json!({ "f": 1, "o": 0 }))
+            .await;
+        assert_eq!(
+            board["leaderboard"]["me"]["rank"],
+            index as i64 + 1,
+            "user {user}"
+        );
+    }
+
+    // The rollover copies the parts in rank order.
+    app.state
+        .infra
+        .clock
+        .set(Utc.with_ymd_and_hms(2030, 6, 2, 12, 0, 0).unwrap());
+    let done = app
+        .state
+        .features
+        .leaderboard
+        .archive_season(may, Options::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((done.total, done.copied, done.done), (3000, 3000, true));
+    for (offset, first) in [(0, 100), (1000, 100), (2950, 100)] {
+        let page = app
+            .data(
+                None,
+                BOARD,
+                json!({ "s": "203005", "f": first, "o": offset }),
+            )
+            .await;
+        assert_eq!(
+            ranks(&page),
+            expected(offset, first),
+            "archived, offset {offset}"
+        );
+    }
+    for part in keys.season_board_parts(may) {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&part)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(!exists, "{part} is unlinked");
+    }
 }

@@ -19,10 +19,18 @@ const REMARKS: &str =
 const MY_ORDERS: &str = "{ myOrders(first: 10) { edges { node { id status } } } }";
 
 async fn unlimited() -> TestApp {
+    in_buckets(None).await
+}
+
+/// An app whose points keys go into `buckets` user buckets (the mode's default for `None`).
+async fn in_buckets(buckets: Option<u32>) -> TestApp {
     TestApp::spawn_with(|config| {
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.consumer_max_backoff_ms = 200;
+        if buckets.is_some() {
+            config.points_buckets = buckets;
+        }
     })
     .await
 }
@@ -41,7 +49,7 @@ async fn settled(app: &TestApp) {
     streams_settled(app, &orders, "archive").await;
     streams_settled(app, &[keys.remark_stream()], "fanout").await;
     streams_settled(app, &[keys.points_intake_stream()], "intake").await;
-    streams_settled(app, &[keys.points_stream()], "archive").await;
+    streams_settled(app, &keys.points_streams(), "archive").await;
 }
 
 /// Redis loses every key of this app; how many there were.
@@ -454,7 +462,19 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn awards_made_while_a_rebuild_runs_are_all_on_the_rebuilt_board() {
-    let app = std::sync::Arc::new(unlimited().await);
+    awards_during_a_rebuild(None).await;
+}
+
+/// The same with the points keys in seven buckets: every bucket is held back, caught up
+/// and swapped in, and awards in different buckets (whose stream entries may share an id)
+/// are all archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn awards_made_while_a_rebuild_runs_in_seven_buckets_are_all_on_the_rebuilt_board() {
+    awards_during_a_rebuild(Some(7)).await;
+}
+
+async fn awards_during_a_rebuild(buckets: Option<u32>) {
+    let app = std::sync::Arc::new(in_buckets(buckets).await);
     seed(&app).await;
     settled(&app).await;
     lose_everything(&app).await;

@@ -29,7 +29,11 @@ use tokio_util::task::AbortOnDropHandle;
 use super::RankEntry;
 use crate::{
     features::leaderboard::Leaderboards,
-    infra::{clock::Month, error::AppResult, live::LiveSubscription},
+    infra::{
+        clock::Month,
+        error::AppResult,
+        live::{LiveMessage, LiveSubscription},
+    },
 };
 
 pub const COALESCE: Duration = Duration::from_millis(250);
@@ -49,11 +53,22 @@ where
     futures::stream::once(async { first }).chain(changes)
 }
 
+/// The channels of every part of a board, heard as one.
+struct BoardSubscription(Vec<LiveSubscription>);
+
+impl BoardSubscription {
+    /// The next message on any of the channels; `None` when the hub is gone.
+    async fn recv(&mut self) -> Option<LiveMessage> {
+        let receiving = self.0.iter_mut().map(|part| Box::pin(part.recv()));
+        futures::future::select_all(receiving).await.0
+    }
+}
+
 /// Re-reads after changes of the board, coalesced, and sends what differs from the value
 /// the channel holds. Ends at shutdown, when the hub goes, or when nobody receives.
 async fn reread_on_change<T, F, Fut>(
     ctx: Leaderboards,
-    mut subscription: LiveSubscription,
+    mut subscription: BoardSubscription,
     sender: watch::Sender<T>,
     read: F,
 ) where
@@ -258,11 +273,11 @@ impl Leaderboards {
         F: Fn(Leaderboards) -> Fut + Send + 'static,
         Fut: Future<Output = AppResult<T>> + Send + 'static,
     {
-        let subscription = self
-            .infra
-            .live
-            .subscribe(self.infra.keys.board_channel(season))
-            .await;
+        let mut subscriptions = Vec::new();
+        for channel in self.infra.keys.board_channels(season) {
+            subscriptions.push(self.infra.live.subscribe(channel).await);
+        }
+        let subscription = BoardSubscription(subscriptions);
         let first = read(self.clone()).await?;
         let (sender, receiver) = watch::channel(first);
         let reader = tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));

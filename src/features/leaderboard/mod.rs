@@ -1,6 +1,7 @@
 //! Seasonal leaderboards (seed 003, seed 004): a season is a calendar month in
-//! `ENGAGE_TIMEZONE`; its live board is a Redis zset written by the points scripts; after it
-//! ends, [`rollover`] copies it to SQL, from where past seasons are served.
+//! `ENGAGE_TIMEZONE`; its live board is a Redis zset per points bucket written by the points
+//! scripts, read as one board ([`parts`]); after it ends, [`rollover`] copies it to SQL, from
+//! where past seasons are served.
 //!
 //! Score encoding ([`score_of`], [`points_of`]; in Lua `lua/include/leaderboard_score.lua`):
 //! `score = points * 2^22 + (2^22 - 1 - seconds since the season began)`. A month has fewer
@@ -9,6 +10,7 @@
 //! Scores stay exact in a double up to 2^31 points per season.
 
 pub mod live;
+pub mod parts;
 pub mod rollover;
 
 use chrono::{DateTime, Utc};
@@ -149,36 +151,72 @@ impl Leaderboards {
         if self.archived(season).await? {
             return self.archived_board(season, viewer, first, offset).await;
         }
-        let key = self.infra.keys.season_board(season);
+        let keys = &self.infra.keys;
+        let parts = keys.season_board_parts(season);
+        // One round trip for the common page: the parts' sizes, their tops (when the page is
+        // near the top) and the viewer's entry in their own part.
+        let shallow = parts.len() == 1 || offset + first <= parts::SHALLOW;
         let mut pipe = redis::pipe();
-        pipe.cmd("ZREVRANGE")
-            .arg(&key)
-            .arg(offset)
-            .arg(offset + first - 1)
-            .arg("WITHSCORES");
-        pipe.cmd("ZCARD").arg(&key);
+        for part in &parts {
+            pipe.cmd("ZCARD").arg(part);
+        }
+        if shallow {
+            // One part is the board: read the page itself. Several: each part's top.
+            let from = if parts.len() == 1 { offset } else { 0 };
+            for part in &parts {
+                pipe.cmd("ZREVRANGE")
+                    .arg(part)
+                    .arg(from)
+                    .arg(offset + first - 1)
+                    .arg("WITHSCORES");
+            }
+        }
         if let Some(user) = viewer {
+            let own = keys.season_board_of(season, user);
             pipe.cmd("ZREVRANK")
-                .arg(&key)
+                .arg(&own)
                 .arg(user)
                 .cmd("ZSCORE")
-                .arg(&key)
+                .arg(&own)
                 .arg(user);
         }
         let mut conn = self.infra.redis.get().await?;
         let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
+        drop(conn);
         let mut replies = replies.into_iter();
-        let page: Vec<(i64, f64)> = from_value(replies.next())?;
-        let total: i64 = from_value(replies.next())?;
+        let mut total = 0;
+        for _ in &parts {
+            total += from_value::<i64>(replies.next())?;
+        }
+        let page = if shallow {
+            let mut tops = Vec::with_capacity(parts.len());
+            for _ in &parts {
+                tops.push(from_value::<Vec<parts::Member>>(replies.next())?);
+            }
+            let skip = if parts.len() == 1 { 0 } else { offset };
+            parts::merge(tops, skip, first)
+        } else {
+            parts::deep_page(&self.infra, &parts, offset, first).await?
+        };
         let me = match viewer {
             Some(user_id) => {
                 let rank: Option<i64> = from_value(replies.next())?;
                 let score: Option<f64> = from_value(replies.next())?;
-                rank.zip(score).map(|(rank, score)| RankEntry {
-                    rank: rank + 1,
-                    points: points_of(score),
-                    user_id,
-                })
+                match rank.zip(score) {
+                    Some((rank, score)) => {
+                        let own = keys.season_board_of(season, user_id);
+                        let others: Vec<String> =
+                            parts.iter().filter(|part| **part != own).cloned().collect();
+                        let elsewhere =
+                            parts::ahead_elsewhere(&self.infra, &others, (user_id, score)).await?;
+                        Some(RankEntry {
+                            rank: rank + elsewhere + 1,
+                            points: points_of(score),
+                            user_id,
+                        })
+                    }
+                    None => None,
+                }
             }
             None => None,
         };

@@ -1,11 +1,12 @@
 //! Season rollover (seed 003): after a season ends, its Redis board is copied to SQL in
 //! chunks, verified by count, its top three recorded as winners, and only then unlinked.
 //!
-//! - **From a stable snapshot**: the copy reads a copy of the board taken when it starts
-//!   (`COPY`, atomic), never the live board, whose ranks shift under a late write (an award
-//!   that computed its season just before midnight and ran just after). When the copy is
-//!   verified, the live board is compared with the snapshot: if a late write changed it, a
-//!   new snapshot is taken and copied instead, and only an unchanged board is unlinked.
+//! - **From a stable snapshot**: the copy reads a copy of each part of the board taken when
+//!   it starts (`COPY`, atomic per part), never the live board, whose ranks shift under a
+//!   late write (an award that computed its season just before midnight and ran just after).
+//!   When the copy is verified, the live board is compared with the snapshot: if a late
+//!   write changed it, a new snapshot is taken and copied instead, and only an unchanged
+//!   board is unlinked. The parts are read as one board, in rank order ([`super::parts`]).
 //!
 //! - **One instance**: the work runs under the lock `rollover:<season>`; its fencing number is
 //!   stored with the progress, and a holder whose number is older cannot write progress.
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::points_of;
+use super::{parts, points_of};
 use crate::{
     features::leaderboard::Leaderboards,
     infra::{
@@ -120,6 +121,11 @@ async fn advance(
 /// Board members with their scores, in rank order.
 type Members = Vec<(String, f64)>;
 
+/// The snapshot of a part of a board, in the part's slot.
+fn snapshot_of(part: &str) -> String {
+    format!("{part}:snapshot")
+}
+
 /// Archives finished seasons that still have a board in Redis or an unfinished archive,
 /// every `ENGAGE_ROLLOVER_CHECK_SECONDS`, in every instance (the lock picks one).
 pub async fn run_periodically(ctx: Leaderboards) {
@@ -136,9 +142,15 @@ pub async fn run_periodically(ctx: Leaderboards) {
 }
 
 impl Leaderboards {
-    /// The board a rollover copies from: the live board as it was when the copy started.
-    fn snapshot_key(&self, season: Month) -> String {
-        format!("{}:snapshot", self.infra.keys.season_board(season))
+    /// The parts of the board a rollover copies from: the live parts as they were when the
+    /// copy started, each in its part's slot.
+    fn snapshot_parts(&self, season: Month) -> Vec<String> {
+        self.infra
+            .keys
+            .season_board_parts(season)
+            .iter()
+            .map(|part| snapshot_of(part))
+            .collect()
     }
 
     /// Archives a finished season. `Ok(None)` when another instance is archiving it now.
@@ -241,12 +253,15 @@ impl Leaderboards {
                     done: status == DONE,
                 });
             }
-            let mut conn = self.infra.redis.get().await?;
-            let snapshot: bool = redis::cmd("EXISTS")
-                .arg(self.snapshot_key(season))
-                .query_async(&mut *conn)
-                .await?;
-            if snapshot {
+            // The snapshot is whole while its parts hold the members it was taken with.
+            let total: i64 = row.try_get("total")?;
+            if self
+                .sizes(&self.snapshot_parts(season))
+                .await?
+                .iter()
+                .sum::<i64>()
+                == total
+            {
                 return Ok(Progress {
                     total: row.try_get("total")?,
                     copied: row.try_get("copied")?,
@@ -270,20 +285,31 @@ impl Leaderboards {
         self.restart_copy(season, fence, total).await
     }
 
-    /// Snapshots the live board (atomically, with `COPY`); its member count.
-    async fn take_snapshot(&self, season: Month) -> AppResult<i64> {
-        let snapshot = self.snapshot_key(season);
+    /// The member counts of sorted sets (each in its own slot).
+    async fn sizes(&self, keys: &[String]) -> AppResult<Vec<i64>> {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("ZCARD").arg(key);
+        }
         let mut conn = self.infra.redis.get().await?;
-        let (_, total): (i64, i64) = redis::pipe()
-            .atomic()
-            .cmd("COPY")
-            .arg(self.infra.keys.season_board(season))
-            .arg(&snapshot)
-            .arg("REPLACE")
-            .cmd("ZCARD")
-            .arg(&snapshot)
-            .query_async(&mut *conn)
-            .await?;
+        Ok(pipe.query_async(&mut *conn).await?)
+    }
+
+    /// Snapshots each part of the live board (`COPY`, atomic per part; the verification
+    /// catches a late write between two parts); its member count.
+    async fn take_snapshot(&self, season: Month) -> AppResult<i64> {
+        let mut pipe = redis::pipe();
+        for part in self.infra.keys.season_board_parts(season) {
+            // COPY leaves the destination alone when the part is empty: unlink it first.
+            pipe.cmd("UNLINK").arg(snapshot_of(&part)).ignore();
+            pipe.cmd("COPY")
+                .arg(&part)
+                .arg(snapshot_of(&part))
+                .arg("REPLACE")
+                .ignore();
+        }
+        crate::infra::recovery::write(&self.infra, &pipe).await?;
+        let total: i64 = self.sizes(&self.snapshot_parts(season)).await?.iter().sum();
         if total == 0 {
             // An empty board of a season with awards is a board Redis lost: archiving it would
             // record a season without winners. `engage rebuild` brings it back first.
@@ -336,15 +362,8 @@ impl Leaderboards {
         progress: Progress,
     ) -> AppResult<Progress> {
         let from = progress.copied as usize;
-        let mut conn = self.infra.redis.get().await?;
-        let page: Vec<(i64, f64)> = redis::cmd("ZREVRANGE")
-            .arg(self.snapshot_key(season))
-            .arg(from)
-            .arg(from + CHUNK - 1)
-            .arg("WITHSCORES")
-            .query_async(&mut *conn)
-            .await?;
-        drop(conn);
+        let cursor = self.last_copied(season, from).await?;
+        let page = parts::after(&self.infra, &self.snapshot_parts(season), cursor, CHUNK).await?;
         if page.is_empty() {
             return Err(AppError::internal(anyhow::anyhow!(
                 "board of {} has {} members, expected {}",
@@ -377,6 +396,34 @@ impl Leaderboards {
         .await?;
         tx.commit().await?;
         Ok(Progress { copied, ..progress })
+    }
+
+    /// The member at rank `copied` of the snapshot (the cursor the copy goes on from): its
+    /// user from SQL, its score from the snapshot.
+    async fn last_copied(&self, season: Month, copied: usize) -> AppResult<Option<parts::Member>> {
+        if copied == 0 {
+            return Ok(None);
+        }
+        let user: i64 =
+            sqlx::query("SELECT user_id FROM season_ranks WHERE season = $1 AND rank = $2")
+                .bind(i64::from(season.id()))
+                .bind(copied as i64)
+                .fetch_one(&self.infra.db.pool)
+                .await?
+                .try_get("user_id")?;
+        let mut conn = self.infra.redis.get().await?;
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(snapshot_of(&self.infra.keys.season_board_of(season, user)))
+            .arg(user)
+            .query_async(&mut *conn)
+            .await?;
+        let score = score.ok_or_else(|| {
+            AppError::internal(anyhow::anyhow!(
+                "season {}: user {user}, copied at rank {copied}, is not in the snapshot",
+                season.id()
+            ))
+        })?;
+        Ok(Some((user, score)))
     }
 
     /// Checks the copy by count (recopying from the start if it is short) and the live board
@@ -436,21 +483,26 @@ impl Leaderboards {
 
     /// Whether the live board still equals its snapshot, member by member (read in chunks).
     async fn unchanged_since_snapshot(&self, season: Month) -> AppResult<bool> {
-        let (live, snapshot) = (
-            self.infra.keys.season_board(season),
-            self.snapshot_key(season),
-        );
+        for live in self.infra.keys.season_board_parts(season) {
+            if !self.part_unchanged(&live, &snapshot_of(&live)).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn part_unchanged(&self, live: &str, snapshot: &str) -> AppResult<bool> {
         let mut from = 0;
         loop {
             let mut conn = self.infra.redis.get().await?;
             let (a, b): (Members, Members) = redis::pipe()
                 .cmd("ZRANGE")
-                .arg(&live)
+                .arg(live)
                 .arg(from)
                 .arg(from + CHUNK - 1)
                 .arg("WITHSCORES")
                 .cmd("ZRANGE")
-                .arg(&snapshot)
+                .arg(snapshot)
                 .arg(from)
                 .arg(from + CHUNK - 1)
                 .arg("WITHSCORES")
@@ -468,13 +520,12 @@ impl Leaderboards {
 
     /// Removes the Redis board once SQL holds it, then marks the season done.
     async fn unlink_season(&self, season: Month, fence: i64) -> AppResult<()> {
-        let mut conn = self.infra.redis.get().await?;
-        let _: i64 = redis::cmd("UNLINK")
-            .arg(self.infra.keys.season_board(season))
-            .arg(self.snapshot_key(season))
-            .query_async(&mut *conn)
-            .await?;
-        drop(conn);
+        let mut pipe = redis::pipe();
+        for part in self.infra.keys.season_board_parts(season) {
+            pipe.cmd("UNLINK").arg(snapshot_of(&part)).ignore();
+            pipe.cmd("UNLINK").arg(part).ignore();
+        }
+        crate::infra::recovery::write(&self.infra, &pipe).await?;
         let mut tx = self.infra.db.pool.begin().await?;
         advance(
             &mut tx,
@@ -491,17 +542,16 @@ impl Leaderboards {
     async fn archive_finished(&self) -> AppResult<()> {
         let current = self.infra.clock.current_month();
         let mut due = Vec::new();
-        let mut conn = self.infra.redis.get().await?;
         for month in [current.previous(), current.previous().previous()] {
-            let exists: bool = redis::cmd("EXISTS")
-                .arg(self.infra.keys.season_board(month))
-                .query_async(&mut *conn)
-                .await?;
-            if exists {
+            if self
+                .sizes(&self.infra.keys.season_board_parts(month))
+                .await?
+                .iter()
+                .any(|size| *size > 0)
+            {
                 due.push(month);
             }
         }
-        drop(conn);
         let unfinished = sqlx::query("SELECT season FROM season_archives WHERE status <> $1")
             .bind(DONE)
             .fetch_all(&self.infra.db.pool)

@@ -62,7 +62,7 @@ impl StreamHandler for PointsArchive {
             let award = AwardEvent::from_entry(entry)?;
             let date = self.0.infra.clock.date_of_ms(award.at_ms);
             insert = insert
-                .bind(&entry.id)
+                .bind(self.0.infra.keys.points_event_id(award.user_id, &entry.id))
                 .bind(award.user_id)
                 .bind(award.kind.as_str())
                 .bind(award.points)
@@ -190,7 +190,7 @@ impl Points {
         streams::spawn(
             &self.infra,
             ConsumerSpec::archive(self.infra.instance.consumers, "points-archive", "archive"),
-            vec![self.infra.keys.points_stream()],
+            self.infra.keys.points_streams(),
             handler(Arc::new(PointsArchive(self.clone()))),
         );
         streams::spawn(

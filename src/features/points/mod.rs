@@ -1,11 +1,12 @@
 //! Points (seed 003): awards within daily caps, enforced atomically in Lua, idempotent on a
 //! key, added to the season's leaderboard and archived to `points_record`.
 //!
-//! Every points key (sign-in bitmaps, daily totals, boards, the stream) carries the one hash
-//! tag `{points}`: an award touches a user's daily total and the season board in the same
-//! script, and those can only be atomic within one Redis Cluster slot. The price is that the
-//! points feature lives on one Redis node; sharding the board (per-shard boards merged at
-//! read) is the path beyond that.
+//! Points keys go by user bucket (`ENGAGE_POINTS_BUCKETS`): a user's sign-in bitmaps, daily
+//! totals and award markers, and the part of each season board that holds the user, carry
+//! the hash tag `{points:<bucket>}`. An award touches the daily total, the marker and the
+//! board in one script, which can only be atomic within one Redis Cluster slot; buckets let
+//! the slots of different users live on different nodes. A board is read by merging its
+//! parts (`leaderboard::parts`).
 
 pub mod archive;
 pub mod events;
@@ -64,42 +65,107 @@ impl PointsSettings {
     }
 }
 
-/// The hash tag of every points key, and of sign-in's: a sign-in and its award are one
-/// script, so their keys share one Redis Cluster slot.
+/// The hash tag of the points keys. With more than one bucket each bucket has its own,
+/// `{points:<bucket>}`; with one, all share `{points}`.
 pub const TAG: &str = "points";
 
+/// A user's points keys (daily totals, award markers, sign-ins) and their part of each
+/// season board share the hash tag of the user's bucket, so an award or a sign-in stays one
+/// single-slot script. Each bucket has its own stream, rebuild hold and board channel in
+/// the same slot, for the same reason.
 impl Keys {
+    /// The bucket of a user's points keys.
+    pub fn points_bucket(&self, user_id: i64) -> u32 {
+        user_id.rem_euclid(i64::from(self.points_buckets())) as u32
+    }
+
+    fn in_points_bucket(&self, bucket: u32, rest: &str) -> String {
+        if self.points_buckets() == 1 {
+            self.tagged(TAG, rest)
+        } else {
+            self.tagged(&format!("{TAG}:{bucket}"), rest)
+        }
+    }
+
+    /// A key in the bucket of a user's points keys.
+    pub(crate) fn of_points_user(&self, user_id: i64, rest: &str) -> String {
+        self.in_points_bucket(self.points_bucket(user_id), rest)
+    }
+
+    /// One key per bucket, in bucket order.
+    fn per_points_bucket(&self, rest: &str) -> Vec<String> {
+        (0..self.points_buckets())
+            .map(|bucket| self.in_points_bucket(bucket, rest))
+            .collect()
+    }
+
     pub fn points_today(&self, user_id: i64, date: chrono::NaiveDate) -> String {
-        self.tagged(TAG, &format!("daily:{user_id}:{}", date.format("%Y%m%d")))
+        self.of_points_user(
+            user_id,
+            &format!("daily:{user_id}:{}", date.format("%Y%m%d")),
+        )
     }
 
     /// The marker of an idempotency key (hashed: keys are the caller's free text).
     pub fn points_award_marker(&self, user_id: i64, idempotency_key: &str) -> String {
         let digest = hex::encode(&Sha256::digest(idempotency_key.as_bytes())[..16]);
-        self.tagged(TAG, &format!("award:{user_id}:{digest}"))
+        self.of_points_user(user_id, &format!("award:{user_id}:{digest}"))
     }
 
-    pub fn season_board(&self, season: Month) -> String {
-        self.tagged(TAG, &format!("board:{}", season.id()))
+    /// The part of a season's board that holds a user.
+    pub fn season_board_of(&self, season: Month, user_id: i64) -> String {
+        self.of_points_user(user_id, &format!("board:{}", season.id()))
     }
 
-    /// Set while a rebuild holds points writes back (see `recovery`).
-    pub fn points_hold(&self) -> String {
-        self.tagged(TAG, "rebuilding")
+    /// Every part of a season's board, in bucket order.
+    pub fn season_board_parts(&self, season: Month) -> Vec<String> {
+        self.per_points_bucket(&format!("board:{}", season.id()))
     }
 
-    pub fn points_stream(&self) -> String {
-        self.tagged(TAG, "events")
+    /// Set while a rebuild holds back the points writes of a user's bucket (see `recovery`).
+    pub fn points_hold_of(&self, user_id: i64) -> String {
+        self.of_points_user(user_id, "rebuilding")
     }
 
-    /// Where other services XADD awards `{user, type, points, key}`.
+    /// The rebuild holds of every bucket.
+    pub fn points_holds(&self) -> Vec<String> {
+        self.per_points_bucket("rebuilding")
+    }
+
+    /// The stream of the awards to a user's bucket.
+    pub fn points_stream_of(&self, user_id: i64) -> String {
+        self.of_points_user(user_id, "events")
+    }
+
+    /// The award streams of every bucket (the archive reads them all).
+    pub fn points_streams(&self) -> Vec<String> {
+        self.per_points_bucket("events")
+    }
+
+    /// Where other services XADD awards `{user, type, points, key}`: one stream, whatever
+    /// the buckets (its consumer sends each award to its user's bucket).
     pub fn points_intake_stream(&self) -> String {
         self.tagged(TAG, "intake")
     }
 
-    /// The live channel of a season board's changes, in the slot of the board.
-    pub fn board_channel(&self, season: Month) -> String {
-        self.tagged(TAG, &format!("live:board:{}", season.id()))
+    /// An award's `points_record.event_id`: its stream entry id, which is unique only within
+    /// its stream, so with several buckets qualified by the bucket (`<bucket>/<entry id>`).
+    pub fn points_event_id(&self, user_id: i64, entry_id: &str) -> String {
+        if self.points_buckets() == 1 {
+            entry_id.to_string()
+        } else {
+            format!("{}/{entry_id}", self.points_bucket(user_id))
+        }
+    }
+
+    /// The live channel of the changes to the part of a season's board that holds a user.
+    pub fn board_channel_of(&self, season: Month, user_id: i64) -> String {
+        self.of_points_user(user_id, &format!("live:board:{}", season.id()))
+    }
+
+    /// The live channels of every part of a season's board.
+    pub fn board_channels(&self, season: Month) -> Vec<String> {
+        self.per_points_bucket(&format!("live:board:{}", season.id()))
     }
 }
 
@@ -246,9 +312,9 @@ impl Points {
                         [
                             keys.points_today(user_id, self.infra.clock.today()),
                             keys.points_award_marker(user_id, key),
-                            keys.season_board(season),
-                            keys.points_stream(),
-                            keys.points_hold(),
+                            keys.season_board_of(season, user_id),
+                            keys.points_stream_of(user_id),
+                            keys.points_hold_of(user_id),
                         ],
                         (
                             user_id,
@@ -258,7 +324,7 @@ impl Points {
                             self.infra.clock.now_ms(),
                             season_seconds,
                             season.id(),
-                            keys.board_channel(season),
+                            keys.board_channel_of(season, user_id),
                             key,
                             IDEMPOTENCY_TTL_SECONDS,
                             DAILY_TTL_SECONDS,
@@ -268,7 +334,7 @@ impl Points {
                     .invoke_async(&mut *conn)
                     .await?;
                 drop(conn);
-                self.confirm_unless_held(reply.0, &keys.season_board(season))
+                self.confirm_unless_held(reply.0, &keys.season_board_of(season, user_id))
                     .await?;
                 Ok(reply)
             },
@@ -379,5 +445,29 @@ impl Points {
                 })
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_bucket_keeps_the_plain_tag_and_several_spread_users() {
+        let season = Month::parse_id("202611").unwrap();
+        let one = Keys::new("e:");
+        assert_eq!(one.season_board_of(season, 7), "e:{points}:board:202611");
+        assert_eq!(one.points_event_id(7, "1-0"), "1-0");
+        let four = Keys::new("e:").with_points_buckets(4);
+        assert_eq!(four.season_board_of(season, 7), "e:{points:3}:board:202611");
+        assert_eq!(
+            four.points_today(7, season.first_day()),
+            "e:{points:3}:daily:7:20261101"
+        );
+        assert_eq!(four.season_board_parts(season).len(), 4);
+        assert_ne!(
+            four.points_event_id(7, "1-0"),
+            four.points_event_id(8, "1-0")
+        );
     }
 }

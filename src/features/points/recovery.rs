@@ -7,11 +7,12 @@
 //! 1. Without holding anything back, it writes each board into a side key from the awards
 //!    archived up to a snapshot position of the points stream (SQL rows carry their stream
 //!    position, `event_order`). This is the long part, and it resumes where it stopped.
-//! 2. Then it holds points writes back (`{points}:rebuilding`: the award, sign-in and
-//!    make-up scripts answer HELD and the server tries again for up to 10 s), waits for the
-//!    archive to catch up with the stream, adds the users awarded since the snapshot, swaps
-//!    the side keys in, writes today's totals and this month's make-up counters, and lets
-//!    go. That takes as long as the archive needs for the last moments' awards.
+//! 2. Then it holds points writes back (`{points:<bucket>}:rebuilding` in every bucket: the
+//!    award, sign-in and make-up scripts answer HELD and the server tries again for up to
+//!    10 s), waits for the archive to catch up with the streams, adds the users awarded
+//!    since the snapshot, swaps the side keys in, writes today's totals and this month's
+//!    make-up counters, and lets go. That takes as long as the archive needs for the last
+//!    moments' awards.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -130,7 +131,6 @@ impl Points {
     pub async fn verify_boards(&self) -> AppResult<Report> {
         let mut report = Report::new("season boards");
         for season in self.live_seasons().await? {
-            let key = self.infra.keys.season_board(season);
             let mut after = 0;
             let mut members = 0u64;
             loop {
@@ -141,13 +141,14 @@ impl Points {
                     after = last;
                     continue;
                 }
-                let users: Vec<i64> = chunk.iter().map(|s| s.user_id).collect();
+                let mut pipe = redis::pipe();
+                for standing in &chunk {
+                    pipe.cmd("ZSCORE")
+                        .arg(self.infra.keys.season_board_of(season, standing.user_id))
+                        .arg(standing.user_id);
+                }
                 let mut conn = self.infra.redis.get().await?;
-                let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
-                    .arg(&key)
-                    .arg(&users)
-                    .query_async(&mut *conn)
-                    .await?;
+                let scores: Vec<Option<f64>> = pipe.query_async(&mut *conn).await?;
                 drop(conn);
                 for (standing, score) in chunk.iter().zip(scores) {
                     let redis = score.map(points_of);
@@ -163,11 +164,13 @@ impl Points {
                 members += chunk.len() as u64;
                 after = last;
             }
+            let mut pipe = redis::pipe();
+            for part in self.infra.keys.season_board_parts(season) {
+                pipe.cmd("ZCARD").arg(part);
+            }
             let mut conn = self.infra.redis.get().await?;
-            let on_board: u64 = redis::cmd("ZCARD")
-                .arg(&key)
-                .query_async(&mut *conn)
-                .await?;
+            let sizes: Vec<u64> = pipe.query_async(&mut *conn).await?;
+            let on_board: u64 = sizes.into_iter().sum();
             report.check(on_board == members, || {
                 format!(
                     "season {}: {on_board} members on the board, {members} in SQL",
@@ -220,9 +223,9 @@ impl Points {
         Ok(report)
     }
 
-    /// The side key a board is rebuilt into before it is swapped in.
-    fn side_key(&self, season: Month) -> String {
-        format!("{}:rebuild", self.infra.keys.season_board(season))
+    /// The side key a part of a board is rebuilt into before it is swapped in.
+    fn side_key(part: &str) -> String {
+        format!("{part}:rebuild")
     }
 
     /// Rebuilds every live season's board, then today's totals and this month's make-up
@@ -271,7 +274,6 @@ impl Points {
 
     /// Writes a season's standings up to the snapshot into its side key, resumably.
     async fn copy_board(&self, run: &Rebuild<'_>, season: Month, snapshot: i64) -> AppResult<()> {
-        let side = self.side_key(season);
         let part = season.id().to_string();
         let mut after = run.recall(&part).await?.unwrap_or(0);
         loop {
@@ -279,13 +281,7 @@ impl Points {
                 return Ok(());
             };
             if !chunk.is_empty() {
-                let mut add = redis::cmd("ZADD");
-                add.arg(&side);
-                for standing in &chunk {
-                    add.arg(standing.score(self, season)).arg(standing.user_id);
-                }
-                let mut conn = self.infra.redis.get().await?;
-                let _: i64 = add.query_async(&mut *conn).await?;
+                crate::infra::recovery::write(&self.infra, &self.side_adds(season, &chunk)).await?;
             }
             run.remember(&part, last).await?;
             run.advance(chunk.len() as u64);
@@ -293,29 +289,51 @@ impl Points {
         }
     }
 
-    /// Sets or lifts the hold on points writes.
+    /// Adds standings to the side keys of their parts of a season's board.
+    fn side_adds(&self, season: Month, standings: &[Standing]) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for standing in standings {
+            pipe.cmd("ZADD")
+                .arg(Self::side_key(
+                    &self.infra.keys.season_board_of(season, standing.user_id),
+                ))
+                .arg(standing.score(self, season))
+                .arg(standing.user_id)
+                .ignore();
+        }
+        pipe
+    }
+
+    /// Sets or lifts the hold on points writes, in every bucket.
     async fn hold(&self, on: bool) -> AppResult<()> {
-        let mut conn = self.infra.redis.get().await?;
-        let key = self.infra.keys.points_hold();
-        let () = if on {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(1)
-                .arg("EX")
-                .arg(HOLD_SECONDS)
-                .query_async(&mut *conn)
-                .await?
-        } else {
-            let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut *conn).await?;
-        };
-        Ok(())
+        let mut pipe = redis::pipe();
+        for key in self.infra.keys.points_holds() {
+            if on {
+                pipe.cmd("SET").arg(key).arg(1).arg("EX").arg(HOLD_SECONDS);
+            } else {
+                pipe.cmd("DEL").arg(key);
+            }
+            pipe.ignore();
+        }
+        crate::infra::recovery::write(&self.infra, &pipe).await
     }
 
     /// Waits until the points archive has written every award up to `position` to SQL.
     async fn catch_up(&self, position: (u64, u64)) -> AppResult<()> {
-        let stream = self.infra.keys.points_stream();
         let started = std::time::Instant::now();
-        while !streams::handled_through(&self.infra, &stream, "archive", position).await? {
+        for stream in self.infra.keys.points_streams() {
+            self.caught_up(&stream, position, started).await?;
+        }
+        Ok(())
+    }
+
+    async fn caught_up(
+        &self,
+        stream: &str,
+        position: (u64, u64),
+        started: std::time::Instant,
+    ) -> AppResult<()> {
+        while !streams::handled_through(&self.infra, stream, "archive", position).await? {
             if started.elapsed() > CATCH_UP {
                 return Err(AppError::Unavailable(
                     "the points archive is behind the stream: start an instance (its consumers \
@@ -342,27 +360,21 @@ impl Points {
             .bind(snapshot)
             .fetch_all(&self.infra.db.pool)
             .await?;
-            let side = self.side_key(season);
-            let mut pipe = redis::pipe();
-            for standing in standings_of(&rows)? {
-                pipe.cmd("ZADD")
-                    .arg(&side)
-                    .arg(standing.score(self, season))
-                    .arg(standing.user_id)
-                    .ignore();
-            }
-            crate::infra::recovery::write(&self.infra, &pipe).await?;
+            let adds = self.side_adds(season, &standings_of(&rows)?);
+            crate::infra::recovery::write(&self.infra, &adds).await?;
+            // Each part becomes its side key; a part without one has no user with points.
             let mut conn = self.infra.redis.get().await?;
-            let exists: bool = redis::cmd("EXISTS")
-                .arg(&side)
-                .query_async(&mut *conn)
-                .await?;
-            if exists {
-                let () = redis::cmd("RENAME")
+            for part in self.infra.keys.season_board_parts(season) {
+                let side = Self::side_key(&part);
+                let exists: bool = redis::cmd("EXISTS")
                     .arg(&side)
-                    .arg(self.infra.keys.season_board(season))
                     .query_async(&mut *conn)
                     .await?;
+                let mut swap = redis::cmd(if exists { "RENAME" } else { "UNLINK" });
+                if exists {
+                    swap.arg(&side);
+                }
+                let _: redis::Value = swap.arg(&part).query_async(&mut *conn).await?;
             }
         }
         let today = self.infra.clock.today();

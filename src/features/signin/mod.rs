@@ -21,18 +21,19 @@ use crate::{
     },
 };
 
-/// Sign-in's keys, in the points hash tag ([`points::TAG`]).
+/// Sign-in's keys, in the hash tag of the user's points bucket: a sign-in awards points in
+/// the same script.
 impl Keys {
     pub fn sign_bitmap(&self, user_id: i64, month: Month) -> String {
-        self.tagged(points::TAG, &format!("sign:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, &format!("sign:{user_id}:{}", month.id()))
     }
 
     pub fn sign_streak(&self, user_id: i64) -> String {
-        self.tagged(points::TAG, &format!("streak:{user_id}"))
+        self.of_points_user(user_id, &format!("streak:{user_id}"))
     }
 
     pub fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
-        self.tagged(points::TAG, &format!("makeups:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, &format!("makeups:{user_id}:{}", month.id()))
     }
 }
 
@@ -92,9 +93,9 @@ impl SignIn {
                             keys.sign_bitmap(user_id, month.previous()),
                             keys.sign_streak(user_id),
                             keys.points_today(user_id, today),
-                            keys.season_board(season),
-                            keys.points_stream(),
-                            keys.points_hold(),
+                            keys.season_board_of(season, user_id),
+                            keys.points_stream_of(user_id),
+                            keys.points_hold_of(user_id),
                         ],
                         (
                             user_id,
@@ -105,7 +106,7 @@ impl SignIn {
                             self.infra.clock.now_ms(),
                             season_seconds,
                             season.id(),
-                            keys.board_channel(season),
+                            keys.board_channel_of(season, user_id),
                             DAILY_TTL_SECONDS,
                             BITMAP_TTL_SECONDS,
                             rules.rule(PointsType::SignIn).points,
@@ -119,7 +120,7 @@ impl SignIn {
                     .await?;
                 drop(conn);
                 self.points
-                    .confirm_unless_held(reply.0, &keys.season_board(season))
+                    .confirm_unless_held(reply.0, &keys.season_board_of(season, user_id))
                     .await?;
                 Ok(reply)
             },
@@ -158,10 +159,10 @@ impl SignIn {
                             keys.sign_bitmap(user_id, month.previous()),
                             keys.sign_streak(user_id),
                             keys.points_today(user_id, today),
-                            keys.season_board(season),
-                            keys.points_stream(),
+                            keys.season_board_of(season, user_id),
+                            keys.points_stream_of(user_id),
                             keys.sign_make_ups(user_id, month),
-                            keys.points_hold(),
+                            keys.points_hold_of(user_id),
                         ],
                         (
                             user_id,
@@ -174,7 +175,7 @@ impl SignIn {
                             self.infra.clock.now_ms(),
                             season_seconds,
                             season.id(),
-                            keys.board_channel(season),
+                            keys.board_channel_of(season, user_id),
                             DAILY_TTL_SECONDS,
                             MAKE_UP_COUNTER_TTL_SECONDS,
                             self.points.settings.rules.rule(PointsType::SignIn).points,
@@ -187,7 +188,7 @@ impl SignIn {
                     .await?;
                 drop(conn);
                 self.points
-                    .confirm_unless_held(reply.0, &keys.season_board(season))
+                    .confirm_unless_held(reply.0, &keys.season_board_of(season, user_id))
                     .await?;
                 Ok(reply)
             },

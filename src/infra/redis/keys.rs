@@ -17,6 +17,7 @@ use chrono::NaiveDate;
 pub struct Keys {
     prefix: String,
     cluster: bool,
+    points_buckets: u32,
 }
 
 impl Keys {
@@ -24,7 +25,20 @@ impl Keys {
         Self {
             prefix: prefix.into(),
             cluster: false,
+            points_buckets: 1,
         }
+    }
+
+    /// The keys of an instance whose points keys are spread over `buckets` user buckets
+    /// (`ENGAGE_POINTS_BUCKETS`, see `features::points`).
+    pub fn with_points_buckets(mut self, buckets: u32) -> Self {
+        self.points_buckets = buckets.max(1);
+        self
+    }
+
+    /// How many user buckets the points keys are spread over.
+    pub fn points_buckets(&self) -> u32 {
+        self.points_buckets
     }
 
     /// The keys of an instance on a Redis Cluster (whose live channels are sharded).
