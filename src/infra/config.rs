@@ -241,9 +241,10 @@ pub struct Config {
     pub id_block_size: u32,
 
     /// Like streams (and the hash tags of remark keys): more shards spread likes over more
-    /// Redis Cluster slots and more archive workers.
-    #[arg(long, env = "ENGAGE_LIKE_SHARDS", default_value_t = 4, global = true)]
-    pub like_shards: u32,
+    /// Redis Cluster slots and more archive workers. Unset: 4 on one Redis node, 16 on a
+    /// cluster.
+    #[arg(long, env = "ENGAGE_LIKE_SHARDS", global = true)]
+    pub like_shards: Option<u32>,
 
     /// User buckets of the points keys (daily totals, sign-ins, the season board's parts):
     /// each bucket is one Redis Cluster slot, so more buckets spread points over more
@@ -342,9 +343,10 @@ pub struct Config {
     )]
     pub feed_inbox_size: u64,
 
-    /// Order streams of the flash sale (and hash-tag groups of voucher keys).
-    #[arg(long, env = "ENGAGE_SALE_SHARDS", default_value_t = 4, global = true)]
-    pub sale_shards: u32,
+    /// Order streams of the flash sale (and hash-tag groups of voucher keys). Unset: 4 on
+    /// one Redis node, 16 on a cluster.
+    #[arg(long, env = "ENGAGE_SALE_SHARDS", global = true)]
+    pub sale_shards: Option<u32>,
 
     /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
     /// link-local and private addresses are refused unless listed.
@@ -430,10 +432,27 @@ impl Config {
     /// would not do what they say (waiting for replicas through a pool).
     /// The points buckets in effect: as set, or what suits the Redis mode.
     pub fn points_buckets(&self) -> u32 {
-        self.points_buckets.unwrap_or(match self.redis_mode {
-            crate::infra::redis::RedisMode::Cluster => 16,
-            _ => 1,
-        })
+        self.points_buckets.unwrap_or(self.by_mode(1, 16))
+    }
+
+    /// The like shards in effect: as set, or what suits the Redis mode.
+    pub fn like_shards(&self) -> u32 {
+        self.like_shards.unwrap_or(self.by_mode(4, 16)).max(1)
+    }
+
+    /// The sale shards in effect: as set, or what suits the Redis mode.
+    pub fn sale_shards(&self) -> u32 {
+        self.sale_shards.unwrap_or(self.by_mode(4, 16)).max(1)
+    }
+
+    /// One value for one Redis node, another for a cluster, where each shard or bucket is a
+    /// slot the cluster can place on any node: 16 spread a feature over the masters of any
+    /// cluster up to 16 masters (4 would leave a master of a 5-node cluster without it).
+    fn by_mode(&self, single: u32, cluster: u32) -> u32 {
+        match self.redis_mode {
+            crate::infra::redis::RedisMode::Cluster => cluster,
+            _ => single,
+        }
     }
 
     pub fn check(&self) -> anyhow::Result<()> {

@@ -421,3 +421,95 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
         "{received} messages queued for one slow subscriber"
     );
 }
+
+/// Two instances divide the vote streams between them by leases; when one stops, the other
+/// takes its streams over, and every like of the whole run is archived exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other_stops() {
+    use engage::infra::streams::leases;
+    let first = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.like_shards = Some(4);
+    })
+    .await;
+    let mut second = first.spawn_sibling().await;
+    let holders = || async {
+        leases::holders(&first.state.infra, "vote-archive")
+            .await
+            .unwrap()
+    };
+    let ids = (
+        first.state.infra.instance.id.to_string(),
+        second.state.infra.instance.id.to_string(),
+    );
+    // Within two rounds of balancing, each holds two of the four streams.
+    let mut divided = false;
+    for _ in 0..100 {
+        let held = holders().await;
+        let by = |id: &str| held.values().filter(|holder| *holder == id).count();
+        if held.len() == 4 && by(&ids.0) == 2 && by(&ids.1) == 2 {
+            divided = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(divided, "not divided: {:?}", holders().await);
+
+    // Likes on remarks of every shard, through both instances, before and after one stops.
+    let mut remarks = Vec::new();
+    for author in 0..8 {
+        remarks.push(create_remark(&first, 500 + author).await);
+    }
+    let like_all = |app: &TestApp, voters: std::ops::Range<i64>| {
+        let requests: Vec<_> = voters
+            .flat_map(|voter| remarks.iter().map(move |remark| (voter, remark.clone())))
+            .map(|(voter, remark)| {
+                let (http, url, token) =
+                    (app.http.clone(), app.url("/graphql"), app.user_token(voter));
+                async move {
+                    let body: Value = http
+                        .post(url)
+                        .bearer_auth(token)
+                        .json(&json!({ "query": LIKE, "variables": { "id": remark } }))
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    assert!(body.get("errors").is_none(), "{body}");
+                }
+            })
+            .collect();
+        futures::future::join_all(requests)
+    };
+    like_all(&first, 1000..1010).await;
+    like_all(&second, 2000..2010).await;
+    second.shutdown().await.unwrap();
+    like_all(&first, 3000..3010).await;
+
+    // The stopped instance gave its leases back: the first holds all four at once.
+    let mut taken = false;
+    for _ in 0..100 {
+        let held = holders().await;
+        if held.len() == 4 && held.values().all(|holder| *holder == ids.0) {
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(taken, "not taken over: {:?}", holders().await);
+    let expected = 30 * remarks.len() as i64;
+    let pool = first.state.infra.db.pool.clone();
+    crate::harness::eventually(async || {
+        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT event_id) AS d FROM vote_log")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let (n, d): (i64, i64) = (row.get("n"), row.get("d"));
+        assert_eq!(n, d, "a vote archived twice");
+        n == expected
+    })
+    .await;
+}

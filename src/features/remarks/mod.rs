@@ -64,7 +64,7 @@ pub struct RemarkSettings {
 impl RemarkSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
-            shards: config.like_shards.max(1),
+            shards: config.like_shards(),
             relation_ttl_seconds: u64::from(config.like_relation_ttl_days.max(1)) * 24 * 3600,
             recommended_refresh_seconds: config.recommended_refresh_seconds.max(1),
             recommended_refreshes: Default::default(),

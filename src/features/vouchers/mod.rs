@@ -61,7 +61,7 @@ pub struct VoucherSettings {
 impl VoucherSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
-            shards: config.sale_shards.max(1),
+            shards: config.sale_shards(),
             sweep_every: Duration::from_secs(config.order_sweep_seconds.max(1)),
         }
     }
@@ -70,6 +70,9 @@ impl VoucherSettings {
 /// The delay-queue topic of order expiry.
 pub const EXPIRY_TOPIC: &str = "order-expiry";
 pub const MAX_STOCK: i64 = 1_000_000;
+
+/// The slots the order → voucher keys spread over.
+const ORDER_VOUCHER_BUCKETS: i64 = 1024;
 
 impl Keys {
     fn sale_tag(id: i64, shards: u32) -> String {
@@ -106,9 +109,14 @@ impl Keys {
         self.order_stream(voucher_id.rem_euclid(i64::from(shards)) as u32)
     }
 
-    /// Which voucher an order belongs to (its keys live in the voucher's slot).
+    /// Which voucher an order belongs to (its keys live in the voucher's slot). One key per
+    /// order, spread over 1024 slots by order id: no script touches two of them, and one
+    /// slot would put every order's key on one node.
     pub fn order_voucher(&self, order_id: i64) -> String {
-        self.tagged("orders", &format!("voucher-of:{order_id}"))
+        self.tagged(
+            &format!("orders:{}", order_id.rem_euclid(ORDER_VOUCHER_BUCKETS)),
+            &format!("voucher-of:{order_id}"),
+        )
     }
 
     /// The live channel of a voucher's stock, in the slot of its keys.

@@ -23,7 +23,8 @@
 //! bought). The handlers never relied on a batch holding one stream: two instances already
 //! archive neighbouring batches in any order.
 //!
-//! Every instance runs the same workers: the consumer group spreads the entries.
+//! Every instance runs the same workers, and they divide each consumer's streams among
+//! themselves by [`leases`](super::leases): a worker reads only the streams it holds.
 //!
 //! On a Redis Cluster the shards' streams live in different slots, which one XREADGROUP
 //! cannot span: the worker reads each slot's streams with its own XREADGROUP, all at once,
@@ -42,7 +43,7 @@ use redis::{
     AsyncConnectionConfig,
 };
 
-use super::{entries_of, parse_id, HandleError, StreamEntry, StreamHandler};
+use super::{entries_of, leases, parse_id, HandleError, StreamEntry, StreamHandler};
 use crate::infra::{backoff::Backoff, redis::counting::CountedConnection, ConsumerTimings, Infra};
 
 /// How often a worker on a cluster looks for new entries while its streams are empty.
@@ -111,6 +112,8 @@ pub fn spawn(
 struct Worker {
     infra: Infra,
     spec: ConsumerSpec,
+    /// Every stream of the consumer, and those of them this instance holds the lease of.
+    all_streams: Vec<String>,
     streams: Vec<String>,
     consumer: String,
     handler: Arc<dyn StreamHandler>,
@@ -132,16 +135,33 @@ async fn run(
     let mut worker = Worker {
         infra: infra.clone(),
         spec,
-        streams,
+        all_streams: streams,
+        streams: Vec::new(),
         consumer,
         handler,
         conn: None,
         own_pending: true,
     };
+    serve(&infra, &mut worker).await;
+    // Give the leases back for the other instances to take at once (a lease left behind
+    // would wait out its time).
+    let leave = leases::balance(&infra, worker.spec.name, &worker.all_streams, true);
+    if let Ok(Err(error)) = tokio::time::timeout(Duration::from_secs(1), leave).await {
+        tracing::warn!(consumer = worker.spec.name, %error, "leases not given back");
+    }
+}
+
+/// Reads, handles and acknowledges until shutdown.
+async fn serve(infra: &Infra, worker: &mut Worker) {
     let mut backoff = Backoff::new(Duration::from_millis(100), worker.spec.max_backoff);
     let mut last_claim = tokio::time::Instant::now() - worker.spec.claim_idle;
     let mut last_trim = tokio::time::Instant::now();
+    let mut last_balance: Option<tokio::time::Instant> = None;
     while !infra.instance.shutdown.is_cancelled() {
+        if last_balance.is_none_or(|at| at.elapsed() >= leases::BALANCE_EVERY) {
+            last_balance = Some(tokio::time::Instant::now());
+            worker.rebalance().await;
+        }
         let claim_due = last_claim.elapsed() >= worker.spec.claim_idle / 2;
         if claim_due {
             last_claim = tokio::time::Instant::now();
@@ -194,6 +214,24 @@ enum Progress {
 }
 
 impl Worker {
+    /// Renews this instance's leases and takes or gives back streams. While Redis cannot
+    /// say, the worker goes on with the streams it held.
+    async fn rebalance(&mut self) {
+        match leases::balance(&self.infra, self.spec.name, &self.all_streams, false).await {
+            Ok(held) => {
+                if held != self.streams {
+                    tracing::info!(consumer = self.spec.name, streams = ?held, "stream leases changed");
+                    // Entries of a stream taken back may be pending for this consumer.
+                    self.own_pending = true;
+                }
+                self.streams = held;
+            }
+            Err(error) => {
+                tracing::warn!(consumer = self.spec.name, %error, "stream leases not renewed");
+            }
+        }
+    }
+
     async fn conn(&mut self) -> anyhow::Result<&mut CountedConnection> {
         if self.conn.is_none() {
             let mut conn = if self.infra.instance.redis.is_cluster() {
@@ -209,7 +247,7 @@ impl Worker {
                 // Not counted with the requests' round trips.
                 CountedConnection::own(own, Arc::new(AtomicU64::new(0)))
             };
-            for stream in &self.streams {
+            for stream in &self.all_streams {
                 let created: redis::RedisResult<()> = redis::cmd("XGROUP")
                     .arg("CREATE")
                     .arg(stream)
@@ -240,6 +278,11 @@ impl Worker {
 
     /// Own pending entries first (retries), then entries of dead consumers, then new ones.
     async fn next_batch(&mut self, claim: bool) -> anyhow::Result<Vec<StreamEntry>> {
+        if self.streams.is_empty() {
+            // Other instances hold every stream: wait for the next round of balancing.
+            tokio::time::sleep(leases::BALANCE_EVERY.min(self.spec.block)).await;
+            return Ok(Vec::new());
+        }
         let mut batch = Vec::new();
         if self.own_pending {
             batch = self.read("0", None).await?;
@@ -397,7 +440,8 @@ impl Worker {
     async fn ack(&mut self, entries: &[StreamEntry]) -> anyhow::Result<()> {
         let group = self.spec.group;
         let mut acks = redis::pipe();
-        for stream in &self.streams {
+        let streams: HashSet<&String> = entries.iter().map(|e| &e.stream).collect();
+        for stream in streams {
             let ids: Vec<&str> = entries
                 .iter()
                 .filter(|e| &e.stream == stream)

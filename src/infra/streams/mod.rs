@@ -6,6 +6,7 @@
 //! its field names once, for the script's XADD and the consumers that read it.
 
 mod consumer;
+pub mod leases;
 
 use std::collections::HashMap;
 

@@ -1,0 +1,78 @@
+//! Leases that divide a consumer's streams (a feature's shards) among the instances that
+//! run it, the way a Kafka consumer group divides partitions (`lua/streams_lease.lua`):
+//! every [`BALANCE_EVERY`] each instance renews its leases and, against the instances alive
+//! now, takes free ones up to its share or gives back what is above it. An instance that
+//! joins gets its share within two rounds; one that stops gives its leases back as it
+//! goes, and one that dies loses them when they expire ([`LEASE_TIME`]).
+//!
+//! Leases divide the work; they are not what keeps an entry from being handled twice. The
+//! consumer group delivers each entry to one reader, whoever holds the lease, and entries a
+//! previous holder left pending are taken over after `claim_idle` as before. So a lease
+//! that lapses under a slow instance, or two instances that briefly read the same stream
+//! while a lease changes hands, cost nothing but order, which the handlers never relied on.
+
+use std::{collections::HashMap, time::Duration};
+
+use crate::infra::{
+    error::AppResult,
+    redis::{scripts::STREAMS_LEASE, Keys},
+    Infra,
+};
+
+/// How long a lease lasts unless renewed.
+pub const LEASE_TIME: Duration = Duration::from_secs(10);
+/// How often an instance renews its leases and rebalances.
+pub const BALANCE_EVERY: Duration = Duration::from_secs(2);
+
+impl Keys {
+    /// The instances that run a consumer, with when each is presumed gone.
+    pub fn lease_members(&self, consumer: &str) -> String {
+        self.tagged(&format!("leases:{consumer}"), "members")
+    }
+
+    /// Which instance holds each of a consumer's streams, and until when.
+    pub fn lease_holders(&self, consumer: &str) -> String {
+        self.tagged(&format!("leases:{consumer}"), "holders")
+    }
+}
+
+/// The streams of `all` this instance holds for `consumer` after a round of balancing;
+/// `leaving` gives every lease back.
+pub async fn balance(
+    infra: &Infra,
+    consumer: &str,
+    all: &[String],
+    leaving: bool,
+) -> AppResult<Vec<String>> {
+    let keys = &infra.keys;
+    let mut call = STREAMS_LEASE.call(
+        [keys.lease_members(consumer), keys.lease_holders(consumer)],
+        (
+            &*infra.instance.id,
+            infra.clock.now_ms(),
+            LEASE_TIME.as_millis() as u64,
+            i64::from(leaving),
+        ),
+    );
+    for stream in all {
+        call.arg(stream);
+    }
+    let mut conn = infra.redis.get().await?;
+    Ok(call.invoke_async(&mut *conn).await?)
+}
+
+/// Which instance holds each of a consumer's streams (leases that lapsed included).
+pub async fn holders(infra: &Infra, consumer: &str) -> AppResult<HashMap<String, String>> {
+    let mut conn = infra.redis.get().await?;
+    let leases: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(infra.keys.lease_holders(consumer))
+        .query_async(&mut *conn)
+        .await?;
+    Ok(leases
+        .into_iter()
+        .map(|(stream, lease)| {
+            let holder = lease.split(' ').next().unwrap_or_default().to_string();
+            (stream, holder)
+        })
+        .collect())
+}
