@@ -208,13 +208,14 @@ async fn masters(args: &Args) -> anyhow::Result<Vec<u16>> {
         .arg("NODES")
         .query_async(&mut conn)
         .await?;
+    // A master with slots (a replica can read as a master for a moment after a start).
     let mut masters: Vec<u16> = listing
         .lines()
-        .filter(|line| line.contains("master") && !line.contains("fail"))
-        .filter_map(|line| {
-            let address = line.split_whitespace().nth(1)?;
-            address.split(['@', ':']).nth(1)?.parse().ok()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|fields| {
+            fields.len() > 8 && fields[2].contains("master") && !fields[2].contains("fail")
         })
+        .filter_map(|fields| fields[1].split(['@', ':']).nth(1)?.parse().ok())
         .collect();
     masters.sort();
     Ok(masters)
@@ -379,7 +380,8 @@ async fn mixed_workload(
                     post(
                         token.clone(),
                         "mutation($u: ID!) { follow(userId: $u) }",
-                        json!({ "u": (10_000 + (user + 1) % args.users).to_string() }),
+                        // Someone already seen: the previous user of this chunk.
+                        json!({ "u": if user == chunk[0] { 1 } else { user - 1 }.to_string() }),
                     )
                     .await?;
                     post(

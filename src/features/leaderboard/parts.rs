@@ -6,10 +6,9 @@
 //!
 //! - **A page near the top** ([`SHALLOW`]): each part's first `offset + count` members,
 //!   merged, in one round trip.
-//! - **A deep page** ([`deep_page`]): a binary search on `Σ ZCOUNT` over the parts finds the
+//! - **A deep page** ([`deep_page`]): a search on `Σ ZCOUNT` over the parts finds the
 //!   score at the page's first rank; each part is then read from its first member at or
-//!   below that score. About fifty round trips at worst, none of which reads more than the
-//!   page.
+//!   below that score. A round trip per step, none of which reads more than the page.
 //! - **A rank** ([`ahead_elsewhere`]): `ZREVRANK` in the user's own part, plus, in each other
 //!   part, the members of a higher score (`ZCOUNT`) and those of the same score that come
 //!   first.
@@ -104,17 +103,31 @@ pub async fn deep_page(
         Ok::<i64, AppError>(each::<i64>(infra, &pipe).await?.into_iter().sum())
     };
     let wanted = offset as i64 + 1;
-    if at_or_above(low).await? < wanted {
+    let (mut at_low, mut at_high) = (at_or_above(low).await?, 0);
+    if at_low < wanted {
         return Ok(Vec::new());
     }
     // The highest score with at least `wanted` members at or above it: the score of the
-    // member at rank `offset + 1`. Invariant: the answer lies in `low..=high`.
-    while low < high {
-        let middle = low + (high - low + 1) / 2;
-        if at_or_above(middle).await? >= wanted {
-            low = middle;
+    // member at rank `offset + 1`. It lies in `low..high` (`high` is above every score).
+    // Counts grow smoothly with the score on a large board, so the search guesses where
+    // the count crosses `wanted` from the counts at both ends, and halves every other
+    // step, which bounds it to twice a bisection however the scores fall.
+    high += 1;
+    let mut interpolate = true;
+    while high - low > 1 {
+        let guess = if interpolate && at_low > at_high {
+            let fraction = (at_low - wanted) as f64 / (at_low - at_high) as f64;
+            low + ((high - low) as f64 * fraction) as i64
         } else {
-            high = middle - 1;
+            low + (high - low) / 2
+        }
+        .clamp(low + 1, high - 1);
+        interpolate = !interpolate;
+        let at_guess = at_or_above(guess).await?;
+        if at_guess >= wanted {
+            (low, at_low) = (guess, at_guess);
+        } else {
+            (high, at_high) = (guess, at_guess);
         }
     }
     let mut above = redis::pipe();
