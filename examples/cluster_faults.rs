@@ -32,6 +32,8 @@ use engage::infra::{
 use serde_json::{json, Value};
 use sqlx::Row;
 
+#[path = "support/live.rs"]
+mod live;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -68,6 +70,8 @@ const SHARDS: &str = "16";
 #[derive(Default)]
 struct Ledger {
     likes: Vec<(i64, i64)>,
+    /// When each acknowledged like was answered (since the load began), by remark.
+    like_times: Vec<(i64, Duration)>,
     sign_ins: Vec<i64>,
     orders: Vec<i64>,
     /// Requests without an answer: their effect is unknown.
@@ -155,9 +159,11 @@ async fn main() -> anyhow::Result<()> {
     // 2. Resharding, on fresh remarks and a fresh voucher.
     let (item, remarks, voucher) = fixtures(&http, &url, &tokens).await?;
     let load = start_load(&args, &http, &url, &secret, &remarks, &voucher);
+    let watcher = live::LiveWatcher::start(&ws_url(&url), &remarks, load.0.began).await?;
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     let (from, to, slots, via) = reshard_plan(&args)?;
     let moving = Instant::now();
+    let moved_at = load.0.began.elapsed();
     let status = Command::new("redis-cli")
         .args(["--cluster", "reshard", &format!("127.0.0.1:{via}")])
         .args(["--cluster-from", &from, "--cluster-to", &to])
@@ -169,9 +175,19 @@ async fn main() -> anyhow::Result<()> {
         moving.elapsed().as_secs_f64()
     );
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    let ended = load.0.began.elapsed();
     let ledger = stop_load(&load).await;
     let lost = settle_and_count_lost(&sql, &ledger).await?;
     let drifted = counts_drift(&http, &url, &tokens, &sql, &item, &remarks).await?;
+    let live = live_after_fault(
+        &http, &url, &tokens, &item, &remarks, &watcher, &ledger, moved_at, ended,
+    )
+    .await?;
+    println!("resharding: {live}");
+    if !live.held() {
+        failed
+            .push("resharding: live updates did not resume within 2 s, or a last count was wrong");
+    }
     println!(
         "resharding: {} requests; errors {:?}; 5xx {}; in doubt {}; acknowledged likes {}, \
          sign-ins {}, orders {}; lost {}/{}/{}; remarks whose count is not their likes: {drifted}",
@@ -220,8 +236,9 @@ async fn failover(
     keys: &Keys,
     failed: &mut Vec<&'static str>,
 ) -> anyhow::Result<()> {
-    let (_, remarks, voucher) = fixtures(http, url, tokens).await?;
+    let (item, remarks, voucher) = fixtures(http, url, tokens).await?;
     let load = start_load(args, http, url, secret, &remarks, &voucher);
+    let watcher = live::LiveWatcher::start(&ws_url(url), &remarks, load.0.began).await?;
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     let order_stream = keys.order_stream(0);
     let victim = master_of(args, &order_stream)?;
@@ -232,7 +249,16 @@ async fn failover(
         killed_at.as_secs_f64()
     );
     tokio::time::sleep(Duration::from_secs(args.seconds * 2)).await;
+    let ended = load.0.began.elapsed();
     let ledger = stop_load(&load).await;
+    let live = live_after_fault(
+        http, url, tokens, &item, &remarks, &watcher, &ledger, killed_at, ended,
+    )
+    .await?;
+    println!("failover: {live}");
+    if !live.held() {
+        failed.push("failover: live updates did not resume within 2 s, or a last count was wrong");
+    }
     let resumed = ledger
         .last_failure
         .map_or(Duration::ZERO, |last| last.saturating_sub(killed_at));
@@ -397,7 +423,10 @@ fn start_load(
                 let mut ledger = load.ledger.lock().expect("poisoned");
                 let data = &body["data"];
                 match turn % 3 {
-                    0 if data["likeRemark"]["changed"] == true => ledger.likes.push((remark, user)),
+                    0 if data["likeRemark"]["changed"] == true => {
+                        ledger.likes.push((remark, user));
+                        ledger.like_times.push((remark, load.began.elapsed()));
+                    }
                     1 if data["signIn"]["alreadySigned"] == false => ledger.sign_ins.push(user),
                     2 => match data["seckillVoucher"]["id"]
                         .as_str()
@@ -480,14 +509,13 @@ async fn lost(sql: &sqlx::SqlitePool, ledger: &Ledger) -> anyhow::Result<Lost> {
 }
 
 /// Remarks whose count (as the API answers it) is not the number of their likes in SQL.
-async fn counts_drift(
+/// Each remark's count as the API answers it.
+async fn api_counts(
     http: &reqwest::Client,
     url: &str,
     tokens: &Tokens,
-    sql: &sqlx::SqlitePool,
     item: &str,
-    remarks: &[i64],
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<std::collections::HashMap<i64, i64>> {
     let token = tokens.mint(1, Role::User, 7200, None);
     let body: Value = http
         .post(url)
@@ -499,7 +527,7 @@ async fn counts_drift(
         .await?
         .json()
         .await?;
-    let counted: std::collections::HashMap<i64, i64> = body["data"]["remarks"]["edges"]
+    Ok(body["data"]["remarks"]["edges"]
         .as_array()
         .map(|edges| {
             edges
@@ -513,7 +541,98 @@ async fn counts_drift(
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default())
+}
+
+fn ws_url(url: &str) -> String {
+    url.replacen("http", "ws", 1)
+}
+
+/// How a live dashboard fared through a fault.
+struct LiveReport {
+    /// The longest a remark's updates stopped for beyond its likes stopping (the time the
+    /// hub took to follow the slot to its new master).
+    resubscribed_within: Duration,
+    longest_silence: Duration,
+    longest_write_gap: Duration,
+    /// Remarks whose last pushed count is the count the API answers at the end.
+    last_counts_right: usize,
+    remarks: usize,
+}
+
+impl LiveReport {
+    fn held(&self) -> bool {
+        self.resubscribed_within <= Duration::from_secs(2) && self.last_counts_right == self.remarks
+    }
+}
+
+impl std::fmt::Display for LiveReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "live updates: longest silence {:.2} s where likes paused {:.2} s at most;              resumed within {:.2} s of the likes; last count right for {} of {} remarks",
+            self.longest_silence.as_secs_f64(),
+            self.longest_write_gap.as_secs_f64(),
+            self.resubscribed_within.as_secs_f64(),
+            self.last_counts_right,
+            self.remarks
+        )
+    }
+}
+
+/// For each remark, from the fault to the end of the load: the longest silence of its
+/// updates against the longest pause of its acknowledged likes; then, 2 s after the load,
+/// whether its last pushed count is the API's.
+#[allow(clippy::too_many_arguments)]
+async fn live_after_fault(
+    http: &reqwest::Client,
+    url: &str,
+    tokens: &Tokens,
+    item: &str,
+    remarks: &[i64],
+    watcher: &live::LiveWatcher,
+    ledger: &Ledger,
+    fault_at: Duration,
+    ended: Duration,
+) -> anyhow::Result<LiveReport> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let counts = api_counts(http, url, tokens, item).await?;
+    let mut report = LiveReport {
+        resubscribed_within: Duration::ZERO,
+        longest_silence: Duration::ZERO,
+        longest_write_gap: Duration::ZERO,
+        last_counts_right: 0,
+        remarks: remarks.len(),
+    };
+    for &remark in remarks {
+        let silence = watcher.longest_silence(remark, fault_at, ended);
+        let likes = ledger
+            .like_times
+            .iter()
+            .filter(|(r, _)| *r == remark)
+            .map(|(_, t)| *t);
+        let paused = live::longest_gap(likes, fault_at, ended);
+        report.longest_silence = report.longest_silence.max(silence);
+        report.longest_write_gap = report.longest_write_gap.max(paused);
+        report.resubscribed_within = report
+            .resubscribed_within
+            .max(silence.saturating_sub(paused));
+        if watcher.last(remark).is_some() && watcher.last(remark) == counts.get(&remark).copied() {
+            report.last_counts_right += 1;
+        }
+    }
+    Ok(report)
+}
+
+async fn counts_drift(
+    http: &reqwest::Client,
+    url: &str,
+    tokens: &Tokens,
+    sql: &sqlx::SqlitePool,
+    item: &str,
+    remarks: &[i64],
+) -> anyhow::Result<usize> {
+    let counted = api_counts(http, url, tokens, item).await?;
     let mut drifted = 0;
     for remark in remarks {
         let archived: i64 = sqlx::query(

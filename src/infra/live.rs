@@ -63,6 +63,8 @@ pub struct LiveHub {
     changes: tokio::sync::Mutex<()>,
     /// Told when the cluster connection stopped answering: the runner connects afresh.
     stuck: tokio::sync::Notify,
+    /// Whether a repair after a lost node connection is under way (one at a time).
+    repairing: std::sync::atomic::AtomicBool,
 }
 
 impl LiveHub {
@@ -73,6 +75,7 @@ impl LiveHub {
             sink: Mutex::new(None),
             changes: tokio::sync::Mutex::new(()),
             stuck: tokio::sync::Notify::new(),
+            repairing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -480,7 +483,59 @@ async fn run_on_cluster(infra: Infra) {
     }
 }
 
+/// How often a repair tries to subscribe again, and for how long before the hub connects
+/// afresh.
+const REPAIR_EVERY: Duration = Duration::from_millis(250);
+const REPAIR_FOR: Duration = Duration::from_secs(30);
+
 impl LiveHub {
+    /// After a node's connection was lost: subscribes every channel again where its slot
+    /// lives now, tried every [`REPAIR_EVERY`] until all succeed (a failed master's slots
+    /// have no master until a replica is promoted), then has every subscriber re-read what
+    /// it may have missed meanwhile. Subscribing a channel the connection already has
+    /// changes nothing, so the channels of the other nodes are simply subscribed again; the
+    /// connection's own resubscription is not relied on.
+    fn repair(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.repairing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            loop {
+                tokio::time::sleep(REPAIR_EVERY).await;
+                let Some(mut sink) = hub.sink.lock().expect("poisoned").clone() else {
+                    break; // connecting afresh, which subscribes everything itself
+                };
+                let subscribed = {
+                    let _serial = hub.changes.lock().await;
+                    let channels: Vec<String> = hub
+                        .topics
+                        .lock()
+                        .expect("poisoned")
+                        .keys()
+                        .cloned()
+                        .collect();
+                    sink.subscribe(&channels).await
+                };
+                match subscribed {
+                    Ok(()) => {
+                        hub.broadcast_resync();
+                        break;
+                    }
+                    Err(error) if error.is_timeout() || started.elapsed() > REPAIR_FOR => {
+                        tracing::warn!(%error, "live hub: cannot subscribe again, reconnecting");
+                        hub.stuck.notify_one();
+                        break;
+                    }
+                    Err(_) => {}
+                }
+            }
+            hub.repairing.store(false, Ordering::SeqCst);
+        });
+    }
+
     fn on_cluster_push(self: &Arc<Self>, push: PushInfo) {
         let channel = |value: Option<&redis::Value>| {
             value.and_then(|v| redis::FromRedisValue::from_redis_value_ref(v).ok())
@@ -499,6 +554,7 @@ impl LiveHub {
             PushKind::Disconnection => {
                 tracing::warn!("live hub: a cluster node's connection was lost, resubscribing");
                 self.broadcast_resync();
+                self.repair();
             }
             PushKind::SUnsubscribe => {
                 let Some(name) = channel(push.data.first()) else {

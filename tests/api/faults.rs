@@ -513,3 +513,48 @@ async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other
     })
     .await;
 }
+
+/// A backlog spread over many streams reaches the archive as one read of up to a batch per
+/// stream; it is written in transactions of at most a batch, so no statement binds more
+/// parameters than SQLite takes (16 streams × 1,000 votes × 8 columns would be 128,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_in_sixteen_streams_is_archived_in_batches_sql_accepts() {
+    use engage::{features::remarks::events::VoteEvent, infra::streams::Event};
+    let app = TestApp::spawn_with(|config| {
+        config.like_shards = Some(16);
+    })
+    .await;
+    let keys = &app.state.infra.keys;
+    let votes: i64 = 6_000;
+    let mut pipe = redis::pipe();
+    for voter in 0..votes {
+        let remark = 1_000 + voter % 32;
+        let event = VoteEvent {
+            remark_id: remark,
+            voter_id: voter,
+            author_id: 1,
+            liked: true,
+            like_count: voter / 32 + 1,
+            at_ms: app.state.infra.clock.now_ms(),
+        };
+        let add = pipe
+            .cmd("XADD")
+            .arg(keys.vote_stream_of(remark, 16))
+            .arg("*");
+        for (field, value) in event.to_fields() {
+            add.arg(field).arg(value);
+        }
+        add.ignore();
+    }
+    let mut conn = crate::harness::redis(&app).await;
+    let () = pipe.query_async(&mut conn).await.unwrap();
+    let pool = app.state.infra.db.pool.clone();
+    crate::harness::eventually(async || {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM vote_log")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        row.get::<i64, _>("n") == votes
+    })
+    .await;
+}

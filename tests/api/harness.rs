@@ -404,8 +404,21 @@ pub fn percent_encode(text: &str) -> String {
 }
 
 /// Every key matching `pattern` in the whole keyspace (on every master of a cluster).
+/// A walk that fails part-way (a cluster node slow to answer while the whole suite runs on
+/// two cores) is walked again, a few times.
 pub async fn scan(app: &TestApp, pattern: &str) -> Vec<String> {
-    app.state.infra.redis.scan(pattern).await.unwrap()
+    let mut tries = 0;
+    loop {
+        match app.state.infra.redis.scan(pattern).await {
+            Ok(keys) => return keys,
+            Err(error) if tries < 3 => {
+                tries += 1;
+                eprintln!("scan of {pattern} failed ({error}); walking again");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("scan of {pattern}: {error}"),
+        }
+    }
 }
 
 /// Removes `keys` (one UNLINK each: on a cluster they live in many slots).

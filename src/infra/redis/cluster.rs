@@ -166,10 +166,12 @@ pub async fn on_node(
 /// The `redis` crate's cluster connection can wedge for good: when a slot refresh (after
 /// MOVED replies, as while slots are resharded) waits for its lock behind a request that
 /// was granted the lock but is only polled once the refresh is done, every later command
-/// waits for its response timeout. A watchdog sends PING to one node each second; after
-/// three in a row get no answer, it connects afresh and swaps the new connection in
-/// (commands in flight on the old one fail UNAVAILABLE; stream workers reconnect on their
-/// next error). A node that is merely down does not trip it: PING goes to a connected node.
+/// waits for its response timeout. A watchdog sends a keyed read each second, routed by
+/// slot as requests are, to each master in turn; after three in a row get no answer, it
+/// connects afresh and swaps the new connection in (commands in flight on the old one fail
+/// UNAVAILABLE; stream workers reconnect on their next error). A master that is merely
+/// down does not trip it: its slots answer an error, or hang for only its share of the
+/// probes.
 pub struct ClusterLink {
     current: std::sync::RwLock<CountedConnection>,
 }
@@ -178,6 +180,9 @@ pub struct ClusterLink {
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 const WATCH_TIMEOUT: Duration = Duration::from_millis(1500);
 const SILENCES: u32 = 3;
+/// The watchdog's reads go round this many hash tags (spread over the slots, so over the
+/// masters).
+const PROBE_SLOTS: u32 = 16;
 
 impl ClusterLink {
     /// Connects, and watches the connection for as long as the link lives.
@@ -203,6 +208,7 @@ impl ClusterLink {
 
 async fn watch(link: Weak<ClusterLink>, target: RedisTarget, round_trips: Arc<AtomicU64>) {
     let mut silences = 0;
+    let mut probe = 0;
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
         let Some(current) = link.upgrade().map(|link| link.current()) else {
@@ -211,10 +217,12 @@ async fn watch(link: Weak<ClusterLink>, target: RedisTarget, round_trips: Arc<At
         let Some(mut conn) = current.as_cluster().cloned() else {
             return;
         };
-        let ping = conn.route_command(
-            redis::cmd("PING"),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        );
+        // A keyed read, routed by slot as requests are (a keyless PING to a random node
+        // answered while every slot-routed command waited), over each master in turn.
+        probe = (probe + 1) % PROBE_SLOTS;
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(format!("engage-watchdog{{{probe}}}"));
+        let ping = exists.query_async::<i64>(&mut conn);
         match tokio::time::timeout(WATCH_TIMEOUT, ping).await {
             Err(_) => silences += 1,
             Ok(_) => silences = 0,

@@ -401,7 +401,19 @@ impl Worker {
         Ok(taken)
     }
 
+    /// Handles a batch in transactions of at most `batch_size` entries: a read takes up to
+    /// that many from each stream, and a backlog in sixteen streams would otherwise be one
+    /// statement binding more parameters than SQLite takes.
     async fn process(&mut self, entries: &[StreamEntry]) -> anyhow::Result<Progress> {
+        for part in entries.chunks(self.spec.batch_size.max(1)) {
+            if let Progress::Stalled = self.process_part(part).await? {
+                return Ok(Progress::Stalled);
+            }
+        }
+        Ok(Progress::Done)
+    }
+
+    async fn process_part(&mut self, entries: &[StreamEntry]) -> anyhow::Result<Progress> {
         if entries.is_empty() {
             return Ok(Progress::Done);
         }
