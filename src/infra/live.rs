@@ -17,7 +17,7 @@
 //! the channels one connection may hold.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     future::Future,
     pin::Pin,
     sync::{Arc, Mutex},
@@ -240,6 +240,8 @@ where
             .collect(),
         pending: HashMap::new(),
         last_flush: now.checked_sub(COALESCE).unwrap_or(now),
+        stale: HashSet::new(),
+        reread_at: now,
     };
     Ok(futures::stream::unfold(
         counters,
@@ -257,7 +259,17 @@ struct Counters<R> {
     /// Changes held back until the coalescing window ends, latest value per id.
     pending: HashMap<i64, i64>,
     last_flush: tokio::time::Instant,
+    /// Ids whose values may have been missed, to be read again together at `reread_at`.
+    stale: HashSet<i64>,
+    reread_at: tokio::time::Instant,
 }
+
+/// How long the ids told to resync at once gather before one read covers them all.
+const REREAD_GATHER: Duration = Duration::from_millis(10);
+/// How long a re-read may take, and how soon one that failed is tried again: a read of a
+/// slot that has no master yet (a failover) must not hold up the other ids' changes.
+const REREAD_TIMEOUT: Duration = Duration::from_secs(1);
+const REREAD_RETRY: Duration = Duration::from_millis(250);
 
 impl<R, Fut> Counters<R>
 where
@@ -279,9 +291,17 @@ where
                 }
                 tokio::time::sleep_until(window_end).await;
             };
+            let reread_at = self.reread_at;
+            let reread = async {
+                if self.stale.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep_until(reread_at).await;
+            };
             tokio::select! {
                 () = &mut self.shutdown => return None,
                 () = flush => self.flush(),
+                () = reread => self.reread().await,
                 message = self.messages.next() => {
                     let (id, message) = message?;
                     match message {
@@ -291,9 +311,10 @@ where
                             }
                         }
                         LiveMessage::Resync => {
-                            if let Ok(values) = (self.read)(vec![id]).await {
-                                self.pending.extend(values);
+                            if self.stale.is_empty() {
+                                self.reread_at = tokio::time::Instant::now() + REREAD_GATHER;
                             }
+                            self.stale.insert(id);
                         }
                     }
                     if tokio::time::Instant::now() >= window_end {
@@ -307,6 +328,22 @@ where
     fn flush(&mut self) {
         self.ready.extend(self.pending.drain());
         self.last_flush = tokio::time::Instant::now();
+    }
+
+    /// Reads the stale ids' values in one read; on failure they stay stale, to be read
+    /// again shortly (a later change would not say what was missed before it).
+    async fn reread(&mut self) {
+        let ids: Vec<i64> = self.stale.iter().copied().collect();
+        match tokio::time::timeout(REREAD_TIMEOUT, (self.read)(ids)).await {
+            Ok(Ok(values)) => {
+                self.stale.clear();
+                self.pending.extend(values);
+                if tokio::time::Instant::now() >= self.last_flush + COALESCE {
+                    self.flush();
+                }
+            }
+            _ => self.reread_at = tokio::time::Instant::now() + REREAD_RETRY,
+        }
     }
 }
 
@@ -484,15 +521,18 @@ async fn run_on_cluster(infra: Infra) {
 }
 
 /// How often a repair tries to subscribe again, and for how long before the hub connects
-/// afresh.
+/// afresh: the connection may go on routing a moved slot's channels to the node that is
+/// gone (requests saw the new master while the hub's subscriptions failed for seconds),
+/// and a new connection starts from the cluster's current map.
 const REPAIR_EVERY: Duration = Duration::from_millis(250);
-const REPAIR_FOR: Duration = Duration::from_secs(30);
+const REPAIR_FOR: Duration = Duration::from_secs(1);
 
 impl LiveHub {
     /// After a node's connection was lost: subscribes every channel again where its slot
-    /// lives now, tried every [`REPAIR_EVERY`] until all succeed (a failed master's slots
-    /// have no master until a replica is promoted), then has every subscriber re-read what
-    /// it may have missed meanwhile. Subscribing a channel the connection already has
+    /// lives now, tried every [`REPAIR_EVERY`] until all succeed, then has every subscriber
+    /// re-read what it may have missed meanwhile; past [`REPAIR_FOR`] (a failed master's
+    /// slots have no master until a replica is promoted) the hub connects afresh, and goes
+    /// on trying that way. Subscribing a channel the connection already has
     /// changes nothing, so the channels of the other nodes are simply subscribed again; the
     /// connection's own resubscription is not relied on.
     fn repair(self: &Arc<Self>) {
