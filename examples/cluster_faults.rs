@@ -596,6 +596,12 @@ async fn live_after_fault(
     ended: Duration,
 ) -> anyhow::Result<LiveReport> {
     tokio::time::sleep(Duration::from_secs(2)).await;
+    for (at, what) in watcher.other.lock().expect("poisoned").iter() {
+        println!(
+            "  the dashboard's socket at {:.2} s: {what}",
+            at.as_secs_f64()
+        );
+    }
     let counts = api_counts(http, url, tokens, item).await?;
     let mut report = LiveReport {
         resubscribed_within: Duration::ZERO,

@@ -15,6 +15,8 @@ pub type Update = (Duration, i64, i64);
 
 pub struct LiveWatcher {
     pub updates: Arc<Mutex<Vec<Update>>>,
+    /// Messages other than updates (errors, completion, the socket's end), with their time.
+    pub other: Arc<Mutex<Vec<(Duration, String)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -40,11 +42,34 @@ impl LiveWatcher {
             "variables": { "ids": ids } } });
         socket.send(Message::text(subscribe.to_string())).await?;
         let updates = Arc::new(Mutex::new(Vec::new()));
-        let recorded = updates.clone();
+        let other = Arc::new(Mutex::new(Vec::new()));
+        let (recorded, noted) = (updates.clone(), other.clone());
+        let note = move |what: String| {
+            noted
+                .lock()
+                .expect("poisoned")
+                .push((began.elapsed(), what));
+        };
         let task = tokio::spawn(async move {
-            while let Some(Ok(message)) = socket.next().await {
-                let Message::Text(text) = message else {
-                    continue;
+            loop {
+                let message = match socket.next().await {
+                    Some(Ok(message)) => message,
+                    Some(Err(error)) => {
+                        note(format!("socket error: {error}"));
+                        break;
+                    }
+                    None => {
+                        note("socket closed".into());
+                        break;
+                    }
+                };
+                let text = match message {
+                    Message::Text(text) => text,
+                    Message::Close(frame) => {
+                        note(format!("close: {frame:?}"));
+                        continue;
+                    }
+                    _ => continue,
                 };
                 let Ok(body) = serde_json::from_str::<Value>(&text) else {
                     continue;
@@ -53,6 +78,10 @@ impl LiveWatcher {
                     let _ = socket
                         .send(Message::text(json!({ "type": "pong" }).to_string()))
                         .await;
+                    continue;
+                }
+                if body["type"] != "next" {
+                    note(text.to_string());
                     continue;
                 }
                 let change = &body["payload"]["data"]["likeCountChanged"];
@@ -65,7 +94,11 @@ impl LiveWatcher {
                 }
             }
         });
-        Ok(Self { updates, task })
+        Ok(Self {
+            updates,
+            other,
+            task,
+        })
     }
 
     /// The last count received for `remark`.
