@@ -1,5 +1,6 @@
 //! A live dashboard for the load generators: one `likeCountChanged` subscription
-//! (graphql-transport-ws) over a set of remarks, recording when each update arrived.
+//! (graphql-transport-ws) over a set of remarks, recording when each update arrived, and
+//! subscribing again when the server ends it or answers an error (as the dashboard does).
 
 use std::{
     sync::{Arc, Mutex},
@@ -37,10 +38,15 @@ impl LiveWatcher {
         let init = json!({ "type": "connection_init", "payload": {} });
         socket.send(Message::text(init.to_string())).await?;
         let ids: Vec<String> = remarks.iter().map(i64::to_string).collect();
-        let subscribe = json!({ "id": "1", "type": "subscribe", "payload": {
+        let subscribe = move |id: &str| {
+            json!({ "id": id, "type": "subscribe", "payload": {
             "query": "subscription($ids: [ID!]!) { likeCountChanged(remarkIds: $ids) { remarkId likeCount } }",
-            "variables": { "ids": ids } } });
-        socket.send(Message::text(subscribe.to_string())).await?;
+            "variables": { "ids": ids } } })
+        };
+        socket
+            .send(Message::text(subscribe("0").to_string()))
+            .await?;
+        let mut resubscriptions = 0;
         let updates = Arc::new(Mutex::new(Vec::new()));
         let other = Arc::new(Mutex::new(Vec::new()));
         let (recorded, noted) = (updates.clone(), other.clone());
@@ -80,8 +86,23 @@ impl LiveWatcher {
                         .await;
                     continue;
                 }
-                if body["type"] != "next" {
+                let ended = body["type"] == "complete" || body["type"] == "error";
+                let failed = body["payload"].get("errors").is_some();
+                if body["type"] != "next" || failed {
                     note(text.to_string());
+                }
+                if ended || failed {
+                    // As a dashboard would: subscribe again, under a new id.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    resubscriptions += 1;
+                    let again = subscribe(&format!("{resubscriptions}"));
+                    if socket.send(Message::text(again.to_string())).await.is_err() {
+                        note("resubscription not sent".into());
+                        break;
+                    }
+                    continue;
+                }
+                if body["type"] != "next" {
                     continue;
                 }
                 let change = &body["payload"]["data"]["likeCountChanged"];
