@@ -145,7 +145,7 @@ async fn run(
     serve(&infra, &mut worker).await;
     // Give the leases back for the other instances to take at once (a lease left behind
     // would wait out its time).
-    let leave = leases::balance(&infra, worker.spec.name, &worker.all_streams, true);
+    let leave = worker.balance(true);
     if let Ok(Err(error)) = tokio::time::timeout(Duration::from_secs(1), leave).await {
         tracing::warn!(consumer = worker.spec.name, %error, "leases not given back");
     }
@@ -216,8 +216,15 @@ enum Progress {
 impl Worker {
     /// Renews this instance's leases and takes or gives back streams. While Redis cannot
     /// say, the worker goes on with the streams it held.
+    /// One round of balancing on the worker's connection (`leaving`: give everything back).
+    async fn balance(&mut self, leaving: bool) -> anyhow::Result<Vec<String>> {
+        let (infra, name, all) = (self.infra.clone(), self.spec.name, self.all_streams.clone());
+        let conn = self.conn().await?;
+        Ok(leases::balance(&infra, conn, name, &all, leaving).await?)
+    }
+
     async fn rebalance(&mut self) {
-        match leases::balance(&self.infra, self.spec.name, &self.all_streams, false).await {
+        match self.balance(false).await {
             Ok(held) => {
                 if held != self.streams {
                     tracing::info!(consumer = self.spec.name, streams = ?held, "stream leases changed");
@@ -235,7 +242,11 @@ impl Worker {
     async fn conn(&mut self) -> anyhow::Result<&mut CountedConnection> {
         if self.conn.is_none() {
             let mut conn = if self.infra.instance.redis.is_cluster() {
-                self.infra.redis.get().await?.clone()
+                // The instance's cluster connection, not counted with the requests' round
+                // trips (the polls and lease renewals are the worker's own).
+                let shared = self.infra.redis.get().await?.clone();
+                let cluster = shared.as_cluster().expect("a cluster connection").clone();
+                CountedConnection::cluster(cluster, Arc::new(AtomicU64::new(0)))
             } else {
                 let client = self.infra.instance.redis.client()?;
                 // Blocking reads wait up to `block`; the default response timeout is shorter.

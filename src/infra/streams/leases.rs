@@ -15,7 +15,7 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::infra::{
     error::AppResult,
-    redis::{scripts::STREAMS_LEASE, Keys},
+    redis::{counting::CountedConnection, scripts::STREAMS_LEASE, Keys},
     Infra,
 };
 
@@ -37,9 +37,11 @@ impl Keys {
 }
 
 /// The streams of `all` this instance holds for `consumer` after a round of balancing;
-/// `leaving` gives every lease back.
+/// `leaving` gives every lease back. Sent on the worker's connection `conn`, with its
+/// reads (not counted with the requests' round trips).
 pub async fn balance(
     infra: &Infra,
+    conn: &mut CountedConnection,
     consumer: &str,
     all: &[String],
     leaving: bool,
@@ -57,8 +59,7 @@ pub async fn balance(
     for stream in all {
         call.arg(stream);
     }
-    let mut conn = infra.redis.get().await?;
-    Ok(call.invoke_async(&mut *conn).await?)
+    Ok(call.invoke_async(conn).await?)
 }
 
 /// Which instance holds each of a consumer's streams (leases that lapsed included).
