@@ -225,7 +225,7 @@ async fn main() -> anyhow::Result<()> {
             args.port, args.requests
         );
     }
-    unlink_prefix(&mut conn, &prefix).await
+    support::unlink_prefix(&mut conn, &prefix).await
 }
 
 /// Whether the node owns the slot of `key` (`None`: a node outside a cluster owns all).
@@ -261,23 +261,4 @@ async fn owned_slots(
             None => range.parse().ok().map(|slot| (slot, slot)),
         })
         .collect())
-}
-
-async fn unlink_prefix(
-    conn: &mut redis::aio::MultiplexedConnection,
-    prefix: &str,
-) -> anyhow::Result<()> {
-    let keys: Vec<String> = {
-        use redis::AsyncCommands;
-        let mut scan = conn.scan_match::<_, String>(format!("{prefix}*")).await?;
-        let mut keys = Vec::new();
-        while let Some(key) = futures::StreamExt::next(&mut scan).await {
-            keys.push(key?);
-        }
-        keys
-    };
-    for key in keys {
-        let _: i64 = redis::cmd("UNLINK").arg(key).query_async(conn).await?;
-    }
-    Ok(())
 }

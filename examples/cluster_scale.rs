@@ -28,7 +28,6 @@ use engage::infra::{
     redis::{connect, Keys, RedisMode, RedisTarget},
 };
 use rand::Rng;
-use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 #[path = "support/mod.rs"]
@@ -262,32 +261,18 @@ async fn commands(masters: &[u16]) -> anyhow::Result<Vec<u64>> {
 async fn keys_per_master(masters: &[u16], prefix: &str) -> anyhow::Result<Vec<u64>> {
     let mut counts = Vec::new();
     for &port in masters {
-        let mut conn = node(port).await?;
-        let mut keys = conn.scan_match::<_, String>(format!("{prefix}*")).await?;
-        let mut count = 0;
-        while futures::StreamExt::next(&mut keys).await.is_some() {
-            count += 1;
-        }
-        counts.push(count);
+        counts.push(
+            support::keys_of(&mut node(port).await?, prefix)
+                .await?
+                .len() as u64,
+        );
     }
     Ok(counts)
 }
 
 async fn unlink_prefix(masters: &[u16], prefix: &str) -> anyhow::Result<()> {
     for &port in masters {
-        let mut conn = node(port).await?;
-        let keys: Vec<String> = {
-            let mut scan = conn.scan_match::<_, String>(format!("{prefix}*")).await?;
-            let mut keys = Vec::new();
-            while let Some(key) = futures::StreamExt::next(&mut scan).await {
-                keys.push(key?);
-            }
-            keys
-        };
-        let mut conn = node(port).await?;
-        for key in keys {
-            let _: i64 = redis::cmd("UNLINK").arg(key).query_async(&mut conn).await?;
-        }
+        support::unlink_prefix(&mut node(port).await?, prefix).await?;
     }
     Ok(())
 }

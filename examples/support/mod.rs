@@ -71,3 +71,28 @@ where
     }
     anyhow::bail!("{what}: not within 30 s")
 }
+
+/// Every key of `prefix` on one node (a cluster master holds only its slots' keys).
+pub async fn keys_of(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> anyhow::Result<Vec<String>> {
+    use redis::AsyncCommands;
+    let mut scan = conn.scan_match::<_, String>(format!("{prefix}*")).await?;
+    let mut keys = Vec::new();
+    while let Some(key) = futures::StreamExt::next(&mut scan).await {
+        keys.push(key?);
+    }
+    Ok(keys)
+}
+
+/// Removes every key of `prefix` on one node, one UNLINK each.
+pub async fn unlink_prefix(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    for key in keys_of(conn, prefix).await? {
+        let _: i64 = redis::cmd("UNLINK").arg(key).query_async(conn).await?;
+    }
+    Ok(())
+}
