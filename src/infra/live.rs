@@ -378,8 +378,8 @@ impl Sink {
 }
 
 /// How long a cluster (un)subscription may take. The `redis` crate's cluster connection can
-/// wedge during a slot refresh (see `infra::redis::cluster::ClusterLink`); a subscription
-/// that does not answer in time fails, and the hub connects afresh.
+/// wedge during a slot refresh (see `infra::redis::cluster`); a subscription that does not
+/// answer in time fails, and the hub connects afresh.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 async fn within_time(

@@ -433,17 +433,11 @@ pub async fn unlink(app: &TestApp, keys: &[String]) {
 
 /// How many connections listen on a live channel (sharded on a cluster).
 pub async fn listeners(app: &TestApp, channel: &str) -> i64 {
-    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
     let mut conn = redis(app).await;
     let reply = match conn.as_cluster().cloned() {
-        Some(mut cluster) => {
-            let node = Route::with_key(channel, SlotAddr::Master);
-            cluster
-                .route_command(
-                    redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(channel).clone(),
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node)),
-                )
-                .await
+        Some(cluster) => {
+            let count = redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(channel).clone();
+            cluster.query_at_key(channel, &count).await
         }
         None => {
             redis::cmd("PUBSUB")

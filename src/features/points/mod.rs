@@ -306,7 +306,11 @@ impl Points {
         let (awarded, duplicate): (i64, i64) = unless_held(
             || async move {
                 let (season, season_seconds) = self.season_now();
-                let mut conn = self.infra.redis.get().await?;
+                let mut conn = self
+                    .infra
+                    .durability
+                    .connection(DurableWrite::Points, &self.infra.redis)
+                    .await?;
                 let reply: (i64, i64) = POINTS_AWARD
                     .call(
                         [

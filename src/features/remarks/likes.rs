@@ -127,7 +127,11 @@ impl Remarks {
                 Vote::Unlike => &REMARKS_UNLIKE,
             };
             let keys = &self.infra.keys;
-            let mut conn = self.infra.redis.get().await?;
+            let mut conn = self
+                .infra
+                .durability
+                .connection(DurableWrite::Likes, &self.infra.redis)
+                .await?;
             let (status, likes, liked, changed): (i64, i64, i64, i64) = script
                 .call(
                     [

@@ -13,6 +13,7 @@ use crate::{
         clock::{day_number, Month},
         error::{AppError, AppResult},
         redis::{
+            durability::DurableWrite,
             scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
             status::Status,
             Keys,
@@ -85,7 +86,11 @@ impl SignIn {
         let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
             || async move {
                 let (season, season_seconds) = self.points.season_now();
-                let mut conn = self.infra.redis.get().await?;
+                let mut conn = self
+                    .infra
+                    .durability
+                    .connection(DurableWrite::Points, &self.infra.redis)
+                    .await?;
                 let reply: (i64, i64, i64) = SIGNIN_SIGN
                     .call(
                         [
@@ -151,7 +156,11 @@ impl SignIn {
         let (status, streak, awarded, _left): (i64, i64, i64, i64) = points::unless_held(
             || async move {
                 let (season, season_seconds) = self.points.season_now();
-                let mut conn = self.infra.redis.get().await?;
+                let mut conn = self
+                    .infra
+                    .durability
+                    .connection(DurableWrite::Points, &self.infra.redis)
+                    .await?;
                 let reply: (i64, i64, i64, i64) = SIGNIN_MAKE_UP
                     .call(
                         [

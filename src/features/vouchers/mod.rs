@@ -382,7 +382,11 @@ impl Vouchers {
         for _ in 0..2 {
             let now = self.infra.clock.now_ms();
             let keys = &self.infra.keys;
-            let mut conn = self.infra.redis.get().await?;
+            let mut conn = self
+                .infra
+                .durability
+                .connection(DurableWrite::Orders, &self.infra.redis)
+                .await?;
             let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
                 .call(
                     [

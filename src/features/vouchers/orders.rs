@@ -213,7 +213,11 @@ impl Vouchers {
     ) -> AppResult<Option<(bool, OrderStatus)>> {
         let keys = &self.infra.keys;
         let shards = self.shards();
-        let mut conn = self.infra.redis.get().await?;
+        let mut conn = self
+            .infra
+            .durability
+            .connection(DurableWrite::Orders, &self.infra.redis)
+            .await?;
         let (status, now): (i64, String) = VOUCHERS_SETTLE
             .call(
                 [

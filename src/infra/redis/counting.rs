@@ -12,10 +12,9 @@ use std::sync::{
 
 use bb8_redis::RedisConnectionManager;
 
-use super::cluster;
+use super::cluster::Cluster;
 use redis::{
     aio::{ConnectionLike, ConnectionManager, MultiplexedConnection},
-    cluster_async::ClusterConnection,
     AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
 };
 
@@ -84,7 +83,7 @@ pub struct CountedConnection {
 enum Link {
     Pooled(MultiplexedConnection),
     Shared(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
 }
 
 impl CountedConnection {
@@ -105,7 +104,7 @@ impl CountedConnection {
     }
 
     /// The connection to a cluster every request shares (`ENGAGE_REDIS_MODE=cluster`).
-    pub fn cluster(inner: ClusterConnection, round_trips: Arc<AtomicU64>) -> Self {
+    pub fn cluster(inner: Cluster, round_trips: Arc<AtomicU64>) -> Self {
         Self {
             inner: Link::Cluster(inner),
             round_trips,
@@ -113,7 +112,7 @@ impl CountedConnection {
     }
 
     /// The cluster connection, in cluster mode.
-    pub fn as_cluster(&self) -> Option<&ClusterConnection> {
+    pub fn as_cluster(&self) -> Option<&Cluster> {
         match &self.inner {
             Link::Cluster(conn) => Some(conn),
             _ => None,
@@ -141,12 +140,7 @@ impl ConnectionLike for CountedConnection {
         match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Shared(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Link::Cluster(conn) => Box::pin(cluster::send_pipeline(
-                conn.clone(),
-                pipeline,
-                offset,
-                count,
-            )),
+            Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 

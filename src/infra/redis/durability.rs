@@ -18,9 +18,7 @@
 
 use std::time::Duration;
 
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-
-use super::RedisPool;
+use super::{RedisConn, RedisPool};
 use crate::infra::error::{AppError, AppResult};
 
 /// The kinds of writes that may wait for replicas.
@@ -60,26 +58,34 @@ impl Durability {
         self.replicas > 0 && self.writes.contains(&kind)
     }
 
+    /// The connection to write `kind` on: the one kept for writes that wait, when they do
+    /// (see [`RedisPool`]).
+    pub async fn connection<'a>(
+        &self,
+        kind: DurableWrite,
+        redis: &'a RedisPool,
+    ) -> AppResult<RedisConn<'a>> {
+        Ok(if self.waits_for(kind) {
+            redis.get_durable().await?
+        } else {
+            redis.get().await?
+        })
+    }
+
     /// After a write of `kind` in `key`'s slot was acknowledged: waits until the configured
     /// number of replicas have it, or answers UNAVAILABLE.
     pub async fn confirm(&self, kind: DurableWrite, redis: &RedisPool, key: &str) -> AppResult<()> {
         if !self.waits_for(kind) {
             return Ok(());
         }
-        let mut conn = redis.get().await?;
+        let mut conn = redis.get_durable().await?;
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.replicas)
             .arg(self.timeout.as_millis().max(1) as u64);
         let acknowledged: i64 = match conn.as_cluster().cloned() {
             // WAIT names no key: it goes to the master of the write's slot.
-            Some(mut cluster) => {
-                let master = Route::with_key(key, SlotAddr::Master);
-                let reply = cluster
-                    .route_command(
-                        wait,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(master)),
-                    )
-                    .await?;
+            Some(cluster) => {
+                let reply = cluster.query_at_key(key, &wait).await?;
                 redis::FromRedisValue::from_redis_value(reply)
                     .map_err(|e| AppError::internal(anyhow::anyhow!("WAIT answered {e}")))?
             }

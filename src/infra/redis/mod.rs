@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use redis::{cluster_async::ClusterConnection, AsyncCommands};
+use redis::AsyncCommands;
 
 pub use keys::Keys;
 pub use target::RedisTarget;
@@ -26,16 +26,26 @@ pub use target::RedisTarget;
 /// - `Shared`: every request clones one auto-reconnecting multiplexed connection, so the
 ///   commands of concurrent requests leave pipelined on one socket and Redis reads many per
 ///   system call;
-/// - `Cluster`: the same over a Redis Cluster: one multiplexed connection per node, each
-///   command sent to the master of its keys' slot (see [`cluster`]).
+/// - `Cluster`: the same over a Redis Cluster: one multiplexed connection per master, each
+///   command sent to the master of its keys' slot (engage's own client, see [`cluster`]).
 ///
 /// `bench/run` measures both on the like path; BENCHMARKS.md has the figures behind the
 /// default.
+///
+/// The shared and cluster modes keep a second connection (per node) for the writes that
+/// wait for replicas ([`durability`]): a `WAIT` holds up every command queued behind it on
+/// its connection, and a slow replica must not hold up the likes and reads of the others.
 #[derive(Clone)]
 pub enum RedisPool {
     Pool(bb8::Pool<counting::CountingManager>),
-    Shared(counting::CountedConnection),
-    Cluster(Arc<cluster::ClusterLink>),
+    Shared {
+        requests: counting::CountedConnection,
+        durable: counting::CountedConnection,
+    },
+    Cluster {
+        requests: counting::CountedConnection,
+        durable: counting::CountedConnection,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -45,9 +55,9 @@ pub enum RedisMode {
     Cluster,
 }
 
-/// How this instance's cluster clients connect. A command whose slot has no master (a
-/// failover under way) is retried with waits of 0.1 to 1 s, then fails UNAVAILABLE; MOVED and
-/// ASK are followed at once.
+/// How the live hub's cluster connection (the `redis` crate's, for sharded pub/sub) connects.
+/// A subscription whose slot has no master (a failover under way) is retried with waits of
+/// 0.1 to 1 s; MOVED and ASK are followed at once.
 pub fn cluster_builder(target: &RedisTarget) -> redis::cluster::ClusterClientBuilder {
     target
         .cluster()
@@ -58,7 +68,7 @@ pub fn cluster_builder(target: &RedisTarget) -> redis::cluster::ClusterClientBui
         .max_retry_wait(1000)
 }
 
-/// Retries of a cluster command (redirections and failovers): with waits of 0.1–1 s, about
+/// Retries of a hub subscription (redirections and failovers): with waits of 0.1–1 s, about
 /// the 5–10 s a replica takes to be promoted.
 const CLUSTER_RETRIES: u32 = 10;
 
@@ -68,6 +78,13 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 /// (Redis shares the cores with the server); a reply slower than this means Redis is in
 /// trouble, and the request answers UNAVAILABLE.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How a connection to one node connects and waits for replies.
+fn node_config() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+}
 
 /// A connection lent to one request.
 pub enum RedisConn<'a> {
@@ -99,8 +116,19 @@ impl RedisPool {
     pub async fn get(&self) -> Result<RedisConn<'_>, bb8::RunError<redis::RedisError>> {
         match self {
             Self::Pool(pool) => pool.get().await.map(RedisConn::Pooled),
-            Self::Shared(conn) => Ok(RedisConn::Shared(conn.clone())),
-            Self::Cluster(link) => Ok(RedisConn::Shared(link.current())),
+            Self::Shared { requests, .. } | Self::Cluster { requests, .. } => {
+                Ok(RedisConn::Shared(requests.clone()))
+            }
+        }
+    }
+
+    /// The connection for writes that wait for replicas, and for their `WAIT`.
+    pub async fn get_durable(&self) -> Result<RedisConn<'_>, bb8::RunError<redis::RedisError>> {
+        match self {
+            Self::Pool(_) => self.get().await,
+            Self::Shared { durable, .. } | Self::Cluster { durable, .. } => {
+                Ok(RedisConn::Shared(durable.clone()))
+            }
         }
     }
 
@@ -121,10 +149,9 @@ pub async fn scan(
         return scan_node(conn, pattern).await;
     };
     let mut keys = Vec::new();
-    let mut masters = cluster.clone();
-    for master in cluster::masters(&mut masters).await? {
+    for master in cluster.masters() {
         let mut node = NodeConn {
-            conn: cluster.clone(),
+            cluster: cluster.clone(),
             master,
         };
         keys.extend(scan_node(&mut node, pattern).await?);
@@ -144,8 +171,8 @@ fn unavailable(error: bb8::RunError<redis::RedisError>) -> redis::RedisError {
 
 /// A cluster connection whose commands all go to one master.
 struct NodeConn {
-    conn: ClusterConnection,
-    master: (String, u16),
+    cluster: cluster::Cluster,
+    master: cluster::Addr,
 }
 
 impl redis::aio::ConnectionLike for NodeConn {
@@ -153,7 +180,7 @@ impl redis::aio::ConnectionLike for NodeConn {
         &'a mut self,
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
-        Box::pin(cluster::on_node(&mut self.conn, &self.master, cmd))
+        Box::pin(self.cluster.query_on(&self.master, cmd))
     }
 
     fn req_packed_commands<'a>(
@@ -162,14 +189,13 @@ impl redis::aio::ConnectionLike for NodeConn {
         offset: usize,
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        let node = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
-            host: self.master.0.clone(),
-            port: self.master.1,
-        };
-        Box::pin(
-            self.conn
-                .route_pipeline(pipeline.clone(), offset, count, node),
-        )
+        Box::pin(async move {
+            let mut replies = Vec::new();
+            for cmd in pipeline.cmd_iter() {
+                replies.push(self.cluster.query_on(&self.master, cmd).await?);
+            }
+            Ok(replies.into_iter().skip(offset).take(count).collect())
+        })
     }
 
     fn get_db(&self) -> i64 {
@@ -213,10 +239,8 @@ pub async fn connect(
 ) -> anyhow::Result<RedisPool> {
     let pool = match target.mode {
         RedisMode::Pool => {
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT));
-            let manager = counting::CountingManager::new(target.client()?, config, round_trips)?;
+            let manager =
+                counting::CountingManager::new(target.client()?, node_config(), round_trips)?;
             RedisPool::Pool(
                 bb8::Pool::builder()
                     .max_size(32)
@@ -233,12 +257,19 @@ pub async fn connect(
                 .set_number_of_retries(1)
                 .set_max_delay(Duration::from_millis(500));
             // Lazy: the first command connects, so a missing Redis can still be started below.
-            let manager =
-                redis::aio::ConnectionManager::new_lazy_with_config(target.client()?, config)?;
-            RedisPool::Shared(counting::CountedConnection::shared(manager, round_trips))
+            let manager = |config| {
+                redis::aio::ConnectionManager::new_lazy_with_config(target.client()?, config)
+            };
+            RedisPool::Shared {
+                requests: counting::CountedConnection::shared(
+                    manager(config.clone())?,
+                    round_trips.clone(),
+                ),
+                durable: counting::CountedConnection::shared(manager(config)?, round_trips),
+            }
         }
         RedisMode::Cluster => {
-            let link = cluster::ClusterLink::connect(target, round_trips)
+            let cluster = cluster::Cluster::connect(target, node_config())
                 .await
                 .with_context(|| {
                     format!(
@@ -247,7 +278,13 @@ pub async fn connect(
                         target.describe()
                     )
                 })?;
-            RedisPool::Cluster(link)
+            RedisPool::Cluster {
+                requests: counting::CountedConnection::cluster(
+                    cluster.clone(),
+                    round_trips.clone(),
+                ),
+                durable: counting::CountedConnection::cluster(cluster.durable_lane(), round_trips),
+            }
         }
     };
     let url = target.describe();
@@ -283,11 +320,8 @@ pub async fn connect(
 pub async fn dedicated(target: &RedisTarget) -> anyhow::Result<counting::CountedConnection> {
     let round_trips = Arc::new(AtomicU64::new(0));
     Ok(if target.is_cluster() {
-        let conn = cluster_builder(target)
-            .build()?
-            .get_async_connection()
-            .await?;
-        counting::CountedConnection::cluster(conn, round_trips)
+        let cluster = cluster::Cluster::connect(target, node_config()).await?;
+        counting::CountedConnection::cluster(cluster, round_trips)
     } else {
         let conn = target.client()?.get_multiplexed_async_connection().await?;
         counting::CountedConnection::own(conn, round_trips)
@@ -392,7 +426,7 @@ pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
             let state = pool.state();
             (state.connections, state.idle_connections)
         }
-        RedisPool::Shared(_) | RedisPool::Cluster(_) => (1, 1),
+        RedisPool::Shared { .. } | RedisPool::Cluster { .. } => (1, 1),
     }
 }
 

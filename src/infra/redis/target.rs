@@ -72,6 +72,60 @@ impl RedisTarget {
         }
     }
 
+    /// A client of one node of the cluster, `host:port`, made as the first seed's is
+    /// (credentials, TLS, the configured authority).
+    pub fn node_client(&self, addr: &str) -> redis::RedisResult<redis::Client> {
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+            .ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a cluster node's address is not host:port",
+                    addr.to_owned(),
+                ))
+            })?;
+        let seed = self.urls[0].as_str().into_connection_info()?;
+        let addr = match seed.addr().clone() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        let info = seed.set_addr(addr);
+        match &self.ca {
+            Some(ca) => redis::Client::build_with_tls(info, certificates(ca)),
+            None => redis::Client::open(info),
+        }
+    }
+
+    /// The seeds' addresses, `host:port`.
+    pub fn seed_addrs(&self) -> Vec<String> {
+        self.urls
+            .iter()
+            .filter_map(
+                |url| match url.as_str().into_connection_info().ok()?.addr() {
+                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                        Some(format!("{host}:{port}"))
+                    }
+                    _ => None,
+                },
+            )
+            .collect()
+    }
+
+    /// Whether the nodes speak TLS (`rediss://`).
+    pub fn is_tls(&self) -> bool {
+        self.ca.is_some() || self.urls[0].starts_with("rediss://")
+    }
+
     /// A builder of cluster clients, seeded and trusting the configured authority.
     pub fn cluster(&self) -> ClusterClientBuilder {
         let builder = ClusterClientBuilder::new(self.urls.clone());

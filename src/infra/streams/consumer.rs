@@ -38,13 +38,16 @@ use std::{
 };
 
 use redis::{
-    cluster_routing::{Route, SlotAddr},
     streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
     AsyncConnectionConfig,
 };
 
 use super::{entries_of, leases, parse_id, HandleError, StreamEntry, StreamHandler};
-use crate::infra::{backoff::Backoff, redis::counting::CountedConnection, ConsumerTimings, Infra};
+use crate::infra::{
+    backoff::Backoff,
+    redis::{cluster::slot_of, counting::CountedConnection},
+    ConsumerTimings, Infra,
+};
 
 /// How often a worker on a cluster looks for new entries while its streams are empty.
 const CLUSTER_POLL: Duration = Duration::from_millis(100);
@@ -357,12 +360,12 @@ impl Worker {
             let reply: Option<StreamReadReply> = read(&streams, block).query_async(conn).await?;
             return Ok(reply.map(entries_of).unwrap_or_default());
         }
-        let mut by_slot: Vec<(Route, Vec<String>)> = Vec::new();
+        let mut by_slot: Vec<(u16, Vec<String>)> = Vec::new();
         for stream in streams {
-            let route = Route::with_key(&stream, SlotAddr::Master);
-            match by_slot.iter_mut().find(|(r, _)| *r == route) {
+            let slot = slot_of(stream.as_bytes());
+            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, same)) => same.push(stream),
-                None => by_slot.push((route, vec![stream])),
+                None => by_slot.push((slot, vec![stream])),
             }
         }
         let mut reads = redis::pipe();
