@@ -291,6 +291,11 @@ async fn failover(
     if args.wait_replicas > 0 && lost.orders > 0 {
         failed.push("failover: an acknowledged order was lost despite WAIT");
     }
+    // As an operator (or an orchestrator) would: the killed node comes back and rejoins as
+    // a replica, so the next phase's shards all have one again (with WAIT, a master without
+    // a replica can acknowledge no order).
+    rejoin(args, victim).await?;
+    println!("failover: the killed node is back as a synced replica");
 
     Ok(())
 }
@@ -726,6 +731,26 @@ fn nodes(args: &Args) -> anyhow::Result<Vec<Node>> {
         nodes.push((port, role.to_string(), slots));
     }
     Ok(nodes)
+}
+
+/// Starts the killed node again with its nodes.conf, and waits until it is a replica whose
+/// first sync is done.
+async fn rejoin(args: &Args, port: u16) -> anyhow::Result<()> {
+    let dir = std::env::var("ENGAGE_CLUSTER_DIR")
+        .unwrap_or_else(|_| format!("/tmp/engage-redis-cluster-{}", args.port));
+    let started = Command::new("deploy/redis-cluster/node")
+        .arg(port.to_string())
+        .arg(dir)
+        .status()?;
+    anyhow::ensure!(started.success(), "node {port} did not start again");
+    for _ in 0..200 {
+        let replication = cli(port, &["info", "replication"]).unwrap_or_default();
+        if replication.contains("role:slave") && replication.contains("master_link_status:up") {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("node {port} did not rejoin as a synced replica within 20 s")
 }
 
 fn kill_9(port: u16) -> anyhow::Result<()> {

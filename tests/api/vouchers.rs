@@ -798,6 +798,29 @@ async fn with_replicas_required_an_order_is_acknowledged_only_once_they_hold_it(
     let retried = app.gql(Some(&token), SECKILL, json!({ "v": first })).await;
     assert_eq!(first_code(&retried), "ALREADY_ORDERED", "{retried}");
 
+    // Concurrent orders share their WAITs: one in flight per master, the others join the
+    // next, so a replica that never answers costs each order about one timeout rather than
+    // one per order queued ahead of it; each order is still taken exactly once.
+    let crowd = voucher(&app, 100, 60).await;
+    let rounds_before = metric(&app, "engage_redis_wait_rounds_total").await;
+    let orders = (100..140).map(|buyer| {
+        let token = app.user_token(buyer);
+        let crowd = crowd.clone();
+        let app = &app;
+        async move { app.gql(Some(&token), SECKILL, json!({ "v": crowd })).await }
+    });
+    for response in futures::future::join_all(orders).await {
+        assert_eq!(first_code(&response), "UNAVAILABLE", "{response}");
+    }
+    let rounds = metric(&app, "engage_redis_wait_rounds_total").await - rounds_before;
+    assert!(rounds < 40.0, "40 orders sent {rounds} WAITs");
+    for buyer in 100..140 {
+        let retried = app
+            .gql(Some(&app.user_token(buyer)), SECKILL, json!({ "v": crowd }))
+            .await;
+        assert_eq!(first_code(&retried), "ALREADY_ORDERED", "{retried}");
+    }
+
     // On the cluster every master has one replica: WAIT 1 is met and the order answers.
     if app.state.infra.instance.redis.is_cluster() {
         let app = TestApp::spawn_with(|config| config.redis_wait_replicas = 1).await;
@@ -810,4 +833,13 @@ async fn with_replicas_required_an_order_is_acknowledged_only_once_they_hold_it(
     config.redis_mode = RedisMode::Pool;
     config.redis_wait_replicas = 1;
     assert!(config.check().is_err());
+}
+
+/// The value of a counter of `/metrics` (0 before it is first counted).
+async fn metric(app: &TestApp, name: &str) -> f64 {
+    let metrics = app.get_text("/metrics").await;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a number"))
 }

@@ -138,6 +138,11 @@ impl Cluster {
         self.send(Route::Slot(slot_of(key.as_bytes())), cmd).await
     }
 
+    /// The master of `key`'s slot, as last learnt.
+    pub fn master_of_key(&self, key: &str) -> Option<Addr> {
+        self.master_of(Some(slot_of(key.as_bytes()))).ok()
+    }
+
     /// Sends `cmd` to one node (SCAN of each master).
     pub async fn query_on(&self, addr: &str, cmd: &Cmd) -> RedisResult<Value> {
         let (_, mut conn) = self.connection(addr).await?;
