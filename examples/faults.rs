@@ -449,7 +449,8 @@ async fn main() -> anyhow::Result<()> {
                 let status = ready.status().as_u16();
                 let body: Value = ready.json().await.unwrap_or(Value::Null);
                 // The first second may still see a pooled connection succeed.
-                if (status == 503 && body["sql"] == "down")
+                // Degraded, still in rotation: the writes go on without SQL.
+                if (status == 200 && body["status"] == "degraded" && body["sql"] == "down")
                     || outage_started.elapsed() < Duration::from_secs(2)
                 {
                     readyz_truthful += 1;
