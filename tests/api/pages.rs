@@ -130,3 +130,22 @@ async fn pages_and_assets_are_served_with_their_types_caching_and_compression() 
         .unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn pages_carry_security_headers_and_may_not_be_framed() {
+    let app = TestApp::spawn().await;
+    for path in ["/", "/dashboard", "/assets/dashboard.js"] {
+        let response = app.http.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let headers = response.headers();
+        let policy = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            policy.contains("frame-ancestors 'none'"),
+            "{path}: {policy}"
+        );
+        assert!(policy.contains("default-src 'self'"), "{path}: {policy}");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
+        assert_eq!(headers[header::REFERRER_POLICY], "no-referrer", "{path}");
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY", "{path}");
+    }
+}
