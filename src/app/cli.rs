@@ -106,10 +106,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     "warning: ENGAGE_JWT_SECRET is not set; signing with the development secret"
                 );
             }
-            println!(
-                "{}",
-                Tokens::new(config.jwt_secret()).mint(user, role, ttl, name)
-            );
+            let tokens = Tokens::signer(&config);
+            if !tokens.can_mint() {
+                anyhow::bail!(
+                    "ENGAGE_JWT_SECRET is not set, so there is nothing to sign with: tokens come \
+                     from the identity provider of ENGAGE_JWT_JWKS_URL, and production refuses \
+                     the development secret"
+                );
+            }
+            let token = tokens.mint(user, role, ttl, name);
+            println!("{token}");
             Ok(())
         }
         Command::Schema => {

@@ -55,8 +55,16 @@ impl Services {
     pub async fn start(config: Config) -> anyhow::Result<AppState> {
         if config.uses_dev_secret() {
             tracing::warn!(
-                "!!! ENGAGE_JWT_SECRET is not set: using the development secret. Anyone can \
-                 mint tokens for this server. Set ENGAGE_JWT_SECRET before exposing it. !!!"
+                "!!! Neither ENGAGE_JWT_SECRET nor ENGAGE_JWT_JWKS_URL is set: using the \
+                 development secret. Anyone can mint tokens for this server. Set one of them \
+                 (and ENGAGE_ENV=production) before exposing it. !!!"
+            );
+        }
+        if config.is_production() && config.jwt_jwks_url.is_some() && config.jwt_audience.is_none()
+        {
+            tracing::warn!(
+                "ENGAGE_JWT_AUDIENCE is not set: tokens the identity provider issued for other \
+                 applications are accepted too"
             );
         }
         let redis_round_trips = Arc::new(AtomicU64::new(0));
@@ -109,7 +117,7 @@ impl Services {
         let gateway = Arc::new(Gateway {
             config: config.clone(),
             infra: infra.clone(),
-            tokens: Tokens::new(config.jwt_secret()).with_max_ttl(config.jwt_max_ttl_seconds),
+            tokens: Tokens::from_config(&config).await,
             rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user),
             users: features.users.clone(),
             remarks: features.remarks.clone(),

@@ -5,11 +5,18 @@
 use std::{net::SocketAddr, time::Duration};
 
 use chrono_tz::Tz;
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 /// The development JWT secret. Accepted only with a loud warning at start: anyone who reads
 /// this file can mint tokens for a server that uses it.
 pub const DEV_JWT_SECRET: &str = "engage-dev-secret-do-not-use-in-production";
+
+/// Where the service runs: what it allows itself follows from this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Environment {
+    Development,
+    Production,
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct Config {
@@ -91,9 +98,55 @@ pub struct Config {
     )]
     pub database_url: String,
 
-    /// HS256 secret for bearer tokens. Unset means the development secret (with a warning).
+    /// `development` (the default: `cargo run` works with no configuration) or `production`
+    /// (refuses to start without a real token issuer; no dev routes, playground,
+    /// introspection or field suggestions unless asked for).
+    #[arg(
+        long = "env",
+        env = "ENGAGE_ENV",
+        value_enum,
+        default_value = "development",
+        global = true
+    )]
+    pub environment: Environment,
+
+    /// Serve the GraphiQL playground at `/`: default on in development, off in production.
+    #[arg(long, env = "ENGAGE_PLAYGROUND", global = true)]
+    pub playground: Option<bool>,
+
+    /// Answer introspection queries: default on in development, off in production.
+    #[arg(long, env = "ENGAGE_INTROSPECTION", global = true)]
+    pub introspection: Option<bool>,
+
+    /// HS256 secret for bearer tokens. Unset (and no JWKS) means the development secret,
+    /// with a warning, and only in development.
     #[arg(long, env = "ENGAGE_JWT_SECRET", hide_env_values = true, global = true)]
     pub jwt_secret: Option<String>,
+
+    /// URL of an identity provider's JSON Web Key Set: tokens signed with its RS256, ES256
+    /// (and RS384/512, PS256/384/512, ES384, EdDSA) keys are accepted.
+    #[arg(long, env = "ENGAGE_JWT_JWKS_URL", global = true)]
+    pub jwt_jwks_url: Option<String>,
+
+    /// The `iss` every token must carry; unset: not checked.
+    #[arg(long, env = "ENGAGE_JWT_ISSUER", global = true)]
+    pub jwt_issuer: Option<String>,
+
+    /// Audiences (comma separated) of which a token's `aud` must name one; unset: not
+    /// checked.
+    #[arg(long, env = "ENGAGE_JWT_AUDIENCE", global = true)]
+    pub jwt_audience: Option<String>,
+
+    /// The claim that holds the role: a name (`role`), a URL-like key
+    /// (`https://engage.example/role`) or a dotted path (`realm_access.roles`). A string or
+    /// a list of strings; missing or unknown means `user`.
+    #[arg(
+        long,
+        env = "ENGAGE_JWT_ROLE_CLAIM",
+        default_value = "role",
+        global = true
+    )]
+    pub jwt_role_claim: String,
 
     /// IANA time zone that defines "today", months and seasons.
     #[arg(long, env = "ENGAGE_TIMEZONE", default_value = "UTC", global = true)]
@@ -426,10 +479,14 @@ pub const MIN_JWT_SECRET_BYTES: usize = 32;
 /// A board read asks every bucket, so buckets are bounded by what one read may ask.
 pub const MAX_POINTS_BUCKETS: u32 = 1024;
 
+/// The development secret, or a secret of so few distinct bytes (`aaaa…`, `0101…`) that it
+/// was typed, not drawn.
+fn is_weak_secret(secret: &str) -> bool {
+    let distinct: std::collections::HashSet<u8> = secret.bytes().collect();
+    secret == DEV_JWT_SECRET || distinct.len() < 8
+}
+
 impl Config {
-    /// Refuses settings that would leave the service open (a short secret, or the
-    /// development secret and with it `/dev/token` on an address other hosts can reach) or
-    /// would not do what they say (waiting for replicas through a pool).
     /// The points buckets in effect: as set, or what suits the Redis mode.
     pub fn points_buckets(&self) -> u32 {
         self.points_buckets.unwrap_or(self.by_mode(1, 16))
@@ -455,6 +512,10 @@ impl Config {
         }
     }
 
+    /// Refuses settings that would leave the service open (no real token issuer in
+    /// production, a short secret, or the development secret and with it `/dev/token` on
+    /// an address other hosts can reach) or would not do what they say (waiting for
+    /// replicas through a pool).
     pub fn check(&self) -> anyhow::Result<()> {
         if !(1..=MAX_POINTS_BUCKETS).contains(&self.points_buckets()) {
             anyhow::bail!(
@@ -462,26 +523,7 @@ impl Config {
                 self.points_buckets()
             );
         }
-        match self.jwt_secret.as_deref() {
-            Some("") => anyhow::bail!(
-                "ENGAGE_JWT_SECRET is set but empty; set it to a secret of at least \
-                 {MIN_JWT_SECRET_BYTES} bytes, or unset it to use the development secret \
-                 (loopback addresses only)"
-            ),
-            Some(secret) if secret.len() < MIN_JWT_SECRET_BYTES => anyhow::bail!(
-                "ENGAGE_JWT_SECRET is {} bytes long; it must be at least {MIN_JWT_SECRET_BYTES} \
-                 (e.g. `openssl rand -hex 32`)",
-                secret.len()
-            ),
-            None if !self.bind.ip().is_loopback() => anyhow::bail!(
-                "ENGAGE_JWT_SECRET is not set, so tokens would be signed with the development \
-                 secret that anyone can read, and /dev/token would mint them for anyone; that \
-                 is only allowed on a loopback address, and ENGAGE_BIND is {}. Set \
-                 ENGAGE_JWT_SECRET (at least {MIN_JWT_SECRET_BYTES} bytes) to listen there",
-                self.bind
-            ),
-            _ => {}
-        }
+        self.check_tokens()?;
         if self.redis_wait_replicas > 0 && self.redis_mode == crate::infra::redis::RedisMode::Pool {
             anyhow::bail!(
                 "ENGAGE_REDIS_WAIT_REPLICAS needs ENGAGE_REDIS_MODE=shared or cluster: WAIT \
@@ -492,13 +534,93 @@ impl Config {
         Ok(())
     }
 
-    /// The secret tokens are signed with; the development one when none is configured.
-    pub fn jwt_secret(&self) -> &str {
-        self.jwt_secret.as_deref().unwrap_or(DEV_JWT_SECRET)
+    /// Who may issue tokens: a secret of enough bytes, a key set, or (in development, on a
+    /// loopback address) the development secret.
+    fn check_tokens(&self) -> anyhow::Result<()> {
+        match self.jwt_secret.as_deref() {
+            Some("") => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is set but empty; set it to a secret of at least \
+                 {MIN_JWT_SECRET_BYTES} bytes, or unset it"
+            ),
+            Some(secret) if secret.len() < MIN_JWT_SECRET_BYTES => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is {} bytes long; it must be at least {MIN_JWT_SECRET_BYTES} \
+                 (e.g. `openssl rand -hex 32`)",
+                secret.len()
+            ),
+            Some(secret) if self.is_production() && is_weak_secret(secret) => anyhow::bail!(
+                "ENGAGE_JWT_SECRET is the development secret or too repetitive to be secret; \
+                 production needs a random one (e.g. `openssl rand -hex 32`)"
+            ),
+            _ => {}
+        }
+        if let Some(url) = self.jwt_jwks_url.as_deref() {
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| anyhow::anyhow!("ENGAGE_JWT_JWKS_URL {url:?} is not a URL: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                anyhow::bail!("ENGAGE_JWT_JWKS_URL must be an http(s) URL, got {url:?}");
+            }
+        }
+        if self.jwt_secret.is_some() || self.jwt_jwks_url.is_some() {
+            return Ok(());
+        }
+        if self.is_production() {
+            anyhow::bail!(
+                "ENGAGE_ENV=production needs a token issuer: set ENGAGE_JWT_JWKS_URL (an \
+                 identity provider's keys) or ENGAGE_JWT_SECRET (at least \
+                 {MIN_JWT_SECRET_BYTES} random bytes). The development secret is refused"
+            );
+        }
+        if !self.bind.ip().is_loopback() {
+            anyhow::bail!(
+                "neither ENGAGE_JWT_SECRET nor ENGAGE_JWT_JWKS_URL is set, so tokens would be \
+                 signed with the development secret that anyone can read, and /dev/token \
+                 would mint them for anyone; that is only allowed on a loopback address, and \
+                 ENGAGE_BIND is {}. Set ENGAGE_JWT_SECRET (at least {MIN_JWT_SECRET_BYTES} \
+                 bytes) or ENGAGE_JWT_JWKS_URL to listen there",
+                self.bind
+            );
+        }
+        Ok(())
     }
 
+    pub fn is_production(&self) -> bool {
+        self.environment == Environment::Production
+    }
+
+    /// The HS256 secret: the configured one; in development the development one when no
+    /// issuer at all is configured; none otherwise.
+    pub fn jwt_secret(&self) -> Option<&str> {
+        match &self.jwt_secret {
+            Some(secret) => Some(secret),
+            None if self.uses_dev_secret() => Some(DEV_JWT_SECRET),
+            None => None,
+        }
+    }
+
+    /// Tokens are signed with the development secret (and `/dev/token` mints them).
     pub fn uses_dev_secret(&self) -> bool {
-        self.jwt_secret.is_none()
+        self.jwt_secret.is_none() && self.jwt_jwks_url.is_none() && !self.is_production()
+    }
+
+    /// The audiences a token may name, from the comma-separated setting.
+    pub fn jwt_audiences(&self) -> Vec<String> {
+        self.jwt_audience
+            .iter()
+            .flat_map(|list| list.split(','))
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The playground at `/`: as set, else only in development.
+    pub fn playground_enabled(&self) -> bool {
+        self.playground.unwrap_or(!self.is_production())
+    }
+
+    /// Introspection queries: as set, else only in development.
+    pub fn introspection_enabled(&self) -> bool {
+        self.introspection.unwrap_or(!self.is_production())
     }
 
     pub fn shutdown_grace(&self) -> Duration {

@@ -38,7 +38,7 @@ async fn a_missing_token_is_unauthenticated_where_a_user_is_needed() {
 #[tokio::test]
 async fn expired_forged_and_unsigned_tokens_are_refused() {
     let app = TestApp::spawn().await;
-    let secret = app.state.config.jwt_secret().to_string();
+    let secret = app.state.config.jwt_secret().unwrap().to_string();
     let expired = engage::infra::auth::Tokens::new(&secret).mint(7, Role::Admin, -3600, None);
     let forged =
         engage::infra::auth::Tokens::new("someone-elses-secret").mint(7, Role::Admin, 3600, None);
@@ -86,7 +86,7 @@ async fn only_admins_create_items() {
 #[tokio::test]
 async fn a_user_is_created_on_first_sight_with_the_name_claim() {
     let app = TestApp::spawn().await;
-    let token = engage::infra::auth::Tokens::new(app.state.config.jwt_secret()).mint(
+    let token = engage::infra::auth::Tokens::signer(&app.state.config).mint(
         42,
         Role::User,
         3600,

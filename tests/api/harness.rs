@@ -177,7 +177,7 @@ impl TestApp {
     }
 
     pub fn token(&self, user_id: i64, role: Role) -> String {
-        Tokens::new(self.state.config.jwt_secret()).mint(user_id, role, 3600, None)
+        Tokens::signer(&self.state.config).mint(user_id, role, 3600, None)
     }
 
     pub fn user_token(&self, user_id: i64) -> String {

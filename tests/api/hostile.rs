@@ -230,7 +230,7 @@ async fn get_refuses_mutations_before_running_them() {
 #[tokio::test]
 async fn a_socket_closes_with_4403_when_its_token_expires_and_refuses_operations() {
     let app = TestApp::spawn().await;
-    let tokens = Tokens::new(app.state.config.jwt_secret());
+    let tokens = Tokens::signer(&app.state.config);
     for via in [Via::TransportWs, Via::LegacyWs] {
         // Expires in 2 s (the validation leeway lets it through at init).
         let token = tokens.mint(9_300, Role::User, 2, None);
@@ -469,7 +469,7 @@ async fn registering_persisted_queries_is_rate_counted() {
 #[tokio::test]
 async fn tokens_not_valid_yet_or_living_too_long_are_refused() {
     let app = TestApp::spawn_with(|config| config.jwt_max_ttl_seconds = Some(3600)).await;
-    let secret = app.state.config.jwt_secret().to_string();
+    let secret = app.state.config.jwt_secret().unwrap().to_string();
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes());
     let now = chrono::Utc::now().timestamp();
     let sign = |claims: Value| {

@@ -557,7 +557,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
 #[tokio::test]
 async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_lacks() {
     let app = app().await;
-    let tokens = Tokens::new(app.state.config.jwt_secret());
+    let tokens = Tokens::signer(&app.state.config);
     for (user, name) in [(11, "Ada"), (12, "Brian")] {
         let token = tokens.mint(user, Role::User, 3600, Some(name.into()));
         app.data(Some(&token), "{ viewer { id } }", json!({})).await;

@@ -26,7 +26,7 @@ use super::{apq, document};
 use crate::{
     api::{http::Gateway, schema::errors::code_of},
     infra::{
-        auth::Viewer,
+        auth::{Subject, Verified, Viewer},
         cache::TtlCache,
         error::{AppError, AppResult, ErrorCode},
     },
@@ -81,22 +81,33 @@ pub async fn identify(
     authorization: Option<&str>,
 ) -> AppResult<Caller> {
     gateway.rate_limits.check_ip(ip)?;
-    let verified = gateway.tokens.from_header_value(authorization)?;
-    let Some((viewer, claims)) = verified else {
+    let verified = gateway.tokens.from_header_value(authorization).await?;
+    let Some(Verified {
+        subject,
+        role,
+        claims,
+    }) = verified
+    else {
         return Ok(Caller {
             ip,
             viewer: None,
             token_expires_at: None,
         });
     };
-    gateway.rate_limits.check_user(viewer.user_id)?;
+    let user_id = match subject {
+        Subject::User(user_id) => user_id,
+        Subject::External { issuer, subject } => {
+            gateway.users.user_for_subject(&issuer, &subject).await?
+        }
+    };
+    gateway.rate_limits.check_user(user_id)?;
     gateway
         .users
-        .ensure(viewer.user_id, &claims, gateway.infra.clock.now_ms())
+        .ensure(user_id, &claims, gateway.infra.clock.now_ms())
         .await;
     Ok(Caller {
         ip,
-        viewer: Some(viewer),
+        viewer: Some(Viewer { user_id, role }),
         token_expires_at: Some(claims.exp),
     })
 }
@@ -156,9 +167,15 @@ pub async fn admit(
         charge(gateway, caller, u32::try_from(extra).unwrap_or(u32::MAX))?;
     }
 
-    let label = shape
-        .and_then(|s| s.first_root_field.as_deref())
-        .map_or("other", known_label);
+    let root = shape.and_then(|s| s.first_root_field.as_deref());
+    if matches!(root, Some("__schema" | "__type")) && !gateway.config.introspection_enabled() {
+        // The schema would answer `null`; a client deserves to know why.
+        return Err(AppError::client(
+            ErrorCode::Forbidden,
+            "introspection is turned off on this server",
+        ));
+    }
+    let label = root.map_or("other", known_label);
     let register = resolved.register.map(|hash| (hash, resolved.query.clone()));
     let mut request = async_graphql::Request::new(resolved.query).variables(operation.variables);
     if let Some(name) = operation.operation_name {

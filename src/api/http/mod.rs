@@ -59,10 +59,10 @@ pub struct HttpState {
 pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     crate::infra::metrics::install();
     let max_body = gateway.config.max_body_bytes;
-    let dev_mode = gateway.config.uses_dev_secret();
+    let pages = pages::router(&gateway.config);
     let http = HttpState { gateway, schema };
     let routes = Router::new()
-        .merge(pages::router(dev_mode))
+        .merge(pages)
         .route("/graphql", get(graphql::get).post(graphql::post))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -3,6 +3,8 @@
 //! `playground/operations/`, grouped by feature, and a token box), the live dashboard at
 //! `/dashboard`, their scripts and the vendored GraphiQL under `/assets/`, and, only when the
 //! server signs with the development secret, `POST /dev/token` for the playground's button.
+//! In production the playground is served only with `ENGAGE_PLAYGROUND=true`; the
+//! dashboard is a product page (a wall screen) and stays.
 //!
 //! The vendored files are pinned (see `playground/vendor/README.md`) and their URLs carry
 //! the version, so they are cached for a year; our own scripts are small and revalidated.
@@ -24,21 +26,22 @@ use serde_json::json;
 use tower_http::compression::CompressionLayer;
 
 use super::{plain_error, HttpState};
-use crate::infra::{auth::Role, error::AppError};
+use crate::infra::{auth::Role, config::Config, error::AppError};
 
 include!(concat!(env!("OUT_DIR"), "/playground_operations.rs"));
 
-/// The routes of this module; `/dev/token` only when `dev_mode`.
-pub fn router(dev_mode: bool) -> Router<HttpState> {
-    let router = Router::new()
-        .route("/", get(playground))
+/// The routes of this module: the playground only where `config` allows it (not in
+/// production unless asked for), `/dev/token` only with the development secret.
+pub fn router(config: &Config) -> Router<HttpState> {
+    let mut router = Router::new()
         .route("/dashboard", get(dashboard))
         .route("/assets/{file}", get(asset));
-    let router = if dev_mode {
-        router.route("/dev/token", post(dev_token))
-    } else {
-        router
-    };
+    if config.playground_enabled() {
+        router = router.route("/", get(playground));
+    }
+    if config.uses_dev_secret() {
+        router = router.route("/dev/token", post(dev_token));
+    }
     router
         .layer(map_response(with_security_headers))
         .layer(CompressionLayer::new())

@@ -76,6 +76,13 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     .limit_recursive_depth(crate::api::http::document::MAX_NESTING);
     if let Some((config, infra, features)) = instance {
         // Each resolver takes the one feature context it calls (`ContextExt::feature`).
+        if !config.introspection_enabled() {
+            builder = builder.disable_introspection();
+        }
+        if config.is_production() {
+            // "Did you mean …" names fields a client was not told about.
+            builder = builder.disable_suggestions();
+        }
         builder = builder
             .limit_depth(config.max_depth)
             .limit_complexity(config.max_complexity)

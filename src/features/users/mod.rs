@@ -8,6 +8,8 @@
 //! written and when SQL is read for one that Redis lacked: a lost Redis refills itself as
 //! users are read, and `engage rebuild` has nothing to restore.
 
+mod subjects;
+
 use std::{
     collections::{HashMap, HashSet},
     sync::{
@@ -74,6 +76,9 @@ pub struct UserDirectory {
     registrar: mpsc::Sender<FirstSight>,
     /// Queries of `users` made for lookups (for tests: what the caches spared).
     sql_reads: AtomicU64,
+    /// Identity providers' subjects mapped to user ids lately (`subjects.rs`); a mapping
+    /// never changes, so only memory bounds this.
+    subjects: TtlCache<(String, String), i64>,
 }
 
 /// The users this instance has written, and those queued for writing with their names.
@@ -105,6 +110,10 @@ const WRITTEN_KEPT: usize = 100_000;
 const RECORD_TTL: Duration = Duration::from_secs(300);
 const RECORDS_KEPT: usize = 100_000;
 
+/// How long, and how many, subjects' user ids are remembered.
+const SUBJECT_TTL: Duration = Duration::from_secs(3600);
+const SUBJECTS_KEPT: usize = 100_000;
+
 /// Hashes the names in Redis are spread over (by user id), so that a cluster spreads them
 /// and no hash grows without bound on one node.
 const NAME_BUCKETS: i64 = 1024;
@@ -132,6 +141,7 @@ impl UserDirectory {
             records: TtlCache::new(RECORD_TTL, RECORDS_KEPT),
             registrar,
             sql_reads: AtomicU64::new(0),
+            subjects: TtlCache::new(SUBJECT_TTL, SUBJECTS_KEPT),
         }
     }
 
