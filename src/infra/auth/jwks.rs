@@ -12,7 +12,10 @@ use std::{
     collections::HashMap,
     num::NonZeroU32,
     str::FromStr,
-    sync::{Arc, RwLock},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, RwLock,
+    },
     time::{Duration, Instant},
 };
 
@@ -56,7 +59,9 @@ pub struct Jwks {
     /// One fetch at a time; callers that waited look at the set it left.
     fetching: tokio::sync::Mutex<()>,
     refreshes: DefaultDirectRateLimiter,
-    fetches: std::sync::atomic::AtomicU64,
+    /// A background fetch of a stale set is under way (one is enough).
+    refreshing_stale: AtomicBool,
+    fetches: AtomicU64,
 }
 
 impl Jwks {
@@ -74,7 +79,8 @@ impl Jwks {
             keys: RwLock::new(Arc::default()),
             fetching: tokio::sync::Mutex::new(()),
             refreshes: RateLimiter::direct(Quota::per_minute(per_minute)),
-            fetches: Default::default(),
+            refreshing_stale: AtomicBool::new(false),
+            fetches: AtomicU64::new(0),
         });
         if let Err(error) = jwks.fetch().await {
             tracing::error!(url = %jwks.url, %error, "the token key set could not be fetched; tokens are refused until it can");
@@ -89,12 +95,16 @@ impl Jwks {
         algorithm: Algorithm,
     ) -> AppResult<Vec<SigningKey>> {
         let set = self.current();
-        if set.fetched_at.is_some_and(|at| at.elapsed() > STALE_AFTER) {
-            let jwks = self.clone();
-            tokio::spawn(async move { jwks.refresh(None).await });
+        let stale = set.fetched_at.is_some_and(|at| at.elapsed() > STALE_AFTER);
+        if stale && !self.refreshing_stale.swap(true, Ordering::AcqRel) {
+            let (jwks, seen) = (self.clone(), set.clone());
+            tokio::spawn(async move {
+                jwks.refresh(&seen).await;
+                jwks.refreshing_stale.store(false, Ordering::Release);
+            });
         }
         let mut found = matching(&set, kid, algorithm);
-        if found.is_empty() && self.refresh(Some(&set)).await {
+        if found.is_empty() && self.refresh(&set).await {
             found = matching(&self.current(), kid, algorithm);
         }
         if found.is_empty() {
@@ -108,18 +118,18 @@ impl Jwks {
 
     /// How many times the set was fetched (for tests of the rate limit).
     pub fn fetches(&self) -> u64 {
-        self.fetches.load(std::sync::atomic::Ordering::Relaxed)
+        self.fetches.load(Ordering::Relaxed)
     }
 
     fn current(&self) -> Arc<KeySet> {
         self.keys.read().expect("poisoned").clone()
     }
 
-    /// Fetches the set again unless another caller just did (`seen` is the set the caller
+    /// Fetches the set again unless another caller did since `seen` (the set the caller
     /// looked at) or the rate limit says no; true when a newer set is in place.
-    async fn refresh(&self, seen: Option<&Arc<KeySet>>) -> bool {
+    async fn refresh(&self, seen: &Arc<KeySet>) -> bool {
         let _one_at_a_time = self.fetching.lock().await;
-        if seen.is_some_and(|seen| !Arc::ptr_eq(seen, &self.current())) {
+        if !Arc::ptr_eq(seen, &self.current()) {
             return true;
         }
         if self.refreshes.check().is_err() {
@@ -135,8 +145,7 @@ impl Jwks {
     }
 
     async fn fetch(&self) -> anyhow::Result<()> {
-        self.fetches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.fetches.fetch_add(1, Ordering::Relaxed);
         let response = self
             .client
             .get(&self.url)
