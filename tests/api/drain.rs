@@ -14,7 +14,7 @@ use tokio::{
 };
 
 use crate::{
-    harness::{next_data, subscribe, TestApp},
+    harness::{next_data, subscribe, Socket, TestApp},
     via::next,
 };
 
@@ -81,6 +81,16 @@ impl SlowLike {
     }
 }
 
+/// The code the server closes `socket` with, skipping the messages before it.
+async fn closed_with(socket: &mut Socket) -> u16 {
+    loop {
+        match next(socket).await {
+            Ok(_) => continue,
+            Err(frame) => return u16::from(frame.expect("a close frame").code),
+        }
+    }
+}
+
 /// Waits (at most 15 s) until a new connection to the app is refused.
 async fn connections_refused(app: &TestApp) {
     let address = app.base.trim_start_matches("http://").to_string();
@@ -131,19 +141,21 @@ async fn a_terminated_instance_drains_then_refuses_connections_answers_what_is_i
         1,
         "subscriptions are still fed while draining"
     );
+    let mut late_socket = subscribe(&app, None, &query).await;
+    assert_eq!(
+        next_data(&mut late_socket).await["likeCountChanged"]["likeCount"],
+        1,
+        "an upgrade is still accepted while draining"
+    );
     assert!(
         !app.state.infra.instance.shutdown.is_cancelled(),
         "background tasks run through the window"
     );
 
     // The end of the window: WebSockets go away with 1001, the listener closes.
-    let frame = loop {
-        match next(&mut socket).await {
-            Ok(_) => continue,
-            Err(frame) => break frame,
-        }
-    };
-    assert_eq!(u16::from(frame.expect("a close frame").code), 1001);
+    for socket in [&mut socket, &mut late_socket] {
+        assert_eq!(closed_with(socket).await, 1001);
+    }
     connections_refused(&app).await;
 
     // The request in flight since before the signal is answered in full.
