@@ -84,7 +84,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("engage is listening on http://{address}");
             println!("engage: playground at http://{address}/ (GraphQL endpoint http://{address}/graphql)");
             println!("engage: live dashboard at http://{address}/dashboard");
-            app.serve(app::shutdown_signal()).await
+            let shutdown = app.state.infra.instance.shutdown.clone();
+            app.serve(app::termination(shutdown)).await
         }
         Command::Migrate => {
             let db = Db::connect(&config.database_url).await?;

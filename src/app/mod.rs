@@ -2,7 +2,9 @@
 //! scripts, build every feature's context), serve, shut down. Nothing imports this layer.
 //!
 //! Shutdown follows mini-redis: one [`CancellationToken`] that every task listens to, and a
-//! [`TaskTracker`] to wait for background tasks once they have been told to stop.
+//! [`TaskTracker`] to wait for background tasks once they have been told to stop. Before
+//! it, a drain window ([`App::serve`]): the instance reports itself not ready while it
+//! still serves, so a load balancer stops sending it clients before it refuses any.
 
 pub mod background;
 pub mod cli;
@@ -88,6 +90,7 @@ impl Services {
             clock.clone(),
             config.id_block_size,
         );
+        let shutdown = CancellationToken::new();
         let infra = Infra {
             redis,
             redis_round_trips,
@@ -109,7 +112,8 @@ impl Services {
                     max_backoff: Duration::from_millis(config.consumer_max_backoff_ms.max(10)),
                     archive_linger: Duration::from_millis(config.archive_linger_ms),
                 },
-                shutdown: CancellationToken::new(),
+                draining: shutdown.child_token(),
+                shutdown,
                 tasks: TaskTracker::new(),
             },
         };
@@ -160,8 +164,19 @@ impl App {
             .expect("a bound listener has an address")
     }
 
-    /// Serves until `stop` resolves, then stops accepting, lets in-flight requests finish,
-    /// closes WebSockets with 1001 and waits for background tasks (up to the grace period).
+    /// Serves until `stop` resolves, then drains and stops, in this order:
+    ///
+    /// 1. `stop` resolves (SIGTERM): the instance is draining. `/readyz` answers 503 at once
+    ///    and every response carries `Connection: close`, so keep-alive clients come back
+    ///    through the load balancer, which by then sends them elsewhere. Everything else goes
+    ///    on: requests and WebSockets are served, background tasks finish the work in hand.
+    /// 2. `ENGAGE_DRAIN_SECONDS` later, the shutdown: the listener closes, each connection
+    ///    closes once its request in flight is answered, WebSockets close with 1001 (going
+    ///    away) and background tasks stop.
+    /// 3. It returns once all of that is done, or `ENGAGE_SHUTDOWN_GRACE_SECONDS` after the
+    ///    shutdown began with work still running.
+    ///
+    /// Cancelling `instance.shutdown` directly skips the window (a second signal does so).
     pub async fn serve(
         self,
         stop: impl Future<Output = ()> + Send + 'static,
@@ -172,33 +187,33 @@ impl App {
             listener,
         } = self;
         let router = http::router(state.gateway.clone(), schema);
-        let shutdown = state.infra.instance.shutdown.clone();
-        let trigger = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = stop => trigger.cancel(),
-                () = trigger.cancelled() => {}
-            }
-        });
+        let instance = state.infra.instance.clone();
+        tokio::spawn(drain(stop, instance.clone(), state.config.drain_window()));
 
         let limits = http::server::Limits {
             max_connections: http::server::connection_cap(state.config.max_connections),
             header_read_timeout: Duration::from_secs(state.config.header_read_timeout_seconds),
         };
-        let server = http::server::serve(listener, router, limits, shutdown.clone());
+        let server = http::server::serve(
+            listener,
+            router,
+            limits,
+            instance.draining.clone(),
+            instance.shutdown.clone(),
+        );
 
         let grace = state.config.shutdown_grace();
         let served = async {
             server.await;
-            state.infra.instance.tasks.close();
-            state.infra.instance.tasks.wait().await;
+            instance.tasks.close();
+            instance.tasks.wait().await;
             // Ends the sessions (and any transaction a stopped task left open).
             state.infra.db.pool.close().await;
             anyhow::Ok(())
         };
         tokio::select! {
             result = served => result,
-            () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            () = async { instance.shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
                 tracing::warn!("shutdown grace period over: stopping with work still running");
                 Ok(())
             }
@@ -206,8 +221,43 @@ impl App {
     }
 }
 
+/// The drain window of [`App::serve`]: from `stop` to the shutdown.
+///
+/// Background tasks keep running through the window rather than stopping with the
+/// listener's first refusal: the requests still served need the archive, the jobs and the
+/// live hub behind them, and a stream consumer that stopped early would hand its leases
+/// over while this instance still writes to its streams.
+async fn drain(stop: impl Future<Output = ()>, instance: Instance, window: Duration) {
+    tokio::select! {
+        () = stop => {}
+        () = instance.shutdown.cancelled() => return,
+    }
+    instance.draining.cancel();
+    tracing::info!(
+        seconds = window.as_secs(),
+        "draining: /readyz answers 503, requests are still served until the window ends"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(window) => {}
+        () = instance.shutdown.cancelled() => {}
+    }
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    instance.shutdown.cancel();
+}
+
+/// What `engage serve` stops on: resolves on the first Ctrl-C or SIGTERM, which begins the
+/// drain; a second one cancels `shutdown`, ending the drain window at once (a person at a
+/// terminal need not wait it out; a supervisor sends one signal and waits).
+pub async fn termination(shutdown: CancellationToken) {
+    shutdown_signal().await;
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        shutdown.cancel();
+    });
+}
+
 /// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
+async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -226,5 +276,4 @@ pub async fn shutdown_signal() {
         () = ctrl_c => {},
         () = terminate => {},
     }
-    tracing::info!("shutting down: finishing in-flight requests");
 }

@@ -472,6 +472,12 @@ pub struct Config {
         global = true
     )]
     pub shutdown_grace_seconds: u64,
+
+    /// Seconds between SIGTERM and closing the listener: `/readyz` answers 503 (draining)
+    /// while requests are still served, so that a load balancer takes the instance out of
+    /// rotation before connections are refused. 0 closes the listener at once.
+    #[arg(long, env = "ENGAGE_DRAIN_SECONDS", default_value_t = 5, global = true)]
+    pub drain_seconds: u64,
 }
 
 /// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
@@ -625,5 +631,9 @@ impl Config {
 
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_seconds)
+    }
+
+    pub fn drain_window(&self) -> Duration {
+        Duration::from_secs(self.drain_seconds)
     }
 }

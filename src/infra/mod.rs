@@ -59,6 +59,11 @@ pub struct Instance {
     pub consumers: ConsumerTimings,
     /// Cancelled when the instance begins to shut down.
     pub shutdown: CancellationToken,
+    /// Cancelled when the instance is told to stop (SIGTERM), before `shutdown`: from then
+    /// on it reports itself not ready and asks keep-alive clients to reconnect elsewhere,
+    /// while requests, WebSockets and background tasks go on until the drain window ends.
+    /// A child of `shutdown`, so a shutdown that skips the window is draining too.
+    pub draining: CancellationToken,
     /// Background tasks, awaited on shutdown.
     pub tasks: TaskTracker,
 }

@@ -21,6 +21,8 @@ pub struct TestApp {
     pub state: AppState,
     pub http: reqwest::Client,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// What SIGTERM is to `engage serve`: the `stop` the server was started with.
+    terminate: tokio_util::sync::CancellationToken,
     cleanup: Option<Cleanup>,
     _sqlite_dir: Option<tempfile::TempDir>,
 }
@@ -124,7 +126,8 @@ impl TestApp {
         let app = App::start(config).await.expect("the app starts");
         let base = format!("http://{}", app.local_addr());
         let state = app.state.clone();
-        let server = tokio::spawn(app.serve(std::future::pending()));
+        let terminate = tokio_util::sync::CancellationToken::new();
+        let server = tokio::spawn(app.serve(terminate.clone().cancelled_owned()));
         Self {
             base,
             state,
@@ -133,6 +136,7 @@ impl TestApp {
                 .build()
                 .unwrap(),
             server: Some(server),
+            terminate,
             cleanup,
             _sqlite_dir: sqlite_dir,
         }
@@ -213,9 +217,20 @@ impl TestApp {
         body["data"].clone()
     }
 
-    /// Stops the server as SIGTERM would and waits for it.
+    /// Stops the server at once, without the drain window, and waits for it.
     pub async fn shutdown(&mut self) -> anyhow::Result<()> {
         self.state.infra.instance.shutdown.cancel();
+        self.stopped().await
+    }
+
+    /// Tells the server to stop as SIGTERM does: it drains for `ENGAGE_DRAIN_SECONDS`,
+    /// then shuts down. [`TestApp::stopped`] waits for it.
+    pub fn terminate(&self) {
+        self.terminate.cancel();
+    }
+
+    /// Waits for the server to return.
+    pub async fn stopped(&mut self) -> anyhow::Result<()> {
         match self.server.take() {
             Some(server) => server.await.expect("server task"),
             None => Ok(()),

@@ -11,7 +11,9 @@ pub async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// 200 while Redis answers within a second, 503 otherwise, with each store's state.
+/// 200 while Redis answers within a second, 503 otherwise, with each store's state; 503
+/// at once while the instance drains before a shutdown, so that the load balancer takes
+/// it out of rotation while it still serves (`App::serve` has the order of a stop).
 ///
 /// SQL does not decide: likes, sign-ins and orders are served from Redis and archived once
 /// SQL is back, so an instance whose SQL is down still serves, and is reported `degraded`.
@@ -20,6 +22,12 @@ pub async fn healthz() -> impl IntoResponse {
 pub async fn readyz(State(http): State<HttpState>) -> impl IntoResponse {
     let timeout = Duration::from_secs(1);
     let gateway = &http.gateway;
+    if gateway.infra.instance.draining.is_cancelled() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "draining" })),
+        );
+    }
     let (redis, sql) = tokio::join!(
         tokio::time::timeout(timeout, crate::infra::redis::is_ready(&gateway.infra.redis)),
         tokio::time::timeout(timeout, gateway.infra.db.is_ready()),

@@ -9,8 +9,11 @@
 //! - **A header-read timeout**: a client that opens a connection and sends its request
 //!   headers slowly, or not at all, is disconnected (`ENGAGE_HEADER_READ_TIMEOUT_SECONDS`).
 //!   Bodies have a timeout of their own in the router.
-//! - **Graceful shutdown**: once told to stop, no new connections are taken and each open
-//!   one finishes its request in flight.
+//! - **Graceful shutdown**: while draining, every response but an upgrade carries
+//!   `Connection: close`, so keep-alive clients (a load balancer's pooled connections
+//!   among them) open their next connection elsewhere instead of meeting a closed socket;
+//!   once told to stop, no new connections are taken and each open one finishes its
+//!   request in flight.
 //!
 //! `axum::serve` offers neither the cap nor the timeouts, hence this loop over hyper. It
 //! speaks HTTP/1.1 only: hyper-util's HTTP/1-or-2 detection waits for a client's first bytes
@@ -19,7 +22,12 @@
 
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{extract::ConnectInfo, Router};
+use axum::{
+    extract::ConnectInfo,
+    http::{header, HeaderValue, StatusCode},
+    response::Response,
+    Router,
+};
 use futures::FutureExt;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -78,8 +86,15 @@ fn raise_descriptor_limit() -> usize {
 }
 
 /// Serves `router` on `listener` until `stop` is cancelled, then waits for the connections'
-/// requests in flight.
-pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: CancellationToken) {
+/// requests in flight. From `draining` on, each response asks its client to close the
+/// connection.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    draining: CancellationToken,
+    stop: CancellationToken,
+) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut builder = http1::Builder::new();
     builder
@@ -108,11 +123,18 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
         let slot = ConnectionSlot(Arc::new(permit));
         let request_slot = slot.clone();
         let router = router.clone();
+        let draining = draining.clone();
         let service = service_fn(move |mut request: Request<Incoming>| {
             let extensions = request.extensions_mut();
             extensions.insert(ConnectInfo::<SocketAddr>(peer));
             extensions.insert(request_slot.clone());
-            edge::handle(router.clone(), request).map(Ok::<_, Infallible>)
+            let draining = draining.clone();
+            edge::handle(router.clone(), request).map(move |mut response| {
+                if draining.is_cancelled() {
+                    close_after(&mut response);
+                }
+                Ok::<_, Infallible>(response)
+            })
         });
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)
@@ -134,4 +156,17 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
     drop(listener);
     connections.close();
     connections.wait().await;
+}
+
+/// Asks the client to close the connection once this response is read, which hyper does
+/// on its side too: the client's next request opens a new connection, through the load
+/// balancer to an instance that is not draining. Closing idle connections instead would
+/// race a request the client is sending on one at that moment. An upgrade (101) is left
+/// alone: its connection goes on as the WebSocket, closed with 1001 at the shutdown.
+fn close_after(response: &mut Response) {
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
 }
