@@ -103,6 +103,7 @@ impl Services {
                 },
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                scraped: Default::default(),
             },
         };
         let features = Features::new(&infra, &config)?;
@@ -123,11 +124,13 @@ impl Services {
     }
 }
 
-/// A started instance: its state, schema and listening socket.
+/// A started instance: its state, schema and listening sockets.
 pub struct App {
     pub state: AppState,
     pub schema: AppSchema,
     listener: TcpListener,
+    /// `ENGAGE_METRICS_BIND`'s, when metrics have an address of their own.
+    metrics_listener: Option<TcpListener>,
 }
 
 impl App {
@@ -136,6 +139,13 @@ impl App {
         let listener = TcpListener::bind(config.bind)
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;
+        let metrics_listener =
+            match config.metrics_bind {
+                Some(address) => Some(TcpListener::bind(address).await.with_context(|| {
+                    format!("cannot listen on {address} (ENGAGE_METRICS_BIND)")
+                })?),
+                None => None,
+            };
         let state = Services::start(config).await?;
         let schema = schema::build(Some((&state.config, &state.infra, &state.features)));
         crate::app::background::spawn_all(&state);
@@ -143,6 +153,7 @@ impl App {
             state,
             schema,
             listener,
+            metrics_listener,
         })
     }
 
@@ -150,6 +161,15 @@ impl App {
         self.listener
             .local_addr()
             .expect("a bound listener has an address")
+    }
+
+    /// Where `/metrics` is served apart from the public listener, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().map(|listener| {
+            listener
+                .local_addr()
+                .expect("a bound listener has an address")
+        })
     }
 
     /// Serves until `stop` resolves, then stops accepting, lets in-flight requests finish,
@@ -162,9 +182,22 @@ impl App {
             state,
             schema,
             listener,
+            metrics_listener,
         } = self;
-        let router = http::router(state.gateway.clone(), schema);
         let shutdown = state.infra.instance.shutdown.clone();
+        if let Some(metrics_listener) = metrics_listener {
+            let router = http::metrics_router(state.gateway.clone(), schema.clone());
+            let stopped = shutdown.clone().cancelled_owned();
+            state.infra.instance.spawn("metrics-listener", async move {
+                let served = axum::serve(metrics_listener, router)
+                    .with_graceful_shutdown(stopped)
+                    .await;
+                if let Err(error) = served {
+                    tracing::error!(%error, "the metrics listener stopped");
+                }
+            });
+        }
+        let router = http::router(state.gateway.clone(), schema);
         let trigger = shutdown.clone();
         tokio::spawn(async move {
             tokio::select! {

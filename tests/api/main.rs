@@ -22,6 +22,7 @@ mod jobs;
 mod leaderboard;
 mod limits;
 mod lock;
+mod metrics;
 mod pages;
 mod points;
 mod recovery;
