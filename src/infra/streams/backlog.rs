@@ -8,11 +8,16 @@
 //! a consumer that cannot keep up or has stopped; pending that stays high is SQL refusing
 //! its batches (RELIABILITY.md says what to do about either).
 //!
-//! Redis cannot tell a group's lag when entries between its position and the stream's end
-//! were deleted one by one (XDEL); engage only trims below what every group has handled,
-//! so the lag is always known, and a stream whose lag is unknown adds nothing.
+//! A group that was handed its stream's last entry has no lag, whatever Redis estimates:
+//! Redis 7.0 can keep its estimate above zero for good once a stream was trimmed (the
+//! reliability suite was misled by it, RELIABILITY.md). Otherwise Redis's `lag` is taken;
+//! it is unknown only when entries past the group's position were deleted one by one
+//! (XDEL), which engage never does, and an unknown lag adds nothing.
 
-use redis::streams::StreamInfoGroupsReply;
+use redis::{
+    streams::{StreamInfoGroupsReply, StreamInfoStreamReply},
+    FromRedisValue, Value,
+};
 
 use crate::infra::{
     error::AppResult,
@@ -29,21 +34,28 @@ pub(super) struct Backlog {
 
 #[async_trait::async_trait]
 impl ScrapedGauges for Backlog {
-    /// One pipeline: XINFO GROUPS of each stream (on a cluster, split by slot).
+    /// One pipeline: XINFO STREAM and XINFO GROUPS of each stream (on a cluster, split by
+    /// slot).
     async fn read(&self, infra: &Infra) -> AppResult<Vec<Reading>> {
         let mut pipe = redis::pipe();
         for stream in &self.streams {
+            pipe.cmd("XINFO").arg("STREAM").arg(stream);
             pipe.cmd("XINFO").arg("GROUPS").arg(stream);
         }
         let mut conn = infra.redis.get().await?;
-        let replies: Vec<StreamInfoGroupsReply> = pipe.query_async(&mut *conn).await?;
+        let replies: Vec<Value> = pipe.query_async(&mut *conn).await?;
         let (mut lag, mut pending) = (0, 0);
-        for group in replies
-            .iter()
-            .flat_map(|reply| &reply.groups)
-            .filter(|group| group.name == self.group)
-        {
-            lag += group.lag.unwrap_or(0);
+        for reply in replies.chunks_exact(2) {
+            let stream = StreamInfoStreamReply::from_redis_value_ref(&reply[0])
+                .map_err(redis::RedisError::from)?;
+            let groups = StreamInfoGroupsReply::from_redis_value_ref(&reply[1])
+                .map_err(redis::RedisError::from)?;
+            let Some(group) = groups.groups.iter().find(|g| g.name == self.group) else {
+                continue;
+            };
+            if group.last_delivered_id != stream.last_generated_id {
+                lag += group.lag.unwrap_or(0);
+            }
             pending += group.pending;
         }
         let reading = |name, value: usize| Reading {
