@@ -25,6 +25,7 @@ mod lock;
 mod metrics;
 mod pages;
 mod points;
+mod postgres_tls;
 mod recovery;
 mod redis_tls;
 mod remarks;
