@@ -163,15 +163,6 @@ impl App {
             .expect("a bound listener has an address")
     }
 
-    /// Where `/metrics` is served apart from the public listener, if it is.
-    pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_listener.as_ref().map(|listener| {
-            listener
-                .local_addr()
-                .expect("a bound listener has an address")
-        })
-    }
-
     /// Serves until `stop` resolves, then stops accepting, lets in-flight requests finish,
     /// closes WebSockets with 1001 and waits for background tasks (up to the grace period).
     pub async fn serve(

@@ -86,7 +86,8 @@ fn describe() {
     );
     describe_counter!(
         "engage_redis_round_trips_total",
-        "Round trips of requests to Redis (background workers' own connections excluded)"
+        "Commands and pipelines sent to Redis through the instance's pool (the stream \
+         consumers' and the live hub's own connections excluded)"
     );
     describe_gauge!(
         "engage_redis_pool_connections",
