@@ -39,4 +39,5 @@ pub fn spawn_all(services: &Services) {
     infra
         .instance
         .spawn("delay-queue", jobs::worker::run(features.jobs.clone()));
+    infra.instance.scraped.add(features.jobs.queue_depths());
 }

@@ -115,6 +115,7 @@ impl Services {
                 draining: shutdown.child_token(),
                 shutdown,
                 tasks: TaskTracker::new(),
+                scraped: Default::default(),
             },
         };
         let features = Features::new(&infra, &config)?;
@@ -135,11 +136,13 @@ impl Services {
     }
 }
 
-/// A started instance: its state, schema and listening socket.
+/// A started instance: its state, schema and listening sockets.
 pub struct App {
     pub state: AppState,
     pub schema: AppSchema,
     listener: TcpListener,
+    /// `ENGAGE_METRICS_BIND`'s, when metrics have an address of their own.
+    metrics_listener: Option<TcpListener>,
 }
 
 impl App {
@@ -148,6 +151,13 @@ impl App {
         let listener = TcpListener::bind(config.bind)
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;
+        let metrics_listener =
+            match config.metrics_bind {
+                Some(address) => Some(TcpListener::bind(address).await.with_context(|| {
+                    format!("cannot listen on {address} (ENGAGE_METRICS_BIND)")
+                })?),
+                None => None,
+            };
         let state = Services::start(config).await?;
         let schema = schema::build(Some((&state.config, &state.infra, &state.features)));
         crate::app::background::spawn_all(&state);
@@ -155,6 +165,7 @@ impl App {
             state,
             schema,
             listener,
+            metrics_listener,
         })
     }
 
@@ -185,9 +196,22 @@ impl App {
             state,
             schema,
             listener,
+            metrics_listener,
         } = self;
-        let router = http::router(state.gateway.clone(), schema);
         let instance = state.infra.instance.clone();
+        if let Some(metrics_listener) = metrics_listener {
+            let router = http::metrics_router(state.gateway.clone(), schema.clone());
+            let stopped = instance.shutdown.clone().cancelled_owned();
+            instance.spawn("metrics-listener", async move {
+                let served = axum::serve(metrics_listener, router)
+                    .with_graceful_shutdown(stopped)
+                    .await;
+                if let Err(error) = served {
+                    tracing::error!(%error, "the metrics listener stopped");
+                }
+            });
+        }
+        let router = http::router(state.gateway.clone(), schema);
         tokio::spawn(drain(stop, instance.clone(), state.config.drain_window()));
 
         let limits = http::server::Limits {

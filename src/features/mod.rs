@@ -16,7 +16,7 @@ pub mod vouchers;
 
 use std::sync::Arc;
 
-use crate::infra::{config::Config, Infra};
+use crate::infra::{config::Config, metrics::BoundedLabel, Infra};
 
 /// Every feature's context of one instance, built once from the shared infrastructure and
 /// the configuration. The wiring hands each part to whoever needs it (a resolver receives
@@ -52,6 +52,7 @@ impl Features {
             infra: infra.clone(),
             registry: Arc::new(jobs::JobRegistry::from_config(config)),
             settings: jobs::JobsSettings::from_config(config),
+            topic_labels: Arc::new(BoundedLabel::new(jobs::TOPIC_LABELS)),
         };
         Ok(Self {
             signin: signin::SignIn {

@@ -478,6 +478,12 @@ pub struct Config {
     /// rotation before connections are refused. 0 closes the listener at once.
     #[arg(long, env = "ENGAGE_DRAIN_SECONDS", default_value_t = 5, global = true)]
     pub drain_seconds: u64,
+
+    /// A separate address for `/metrics` (e.g. `10.0.0.5:9100`, one only the monitoring
+    /// network reaches); the public listener then answers `/metrics` with 404. Unset:
+    /// `/metrics` is served on `ENGAGE_BIND`.
+    #[arg(long, env = "ENGAGE_METRICS_BIND", global = true)]
+    pub metrics_bind: Option<SocketAddr>,
 }
 
 /// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
@@ -530,6 +536,16 @@ impl Config {
             );
         }
         self.check_tokens()?;
+        if self
+            .metrics_bind
+            .is_some_and(|metrics| metrics == self.bind && metrics.port() != 0)
+        {
+            anyhow::bail!(
+                "ENGAGE_METRICS_BIND is {}, the address of ENGAGE_BIND: give metrics an address \
+                 of their own, or unset it to serve /metrics on ENGAGE_BIND",
+                self.bind
+            );
+        }
         if self.redis_wait_replicas > 0 && self.redis_mode == crate::infra::redis::RedisMode::Pool {
             anyhow::bail!(
                 "ENGAGE_REDIS_WAIT_REPLICAS needs ENGAGE_REDIS_MODE=shared or cluster: WAIT \

@@ -31,6 +31,32 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, for reading one back from its text.
+    pub const ALL: [Self; 17] = [
+        Self::Unauthenticated,
+        Self::Forbidden,
+        Self::BadUserInput,
+        Self::NotFound,
+        Self::Conflict,
+        Self::RateLimited,
+        Self::SoldOut,
+        Self::AlreadyOrdered,
+        Self::NotStarted,
+        Self::Ended,
+        Self::JobExists,
+        Self::Unavailable,
+        Self::Internal,
+        Self::GraphqlParseFailed,
+        Self::GraphqlValidationFailed,
+        Self::PersistedQueryNotFound,
+        Self::BadRequest,
+    ];
+
+    /// The code written as `text` (`"NOT_FOUND"`), if it is one of ours.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|code| code.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Unauthenticated => "UNAUTHENTICATED",
@@ -229,6 +255,36 @@ impl<T> ResultExt<T> for Result<T, sqlx::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_code_reads_back_from_its_text_and_nothing_else_does() {
+        // No wildcard: a new code fails to compile here until it is added to `ALL` too.
+        let listed = |code: ErrorCode| match code {
+            ErrorCode::Unauthenticated
+            | ErrorCode::Forbidden
+            | ErrorCode::BadUserInput
+            | ErrorCode::NotFound
+            | ErrorCode::Conflict
+            | ErrorCode::RateLimited
+            | ErrorCode::SoldOut
+            | ErrorCode::AlreadyOrdered
+            | ErrorCode::NotStarted
+            | ErrorCode::Ended
+            | ErrorCode::JobExists
+            | ErrorCode::Unavailable
+            | ErrorCode::Internal
+            | ErrorCode::GraphqlParseFailed
+            | ErrorCode::GraphqlValidationFailed
+            | ErrorCode::PersistedQueryNotFound
+            | ErrorCode::BadRequest => ErrorCode::ALL.contains(&code),
+        };
+        for code in ErrorCode::ALL {
+            assert!(listed(code));
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
+        }
+        assert_eq!(ErrorCode::parse("MADE_UP"), None);
+        assert_eq!(ErrorCode::parse("not_found"), None);
+    }
 
     fn redis_reply_error(reply: &str) -> redis::RedisError {
         redis::parse_redis_value(reply.as_bytes())

@@ -1,25 +1,44 @@
-//! Prometheus metrics: one recorder per process, rendered at `/metrics`.
+//! Prometheus metrics: one recorder per process, rendered at `/metrics` (on the public
+//! listener, or alone on `ENGAGE_METRICS_BIND`).
 //!
-//! Names in one place, so that dashboards and code agree:
-//! - `engage_graphql_requests_total{operation}` and
-//!   `engage_graphql_request_duration_seconds{operation}`, by the operation's first root
-//!   field (`likeRemark`), `introspection`, `other` or `unread`
-//! - `engage_graphql_errors_total{code}`
-//! - `engage_redis_round_trips_total`
-//! - `engage_persisted_queries_evicted_total` (to keep within `ENGAGE_APQ_MAX_BYTES`)
-//! - `engage_redis_pool_connections{state}`, `engage_sql_pool_connections{state}`
-//! - stream consumers: `engage_stream_entries_archived_total{consumer}`,
-//!   `engage_stream_dead_letters_total{consumer}`, `engage_stream_consumer_stalls_total{consumer}`
-//! - delay queue, per topic: `engage_jobs_{scheduled,promoted,succeeded,retried,dead,reclaimed}_total`,
-//!   `engage_jobs_ready` (ready-list depth), `engage_jobs_promotion_lag_seconds`
+//! Every metric is named and explained once, in [`describe`], which gives each its `# HELP`
+//! and `# TYPE` lines: a metric missing there is the one without a HELP line, and the
+//! metrics test fails on it. Values come three ways:
+//! - **counted where they happen**, into the process's recorder: requests and their
+//!   durations, errors, Redis round trips and WAITs, refused connections, evicted persisted
+//!   queries, what stream consumers archive, dead-letter or stall on, and what the delay
+//!   queue schedules, promotes, runs, retries, buries and reclaims;
+//! - **read from this process when scraped**: the Redis and SQL pool connections, and the
+//!   `process_*` family (memory, CPU, file descriptors, start time; `metrics-process`
+//!   reads `/proc/self` on Linux);
+//! - **read from Redis when scraped** ([`ScrapedGauges`]): the delay queue's jobs per topic
+//!   and state, and each stream consumer's lag and pending entries. They describe the shared
+//!   Redis, so every instance reports the same values: aggregate them with `max`, not `sum`.
+//!
+//! Label values are bounded: `operation` is a schema field or a fixed word
+//! ([`record_request`]), `code` an [`ErrorCode`] ([`record_error`]), `consumer` a name in the
+//! code, `state` a fixed word, and `topic`, which an admin chooses freely, is a topic's name
+//! for at most [`BoundedLabel`]'s first few topics of an instance and `other` beyond.
 
-use std::{sync::OnceLock, time::Duration};
+use std::{
+    collections::HashSet,
+    sync::{Arc, LazyLock, Mutex, OnceLock},
+    time::Duration,
+};
 
+use metrics::{describe_counter, describe_gauge, describe_histogram, Label, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::infra::Infra;
+use crate::infra::{
+    error::{AppResult, ErrorCode},
+    Infra,
+};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Reads `/proc/self` for the `process_*` family.
+static PROCESS: LazyLock<metrics_process::Collector> =
+    LazyLock::new(metrics_process::Collector::default);
 
 /// Installs the process-wide recorder (once; later calls reuse it).
 pub fn install() -> &'static PrometheusHandle {
@@ -33,6 +52,7 @@ pub fn install() -> &'static PrometheusHandle {
             )
             .expect("bucket list is not empty")
             .build_recorder();
+        metrics::with_local_recorder(&recorder, describe);
         let handle = recorder.handle();
         // A second install (another app in the same test process) keeps the first recorder.
         let _ = metrics::set_global_recorder(recorder);
@@ -40,8 +60,126 @@ pub fn install() -> &'static PrometheusHandle {
     })
 }
 
-/// The text exposition, with pool gauges read at scrape time.
-pub fn render(infra: &Infra) -> String {
+/// The HELP and TYPE of every metric engage emits, in one place.
+fn describe() {
+    describe_counter!(
+        "engage_graphql_requests_total",
+        "GraphQL operations answered, by operation: its first root field, introspection, \
+         other (a field of no operation) or unread (the document could not be read)"
+    );
+    describe_histogram!(
+        "engage_graphql_request_duration_seconds",
+        Unit::Seconds,
+        "Time from admission to the response of a GraphQL operation, by operation"
+    );
+    describe_counter!(
+        "engage_graphql_errors_total",
+        "Errors in GraphQL responses, by their extensions.code"
+    );
+    describe_counter!(
+        "engage_http_connections_refused_total",
+        "Client connections closed at once because ENGAGE_MAX_CONNECTIONS were open"
+    );
+    describe_counter!(
+        "engage_persisted_queries_evicted_total",
+        "Persisted queries removed to keep within ENGAGE_APQ_MAX_BYTES"
+    );
+    describe_counter!(
+        "engage_redis_round_trips_total",
+        "Commands and pipelines sent to Redis through the instance's pool (the stream \
+         consumers' and the live hub's own connections excluded)"
+    );
+    describe_gauge!(
+        "engage_redis_pool_connections",
+        "Connections to Redis, by state: open, and idle among them"
+    );
+    describe_gauge!(
+        "engage_sql_pool_connections",
+        "Connections of the SQL pool, by state: open, and idle among them"
+    );
+    describe_counter!(
+        "engage_redis_waits_total",
+        "Writes that waited for ENGAGE_REDIS_WAIT_REPLICAS replicas"
+    );
+    describe_counter!(
+        "engage_redis_waits_short_total",
+        "Writes answered UNAVAILABLE because too few replicas acknowledged them in time"
+    );
+    describe_counter!(
+        "engage_redis_wait_rounds_total",
+        "WAIT commands sent: concurrent writes to one master share a round"
+    );
+    describe_counter!(
+        "engage_stream_entries_archived_total",
+        "Stream entries a consumer handled and acknowledged, by consumer"
+    );
+    describe_counter!(
+        "engage_stream_dead_letters_total",
+        "Stream entries moved to the dead_letters table after failing on their own, by consumer"
+    );
+    describe_counter!(
+        "engage_stream_consumer_stalls_total",
+        "Times a consumer backed off because SQL or Redis failed, by consumer"
+    );
+    describe_gauge!(
+        "engage_stream_consumer_lag",
+        "Entries of a consumer's streams not yet delivered to its group, by consumer \
+         (read from Redis at scrape time: the same in every instance)"
+    );
+    describe_gauge!(
+        "engage_stream_consumer_pending",
+        "Entries delivered to a consumer's group and not yet acknowledged, by consumer \
+         (read from Redis at scrape time: the same in every instance)"
+    );
+    describe_counter!(
+        "engage_jobs_scheduled_total",
+        "Jobs added to the delay queue, by topic"
+    );
+    describe_counter!(
+        "engage_jobs_promoted_total",
+        "Jobs moved from delayed to ready when due, by topic"
+    );
+    describe_histogram!(
+        "engage_jobs_promotion_lag_seconds",
+        Unit::Seconds,
+        "How late jobs were made ready after their due time, by topic"
+    );
+    describe_counter!(
+        "engage_jobs_succeeded_total",
+        "Job deliveries whose handler succeeded, by topic"
+    );
+    describe_counter!(
+        "engage_jobs_retried_total",
+        "Job deliveries that failed and were put back on the retry ladder, by topic"
+    );
+    describe_counter!(
+        "engage_jobs_dead_total",
+        "Jobs moved to dead_job (attempts or stalls used up, or unreadable), by topic"
+    );
+    describe_counter!(
+        "engage_jobs_reclaimed_total",
+        "Jobs made ready again because their worker's lease ran out, by topic"
+    );
+    describe_gauge!(
+        "engage_jobs_delayed",
+        "Jobs waiting for their due time, by topic (read from Redis at scrape time)"
+    );
+    describe_gauge!(
+        "engage_jobs_ready",
+        "Jobs due and waiting for a worker, by topic (read from Redis at scrape time)"
+    );
+    describe_gauge!(
+        "engage_jobs_running",
+        "Jobs handed to a worker and not yet finished, by topic (read from Redis at scrape \
+         time)"
+    );
+    PROCESS.describe();
+}
+
+/// The text exposition: the recorder's metrics, with the pool and process gauges read now,
+/// followed by the gauges read from Redis.
+pub async fn render(infra: &Infra) -> String {
+    let scraped = read_scraped(infra).await;
     let (redis_open, redis_idle) = crate::infra::redis::pool_state(&infra.redis);
     metrics::gauge!("engage_redis_pool_connections", "state" => "open").set(redis_open as f64);
     metrics::gauge!("engage_redis_pool_connections", "state" => "idle").set(redis_idle as f64);
@@ -53,7 +191,10 @@ pub fn render(infra: &Infra) -> String {
     let (sql_open, sql_idle) = infra.db.pool_state();
     metrics::gauge!("engage_sql_pool_connections", "state" => "open").set(sql_open as f64);
     metrics::gauge!("engage_sql_pool_connections", "state" => "idle").set(sql_idle as f64);
-    install().render()
+    PROCESS.collect();
+    let mut text = install().render();
+    text.push_str(&render_scraped(scraped));
+    text
 }
 
 /// `operation` is a name of the schema or one of a few fixed words (see
@@ -67,7 +208,138 @@ pub fn record_request(operation: &'static str, elapsed: Duration) {
     .record(elapsed.as_secs_f64());
 }
 
-pub fn record_error(code: &str) {
-    // Codes come from the fixed table of `ErrorCode`.
-    metrics::counter!("engage_graphql_errors_total", "code" => code.to_string()).increment(1);
+/// An error answered; the label is one of the fixed table of [`ErrorCode`].
+pub fn record_error(code: ErrorCode) {
+    metrics::counter!("engage_graphql_errors_total", "code" => code.as_str()).increment(1);
+}
+
+/// A gauge's value read for one scrape.
+pub struct Reading {
+    pub name: &'static str,
+    pub labels: Vec<(&'static str, String)>,
+    pub value: f64,
+}
+
+/// Gauges whose values live in Redis (a queue's depth, a consumer's lag), read when
+/// `/metrics` is scraped. Keeping them current instead would cost every write a counter
+/// update, and a counter that drifts (a crash between the write and its count) stays wrong.
+#[async_trait::async_trait]
+pub trait ScrapedGauges: Send + Sync + 'static {
+    /// This scrape's values. `infra` is handed in rather than held, so that a source kept by
+    /// the instance does not keep the instance alive.
+    async fn read(&self, infra: &Infra) -> AppResult<Vec<Reading>>;
+}
+
+/// The [`ScrapedGauges`] of one instance: the stream consumers add theirs as they start,
+/// the wiring adds the delay queue's.
+#[derive(Clone, Default)]
+pub struct Scraped(Arc<Mutex<Vec<Arc<dyn ScrapedGauges>>>>);
+
+impl Scraped {
+    pub fn add(&self, gauges: impl ScrapedGauges) {
+        self.0.lock().expect("poisoned").push(Arc::new(gauges));
+    }
+}
+
+/// Reads every source at once (on the shared connection their commands leave together). A
+/// source that fails is left out of this scrape, so that Redis being down does not take the
+/// process and pool metrics with it.
+async fn read_scraped(infra: &Infra) -> Vec<Reading> {
+    let sources = infra.instance.scraped.0.lock().expect("poisoned").clone();
+    let reads = futures::future::join_all(sources.iter().map(|source| source.read(infra))).await;
+    reads
+        .into_iter()
+        .filter_map(|read| {
+            read.inspect_err(|error| tracing::debug!(%error, "gauges not read for /metrics"))
+                .ok()
+        })
+        .flatten()
+        .collect()
+}
+
+/// The scrape's gauges, written by a recorder made for this scrape rather than the
+/// process's: a topic that has no job left leaves no series behind, and two instances in
+/// one process (as in the tests) do not overwrite each other's values.
+fn render_scraped(readings: Vec<Reading>) -> String {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    metrics::with_local_recorder(&recorder, || {
+        describe();
+        for reading in readings {
+            let labels: Vec<Label> = reading
+                .labels
+                .into_iter()
+                .map(|(key, value)| Label::new(key, value))
+                .collect();
+            metrics::gauge!(reading.name, labels).set(reading.value);
+        }
+    });
+    recorder.handle().render()
+}
+
+/// The label value of any value past the first few of a [`BoundedLabel`].
+pub const OTHER: &str = "other";
+
+/// A label whose values are not fixed in the code (job topics, which an admin names): the
+/// first `max` values an instance meets are named as themselves, any later one is `other`.
+/// Each value is a series in every metric that carries it, kept for the life of the
+/// process; without a bound, a script that made up topics would grow the scrape without
+/// end. (Ranking by size instead, the largest topics named, would move a topic in and out
+/// of `other` between scrapes, and break its counters' rates each time.)
+pub struct BoundedLabel {
+    max: usize,
+    named: Mutex<HashSet<String>>,
+}
+
+impl BoundedLabel {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            named: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The label value for `value`.
+    pub fn of(&self, value: &str) -> String {
+        let mut named = self.named.lock().expect("poisoned");
+        if named.contains(value) {
+            return value.to_string();
+        }
+        if named.len() < self.max {
+            named.insert(value.to_string());
+            return value.to_string();
+        }
+        OTHER.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_label_names_its_first_values_and_calls_the_rest_other() {
+        let topics = BoundedLabel::new(2);
+        assert_eq!(topics.of("expiry"), "expiry");
+        assert_eq!(topics.of("mail"), "mail");
+        assert_eq!(topics.of("made-up-1"), OTHER);
+        assert_eq!(topics.of("made-up-2"), OTHER);
+        // A value named once keeps its name.
+        assert_eq!(topics.of("expiry"), "expiry");
+    }
+
+    #[test]
+    fn gauges_of_a_scrape_carry_help_and_type_and_only_this_scrape_values() {
+        let text = render_scraped(vec![Reading {
+            name: "engage_jobs_ready",
+            labels: vec![("topic", "mail".into())],
+            value: 3.0,
+        }]);
+        assert!(text.contains("# HELP engage_jobs_ready "), "{text}");
+        assert!(text.contains("# TYPE engage_jobs_ready gauge"), "{text}");
+        assert!(
+            text.contains("engage_jobs_ready{topic=\"mail\"} 3"),
+            "{text}"
+        );
+        assert!(!render_scraped(Vec::new()).contains("engage_jobs_ready"));
+    }
 }

@@ -66,6 +66,8 @@ pub struct Instance {
     pub draining: CancellationToken,
     /// Background tasks, awaited on shutdown.
     pub tasks: TaskTracker,
+    /// Gauges read from Redis when `/metrics` is scraped (consumer lag, queue depths).
+    pub scraped: metrics::Scraped,
 }
 
 /// The configured times of every stream consumer.

@@ -127,7 +127,7 @@ impl Rejection {
             tracing::error!(request_id, error = %self.error, "request rejected");
             extensions["requestId"] = json!(request_id);
         }
-        metrics::record_error(self.error.code().as_str());
+        metrics::record_error(self.error.code());
         let body = json!({ "errors": [{
             "message": self.error.public_message(),
             "extensions": extensions,
@@ -337,7 +337,8 @@ async fn run(
         }
     }
     for error in &response.errors {
-        metrics::record_error(code_of(error).unwrap_or("INTERNAL"));
+        let code = code_of(error).and_then(ErrorCode::parse);
+        metrics::record_error(code.unwrap_or(ErrorCode::Internal));
     }
 
     let body = Body {

@@ -46,12 +46,14 @@ pub async fn readyz(State(http): State<HttpState>) -> impl IntoResponse {
     )
 }
 
+/// The Prometheus text exposition; served on the public listener, or on
+/// `ENGAGE_METRICS_BIND` alone when that is set ([`super::metrics_router`]).
 pub async fn metrics(State(http): State<HttpState>) -> impl IntoResponse {
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        crate::infra::metrics::render(&http.gateway.infra),
+        crate::infra::metrics::render(&http.gateway.infra).await,
     )
 }

@@ -60,13 +60,19 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     crate::infra::metrics::install();
     let max_body = gateway.config.max_body_bytes;
     let pages = pages::router(&gateway.config);
+    let public_metrics = gateway.config.metrics_bind.is_none();
     let http = HttpState { gateway, schema };
     let routes = Router::new()
         .merge(pages)
         .route("/graphql", get(graphql::get).post(graphql::post))
         .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics));
+        .route("/readyz", get(health::readyz));
+    // With a private address of their own, metrics are not answered to the public.
+    let routes = if public_metrics {
+        routes.route("/metrics", get(health::metrics))
+    } else {
+        routes
+    };
     #[cfg(feature = "bench")]
     let routes = routes.route("/bench/like", axum::routing::post(bench::like));
     routes
@@ -74,6 +80,16 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
         // A client that sends its body slowly holds a connection; this bounds for how long.
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .with_state(http)
+}
+
+/// `/metrics` alone, for the listener of `ENGAGE_METRICS_BIND`: an address that only the
+/// monitoring network reaches, so the public one need not answer what the instance is
+/// doing (its error rates, its queues, its memory).
+pub fn metrics_router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
+    crate::infra::metrics::install();
+    Router::new()
+        .route("/metrics", get(health::metrics))
+        .with_state(HttpState { gateway, schema })
 }
 
 /// The request id given by [`edge`] (or sent by the client).

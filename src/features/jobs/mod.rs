@@ -14,8 +14,10 @@
 //!
 //! - [`worker`]: the tick that promotes and runs jobs in every instance;
 //! - [`topics`]: the index of topics with work due, which the tick walks;
-//! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list.
+//! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list;
+//! - [`gauges`]: the jobs per topic and state at `/metrics`.
 
+pub mod gauges;
 pub mod handlers;
 mod pending;
 pub mod recovery;
@@ -34,6 +36,7 @@ use crate::infra::page::PageArgs;
 use crate::infra::{
     config::Config,
     error::{AppError, AppResult, ErrorCode},
+    metrics::BoundedLabel,
     redis::status::Status,
     redis::{
         scripts::{JOBS_CANCEL, JOBS_SCHEDULE},
@@ -48,6 +51,8 @@ pub struct Jobs {
     pub infra: Infra,
     pub registry: Arc<JobRegistry>,
     pub settings: JobsSettings,
+    /// The `topic` label of the delay queue's metrics ([`Jobs::topic_label`]).
+    pub topic_labels: Arc<BoundedLabel>,
 }
 
 #[derive(Clone, Copy)]
@@ -68,6 +73,17 @@ impl JobsSettings {
 }
 
 pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
+
+/// Topics an instance names in its metrics; any further topic is counted as `other`.
+/// Topics are whatever an admin schedules under, so their number has no bound of its own.
+pub const TOPIC_LABELS: usize = 50;
+
+impl Jobs {
+    /// The `topic` label of a metric about `topic`.
+    fn topic_label(&self, topic: &str) -> String {
+        self.topic_labels.of(topic)
+    }
+}
 
 /// The seed's retry ladder.
 pub const DEFAULT_LADDER: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21_600, 54_000];
@@ -222,6 +238,7 @@ fn only_answer(mut answers: Vec<AppResult<JobView>>) -> AppResult<JobView> {
 
 /// Fills the answers of the placed records (at their `positions`) and returns them all.
 fn answer(
+    topics: &BoundedLabel,
     mut answers: Vec<Option<AppResult<JobView>>>,
     records: Vec<pending::Record>,
     placed: Vec<Placed>,
@@ -230,7 +247,7 @@ fn answer(
     for ((record, placed), position) in records.into_iter().zip(placed).zip(positions) {
         answers[position] = Some(match placed {
             Placed::Added => {
-                metrics::counter!("engage_jobs_scheduled_total", "topic" => record.topic.clone())
+                metrics::counter!("engage_jobs_scheduled_total", "topic" => topics.of(&record.topic))
                     .increment(1);
                 Ok(JobView {
                     id: record.id,
@@ -347,7 +364,13 @@ impl Jobs {
         }
         let Some(sql) = sql else {
             let placed = self.place(&records).await?;
-            return Ok(answer(answers, records, placed, positions));
+            return Ok(answer(
+                &self.topic_labels,
+                answers,
+                records,
+                placed,
+                positions,
+            ));
         };
         let written = pending::insert_new(sql, &records).await?;
         let placed = self.place(&records).await?;
@@ -376,7 +399,13 @@ impl Jobs {
         }
         pending::put(sql, &rewrite).await?;
         pending::forget(sql, &refused).await?;
-        Ok(answer(answers, records, placed, positions))
+        Ok(answer(
+            &self.topic_labels,
+            answers,
+            records,
+            placed,
+            positions,
+        ))
     }
 
     /// Puts jobs into their topics' keys (one script call per topic; an id that is pending is

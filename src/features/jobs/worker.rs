@@ -112,7 +112,7 @@ async fn deliver(
             .await
             .map(|applied| {
                 if applied {
-                    metrics::counter!("engage_jobs_succeeded_total", "topic" => topic.clone())
+                    metrics::counter!("engage_jobs_succeeded_total", "topic" => ctx.topic_label(&topic))
                         .increment(1);
                 }
             }),
@@ -124,7 +124,7 @@ async fn deliver(
                 .await
                 .map(|applied| {
                     if applied {
-                        metrics::counter!("engage_jobs_retried_total", "topic" => topic.clone())
+                        metrics::counter!("engage_jobs_retried_total", "topic" => ctx.topic_label(&topic))
                             .increment(1);
                     }
                 })
@@ -384,16 +384,16 @@ impl Jobs {
         let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
         let (promoted, reclaimed) = (reply(0), reply(1));
         if promoted > 0 {
-            metrics::counter!("engage_jobs_promoted_total", "topic" => topic.to_string())
+            metrics::counter!("engage_jobs_promoted_total", "topic" => self.topic_label(topic))
                 .increment(promoted as u64);
-            let lag = metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => topic.to_string());
+            let lag = metrics::histogram!("engage_jobs_promotion_lag_seconds", "topic" => self.topic_label(topic));
             for run_at in moved.iter().skip(4) {
                 lag.record((now - run_at).max(0) as f64 / 1000.0);
             }
         }
         if reclaimed > 0 {
             tracing::info!(topic, reclaimed, "jobs of a silent worker are ready again");
-            metrics::counter!("engage_jobs_reclaimed_total", "topic" => topic.to_string())
+            metrics::counter!("engage_jobs_reclaimed_total", "topic" => self.topic_label(topic))
                 .increment(reclaimed as u64);
         }
         Ok(Promotion {
@@ -621,7 +621,7 @@ impl Jobs {
             .finish(delivery, lease, Outcome::Dead { error })
             .await?
         {
-            metrics::counter!("engage_jobs_dead_total", "topic" => delivery.topic.clone())
+            metrics::counter!("engage_jobs_dead_total", "topic" => self.topic_label(&delivery.topic))
                 .increment(1);
             tracing::warn!(
                 topic = delivery.topic,

@@ -99,7 +99,7 @@ impl ConsumerSpec {
     }
 }
 
-/// Runs one worker for `streams` until shutdown.
+/// Runs one worker for `streams` until shutdown, and reports its backlog at `/metrics`.
 pub fn spawn(
     infra: &Infra,
     spec: ConsumerSpec,
@@ -107,6 +107,11 @@ pub fn spawn(
     handler: Arc<dyn StreamHandler>,
 ) {
     let name = spec.name;
+    infra.instance.scraped.add(super::backlog::Backlog {
+        consumer: name,
+        group: spec.group,
+        streams: streams.clone(),
+    });
     infra
         .instance
         .spawn(name, run(infra.clone(), spec, streams, handler));

@@ -1,10 +1,11 @@
 //! Redis Streams between the hot path and SQL: the events features XADD, and the
-//! [`consumer`] that moves them into SQL, losing nothing.
+//! [`consumer`] that moves them into SQL, losing nothing, and reports its [`backlog`].
 //!
 //! A feature's Lua script XADDs its event in the same script that changes state, so an
 //! acknowledged write is always in a stream. An event has one type ([`Event`]) that writes
 //! its field names once, for the script's XADD and the consumers that read it.
 
+mod backlog;
 mod consumer;
 pub mod leases;
 

@@ -106,7 +106,7 @@ impl Admitter {
 
 /// A refused operation, in the wire form every other error takes.
 fn refusal(error: &AppError) -> Response {
-    metrics::record_error(error.code().as_str());
+    metrics::record_error(error.code());
     let mut server_error = ServerError::new(error.public_message(), None);
     error.write_extensions(server_error.extensions.get_or_insert_with(Default::default));
     Response::from_errors(vec![server_error])

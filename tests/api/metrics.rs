@@ -1,0 +1,273 @@
+//! `/metrics`: every family explained (HELP and TYPE), the process measured, the delay
+//! queue's jobs per topic and state, each stream consumer's backlog, and a private address
+//! of its own with `ENGAGE_METRICS_BIND`.
+
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use engage::{
+    features::jobs::{handlers::Delivery, JobError, JobHandler, NewJob},
+    infra::redis::{Keys, RedisTarget},
+};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::harness::{base_config, eventually, TestApp};
+
+/// The value of the sample `name{labels}` (as written, labels in the exporter's order).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map(|value| value.trim().parse().expect("a number"))
+}
+
+/// The families of the samples of `text` whose names start with one of `prefixes`.
+fn families<'a>(text: &'a str, prefixes: &[&str]) -> BTreeSet<&'a str> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| line.split(['{', ' ']).next().unwrap())
+        .filter(|name| prefixes.iter().any(|prefix| name.starts_with(prefix)))
+        .map(|name| {
+            // A histogram's or summary's samples carry a suffix; its HELP names the family.
+            let declared = |family: &str| text.contains(&format!("# TYPE {family} "));
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|suffix| name.strip_suffix(suffix))
+                .find(|family| declared(family))
+                .unwrap_or(name)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_metric_has_help_and_type_and_the_process_is_measured() {
+    let app = TestApp::spawn().await;
+    // Some traffic: an operation, an error, a job.
+    app.gql(None, "{ __typename }", json!({})).await;
+    app.gql(None, "{ noSuchField }", json!({})).await;
+    app.state
+        .features
+        .jobs
+        .schedule(job("described", "later", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+
+    let text = app.get_text("/metrics").await;
+    let families = families(&text, &["engage_", "process_"]);
+    for family in [
+        "engage_graphql_requests_total",
+        "engage_graphql_errors_total",
+        "engage_jobs_scheduled_total",
+        "engage_jobs_delayed",
+        "engage_stream_consumer_lag",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(families.contains(family), "{family} missing from:\n{text}");
+    }
+    for family in &families {
+        assert!(
+            text.contains(&format!("# HELP {family} ")),
+            "{family} has no HELP line"
+        );
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "{family} has no TYPE line"
+        );
+    }
+    assert!(sample(&text, "process_resident_memory_bytes").unwrap() > 1e6);
+    assert!(sample(&text, "process_open_fds").unwrap() >= 1.0);
+    assert!(text.contains("engage_graphql_errors_total{code=\"GRAPHQL_VALIDATION_FAILED\"}"));
+}
+
+fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
+    NewJob {
+        id: id.into(),
+        topic: topic.into(),
+        body: "{}".into(),
+        delay,
+        max_attempts: None,
+        callback_url: None,
+    }
+}
+
+/// A handler that holds each job until the gate is closed.
+struct Gate(Arc<Semaphore>);
+
+#[async_trait::async_trait]
+impl JobHandler for Gate {
+    async fn handle(&self, _: &Delivery) -> Result<(), JobError> {
+        let _ = self.0.acquire().await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn jobs_are_counted_per_topic_and_state() {
+    // One worker slot: the first due job runs and holds it, the other due ones stay ready.
+    let app = TestApp::spawn_with(|config| config.jobs_concurrency = 1).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let jobs = &app.state.features.jobs;
+    jobs.registry
+        .register("mail", Arc::new(Gate(gate.clone())), None);
+    for id in ["a", "b"] {
+        jobs.schedule(job(id, "mail", Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    for id in ["c", "d", "e"] {
+        jobs.schedule(job(id, "mail", Duration::ZERO))
+            .await
+            .unwrap();
+    }
+
+    let expected = [
+        ("engage_jobs_delayed{topic=\"mail\"}", 2.0),
+        ("engage_jobs_ready{topic=\"mail\"}", 2.0),
+        ("engage_jobs_running{topic=\"mail\"}", 1.0),
+    ];
+    let mut last = String::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        last = app.get_text("/metrics").await;
+        if expected
+            .iter()
+            .all(|(series, value)| sample(&last, series) == Some(*value))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (series, value) in expected {
+        assert_eq!(sample(&last, series), Some(value), "{series} in:\n{last}");
+    }
+
+    // Once every job ended, the topic leaves the index, and its gauges go with it.
+    gate.close();
+    jobs.cancel("mail", "a").await.unwrap();
+    jobs.cancel("mail", "b").await.unwrap();
+    eventually(async || {
+        !app.get_text("/metrics")
+            .await
+            .contains("engage_jobs_ready{topic=\"mail\"}")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_lag_counts_the_entries_its_group_has_not_read() {
+    // Another instance holds the feed fan-out's stream for the next hour, so this app's
+    // fan-out reads nothing: every new remark is lag, deterministically.
+    let mut config = base_config();
+    config.redis_prefix = format!("engage-test:{}:", uuid::Uuid::new_v4().simple());
+    let target = RedisTarget::new(
+        &config.redis_url,
+        config.redis_mode,
+        config.redis_ca_file.as_deref(),
+    )
+    .unwrap();
+    let keys = Keys::new(config.redis_prefix.clone()).on_cluster(target.is_cluster());
+    let until = chrono::Utc::now().timestamp_millis() + 3_600_000;
+    let mut conn = engage::infra::redis::dedicated(&target).await.unwrap();
+    let () = redis::cmd("ZADD")
+        .arg(keys.lease_members("feed-fanout"))
+        .arg(until)
+        .arg("elsewhere")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::cmd("HSET")
+        .arg(keys.lease_holders("feed-fanout"))
+        .arg(keys.remark_stream())
+        .arg(format!("elsewhere {until}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let prefix = config.redis_prefix.clone();
+    let app = TestApp::spawn_with(|config| config.redis_prefix = prefix).await;
+
+    let item = app.create_item().await;
+    for author in 1..=3 {
+        app.data(
+            Some(&app.user_token(author)),
+            "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 4, content: \"nice\" }) { id } }",
+            json!({ "i": item }),
+        )
+        .await;
+    }
+
+    let text = app.get_text("/metrics").await;
+    assert_eq!(
+        sample(
+            &text,
+            "engage_stream_consumer_lag{consumer=\"feed-fanout\"}"
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "engage_stream_consumer_pending{consumer=\"feed-fanout\"}"
+        ),
+        Some(0.0)
+    );
+    // The remark points read the same stream in a group of their own, and keep up.
+    eventually(async || {
+        let text = app.get_text("/metrics").await;
+        sample(
+            &text,
+            "engage_stream_consumer_lag{consumer=\"remark-points\"}",
+        ) == Some(0.0)
+            && sample(
+                &text,
+                "engage_stream_consumer_pending{consumer=\"remark-points\"}",
+            ) == Some(0.0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn with_a_metrics_address_metrics_are_served_there_and_not_on_the_public_listener() {
+    let address = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut app = TestApp::spawn_with(|config| config.metrics_bind = Some(address)).await;
+    let private = format!("http://{address}/metrics");
+
+    let served = app.http.get(&private).send().await.unwrap();
+    assert_eq!(served.status(), 200);
+    assert!(served
+        .text()
+        .await
+        .unwrap()
+        .contains("# TYPE process_open_fds gauge"));
+    let public = app.http.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(public.status(), 404);
+    // The rest of the public listener is as it was.
+    let ready = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    // The metrics listener stops with the app.
+    app.shutdown().await.unwrap();
+    assert!(app.http.get(&private).send().await.is_err());
+}
+
+#[test]
+fn the_metrics_address_must_not_be_the_public_one() {
+    let mut config = base_config();
+    config.jwt_secret = Some("a-secret-of-at-least-thirty-two-bytes".into());
+    config.bind = "127.0.0.1:8123".parse().unwrap();
+    config.metrics_bind = Some(config.bind);
+    let error = config.check().unwrap_err().to_string();
+    assert!(error.contains("ENGAGE_METRICS_BIND"), "{error}");
+    config.metrics_bind = Some("127.0.0.1:9123".parse().unwrap());
+    config.check().unwrap();
+}
