@@ -183,10 +183,10 @@ async fn serve(infra: &Infra, worker: &mut Worker) {
             }
             anyhow::Ok((processed, worker.linger_after(&entries)))
         };
-        let outcome = tokio::select! {
-            () = infra.instance.shutdown.cancelled() => return,
-            outcome = outcome => outcome,
-        };
+        // A batch once read is finished even when shutdown comes meanwhile (the grace
+        // period bounds it): abandoned, its entries would stay pending under this
+        // instance's name until another claims them, `claim_idle` later.
+        let outcome = outcome.await;
         match outcome {
             Ok((Progress::Done, linger)) => {
                 backoff.reset();
