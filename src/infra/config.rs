@@ -419,6 +419,17 @@ pub struct Config {
         global = true
     )]
     pub shutdown_grace_seconds: u64,
+
+    /// Log lines on stderr: `text` (for people; colour codes only at a terminal) or `json`
+    /// (one object a line, with the request id and, when traces are exported, the trace id).
+    #[arg(
+        long,
+        env = "ENGAGE_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::infra::telemetry::LogFormat::Text,
+        global = true
+    )]
+    pub log_format: crate::infra::telemetry::LogFormat,
 }
 
 /// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
