@@ -1,7 +1,4 @@
-use std::io::IsTerminal;
-
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 // glibc's malloc took a quarter of the CPU time of a remarks page in `perf` (GraphQL
 // resolution allocates many small, short-lived values across threads); mimalloc's
@@ -17,21 +14,25 @@ async fn main() -> std::process::ExitCode {
             eprintln!("engage: ignoring .env: {error}");
         }
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("engage=info,tower_http=warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, never into a file or a collector.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-
     let cli = engage::app::cli::Cli::parse();
+    // Flushes the spans not yet exported when dropped, after the last request.
+    let json = cli.config.log_format == engage::infra::telemetry::LogFormat::Json;
+    let _telemetry = match engage::infra::telemetry::init(cli.config.log_format) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("engage: {error:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+
     match engage::app::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("engage: {error:#}");
+            if json {
+                tracing::error!("engage: {error:#}");
+            } else {
+                eprintln!("engage: {error:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

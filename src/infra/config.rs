@@ -484,6 +484,17 @@ pub struct Config {
     /// `/metrics` is served on `ENGAGE_BIND`.
     #[arg(long, env = "ENGAGE_METRICS_BIND", global = true)]
     pub metrics_bind: Option<SocketAddr>,
+
+    /// Log lines on stderr: `text` (for people; colour codes only at a terminal) or `json`
+    /// (one object a line, with the request id and, when traces are exported, the trace id).
+    #[arg(
+        long,
+        env = "ENGAGE_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::infra::telemetry::LogFormat::Text,
+        global = true
+    )]
+    pub log_format: crate::infra::telemetry::LogFormat,
 }
 
 /// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.

@@ -72,6 +72,14 @@ impl Backend {
         }
     }
 
+    /// Its name in OpenTelemetry's `db.system.name`.
+    pub fn system_name(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgresql",
+        }
+    }
+
     /// The placeholder of the `n`th parameter (from 1) of a statement whose parameters are
     /// all bound in order: `$n`, or on SQLite an anonymous `?` (see [`values_placeholders`]).
     pub fn param(self, n: usize) -> String {
@@ -100,6 +108,7 @@ impl Db {
             anyhow::bail!("DATABASE_URL must start with sqlite: or postgres: (got {url})");
         };
 
+        super::telemetry::set_sql_system(backend.system_name());
         let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(5));
         // sqlx logs a slow statement with its whole text at WARN; an archive batch is one
         // statement with hundreds of rows of placeholders, so under load that would flood the

@@ -1,6 +1,6 @@
 //! What every feature is built on, and that knows no feature: the Redis connection and key
 //! builder, SQL, the clock, IDs, errors, configuration, tokens, the stream worker, the live
-//! hub, the lock and the recovery toolkit.
+//! hub, the lock, the recovery toolkit, and logs and traces.
 
 pub mod auth;
 pub mod backoff;
@@ -17,6 +17,7 @@ pub mod page;
 pub mod recovery;
 pub mod redis;
 pub mod streams;
+pub mod telemetry;
 
 use std::{
     future::Future,

@@ -19,7 +19,10 @@ use std::{
     time::Duration,
 };
 
-use async_graphql::{parser::types::OperationType, Variables};
+use async_graphql::{
+    parser::types::{DocumentOperations, OperationType},
+    Variables,
+};
 use serde_json::Value;
 
 use super::{apq, document};
@@ -29,6 +32,7 @@ use crate::{
         auth::{Subject, Verified, Viewer},
         cache::TtlCache,
         error::{AppError, AppResult, ErrorCode},
+        telemetry,
     },
 };
 
@@ -66,6 +70,9 @@ pub struct Admitted {
     pub operation_type: Option<OperationType>,
     /// Its metrics label: the name of its first root field, a name of the schema.
     pub label: &'static str,
+    /// The name the document gives its only operation (for its span, when the request
+    /// does not name it).
+    pub document_name: Option<async_graphql::Name>,
     /// A persisted query to store, as (hash, document), once the operation has run without
     /// a request error.
     pub register: Option<(String, String)>,
@@ -73,6 +80,49 @@ pub struct Admitted {
 
 /// The label of requests refused before their document was read.
 pub const UNREAD: &str = "unread";
+
+/// The span of one operation (target `engage::graphql`, DEBUG: off unless traces are
+/// exported). An HTTP request's is a child of the request's span; a WebSocket's operations
+/// each begin a trace of their own (a socket lives for hours). [`record`] fills in what
+/// admission learnt.
+pub fn operation_span(transport: Transport) -> tracing::Span {
+    use tracing::field::Empty;
+    match transport {
+        Transport::Http => tracing::debug_span!(
+            target: telemetry::GRAPHQL,
+            "graphql.operation",
+            engage.transport = "http",
+            engage.operation = Empty,
+            graphql.operation.type = Empty,
+            graphql.operation.name = Empty,
+        ),
+        Transport::WebSocket => tracing::debug_span!(
+            target: telemetry::GRAPHQL,
+            parent: None,
+            "graphql.operation",
+            engage.transport = "websocket",
+            engage.operation = Empty,
+            graphql.operation.type = Empty,
+            graphql.operation.name = Empty,
+        ),
+    }
+}
+
+/// Records an admitted operation on its span: its label (as in `/metrics`), its type and
+/// the name the client gave it.
+pub fn record(span: &tracing::Span, admitted: &Admitted) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("engage.operation", admitted.label);
+    if let Some(ty) = admitted.operation_type {
+        span.record("graphql.operation.type", tracing::field::display(ty));
+    }
+    let name = admitted.request.operation_name.as_deref();
+    if let Some(name) = name.or(admitted.document_name.as_deref()) {
+        span.record("graphql.operation.name", name);
+    }
+}
 
 /// Identifies the caller of an HTTP request or of a WebSocket `connection_init`.
 pub async fn identify(
@@ -176,6 +226,12 @@ pub async fn admit(
         ));
     }
     let label = root.map_or("other", known_label);
+    let document_name = match &parsed.document.operations {
+        DocumentOperations::Multiple(operations) if operations.len() == 1 => {
+            operations.keys().next().cloned()
+        }
+        _ => None,
+    };
     let register = resolved.register.map(|hash| (hash, resolved.query.clone()));
     let mut request = async_graphql::Request::new(resolved.query).variables(operation.variables);
     if let Some(name) = operation.operation_name {
@@ -189,6 +245,7 @@ pub async fn admit(
         request,
         operation_type: shape.map(|s| s.ty),
         label,
+        document_name,
         register,
     })
 }

@@ -1,5 +1,7 @@
 //! What every HTTP request passes on its way in and out, whatever its route: its request id,
-//! the CORS headers, and a panic turned into a 500 instead of a dropped connection.
+//! the CORS headers, a panic turned into a 500 instead of a dropped connection, its span
+//! (continuing the caller's `traceparent`) and its access line (target `engage::access`:
+//! method, path, GraphQL operation, status, duration, request id).
 //!
 //! One function around the whole router rather than a tower-http layer each
 //! (`SetRequestId`, `PropagateRequestId`, `Cors`, `CatchPanic`, `Trace`): axum applies a
@@ -12,11 +14,13 @@
 //! not cover `Authorization`, which browsers never match against `*`).
 
 use std::{
+    cell::Cell,
     panic::AssertUnwindSafe,
     sync::{
         atomic::{AtomicU64, Ordering},
         LazyLock,
     },
+    time::Instant,
 };
 
 use axum::{
@@ -27,11 +31,12 @@ use axum::{
 };
 use futures::FutureExt;
 use hyper::body::Incoming;
+use opentelemetry::propagation::Extractor;
 use tower::ServiceExt;
 use tracing::Instrument;
 
 use super::plain_error;
-use crate::infra::error::AppError;
+use crate::infra::{error::AppError, telemetry};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -45,32 +50,160 @@ const VARY: HeaderValue = HeaderValue::from_static(
     "origin, access-control-request-method, access-control-request-headers",
 );
 
+tokio::task_local! {
+    /// The GraphQL operation a request ran (its metrics label), for its access line: the
+    /// GraphQL handler runs inside the request's task and notes it here, which costs
+    /// neither an allocation nor a header.
+    static OPERATION: Cell<&'static str>;
+}
+
+/// The access line's `operation` of a request that ran no GraphQL.
+const NO_OPERATION: &str = "-";
+
+/// Notes the operation of the request being served (its label in `/metrics`).
+pub fn note_operation(label: &'static str) {
+    let _ = OPERATION.try_with(|operation| operation.set(label));
+}
+
 /// Serves one request through `router`.
 pub async fn handle(router: Router, mut request: Request<Incoming>) -> Response {
+    let started = Instant::now();
     let request_id = take_request_id(request.headers_mut());
+    // Both are cheap copies: a method is an enum, a URI shares the request's bytes.
+    let method = request.method().clone();
+    let uri = request.uri().clone();
     if is_preflight(&request) {
         let mut response = preflight(request.headers());
+        access(
+            &method,
+            uri.path(),
+            NO_OPERATION,
+            response.status(),
+            started,
+            &request_id,
+        );
         finish(response.headers_mut(), request_id);
         return response;
     }
-    let span = tracing::debug_span!("http", method = %request.method(), path = %request.uri().path(), request_id = ?request_id);
-    let served = AssertUnwindSafe(router.oneshot(request.map(Body::new)))
-        .catch_unwind()
-        .instrument(span)
+    let span = if is_probe(uri.path()) {
+        tracing::Span::none()
+    } else {
+        request_span(&request, &request_id)
+    };
+    let served = OPERATION
+        .scope(Cell::new(NO_OPERATION), async move {
+            let served = AssertUnwindSafe(router.oneshot(request.map(Body::new)))
+                .catch_unwind()
+                .await;
+            (served, OPERATION.with(Cell::get))
+        })
+        .instrument(span.clone())
         .await;
+    let (served, operation) = served;
     let mut response = match served {
         Ok(Ok(response)) => response,
         Ok(Err(infallible)) => match infallible {},
         Err(_) => {
-            tracing::error!(?request_id, "a handler panicked");
+            tracing::error!(parent: &span, ?request_id, "a handler panicked");
             plain_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &AppError::internal(anyhow::anyhow!("panic")),
             )
         }
     };
+    let status = response.status();
+    if telemetry::exporting() {
+        span.record("http.response.status_code", i64::from(status.as_u16()));
+    }
+    span.in_scope(|| access(&method, uri.path(), operation, status, started, &request_id));
     finish(response.headers_mut(), request_id);
     response
+}
+
+/// The span of one request, continuing the caller's trace when it sent a `traceparent`.
+/// Without traces (JSON logs, or `RUST_LOG=engage::request=debug`) it only carries the
+/// request id to the log lines written inside it.
+fn request_span(request: &Request<Incoming>, request_id: &HeaderValue) -> tracing::Span {
+    let request_id = request_id.to_str().unwrap_or("-");
+    if !telemetry::exporting() {
+        return tracing::debug_span!(target: telemetry::REQUEST, "request", request_id);
+    }
+    let method = request.method();
+    let path = request.uri().path();
+    let span = tracing::debug_span!(
+        target: telemetry::REQUEST,
+        "request",
+        otel.name = %SpanName(method, path),
+        otel.kind = "server",
+        http.request.method = %method,
+        url.path = path,
+        request_id,
+        http.response.status_code = tracing::field::Empty,
+    );
+    telemetry::continue_trace(&span, &Headers(request.headers()));
+    span
+}
+
+/// `POST /graphql`, or the method alone for other paths (span names stay few).
+struct SpanName<'a>(&'a Method, &'a str);
+
+impl std::fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            "/graphql" => write!(f, "{} /graphql", self.0),
+            _ => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// The access line of a request: info, but debug for the probes of load balancers and
+/// Prometheus, which would otherwise drown the traffic (`RUST_LOG=engage::access=debug`
+/// shows them).
+fn access(
+    method: &Method,
+    path: &str,
+    operation: &'static str,
+    status: StatusCode,
+    started: Instant,
+    request_id: &HeaderValue,
+) {
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                target: telemetry::ACCESS,
+                method = %method,
+                path = %path,
+                operation = %operation,
+                status = status.as_u16(),
+                duration_ms = started.elapsed().as_micros() as f64 / 1000.0,
+                request_id = %request_id.to_str().unwrap_or("-"),
+                "served"
+            )
+        };
+    }
+    if is_probe(path) {
+        line!(debug);
+    } else {
+        line!(info);
+    }
+}
+
+/// The paths that load balancers and Prometheus poll.
+fn is_probe(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics")
+}
+
+/// A request's headers, as OpenTelemetry's propagator reads them.
+struct Headers<'a>(&'a HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
 }
 
 /// The request's id: the client's `x-request-id` when it is short and printable (a proxy in

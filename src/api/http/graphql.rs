@@ -20,10 +20,11 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use super::{
     admission::{self, RawOperation, Transport},
-    apq, client_ip, request_id,
+    apq, client_ip, edge, request_id,
     server::ConnectionSlot,
     ws, HttpState,
 };
@@ -258,11 +259,30 @@ async fn execute(
         headers,
         method,
     };
-    let response = match run(http, &incoming, params, media, &request_id, &mut label).await {
-        Ok(response) => response,
-        Err(rejection) => rejection.into_response(media, &request_id),
-    };
+    let span = admission::operation_span(Transport::Http);
+    let response = async {
+        match run(
+            http,
+            &incoming,
+            params,
+            media,
+            &request_id,
+            &mut label,
+            &span,
+        )
+        .await
+        {
+            Ok(response) => response,
+            Err(rejection) => rejection.into_response(media, &request_id),
+        }
+    }
+    .instrument(span.clone())
+    .await;
+    if label == admission::UNREAD {
+        span.record("engage.operation", label);
+    }
     metrics::record_request(label, started.elapsed());
+    edge::note_operation(label);
     response
 }
 
@@ -292,6 +312,7 @@ async fn run(
     media: MediaType,
     request_id: &str,
     label: &mut &'static str,
+    span: &tracing::Span,
 ) -> Result<Response, Rejection> {
     let gateway = &http.gateway;
     let app_error = |error: AppError| Rejection::from_app_error(media, error);
@@ -314,6 +335,7 @@ async fn run(
         .await
         .map_err(app_error)?;
     *label = admitted.label;
+    admission::record(span, &admitted);
     if incoming.method == Method::GET
         && admitted
             .operation_type

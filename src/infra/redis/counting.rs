@@ -1,4 +1,5 @@
-//! A pool connection that counts its round trips.
+//! A pool connection that counts its round trips, and traces them (a `redis` span each,
+//! [`spans`], while a trace is recorded): every command and pipeline passes here.
 //!
 //! Every command or pipeline sent through the pool is one round trip (on a cluster, a
 //! pipeline whose keys live on several nodes is one per node, sent at the same time); the count feeds
@@ -12,7 +13,7 @@ use std::sync::{
 
 use bb8_redis::RedisConnectionManager;
 
-use super::cluster::Cluster;
+use super::{cluster::Cluster, spans};
 use redis::{
     aio::{ConnectionLike, ConnectionManager, MultiplexedConnection},
     AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
@@ -123,11 +124,12 @@ impl CountedConnection {
 impl ConnectionLike for CountedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        match &mut self.inner {
+        let reply = match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_command(cmd),
             Link::Shared(conn) => conn.req_packed_command(cmd),
             Link::Cluster(conn) => conn.req_packed_command(cmd),
-        }
+        };
+        spans::traced(reply, || spans::command(cmd))
     }
 
     fn req_packed_commands<'a>(
@@ -137,11 +139,12 @@ impl ConnectionLike for CountedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        match &mut self.inner {
+        let replies = match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Shared(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
+        };
+        spans::traced(replies, || spans::pipeline(pipeline))
     }
 
     fn get_db(&self) -> i64 {

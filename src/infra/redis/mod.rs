@@ -5,6 +5,7 @@ pub mod counting;
 pub mod durability;
 pub mod keys;
 pub mod scripts;
+pub mod spans;
 pub mod status;
 pub mod target;
 

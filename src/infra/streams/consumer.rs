@@ -41,12 +41,13 @@ use redis::{
     streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
     AsyncConnectionConfig,
 };
+use tracing::Instrument;
 
 use super::{entries_of, leases, parse_id, HandleError, StreamEntry, StreamHandler};
 use crate::infra::{
     backoff::Backoff,
     redis::{cluster::slot_of, counting::CountedConnection},
-    ConsumerTimings, Infra,
+    telemetry, ConsumerTimings, Infra,
 };
 
 /// How often a worker on a cluster looks for new entries while its streams are empty.
@@ -436,6 +437,23 @@ impl Worker {
         if entries.is_empty() {
             return Ok(Progress::Done);
         }
+        // A batch is a trace of its own: its transaction, statements and XACKs under it.
+        let span = tracing::debug_span!(
+            target: telemetry::STREAM,
+            parent: None,
+            "stream.batch",
+            otel.name = %format_args!("{} batch", self.spec.name),
+            otel.kind = "consumer",
+            engage.consumer = self.spec.name,
+            messaging.system = "redis",
+            messaging.operation.type = "process",
+            messaging.consumer.group.name = self.spec.group,
+            messaging.batch.message_count = entries.len() as i64,
+        );
+        self.process_batch(entries).instrument(span).await
+    }
+
+    async fn process_batch(&mut self, entries: &[StreamEntry]) -> anyhow::Result<Progress> {
         match self.write(entries).await {
             Ok(()) => {
                 self.ack(entries).await?;
@@ -461,10 +479,21 @@ impl Worker {
     }
 
     async fn write(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
-        let mut tx = self.infra.db.pool.begin().await?;
-        self.handler.handle(&mut tx, entries).await?;
-        tx.commit().await?;
-        Ok(())
+        let span = tracing::debug_span!(
+            target: telemetry::SQL,
+            "sql.transaction",
+            otel.kind = "client",
+            db.system.name = self.infra.db.backend.system_name(),
+            engage.entries = entries.len() as i64,
+        );
+        async {
+            let mut tx = self.infra.db.pool.begin().await?;
+            self.handler.handle(&mut tx, entries).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        .instrument(span)
+        .await
     }
 
     /// Acknowledges `entries`: one XACK per stream, in one round trip.

@@ -13,6 +13,7 @@ use std::{
 
 use async_graphql::{BatchRequest, BatchResponse, Data, Executor, Request, Response, ServerError};
 use futures::{stream::BoxStream, StreamExt};
+use tracing::Instrument;
 
 use crate::{
     api::http::{
@@ -114,14 +115,21 @@ fn refusal(error: &AppError) -> Response {
 
 impl Executor for Admitter {
     async fn execute(&self, request: Request) -> Response {
-        match self.admit(request).await {
-            Ok((admitted, _in_flight)) => {
-                let mut response = self.http.schema.execute(admitted.request).await;
-                assign_codes(&mut response, &self.connection.id);
-                response
+        let span = admission::operation_span(Transport::WebSocket);
+        let recorded = span.clone();
+        async {
+            match self.admit(request).await {
+                Ok((admitted, _in_flight)) => {
+                    admission::record(&recorded, &admitted);
+                    let mut response = self.http.schema.execute(admitted.request).await;
+                    assign_codes(&mut response, &self.connection.id);
+                    response
+                }
+                Err(error) => refusal(&error),
             }
-            Err(error) => refusal(&error),
         }
+        .instrument(span)
+        .await
     }
 
     async fn execute_batch(&self, batch: BatchRequest) -> BatchResponse {
@@ -140,9 +148,14 @@ impl Executor for Admitter {
         session_data: Option<Arc<Data>>,
     ) -> BoxStream<'static, Response> {
         let this = self.clone();
-        futures::stream::once(async move {
+        // The operation's span covers its admission and every poll of its stream: a
+        // query's one response, or a subscription's life.
+        let span = admission::operation_span(Transport::WebSocket);
+        let admission_span = span.clone();
+        let stream = futures::stream::once(async move {
             match this.admit(request).await {
                 Ok((admitted, in_flight)) => {
+                    admission::record(&admission_span, &admitted);
                     let mut register = admitted.register.map(|r| (this.http.gateway.clone(), r));
                     let connection = this.connection.clone();
                     this.http
@@ -172,6 +185,29 @@ impl Executor for Admitter {
             }
         })
         .flatten()
-        .boxed()
+        .boxed();
+        if span.is_disabled() {
+            return stream;
+        }
+        InSpan { stream, span }.boxed()
+    }
+}
+
+/// A stream polled inside its span.
+struct InSpan {
+    stream: BoxStream<'static, Response>,
+    span: tracing::Span,
+}
+
+impl futures::Stream for InSpan {
+    type Item = Response;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Response>> {
+        let this = self.get_mut();
+        let _entered = this.span.enter();
+        this.stream.poll_next_unpin(cx)
     }
 }
