@@ -473,3 +473,21 @@ pub async fn redis(app: &TestApp) -> CountedConnection {
         .await
         .expect("Redis answers")
 }
+
+/// A private certificate authority and a certificate for `localhost` signed by it: the
+/// PEMs of the authority, the certificate and its key (for the TLS tests of Redis and SQL).
+pub fn authority_and_server() -> (String, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "engage test authority");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &ca)
+        .unwrap();
+    (ca.pem(), server.pem(), server_key.serialize_pem())
+}

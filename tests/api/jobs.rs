@@ -47,7 +47,8 @@ impl JobHandler for Recorder {
     }
 }
 
-fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
+/// A job with an empty body, no callback and the default attempts.
+pub fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
     NewJob {
         id: id.into(),
         topic: topic.into(),

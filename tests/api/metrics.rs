@@ -9,13 +9,14 @@ use std::{
 };
 
 use engage::{
-    features::jobs::{handlers::Delivery, JobError, JobHandler, NewJob},
+    features::jobs::{handlers::Delivery, JobError, JobHandler},
     infra::redis::{Keys, RedisTarget},
 };
 use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::harness::{base_config, eventually, TestApp};
+use crate::jobs::job;
 
 /// The value of the sample `name{labels}` (as written, labels in the exporter's order).
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -84,17 +85,6 @@ async fn every_metric_has_help_and_type_and_the_process_is_measured() {
     assert!(sample(&text, "process_resident_memory_bytes").unwrap() > 1e6);
     assert!(sample(&text, "process_open_fds").unwrap() >= 1.0);
     assert!(text.contains("engage_graphql_errors_total{code=\"GRAPHQL_VALIDATION_FAILED\"}"));
-}
-
-fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
-    NewJob {
-        id: id.into(),
-        topic: topic.into(),
-        body: "{}".into(),
-        delay,
-        max_attempts: None,
-        callback_url: None,
-    }
 }
 
 /// A handler that holds each job until the gate is closed.

@@ -94,23 +94,6 @@ fn run(command: &mut Command) {
     );
 }
 
-/// An authority and the PEM of a certificate for `localhost` signed by it, with its key.
-fn authority_and_server() -> (String, String, String) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "engage test authority");
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
-    let server_key = rcgen::KeyPair::generate().unwrap();
-    let server = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&server_key, &ca)
-        .unwrap();
-    (ca.pem(), server.pem(), server_key.serialize_pem())
-}
-
 fn start_tls_postgres() -> TlsPostgres {
     let bin = postgres_bin();
     let dir = tempfile::tempdir().unwrap();
@@ -121,8 +104,8 @@ fn start_tls_postgres() -> TlsPostgres {
         .port();
     let server = TlsPostgres { bin, port, dir };
 
-    let (ca, certificate, key) = authority_and_server();
-    let (other_ca, _, _) = authority_and_server();
+    let (ca, certificate, key) = crate::harness::authority_and_server();
+    let (other_ca, _, _) = crate::harness::authority_and_server();
     std::fs::write(server.file("ca.pem"), ca).unwrap();
     std::fs::write(server.file("other-ca.pem"), other_ca).unwrap();
     std::fs::write(server.file("server.pem"), certificate).unwrap();

@@ -32,21 +32,10 @@ impl Drop for TlsRedis {
 /// A certificate authority and a server certificate for `localhost` signed by it, written
 /// as `ca.pem`, `server.pem` and `server.key` in `dir`.
 fn make_certificates(dir: &Path) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "engage test authority");
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
-    let server_key = rcgen::KeyPair::generate().unwrap();
-    let server = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&server_key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("server.pem"), server.pem()).unwrap();
-    std::fs::write(dir.join("server.key"), server_key.serialize_pem()).unwrap();
+    let (ca, server, key) = crate::harness::authority_and_server();
+    std::fs::write(dir.join("ca.pem"), ca).unwrap();
+    std::fs::write(dir.join("server.pem"), server).unwrap();
+    std::fs::write(dir.join("server.key"), key).unwrap();
 }
 
 fn start_tls_redis() -> TlsRedis {
