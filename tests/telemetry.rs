@@ -179,14 +179,7 @@ impl Engage {
         .unwrap();
         if let Ok(mut conn) = engage::infra::redis::dedicated(&target).await {
             let pattern = format!("{}*", self.redis_prefix);
-            let keys = engage::infra::redis::scan(&mut conn, &pattern).await;
-            for chunk in keys.unwrap_or_default().chunks(500) {
-                let mut unlink = redis::pipe();
-                for key in chunk {
-                    unlink.cmd("UNLINK").arg(key).ignore();
-                }
-                let _: Result<(), _> = unlink.query_async(&mut conn).await;
-            }
+            let _ = engage::infra::redis::unlink_matching(&mut conn, &pattern).await;
         }
     }
 }
@@ -240,6 +233,11 @@ async fn json_logs_and_otlp_traces_follow_a_request_from_the_caller_to_redis_and
             }
             request.send()
         };
+    // The body of an untraced request.
+    let body_of = |token: String, query: &'static str, variables: Value| {
+        let sent = graphql(token, query, variables, None);
+        async move { sent.await.unwrap().json::<Value>().await.unwrap() }
+    };
 
     // The caller's trace: its id, and the id of the caller's span.
     let trace_id = hex(&rand::random::<[u8; 16]>());
@@ -263,32 +261,22 @@ async fn json_logs_and_otlp_traces_follow_a_request_from_the_caller_to_redis_and
         .to_string();
 
     // A like: an event the vote archive moves to SQL in a batch of its own.
-    let remark: Value = graphql(
+    let remark = body_of(
         tokens.mint(7, Role::User, 600, None),
         "mutation($item: ID!) { createRemark(input: { itemId: $item, score: 5, content: \"fine\" }) { id } }",
         json!({ "item": item }),
-        None,
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     let remark = remark["data"]["createRemark"]["id"]
         .as_str()
         .unwrap_or_else(|| panic!("{remark}"))
         .to_string();
-    let liked: Value = graphql(
+    let liked = body_of(
         tokens.mint(8, Role::User, 600, None),
         "mutation($remark: ID!) { likeRemark(remarkId: $remark) { liked } }",
         json!({ "remark": remark }),
-        None,
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(liked["data"]["likeRemark"]["liked"], true, "{liked}");
 
     // An operation over a WebSocket (graphql-transport-ws).

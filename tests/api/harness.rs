@@ -373,15 +373,7 @@ impl Cleanup {
     async fn run(self) {
         if let Ok(mut conn) = engage::infra::redis::dedicated(&self.redis).await {
             let pattern = format!("{}*", self.redis_prefix);
-            let keys = engage::infra::redis::scan(&mut conn, &pattern).await;
-            for chunk in keys.unwrap_or_default().chunks(500) {
-                // One UNLINK per key: on a cluster the keys live in many slots.
-                let mut unlink = redis::pipe();
-                for key in chunk {
-                    unlink.cmd("UNLINK").arg(key).ignore();
-                }
-                let _: Result<(), _> = unlink.query_async(&mut conn).await;
-            }
+            let _ = engage::infra::redis::unlink_matching(&mut conn, &pattern).await;
         }
         if let Some((url, schema)) = self.postgres {
             use sqlx::Connection;

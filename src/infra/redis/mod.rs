@@ -160,6 +160,23 @@ pub async fn scan(
     Ok(keys)
 }
 
+/// Removes every key matching `pattern` that `conn` reaches (a test's or a tool's key
+/// prefix), in pipelines of 500 UNLINKs: one key each, since on a cluster they live in many
+/// slots.
+pub async fn unlink_matching(
+    conn: &mut counting::CountedConnection,
+    pattern: &str,
+) -> redis::RedisResult<()> {
+    for chunk in scan(conn, pattern).await?.chunks(500) {
+        let mut unlink = redis::pipe();
+        for key in chunk {
+            unlink.cmd("UNLINK").arg(key).ignore();
+        }
+        unlink.query_async::<()>(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 /// A pool that cannot lend a connection, as the Redis error a caller reports.
 fn unavailable(error: bb8::RunError<redis::RedisError>) -> redis::RedisError {
     match error {
