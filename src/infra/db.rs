@@ -93,6 +93,9 @@ impl Backend {
 #[derive(Clone)]
 pub struct Db {
     pub pool: AnyPool,
+    /// Where the stream consumers write their batches: on SQLite one connection of its own
+    /// (see [`Db::connect`]), on PostgreSQL the same pool.
+    pub archive: AnyPool,
     pub backend: Backend,
 }
 
@@ -116,48 +119,39 @@ impl Db {
         let connect_options = AnyConnectOptions::from_str(url)
             .with_context(|| format!("cannot parse DATABASE_URL {}", redact(url)))?
             .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1));
-        let pool = match backend {
+        let context = || format!("cannot open the database at {}", redact(url));
+        let (pool, archive) = match backend {
             Backend::Sqlite => {
                 prepare_sqlite_file(url).await?;
                 // SQLite allows one writer at a time; a small pool avoids lock contention,
                 // and WAL lets readers go on while the writer writes.
-                options
-                    .max_connections(8)
-                    .after_connect(|conn, _| {
-                        Box::pin(async move {
-                            conn.execute("PRAGMA busy_timeout = 10000").await?;
-                            conn.execute("PRAGMA synchronous = NORMAL").await?;
-                            conn.execute("PRAGMA foreign_keys = ON").await?;
-                            // Each connection's page cache is dropped whenever another one
-                            // has written, so with the archives writing all the time every
-                            // transaction began by reading its pages again through read(2).
-                            // Mapped, the file's pages are shared by the connections and read
-                            // without a system call.
-                            conn.execute("PRAGMA mmap_size = 1073741824").await?;
-                            // A multi-row insert keeps a statement journal (to undo the
-                            // statement alone if a row fails); past 64 KiB SQLite spills it
-                            // to a temporary file, which an archive batch always did.
-                            conn.execute("PRAGMA temp_store = MEMORY").await?;
-                            // An archive's transaction dirties more pages than the default
-                            // 2 MiB page cache holds; past it SQLite spills pages to the log
-                            // in the middle of the transaction and writes them again at its
-                            // end. The cache grows only as pages are used.
-                            conn.execute("PRAGMA cache_size = -16384").await?;
-                            Ok(())
-                        })
-                    })
-                    .connect_with(connect_options)
+                let pool = sqlite_pool(options.clone().max_connections(8), connect_options.clone())
                     .await
+                    .with_context(context)?;
+                // The archives' writer: every batch of every stream consumer on the same
+                // connection. A connection drops its whole page cache whenever another has
+                // written since its last transaction, so with the consumers taking turns on
+                // the shared pool every batch began by reading its index pages again (from
+                // the WAL, through pread). Writes are serialised by SQLite anyway.
+                let archive = sqlite_pool(options.max_connections(1), connect_options)
+                    .await
+                    .with_context(context)?;
+                (pool, archive)
             }
             Backend::Postgres => {
-                options
+                let pool = options
                     .max_connections(16)
                     .connect_with(connect_options)
                     .await
+                    .with_context(context)?;
+                (pool.clone(), pool)
             }
-        }
-        .with_context(|| format!("cannot open the database at {}", redact(url)))?;
-        Ok(Self { pool, backend })
+        };
+        Ok(Self {
+            pool,
+            archive,
+            backend,
+        })
     }
 
     /// Applies the migrations of this backend that have not run yet.
@@ -251,6 +245,42 @@ pub fn values_placeholders(backend: Backend, rows: usize, columns: usize) -> Str
         format!("({})", params.join(", "))
     };
     (0..rows).map(row).collect::<Vec<_>>().join(", ")
+}
+
+/// A pool of SQLite connections, each set up for the archives' load.
+async fn sqlite_pool(
+    options: AnyPoolOptions,
+    connect_options: AnyConnectOptions,
+) -> Result<AnyPool, sqlx::Error> {
+    options
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute("PRAGMA busy_timeout = 10000").await?;
+                conn.execute("PRAGMA synchronous = NORMAL").await?;
+                conn.execute("PRAGMA foreign_keys = ON").await?;
+                // Each connection's page cache is dropped whenever another one has written,
+                // so with the archives writing all the time every transaction began by
+                // reading its pages again through read(2). Mapped, the file's pages are
+                // shared by the connections and read without a system call.
+                conn.execute("PRAGMA mmap_size = 1073741824").await?;
+                // A multi-row insert keeps a statement journal (to undo the statement alone
+                // if a row fails); past 64 KiB SQLite spills it to a temporary file, which an
+                // archive batch always did.
+                conn.execute("PRAGMA temp_store = MEMORY").await?;
+                // An archive's transaction dirties more pages than the default 2 MiB page
+                // cache holds; past it SQLite spills pages to the log in the middle of the
+                // transaction and writes them again at its end. The cache grows only as
+                // pages are used.
+                conn.execute("PRAGMA cache_size = -16384").await?;
+                // A checkpoint copies the log's pages into the file and syncs both; the
+                // archives rewrite the same index pages batch after batch, so a longer log
+                // (32 MiB rather than 4) copies each of them once for many transactions.
+                conn.execute("PRAGMA wal_autocheckpoint = 8192").await?;
+                Ok(())
+            })
+        })
+        .connect_with(connect_options)
+        .await
 }
 
 /// Creates the SQLite file (and its folder) and switches it to WAL; the journal mode is

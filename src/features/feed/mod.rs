@@ -17,7 +17,7 @@
 
 use std::{collections::HashSet, sync::Arc};
 
-use sqlx::{Any, Row, Transaction};
+use sqlx::Row;
 
 pub mod recovery;
 
@@ -28,7 +28,7 @@ use crate::{
         config::Config,
         error::{AppError, AppResult},
         redis::Keys,
-        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+        streams::{self, ConsumerSpec, Event, HandleError, Handler, RedisHandler, StreamEntry},
         Infra,
     },
 };
@@ -95,12 +95,8 @@ fn parse_member(member: &str) -> Option<(i64, i64)> {
 struct FanOut(Feed);
 
 #[async_trait::async_trait]
-impl StreamHandler for FanOut {
-    async fn handle(
-        &self,
-        _tx: &mut Transaction<'static, Any>,
-        entries: &[StreamEntry],
-    ) -> Result<(), HandleError> {
+impl RedisHandler for FanOut {
+    async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let ctx = &self.0;
         for entry in entries {
             let RemarkCreated {
@@ -314,7 +310,7 @@ impl Feed {
             &self.infra,
             spec,
             vec![self.infra.keys.remark_stream()],
-            Arc::new(FanOut(self.clone())),
+            Handler::Redis(Arc::new(FanOut(self.clone()))),
         );
     }
 

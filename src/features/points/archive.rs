@@ -24,7 +24,10 @@ use crate::{
         clock::day_number,
         db::{values_placeholders, Backend},
         error::{AppError, ErrorCode},
-        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+        streams::{
+            self, ConsumerSpec, Event, HandleError, Handler, RedisHandler, StreamEntry,
+            StreamHandler,
+        },
     },
 };
 
@@ -114,12 +117,8 @@ fn award_failure(entry: &StreamEntry, error: AppError) -> HandleError {
 struct PointsIntake(Points);
 
 #[async_trait::async_trait]
-impl StreamHandler for PointsIntake {
-    async fn handle(
-        &self,
-        _tx: &mut Transaction<'static, Any>,
-        entries: &[StreamEntry],
-    ) -> Result<(), HandleError> {
+impl RedisHandler for PointsIntake {
+    async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
             let asked = IntakeAward::from_entry(entry)?;
@@ -133,12 +132,8 @@ impl StreamHandler for PointsIntake {
 struct LikePoints(Points);
 
 #[async_trait::async_trait]
-impl StreamHandler for LikePoints {
-    async fn handle(
-        &self,
-        _tx: &mut Transaction<'static, Any>,
-        entries: &[StreamEntry],
-    ) -> Result<(), HandleError> {
+impl RedisHandler for LikePoints {
+    async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let points = self.0.settings.rules.rule(PointsType::LikeReceived).points;
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -156,12 +151,8 @@ impl StreamHandler for LikePoints {
 struct RemarkPoints(Points);
 
 #[async_trait::async_trait]
-impl StreamHandler for RemarkPoints {
-    async fn handle(
-        &self,
-        _tx: &mut Transaction<'static, Any>,
-        entries: &[StreamEntry],
-    ) -> Result<(), HandleError> {
+impl RedisHandler for RemarkPoints {
+    async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let points = self.0.settings.rules.rule(PointsType::Remark).points;
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -186,30 +177,29 @@ impl Points {
     /// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
     pub fn spawn_archive(&self, vote_streams: Vec<String>, remark_stream: String) {
         let spec = |name, group| ConsumerSpec::new(self.infra.instance.consumers, name, group);
-        let handler = |h: Arc<dyn StreamHandler>| h;
         streams::spawn(
             &self.infra,
             ConsumerSpec::archive(self.infra.instance.consumers, "points-archive", "archive"),
             self.infra.keys.points_streams(),
-            handler(Arc::new(PointsArchive(self.clone()))),
+            Handler::Archive(Arc::new(PointsArchive(self.clone()))),
         );
         streams::spawn(
             &self.infra,
             spec("points-intake", "intake"),
             vec![self.infra.keys.points_intake_stream()],
-            handler(Arc::new(PointsIntake(self.clone()))),
+            Handler::Redis(Arc::new(PointsIntake(self.clone()))),
         );
         streams::spawn(
             &self.infra,
             spec("like-points", "points"),
             vote_streams,
-            handler(Arc::new(LikePoints(self.clone()))),
+            Handler::Redis(Arc::new(LikePoints(self.clone()))),
         );
         streams::spawn(
             &self.infra,
             spec("remark-points", "points"),
             vec![remark_stream],
-            handler(Arc::new(RemarkPoints(self.clone()))),
+            Handler::Redis(Arc::new(RemarkPoints(self.clone()))),
         );
     }
 

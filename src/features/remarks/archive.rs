@@ -17,7 +17,7 @@ use crate::{
     features::remarks::{events::VoteEvent, Remarks},
     infra::{
         db::{values_placeholders, Backend},
-        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+        streams::{self, ConsumerSpec, Event, HandleError, Handler, StreamEntry, StreamHandler},
     },
 };
 
@@ -31,7 +31,7 @@ impl Remarks {
             ctx: self.clone(),
             partitions: Mutex::new(HashSet::new()),
         });
-        streams::spawn(&self.infra, spec, streams, handler);
+        streams::spawn(&self.infra, spec, streams, Handler::Archive(handler));
     }
 }
 

@@ -27,7 +27,7 @@ use crate::{
     },
     infra::{
         db::{values_placeholders, Backend},
-        streams::{self, ConsumerSpec, Event, HandleError, StreamEntry, StreamHandler},
+        streams::{self, ConsumerSpec, Event, HandleError, Handler, StreamEntry, StreamHandler},
     },
 };
 
@@ -41,7 +41,7 @@ impl Vouchers {
             &self.infra,
             spec,
             streams,
-            Arc::new(OrderArchive(self.clone())),
+            Handler::Archive(Arc::new(OrderArchive(self.clone()))),
         );
     }
 }

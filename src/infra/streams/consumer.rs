@@ -43,7 +43,7 @@ use redis::{
 };
 use tracing::Instrument;
 
-use super::{entries_of, leases, parse_id, HandleError, StreamEntry, StreamHandler};
+use super::{entries_of, leases, parse_id, HandleError, Handler, StreamEntry};
 use crate::infra::{
     backoff::Backoff,
     redis::{cluster::slot_of, counting::CountedConnection},
@@ -101,12 +101,7 @@ impl ConsumerSpec {
 }
 
 /// Runs one worker for `streams` until shutdown, and reports its backlog at `/metrics`.
-pub fn spawn(
-    infra: &Infra,
-    spec: ConsumerSpec,
-    streams: Vec<String>,
-    handler: Arc<dyn StreamHandler>,
-) {
+pub fn spawn(infra: &Infra, spec: ConsumerSpec, streams: Vec<String>, handler: Handler) {
     let name = spec.name;
     infra.instance.scraped.add(super::backlog::Backlog {
         consumer: name,
@@ -125,7 +120,7 @@ struct Worker {
     all_streams: Vec<String>,
     streams: Vec<String>,
     consumer: String,
-    handler: Arc<dyn StreamHandler>,
+    handler: Handler,
     /// Its own connection on one node (its reads block there), the instance's shared
     /// cluster connection on a cluster (which splits pipelines per slot).
     conn: Option<CountedConnection>,
@@ -134,12 +129,7 @@ struct Worker {
     own_pending: bool,
 }
 
-async fn run(
-    infra: Infra,
-    spec: ConsumerSpec,
-    streams: Vec<String>,
-    handler: Arc<dyn StreamHandler>,
-) {
+async fn run(infra: Infra, spec: ConsumerSpec, streams: Vec<String>, handler: Handler) {
     let consumer = infra.instance.id.to_string();
     let mut worker = Worker {
         infra: infra.clone(),
@@ -478,7 +468,13 @@ impl Worker {
         Ok(Progress::Done)
     }
 
+    /// Hands `entries` to the handler: an archive's in one transaction, a Redis handler's
+    /// as they are.
     async fn write(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
+        let handler = match &self.handler {
+            Handler::Archive(handler) => handler,
+            Handler::Redis(handler) => return handler.handle(entries).await,
+        };
         let span = tracing::debug_span!(
             target: telemetry::SQL,
             "sql.transaction",
@@ -487,8 +483,8 @@ impl Worker {
             engage.entries = entries.len() as i64,
         );
         async {
-            let mut tx = self.infra.db.pool.begin().await?;
-            self.handler.handle(&mut tx, entries).await?;
+            let mut tx = self.infra.db.archive.begin().await?;
+            handler.handle(&mut tx, entries).await?;
             tx.commit().await?;
             Ok(())
         }

@@ -9,7 +9,7 @@ mod backlog;
 mod consumer;
 pub mod leases;
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use redis::{
     streams::{StreamId, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
@@ -143,7 +143,7 @@ impl HandleError {
     }
 }
 
-/// What a feature provides to archive its stream.
+/// What a feature provides to archive its stream into SQL.
 #[async_trait::async_trait]
 pub trait StreamHandler: Send + Sync + 'static {
     /// Writes the entries inside `tx` (committed by the caller). Must be idempotent on
@@ -153,6 +153,22 @@ pub trait StreamHandler: Send + Sync + 'static {
         tx: &mut Transaction<'static, Any>,
         entries: &[StreamEntry],
     ) -> Result<(), HandleError>;
+}
+
+/// What a feature provides to act on its stream in Redis alone (awards, fan-out).
+#[async_trait::async_trait]
+pub trait RedisHandler: Send + Sync + 'static {
+    /// Acts on the entries. Must be idempotent on `StreamEntry::id`, as above.
+    async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError>;
+}
+
+/// A consumer's handler. One that writes SQL gets a transaction per batch on the archive's
+/// connection; one that works in Redis alone gets none, so that it neither holds that
+/// connection while it waits on Redis nor costs the database a transaction per batch.
+#[derive(Clone)]
+pub enum Handler {
+    Archive(Arc<dyn StreamHandler>),
+    Redis(Arc<dyn RedisHandler>),
 }
 
 /// A stream position `(ms, seq)` as one number that orders like it: `ms * 10^6 + seq`
