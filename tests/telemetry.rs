@@ -189,6 +189,14 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Waits until the vote archive has written `votes` rows to SQL.
+/// The id of what the mutation `field` created, from a response `body`.
+fn created_id(body: &Value, field: &str) -> String {
+    body["data"][field]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_string()
+}
+
 async fn archived(database_url: &str, votes: i64) {
     let pool = sqlx::SqlitePool::connect(database_url).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -255,10 +263,7 @@ async fn json_logs_and_otlp_traces_follow_a_request_from_the_caller_to_redis_and
         .unwrap()
         .to_string();
     let body: Value = response.json().await.unwrap();
-    let item = body["data"]["createItem"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_string();
+    let item = created_id(&body, "createItem");
 
     // A like: an event the vote archive moves to SQL in a batch of its own.
     let remark = body_of(
@@ -267,10 +272,7 @@ async fn json_logs_and_otlp_traces_follow_a_request_from_the_caller_to_redis_and
         json!({ "item": item }),
     )
     .await;
-    let remark = remark["data"]["createRemark"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{remark}"))
-        .to_string();
+    let remark = created_id(&remark, "createRemark");
     let liked = body_of(
         tokens.mint(8, Role::User, 600, None),
         "mutation($remark: ID!) { likeRemark(remarkId: $remark) { liked } }",

@@ -28,7 +28,7 @@ use crate::{
         config::Config,
         error::{AppError, AppResult},
         redis::Keys,
-        streams::{self, ConsumerSpec, Event, HandleError, Handler, RedisHandler, StreamEntry},
+        streams::{self, Event, HandleError, Handler, RedisHandler, StreamEntry},
         Infra,
     },
 };
@@ -305,10 +305,10 @@ impl Feed {
     }
 
     pub fn spawn_fan_out(&self) {
-        let spec = ConsumerSpec::new(self.infra.instance.consumers, "feed-fanout", "fanout");
         streams::spawn(
             &self.infra,
-            spec,
+            "feed-fanout",
+            "fanout",
             vec![self.infra.keys.remark_stream()],
             Handler::Redis(Arc::new(FanOut(self.clone()))),
         );

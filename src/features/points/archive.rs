@@ -24,10 +24,7 @@ use crate::{
         clock::day_number,
         db::{values_placeholders, Backend},
         error::{AppError, ErrorCode},
-        streams::{
-            self, ConsumerSpec, Event, HandleError, Handler, RedisHandler, StreamEntry,
-            StreamHandler,
-        },
+        streams::{self, Event, HandleError, Handler, RedisHandler, StreamEntry, StreamHandler},
     },
 };
 
@@ -176,28 +173,31 @@ impl Points {
     /// stored whether or not its points can be paid at that moment, and the consumer pays them
     /// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
     pub fn spawn_archive(&self, vote_streams: Vec<String>, remark_stream: String) {
-        let spec = |name, group| ConsumerSpec::new(self.infra.instance.consumers, name, group);
         streams::spawn(
             &self.infra,
-            ConsumerSpec::archive(self.infra.instance.consumers, "points-archive", "archive"),
+            "points-archive",
+            "archive",
             self.infra.keys.points_streams(),
             Handler::Archive(Arc::new(PointsArchive(self.clone()))),
         );
         streams::spawn(
             &self.infra,
-            spec("points-intake", "intake"),
+            "points-intake",
+            "intake",
             vec![self.infra.keys.points_intake_stream()],
             Handler::Redis(Arc::new(PointsIntake(self.clone()))),
         );
         streams::spawn(
             &self.infra,
-            spec("like-points", "points"),
+            "like-points",
+            "points",
             vote_streams,
             Handler::Redis(Arc::new(LikePoints(self.clone()))),
         );
         streams::spawn(
             &self.infra,
-            spec("remark-points", "points"),
+            "remark-points",
+            "points",
             vec![remark_stream],
             Handler::Redis(Arc::new(RemarkPoints(self.clone()))),
         );

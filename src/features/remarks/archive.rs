@@ -17,7 +17,7 @@ use crate::{
     features::remarks::{events::VoteEvent, Remarks},
     infra::{
         db::{values_placeholders, Backend},
-        streams::{self, ConsumerSpec, Event, HandleError, Handler, StreamEntry, StreamHandler},
+        streams::{self, Event, HandleError, Handler, StreamEntry, StreamHandler},
     },
 };
 
@@ -25,13 +25,18 @@ pub const GROUP: &str = "archive";
 
 impl Remarks {
     pub fn spawn_archive(&self) {
-        let spec = ConsumerSpec::archive(self.infra.instance.consumers, "vote-archive", GROUP);
         let streams = self.vote_streams();
         let handler = Arc::new(VoteArchive {
             ctx: self.clone(),
             partitions: Mutex::new(HashSet::new()),
         });
-        streams::spawn(&self.infra, spec, streams, Handler::Archive(handler));
+        streams::spawn(
+            &self.infra,
+            "vote-archive",
+            GROUP,
+            streams,
+            Handler::Archive(handler),
+        );
     }
 }
 

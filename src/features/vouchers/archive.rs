@@ -27,19 +27,19 @@ use crate::{
     },
     infra::{
         db::{values_placeholders, Backend},
-        streams::{self, ConsumerSpec, Event, HandleError, Handler, StreamEntry, StreamHandler},
+        streams::{self, Event, HandleError, Handler, StreamEntry, StreamHandler},
     },
 };
 
 impl Vouchers {
     pub fn spawn_archive(&self) {
-        let spec = ConsumerSpec::archive(self.infra.instance.consumers, "order-archive", "archive");
         let streams = (0..self.settings.shards)
             .map(|shard| self.infra.keys.order_stream(shard))
             .collect();
         streams::spawn(
             &self.infra,
-            spec,
+            "order-archive",
+            "archive",
             streams,
             Handler::Archive(Arc::new(OrderArchive(self.clone()))),
         );

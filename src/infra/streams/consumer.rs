@@ -73,36 +73,44 @@ pub struct ConsumerSpec {
 }
 
 impl ConsumerSpec {
-    /// A consumer whose handler works in Redis (awards, fan-out): small batches, read soon.
-    pub fn new(timings: ConsumerTimings, name: &'static str, group: &'static str) -> Self {
-        Self {
-            name,
-            group,
-            batch_size: 200,
-            max_attempts: 5,
-            claim_idle: timings.claim_idle,
-            block: Duration::from_millis(500),
-            linger: Duration::from_millis(100),
-            max_backoff: timings.max_backoff,
-        }
-    }
-
-    /// A consumer whose handler writes SQL: large batches, gathered for
+    /// How a consumer running `handler` reads. One that works in Redis (awards, fan-out):
+    /// small batches, read soon. One that writes SQL: large batches, gathered for
     /// `ENGAGE_ARCHIVE_LINGER_MS`. Each transaction makes SQLite write every page it touches
     /// (the random pages of each index) to its log, and later to the file: a like's archive
     /// cost less than half as much written twice a second as ten times (BENCHMARKS.md).
-    pub fn archive(timings: ConsumerTimings, name: &'static str, group: &'static str) -> Self {
+    fn new(
+        timings: ConsumerTimings,
+        name: &'static str,
+        group: &'static str,
+        handler: &Handler,
+    ) -> Self {
+        let (batch_size, linger) = match handler {
+            Handler::Redis(_) => (200, Duration::from_millis(100)),
+            Handler::Archive(_) => (1000, timings.archive_linger),
+        };
         Self {
-            batch_size: 1000,
-            linger: timings.archive_linger,
-            ..Self::new(timings, name, group)
+            name,
+            group,
+            batch_size,
+            max_attempts: 5,
+            claim_idle: timings.claim_idle,
+            block: Duration::from_millis(500),
+            linger,
+            max_backoff: timings.max_backoff,
         }
     }
 }
 
-/// Runs one worker for `streams` until shutdown, and reports its backlog at `/metrics`.
-pub fn spawn(infra: &Infra, spec: ConsumerSpec, streams: Vec<String>, handler: Handler) {
-    let name = spec.name;
+/// Runs one worker of the consumer group `group` over `streams` until shutdown, and reports
+/// its backlog at `/metrics`. `name` names it in logs and metrics (e.g. `vote-archive`).
+pub fn spawn(
+    infra: &Infra,
+    name: &'static str,
+    group: &'static str,
+    streams: Vec<String>,
+    handler: Handler,
+) {
+    let spec = ConsumerSpec::new(infra.instance.consumers, name, group, &handler);
     infra.instance.scraped.add(super::backlog::Backlog {
         consumer: name,
         group: spec.group,

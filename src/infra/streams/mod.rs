@@ -17,7 +17,7 @@ use redis::{
 };
 use sqlx::{Any, Transaction};
 
-pub use consumer::{spawn, ConsumerSpec};
+pub use consumer::spawn;
 
 use crate::infra::{error::AppResult, Infra};
 
