@@ -250,6 +250,33 @@ def render(runs):
             f"\n\nTargets: p99 ≤ 100 ms {verdict(p99 <= 100)}; nothing lost {verdict(complete)}; "
             f"one pub/sub connection {verdict(pubsub == {1})}; RSS ≤ 400 MiB {verdict(rss <= 400)}.")
 
+    results = [r for _, r in runs.get("subscriptions", [])]
+    bounds = [r for _, r in runs.get("send bound", [])]
+    if results and "server_steady_cpu_s" in results[0]:
+        def per_delivery(key):
+            return [r[key] * 1e6 / r["deliveries"] if r.get(key) is not None else None
+                    for r in results]
+        handshakes = median(per_delivery("server_handshakes_cpu_s"))
+        send = median([b["sys_us_per_write"] for b in bounds])
+        rows = [
+            ["all of the run (the target's measure)",
+             spread([cpu_us(r, "deliveries") for r in results], "{:.1f}"), "–"],
+            ["connecting and subscribing the subscribers, spread over the deliveries",
+             spread(per_delivery("server_handshakes_cpu_s"), "{:.1f}"), "–"],
+            ["the likes and their deliveries (steady state)",
+             spread(per_delivery("server_steady_cpu_s"), "{:.1f}"),
+             spread(per_delivery("server_steady_sys_s"), "{:.1f}")],
+            [f"one frame written to each of {bounds[0]['sockets']:,} loopback sockets, "
+             "without the server (`bench/send_bound.py`)" if bounds else "the kernel's send alone",
+             "–", spread([b["sys_us_per_write"] for b in bounds], "{:.1f}")],
+        ]
+        bound = (f"\n\nBound: the handshakes ({handshakes:.1f} µs) and the kernel's send alone "
+                 f"({send:.1f} µs) come to {handshakes + send:.1f} µs a delivery before the "
+                 "server does any work of its own, against a target of 15."
+                 if handshakes is not None and send is not None else "")
+        blocks["delivery"] = table(
+            ["server CPU µs per delivery", "all", "of which the kernel"], rows) + bound
+
     rows = []
     for backend, target in (("PostgreSQL", 20000), ("SQLite", 10000)):
         results = [r for _, r in runs.get(f"archive into {backend}", [])]

@@ -33,6 +33,9 @@ use engage::{
 use futures::{stream, StreamExt};
 use serde_json::json;
 
+#[path = "support/mod.rs"]
+mod support;
+
 #[derive(Parser)]
 struct Args {
     #[arg(long)]
@@ -148,8 +151,7 @@ async fn main() -> anyhow::Result<()> {
             "vote_log_rows": rows,
         })
     );
-    cleanup(&state).await?;
-    Ok(())
+    support::stop_and_unlink_keys(&state).await
 }
 
 /// `count` likes by fresh voters over the remarks, `concurrency` at a time.
@@ -251,19 +253,4 @@ fn id_ms(id: &str) -> i64 {
         .next()
         .and_then(|ms| ms.parse().ok())
         .unwrap_or(0)
-}
-
-async fn cleanup(state: &AppState) -> anyhow::Result<()> {
-    let mut conn = state.infra.redis.get().await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", state.infra.keys.prefix()))
-        .query_async(&mut *conn)
-        .await?;
-    for chunk in keys.chunks(1000) {
-        let () = redis::cmd("UNLINK")
-            .arg(chunk)
-            .query_async(&mut *conn)
-            .await?;
-    }
-    Ok(())
 }

@@ -17,6 +17,9 @@ use engage::{
     features::jobs::{handlers::Delivery, JobError, JobHandler, NewJob},
 };
 
+#[path = "support/mod.rs"]
+mod support;
+
 #[derive(Parser)]
 struct Args {
     #[arg(long, default_value_t = 50_000)]
@@ -131,18 +134,7 @@ async fn main() -> anyhow::Result<()> {
         })
     );
 
-    let mut conn = state.infra.redis.get().await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", state.infra.keys.prefix()))
-        .query_async(&mut *conn)
-        .await?;
-    if !keys.is_empty() {
-        let () = redis::cmd("UNLINK")
-            .arg(keys)
-            .query_async(&mut *conn)
-            .await?;
-    }
-    state.infra.instance.shutdown.cancel();
+    support::stop_and_unlink_keys(&state).await?;
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }

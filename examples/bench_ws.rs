@@ -2,7 +2,10 @@
 //! each watching one of the item's remarks with `likeCountChanged`, while likes arrive at a
 //! steady rate over those remarks. Reports delivery latency (from the like's request to the
 //! subscriber's receipt), whether every subscriber saw its remark's final count, the
-//! server's peak RSS and how many Redis pub/sub connections the server holds.
+//! server's peak RSS and how many Redis pub/sub connections the server holds. With
+//! `--server-pid` it also splits the server's CPU time between the handshakes (connecting
+//! and subscribing everyone) and the deliveries that follow, kernel time apart: the cost of
+//! a delivery in the steady state, and how much of it is the kernel's send.
 //!
 //! ```sh
 //! ulimit -n 20000
@@ -72,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
     let ws_url = args.url.replacen("http", "ws", 1);
 
     // Connect and subscribe everyone, a few hundred handshakes at a time.
+    let before_handshakes = args.server_pid.map(cpu_ticks);
     let connecting = Instant::now();
     let ready = Arc::new(AtomicUsize::new(0));
     let stop = tokio_util::sync::CancellationToken::new();
@@ -106,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
         Some(pid) => Some(pubsub_connections(&args.redis, pid).await?),
         None => None,
     };
+    let before_likes = args.server_pid.map(cpu_ticks);
 
     // Likes at a steady rate; each remembers when it was sent and the count it produced.
     let sent: Arc<Mutex<HashMap<(usize, i64), Instant>>> = Arc::default();
@@ -157,6 +162,7 @@ async fn main() -> anyhow::Result<()> {
     // Let the last updates arrive, then hang up.
     tokio::time::sleep(Duration::from_secs(2)).await;
     peak_rss = peak_rss.max(args.server_pid.map_or(0, rss_kib));
+    let after_likes = args.server_pid.map(cpu_ticks);
     stop.cancel();
 
     let sent = sent.lock().expect("poisoned").clone();
@@ -193,6 +199,9 @@ async fn main() -> anyhow::Result<()> {
             "saw_final_count": complete,
             "server_peak_rss_mib": peak_rss / 1024,
             "server_pubsub_connections": pubsub,
+            "server_handshakes_cpu_s": seconds_between(before_handshakes, before_likes, |t| t.total()),
+            "server_steady_cpu_s": seconds_between(before_likes, after_likes, |t| t.total()),
+            "server_steady_sys_s": seconds_between(before_likes, after_likes, |t| t.system),
         })
     );
     Ok(())
@@ -271,6 +280,46 @@ fn lines(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
 }
 
 /// Resident memory of a process, in KiB (0 if it cannot be read).
+/// A process's CPU time so far, in clock ticks.
+#[derive(Clone, Copy)]
+struct CpuTicks {
+    user: u64,
+    system: u64,
+}
+
+impl CpuTicks {
+    fn total(self) -> u64 {
+        self.user + self.system
+    }
+}
+
+/// User and system time from `/proc/PID/stat` (fields 14 and 15; the command name before
+/// them is parenthesised and may hold spaces).
+fn cpu_ticks(pid: u32) -> CpuTicks {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // The first field after the name is field 3 (the state).
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse().ok()).unwrap_or(0);
+    CpuTicks {
+        user: field(14),
+        system: field(15),
+    }
+}
+
+/// Seconds of CPU between two readings, of the part `pick` takes.
+fn seconds_between(
+    from: Option<CpuTicks>,
+    to: Option<CpuTicks>,
+    pick: impl Fn(CpuTicks) -> u64,
+) -> Option<f64> {
+    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(pick(to?).saturating_sub(pick(from?)) as f64 / ticks_per_second)
+}
+
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()

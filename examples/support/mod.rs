@@ -96,3 +96,38 @@ pub async fn unlink_prefix(
     }
     Ok(())
 }
+
+/// Stops an in-process app's background work (consumers, leases), which would otherwise
+/// write keys again, then removes every key of its prefix, on one Redis (not a cluster,
+/// where one UNLINK of many keys would cross slots). By SCAN, not KEYS: after a full
+/// `bench/run` Redis holds millions of keys, and one KEYS over them blocked Redis for longer
+/// than a reply may take (3 s), failing the run as it finished.
+pub async fn stop_and_unlink_keys(state: &engage::app::AppState) -> anyhow::Result<()> {
+    let instance = &state.infra.instance;
+    instance.shutdown.cancel();
+    instance.tasks.close();
+    instance.tasks.wait().await;
+    let mut conn = state.infra.redis.get().await?;
+    let pattern = format!("{}*", state.infra.keys.prefix());
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(&mut *conn)
+            .await?;
+        if !keys.is_empty() {
+            let () = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut *conn)
+                .await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
