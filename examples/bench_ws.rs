@@ -279,7 +279,6 @@ fn lines(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// Resident memory of a process, in KiB (0 if it cannot be read).
 /// A process's CPU time so far, in clock ticks.
 #[derive(Clone, Copy)]
 struct CpuTicks {
@@ -320,6 +319,7 @@ fn seconds_between(
     Some(pick(to?).saturating_sub(pick(from?)) as f64 / ticks_per_second)
 }
 
+/// Resident memory of a process, in KiB (0 if it cannot be read).
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
