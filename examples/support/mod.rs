@@ -74,7 +74,7 @@ where
 
 /// Every key of `prefix` on one node (a cluster master holds only its slots' keys).
 pub async fn keys_of(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut (impl redis::aio::ConnectionLike + Send + Sync),
     prefix: &str,
 ) -> anyhow::Result<Vec<String>> {
     use redis::AsyncCommands;
@@ -108,26 +108,12 @@ pub async fn stop_and_unlink_keys(state: &engage::app::AppState) -> anyhow::Resu
     instance.tasks.close();
     instance.tasks.wait().await;
     let mut conn = state.infra.redis.get().await?;
-    let pattern = format!("{}*", state.infra.keys.prefix());
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(10_000)
+    let keys = keys_of(&mut *conn, state.infra.keys.prefix()).await?;
+    for page in keys.chunks(1000) {
+        let () = redis::cmd("UNLINK")
+            .arg(page)
             .query_async(&mut *conn)
             .await?;
-        if !keys.is_empty() {
-            let () = redis::cmd("UNLINK")
-                .arg(&keys)
-                .query_async(&mut *conn)
-                .await?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
     }
+    Ok(())
 }
