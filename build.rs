@@ -125,7 +125,7 @@ fn write_migrations(root: &Path, out_dir: &Path) {
 }
 
 /// What a script's header declares: its keys, its fixed arguments, and whether groups of
-/// arguments follow them.
+/// keys or arguments follow them.
 struct Declared {
     keys: usize,
     args: usize,
@@ -133,8 +133,8 @@ struct Declared {
 }
 
 /// Reads the header (the comment that opens the script): the highest `KEYS[n]` (or
-/// `KEYS[a..n]`), the highest `ARGV[n]` (or `ARGV[a..n]`), and `ARGV[a..]` for groups from
-/// `a` on. Panics when the code reads a key or a fixed argument beyond those.
+/// `KEYS[a..n]`), the highest `ARGV[n]` (or `ARGV[a..n]`), and `KEYS[a..]` or `ARGV[a..]`
+/// for groups from `a` on. Panics when the code reads a key or a fixed argument beyond those.
 fn declared(stem: &str, path: &str) -> Declared {
     let source = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     let header = match source.strip_prefix("--[[") {
@@ -146,7 +146,10 @@ fn declared(stem: &str, path: &str) -> Declared {
             .join("\n"),
     };
     let code = &source[source.find(&header).map_or(0, |at| at + header.len())..];
-    let keys = highest("KEYS", &header).fixed;
+    let Highest {
+        fixed: keys,
+        open: more_keys,
+    } = highest("KEYS", &header);
     assert!(
         keys > 0,
         "lua/{stem}.lua: its header declares no KEYS[n]; every key comes in through KEYS"
@@ -157,7 +160,7 @@ fn declared(stem: &str, path: &str) -> Declared {
         "lua/{stem}.lua reads KEYS[{used}] but its header declares {keys} keys"
     );
     let Highest { fixed: args, open } = highest("ARGV", &header);
-    let more = open.is_some();
+    let more = open.is_some() || more_keys.is_some();
     let args = open.map_or(args, |from| from - 1);
     let used = highest("ARGV", code).fixed;
     assert!(

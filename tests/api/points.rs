@@ -320,3 +320,45 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_batch_of_awards_across_buckets_pays_each_key_once_within_the_cap() {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.points_buckets = Some(3);
+    })
+    .await;
+    let users = [60, 61, 62, 63];
+    // Eight LEARNING awards of 10 to each user (80, over the cap of 50), each sent twice,
+    // interleaved across the users and so across the buckets: the consumer reads them in
+    // batches that mix buckets and repeat keys.
+    for _ in 0..2 {
+        for i in 0..8 {
+            for user in users {
+                intake(&app, user, 10, &format!("lesson-{user}-{i}")).await;
+            }
+        }
+    }
+    crate::harness::streams_settled(
+        &app,
+        &[app.state.infra.keys.points_intake_stream()],
+        "intake",
+    )
+    .await;
+    let history = "{ pointsHistory(first: 20) { edges { node { type points } } } }";
+    for user in users {
+        let token = app.user_token(user);
+        assert_eq!(
+            points_of(&app.data(Some(&token), TODAY, json!({})).await, "LEARNING"),
+            50,
+            "user {user}: the first five awards, the cap"
+        );
+        eventually(async || {
+            let paid = app.data(Some(&token), history, json!({})).await;
+            let edges = paid["pointsHistory"]["edges"].as_array().unwrap().clone();
+            edges.len() == 5 && edges.iter().all(|e| e["node"]["points"] == 10)
+        })
+        .await;
+    }
+}

@@ -6,12 +6,12 @@
 //!   awards `LIKE_RECEIVED` to a remark's author for each new like by someone else, once per
 //!   liker and remark.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
 use futures::{stream::FuturesOrdered, StreamExt};
 use sqlx::{Any, Transaction};
 
-use super::PointsType;
+use super::{check_amount, PointsType};
 use crate::{
     features::{
         points::{
@@ -161,8 +161,11 @@ impl RedisHandler for RemarkPoints {
     }
 }
 
-/// Awards in flight at once while a batch is handled.
-const AWARDS_IN_FLIGHT: usize = 32;
+/// Awards per script call: a call runs inside Redis without a break, so a batch of a
+/// thousand is cut into calls of a few milliseconds each.
+const AWARDS_PER_CALL: usize = 100;
+/// Script calls in flight at once while a batch is handled.
+const CALLS_IN_FLIGHT: usize = 4;
 
 impl Points {
     /// Runs the points consumers: the award archive, the intake of awards made elsewhere, the
@@ -203,11 +206,10 @@ impl Points {
         );
     }
 
-    /// Runs a batch's awards a few dozen at a time: each is one script call, and one after the
-    /// other they capped a consumer at one award per Redis round trip (it could not catch up
-    /// with a backlog while likes kept coming). Awards are idempotent on their key, so a batch
-    /// that fails part-way is simply handled again; started in entry order, they reach Redis in
-    /// that order on the shared connection.
+    /// Pays a batch's awards a hundred to a script call (`points_award_many.lua`), grouped by
+    /// their bucket, in entry order within it. One call per award made every like cost a second
+    /// script round trip and a consumer one round trip per award behind a backlog. Awards are
+    /// idempotent on their key, so a batch that fails part-way is simply handled again.
     async fn award_all(
         &self,
         awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
@@ -217,23 +219,28 @@ impl Points {
             .map(|(_, user, _, _, key)| (*user, key.as_str()))
             .collect();
         let archived = self.archived_awards(&pairs).await;
-        let mut awards = awards
-            .into_iter()
-            .filter(|(_, user, _, _, key)| !archived.contains_key(&(*user, key.clone())));
+        let mut buckets: BTreeMap<u32, Vec<(i64, PointsType, i64, &str)>> = BTreeMap::new();
+        for (entry, user, kind, points, key) in &awards {
+            if archived.contains_key(&(*user, key.clone())) {
+                continue;
+            }
+            check_amount(*points).map_err(|e| award_failure(entry, e))?;
+            buckets
+                .entry(self.infra.keys.points_bucket(*user))
+                .or_default()
+                .push((*user, *kind, *points, key.as_str()));
+        }
+        let mut calls = buckets
+            .values()
+            .flat_map(|bucket| bucket.chunks(AWARDS_PER_CALL));
         let mut in_flight = FuturesOrdered::new();
         loop {
-            while in_flight.len() < AWARDS_IN_FLIGHT {
-                let Some((entry, user, kind, points, key)) = awards.next() else {
-                    break;
-                };
-                in_flight.push_back(async move {
-                    self.award_unarchived(user, kind, points, &key)
-                        .await
-                        .map_err(|e| award_failure(entry, e))
-                });
+            while in_flight.len() < CALLS_IN_FLIGHT {
+                let Some(chunk) = calls.next() else { break };
+                in_flight.push_back(self.award_unarchived_in_bucket(chunk));
             }
             match in_flight.next().await {
-                Some(result) => result?,
+                Some(result) => result.map_err(|e| HandleError::Unavailable(e.to_string()))?,
                 None => return Ok(()),
             };
         }

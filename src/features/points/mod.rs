@@ -33,7 +33,10 @@ use crate::infra::{
     config::Config,
     error::{AppError, AppResult},
     redis::status::Status,
-    redis::{scripts::POINTS_AWARD, Keys},
+    redis::{
+        scripts::{POINTS_AWARD, POINTS_AWARD_MANY},
+        Keys,
+    },
     Infra,
 };
 
@@ -230,7 +233,7 @@ where
 }
 
 /// An award pays between 1 and [`MAX_AWARD`] points.
-fn check_amount(points: i64) -> AppResult<()> {
+pub(super) fn check_amount(points: i64) -> AppResult<()> {
     if (1..=MAX_AWARD).contains(&points) {
         Ok(())
     } else {
@@ -350,6 +353,84 @@ impl Points {
             capped: awarded < points,
             duplicate: duplicate == 1,
         })
+    }
+
+    /// [`Points::award_unarchived`] for many awards of one bucket in one script call, in
+    /// their order: what the consumers that pay for other features' events use, since one
+    /// call per award made each like cost a second script round trip. Amounts must have been
+    /// checked ([`check_amount`]).
+    pub(super) async fn award_unarchived_in_bucket(
+        &self,
+        awards: &[(i64, PointsType, i64, &str)],
+    ) -> AppResult<Vec<AwardOutcome>> {
+        let Some(&(first, ..)) = awards.first() else {
+            return Ok(Vec::new());
+        };
+        debug_assert!(awards.iter().all(|&(user, ..)| {
+            self.infra.keys.points_bucket(user) == self.infra.keys.points_bucket(first)
+        }));
+        let keys = &self.infra.keys;
+        let reply: Vec<i64> = unless_held(
+            || async move {
+                let (season, season_seconds) = self.season_now();
+                let today = self.infra.clock.today();
+                let board = keys.season_board_of(season, first);
+                let mut call = POINTS_AWARD_MANY.call(
+                    [
+                        board.clone(),
+                        keys.points_stream_of(first),
+                        keys.points_hold_of(first),
+                    ],
+                    (
+                        self.infra.clock.now_ms(),
+                        season_seconds,
+                        season.id(),
+                        keys.board_channel_of(season, first),
+                        IDEMPOTENCY_TTL_SECONDS,
+                        DAILY_TTL_SECONDS,
+                        keys.publish_command(),
+                    ),
+                );
+                for &(user_id, kind, points, key) in awards {
+                    call.key(keys.points_today(user_id, today))
+                        .key(keys.points_award_marker(user_id, key));
+                    call.arg(user_id)
+                        .arg(kind.as_str())
+                        .arg(points)
+                        .arg(self.settings.rules.rule(kind).daily_cap.unwrap_or(-1))
+                        .arg(key);
+                }
+                let mut conn = self
+                    .infra
+                    .durability
+                    .connection(DurableWrite::Points, &self.infra.redis)
+                    .await?;
+                let reply: Vec<i64> = call.invoke_async(&mut *conn).await?;
+                drop(conn);
+                let status = reply.first().copied().unwrap_or_default();
+                self.confirm_unless_held(status, &board).await?;
+                Ok(reply)
+            },
+            |reply| reply.first().copied().unwrap_or_default(),
+        )
+        .await?;
+        let paid = reply.get(1..).unwrap_or_default();
+        if paid.len() != 2 * awards.len() {
+            return Err(AppError::internal(anyhow::anyhow!(
+                "points_award_many answered {} values for {} awards",
+                paid.len(),
+                awards.len()
+            )));
+        }
+        Ok(awards
+            .iter()
+            .zip(paid.chunks(2))
+            .map(|(&(_, _, points, _), pair)| AwardOutcome {
+                awarded: pair[0],
+                capped: pair[0] < points,
+                duplicate: pair[1] == 1,
+            })
+            .collect())
     }
 
     /// What the awards of these (user, key) pairs paid, for those SQL has archived: one

@@ -15,8 +15,8 @@ use super::RedisPool;
 include!(concat!(env!("OUT_DIR"), "/lua_scripts.rs"));
 
 /// One embedded script with its SHA-1 computed once. `KEYS` and `ARGS` are the numbers of
-/// keys and of fixed arguments its header declares, and `MORE` whether groups of arguments
-/// follow (build.rs reads them): [`LuaScript::call`] takes exactly that many of each.
+/// fixed keys and arguments its header declares, and `MORE` whether groups of keys or
+/// arguments follow (build.rs reads them): [`LuaScript::call`] takes exactly that many of each.
 pub struct LuaScript<const KEYS: usize, const ARGS: usize, const MORE: bool> {
     pub name: &'static str,
     script: redis::Script,
@@ -54,8 +54,8 @@ impl<const KEYS: usize, const ARGS: usize> LuaScript<KEYS, ARGS, false> {
 }
 
 impl<const KEYS: usize, const ARGS: usize> LuaScript<KEYS, ARGS, true> {
-    /// A call of a script whose arguments end in groups (`ARGV[a..]`): its keys and fixed
-    /// arguments here, then each group with `.arg`.
+    /// A call of a script whose keys or arguments end in groups (`KEYS[a..]`, `ARGV[a..]`):
+    /// its fixed keys and arguments here, then each group with `.key` and `.arg`.
     pub fn call(&self, keys: [String; KEYS], args: impl Args<ARGS>) -> ScriptInvocation<'_> {
         self.prepare(keys, args)
     }
