@@ -38,12 +38,12 @@ use std::{
 };
 
 use redis::{
-    streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
+    streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply},
     AsyncConnectionConfig,
 };
 use tracing::Instrument;
 
-use super::{entries_of, leases, parse_id, HandleError, Handler, StreamEntry};
+use super::{leases, parse_id, HandleError, Handler, ReadReply, StreamEntry};
 use crate::infra::{
     backoff::Backoff,
     redis::{cluster::slot_of, counting::CountedConnection},
@@ -361,8 +361,8 @@ impl Worker {
         let streams = self.streams.clone();
         let conn = self.conn().await?;
         if conn.as_cluster().is_none() {
-            let reply: Option<StreamReadReply> = read(&streams, block).query_async(conn).await?;
-            return Ok(reply.map(entries_of).unwrap_or_default());
+            let ReadReply(entries) = read(&streams, block).query_async(conn).await?;
+            return Ok(entries);
         }
         let mut by_slot: Vec<(u16, Vec<String>)> = Vec::new();
         for stream in streams {
@@ -376,9 +376,8 @@ impl Worker {
         for (_, streams) in &by_slot {
             reads.add_command(read(streams, None));
         }
-        let replies: Vec<Option<StreamReadReply>> = reads.query_async(conn).await?;
-        let entries: Vec<StreamEntry> =
-            replies.into_iter().flatten().flat_map(entries_of).collect();
+        let replies: Vec<ReadReply> = reads.query_async(conn).await?;
+        let entries: Vec<StreamEntry> = replies.into_iter().flat_map(|r| r.0).collect();
         if entries.is_empty() && block.is_some() {
             tokio::time::sleep(CLUSTER_POLL).await;
         }

@@ -12,8 +12,8 @@ pub mod leases;
 use std::{collections::HashMap, sync::Arc};
 
 use redis::{
-    streams::{StreamId, StreamInfoGroupsReply, StreamPendingReply, StreamReadReply},
-    FromRedisValue,
+    streams::{StreamId, StreamInfoGroupsReply, StreamPendingReply},
+    FromRedisValue, ParsingError, Value,
 };
 use sqlx::{Any, Transaction};
 
@@ -229,21 +229,137 @@ pub async fn handled_through(
     })
 }
 
-/// The entries of a read of one or more streams, each with its stream.
-fn entries_of(reply: StreamReadReply) -> Vec<StreamEntry> {
-    reply
-        .keys
-        .into_iter()
-        .flat_map(|key| {
-            let stream = key.key;
-            key.ids
+/// The entries of an XREADGROUP or XREAD reply, each with its stream, read straight from
+/// Redis's reply. `redis::streams::StreamReadReply` first copies the whole reply (it tries
+/// two formats) and then builds a map per stream and per entry: for a consumer's batch of a
+/// thousand entries that was most of what reading it cost.
+///
+/// A reply is nil when nothing came; each stream is `[name, entries]` (a map of names to
+/// entries over RESP3), each entry `[id, [field, value, …]]`, with nil fields for an entry
+/// trimmed while pending.
+pub(crate) struct ReadReply(pub Vec<StreamEntry>);
+
+impl FromRedisValue for ReadReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let streams = match value {
+            Value::Nil => return Ok(Self(Vec::new())),
+            Value::Map(streams) => streams,
+            Value::Array(streams) => streams
                 .into_iter()
-                .map(move |entry| StreamEntry::from_redis(&stream, entry))
-        })
-        .collect()
+                .map(|stream| match stream {
+                    Value::Array(pair) if pair.len() == 2 => {
+                        let mut pair = pair.into_iter();
+                        Ok((
+                            pair.next().unwrap_or(Value::Nil),
+                            pair.next().unwrap_or(Value::Nil),
+                        ))
+                    }
+                    other => Err(unexpected("a stream", &other)),
+                })
+                .collect::<Result<_, _>>()?,
+            other => return Err(unexpected("a stream read", &other)),
+        };
+        let mut entries = Vec::new();
+        for (name, ids) in streams {
+            let stream = text(name)?;
+            let Value::Array(ids) = ids else {
+                return Err(unexpected("a stream's entries", &ids));
+            };
+            entries.reserve(ids.len());
+            for entry in ids {
+                let Value::Array(entry) = entry else {
+                    return Err(unexpected("a stream entry", &entry));
+                };
+                let mut entry = entry.into_iter();
+                let id = text(entry.next().unwrap_or(Value::Nil))?;
+                let fields = match entry.next() {
+                    Some(Value::Array(pairs)) => {
+                        let mut fields = HashMap::with_capacity(pairs.len() / 2);
+                        let mut pairs = pairs.into_iter();
+                        while let (Some(name), Some(value)) = (pairs.next(), pairs.next()) {
+                            fields.insert(text(name)?, text(value)?);
+                        }
+                        fields
+                    }
+                    Some(Value::Map(pairs)) => pairs
+                        .into_iter()
+                        .map(|(name, value)| Ok((text(name)?, text(value)?)))
+                        .collect::<Result<_, ParsingError>>()?,
+                    _ => HashMap::new(),
+                };
+                entries.push(StreamEntry {
+                    stream: stream.clone(),
+                    id,
+                    fields,
+                });
+            }
+        }
+        Ok(Self(entries))
+    }
+}
+
+/// A string of a reply, taken over without a copy.
+fn text(value: Value) -> Result<String, ParsingError> {
+    match value {
+        Value::BulkString(bytes) => Ok(String::from_utf8(bytes)?),
+        Value::SimpleString(text) => Ok(text),
+        other => Err(unexpected("a string", &other)),
+    }
+}
+
+fn unexpected(what: &str, value: &Value) -> ParsingError {
+    ParsingError::from(format!("expected {what} in a stream read, got {value:?}"))
 }
 
 pub(crate) fn parse_id(id: &str) -> Option<(u64, u64)> {
     let (ms, seq) = id.split_once('-')?;
     Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_read_reply_is_read_in_both_protocols_with_trimmed_entries_empty() {
+        let entries = |fields: Value| {
+            Value::Array(vec![
+                Value::Array(vec![bulk("1-0"), fields]),
+                Value::Array(vec![bulk("2-0"), Value::Nil]),
+            ])
+        };
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            bulk("s"),
+            entries(Value::Array(vec![
+                bulk("a"),
+                bulk("1"),
+                bulk("b"),
+                bulk("x"),
+            ])),
+        ])]);
+        let resp3 = Value::Map(vec![(
+            bulk("s"),
+            entries(Value::Map(vec![
+                (bulk("a"), bulk("1")),
+                (bulk("b"), bulk("x")),
+            ])),
+        )]);
+        for reply in [resp2, resp3] {
+            let ReadReply(read) = ReadReply::from_redis_value(reply).unwrap();
+            assert_eq!(read.len(), 2);
+            assert_eq!((read[0].stream.as_str(), read[0].id.as_str()), ("s", "1-0"));
+            assert_eq!(read[0].number("a").unwrap(), 1);
+            assert_eq!(read[0].field("b").unwrap(), "x");
+            assert!(read[1].fields.is_empty());
+        }
+        assert!(ReadReply::from_redis_value(Value::Nil)
+            .unwrap()
+            .0
+            .is_empty());
+        assert!(ReadReply::from_redis_value(Value::Int(3)).is_err());
+    }
 }
