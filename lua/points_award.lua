@@ -1,33 +1,51 @@
 --[[
   Awards points of a type to a user once per idempotency key, within the type's daily cap
-  (a partial award up to the cap is allowed).
+  (a partial award up to the cap is allowed): one award (`awardPoints`), or a batch of
+  awards in one bucket, each as if made alone, in the order given. The consumers that pay
+  for other features' events (likes received, remarks written, the intake) read their
+  awards in batches: one call per batch instead of one per award.
 
   Input:
-    KEYS[1] today's points hash   {points:B}:daily:<user>:<YYYYMMDD>
-    KEYS[2] idempotency marker    {points:B}:award:<user>:<key>
-    KEYS[3] season board          {points:B}:board:<YYYYMM>
-    KEYS[4] points stream         {points:B}:events
-    KEYS[5] rebuild hold          {points:B}:rebuilding
-    ARGV[1] user id   ARGV[2] type   ARGV[3] requested points   ARGV[4] daily cap (-1: none)
-    ARGV[5] now, epoch ms   ARGV[6] seconds since the season began   ARGV[7] season id
-    ARGV[8] board channel   ARGV[9] idempotency key   ARGV[10] marker TTL seconds
-    ARGV[11] daily hash TTL seconds   ARGV[12] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    KEYS[1] season board          {points:B}:board:<YYYYMM>
+    KEYS[2] points stream         {points:B}:events
+    KEYS[3] rebuild hold          {points:B}:rebuilding
+    KEYS[4..] per award, two keys: today's points hash {points:B}:daily:<user>:<YYYYMMDD>
+              and its idempotency marker {points:B}:award:<user>:<key>
+    ARGV[1] now, epoch ms   ARGV[2] seconds since the season began   ARGV[3] season id
+    ARGV[4] board channel   ARGV[5] marker TTL seconds   ARGV[6] daily hash TTL seconds
+    ARGV[7] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[8..] per award, five arguments: user id, type, requested points, daily cap (-1: none),
+              idempotency key
 
-  Output: { points_awarded, duplicate (0/1) } - a duplicate answers the first award;
-          { HELD, 0 } while a rebuild holds awards back.
+  Output: { OK, awarded_1, duplicate_1 (0/1), awarded_2, duplicate_2, ... } - a duplicate
+          answers what its first award paid; { HELD } while a rebuild holds awards back
+          (nothing of the batch is written).
 ]]
 -- @include status.lua
 -- @include points_award.lua
 
-if held(KEYS[5]) then
-  return {HELD, 0}
+if held(KEYS[3]) then
+  return {HELD}
 end
 
-local prior = redis.call('GET', KEYS[2])
-if prior then
-  return {tonumber(prior), 1}
+local FIXED_ARGS = 7
+local awards = (#ARGV - FIXED_ARGS) / 5
+local live = {ARGV[7], ARGV[4]}
+local reply = {OK}
+for i = 0, awards - 1 do
+  local daily_key, marker_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local at = FIXED_ARGS + 5 * i
+  local prior = redis.call('GET', marker_key)
+  if prior then
+    reply[#reply + 1] = tonumber(prior)
+    reply[#reply + 1] = 1
+  else
+    local awarded = award(daily_key, KEYS[1], KEYS[2], ARGV[at + 1], ARGV[at + 2],
+      tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), ARGV[1], tonumber(ARGV[2]), ARGV[3], live,
+      ARGV[at + 5], ARGV[6])
+    redis.call('SET', marker_key, awarded, 'EX', ARGV[5])
+    reply[#reply + 1] = awarded
+    reply[#reply + 1] = 0
+  end
 end
-local awarded = award(KEYS[1], KEYS[3], KEYS[4], ARGV[1], ARGV[2], tonumber(ARGV[3]),
-  tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7], {ARGV[12], ARGV[8]}, ARGV[9], ARGV[11])
-redis.call('SET', KEYS[2], awarded, 'EX', ARGV[10])
-return {awarded, 0}
+return reply

@@ -206,7 +206,7 @@ impl Points {
         );
     }
 
-    /// Pays a batch's awards a hundred to a script call (`points_award_many.lua`), grouped by
+    /// Pays a batch's awards a hundred to a script call (`points_award.lua`), grouped by
     /// their bucket, in entry order within it. One call per award made every like cost a second
     /// script round trip and a consumer one round trip per award behind a backlog. Awards are
     /// idempotent on their key, so a batch that fails part-way is simply handled again.
@@ -237,7 +237,7 @@ impl Points {
         loop {
             while in_flight.len() < CALLS_IN_FLIGHT {
                 let Some(chunk) = calls.next() else { break };
-                in_flight.push_back(self.award_unarchived_in_bucket(chunk));
+                in_flight.push_back(self.award_unarchived(chunk));
             }
             match in_flight.next().await {
                 Some(result) => result.map_err(|e| HandleError::Unavailable(e.to_string()))?,

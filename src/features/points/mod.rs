@@ -33,10 +33,7 @@ use crate::infra::{
     config::Config,
     error::{AppError, AppResult},
     redis::status::Status,
-    redis::{
-        scripts::{POINTS_AWARD, POINTS_AWARD_MANY},
-        Keys,
-    },
+    redis::{scripts::POINTS_AWARD, Keys},
     Infra,
 };
 
@@ -292,74 +289,18 @@ impl Points {
                 duplicate: true,
             });
         }
-        self.award_unarchived(user_id, kind, points, key).await
-    }
-
-    /// [`Points::award`] once SQL has been asked whether the award was archived.
-    pub(super) async fn award_unarchived(
-        &self,
-        user_id: i64,
-        kind: PointsType,
-        points: i64,
-        key: &str,
-    ) -> AppResult<AwardOutcome> {
         check_amount(points)?;
-        let rule = self.settings.rules.rule(kind);
-        let keys = &self.infra.keys;
-        let (awarded, duplicate): (i64, i64) = unless_held(
-            || async move {
-                let (season, season_seconds) = self.season_now();
-                let mut conn = self
-                    .infra
-                    .durability
-                    .connection(DurableWrite::Points, &self.infra.redis)
-                    .await?;
-                let reply: (i64, i64) = POINTS_AWARD
-                    .call(
-                        [
-                            keys.points_today(user_id, self.infra.clock.today()),
-                            keys.points_award_marker(user_id, key),
-                            keys.season_board_of(season, user_id),
-                            keys.points_stream_of(user_id),
-                            keys.points_hold_of(user_id),
-                        ],
-                        (
-                            user_id,
-                            kind.as_str(),
-                            points,
-                            rule.daily_cap.unwrap_or(-1),
-                            self.infra.clock.now_ms(),
-                            season_seconds,
-                            season.id(),
-                            keys.board_channel_of(season, user_id),
-                            key,
-                            IDEMPOTENCY_TTL_SECONDS,
-                            DAILY_TTL_SECONDS,
-                            keys.publish_command(),
-                        ),
-                    )
-                    .invoke_async(&mut *conn)
-                    .await?;
-                drop(conn);
-                self.confirm_unless_held(reply.0, &keys.season_board_of(season, user_id))
-                    .await?;
-                Ok(reply)
-            },
-            |(awarded, _)| *awarded,
-        )
-        .await?;
-        Ok(AwardOutcome {
-            awarded,
-            capped: awarded < points,
-            duplicate: duplicate == 1,
-        })
+        self.award_unarchived(&[(user_id, kind, points, key)])
+            .await?
+            .pop()
+            .ok_or_else(|| AppError::internal(anyhow::anyhow!("an award without its outcome")))
     }
 
-    /// [`Points::award_unarchived`] for many awards of one bucket in one script call, in
-    /// their order: what the consumers that pay for other features' events use, since one
-    /// call per award made each like cost a second script round trip. Amounts must have been
-    /// checked ([`check_amount`]).
-    pub(super) async fn award_unarchived_in_bucket(
+    /// Awards of one bucket whose keys SQL has not archived, in one script call and in their
+    /// order: one award for [`Points::award`], a batch for the consumers that pay for other
+    /// features' events (one call per award made each like cost a second script round
+    /// trip). Amounts must have been checked ([`check_amount`]).
+    pub(super) async fn award_unarchived(
         &self,
         awards: &[(i64, PointsType, i64, &str)],
     ) -> AppResult<Vec<AwardOutcome>> {
@@ -375,7 +316,7 @@ impl Points {
                 let (season, season_seconds) = self.season_now();
                 let today = self.infra.clock.today();
                 let board = keys.season_board_of(season, first);
-                let mut call = POINTS_AWARD_MANY.call(
+                let mut call = POINTS_AWARD.call(
                     [
                         board.clone(),
                         keys.points_stream_of(first),
@@ -417,7 +358,7 @@ impl Points {
         let paid = reply.get(1..).unwrap_or_default();
         if paid.len() != 2 * awards.len() {
             return Err(AppError::internal(anyhow::anyhow!(
-                "points_award_many answered {} values for {} awards",
+                "points_award answered {} values for {} awards",
                 paid.len(),
                 awards.len()
             )));

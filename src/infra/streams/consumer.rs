@@ -38,12 +38,12 @@ use std::{
 };
 
 use redis::{
-    streams::{StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingReply},
+    streams::{StreamInfoGroupsReply, StreamPendingReply},
     AsyncConnectionConfig,
 };
 use tracing::Instrument;
 
-use super::{leases, parse_id, HandleError, Handler, ReadReply, StreamEntry};
+use super::{claimed_entries, leases, parse_id, HandleError, Handler, ReadReply, StreamEntry};
 use crate::infra::{
     backoff::Backoff,
     redis::{cluster::slot_of, counting::CountedConnection},
@@ -391,7 +391,7 @@ impl Worker {
             (self.spec.group, self.consumer.clone(), self.spec.batch_size);
         let mut taken = Vec::new();
         for stream in self.streams.clone() {
-            let claimed: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+            let reply: redis::Value = redis::cmd("XAUTOCLAIM")
                 .arg(&stream)
                 .arg(group)
                 .arg(&consumer)
@@ -401,18 +401,14 @@ impl Worker {
                 .arg(count)
                 .query_async(self.conn().await?)
                 .await?;
-            if !claimed.claimed.is_empty() {
+            let claimed = claimed_entries(&stream, reply)?;
+            if !claimed.is_empty() {
                 tracing::info!(
                     stream,
-                    taken = claimed.claimed.len(),
+                    taken = claimed.len(),
                     "took over entries of a silent consumer"
                 );
-                taken.extend(
-                    claimed
-                        .claimed
-                        .into_iter()
-                        .map(|e| StreamEntry::from_redis(&stream, e)),
-                );
+                taken.extend(claimed);
             }
         }
         Ok(taken)

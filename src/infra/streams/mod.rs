@@ -12,7 +12,7 @@ pub mod leases;
 use std::{collections::HashMap, sync::Arc};
 
 use redis::{
-    streams::{StreamId, StreamInfoGroupsReply, StreamPendingReply},
+    streams::{StreamInfoGroupsReply, StreamPendingReply},
     FromRedisValue, ParsingError, Value,
 };
 use sqlx::{Any, Transaction};
@@ -30,19 +30,6 @@ pub struct StreamEntry {
 }
 
 impl StreamEntry {
-    pub(crate) fn from_redis(stream: &str, entry: StreamId) -> Self {
-        let fields = entry
-            .map
-            .into_iter()
-            .map(|(key, value)| (key, String::from_redis_value(value).unwrap_or_default()))
-            .collect();
-        Self {
-            stream: stream.to_string(),
-            id: entry.id,
-            fields,
-        }
-    }
-
     /// A field, or a poison error naming it.
     pub fn field(&self, name: &str) -> Result<&str, HandleError> {
         self.fields.get(name).map(String::as_str).ok_or_else(|| {
@@ -230,13 +217,12 @@ pub async fn handled_through(
 }
 
 /// The entries of an XREADGROUP or XREAD reply, each with its stream, read straight from
-/// Redis's reply. `redis::streams::StreamReadReply` first copies the whole reply (it tries
+/// Redis's reply (XAUTOCLAIM's are read the same way, [`claimed_entries`]). `redis::streams::StreamReadReply` first copies the whole reply (it tries
 /// two formats) and then builds a map per stream and per entry: for a consumer's batch of a
 /// thousand entries that was most of what reading it cost.
 ///
 /// A reply is nil when nothing came; each stream is `[name, entries]` (a map of names to
-/// entries over RESP3), each entry `[id, [field, value, …]]`, with nil fields for an entry
-/// trimmed while pending.
+/// entries over RESP3).
 pub(crate) struct ReadReply(pub Vec<StreamEntry>);
 
 impl FromRedisValue for ReadReply {
@@ -261,41 +247,62 @@ impl FromRedisValue for ReadReply {
         };
         let mut entries = Vec::new();
         for (name, ids) in streams {
-            let stream = text(name)?;
-            let Value::Array(ids) = ids else {
-                return Err(unexpected("a stream's entries", &ids));
-            };
-            entries.reserve(ids.len());
-            for entry in ids {
-                let Value::Array(entry) = entry else {
-                    return Err(unexpected("a stream entry", &entry));
-                };
-                let mut entry = entry.into_iter();
-                let id = text(entry.next().unwrap_or(Value::Nil))?;
-                let fields = match entry.next() {
-                    Some(Value::Array(pairs)) => {
-                        let mut fields = HashMap::with_capacity(pairs.len() / 2);
-                        let mut pairs = pairs.into_iter();
-                        while let (Some(name), Some(value)) = (pairs.next(), pairs.next()) {
-                            fields.insert(text(name)?, text(value)?);
-                        }
-                        fields
-                    }
-                    Some(Value::Map(pairs)) => pairs
-                        .into_iter()
-                        .map(|(name, value)| Ok((text(name)?, text(value)?)))
-                        .collect::<Result<_, ParsingError>>()?,
-                    _ => HashMap::new(),
-                };
-                entries.push(StreamEntry {
-                    stream: stream.clone(),
-                    id,
-                    fields,
-                });
-            }
+            entries_of(&text(name)?, ids, &mut entries)?;
         }
         Ok(Self(entries))
     }
+}
+
+/// The entries an XAUTOCLAIM of `stream` took over: its reply is `[next id, entries, …]`.
+pub(crate) fn claimed_entries(
+    stream: &str,
+    reply: Value,
+) -> Result<Vec<StreamEntry>, ParsingError> {
+    let Value::Array(parts) = reply else {
+        return Err(unexpected("a claim", &reply));
+    };
+    let mut entries = Vec::new();
+    if let Some(ids) = parts.into_iter().nth(1) {
+        entries_of(stream, ids, &mut entries)?;
+    }
+    Ok(entries)
+}
+
+/// Appends the entries `[[id, [field, value, …]], …]` of `stream` to `into`. An entry trimmed
+/// while pending has nil fields and comes out without any.
+fn entries_of(stream: &str, ids: Value, into: &mut Vec<StreamEntry>) -> Result<(), ParsingError> {
+    let Value::Array(ids) = ids else {
+        return Err(unexpected("a stream's entries", &ids));
+    };
+    into.reserve(ids.len());
+    for entry in ids {
+        let Value::Array(entry) = entry else {
+            return Err(unexpected("a stream entry", &entry));
+        };
+        let mut entry = entry.into_iter();
+        let id = text(entry.next().unwrap_or(Value::Nil))?;
+        let fields = match entry.next() {
+            Some(Value::Array(pairs)) => {
+                let mut fields = HashMap::with_capacity(pairs.len() / 2);
+                let mut pairs = pairs.into_iter();
+                while let (Some(name), Some(value)) = (pairs.next(), pairs.next()) {
+                    fields.insert(text(name)?, text(value)?);
+                }
+                fields
+            }
+            Some(Value::Map(pairs)) => pairs
+                .into_iter()
+                .map(|(name, value)| Ok((text(name)?, text(value)?)))
+                .collect::<Result<_, ParsingError>>()?,
+            _ => HashMap::new(),
+        };
+        into.push(StreamEntry {
+            stream: stream.to_string(),
+            id,
+            fields,
+        });
+    }
+    Ok(())
 }
 
 /// A string of a reply, taken over without a copy.
@@ -361,5 +368,25 @@ mod tests {
             .0
             .is_empty());
         assert!(ReadReply::from_redis_value(Value::Int(3)).is_err());
+    }
+
+    #[test]
+    fn a_claim_reply_gives_its_entries_of_the_stream() {
+        let reply = Value::Array(vec![
+            bulk("0-0"),
+            Value::Array(vec![Value::Array(vec![
+                bulk("3-1"),
+                Value::Array(vec![bulk("a"), bulk("7")]),
+            ])]),
+            Value::Array(vec![]),
+        ]);
+        let claimed = claimed_entries("s", reply).unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(
+            (claimed[0].stream.as_str(), claimed[0].id.as_str()),
+            ("s", "3-1")
+        );
+        assert_eq!(claimed[0].number("a").unwrap(), 7);
+        assert!(claimed_entries("s", Value::Nil).is_err());
     }
 }
