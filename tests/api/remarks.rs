@@ -506,6 +506,66 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
     }
 }
 
+/// A plain selection's updates are written straight to JSON; the same selection through a
+/// fragment is executed by async-graphql. Both must send the same bytes, key order included.
+#[tokio::test]
+async fn a_plain_like_count_selection_is_written_as_async_graphql_writes_it() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let cases = [
+        ("remarkId likeCount", "...F", "fragment F on LikeCount { remarkId likeCount }"),
+        (
+            "n: likeCount __typename id: remarkId likeCount n: likeCount",
+            "... on LikeCount { n: likeCount __typename id: remarkId likeCount n: likeCount }",
+            "",
+        ),
+    ];
+    for (voter, (plain, executed, fragment)) in (10..).zip(cases) {
+        let query = |selection: &str, fragment: &str| {
+            format!(
+                "subscription {{ counts: likeCountChanged(remarkIds: [\"{remark}\"]) {{ {selection} }} }} {fragment}"
+            )
+        };
+        let mut direct = subscribe(&app, None, &query(plain, "")).await;
+        let mut executed = subscribe(&app, None, &query(executed, fragment)).await;
+        let first = raw_next(&mut direct).await;
+        assert_eq!(first, raw_next(&mut executed).await);
+        vote(&app, voter, &remark, true).await;
+        let from_direct = raw_other_than(&mut direct, &first).await;
+        assert_eq!(from_direct, raw_other_than(&mut executed, &first).await);
+        let parsed: Value = serde_json::from_str(&from_direct).unwrap();
+        assert_eq!(parsed["type"], "next", "{from_direct}");
+    }
+}
+
+/// The next text message other than `seen`: a subscriber may be sent the count it has once
+/// more first (see the test above).
+async fn raw_other_than(socket: &mut crate::harness::Socket, seen: &str) -> String {
+    loop {
+        let message = raw_next(socket).await;
+        if message != seen {
+            return message;
+        }
+    }
+}
+
+/// The next text message as it was written.
+async fn raw_next(socket: &mut crate::harness::Socket) -> String {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(10), socket.next())
+            .await
+            .expect("a message within 10s")
+            .expect("the socket is open")
+            .expect("a readable message");
+        if let Message::Text(text) = message {
+            return text.to_string();
+        }
+    }
+}
+
 #[tokio::test]
 async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channel() {
     let app = busy_app().await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_tungstenite::{
     connect_async,
-    tungstenite::{client::IntoClientRequest, http::HeaderValue},
+    tungstenite::{client::IntoClientRequest, http::HeaderValue, protocol::CloseFrame},
     MaybeTlsStream, WebSocketStream,
 };
 
@@ -150,4 +150,76 @@ async fn shutdown_closes_websockets_with_going_away() {
         .await
         .expect("stops in time")
         .unwrap();
+}
+
+#[tokio::test]
+async fn graphql_transport_ws_closes_on_its_protocol_errors() {
+    let app = TestApp::spawn().await;
+    let subscribe = |id: &str| {
+        json!({ "id": id, "type": "subscribe", "payload": { "query": "subscription { serverTime(everySeconds: 60) }" } })
+    };
+    let closed = |frame: Result<serde_json::Value, Option<CloseFrame>>| match frame {
+        Err(Some(frame)) => u16::from(frame.code),
+        other => panic!("closed instead of {other:?}"),
+    };
+
+    // A subscription before the connection is acknowledged.
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(&mut socket, subscribe("1")).await;
+    assert_eq!(closed(next(&mut socket).await), 4401);
+
+    // A message that is not one of the protocol's.
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(&mut socket, json!({ "type": "connection_init" })).await;
+    next(&mut socket).await.unwrap();
+    send(&mut socket, json!({ "type": "subscribe", "id": 1 })).await;
+    assert_eq!(closed(next(&mut socket).await), 4400);
+
+    // A second connection_init, and an id already running.
+    for (second, code) in [(json!({ "type": "connection_init" }), 4429), (subscribe("1"), 4409)] {
+        let mut socket = connect(&app, "graphql-transport-ws").await;
+        send(&mut socket, json!({ "type": "connection_init" })).await;
+        next(&mut socket).await.unwrap();
+        send(&mut socket, subscribe("1")).await;
+        assert_eq!(next(&mut socket).await.unwrap()["type"], "next");
+        send(&mut socket, second).await;
+        assert_eq!(closed(next(&mut socket).await), code);
+    }
+
+    // A ping is answered.
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(&mut socket, json!({ "type": "ping" })).await;
+    assert_eq!(next(&mut socket).await.unwrap(), json!({ "type": "pong" }));
+}
+
+#[tokio::test]
+async fn a_completed_operation_frees_its_id_and_its_subscription_slot() {
+    let app = TestApp::spawn_with(|config| config.max_subscriptions_per_connection = 1).await;
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        let (start, stop) = match protocol {
+            "graphql-ws" => ("start", "stop"),
+            _ => ("subscribe", "complete"),
+        };
+        let mut socket = connect(&app, protocol).await;
+        send(&mut socket, json!({ "type": "connection_init" })).await;
+        assert_eq!(next(&mut socket).await.unwrap()["type"], "connection_ack");
+        for _ in 0..3 {
+            send(&mut socket, json!({ "id": "1", "type": start, "payload": { "query": "subscription { serverTime(everySeconds: 60) }" } })).await;
+            let message = loop {
+                let message = next(&mut socket).await.unwrap();
+                if message["type"] != "ka" {
+                    break message;
+                }
+            };
+            assert!(
+                message["payload"]["data"]["serverTime"].is_string(),
+                "{protocol}: {message}"
+            );
+            send(&mut socket, json!({ "id": "1", "type": stop })).await;
+            if protocol == "graphql-ws" {
+                // The legacy protocol confirms a stop.
+                assert_eq!(next(&mut socket).await.unwrap()["type"], "complete");
+            }
+        }
+    }
 }

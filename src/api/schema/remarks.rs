@@ -8,7 +8,7 @@ use super::{
     ContextExt,
 };
 use crate::{
-    api::schema::id::Id64,
+    api::{http::ws::Template, schema::id::Id64},
     features::{
         remarks::{
             likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
@@ -196,6 +196,37 @@ impl From<VoteOutcome> for LikeResult {
 pub struct LikeCount {
     pub remark_id: Id64,
     pub like_count: i64,
+}
+
+/// `LikeCount`'s fields, for updates rendered without executing their selection (see
+/// [`Template`]); the names are the schema's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LikeCountField {
+    RemarkId,
+    LikeCount,
+}
+
+impl LikeCount {
+    /// The template of the `LikeCount` selection being resolved, if it is plain fields.
+    pub fn template(ctx: &Context<'_>) -> Option<Template<LikeCountField>> {
+        Template::of(ctx, "LikeCount", |name| match name {
+            "remarkId" => Some(LikeCountField::RemarkId),
+            "likeCount" => Some(LikeCountField::LikeCount),
+            _ => None,
+        })
+    }
+
+    /// One change as the response async-graphql would have written for the template's
+    /// selection (an `ID` is a string).
+    pub fn render(template: &Template<LikeCountField>, change: CountChange) -> String {
+        use std::fmt::Write;
+        template.render(|field, out| {
+            let _ = match field {
+                LikeCountField::RemarkId => write!(out, "\"{}\"", change.remark_id),
+                LikeCountField::LikeCount => write!(out, "{}", change.like_count),
+            };
+        })
+    }
 }
 
 impl From<CountChange> for LikeCount {

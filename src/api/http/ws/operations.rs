@@ -1,24 +1,24 @@
-//! The operations of one WebSocket: what they share ([`Connection`]) and the executor
-//! async-graphql hands each `subscribe` ([`Admitter`]): the same [`admission`] as an HTTP
-//! request first (token still valid, rates, size, parse, cost), a cap on the operations
-//! running at once, then the schema.
+//! The operations of one WebSocket: what they share ([`Connection`]) and how each
+//! `subscribe` runs ([`Admitter`]): the same [`admission`] as an HTTP request first (token
+//! still valid, rates, size, parse, cost), a cap on the operations running at once, then
+//! the schema, or the resolver's [`DirectOutlet`] once it has handed its updates there.
 
 use std::{
     net::IpAddr,
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
         Arc, OnceLock,
     },
 };
 
-use async_graphql::{BatchRequest, BatchResponse, Data, Executor, Request, Response, ServerError};
+use async_graphql::{Data, Request, Response, ServerError};
 use futures::{stream::BoxStream, StreamExt};
-use tracing::Instrument;
 
+use super::direct::{DirectOutlet, Payloads};
 use crate::{
     api::http::{
         admission::{self, Caller, RawOperation, Transport},
-        apq, HttpState,
+        apq, Gateway, HttpState,
     },
     api::schema::errors::assign_codes,
     infra::{
@@ -33,8 +33,6 @@ pub(super) struct Connection {
     pub(super) ip: IpAddr,
     /// Set by a successful `connection_init`.
     pub(super) caller: OnceLock<Caller>,
-    /// A `connection_init` was refused for its token (closed with 4403, not 1002).
-    pub(super) refused: AtomicBool,
     in_flight: AtomicUsize,
     max_in_flight: usize,
     pub(super) max_subscriptions: usize,
@@ -46,7 +44,6 @@ impl Connection {
             id: uuid::Uuid::new_v4().to_string(),
             ip,
             caller: OnceLock::new(),
-            refused: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             max_in_flight: http.gateway.config.ws_max_operations,
             max_subscriptions: http.gateway.config.max_subscriptions_per_connection,
@@ -54,8 +51,7 @@ impl Connection {
     }
 }
 
-/// The executor async-graphql hands each operation of a socket: admission first, then the
-/// schema.
+/// Runs the operations of a socket: admission first, then the schema.
 #[derive(Clone)]
 pub(super) struct Admitter {
     pub(super) http: HttpState,
@@ -106,47 +102,21 @@ impl Admitter {
 }
 
 /// A refused operation, in the wire form every other error takes.
-fn refusal(error: &AppError) -> Response {
+fn refusal(error: &AppError) -> String {
     metrics::record_error(error.code());
     let mut server_error = ServerError::new(error.public_message(), None);
     error.write_extensions(server_error.extensions.get_or_insert_with(Default::default));
-    Response::from_errors(vec![server_error])
+    payload(&Response::from_errors(vec![server_error]))
 }
 
-impl Executor for Admitter {
-    async fn execute(&self, request: Request) -> Response {
-        let span = admission::operation_span(Transport::WebSocket);
-        let recorded = span.clone();
-        async {
-            match self.admit(request).await {
-                Ok((admitted, _in_flight)) => {
-                    admission::record(&recorded, &admitted);
-                    let mut response = self.http.schema.execute(admitted.request).await;
-                    assign_codes(&mut response, &self.connection.id);
-                    response
-                }
-                Err(error) => refusal(&error),
-            }
-        }
-        .instrument(span)
-        .await
-    }
+fn payload(response: &Response) -> String {
+    serde_json::to_string(response).expect("a response serialises")
+}
 
-    async fn execute_batch(&self, batch: BatchRequest) -> BatchResponse {
-        match batch {
-            BatchRequest::Single(request) => BatchResponse::Single(self.execute(request).await),
-            BatchRequest::Batch(_) => BatchResponse::Single(refusal(&AppError::client(
-                ErrorCode::BadRequest,
-                "batched requests are not supported",
-            ))),
-        }
-    }
-
-    fn execute_stream(
-        &self,
-        request: Request,
-        session_data: Option<Arc<Data>>,
-    ) -> BoxStream<'static, Response> {
+impl Admitter {
+    /// Runs one operation of the socket: its responses (a query's or mutation's one, a
+    /// subscription's many) as JSON, each a message's payload.
+    pub(super) fn run(&self, request: Request, session: Arc<Data>) -> BoxStream<'static, String> {
         let this = self.clone();
         // The operation's span covers its admission and every poll of its stream: a
         // query's one response, or a subscription's life.
@@ -156,30 +126,21 @@ impl Executor for Admitter {
             match this.admit(request).await {
                 Ok((admitted, in_flight)) => {
                     admission::record(&admission_span, &admitted);
-                    let mut register = admitted.register.map(|r| (this.http.gateway.clone(), r));
-                    let connection = this.connection.clone();
-                    this.http
-                        .schema
-                        .execute_stream_with_session_data(
-                            admitted.request,
-                            session_data.unwrap_or_default(),
-                        )
-                        .map(move |mut response| {
-                            let _held = &in_flight;
-                            assign_codes(&mut response, &connection.id);
-                            // A persisted query is stored once it has passed validation.
-                            if let Some((gateway, (hash, query))) = register.take() {
-                                if !admission::is_request_error(&response) {
-                                    tokio::spawn(async move {
-                                        if let Err(error) = apq::register(&gateway, &hash, &query).await {
-                                            tracing::warn!(%error, "could not store a persisted query");
-                                        }
-                                    });
-                                }
-                            }
-                            response
-                        })
-                        .boxed()
+                    let outlet = DirectOutlet::default();
+                    let request = admitted.request.data(outlet.clone());
+                    Operation {
+                        graphql: Some(
+                            this.http
+                                .schema
+                                .execute_stream_with_session_data(request, session),
+                        ),
+                        direct: None,
+                        outlet,
+                        connection: this.connection.clone(),
+                        register: admitted.register.map(|r| (this.http.gateway.clone(), r)),
+                        _in_flight: in_flight,
+                    }
+                    .boxed()
                 }
                 Err(error) => futures::stream::once(async move { refusal(&error) }).boxed(),
             }
@@ -193,19 +154,81 @@ impl Executor for Admitter {
     }
 }
 
-/// A stream polled inside its span.
-struct InSpan {
-    stream: BoxStream<'static, Response>,
-    span: tracing::Span,
+/// An admitted operation: async-graphql's responses, until the resolver hands its updates
+/// to the [`DirectOutlet`]; from then on those.
+struct Operation {
+    graphql: Option<BoxStream<'static, Response>>,
+    direct: Option<Payloads>,
+    outlet: DirectOutlet,
+    connection: Arc<Connection>,
+    /// A persisted query to store once the operation has passed validation.
+    register: Option<(Arc<Gateway>, (String, String))>,
+    _in_flight: InFlight,
 }
 
-impl futures::Stream for InSpan {
-    type Item = Response;
+impl Operation {
+    fn settle(&mut self, valid: bool) {
+        let Some((gateway, (hash, query))) = self.register.take() else {
+            return;
+        };
+        if valid {
+            tokio::spawn(async move {
+                if let Err(error) = apq::register(&gateway, &hash, &query).await {
+                    tracing::warn!(%error, "could not store a persisted query");
+                }
+            });
+        }
+    }
+}
+
+impl futures::Stream for Operation {
+    type Item = String;
 
     fn poll_next(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Response>> {
+    ) -> std::task::Poll<Option<String>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if let Some(direct) = &mut this.direct {
+            return direct.poll_next_unpin(cx);
+        }
+        let Some(graphql) = &mut this.graphql else {
+            return Poll::Ready(None);
+        };
+        match graphql.poll_next_unpin(cx) {
+            Poll::Ready(Some(mut response)) => {
+                assign_codes(&mut response, &this.connection.id);
+                this.settle(!admission::is_request_error(&response));
+                Poll::Ready(Some(payload(&response)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match this.outlet.take() {
+                Some(direct) => {
+                    // The resolver's stream now lives in `direct`; async-graphql's is idle.
+                    this.graphql = None;
+                    this.settle(true);
+                    this.direct.insert(direct).poll_next_unpin(cx)
+                }
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// A stream polled inside its span.
+struct InSpan {
+    stream: BoxStream<'static, String>,
+    span: tracing::Span,
+}
+
+impl futures::Stream for InSpan {
+    type Item = String;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<String>> {
         let this = self.get_mut();
         let _entered = this.span.enter();
         this.stream.poll_next_unpin(cx)

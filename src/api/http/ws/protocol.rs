@@ -1,0 +1,125 @@
+//! The two WebSocket protocols' messages as the server writes them, and their close codes.
+//! Client messages are read with async-graphql's [`ClientMessage`], which accepts both
+//! protocols' names (`subscribe`/`start`, `complete`/`stop`).
+//!
+//! - `graphql-transport-ws` (the `graphql-ws` library): `connection_ack`, `next`,
+//!   `complete`, `pong`; a broken rule closes the socket with the protocol's 44xx code.
+//! - `graphql-ws` (the legacy `subscriptions-transport-ws`): `connection_ack`, `data`,
+//!   `complete`, and `connection_error` where the newer protocol closes the socket.
+
+pub use async_graphql::http::ClientMessage;
+use async_graphql::http::WebSocketProtocols;
+
+/// Close code of `graphql-transport-ws` for a message it cannot read.
+pub const BAD_REQUEST: u16 = 4400;
+/// Close code of `graphql-transport-ws` for a `subscribe` before `connection_ack`.
+pub const UNAUTHORIZED: u16 = 4401;
+/// Close code of `graphql-transport-ws` for a refused `connection_init` or an expired token.
+pub const FORBIDDEN: u16 = 4403;
+/// Close code of `graphql-transport-ws` when `connection_init` does not come in time.
+pub const INIT_TIMED_OUT: u16 = 4408;
+/// Close code of `graphql-transport-ws` for a `subscribe` reusing a running operation's id.
+pub const DUPLICATE_ID: u16 = 4409;
+/// Close code of `graphql-transport-ws` for a second `connection_init`.
+pub const TOO_MANY_INITS: u16 = 4429;
+/// The WebSocket close code for a protocol error (the legacy protocol's only one).
+pub const PROTOCOL_ERROR: u16 = 1002;
+
+/// The longest close reason a frame carries (125 bytes of payload, 2 of them the code).
+const MAX_REASON: usize = 123;
+
+/// What the server writes: a text message, or a close frame (after which nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    Text(String),
+    Close(u16, String),
+}
+
+/// A protocol rule the client broke: how the socket ends. The newer protocol closes it with
+/// `code`; the legacy one has no codes of its own and sends `connection_error` first.
+pub fn violation(protocol: WebSocketProtocols, code: u16, reason: &str) -> Vec<Outgoing> {
+    match protocol {
+        WebSocketProtocols::GraphQLWS => vec![close(code, reason)],
+        WebSocketProtocols::SubscriptionsTransportWS => vec![
+            connection_error(reason),
+            close(PROTOCOL_ERROR, reason),
+        ],
+    }
+}
+
+pub fn close(code: u16, reason: &str) -> Outgoing {
+    let mut end = reason.len().min(MAX_REASON);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    Outgoing::Close(code, reason[..end].to_string())
+}
+
+pub fn connection_ack() -> Outgoing {
+    Outgoing::Text(r#"{"type":"connection_ack"}"#.to_string())
+}
+
+pub fn connection_error(message: &str) -> Outgoing {
+    Outgoing::Text(
+        serde_json::json!({ "type": "connection_error", "payload": { "message": message } })
+            .to_string(),
+    )
+}
+
+pub fn pong() -> Outgoing {
+    Outgoing::Text(r#"{"type":"pong"}"#.to_string())
+}
+
+/// An operation's id as a JSON string, written once per operation into each message.
+pub fn quoted(id: &str) -> String {
+    serde_json::to_string(id).expect("a string serialises")
+}
+
+/// One result of an operation: `payload` is a GraphQL response in JSON.
+pub fn next(protocol: WebSocketProtocols, quoted_id: &str, payload: &str) -> Outgoing {
+    let kind = match protocol {
+        WebSocketProtocols::GraphQLWS => "next",
+        WebSocketProtocols::SubscriptionsTransportWS => "data",
+    };
+    let mut text = String::with_capacity(payload.len() + quoted_id.len() + 32);
+    text.push_str(r#"{"type":""#);
+    text.push_str(kind);
+    text.push_str(r#"","id":"#);
+    text.push_str(quoted_id);
+    text.push_str(r#","payload":"#);
+    text.push_str(payload);
+    text.push('}');
+    Outgoing::Text(text)
+}
+
+pub fn complete(quoted_id: &str) -> Outgoing {
+    Outgoing::Text(format!(r#"{{"type":"complete","id":{quoted_id}}}"#))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_next_message_wraps_the_payload_as_it_is() {
+        let id = quoted("a\"1");
+        let Outgoing::Text(text) = next(WebSocketProtocols::GraphQLWS, &id, r#"{"data":{}}"#)
+        else {
+            panic!("a text message")
+        };
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!({ "type": "next", "id": "a\"1", "payload": { "data": {} } })
+        );
+    }
+
+    #[test]
+    fn a_close_reason_is_cut_to_what_a_frame_holds_on_a_char_boundary() {
+        let Outgoing::Close(_, reason) = close(PROTOCOL_ERROR, &"é".repeat(100)) else {
+            panic!("a close")
+        };
+        assert!(reason.len() <= MAX_REASON);
+        assert_eq!(reason.len(), 122);
+    }
+}

@@ -1,0 +1,376 @@
+//! One WebSocket's conversation, after the upgrade: `connection_init` and its answer,
+//! operations started and stopped by id, pings, and how the socket ends (see the close
+//! codes in [`protocol`]). Each operation's results are one stream; all of a socket's
+//! streams are polled together, each only when it was woken.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_graphql::{http::WebSocketProtocols, Data};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures::{
+    future::BoxFuture,
+    stream::{AbortHandle, Abortable, BoxStream, SelectAll, SplitSink},
+    SinkExt, StreamExt,
+};
+use serde_json::Value;
+use tokio::{sync::mpsc, time::Instant};
+
+use super::{
+    operations::{Admitter, Connection},
+    protocol::{self, ClientMessage, Outgoing},
+    SubscriptionSlots, INIT_TIMEOUT,
+};
+use crate::{
+    api::http::{admission, HttpState},
+    infra::error::{AppError, ErrorCode},
+};
+
+/// Close code sent when the server goes away.
+const GOING_AWAY: u16 = 1001;
+/// Close code for a message larger than the limit.
+const MESSAGE_TOO_BIG: u16 = 1009;
+
+/// Which operation a result belongs to: its id, written once as JSON, and a serial that
+/// tells a stopped operation's end from a later one's under the same id.
+struct Tag {
+    id: String,
+    quoted: String,
+    serial: u64,
+}
+
+/// An operation's results; taken out (and so dropped) at once when the client stops it,
+/// so that what it held (its place among the running operations, its subscription slot,
+/// its channels) is free for the client's next message.
+type Results = Arc<Mutex<Option<BoxStream<'static, String>>>>;
+
+struct Running {
+    serial: u64,
+    results: Results,
+    /// Wakes the operation's stream so that the session lets go of it too.
+    abort: AbortHandle,
+}
+
+impl Running {
+    fn stop(self) {
+        let results = self.results.lock().expect("poisoned").take();
+        drop(results);
+        self.abort.abort();
+    }
+}
+
+/// The stream the session polls for one operation.
+struct Stoppable(Results);
+
+impl futures::Stream for Stoppable {
+    type Item = String;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<String>> {
+        match self.0.lock().expect("poisoned").as_mut() {
+            Some(results) => results.poll_next_unpin(cx),
+            None => std::task::Poll::Ready(None),
+        }
+    }
+}
+
+/// The state of one socket's conversation.
+pub(super) struct Session {
+    http: HttpState,
+    protocol: WebSocketProtocols,
+    connection: Arc<Connection>,
+    admitter: Admitter,
+    header_token: Option<String>,
+    /// Set once `connection_init` was answered with `connection_ack`.
+    data: Option<Arc<Data>>,
+    init_sent: bool,
+    running: HashMap<String, Running>,
+    results: SelectAll<BoxStream<'static, (Arc<Tag>, Option<String>)>>,
+    serial: u64,
+}
+
+/// What the socket does after a message.
+enum Next {
+    Go,
+    End,
+}
+
+impl Session {
+    pub(super) fn new(
+        http: HttpState,
+        protocol: WebSocketProtocols,
+        connection: Arc<Connection>,
+        header_token: Option<String>,
+    ) -> Self {
+        let admitter = Admitter {
+            http: http.clone(),
+            connection: connection.clone(),
+        };
+        Self {
+            http,
+            protocol,
+            connection,
+            admitter,
+            header_token,
+            data: None,
+            init_sent: false,
+            running: HashMap::new(),
+            results: SelectAll::new(),
+            serial: 0,
+        }
+    }
+
+    /// Talks with the client until either side ends the conversation. `inbox` carries the
+    /// client's messages; it ends when the client hangs up or sent a message over the limit
+    /// (`too_big` then says so).
+    pub(super) async fn run(
+        mut self,
+        mut sink: SplitSink<WebSocket, Message>,
+        mut inbox: mpsc::Receiver<Vec<u8>>,
+        too_big: impl Fn() -> bool,
+    ) {
+        let shutdown = self.http.gateway.infra.instance.shutdown.clone().cancelled_owned();
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut init: Option<BoxFuture<'static, Result<Data, AppError>>> = None;
+        // One timer per socket: first the deadline of `connection_init`, then, once the
+        // connection is acknowledged, the token's expiry (none for an anonymous connection).
+        let deadline = tokio::time::sleep(INIT_TIMEOUT);
+        let mut deadline = std::pin::pin!(deadline);
+        let mut deadline_armed = true;
+        let mut out: Vec<Outgoing> = Vec::new();
+        loop {
+            let next = tokio::select! {
+                () = &mut shutdown => {
+                    out.push(protocol::close(GOING_AWAY, "server shutting down"));
+                    Next::End
+                }
+                result = self.results.next(), if !self.results.is_empty() => {
+                    let Some((tag, payload)) = result else { continue };
+                    self.on_result(&tag, payload, &mut out);
+                    Next::Go
+                }
+                // While `connection_init` is being checked the client's messages wait.
+                message = inbox.recv(), if init.is_none() => match message {
+                    Some(bytes) => self.on_message(&bytes, &mut init, &mut out),
+                    None => {
+                        if too_big() {
+                            out.push(protocol::close(MESSAGE_TOO_BIG, "message too big"));
+                        }
+                        Next::End
+                    }
+                },
+                accepted = async { init.as_mut().expect("guarded").await }, if init.is_some() => {
+                    init = None;
+                    let next = self.on_init(accepted, &mut out);
+                    match self.connection.caller.get().and_then(|c| c.token_expires_at) {
+                        Some(exp) if self.data.is_some() => deadline.as_mut().reset(instant_of(exp)),
+                        _ if self.data.is_some() => deadline_armed = false,
+                        _ => {}
+                    }
+                    next
+                }
+                () = &mut deadline, if deadline_armed => {
+                    let (code, reason) = if self.data.is_none() {
+                        (protocol::INIT_TIMED_OUT, "Connection initialisation timeout")
+                    } else {
+                        (protocol::FORBIDDEN, "token expired")
+                    };
+                    out.push(protocol::close(code, reason));
+                    Next::End
+                }
+            };
+            for message in out.drain(..) {
+                let closing = matches!(message, Outgoing::Close(..));
+                if sink.send(into_message(message)).await.is_err() {
+                    return;
+                }
+                if closing {
+                    let _ = sink.close().await;
+                    return;
+                }
+            }
+            if let Next::End = next {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    }
+
+    fn on_result(&mut self, tag: &Tag, payload: Option<String>, out: &mut Vec<Outgoing>) {
+        match payload {
+            Some(payload) => out.push(protocol::next(self.protocol, &tag.quoted, &payload)),
+            // The operation's end; unless the client stopped it, which it knows.
+            None => {
+                if self.running.get(&tag.id).is_some_and(|r| r.serial == tag.serial) {
+                    self.running.remove(&tag.id);
+                    out.push(protocol::complete(&tag.quoted));
+                }
+            }
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        bytes: &[u8],
+        init: &mut Option<BoxFuture<'static, Result<Data, AppError>>>,
+        out: &mut Vec<Outgoing>,
+    ) -> Next {
+        let message = match ClientMessage::from_bytes(bytes) {
+            Ok(message) => message,
+            Err(error) => return self.violation(protocol::BAD_REQUEST, &error.to_string(), out),
+        };
+        match message {
+            ClientMessage::ConnectionInit { payload } => {
+                if self.init_sent {
+                    return self.violation(
+                        protocol::TOO_MANY_INITS,
+                        "Too many initialisation requests",
+                        out,
+                    );
+                }
+                self.init_sent = true;
+                *init = Some(self.accept(payload.unwrap_or_default()));
+            }
+            ClientMessage::Start { id, payload } => {
+                let Some(data) = self.data.clone() else {
+                    return self.violation(protocol::UNAUTHORIZED, "Unauthorized", out);
+                };
+                if let Some(running) = self.running.remove(&id) {
+                    match self.protocol {
+                        WebSocketProtocols::GraphQLWS => {
+                            return self.violation(
+                                protocol::DUPLICATE_ID,
+                                &format!("Subscriber for {id} already exists"),
+                                out,
+                            );
+                        }
+                        // The legacy protocol's servers replace the operation.
+                        WebSocketProtocols::SubscriptionsTransportWS => running.stop(),
+                    }
+                }
+                self.start(id, self.admitter.run(payload, data));
+            }
+            ClientMessage::Stop { id } => {
+                if let Some(running) = self.running.remove(&id) {
+                    running.stop();
+                    if self.protocol == WebSocketProtocols::SubscriptionsTransportWS {
+                        out.push(protocol::complete(&protocol::quoted(&id)));
+                    }
+                }
+            }
+            ClientMessage::ConnectionTerminate => return Next::End,
+            ClientMessage::Ping { .. } => out.push(protocol::pong()),
+            ClientMessage::Pong { .. } => {}
+        }
+        Next::Go
+    }
+
+    fn start(&mut self, id: String, results: BoxStream<'static, String>) {
+        self.serial += 1;
+        let (abort, registration) = AbortHandle::new_pair();
+        let results: Results = Arc::new(Mutex::new(Some(results)));
+        let tag = Arc::new(Tag {
+            quoted: protocol::quoted(&id),
+            id: id.clone(),
+            serial: self.serial,
+        });
+        self.running.insert(
+            id,
+            Running {
+                serial: self.serial,
+                results: results.clone(),
+                abort,
+            },
+        );
+        let end = tag.clone();
+        self.results.push(
+            Abortable::new(Stoppable(results), registration)
+                .map(move |payload| (tag.clone(), Some(payload)))
+                .chain(futures::stream::once(async move { (end, None) }))
+                .boxed(),
+        );
+    }
+
+    /// Checks `connection_init`'s token: the connection's data once accepted.
+    fn accept(&self, payload: Value) -> BoxFuture<'static, Result<Data, AppError>> {
+        let gateway = self.http.gateway.clone();
+        let connection = self.connection.clone();
+        let token = authorization_in(&payload).or_else(|| self.header_token.clone());
+        Box::pin(async move {
+            let caller = admission::identify(&gateway, connection.ip, token.as_deref()).await?;
+            let _ = connection.caller.set(caller);
+            let mut data = Data::default();
+            data.insert(SubscriptionSlots::new(connection.max_subscriptions));
+            Ok(data)
+        })
+    }
+
+    fn on_init(&mut self, accepted: Result<Data, AppError>, out: &mut Vec<Outgoing>) -> Next {
+        match accepted {
+            Ok(data) => {
+                self.data = Some(Arc::new(data));
+                out.push(protocol::connection_ack());
+                Next::Go
+            }
+            Err(error) => {
+                let message = error.public_message();
+                match self.protocol {
+                    // A refusal about the token is the protocol's 4403.
+                    WebSocketProtocols::GraphQLWS => out.push(protocol::close(
+                        if error.code() == ErrorCode::Unauthenticated {
+                            protocol::FORBIDDEN
+                        } else {
+                            protocol::PROTOCOL_ERROR
+                        },
+                        &message,
+                    )),
+                    WebSocketProtocols::SubscriptionsTransportWS => {
+                        out.push(protocol::connection_error(&message));
+                    }
+                }
+                Next::End
+            }
+        }
+    }
+
+    fn violation(&self, code: u16, reason: &str, out: &mut Vec<Outgoing>) -> Next {
+        out.extend(protocol::violation(self.protocol, code, reason));
+        Next::End
+    }
+}
+
+fn into_message(message: Outgoing) -> Message {
+    match message {
+        Outgoing::Text(text) => Message::Text(text.into()),
+        Outgoing::Close(code, reason) => Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })),
+    }
+}
+
+/// The moment of a Unix time in seconds, on tokio's clock.
+fn instant_of(unix_seconds: i64) -> Instant {
+    let left = unix_seconds.saturating_sub(chrono::Utc::now().timestamp());
+    Instant::now() + Duration::from_secs(u64::try_from(left).unwrap_or(0))
+}
+
+/// `Authorization` (any case) from a `connection_init` payload; `authToken` and `token` as
+/// bare tokens are accepted too, since some clients use them.
+fn authorization_in(payload: &Value) -> Option<String> {
+    let object = payload.as_object()?;
+    for (key, value) in object {
+        if key.eq_ignore_ascii_case("authorization") {
+            return value.as_str().map(str::to_string);
+        }
+    }
+    ["authToken", "token"]
+        .iter()
+        .find_map(|key| object.get(*key).and_then(Value::as_str))
+        .map(|token| format!("Bearer {token}"))
+}
