@@ -70,6 +70,7 @@ impl Features {
                 infra: infra.clone(),
                 settings: Arc::new(remarks::RemarkSettings::from_config(config)),
                 items: items.clone(),
+                like_counts: Arc::default(),
             },
             feed: feed::Feed {
                 infra: infra.clone(),

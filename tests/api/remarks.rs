@@ -485,7 +485,12 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
         1,
         "one Redis subscription for 200 GraphQL subscribers"
     );
-    assert_eq!(app.state.infra.live.local_subscribers(&channel), 200);
+    assert_eq!(
+        app.state.infra.live.local_subscribers(&channel),
+        1,
+        "one follower of the count in the instance, writing to all 200"
+    );
+    assert_eq!(app.state.features.remarks.like_counts.followed().await, 1);
 
     vote(&app, 3, &remark, true).await;
     for socket in &mut sockets {
@@ -504,6 +509,15 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
             break;
         }
     }
+
+    // The last subscriber gone, the count is no longer followed, here or in Redis.
+    drop(sockets);
+    crate::harness::eventually(async || {
+        app.state.features.remarks.like_counts.followed().await == 0
+            && app.state.infra.live.local_subscribers(&channel) == 0
+            && crate::harness::listeners(&app, &channel).await == 0
+    })
+    .await;
 }
 
 /// A plain selection's updates are written straight to JSON; the same selection through a
@@ -514,7 +528,11 @@ async fn a_plain_like_count_selection_is_written_as_async_graphql_writes_it() {
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
     let cases = [
-        ("remarkId likeCount", "...F", "fragment F on LikeCount { remarkId likeCount }"),
+        (
+            "remarkId likeCount",
+            "...F",
+            "fragment F on LikeCount { remarkId likeCount }",
+        ),
         (
             "n: likeCount __typename id: remarkId likeCount n: likeCount",
             "... on LikeCount { n: likeCount __typename id: remarkId likeCount n: likeCount }",

@@ -155,9 +155,7 @@ async fn shutdown_closes_websockets_with_going_away() {
 #[tokio::test]
 async fn graphql_transport_ws_closes_on_its_protocol_errors() {
     let app = TestApp::spawn().await;
-    let subscribe = |id: &str| {
-        json!({ "id": id, "type": "subscribe", "payload": { "query": "subscription { serverTime(everySeconds: 60) }" } })
-    };
+    let subscribe = |id: &str| json!({ "id": id, "type": "subscribe", "payload": { "query": "subscription { serverTime(everySeconds: 60) }" } });
     let closed = |frame: Result<serde_json::Value, Option<CloseFrame>>| match frame {
         Err(Some(frame)) => u16::from(frame.code),
         other => panic!("closed instead of {other:?}"),
@@ -176,7 +174,10 @@ async fn graphql_transport_ws_closes_on_its_protocol_errors() {
     assert_eq!(closed(next(&mut socket).await), 4400);
 
     // A second connection_init, and an id already running.
-    for (second, code) in [(json!({ "type": "connection_init" }), 4429), (subscribe("1"), 4409)] {
+    for (second, code) in [
+        (json!({ "type": "connection_init" }), 4429),
+        (subscribe("1"), 4409),
+    ] {
         let mut socket = connect(&app, "graphql-transport-ws").await;
         send(&mut socket, json!({ "type": "connection_init" })).await;
         next(&mut socket).await.unwrap();

@@ -15,7 +15,7 @@ use crate::{
             ContextExt,
         },
     },
-    features::remarks::{likes::Vote, recommended, NewRemark, Remarks},
+    features::remarks::{likes::Vote, live::CountChange, recommended, NewRemark, Remarks},
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
@@ -130,24 +130,26 @@ impl RemarkSubscription {
             .map(|id| Ok::<_, AppError>(id.0))
             .collect::<AppResult<Vec<_>>>()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let changes = ctx
-            .feature::<Remarks>()
-            .like_count_changes(ids)
-            .await?
-            .map(move |change| {
-                let _held = &slot;
-                change
-            });
-        // On a WebSocket, a plain selection's updates are written once each, straight to
-        // JSON: at thousands of subscribers that is most of a delivery's cost.
+        let remarks = ctx.feature::<Remarks>();
+        // On a WebSocket, a plain selection's updates are written to the socket by the
+        // instance's one follower of each count, without executing the selection: at
+        // thousands of subscribers that was most of a delivery's cost.
         if let (Some(outlet), Some(template)) = (DirectOutlet::of(ctx), LikeCount::template(ctx)) {
-            outlet.hand_over(
-                changes
-                    .map(move |change| LikeCount::render(&template, change))
-                    .boxed(),
-            );
+            let watcher = outlet.watcher(template.size(), move |remark_id, like_count, out| {
+                let change = CountChange {
+                    remark_id,
+                    like_count,
+                };
+                LikeCount::render(&template, change, out)
+            });
+            let watch = remarks.watch_like_counts(ids, watcher).await?;
+            outlet.hold((watch, slot));
             return Ok(futures::stream::pending().left_stream());
         }
+        let changes = remarks.like_count_changes(ids).await?.map(move |change| {
+            let _held = &slot;
+            change
+        });
         Ok(changes.map(LikeCount::from).right_stream())
     }
 }

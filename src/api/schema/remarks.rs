@@ -217,10 +217,10 @@ impl LikeCount {
     }
 
     /// One change as the response async-graphql would have written for the template's
-    /// selection (an `ID` is a string).
-    pub fn render(template: &Template<LikeCountField>, change: CountChange) -> String {
+    /// selection (an `ID` is a string), appended to `out`.
+    pub fn render(template: &Template<LikeCountField>, change: CountChange, out: &mut String) {
         use std::fmt::Write;
-        template.render(|field, out| {
+        template.render(out, |field, out| {
             let _ = match field {
                 LikeCountField::RemarkId => write!(out, "\"{}\"", change.remark_id),
                 LikeCountField::LikeCount => write!(out, "{}", change.like_count),

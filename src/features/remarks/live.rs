@@ -10,13 +10,19 @@
 //! (`voucherStockChanged`, of an existing voucher; `leaderboardChanged` and `myRankChanged`,
 //! of a season's board) or none (`serverTime`).
 
-use std::collections::HashSet;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
-use futures::{Stream, StreamExt};
+use futures::{future::BoxFuture, Stream, StreamExt};
 
 use crate::{
     features::remarks::Remarks,
-    infra::error::{AppError, AppResult},
+    infra::{
+        error::{AppError, AppResult},
+        live::{CounterWatcher, Watch},
+    },
 };
 
 /// Distinct remarks one subscription may watch.
@@ -35,6 +41,44 @@ impl Remarks {
         &self,
         remark_ids: Vec<i64>,
     ) -> AppResult<impl Stream<Item = CountChange>> {
+        let remark_ids = self.watchable(remark_ids, &HashSet::new()).await?;
+        let changes = crate::infra::live::counter_changes(
+            &self.infra,
+            remark_ids,
+            self.like_count_channel(),
+            self.like_count_reader(),
+        )
+        .await?;
+        Ok(changes.map(|(remark_id, like_count)| CountChange {
+            remark_id,
+            like_count,
+        }))
+    }
+
+    /// The same as [`Self::like_count_changes`], handed to `watcher` by the instance's one
+    /// follower of each remark's count ([`crate::infra::live::SharedCounters`]) for as long as the watch is kept.
+    pub async fn watch_like_counts(
+        &self,
+        remark_ids: Vec<i64>,
+        watcher: Arc<dyn CounterWatcher>,
+    ) -> AppResult<Watch> {
+        // A remark followed here exists: it was found when first watched, and remarks are
+        // never deleted. Subscribers of a busy remark skip the SQL query.
+        let known = self.like_counts.followed_among(&remark_ids).await;
+        let remark_ids = self.watchable(remark_ids, &known).await?;
+        self.like_counts
+            .watch(
+                &self.infra,
+                &remark_ids,
+                self.like_count_channel(),
+                self.like_count_reader(),
+                watcher,
+            )
+            .await
+    }
+
+    /// Distinct remark ids, 1 to [`MAX_REMARKS`], that all exist (those in `known` do).
+    async fn watchable(&self, remark_ids: Vec<i64>, known: &HashSet<i64>) -> AppResult<Vec<i64>> {
         let mut seen = HashSet::new();
         let remark_ids: Vec<i64> = remark_ids
             .into_iter()
@@ -45,32 +89,42 @@ impl Remarks {
                 "watch 1 to {MAX_REMARKS} remarks"
             )));
         }
-        let existing = self.existing(&remark_ids).await?;
-        if let Some(missing) = remark_ids.iter().find(|id| !existing.contains(id)) {
+        let unknown: Vec<i64> = remark_ids
+            .iter()
+            .copied()
+            .filter(|id| !known.contains(id))
+            .collect();
+        let existing = if unknown.is_empty() {
+            HashSet::new()
+        } else {
+            self.existing(&unknown).await?
+        };
+        if let Some(missing) = unknown.iter().find(|id| !existing.contains(id)) {
             return Err(AppError::not_found(format!("no remark {missing}")));
         }
+        Ok(remark_ids)
+    }
+
+    fn like_count_channel(&self) -> impl Fn(i64) -> String {
         let keys = self.infra.keys.clone();
         let shards = self.settings.shards;
+        move |id| keys.like_count_channel(id, shards)
+    }
+
+    fn like_count_reader(
+        &self,
+    ) -> impl Fn(Vec<i64>) -> BoxFuture<'static, AppResult<HashMap<i64, i64>>> + Clone + Send + Sync
+    {
         let reader = self.clone();
-        let changes = crate::infra::live::counter_changes(
-            &self.infra,
-            remark_ids,
-            move |id| keys.like_count_channel(id, shards),
-            move |ids| {
-                let ctx = reader.clone();
-                async move {
-                    let infos = ctx.like_infos(None, &ids).await?;
-                    Ok(infos
-                        .into_iter()
-                        .map(|(id, info)| (id, info.count))
-                        .collect())
-                }
-            },
-        )
-        .await?;
-        Ok(changes.map(|(remark_id, like_count)| CountChange {
-            remark_id,
-            like_count,
-        }))
+        move |ids| {
+            let remarks = reader.clone();
+            Box::pin(async move {
+                let infos = remarks.like_infos(None, &ids).await?;
+                Ok(infos
+                    .into_iter()
+                    .map(|(id, info)| (id, info.count))
+                    .collect())
+            })
+        }
     }
 }

@@ -30,6 +30,7 @@ use crate::{
         cache::TtlCache,
         config::Config,
         error::{AppError, AppResult, ResultExt},
+        live::SharedCounters,
         redis::Keys,
         streams, Infra,
     },
@@ -42,6 +43,8 @@ pub struct Remarks {
     pub infra: Infra,
     pub settings: Arc<RemarkSettings>,
     pub items: Items,
+    /// The like counts this instance follows for direct `likeCountChanged` subscribers.
+    pub like_counts: Arc<SharedCounters>,
 }
 
 pub const MAX_CONTENT_CHARS: usize = 2000;

@@ -1,40 +1,158 @@
-//! Direct delivery: a subscription whose updates are written straight to JSON, once per
-//! update, instead of async-graphql executing the operation's selection for every update.
+//! Direct delivery: subscription updates written straight to the subscriber's socket by
+//! the one task per instance that follows the counter (see
+//! [`crate::infra::live::SharedCounters`]), rendered by a [`Template`] instead of
+//! async-graphql executing the operation's selection for every update.
 //!
-//! At thousands of subscribers the selection's execution was the largest part of a
-//! delivery (a boxed future per field, a `Value` tree, a `Response`, then serde walking
-//! it). A subscription resolver on a WebSocket may hand its updates to its operation's
-//! [`DirectOutlet`] instead, already rendered by a [`Template`]; the operation then sends
-//! those and no longer polls async-graphql. Everything before the first update (admission,
+//! At thousands of subscribers a delivery through async-graphql cost a wake of the
+//! subscriber's task, its own coalescing, the selection's execution (a boxed future per
+//! field, a `Value` tree, a `Response`, serde walking it) and the session's framing; what
+//! has to be paid is the write. A subscription resolver on a WebSocket may instead hand a
+//! [`DirectWatcher`] from its operation's [`DirectOutlet`] to the shared counters, and the
+//! outlet what the subscription holds. Everything before the first update (admission,
 //! validation, arguments, the resolver's own errors) still goes through async-graphql, so
 //! the two paths answer alike; a selection the template cannot render exactly (arguments,
 //! directives, fragments) stays on async-graphql's path.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+};
 
-use async_graphql::{parser::types::Selection, Context};
+use async_graphql::{http::WebSocketProtocols, parser::types::Selection, Context};
+use axum::extract::ws::Message;
 use futures::stream::BoxStream;
 
-/// Updates rendered as GraphQL responses in JSON (`{"data":{…}}`).
+use super::{protocol, writer::SocketWriter};
+use crate::infra::live::CounterWatcher;
+
+/// An operation's results as GraphQL responses in JSON; a direct subscription's never
+/// yields and holds what the subscription holds.
 pub type Payloads = BoxStream<'static, String>;
 
-/// Where the resolver of one WebSocket operation may hand its rendered updates. Present in
+/// What the resolver of one WebSocket operation may use to deliver directly. Present in
 /// the operation's data on WebSockets only.
-#[derive(Clone, Default)]
-pub struct DirectOutlet(Arc<Mutex<Option<Payloads>>>);
+#[derive(Clone)]
+pub struct DirectOutlet {
+    writer: Arc<SocketWriter>,
+    protocol: WebSocketProtocols,
+    /// The operation's id as a JSON string.
+    quoted_id: Arc<str>,
+    held: Arc<Mutex<Option<Payloads>>>,
+}
 
 impl DirectOutlet {
+    pub(super) fn new(
+        writer: Arc<SocketWriter>,
+        protocol: WebSocketProtocols,
+        quoted_id: Arc<str>,
+    ) -> Self {
+        Self {
+            writer,
+            protocol,
+            quoted_id,
+            held: Arc::default(),
+        }
+    }
+
     /// The outlet of the operation being resolved; `None` off WebSockets.
     pub fn of<'a>(ctx: &Context<'a>) -> Option<&'a Self> {
         ctx.data_opt::<Self>()
     }
 
-    pub fn hand_over(&self, payloads: Payloads) {
-        *self.0.lock().expect("poisoned") = Some(payloads);
+    /// A watcher writing each `(id, value)` as the operation's result, the response that
+    /// `render` appends (about `size` bytes).
+    pub fn watcher(
+        &self,
+        size: usize,
+        render: impl Fn(i64, i64, &mut String) + Send + Sync + 'static,
+    ) -> Arc<DirectWatcher> {
+        Arc::new_cyclic(|me| DirectWatcher {
+            me: me.clone(),
+            writer: self.writer.clone(),
+            protocol: self.protocol,
+            quoted_id: self.quoted_id.clone(),
+            size,
+            render: Box::new(render),
+            missed: Mutex::default(),
+        })
+    }
+
+    /// Ends async-graphql's part in the operation: from now on its updates are delivered
+    /// directly, for as long as the operation keeps `held` (until the client stops it or
+    /// the socket closes).
+    pub fn hold(&self, held: impl Send + 'static) {
+        *self.held.lock().expect("poisoned") = Some(Box::pin(Holding(held)));
     }
 
     pub(super) fn take(&self) -> Option<Payloads> {
-        self.0.lock().expect("poisoned").take()
+        self.held.lock().expect("poisoned").take()
+    }
+}
+
+/// A result stream that never yields, keeping what a direct subscription holds.
+struct Holding<T>(T);
+
+impl<T> futures::Stream for Holding<T> {
+    type Item = String;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<String>> {
+        std::task::Poll::Pending
+    }
+}
+
+/// Appends the response for counter `id` at `value`.
+type Render = dyn Fn(i64, i64, &mut String) + Send + Sync;
+
+/// One direct subscription's side of the shared counters.
+pub struct DirectWatcher {
+    me: Weak<DirectWatcher>,
+    writer: Arc<SocketWriter>,
+    protocol: WebSocketProtocols,
+    quoted_id: Arc<str>,
+    size: usize,
+    render: Box<Render>,
+    /// The latest value of each counter the socket could not take yet.
+    missed: Mutex<HashMap<i64, i64>>,
+}
+
+impl DirectWatcher {
+    fn message(&self, id: i64, value: i64) -> Message {
+        let text = protocol::next_with(self.protocol, &self.quoted_id, self.size, |out| {
+            (self.render)(id, value, out)
+        });
+        Message::Text(text.into())
+    }
+
+    /// Sends what the socket could not take before, now that it drained.
+    pub(super) fn catch_up(&self) {
+        let mut missed = self.missed.lock().expect("poisoned");
+        let ids: Vec<i64> = missed.keys().copied().collect();
+        for id in ids {
+            let value = missed[&id];
+            if !self.writer.try_send(|| self.message(id, value)) {
+                self.writer.wait_for_drain(self.me.clone());
+                return;
+            }
+            missed.remove(&id);
+        }
+    }
+}
+
+impl CounterWatcher for DirectWatcher {
+    fn deliver(&self, id: i64, value: i64) {
+        let mut missed = self.missed.lock().expect("poisoned");
+        // Behind already: the latest value waits with the others for the socket to drain.
+        if !missed.is_empty() {
+            missed.insert(id, value);
+            return;
+        }
+        if !self.writer.try_send(|| self.message(id, value)) {
+            missed.insert(id, value);
+            self.writer.wait_for_drain(self.me.clone());
+        }
     }
 }
 
@@ -61,7 +179,11 @@ impl<F: Copy + PartialEq> Template<F> {
     /// The template of the field being resolved, if its selection is only fields that
     /// `field` knows, without arguments, directives, sub-selections or fragments (the rest
     /// of GraphQL is left to async-graphql). `typename` is the object type's name.
-    pub fn of(ctx: &Context<'_>, typename: &str, field: impl Fn(&str) -> Option<F>) -> Option<Self> {
+    pub fn of(
+        ctx: &Context<'_>,
+        typename: &str,
+        field: impl Fn(&str) -> Option<F>,
+    ) -> Option<Self> {
         // The parsed field: `SelectionField` flattens fragments and hides their directives,
         // which decide whether their fields are in the response.
         let root = &ctx.item.node;
@@ -93,18 +215,14 @@ impl<F: Copy + PartialEq> Template<F> {
             fields.push((format!("\"{key}\":"), slot));
         }
         Some(Self {
-            head: format!(
-                "{{\"data\":{{\"{}\":{{",
-                root.response_key().node.as_str()
-            ),
+            head: format!("{{\"data\":{{\"{}\":{{", root.response_key().node.as_str()),
             fields,
             typename: format!("\"{typename}\""),
         })
     }
 
-    /// One update's response; `value` writes a field's value as JSON.
-    pub fn render(&self, mut value: impl FnMut(F, &mut String)) -> String {
-        let mut out = String::with_capacity(self.head.len() + 24 * self.fields.len() + 3);
+    /// One update's response, appended to `out`; `value` writes a field's value as JSON.
+    pub fn render(&self, out: &mut String, mut value: impl FnMut(F, &mut String)) {
         out.push_str(&self.head);
         for (n, (key, slot)) in self.fields.iter().enumerate() {
             if n > 0 {
@@ -112,11 +230,15 @@ impl<F: Copy + PartialEq> Template<F> {
             }
             out.push_str(key);
             match slot {
-                Slot::Field(field) => value(*field, &mut out),
+                Slot::Field(field) => value(*field, out),
                 Slot::Typename => out.push_str(&self.typename),
             }
         }
         out.push_str("}}}");
-        out
+    }
+
+    /// About how long a rendered response is, to size its buffer once.
+    pub fn size(&self) -> usize {
+        self.head.len() + 24 * self.fields.len() + 3
     }
 }

@@ -42,11 +42,13 @@ mod operations;
 mod protocol;
 mod session;
 mod slots;
+mod writer;
 
 pub use direct::{DirectOutlet, Template};
 use operations::Connection;
 use session::Session;
 pub use slots::{SubscriptionSlot, SubscriptionSlots};
+use writer::SocketWriter;
 
 use super::{client_ip, server::ConnectionSlot, HttpState};
 
@@ -142,7 +144,8 @@ async fn serve(
         }
     });
     let _reader = AbortOnDropHandle::new(reader);
-    Session::new(http, protocol, connection, header_token)
-        .run(sink, inbox, move || too_big.load(Ordering::Acquire))
+    let writer = Arc::new(SocketWriter::new(sink));
+    Session::new(http, protocol, connection, writer, header_token)
+        .run(inbox, move || too_big.load(Ordering::Acquire))
         .await;
 }

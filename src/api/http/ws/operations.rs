@@ -1,7 +1,7 @@
 //! The operations of one WebSocket: what they share ([`Connection`]) and how each
 //! `subscribe` runs ([`Admitter`]): the same [`admission`] as an HTTP request first (token
 //! still valid, rates, size, parse, cost), a cap on the operations running at once, then
-//! the schema, or the resolver's [`DirectOutlet`] once it has handed its updates there.
+//! the schema, until the resolver delivers directly (see [`DirectOutlet::hold`]).
 
 use std::{
     net::IpAddr,
@@ -116,7 +116,12 @@ fn payload(response: &Response) -> String {
 impl Admitter {
     /// Runs one operation of the socket: its responses (a query's or mutation's one, a
     /// subscription's many) as JSON, each a message's payload.
-    pub(super) fn run(&self, request: Request, session: Arc<Data>) -> BoxStream<'static, String> {
+    pub(super) fn run(
+        &self,
+        request: Request,
+        session: Arc<Data>,
+        outlet: DirectOutlet,
+    ) -> BoxStream<'static, String> {
         let this = self.clone();
         // The operation's span covers its admission and every poll of its stream: a
         // query's one response, or a subscription's life.
@@ -126,7 +131,6 @@ impl Admitter {
             match this.admit(request).await {
                 Ok((admitted, in_flight)) => {
                     admission::record(&admission_span, &admitted);
-                    let outlet = DirectOutlet::default();
                     let request = admitted.request.data(outlet.clone());
                     Operation {
                         graphql: Some(
@@ -154,8 +158,8 @@ impl Admitter {
     }
 }
 
-/// An admitted operation: async-graphql's responses, until the resolver hands its updates
-/// to the [`DirectOutlet`]; from then on those.
+/// An admitted operation: async-graphql's responses, until the resolver delivers directly;
+/// from then on what [`DirectOutlet::hold`] was given, kept until the operation ends.
 struct Operation {
     graphql: Option<BoxStream<'static, Response>>,
     direct: Option<Payloads>,
@@ -167,6 +171,7 @@ struct Operation {
 }
 
 impl Operation {
+    /// Called with the operation's first answer: stores its persisted query if it was valid.
     fn settle(&mut self, valid: bool) {
         let Some((gateway, (hash, query))) = self.register.take() else {
             return;

@@ -40,10 +40,9 @@ pub enum Outgoing {
 pub fn violation(protocol: WebSocketProtocols, code: u16, reason: &str) -> Vec<Outgoing> {
     match protocol {
         WebSocketProtocols::GraphQLWS => vec![close(code, reason)],
-        WebSocketProtocols::SubscriptionsTransportWS => vec![
-            connection_error(reason),
-            close(PROTOCOL_ERROR, reason),
-        ],
+        WebSocketProtocols::SubscriptionsTransportWS => {
+            vec![connection_error(reason), close(PROTOCOL_ERROR, reason)]
+        }
     }
 }
 
@@ -77,19 +76,31 @@ pub fn quoted(id: &str) -> String {
 
 /// One result of an operation: `payload` is a GraphQL response in JSON.
 pub fn next(protocol: WebSocketProtocols, quoted_id: &str, payload: &str) -> Outgoing {
+    Outgoing::Text(next_with(protocol, quoted_id, payload.len(), |text| {
+        text.push_str(payload)
+    }))
+}
+
+/// The text of a result message whose payload `write` appends (about `size` bytes).
+pub fn next_with(
+    protocol: WebSocketProtocols,
+    quoted_id: &str,
+    size: usize,
+    write: impl FnOnce(&mut String),
+) -> String {
     let kind = match protocol {
         WebSocketProtocols::GraphQLWS => "next",
         WebSocketProtocols::SubscriptionsTransportWS => "data",
     };
-    let mut text = String::with_capacity(payload.len() + quoted_id.len() + 32);
+    let mut text = String::with_capacity(size + quoted_id.len() + 32);
     text.push_str(r#"{"type":""#);
     text.push_str(kind);
     text.push_str(r#"","id":"#);
     text.push_str(quoted_id);
     text.push_str(r#","payload":"#);
-    text.push_str(payload);
+    write(&mut text);
     text.push('}');
-    Outgoing::Text(text)
+    text
 }
 
 pub fn complete(quoted_id: &str) -> Outgoing {

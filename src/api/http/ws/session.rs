@@ -10,18 +10,20 @@ use std::{
 };
 
 use async_graphql::{http::WebSocketProtocols, Data};
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::extract::ws::{CloseFrame, Message};
 use futures::{
     future::BoxFuture,
-    stream::{AbortHandle, Abortable, BoxStream, SelectAll, SplitSink},
-    SinkExt, StreamExt,
+    stream::{AbortHandle, Abortable, BoxStream, SelectAll},
+    StreamExt,
 };
 use serde_json::Value;
 use tokio::{sync::mpsc, time::Instant};
 
 use super::{
+    direct::DirectOutlet,
     operations::{Admitter, Connection},
     protocol::{self, ClientMessage, Outgoing},
+    writer::SocketWriter,
     SubscriptionSlots, INIT_TIMEOUT,
 };
 use crate::{
@@ -38,7 +40,7 @@ const MESSAGE_TOO_BIG: u16 = 1009;
 /// tells a stopped operation's end from a later one's under the same id.
 struct Tag {
     id: String,
-    quoted: String,
+    quoted: Arc<str>,
     serial: u64,
 }
 
@@ -85,6 +87,7 @@ pub(super) struct Session {
     protocol: WebSocketProtocols,
     connection: Arc<Connection>,
     admitter: Admitter,
+    writer: Arc<SocketWriter>,
     header_token: Option<String>,
     /// Set once `connection_init` was answered with `connection_ack`.
     data: Option<Arc<Data>>,
@@ -105,6 +108,7 @@ impl Session {
         http: HttpState,
         protocol: WebSocketProtocols,
         connection: Arc<Connection>,
+        writer: Arc<SocketWriter>,
         header_token: Option<String>,
     ) -> Self {
         let admitter = Admitter {
@@ -116,6 +120,7 @@ impl Session {
             protocol,
             connection,
             admitter,
+            writer,
             header_token,
             data: None,
             init_sent: false,
@@ -130,11 +135,18 @@ impl Session {
     /// (`too_big` then says so).
     pub(super) async fn run(
         mut self,
-        mut sink: SplitSink<WebSocket, Message>,
         mut inbox: mpsc::Receiver<Vec<u8>>,
         too_big: impl Fn() -> bool,
     ) {
-        let shutdown = self.http.gateway.infra.instance.shutdown.clone().cancelled_owned();
+        let writer = self.writer.clone();
+        let shutdown = self
+            .http
+            .gateway
+            .infra
+            .instance
+            .shutdown
+            .clone()
+            .cancelled_owned();
         let mut shutdown = std::pin::pin!(shutdown);
         let mut init: Option<BoxFuture<'static, Result<Data, AppError>>> = None;
         // One timer per socket: first the deadline of `connection_init`, then, once the
@@ -174,6 +186,12 @@ impl Session {
                     }
                     next
                 }
+                // Direct deliveries left a message for the socket: write it out, then let
+                // those that could not send try again.
+                drained = writer.drain() => match drained {
+                    Ok(()) => Next::Go,
+                    Err(_) => return,
+                },
                 () = &mut deadline, if deadline_armed => {
                     let (code, reason) = if self.data.is_none() {
                         (protocol::INIT_TIMED_OUT, "Connection initialisation timeout")
@@ -186,11 +204,11 @@ impl Session {
             };
             for message in out.drain(..) {
                 let closing = matches!(message, Outgoing::Close(..));
-                if sink.send(into_message(message)).await.is_err() {
+                if writer.send(into_message(message)).await.is_err() {
                     return;
                 }
                 if closing {
-                    let _ = sink.close().await;
+                    writer.close().await;
                     return;
                 }
             }
@@ -198,7 +216,7 @@ impl Session {
                 break;
             }
         }
-        let _ = sink.close().await;
+        writer.close().await;
     }
 
     fn on_result(&mut self, tag: &Tag, payload: Option<String>, out: &mut Vec<Outgoing>) {
@@ -206,7 +224,11 @@ impl Session {
             Some(payload) => out.push(protocol::next(self.protocol, &tag.quoted, &payload)),
             // The operation's end; unless the client stopped it, which it knows.
             None => {
-                if self.running.get(&tag.id).is_some_and(|r| r.serial == tag.serial) {
+                if self
+                    .running
+                    .get(&tag.id)
+                    .is_some_and(|r| r.serial == tag.serial)
+                {
                     self.running.remove(&tag.id);
                     out.push(protocol::complete(&tag.quoted));
                 }
@@ -253,7 +275,7 @@ impl Session {
                         WebSocketProtocols::SubscriptionsTransportWS => running.stop(),
                     }
                 }
-                self.start(id, self.admitter.run(payload, data));
+                self.start(id, payload, data);
             }
             ClientMessage::Stop { id } => {
                 if let Some(running) = self.running.remove(&id) {
@@ -270,12 +292,15 @@ impl Session {
         Next::Go
     }
 
-    fn start(&mut self, id: String, results: BoxStream<'static, String>) {
+    fn start(&mut self, id: String, request: async_graphql::Request, data: Arc<Data>) {
         self.serial += 1;
+        let quoted: Arc<str> = protocol::quoted(&id).into();
+        let outlet = DirectOutlet::new(self.writer.clone(), self.protocol, quoted.clone());
+        let results = self.admitter.run(request, data, outlet);
         let (abort, registration) = AbortHandle::new_pair();
         let results: Results = Arc::new(Mutex::new(Some(results)));
         let tag = Arc::new(Tag {
-            quoted: protocol::quoted(&id),
+            quoted,
             id: id.clone(),
             serial: self.serial,
         });

@@ -32,6 +32,10 @@ use redis::{aio::PubSubSink, cluster_async::ClusterConnection, PushInfo, PushKin
 use tokio::sync::broadcast;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+mod shared;
+
+pub use shared::{CounterWatcher, SharedCounters, Watch};
+
 use crate::infra::{
     error::AppResult,
     redis::{cluster_builder, RedisTarget},
