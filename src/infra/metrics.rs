@@ -81,6 +81,11 @@ fn describe() {
         "Client connections closed at once because ENGAGE_MAX_CONNECTIONS were open"
     );
     describe_counter!(
+        "engage_ws_deferred_updates_total",
+        "Subscription updates a WebSocket could not take when they came (its client reads \
+         slower than they come); the socket is sent each counter's latest value once it drained"
+    );
+    describe_counter!(
         "engage_persisted_queries_evicted_total",
         "Persisted queries removed to keep within ENGAGE_APQ_MAX_BYTES"
     );

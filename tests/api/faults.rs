@@ -430,6 +430,134 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     );
 }
 
+/// A client that stops reading while its subscriptions are sent thousands of changes: the
+/// server stops writing to its socket instead of queueing for it (the updates it could not
+/// send are counted), and once the client reads again every subscription ends on the latest
+/// count of every remark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() {
+    use futures::{SinkExt, StreamExt};
+    use std::collections::HashMap;
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+
+    const SUBSCRIPTIONS: usize = 20;
+    let app = TestApp::spawn_with(|config| {
+        unlimited(config);
+        config.max_subscriptions_per_connection = SUBSCRIPTIONS;
+    })
+    .await;
+    let mut remarks = Vec::new();
+    for author in 1..=100 {
+        remarks.push(create_remark(&app, author).await);
+    }
+    let deferred = || async {
+        let text = app.get_text("/metrics").await;
+        text.lines()
+            .find_map(|line| line.strip_prefix("engage_ws_deferred_updates_total "))
+            .map_or(0.0, |n| n.trim().parse::<f64>().unwrap())
+    };
+    let deferred_before = deferred().await;
+
+    // A socket with a small receive buffer, so that the kernel holds little for it.
+    let request = app.ws_url().into_client_request().unwrap();
+    let authority = request.uri().authority().unwrap().to_string();
+    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
+    tcp.set_recv_buffer_size(4096).unwrap();
+    let stream = tcp.connect(authority.parse().unwrap()).await.unwrap();
+    let mut request = request;
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut socket, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .unwrap();
+    let send = |value: Value| Message::text(value.to_string());
+    socket
+        .send(send(json!({ "type": "connection_init" })))
+        .await
+        .unwrap();
+    let query =
+        "subscription($ids: [ID!]!) { likeCountChanged(remarkIds: $ids) { remarkId likeCount } }";
+    for id in 0..SUBSCRIPTIONS {
+        let payload = json!({ "query": query, "variables": { "ids": remarks } });
+        let message = json!({ "id": id.to_string(), "type": "subscribe", "payload": payload });
+        socket.send(send(message)).await.unwrap();
+    }
+    let mut last: HashMap<(String, String), i64> = HashMap::new();
+    let read = |message: Value, last: &mut HashMap<(String, String), i64>| {
+        if message["type"] == "next" {
+            let change = &message["payload"]["data"]["likeCountChanged"];
+            let key = (
+                message["id"].as_str().unwrap().to_string(),
+                change["remarkId"].as_str().unwrap().to_string(),
+            );
+            last.insert(key, change["likeCount"].as_i64().unwrap());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while last.len() < SUBSCRIPTIONS * remarks.len() {
+            if let Message::Text(text) = socket.next().await.unwrap().unwrap() {
+                read(serde_json::from_str(&text).unwrap(), &mut last);
+            }
+        }
+    })
+    .await
+    .expect("every subscription's first counts");
+
+    // Five seconds of changes on every remark while the client reads nothing.
+    let channels: Vec<String> = remarks
+        .iter()
+        .map(|remark| {
+            app.state.infra.keys.like_count_channel(
+                remark.parse().unwrap(),
+                app.state.features.remarks.settings.shards,
+            )
+        })
+        .collect();
+    let mut conn = crate::harness::redis(&app).await;
+    let publish = |value: i64| {
+        let mut pipe = redis::pipe();
+        for channel in &channels {
+            pipe.cmd("PUBLISH").arg(channel).arg(value).ignore();
+        }
+        pipe
+    };
+    let flooding = Instant::now();
+    let mut round = 0;
+    while flooding.elapsed() < Duration::from_secs(5) {
+        round += 1;
+        let () = publish(1_000 + round).query_async(&mut conn).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Then one real like on each remark (made-up values may be re-read as the real ones).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for remark in &remarks {
+        let (_, body) = post(&app, &app.user_token(2), LIKE, json!({ "id": remark })).await;
+        assert_eq!(body["data"]["likeRemark"]["likeCount"], 1, "{body}");
+    }
+    assert!(
+        deferred().await > deferred_before,
+        "the server went on writing to a socket that was not read"
+    );
+
+    // Reading again, the client ends on the latest count of every remark, everywhere.
+    let mut received = 0;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !last.values().all(|count| *count == 1) {
+            if let Message::Text(text) = socket.next().await.unwrap().unwrap() {
+                read(serde_json::from_str(&text).unwrap(), &mut last);
+                received += 1;
+            }
+        }
+    })
+    .await
+    .expect("every subscription ends on the latest counts");
+    // Left to the kernel's buffers, the five seconds would have been about 100,000
+    // updates (every coalescing window's count, times 100 remarks and 20 subscriptions).
+    assert!(received < 60_000, "{received} messages after the flood");
+}
+
 /// Two instances divide the vote streams between them by leases; when one stops, the other
 /// takes its streams over, and every like of the whole run is archived exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,13 +147,19 @@ impl CounterWatcher for DirectWatcher {
         // Behind already: the latest value waits with the others for the socket to drain.
         if !missed.is_empty() {
             missed.insert(id, value);
+            deferred();
             return;
         }
         if !self.writer.try_send(|| self.message(id, value)) {
             missed.insert(id, value);
+            deferred();
             self.writer.wait_for_drain(self.me.clone());
         }
     }
+}
+
+fn deferred() {
+    metrics::counter!("engage_ws_deferred_updates_total").increment(1);
 }
 
 /// What a template writes for one field of the selection.
