@@ -14,7 +14,8 @@
 //! connection count to the number of open browsers.
 //!
 //! The subscriptions bound what they ask the hub to hold: see [`crate::features::remarks::live`] for
-//! the channels one connection may hold.
+//! the channels one connection may hold. A counter many subscribers watch can be followed once
+//! for all of them ([`SharedCounters`]), so that a change wakes one task, not one per subscriber.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},

@@ -7,10 +7,10 @@
 //!   the connection is closed with 4403, so a socket never outlives its authorisation.
 //! - A socket that sends no `connection_init` within [`INIT_TIMEOUT`] is closed with 4408.
 //! - Every operation goes through the same admission as an HTTP request (rates, size,
-//!   parse, cost): see [`operations`]. A subscription resolver may send its updates
-//!   rendered once each instead of through async-graphql: see [`direct`].
+//!   parse, cost): see `operations.rs`. A subscription resolver may have its updates written
+//!   straight to the socket instead of through async-graphql: see `direct.rs`.
 //! - The conversation itself (both protocols' messages, operations by id, close codes) is
-//!   [`session`]'s.
+//!   `session.rs`'s.
 //! - Messages larger than `ENGAGE_MAX_BODY_BYTES` close the socket (1009). One socket may
 //!   have `ENGAGE_WS_MAX_OPERATIONS` operations running and hold `ENGAGE_MAX_SUBSCRIPTIONS`
 //!   subscriptions; each operation counts against the per-IP and per-user rates.

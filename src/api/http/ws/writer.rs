@@ -61,7 +61,7 @@ impl SocketWriter {
         if state.stalled {
             return false;
         }
-        // Whoever waits on the socket is the session (see `flush`), never this caller.
+        // Whoever waits on the socket is the session (see `drain`), never this caller.
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
         let sink = std::pin::Pin::new(&mut state.sink);
         match sink.poll_ready(&mut cx) {
