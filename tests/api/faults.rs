@@ -396,9 +396,9 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     let mut socket = subscribe(&app, None, &query).await;
     assert_eq!(next_count(&mut socket).await, 0);
 
-    // Ten thousand changes published while the client reads nothing (made-up values; the
-    // pub/sub connection may be cut by Redis's output-buffer limit meanwhile, then the hub
-    // resyncs from the real count) ...
+    // Ten thousand changes published while the client reads nothing, as the scripts publish
+    // (made-up values; the pub/sub connection may be cut by Redis's output-buffer limit
+    // meanwhile, then the hub resyncs from the real count) ...
     let channel = app
         .state
         .infra
@@ -409,7 +409,10 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     for chunk in published.chunks(1_000) {
         let mut pipe = redis::pipe();
         for value in chunk {
-            pipe.cmd("PUBLISH").arg(&channel).arg(value).ignore();
+            pipe.cmd(app.state.infra.keys.publish_command())
+                .arg(&channel)
+                .arg(value)
+                .ignore();
         }
         let () = pipe.query_async(&mut conn).await.unwrap();
     }
