@@ -342,20 +342,19 @@ def render(runs):
               spread([r["lateness_max_ms"] for r in results]),
               f"≥ 20,000/s {verdict(rate >= 20000)}; all within 5 s {verdict(late <= 5000)}"]])
 
-    def own_delivery_row(runs):
-        path = "… the likes' own work set apart (see the deliveries' table)"
-        values = [own_delivery_us(r, runs) for _, r in runs.get("subscriptions", [])]
-        mid = median(values)
-        if mid is None:
-            return [path, "≤ 15", "–", "not measured in this run"]
-        return [path, "≤ 15", spread(values, "{:.1f}"), verdict(mid <= 15)]
-
-    def cpu_row(path, target, results, count="requests"):
-        values = [cpu_us(r, count) for r in results]
+    def target_row(path, target, values, fmt="{:,.0f}"):
         mid = median(values)
         if mid is None:
             return [path, f"≤ {target}", "–", "not measured in this run"]
-        return [path, f"≤ {target}", spread(values), verdict(mid <= target)]
+        return [path, f"≤ {target}", spread(values, fmt), verdict(mid <= target)]
+
+    def cpu_row(path, target, results, count="requests"):
+        return target_row(path, target, [cpu_us(r, count) for r in results])
+
+    def own_delivery_row(runs):
+        return target_row("… the likes' own work set apart (see the deliveries' table)", 15,
+                          [own_delivery_us(r, runs) for _, r in runs.get("subscriptions", [])],
+                          "{:.1f}")
 
     board = [r for _, r in runs.get("leaderboard", []) if r["connections"] == 64]
     blocks["cpu"] = table(

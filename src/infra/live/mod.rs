@@ -158,6 +158,16 @@ impl LiveHub {
         }
     }
 
+    /// Every channel some local subscriber wants.
+    fn wanted_channels(&self) -> Vec<String> {
+        self.topics
+            .lock()
+            .expect("poisoned")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// Local subscribers of a channel (tests and metrics).
     pub fn local_subscribers(&self, channel: &str) -> usize {
         self.topics
@@ -451,13 +461,7 @@ impl LiveHub {
     /// Subscribes every wanted channel on a new connection's sink, then makes it the sink
     /// that later subscriptions use (serialised with them).
     async fn install(&self, mut sink: Sink) -> redis::RedisResult<()> {
-        let channels: Vec<String> = self
-            .topics
-            .lock()
-            .expect("poisoned")
-            .keys()
-            .cloned()
-            .collect();
+        let channels = self.wanted_channels();
         let _serial = self.changes.lock().await;
         if !channels.is_empty() {
             sink.subscribe(&channels).await?;
@@ -555,14 +559,7 @@ impl LiveHub {
                 };
                 let subscribed = {
                     let _serial = hub.changes.lock().await;
-                    let channels: Vec<String> = hub
-                        .topics
-                        .lock()
-                        .expect("poisoned")
-                        .keys()
-                        .cloned()
-                        .collect();
-                    sink.subscribe(&channels).await
+                    sink.subscribe(&hub.wanted_channels()).await
                 };
                 match subscribed {
                     Ok(()) => {

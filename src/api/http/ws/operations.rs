@@ -154,7 +154,13 @@ impl Admitter {
         if span.is_disabled() {
             return stream;
         }
-        InSpan { stream, span }.boxed()
+        // Polled inside its span.
+        let mut stream = stream;
+        futures::stream::poll_fn(move |cx| {
+            let _entered = span.enter();
+            stream.poll_next_unpin(cx)
+        })
+        .boxed()
     }
 }
 
@@ -218,24 +224,5 @@ impl futures::Stream for Operation {
                 None => Poll::Pending,
             },
         }
-    }
-}
-
-/// A stream polled inside its span.
-struct InSpan {
-    stream: BoxStream<'static, String>,
-    span: tracing::Span,
-}
-
-impl futures::Stream for InSpan {
-    type Item = String;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<String>> {
-        let this = self.get_mut();
-        let _entered = this.span.enter();
-        this.stream.poll_next_unpin(cx)
     }
 }

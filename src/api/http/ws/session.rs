@@ -64,23 +64,6 @@ impl Running {
     }
 }
 
-/// The stream the session polls for one operation.
-struct Stoppable(Results);
-
-impl futures::Stream for Stoppable {
-    type Item = String;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<String>> {
-        match self.0.lock().expect("poisoned").as_mut() {
-            Some(results) => results.poll_next_unpin(cx),
-            None => std::task::Poll::Ready(None),
-        }
-    }
-}
-
 /// The state of one socket's conversation.
 pub(super) struct Session {
     http: HttpState,
@@ -314,7 +297,7 @@ impl Session {
         );
         let end = tag.clone();
         self.results.push(
-            Abortable::new(Stoppable(results), registration)
+            Abortable::new(stoppable(results), registration)
                 .map(move |payload| (tag.clone(), Some(payload)))
                 .chain(futures::stream::once(async move { (end, None) }))
                 .boxed(),
@@ -367,6 +350,14 @@ impl Session {
         out.extend(protocol::violation(self.protocol, code, reason));
         Next::End
     }
+}
+
+/// The stream the session polls for one operation: its results until they are taken out.
+fn stoppable(results: Results) -> impl futures::Stream<Item = String> {
+    futures::stream::poll_fn(move |cx| match results.lock().expect("poisoned").as_mut() {
+        Some(results) => results.poll_next_unpin(cx),
+        None => std::task::Poll::Ready(None),
+    })
 }
 
 fn into_message(message: Outgoing) -> Message {

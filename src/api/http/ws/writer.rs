@@ -63,33 +63,16 @@ impl SocketWriter {
         }
         // Whoever waits on the socket is the session (see `drain`), never this caller.
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        let sink = std::pin::Pin::new(&mut state.sink);
-        match sink.poll_ready(&mut cx) {
+        match state.offer(&mut cx, message) {
             Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(_)) => {
-                state.broken = true;
-                return true;
-            }
+            Poll::Ready(Err(Broken)) => return true,
             Poll::Pending => {
-                state.stalled = true;
                 self.stalled.notify_one();
                 return false;
             }
         }
-        if std::pin::Pin::new(&mut state.sink)
-            .start_send(message())
-            .is_err()
-        {
-            state.broken = true;
-            return true;
-        }
-        match std::pin::Pin::new(&mut state.sink).poll_flush(&mut cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(_)) => state.broken = true,
-            Poll::Pending => {
-                state.stalled = true;
-                self.stalled.notify_one();
-            }
+        if state.poll_out(&mut cx).is_pending() {
+            self.stalled.notify_one();
         }
         true
     }
@@ -102,21 +85,10 @@ impl SocketWriter {
             if state.broken {
                 return Poll::Ready(Err(Broken));
             }
-            if let Some(next) = message.take() {
-                match std::pin::Pin::new(&mut state.sink).poll_ready(cx) {
+            if message.is_some() {
+                match state.offer(cx, || message.take().expect("offered once")) {
                     Poll::Ready(Ok(())) => {}
-                    Poll::Ready(Err(_)) => return state.fail(),
-                    Poll::Pending => {
-                        message = Some(next);
-                        state.stalled = true;
-                        return Poll::Pending;
-                    }
-                }
-                if std::pin::Pin::new(&mut state.sink)
-                    .start_send(next)
-                    .is_err()
-                {
-                    return state.fail();
+                    other => return other,
                 }
             }
             state.poll_out(cx)
@@ -163,6 +135,30 @@ impl SocketWriter {
 }
 
 impl WriterState {
+    /// Hands the sink `message` once it is ready for one (until then `message` is not
+    /// called, and the socket counts as stalled).
+    fn offer(
+        &mut self,
+        cx: &mut Context<'_>,
+        message: impl FnOnce() -> Message,
+    ) -> Poll<Result<(), Broken>> {
+        match std::pin::Pin::new(&mut self.sink).poll_ready(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(_)) => return self.fail(),
+            Poll::Pending => {
+                self.stalled = true;
+                return Poll::Pending;
+            }
+        }
+        if std::pin::Pin::new(&mut self.sink)
+            .start_send(message())
+            .is_err()
+        {
+            return self.fail();
+        }
+        Poll::Ready(Ok(()))
+    }
+
     /// Writes out what is buffered.
     fn poll_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Broken>> {
         match std::pin::Pin::new(&mut self.sink).poll_flush(cx) {
