@@ -5,7 +5,7 @@ use engage::infra::auth::Role;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{eventually, first_code, TestApp};
 
 const CREATE_ITEM: &str = "mutation { createItem(input: { name: \"Tea House\" }) { id name } }";
 
@@ -81,6 +81,48 @@ async fn only_admins_create_items() {
         .data(Some(&app.admin_token()), CREATE_ITEM, json!({}))
         .await;
     assert_eq!(data["createItem"]["name"], "Tea House");
+}
+
+/// Rows in `users` among the ids `low..=high`.
+async fn user_rows(app: &TestApp, low: i64, high: i64) -> i64 {
+    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users WHERE id BETWEEN $1 AND $2")
+        .bind(low)
+        .bind(high)
+        .fetch_one(&app.state.infra.db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn first_sights_gather_until_a_batch_is_full_or_the_instance_shuts_down() {
+    let mut app = TestApp::spawn_with(|config| {
+        config.archive_linger_ms = 60_000;
+        config.rate_limit_per_ip = 0;
+    })
+    .await;
+    let viewer = async |app: &TestApp, user: i64| {
+        let token = app.user_token(user);
+        app.data(Some(&token), "{ viewer { name } }", json!({}))
+            .await["viewer"]["name"]
+            .clone()
+    };
+    // A trickle gathers: the users are shown at once, their rows wait for company.
+    assert_eq!(viewer(&app, 9001).await, "user9001");
+    assert_eq!(viewer(&app, 9002).await, "user9002");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(user_rows(&app, 9001, 9002).await, 0);
+
+    // A burst that fills a batch (300 users) is written without waiting out the linger.
+    let burst = futures::future::join_all((10_001..=10_300).map(|user| viewer(&app, user))).await;
+    assert!(burst.iter().all(|name| name.is_string()));
+    eventually(async || user_rows(&app, 9001, 10_300).await >= 300).await;
+
+    // Shutdown writes what is still queued before the instance lets go of SQL (a second
+    // instance on the same database reads the rows).
+    let sibling = app.spawn_sibling().await;
+    app.shutdown().await.unwrap();
+    assert_eq!(app.state.features.users.first_sights_queued(), 0);
+    assert_eq!(user_rows(&sibling, 9001, 10_300).await, 302);
 }
 
 #[tokio::test]

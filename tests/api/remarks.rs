@@ -190,11 +190,16 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     }
     let viewer = app.user_token(7);
     let query = "query($item: ID!) { remarks(itemId: $item, first: 20) { edges { node { id likeCount likedByMe author { name } } } } }";
-    // The viewer's first sight. Background work of the instance (the feed fan-out of the new
-    // remarks) uses the same pool: let it finish so that only the page is counted.
+    // The authors are remembered once their first sights are written, and the first page
+    // reads their names; it is the viewer's first sight. Background work of the instance
+    // (the feed fan-out of the new remarks, the first sights) uses the same pool: let it
+    // finish so that only the page is counted.
+    let users = &app.state.features.users;
+    crate::harness::eventually(async || users.first_sights_queued() == 0).await;
     app.data(Some(&viewer), query, json!({ "item": item }))
         .await;
     crate::harness::streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    crate::harness::eventually(async || users.first_sights_queued() == 0).await;
     let before = app.state.infra.redis_round_trips.load(Ordering::SeqCst);
     let page = app
         .data(Some(&viewer), query, json!({ "item": item }))

@@ -21,7 +21,7 @@ use std::{
 
 use async_graphql::dataloader::Loader;
 use sqlx::Row;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use crate::infra::{
     auth::Claims,
@@ -74,6 +74,8 @@ pub struct UserDirectory {
     /// hand in SQL: asking SQL each time was a query per page on the hot path.
     records: TtlCache<i64, UserRecord>,
     registrar: mpsc::Sender<FirstSight>,
+    /// Told when a full batch is queued, so that the writer stops gathering.
+    batch_queued: Arc<Notify>,
     /// Queries of `users` made for lookups (for tests: what the caches spared).
     sql_reads: AtomicU64,
     /// Identity providers' subjects mapped to user ids lately (`subjects.rs`); a mapping
@@ -134,12 +136,18 @@ impl UserDirectory {
     pub fn new(infra: Infra) -> Self {
         let (registrar, queue) = mpsc::channel(4 * BATCH);
         let known = Arc::new(Mutex::new(Known::default()));
-        tokio::spawn(write_first_sights(infra.clone(), queue, known.clone()));
+        let batch_queued = Arc::new(Notify::new());
+        // An instance task: shutdown waits for its last batch before it closes the pool.
+        infra.instance.spawn(
+            "first-sights",
+            write_first_sights(infra.clone(), queue, batch_queued.clone(), known.clone()),
+        );
         Self {
             infra,
             known,
             records: TtlCache::new(RECORD_TTL, RECORDS_KEPT),
             registrar,
+            batch_queued,
             sql_reads: AtomicU64::new(0),
             subjects: TtlCache::new(SUBJECT_TTL, SUBJECTS_KEPT),
         }
@@ -178,6 +186,8 @@ impl UserDirectory {
         };
         if !queued {
             self.known.lock().expect("poisoned").queued.remove(&user_id);
+        } else if self.registrar.max_capacity() - self.registrar.capacity() >= BATCH {
+            self.batch_queued.notify_one();
         }
     }
 
@@ -257,6 +267,12 @@ impl UserDirectory {
         self.sql_reads.load(Ordering::Relaxed)
     }
 
+    /// How many first sights wait to be written (for tests: the writer's Redis and SQL work
+    /// is done once none do).
+    pub fn first_sights_queued(&self) -> usize {
+        self.known.lock().expect("poisoned").queued.len()
+    }
+
     /// The users of `ids` whose names Redis holds. Redis unavailable is a miss: SQL answers.
     async fn cached_names(&self, ids: &[i64]) -> Vec<UserRecord> {
         let keys = &self.infra.keys;
@@ -311,37 +327,60 @@ async fn remember_names(infra: &Infra, users: &[UserRecord]) {
     }
 }
 
-/// Writes queued first sights in batches until every sender is gone.
+/// Writes queued first sights in batches until shutdown, and then what is queued by then.
 async fn write_first_sights(
     infra: Infra,
     mut queue: mpsc::Receiver<FirstSight>,
+    batch_queued: Arc<Notify>,
     known: Arc<Mutex<Known>>,
 ) {
-    while let Some(first) = queue.recv().await {
+    let shutdown = infra.instance.shutdown.clone();
+    loop {
+        let first = tokio::select! {
+            first = queue.recv() => first,
+            () = shutdown.cancelled() => queue.try_recv().ok(),
+        };
+        let Some(first) = first else { return };
         let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
+        take_queued(&mut queue, &mut batch);
+        // A trickle of new users gathers for as long as the archives' batches do: a
+        // transaction each cost SQLite more than the rest of the like that brought the user
+        // (BENCHMARKS.md). No request waits for the row, unless the queue is full: a burst
+        // that fills a batch is written at once, and so is everything queued when the
+        // instance shuts down.
+        if batch.len() < BATCH && !shutdown.is_cancelled() {
+            tokio::select! {
+                () = tokio::time::sleep(infra.instance.consumers.archive_linger) => {}
+                () = batch_queued.notified() => {}
+                () = shutdown.cancelled() => {}
             }
+            take_queued(&mut queue, &mut batch);
         }
-        batch.sort_by_key(|sight| sight.user_id);
-        // RETURNING names the rows this statement wrote: a row that existed keeps its name,
-        // which SQL, not this token, knows.
-        let sql = format!(
-            "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING \
-             RETURNING id, name",
-            crate::infra::db::values_placeholders(infra.db.backend, batch.len(), 3)
-        );
-        let mut query = sqlx::query(&sql);
-        for sight in &batch {
-            query = query
-                .bind(sight.user_id)
-                .bind(&sight.name)
-                .bind(sight.now_ms);
-        }
-        let written = query.fetch_all(&infra.db.pool).await;
-        if let Ok(rows) = &written {
+        write_batch(&infra, batch, &known).await;
+    }
+}
+
+/// Writes one batch of first sights to SQL, and the names it wrote to Redis. A user whose
+/// write failed is forgotten, to be queued again on their next request.
+async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Known>) {
+    batch.sort_by_key(|sight| sight.user_id);
+    // RETURNING names the rows this statement wrote: a row that existed keeps its name,
+    // which SQL, not this token, knows.
+    let sql = format!(
+        "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING \
+         RETURNING id, name",
+        crate::infra::db::values_placeholders(infra.db.backend, batch.len(), 3)
+    );
+    let mut query = sqlx::query(&sql);
+    for sight in &batch {
+        query = query
+            .bind(sight.user_id)
+            .bind(&sight.name)
+            .bind(sight.now_ms);
+    }
+    let written = query.fetch_all(&infra.db.pool).await;
+    match &written {
+        Ok(rows) => {
             let users: Vec<UserRecord> = rows
                 .iter()
                 .filter_map(|row| {
@@ -352,20 +391,30 @@ async fn write_first_sights(
                     })
                 })
                 .collect();
-            remember_names(&infra, &users).await;
+            remember_names(infra, &users).await;
         }
-        if let Err(error) = &written {
+        Err(error) => {
             tracing::debug!(%error, users = batch.len(), "first sights not written: queued again on their next request");
         }
-        let mut known = known.lock().expect("poisoned");
-        if written.is_ok() && known.written.len() + batch.len() > WRITTEN_KEPT {
-            known.written.clear();
+    }
+    let mut known = known.lock().expect("poisoned");
+    if written.is_ok() && known.written.len() + batch.len() > WRITTEN_KEPT {
+        known.written.clear();
+    }
+    for sight in batch {
+        known.queued.remove(&sight.user_id);
+        if written.is_ok() {
+            known.written.insert(sight.user_id);
         }
-        for sight in batch {
-            known.queued.remove(&sight.user_id);
-            if written.is_ok() {
-                known.written.insert(sight.user_id);
-            }
+    }
+}
+
+/// Moves queued first sights into `batch` until it is full or the queue is empty.
+fn take_queued(queue: &mut mpsc::Receiver<FirstSight>, batch: &mut Vec<FirstSight>) {
+    while batch.len() < BATCH {
+        match queue.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
         }
     }
 }
