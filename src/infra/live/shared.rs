@@ -44,7 +44,9 @@ struct Followed {
 
 struct Channel {
     state: Mutex<ChannelState>,
-    /// The task following the channel; it ends with the last watch.
+    /// The task following the channel; it ends with the last watch. Set once the channel is
+    /// in its `Arc` (not by `Arc::new_cyclic`): the task upgrades its weak reference on its
+    /// first value, which may come before a cyclic construction had returned.
     task: std::sync::OnceLock<AbortOnDropHandle<()>>,
 }
 
