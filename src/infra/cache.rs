@@ -17,7 +17,15 @@ use std::{
 pub struct TtlCache<K, V> {
     ttl: Duration,
     capacity: usize,
-    entries: Mutex<HashMap<K, (Instant, Arc<V>)>>,
+    entries: Mutex<Entries<K, V>>,
+}
+
+struct Entries<K, V> {
+    map: HashMap<K, (Instant, Arc<V>)>,
+    /// When expired entries were last dropped. They are dropped once a `ttl` as well as
+    /// when the cache is full: a burst of keys that never comes back (a load of many
+    /// users, then quiet) would otherwise hold their memory until the cache next fills.
+    swept_at: Instant,
 }
 
 impl<K: Eq + Hash, V> TtlCache<K, V> {
@@ -27,7 +35,10 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         Self {
             ttl,
             capacity,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries {
+                map: HashMap::new(),
+                swept_at: Instant::now(),
+            }),
         }
     }
 
@@ -37,7 +48,7 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let entries = self.entries.lock().expect("poisoned");
-        let (stored_at, value) = entries.get(key)?;
+        let (stored_at, value) = entries.map.get(key)?;
         (stored_at.elapsed() < self.ttl).then(|| value.clone())
     }
 
@@ -46,13 +57,17 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
             return;
         }
         let mut entries = self.entries.lock().expect("poisoned");
-        if entries.len() >= self.capacity {
-            entries.retain(|_, (stored_at, _)| stored_at.elapsed() < self.ttl);
-            if entries.len() >= self.capacity {
-                entries.clear();
+        let now = Instant::now();
+        if entries.map.len() >= self.capacity || now - entries.swept_at >= self.ttl {
+            entries.swept_at = now;
+            entries
+                .map
+                .retain(|_, (stored_at, _)| now - *stored_at < self.ttl);
+            if entries.map.len() >= self.capacity {
+                entries.map.clear();
             }
         }
-        entries.insert(key, (Instant::now(), value));
+        entries.map.insert(key, (now, value));
     }
 
     /// Forgets the entries `stale` picks (a write made them wrong).
@@ -60,6 +75,7 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         self.entries
             .lock()
             .expect("poisoned")
+            .map
             .retain(|key, _| !stale(key));
     }
 }
@@ -82,12 +98,23 @@ mod tests {
     }
 
     #[test]
+    fn expired_entries_are_dropped_once_a_ttl_even_when_the_cache_is_not_full() {
+        let cache = TtlCache::new(Duration::from_millis(50), 1000);
+        for key in 0..10 {
+            cache.insert(key, Arc::new(key));
+        }
+        std::thread::sleep(Duration::from_millis(60));
+        cache.insert(10, Arc::new(10));
+        assert_eq!(cache.entries.lock().unwrap().map.len(), 1);
+    }
+
+    #[test]
     fn a_full_cache_does_not_grow() {
         let cache = TtlCache::new(Duration::from_secs(60), 3);
         for key in 0..10 {
             cache.insert(key, Arc::new(key));
         }
-        assert!(cache.entries.lock().unwrap().len() <= 3);
+        assert!(cache.entries.lock().unwrap().map.len() <= 3);
         assert_eq!(cache.get(&9).as_deref(), Some(&9));
     }
 }

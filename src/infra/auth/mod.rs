@@ -103,9 +103,11 @@ pub struct Tokens {
     verified: Arc<TtlCache<String, Verified>>,
 }
 
-/// How long a verified token is remembered, and how many are.
+/// How long a verified token is remembered, and how many are: as many as the users whose
+/// records are kept (`features::users`). Past the count the cache starts again empty, so a
+/// count below the tokens in use in a minute made nearly every request verify its token.
 const VERIFIED_TTL: Duration = Duration::from_secs(60);
-const VERIFIED_KEPT: usize = 20_000;
+const VERIFIED_KEPT: usize = 100_000;
 /// The clock skew allowed on `exp` and `nbf`, as jsonwebtoken's leeway.
 const LEEWAY_SECONDS: i64 = 5;
 
