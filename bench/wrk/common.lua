@@ -13,11 +13,12 @@ function common.lines(path)
   return lines
 end
 
--- Threads are numbered in setup (main Lua state) so that each can take its own share.
-local threads = 0
+-- Threads are numbered in setup (main Lua state) so that each can take its own share, and
+-- kept so that `done` can read where each one got to.
+local threads = {}
 function setup(thread)
-  thread:set("id", threads)
-  threads = threads + 1
+  thread:set("id", #threads)
+  threads[#threads + 1] = thread
 end
 
 function common.thread_id()
@@ -36,8 +37,48 @@ function common.graphql(query, variables)
   return '{"query":"' .. query .. '","variables":' .. variables .. '}'
 end
 
-function common.done(scenario)
+-- The like scenarios walk the (voter, remark) pairs so that every like is a new one: a like
+-- of a pair liked before changes nothing and costs about half as much, so drawing pairs at
+-- random made a run's cost depend on how many pairs the runs before it had used up. Position
+-- p is voter (p x 7919) mod V on remark (p + p div V) mod R: the first V positions see every
+-- voter once, in an order that scatters them over the archive's index as random voters
+-- would, and with V a multiple of R the pairs only repeat after V x R likes. The next
+-- position is kept in the fixture directory across runs and across the two like scenarios.
+-- Thread t of n takes positions start + t, start + t + n, ...
+function common.like_walk(dir, threads_count)
+  local voters = common.lines(dir .. "/voters.txt")
+  local remarks = common.lines(dir .. "/remarks.txt")
+  local file = io.open(dir .. "/like-walk.txt")
+  local start = file and tonumber(file:read("*l")) or 0
+  if file then file:close() end
+  walk_dir = dir -- globals, read by `done` from each thread
+  position = start + common.thread_id() - threads_count
+  return function()
+    position = position + threads_count
+    local voter = (position * 7919) % #voters
+    local remark = (position + math.floor(position / #voters)) % #remarks
+    return voters[voter + 1], remarks[remark + 1]
+  end
+end
+
+-- Saves where the like walk got to (from `done`, which runs in wrk's main Lua state: it
+-- reads each thread's globals).
+local function save_like_walk()
+  local dir = threads[1]:get("walk_dir")
+  local next_position = 0
+  for _, thread in ipairs(threads) do
+    local reached = thread:get("position")
+    if reached and reached + 1 > next_position then next_position = reached + 1 end
+  end
+  local file = assert(io.open(dir .. "/like-walk.txt", "w"))
+  file:write(next_position, "\n")
+  file:close()
+end
+
+-- `walks`: whether the scenario walks the like pairs (its position is saved).
+function common.done(scenario, walks)
   return function(summary, latency, requests)
+    if walks then save_like_walk() end
     local e = summary.errors
     local seconds = summary.duration / 1e6
     io.write(string.format(

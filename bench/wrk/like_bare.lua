@@ -1,17 +1,15 @@
--- The same like through `POST /bench/like` (no GraphQL; `bench` builds only).
+-- The same like through `POST /bench/like` (no GraphQL; `bench` builds only), on the same
+-- walk of new pairs as like_remark.lua.
 local common = dofile("bench/wrk/common.lua")
-local voters, remarks
+local next_pair
 
 function init(args)
-  voters = common.lines(args[1] .. "/voters.txt")
-  remarks = common.lines(args[1] .. "/remarks.txt")
-  math.randomseed(os.time() * 100 + common.thread_id())
+  next_pair = common.like_walk(args[1], tonumber(args[2] or "2"))
 end
 
 function request()
-  local remark = remarks[math.random(#remarks)]
-  return common.post("/bench/like", voters[math.random(#voters)],
-    '{"remarkId":"' .. remark .. '"}')
+  local voter, remark = next_pair()
+  return common.post("/bench/like", voter, '{"remarkId":"' .. remark .. '"}')
 end
 
-done = common.done("bare like route")
+done = common.done("bare like route", true)

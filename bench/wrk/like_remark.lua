@@ -1,19 +1,17 @@
--- likeRemark through HTTP + GraphQL: random voters on the item's remarks.
+-- likeRemark through HTTP + GraphQL, every like a new (voter, remark) pair (common.like_walk).
+-- Arguments: the fixture directory, wrk's thread count (2 unless given).
 local common = dofile("bench/wrk/common.lua")
-local voters, remarks
+local next_pair
 
 function init(args)
-  voters = common.lines(args[1] .. "/voters.txt")
-  remarks = common.lines(args[1] .. "/remarks.txt")
-  math.randomseed(os.time() * 100 + common.thread_id())
+  next_pair = common.like_walk(args[1], tonumber(args[2] or "2"))
 end
 
 local query = "mutation($id: ID!) { likeRemark(remarkId: $id) { likeCount changed } }"
 
 function request()
-  local remark = remarks[math.random(#remarks)]
-  return common.post("/graphql", voters[math.random(#voters)],
-    common.graphql(query, '{"id":"' .. remark .. '"}'))
+  local voter, remark = next_pair()
+  return common.post("/graphql", voter, common.graphql(query, '{"id":"' .. remark .. '"}'))
 end
 
-done = common.done("likeRemark")
+done = common.done("likeRemark", true)
