@@ -32,7 +32,7 @@ pub struct SignedDay {
 
 impl Event for AwardEvent {
     fn from_entry(entry: &StreamEntry) -> Result<Self, HandleError> {
-        let sign_in = match entry.fields.contains_key("day") {
+        let sign_in = match entry.get("day").is_some() {
             true => Some(SignedDay {
                 day: entry.number("day")?,
                 made_up: entry.number("made_up")? == 1,

@@ -535,7 +535,13 @@ impl Worker {
         if attempts < self.spec.max_attempts {
             return Ok(());
         }
-        let payload = serde_json::to_string(&entry.fields)?;
+        // A JSON object of the fields, as an operator reads it back.
+        let fields: serde_json::Map<String, serde_json::Value> = entry
+            .fields
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone().into()))
+            .collect();
+        let payload = serde_json::to_string(&fields)?;
         sqlx::query(
             "INSERT INTO dead_letters (stream, entry_id, consumer_group, payload, error, attempts, failed_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (stream, entry_id, consumer_group) DO NOTHING",

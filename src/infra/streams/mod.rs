@@ -9,7 +9,7 @@ mod backlog;
 mod consumer;
 pub mod leases;
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use redis::{
     streams::{StreamInfoGroupsReply, StreamPendingReply},
@@ -26,13 +26,24 @@ use crate::infra::{error::AppResult, Infra};
 pub struct StreamEntry {
     pub stream: String,
     pub id: String,
-    pub fields: HashMap<String, String>,
+    /// In the order XADD wrote them. A list, not a map: an event has a handful of fields,
+    /// and building, hashing and dropping a map for each entry read by every consumer cost
+    /// more than comparing a few short names.
+    pub fields: Vec<(String, String)>,
 }
 
 impl StreamEntry {
+    /// A field, if the entry has it.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(field, _)| field == name)
+            .map(|(_, value)| value.as_str())
+    }
+
     /// A field, or a poison error naming it.
     pub fn field(&self, name: &str) -> Result<&str, HandleError> {
-        self.fields.get(name).map(String::as_str).ok_or_else(|| {
+        self.get(name).ok_or_else(|| {
             HandleError::Poison(format!("entry {} lacks the field {name:?}", self.id))
         })
     }
@@ -283,10 +294,10 @@ fn entries_of(stream: &str, ids: Value, into: &mut Vec<StreamEntry>) -> Result<(
         let id = text(entry.next().unwrap_or(Value::Nil))?;
         let fields = match entry.next() {
             Some(Value::Array(pairs)) => {
-                let mut fields = HashMap::with_capacity(pairs.len() / 2);
+                let mut fields = Vec::with_capacity(pairs.len() / 2);
                 let mut pairs = pairs.into_iter();
                 while let (Some(name), Some(value)) = (pairs.next(), pairs.next()) {
-                    fields.insert(text(name)?, text(value)?);
+                    fields.push((text(name)?, text(value)?));
                 }
                 fields
             }
@@ -294,7 +305,7 @@ fn entries_of(stream: &str, ids: Value, into: &mut Vec<StreamEntry>) -> Result<(
                 .into_iter()
                 .map(|(name, value)| Ok((text(name)?, text(value)?)))
                 .collect::<Result<_, ParsingError>>()?,
-            _ => HashMap::new(),
+            _ => Vec::new(),
         };
         into.push(StreamEntry {
             stream: stream.to_string(),
