@@ -21,11 +21,11 @@ use crate::infra::{
 
 impl Keys {
     pub fn lock_owner(&self, name: &str) -> String {
-        self.tagged(&format!("lock:{name}"), "owner")
+        self.tagged(format_args!("lock:{name}"), "owner")
     }
 
     pub fn lock_fence(&self, name: &str) -> String {
-        self.tagged(&format!("lock:{name}"), "fence")
+        self.tagged(format_args!("lock:{name}"), "fence")
     }
 }
 

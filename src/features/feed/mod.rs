@@ -60,15 +60,15 @@ impl FeedSettings {
 
 impl Keys {
     pub fn feed_inbox(&self, user_id: i64) -> String {
-        self.tagged(&format!("feed:{user_id}"), "inbox")
+        self.tagged(format_args!("feed:{user_id}"), "inbox")
     }
 
     pub fn feed_outbox(&self, user_id: i64) -> String {
-        self.tagged(&format!("feed:{user_id}"), "outbox")
+        self.tagged(format_args!("feed:{user_id}"), "outbox")
     }
 
     pub fn following(&self, user_id: i64) -> String {
-        self.tagged(&format!("feed:{user_id}"), "following")
+        self.tagged(format_args!("feed:{user_id}"), "following")
     }
 
     pub fn follower_counts(&self) -> String {

@@ -101,23 +101,23 @@ impl Keys {
     }
 
     pub fn job_pool(&self, topic: &str) -> String {
-        self.tagged(&Self::jobs_tag(topic), "pool")
+        self.tagged(Self::jobs_tag(topic), "pool")
     }
 
     pub fn jobs_delayed(&self, topic: &str) -> String {
-        self.tagged(&Self::jobs_tag(topic), "delayed")
+        self.tagged(Self::jobs_tag(topic), "delayed")
     }
 
     pub fn jobs_ready(&self, topic: &str) -> String {
-        self.tagged(&Self::jobs_tag(topic), "ready")
+        self.tagged(Self::jobs_tag(topic), "ready")
     }
 
     pub fn jobs_running(&self, topic: &str) -> String {
-        self.tagged(&Self::jobs_tag(topic), "running")
+        self.tagged(Self::jobs_tag(topic), "running")
     }
 
     pub fn jobs_finished(&self, topic: &str) -> String {
-        self.tagged(&Self::jobs_tag(topic), "finished")
+        self.tagged(Self::jobs_tag(topic), "finished")
     }
 }
 

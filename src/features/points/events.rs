@@ -32,12 +32,13 @@ pub struct SignedDay {
 
 impl Event for AwardEvent {
     fn from_entry(entry: &StreamEntry) -> Result<Self, HandleError> {
-        let sign_in = match entry.get("day").is_some() {
-            true => Some(SignedDay {
+        let sign_in = if entry.get("day").is_some() {
+            Some(SignedDay {
                 day: entry.number("day")?,
                 made_up: entry.number("made_up")? == 1,
-            }),
-            false => None,
+            })
+        } else {
+            None
         };
         Ok(Self {
             user_id: entry.number("user")?,

@@ -83,7 +83,7 @@ impl Keys {
         if self.points_buckets() == 1 {
             self.tagged(TAG, rest)
         } else {
-            self.tagged(&format!("{TAG}:{bucket}"), rest)
+            self.tagged(format_args!("{TAG}:{bucket}"), rest)
         }
     }
 

@@ -86,53 +86,54 @@ impl Keys {
         self.tagged("feed", "remarks")
     }
 
-    fn likes_tag(&self, remark_id: i64, shards: u32) -> String {
-        format!("likes:{}", remark_id.rem_euclid(i64::from(shards)))
+    /// The likes shard of a remark's keys (the `likes:<shard>` hash tag).
+    fn likes_shard(remark_id: i64, shards: u32) -> i64 {
+        remark_id.rem_euclid(i64::from(shards))
     }
 
     pub fn remark_info(&self, remark_id: i64, shards: u32) -> String {
         self.tagged(
-            &self.likes_tag(remark_id, shards),
-            &format!("remark:{remark_id}"),
+            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
+            format_args!("remark:{remark_id}"),
         )
     }
 
     pub fn like_relation(&self, remark_id: i64, voter_id: i64, shards: u32) -> String {
         self.tagged(
-            &self.likes_tag(remark_id, shards),
-            &format!("remark:{remark_id}:voter:{voter_id}"),
+            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
+            format_args!("remark:{remark_id}:voter:{voter_id}"),
         )
     }
 
     pub fn remark_likers(&self, remark_id: i64, shards: u32) -> String {
         self.tagged(
-            &self.likes_tag(remark_id, shards),
-            &format!("remark:{remark_id}:likers"),
+            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
+            format_args!("remark:{remark_id}:likers"),
         )
     }
 
     pub fn vote_stream(&self, shard: u32) -> String {
-        self.tagged(&format!("likes:{shard}"), "events")
+        self.tagged(format_args!("likes:{shard}"), "events")
     }
 
     pub fn vote_stream_of(&self, remark_id: i64, shards: u32) -> String {
-        self.vote_stream(remark_id.rem_euclid(i64::from(shards)) as u32)
+        self.vote_stream(Self::likes_shard(remark_id, shards) as u32)
     }
 
     /// The live channel of a remark's like count, in the slot of its keys.
     pub fn like_count_channel(&self, remark_id: i64, shards: u32) -> String {
         self.tagged(
-            &self.likes_tag(remark_id, shards),
-            &format!("live:likes:{remark_id}"),
+            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
+            format_args!("live:likes:{remark_id}"),
         )
     }
 
     pub fn recommended_list(&self, item_id: i64) -> String {
-        self.tagged(&format!("rec:{item_id}"), "list")
+        self.tagged(format_args!("rec:{item_id}"), "list")
     }
 
     pub fn recommended_proxy(&self, item_id: i64) -> String {
-        self.tagged(&format!("rec:{item_id}"), "proxy")
+        self.tagged(format_args!("rec:{item_id}"), "proxy")
     }
 }
 

@@ -125,7 +125,7 @@ impl Keys {
     /// value `[name, avatar url]` as JSON.
     pub fn user_names(&self, user_id: i64) -> String {
         self.tagged(
-            &format!("users:{}", user_id.rem_euclid(NAME_BUCKETS)),
+            format_args!("users:{}", user_id.rem_euclid(NAME_BUCKETS)),
             "names",
         )
     }

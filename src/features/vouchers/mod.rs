@@ -81,28 +81,28 @@ impl Keys {
 
     pub fn voucher(&self, voucher_id: i64, shards: u32) -> String {
         self.tagged(
-            &Self::sale_tag(voucher_id, shards),
-            &format!("voucher:{voucher_id}"),
+            Self::sale_tag(voucher_id, shards),
+            format_args!("voucher:{voucher_id}"),
         )
     }
 
     pub fn voucher_buyers(&self, voucher_id: i64, shards: u32) -> String {
         self.tagged(
-            &Self::sale_tag(voucher_id, shards),
-            &format!("voucher:{voucher_id}:buyers"),
+            Self::sale_tag(voucher_id, shards),
+            format_args!("voucher:{voucher_id}:buyers"),
         )
     }
 
     /// An order lives in its voucher's slot, so settling it touches one slot.
     pub fn order(&self, voucher_id: i64, order_id: i64, shards: u32) -> String {
         self.tagged(
-            &Self::sale_tag(voucher_id, shards),
-            &format!("order:{order_id}"),
+            Self::sale_tag(voucher_id, shards),
+            format_args!("order:{order_id}"),
         )
     }
 
     pub fn order_stream(&self, shard: u32) -> String {
-        self.tagged(&format!("sale:{shard}"), "orders")
+        self.tagged(format_args!("sale:{shard}"), "orders")
     }
 
     pub fn order_stream_of(&self, voucher_id: i64, shards: u32) -> String {
@@ -114,16 +114,16 @@ impl Keys {
     /// slot would put every order's key on one node.
     pub fn order_voucher(&self, order_id: i64) -> String {
         self.tagged(
-            &format!("orders:{}", order_id.rem_euclid(ORDER_VOUCHER_BUCKETS)),
-            &format!("voucher-of:{order_id}"),
+            format_args!("orders:{}", order_id.rem_euclid(ORDER_VOUCHER_BUCKETS)),
+            format_args!("voucher-of:{order_id}"),
         )
     }
 
     /// The live channel of a voucher's stock, in the slot of its keys.
     pub fn voucher_stock_channel(&self, voucher_id: i64, shards: u32) -> String {
         self.tagged(
-            &Self::sale_tag(voucher_id, shards),
-            &format!("live:voucher:{voucher_id}"),
+            Self::sale_tag(voucher_id, shards),
+            format_args!("live:voucher:{voucher_id}"),
         )
     }
 }
