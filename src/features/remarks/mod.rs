@@ -91,25 +91,28 @@ impl Keys {
         remark_id.rem_euclid(i64::from(shards))
     }
 
-    pub fn remark_info(&self, remark_id: i64, shards: u32) -> String {
+    /// A key of a remark's, in its likes shard.
+    fn in_likes_shard(&self, remark_id: i64, shards: u32, rest: std::fmt::Arguments) -> String {
         self.tagged(
             format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
-            format_args!("remark:{remark_id}"),
+            rest,
         )
     }
 
+    pub fn remark_info(&self, remark_id: i64, shards: u32) -> String {
+        self.in_likes_shard(remark_id, shards, format_args!("remark:{remark_id}"))
+    }
+
     pub fn like_relation(&self, remark_id: i64, voter_id: i64, shards: u32) -> String {
-        self.tagged(
-            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
+        self.in_likes_shard(
+            remark_id,
+            shards,
             format_args!("remark:{remark_id}:voter:{voter_id}"),
         )
     }
 
     pub fn remark_likers(&self, remark_id: i64, shards: u32) -> String {
-        self.tagged(
-            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
-            format_args!("remark:{remark_id}:likers"),
-        )
+        self.in_likes_shard(remark_id, shards, format_args!("remark:{remark_id}:likers"))
     }
 
     pub fn vote_stream(&self, shard: u32) -> String {
@@ -122,10 +125,7 @@ impl Keys {
 
     /// The live channel of a remark's like count, in the slot of its keys.
     pub fn like_count_channel(&self, remark_id: i64, shards: u32) -> String {
-        self.tagged(
-            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
-            format_args!("live:likes:{remark_id}"),
-        )
+        self.in_likes_shard(remark_id, shards, format_args!("live:likes:{remark_id}"))
     }
 
     pub fn recommended_list(&self, item_id: i64) -> String {
