@@ -88,6 +88,22 @@ impl Backend {
             Self::Postgres => format!("${n}"),
         }
     }
+
+    /// `INSERT INTO {into} VALUES {values}` that skips each row a unique key already holds:
+    /// how the archives write a batch that may come again after a crash.
+    ///
+    /// On SQLite this is `INSERT OR IGNORE`, not `ON CONFLICT DO NOTHING`, which covers the
+    /// unique keys alone: the NOT NULL constraints could still abort a multi-row statement
+    /// halfway, so SQLite keeps a statement journal for it, a copy of every page the
+    /// statement changes, and an archive batch changes hundreds. With every constraint set to
+    /// skip the row, nothing can abort and no journal is kept. The rows the archives write
+    /// come from typed events, so a NULL it would skip cannot occur.
+    pub fn insert_new_rows(self, into: &str, values: &str) -> String {
+        match self {
+            Self::Sqlite => format!("INSERT OR IGNORE INTO {into} VALUES {values}"),
+            Self::Postgres => format!("INSERT INTO {into} VALUES {values} ON CONFLICT DO NOTHING"),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -274,8 +290,10 @@ async fn sqlite_pool(
                 conn.execute("PRAGMA cache_size = -16384").await?;
                 // A checkpoint copies the log's pages into the file and syncs both; the
                 // archives rewrite the same index pages batch after batch, so a longer log
-                // (32 MiB rather than 4) copies each of them once for many transactions.
-                conn.execute("PRAGMA wal_autocheckpoint = 8192").await?;
+                // copies each of them once for many transactions: 128 MiB (the default is
+                // 4) took a new like's CPU down by about 8 % from 32 MiB (BENCHMARKS.md). The
+                // log takes that much disk, and a start after a crash replays it.
+                conn.execute("PRAGMA wal_autocheckpoint = 32768").await?;
                 Ok(())
             })
         })

@@ -51,10 +51,11 @@ impl StreamHandler for PointsArchive {
         if entries.is_empty() {
             return Ok(());
         }
-        let sql = format!(
-            "INSERT INTO points_record (event_id, user_id, kind, points, requested, idempotency_key, \
-             season, awarded_at_ms, award_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
-            values_placeholders(Backend::of(tx), entries.len(), 10)
+        let backend = Backend::of(tx);
+        let sql = backend.insert_new_rows(
+            "points_record (event_id, user_id, kind, points, requested, idempotency_key, \
+             season, awarded_at_ms, award_date, event_order)",
+            &values_placeholders(backend, entries.len(), 10),
         );
         let mut insert = sqlx::query(&sql);
         let mut sign_ins = Vec::new();
@@ -83,10 +84,9 @@ impl StreamHandler for PointsArchive {
         }
         insert.execute(&mut **tx).await?;
         if !sign_ins.is_empty() {
-            let sql = format!(
-                "INSERT INTO sign_ins (user_id, day, made_up, signed_at_ms) VALUES {} \
-                 ON CONFLICT DO NOTHING",
-                values_placeholders(Backend::of(tx), sign_ins.len(), 4)
+            let sql = backend.insert_new_rows(
+                "sign_ins (user_id, day, made_up, signed_at_ms)",
+                &values_placeholders(backend, sign_ins.len(), 4),
             );
             let mut insert = sqlx::query(&sql);
             for row in &sign_ins {

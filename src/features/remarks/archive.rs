@@ -151,10 +151,11 @@ impl StreamHandler for VoteArchive {
             return Ok(());
         }
         self.ensure_partitions(&rows).await?;
-        let sql = format!(
-            "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
-             vote_date, event_order) VALUES {} ON CONFLICT DO NOTHING",
-            values_placeholders(Backend::of(tx), rows.len(), 8)
+        let backend = Backend::of(tx);
+        let sql = backend.insert_new_rows(
+            "vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
+             vote_date, event_order)",
+            &values_placeholders(backend, rows.len(), 8),
         );
         let mut insert = sqlx::query(&sql);
         let mut newest: HashMap<i64, (i64, i64)> = HashMap::new();
