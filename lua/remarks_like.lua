@@ -14,7 +14,7 @@
             young   - the remark is younger than the TTL, so no key means no vote
                       (unless the info hash was rebuilt after a Redis loss)
             unknown - ask the archive first
-            liked / unliked - the archive's answer
+            liked / unliked / none - the archive's answer (none: no vote at all)
     ARGV[6] live channel of the remark's count
     ARGV[7] how many earliest likers to keep
     ARGV[8] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
@@ -25,8 +25,9 @@
            (the caller asks it and calls again)
 
   Events: on a change, XADD to KEYS[4] a VoteEvent (src/features/remarks/events.rs):
-          {remark, voter, author, voting=1, count, at},
-          and PUBLISH the new count on ARGV[6].
+          {remark, voter, author, voting=1, count, at, first}, first=1 when the voter is known
+          never to have voted on the remark before (so its author has never been paid for
+          this liker), and PUBLISH the new count on ARGV[6].
 
   The earliest likers (KEYS[3]) hold the first ARGV[7] current likers, or fewer when unlikes
   left a gap (see below); `likers` refills a short set from the archive.
@@ -37,7 +38,7 @@
 -- @include status.lua
 -- @include remarks_relation.lua
 
-local author, relation = read_relation(KEYS[1], KEYS[2], ARGV[5])
+local author, relation, voted = read_relation(KEYS[1], KEYS[2], ARGV[5])
 if not author then
   return {relation, 0, 0, 0}
 end
@@ -59,6 +60,6 @@ if kept < keep and kept == likes - 1 then
   redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[1])
 end
 redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
-  'voting', 1, 'count', likes, 'at', ARGV[3])
+  'voting', 1, 'count', likes, 'at', ARGV[3], 'first', voted and 0 or 1)
 redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 1, 1}

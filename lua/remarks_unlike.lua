@@ -4,7 +4,7 @@
   Input: as remarks_like.lua (KEYS[1..4], ARGV[1..8]; ARGV[7] unused).
   Output: { status, likes, liked, changed } with the same status codes.
 
-  Events: on a change, XADD a VoteEvent {remark, voter, author, voting=0, count, at}
+  Events: on a change, XADD a VoteEvent {remark, voter, author, voting=0, count, at, first=0}
           (src/features/remarks/events.rs) and PUBLISH the count.
 
   The relation becomes "0" (with the TTL) rather than being deleted: a missing key means
@@ -27,6 +27,6 @@ redis.call('SET', KEYS[2], '0', 'EX', ttl)
 local likes = redis.call('HINCRBY', KEYS[1], 'likes', -1)
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
-  'voting', 0, 'count', likes, 'at', ARGV[3])
+  'voting', 0, 'count', likes, 'at', ARGV[3], 'first', 0)
 redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 0, 1}

@@ -1,5 +1,7 @@
 -- Shared by remarks_like.lua and remarks_unlike.lua (included by build.rs): reads a voter's
--- relation to a remark. Returns (author, relation) with relation '1' or '0', or
+-- relation to a remark. Returns (author, relation, voted) with relation '1' or '0' and
+-- voted whether the voter may have voted on the remark before (false only when that is
+-- known not to be so: no key is left of a young remark, or the archive holds no vote), or
 -- (nil, status) when the caller must act first: MISSING rebuild the remark's info from SQL,
 -- ASK_ARCHIVE ask the archive (the relation key is gone and the remark is old, or Redis
 -- was rebuilt).
@@ -10,7 +12,7 @@ local function read_relation(info_key, relation_key, known)
   end
   local relation = redis.call('GET', relation_key)
   if relation then
-    return author, relation
+    return author, relation, true
   end
   if known == 'young' and redis.call('HGET', info_key, 'hydrated') then
     known = 'unknown'
@@ -18,5 +20,8 @@ local function read_relation(info_key, relation_key, known)
   if known == 'unknown' then
     return nil, ASK_ARCHIVE
   end
-  return author, (known == 'liked') and '1' or '0'
+  if known == 'young' or known == 'none' then
+    return author, '0', false
+  end
+  return author, (known == 'liked') and '1' or '0', true
 end

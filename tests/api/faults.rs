@@ -677,6 +677,7 @@ async fn a_backlog_in_sixteen_streams_is_archived_in_batches_sql_accepts() {
             liked: true,
             like_count: voter / 32 + 1,
             at_ms: app.state.infra.clock.now_ms(),
+            first_vote: true,
         };
         let add = pipe
             .cmd("XADD")

@@ -277,6 +277,90 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     );
 }
 
+/// Whether each like event of a remark (in stream order) says it is the liker's first vote.
+async fn first_votes(app: &TestApp, remark: &str) -> Vec<(String, String, String)> {
+    let keys = &app.state.infra.keys;
+    let stream = keys.vote_stream_of(
+        remark.parse().unwrap(),
+        app.state.features.remarks.settings.shards,
+    );
+    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    let field = |id: &redis::streams::StreamId, name: &str| -> String {
+        id.get::<String>(name).unwrap_or_default()
+    };
+    entries
+        .ids
+        .iter()
+        .filter(|id| field(id, "remark") == remark)
+        .map(|id| (field(id, "voter"), field(id, "voting"), field(id, "first")))
+        .collect()
+}
+
+#[tokio::test]
+async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid() {
+    let app = unlimited().await;
+    let author = app.user_token(45);
+    let remark = remark_by(&app, &author).await;
+    let like = "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }";
+    let unlike = "mutation($r: ID!) { unlikeRemark(remarkId: $r) { changed } }";
+    app.data(Some(&app.user_token(46)), like, json!({ "r": remark }))
+        .await;
+    app.data(Some(&app.user_token(46)), unlike, json!({ "r": remark }))
+        .await;
+    let shards = app.state.features.remarks.settings.shards;
+    let votes: Vec<String> = (0..shards)
+        .map(|s| app.state.infra.keys.vote_stream(s))
+        .collect();
+    crate::harness::streams_settled(&app, &votes, "archive").await;
+    crate::harness::streams_settled(&app, &votes, "points").await;
+
+    // Eleven days on the remark is older than its relation keys live, and Redis has let the
+    // liker's relation key and the award's marker go: the archive answers for the relation,
+    // and SQL alone knows the award was paid.
+    app.state.infra.clock.advance(chrono::Duration::days(11));
+    let keys = &app.state.infra.keys;
+    let id: i64 = remark.parse().unwrap();
+    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let () = redis::cmd("DEL")
+        .arg(keys.like_relation(id, 46, shards))
+        .arg(keys.points_award_marker(45, &format!("like:{remark}:46")))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    app.data(Some(&app.user_token(46)), like, json!({ "r": remark }))
+        .await;
+    // A liker the archive has never seen is a first vote, on an old remark too.
+    app.data(Some(&app.user_token(47)), like, json!({ "r": remark }))
+        .await;
+
+    assert_eq!(
+        first_votes(&app, &remark).await,
+        [
+            ("46".into(), "1".into(), "1".into()),
+            ("46".into(), "0".into(), "0".into()),
+            ("46".into(), "1".into(), "0".into()),
+            ("47".into(), "1".into(), "1".into()),
+        ]
+    );
+    crate::harness::streams_settled(&app, &votes, "points").await;
+    assert_eq!(
+        points_of(
+            &app.data(Some(&author), TODAY, json!({})).await,
+            "LIKE_RECEIVED"
+        ),
+        2,
+        "today: the new liker's 2 points, nothing for the liker paid eleven days ago"
+    );
+}
+
 #[tokio::test]
 async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_internal_ones() {
     let app = unlimited().await;

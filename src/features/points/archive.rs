@@ -111,6 +111,37 @@ fn award_failure(entry: &StreamEntry, error: AppError) -> HandleError {
     }
 }
 
+/// An award a consumer asks for on behalf of one of its entries.
+struct Claim<'a> {
+    entry: &'a StreamEntry,
+    user_id: i64,
+    kind: PointsType,
+    points: i64,
+    key: String,
+    /// Whether the key may have been paid before. Past the week of its Redis marker only SQL
+    /// knows, so each such award asks it; one known to be new does not.
+    paid_before: bool,
+}
+
+impl<'a> Claim<'a> {
+    fn new(
+        entry: &'a StreamEntry,
+        user_id: i64,
+        kind: PointsType,
+        points: i64,
+        key: String,
+    ) -> Self {
+        Self {
+            entry,
+            user_id,
+            kind,
+            points,
+            key,
+            paid_before: true,
+        }
+    }
+}
+
 struct PointsIntake(Points);
 
 #[async_trait::async_trait]
@@ -120,7 +151,13 @@ impl RedisHandler for PointsIntake {
         for entry in entries {
             let asked = IntakeAward::from_entry(entry)?;
             let key = super::service_key(&asked.key).map_err(|e| award_failure(entry, e))?;
-            awards.push((entry, asked.user_id, asked.kind, asked.points, key));
+            awards.push(Claim::new(
+                entry,
+                asked.user_id,
+                asked.kind,
+                asked.points,
+                key,
+            ));
         }
         self.0.award_all(awards).await
     }
@@ -139,7 +176,13 @@ impl RedisHandler for LikePoints {
                 continue; // unlikes take nothing back; liking oneself earns nothing
             }
             let key = format!("like:{}:{}", vote.remark_id, vote.voter_id);
-            awards.push((entry, vote.author_id, PointsType::LikeReceived, points, key));
+            let claim = Claim::new(entry, vote.author_id, PointsType::LikeReceived, points, key);
+            // A liker's first vote on the remark: no award under its key can exist, in Redis
+            // or in SQL, so SQL need not be asked (most likes are first ones).
+            awards.push(Claim {
+                paid_before: !vote.first_vote,
+                ..claim
+            });
         }
         self.0.award_all(awards).await
     }
@@ -155,7 +198,13 @@ impl RedisHandler for RemarkPoints {
         for entry in entries {
             let remark = RemarkCreated::from_entry(entry)?;
             let key = format!("remark:{}", remark.remark_id);
-            awards.push((entry, remark.author_id, PointsType::Remark, points, key));
+            awards.push(Claim::new(
+                entry,
+                remark.author_id,
+                PointsType::Remark,
+                points,
+                key,
+            ));
         }
         self.0.award_all(awards).await
     }
@@ -210,25 +259,23 @@ impl Points {
     /// their bucket, in entry order within it. One call per award made every like cost a second
     /// script round trip and a consumer one round trip per award behind a backlog. Awards are
     /// idempotent on their key, so a batch that fails part-way is simply handled again.
-    async fn award_all(
-        &self,
-        awards: Vec<(&StreamEntry, i64, PointsType, i64, String)>,
-    ) -> Result<(), HandleError> {
-        let pairs: Vec<(i64, &str)> = awards
+    async fn award_all(&self, awards: Vec<Claim<'_>>) -> Result<(), HandleError> {
+        let asked: Vec<(i64, &str)> = awards
             .iter()
-            .map(|(_, user, _, _, key)| (*user, key.as_str()))
+            .filter(|claim| claim.paid_before)
+            .map(|claim| (claim.user_id, claim.key.as_str()))
             .collect();
-        let archived = self.archived_awards(&pairs).await;
+        let archived = self.archived_awards(&asked).await;
         let mut buckets: BTreeMap<u32, Vec<(i64, PointsType, i64, &str)>> = BTreeMap::new();
-        for (entry, user, kind, points, key) in &awards {
-            if archived.contains_key(&(*user, key.clone())) {
+        for claim in &awards {
+            if claim.paid_before && archived.contains_key(&(claim.user_id, claim.key.clone())) {
                 continue;
             }
-            check_amount(*points).map_err(|e| award_failure(entry, e))?;
+            check_amount(claim.points).map_err(|e| award_failure(claim.entry, e))?;
             buckets
-                .entry(self.infra.keys.points_bucket(*user))
+                .entry(self.infra.keys.points_bucket(claim.user_id))
                 .or_default()
-                .push((*user, *kind, *points, key.as_str()));
+                .push((claim.user_id, claim.kind, claim.points, claim.key.as_str()));
         }
         let mut calls = buckets
             .values()

@@ -15,6 +15,10 @@ pub struct VoteEvent {
     /// The remark's like count after the vote.
     pub like_count: i64,
     pub at_ms: i64,
+    /// A like known to be the voter's first vote on the remark: its author cannot have been
+    /// paid for this liker before. False when unsure (and in entries written before the
+    /// field existed).
+    pub first_vote: bool,
 }
 
 impl Event for VoteEvent {
@@ -26,6 +30,7 @@ impl Event for VoteEvent {
             liked: entry.number("voting")? == 1,
             like_count: entry.number("count")?,
             at_ms: entry.number("at")?,
+            first_vote: entry.get("first") == Some("1"),
         })
     }
 
@@ -37,6 +42,7 @@ impl Event for VoteEvent {
             ("voting", i64::from(self.liked).to_string()),
             ("count", self.like_count.to_string()),
             ("at", self.at_ms.to_string()),
+            ("first", i64::from(self.first_vote).to_string()),
         ]
     }
 }
@@ -80,6 +86,7 @@ mod tests {
             liked: true,
             like_count: 4,
             at_ms: 5,
+            first_vote: true,
         };
         let entry = StreamEntry::of_event("votes", "1-0", &vote);
         assert_eq!(VoteEvent::from_entry(&entry).unwrap(), vote);

@@ -46,6 +46,8 @@ enum Known {
     Unknown,
     Liked,
     Unliked,
+    /// The archive holds no vote of the voter on the remark.
+    Never,
 }
 
 impl Known {
@@ -55,6 +57,7 @@ impl Known {
             Known::Unknown => "unknown",
             Known::Liked => "liked",
             Known::Unliked => "unliked",
+            Known::Never => "none",
         }
     }
 }
@@ -248,7 +251,8 @@ impl Remarks {
         .await?;
         Ok(match latest {
             Some(row) if row.try_get::<i32, _>("voting")? == 1 => Known::Liked,
-            _ => Known::Unliked,
+            Some(_) => Known::Unliked,
+            None => Known::Never,
         })
     }
 
