@@ -24,8 +24,9 @@
            rebuilds it from SQL, or answers NOT_FOUND), ASK_ARCHIVE the archive must decide
            (the caller asks it and calls again)
 
-  Events: on a change, XADD to KEYS[4] a VoteEvent (src/features/remarks/events.rs):
-          {remark, voter, author, voting=1, count, at, first}, first=1 when the voter is known
+  Events: on a change, XADD to KEYS[4] a VoteEvent (src/features/remarks/events.rs), packed
+          (src/infra/streams/mod.rs): {remark, voter, author, voting=1, count, at, first},
+          first=1 when the voter is known
           never to have voted on the remark before (so its author has never been paid for
           this liker), and PUBLISH the new count on ARGV[6].
 
@@ -59,7 +60,7 @@ local kept = redis.call('ZCARD', KEYS[3])
 if kept < keep and kept == likes - 1 then
   redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[1])
 end
-redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
-  'voting', 1, 'count', likes, 'at', ARGV[3], 'first', voted and 0 or 1)
+redis.call('XADD', KEYS[4], '*', 'remark voter author voting count at first',
+  table.concat({ARGV[2], ARGV[1], author, 1, likes, ARGV[3], voted and 0 or 1}, ' '))
 redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 1, 1}

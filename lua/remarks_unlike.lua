@@ -5,7 +5,7 @@
   Output: { status, likes, liked, changed } with the same status codes.
 
   Events: on a change, XADD a VoteEvent {remark, voter, author, voting=0, count, at, first=0}
-          (src/features/remarks/events.rs) and PUBLISH the count.
+          (src/features/remarks/events.rs, packed as remarks_like.lua's) and PUBLISH the count.
 
   The relation becomes "0" (with the TTL) rather than being deleted: a missing key means
   "ask the archive", and the archive may not hold this unlike yet.
@@ -26,7 +26,7 @@ end
 redis.call('SET', KEYS[2], '0', 'EX', ttl)
 local likes = redis.call('HINCRBY', KEYS[1], 'likes', -1)
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('XADD', KEYS[4], '*', 'remark', ARGV[2], 'voter', ARGV[1], 'author', author,
-  'voting', 0, 'count', likes, 'at', ARGV[3], 'first', 0)
+redis.call('XADD', KEYS[4], '*', 'remark voter author voting count at first',
+  table.concat({ARGV[2], ARGV[1], author, 0, likes, ARGV[3], 0}, ' '))
 redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 0, 1}

@@ -28,8 +28,15 @@ local function award(daily_key, board_key, stream_key, user, kind, requested, ca
     redis.call('ZADD', board_key, string.format('%.0f', board_score(points, season_seconds)), user)
     redis.call(live[1], live[2], user)
   end
-  redis.call('XADD', stream_key, '*', 'user', user, 'type', kind, 'points', allowed,
-    'requested', requested, 'key', idempotency, 'season', season, 'at', now_ms,
-    unpack(extra or {}))
+  -- Packed (src/infra/streams/mod.rs), the key last: it is the caller's free text.
+  local names = {'user', 'type', 'points', 'requested', 'season', 'at'}
+  local values = {user, kind, allowed, requested, season, now_ms}
+  for i = 1, #(extra or {}), 2 do
+    names[#names + 1] = extra[i]
+    values[#values + 1] = extra[i + 1]
+  end
+  names[#names + 1] = 'key'
+  values[#values + 1] = idempotency
+  redis.call('XADD', stream_key, '*', table.concat(names, ' '), table.concat(values, ' '))
   return allowed
 end

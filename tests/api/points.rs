@@ -3,8 +3,14 @@
 use std::time::Duration;
 
 use engage::{
-    features::points::{events::IntakeAward, PointsType},
-    infra::{auth::Role, streams},
+    features::{
+        points::{events::IntakeAward, PointsType},
+        remarks::events::VoteEvent,
+    },
+    infra::{
+        auth::Role,
+        streams::{self, Event},
+    },
 };
 use serde_json::{json, Value};
 
@@ -277,29 +283,21 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     );
 }
 
-/// Whether each like event of a remark (in stream order) says it is the liker's first vote.
-async fn first_votes(app: &TestApp, remark: &str) -> Vec<(String, String, String)> {
-    let keys = &app.state.infra.keys;
-    let stream = keys.vote_stream_of(
-        remark.parse().unwrap(),
-        app.state.features.remarks.settings.shards,
-    );
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-        .arg(stream)
-        .arg("-")
-        .arg("+")
-        .query_async(&mut *conn)
+/// Each vote event of a remark, in stream order: (voter, a like, the voter's first vote).
+async fn first_votes(app: &TestApp, remark: &str) -> Vec<(i64, bool, bool)> {
+    let id: i64 = remark.parse().unwrap();
+    let stream = app
+        .state
+        .infra
+        .keys
+        .vote_stream_of(id, app.state.features.remarks.settings.shards);
+    streams::range(&app.state.infra, &stream)
         .await
-        .unwrap();
-    let field = |id: &redis::streams::StreamId, name: &str| -> String {
-        id.get::<String>(name).unwrap_or_default()
-    };
-    entries
-        .ids
+        .unwrap()
         .iter()
-        .filter(|id| field(id, "remark") == remark)
-        .map(|id| (field(id, "voter"), field(id, "voting"), field(id, "first")))
+        .map(|entry| VoteEvent::from_entry(entry).unwrap())
+        .filter(|vote| vote.remark_id == id)
+        .map(|vote| (vote.voter_id, vote.liked, vote.first_vote))
         .collect()
 }
 
@@ -319,7 +317,16 @@ async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid()
         .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     crate::harness::streams_settled(&app, &votes, "archive").await;
-    crate::harness::streams_settled(&app, &votes, "points").await;
+    // The award (and the remark's) in SQL: the history reads it.
+    let history = "{ pointsHistory(first: 10) { edges { node { type } } } }";
+    eventually(async || {
+        app.data(Some(&author), history, json!({})).await["pointsHistory"]["edges"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 2
+    })
+    .await;
 
     // Eleven days on the remark is older than its relation keys live, and Redis has let the
     // liker's relation key and the award's marker go: the archive answers for the relation,
@@ -344,10 +351,10 @@ async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid()
     assert_eq!(
         first_votes(&app, &remark).await,
         [
-            ("46".into(), "1".into(), "1".into()),
-            ("46".into(), "0".into(), "0".into()),
-            ("46".into(), "1".into(), "0".into()),
-            ("47".into(), "1".into(), "1".into()),
+            (46, true, true),
+            (46, false, false),
+            (46, true, false),
+            (47, true, true)
         ]
     );
     crate::harness::streams_settled(&app, &votes, "points").await;

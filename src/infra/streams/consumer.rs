@@ -537,9 +537,8 @@ impl Worker {
         }
         // A JSON object of the fields, as an operator reads it back.
         let fields: serde_json::Map<String, serde_json::Value> = entry
-            .fields
-            .iter()
-            .map(|(name, value)| (name.clone(), value.clone().into()))
+            .fields()
+            .map(|(name, value)| (name.to_string(), value.into()))
             .collect();
         let payload = serde_json::to_string(&fields)?;
         sqlx::query(
