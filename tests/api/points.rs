@@ -56,6 +56,20 @@ async fn remark_by(app: &TestApp, token: &str) -> String {
     .to_string()
 }
 
+/// Waits until `token`'s user has `awards` awards in the points history, which SQL answers:
+/// the points archive has written them.
+async fn history_holds(app: &TestApp, token: &str, awards: usize) {
+    let history = "{ pointsHistory(first: 20) { edges { node { type } } } }";
+    eventually(async || {
+        app.data(Some(token), history, json!({})).await["pointsHistory"]["edges"]
+            .as_array()
+            .unwrap()
+            .len()
+            == awards
+    })
+    .await;
+}
+
 fn points_of(today: &Value, kind: &str) -> i64 {
     today["pointsToday"]
         .as_array()
@@ -212,15 +226,8 @@ async fn authors_earn_points_for_likes_from_others_but_not_from_themselves() {
     );
 
     // Every award reaches the archive and the history.
+    history_holds(&app, &author, 3).await;
     let history = "{ pointsHistory(first: 10) { edges { node { type points seasonId awardedAt } } pageInfo { hasNextPage } } }";
-    eventually(async || {
-        app.data(Some(&author), history, json!({})).await["pointsHistory"]["edges"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 3
-    })
-    .await;
     let page = app.data(Some(&author), history, json!({})).await;
     // Two consumers award these (one reads the likes, one the remarks): the history is in
     // the order the awards were made, which neither waits for the other to decide.
@@ -243,15 +250,7 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     let like = "mutation($r: ID!) { likeRemark(remarkId: $r) { changed } }";
     let unlike = "mutation($r: ID!) { unlikeRemark(remarkId: $r) { changed } }";
     app.data(Some(&liker), like, json!({ "r": remark })).await;
-    let history = "{ pointsHistory(first: 10) { edges { node { type points } } } }";
-    eventually(async || {
-        app.data(Some(&author), history, json!({})).await["pointsHistory"]["edges"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 2
-    })
-    .await;
+    history_holds(&app, &author, 2).await;
 
     // A week later the Redis marker is gone; the liker unlikes and likes again.
     let mut conn = app.state.infra.redis.get().await.unwrap();
@@ -317,16 +316,8 @@ async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid()
         .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     crate::harness::streams_settled(&app, &votes, "archive").await;
-    // The award (and the remark's) in SQL: the history reads it.
-    let history = "{ pointsHistory(first: 10) { edges { node { type } } } }";
-    eventually(async || {
-        app.data(Some(&author), history, json!({})).await["pointsHistory"]["edges"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 2
-    })
-    .await;
+    // The award (and the remark's) in SQL.
+    history_holds(&app, &author, 2).await;
 
     // Eleven days on the remark is older than its relation keys live, and Redis has let the
     // liker's relation key and the award's marker go: the archive answers for the relation,

@@ -43,7 +43,7 @@ pub struct StreamEntry {
 
 impl StreamEntry {
     /// An entry of `stream` with the field/value pairs XADD was given.
-    pub fn new(stream: &str, id: String, pairs: Vec<(String, String)>) -> Self {
+    fn new(stream: &str, id: String, pairs: Vec<(String, String)>) -> Self {
         Self {
             stream: stream.to_string(),
             id,
