@@ -444,7 +444,6 @@ pub struct Config {
     )]
     pub jobs_visibility_seconds: u64,
 
-    /// A stream entry pending this long (milliseconds) with a silent consumer is taken over.
     /// How long an archive (a stream consumer that writes SQL) lets a short batch gather
     /// before it writes: fewer, larger transactions cost SQL less per event; the archive lag
     /// grows by as much.
@@ -456,6 +455,7 @@ pub struct Config {
     )]
     pub archive_linger_ms: u64,
 
+    /// A stream entry pending this long (milliseconds) with a silent consumer is taken over.
     #[arg(
         long,
         env = "ENGAGE_CONSUMER_CLAIM_IDLE_MS",

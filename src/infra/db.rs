@@ -109,8 +109,9 @@ impl Backend {
 #[derive(Clone)]
 pub struct Db {
     pub pool: AnyPool,
-    /// Where the stream consumers write their batches: on SQLite one connection of its own
-    /// (see [`Db::connect`]), on PostgreSQL the same pool.
+    /// Where the background writers (the stream consumers, the first sights of users) write
+    /// their batches: on SQLite one connection of its own (see [`Db::connect`]), on
+    /// PostgreSQL the same pool.
     pub archive: AnyPool,
     pub backend: Backend,
 }
@@ -144,8 +145,8 @@ impl Db {
                 let pool = sqlite_pool(options.clone().max_connections(8), connect_options.clone())
                     .await
                     .with_context(context)?;
-                // The archives' writer: every batch of every stream consumer on the same
-                // connection. A connection drops its whole page cache whenever another has
+                // The archives' writer: every batch of every stream consumer (and of the
+                // first sights of users) on the same connection. A connection drops its whole page cache whenever another has
                 // written since its last transaction, so with the consumers taking turns on
                 // the shared pool every batch began by reading its index pages again (from
                 // the WAL, through pread). Writes are serialised by SQLite anyway.

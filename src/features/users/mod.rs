@@ -378,7 +378,10 @@ async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Kn
             .bind(&sight.name)
             .bind(sight.now_ms);
     }
-    let written = query.fetch_all(&infra.db.pool).await;
+    // On the archives' writer: a SQLite connection drops its page cache whenever another
+    // has written, so a batch written on the pool made the next archive batch read its index
+    // pages again (see `Db::archive`).
+    let written = query.fetch_all(&infra.db.archive).await;
     match &written {
         Ok(rows) => {
             let users: Vec<UserRecord> = rows
