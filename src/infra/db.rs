@@ -146,10 +146,11 @@ impl Db {
                     .await
                     .with_context(context)?;
                 // The archives' writer: every batch of every stream consumer (and of the
-                // first sights of users) on the same connection. A connection drops its whole page cache whenever another has
-                // written since its last transaction, so with the consumers taking turns on
-                // the shared pool every batch began by reading its index pages again (from
-                // the WAL, through pread). Writes are serialised by SQLite anyway.
+                // first sights of users) on the same connection. A connection drops its whole
+                // page cache whenever another has written since its last transaction, so with
+                // the consumers taking turns on the shared pool every batch began by reading
+                // its index pages again (from the WAL, through pread). Writes are serialised
+                // by SQLite anyway.
                 let archive = sqlite_pool(options.max_connections(1), connect_options)
                     .await
                     .with_context(context)?;
