@@ -60,7 +60,6 @@ local kept = redis.call('ZCARD', KEYS[3])
 if kept < keep and kept == likes - 1 then
   redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[1])
 end
-redis.call('XADD', KEYS[4], '*', 'remark voter author voting count at first',
-  table.concat({ARGV[2], ARGV[1], author, 1, likes, ARGV[3], voted and 0 or 1}, ' '))
+add_vote_event(KEYS[4], ARGV[2], ARGV[1], author, 1, likes, ARGV[3], voted and 0 or 1)
 redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 1, 1}

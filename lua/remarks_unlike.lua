@@ -26,7 +26,6 @@ end
 redis.call('SET', KEYS[2], '0', 'EX', ttl)
 local likes = redis.call('HINCRBY', KEYS[1], 'likes', -1)
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('XADD', KEYS[4], '*', 'remark voter author voting count at first',
-  table.concat({ARGV[2], ARGV[1], author, 0, likes, ARGV[3], 0}, ' '))
+add_vote_event(KEYS[4], ARGV[2], ARGV[1], author, 0, likes, ARGV[3], 0)
 redis.call(ARGV[8], ARGV[6], likes)
 return {OK, likes, 0, 1}

@@ -1,5 +1,6 @@
--- Shared by remarks_like.lua and remarks_unlike.lua (included by build.rs): reads a voter's
--- relation to a remark. Returns (author, relation, voted) with relation '1' or '0' and
+-- Shared by remarks_like.lua and remarks_unlike.lua (included by build.rs).
+
+-- Reads a voter's relation to a remark. Returns (author, relation, voted) with relation '1' or '0' and
 -- voted whether the voter may have voted on the remark before (false only when that is
 -- known not to be so: no key is left of a young remark, or the archive holds no vote), or
 -- (nil, status) when the caller must act first: MISSING rebuild the remark's info from SQL,
@@ -24,4 +25,11 @@ local function read_relation(info_key, relation_key, known)
     return author, '0', false
   end
   return author, (known == 'liked') and '1' or '0', true
+end
+
+-- Appends a changed vote to `stream` as a VoteEvent (src/features/remarks/events.rs), packed
+-- (src/infra/streams/mod.rs): its field names in one field, its values in that field's value.
+local function add_vote_event(stream, remark, voter, author, voting, likes, at, first)
+  redis.call('XADD', stream, '*', 'remark voter author voting count at first',
+    table.concat({remark, voter, author, voting, likes, at, first}, ' '))
 end
