@@ -11,7 +11,7 @@
 mod subjects;
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::infra::{
     auth::Claims,
-    cache::TtlCache,
+    cache::{RecentSet, TtlCache},
     error::{AppError, AppResult},
     redis::Keys,
     Infra,
@@ -83,10 +83,10 @@ pub struct UserDirectory {
     subjects: TtlCache<(String, String), i64>,
 }
 
-/// The users this instance has written, and those queued for writing with their names.
-#[derive(Default)]
+/// The users this instance has written lately, and those queued for writing with their
+/// names.
 struct Known {
-    written: HashSet<i64>,
+    written: RecentSet<i64>,
     queued: HashMap<i64, String>,
 }
 
@@ -103,9 +103,10 @@ const FIRST_SIGHT_WAIT: Duration = Duration::from_millis(500);
 /// Most users written by one statement.
 const BATCH: usize = 300;
 
-/// Past this many remembered ids the memory is cleared; the cost is one idempotent insert
-/// per user afterwards.
-const WRITTEN_KEPT: usize = 100_000;
+/// The users remembered as written (about 10 MiB at most); one forgotten costs an idempotent
+/// insert when next seen. Users who come back within half of this are never forgotten: a
+/// day's sign-ins of a quarter of a million new users leave the active ones known.
+const WRITTEN_KEPT: usize = 500_000;
 
 /// How long a user read from SQL is shown without asking again (a name edited in SQL shows
 /// within this), and how many are kept (about 100 bytes each).
@@ -135,7 +136,10 @@ impl UserDirectory {
     /// Must be called within the runtime: it starts the batch writer.
     pub fn new(infra: Infra) -> Self {
         let (registrar, queue) = mpsc::channel(4 * BATCH);
-        let known = Arc::new(Mutex::new(Known::default()));
+        let known = Arc::new(Mutex::new(Known {
+            written: RecentSet::new(WRITTEN_KEPT),
+            queued: HashMap::new(),
+        }));
         let batch_queued = Arc::new(Notify::new());
         // An instance task: shutdown waits for its last batch before it closes the pool.
         infra.instance.spawn(
@@ -401,9 +405,6 @@ async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Kn
         }
     }
     let mut known = known.lock().expect("poisoned");
-    if written.is_ok() && known.written.len() + batch.len() > WRITTEN_KEPT {
-        known.written.clear();
-    }
     for sight in batch {
         known.queued.remove(&sight.user_id);
         if written.is_ok() {
