@@ -103,6 +103,11 @@ const FIRST_SIGHT_WAIT: Duration = Duration::from_millis(500);
 /// Most users written by one statement.
 const BATCH: usize = 300;
 
+/// First sights queued before a request waits for room (about 100 bytes each): every active
+/// user is a first sight to a new instance, and 40,000 of them at 10,000 likes a second no
+/// longer wait for room (1,200 made them wait; BENCHMARKS.md).
+const QUEUED_KEPT: usize = 32 * BATCH;
+
 /// The users remembered as written (about 10 MiB at most); one forgotten costs an idempotent
 /// insert when next seen. Users who come back within half of this are never forgotten: a
 /// day's sign-ins of a quarter of a million new users leave the active ones known.
@@ -135,7 +140,7 @@ impl Keys {
 impl UserDirectory {
     /// Must be called within the runtime: it starts the batch writer.
     pub fn new(infra: Infra) -> Self {
-        let (registrar, queue) = mpsc::channel(4 * BATCH);
+        let (registrar, queue) = mpsc::channel(QUEUED_KEPT);
         let known = Arc::new(Mutex::new(Known {
             written: RecentSet::new(WRITTEN_KEPT),
             queued: HashMap::new(),
