@@ -9,35 +9,34 @@
 
 use std::{
     borrow::Borrow,
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     hash::Hash,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
+/// Entries that expire `ttl` after they were stored, at most `capacity` of them, dropped the
+/// way [`RecentSet`] drops keys: a burst of new keys pushes out the entries not read longest,
+/// never all of them at once.
 pub struct TtlCache<K, V> {
     ttl: Duration,
-    capacity: usize,
     entries: Mutex<Entries<K, V>>,
 }
 
 struct Entries<K, V> {
-    map: HashMap<K, (Instant, Arc<V>)>,
-    /// When expired entries were last dropped. They are dropped once a `ttl` as well as
-    /// when the cache is full: a burst of keys that never comes back (a load of many
-    /// users, then quiet) would otherwise hold their memory until the cache next fills.
+    kept: Generations<K, (Instant, Arc<V>)>,
+    /// When expired entries were last dropped. They are dropped once a `ttl`: a burst of
+    /// keys that never comes back (a load of many users, then quiet) would otherwise hold
+    /// its memory until newer keys pushed it out.
     swept_at: Instant,
 }
 
 impl<K: Eq + Hash, V> TtlCache<K, V> {
-    /// Entries expire after `ttl`; past `capacity` entries the expired ones are dropped, and
-    /// if none had expired, all of them (a burst of distinct keys must not grow memory).
     pub fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
             ttl,
-            capacity,
             entries: Mutex::new(Entries {
-                map: HashMap::new(),
+                kept: Generations::new(capacity),
                 swept_at: Instant::now(),
             }),
         }
@@ -48,8 +47,8 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let entries = self.entries.lock().expect("poisoned");
-        let (stored_at, value) = entries.map.get(key)?;
+        let mut entries = self.entries.lock().expect("poisoned");
+        let (stored_at, value) = entries.kept.get(key)?;
         (stored_at.elapsed() < self.ttl).then(|| value.clone())
     }
 
@@ -59,16 +58,13 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         }
         let mut entries = self.entries.lock().expect("poisoned");
         let now = Instant::now();
-        if entries.map.len() >= self.capacity || now - entries.swept_at >= self.ttl {
+        if now - entries.swept_at >= self.ttl {
             entries.swept_at = now;
             entries
-                .map
+                .kept
                 .retain(|_, (stored_at, _)| now - *stored_at < self.ttl);
-            if entries.map.len() >= self.capacity {
-                entries.map.clear();
-            }
         }
-        entries.map.insert(key, (now, value));
+        entries.kept.insert(key, (now, value));
     }
 
     /// Forgets the entries `stale` picks (a write made them wrong).
@@ -76,55 +72,86 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         self.entries
             .lock()
             .expect("poisoned")
-            .map
+            .kept
             .retain(|key, _| !stale(key));
     }
 }
 
-/// The keys inserted or found lately, at most `capacity` of them, in two generations of
-/// half of it: once the newer one is full, it becomes the older one and the older one is
-/// dropped, and a key found in the older one moves to the newer one. So a key met again
-/// within half the capacity of other keys is never forgotten, and a burst of new keys
-/// forgets the keys not met longest first.
+/// The keys inserted or found lately, at most `capacity` of them (see [`Generations`]). So
+/// a key met again within half the capacity of other keys is never forgotten, and a burst
+/// of new keys forgets the keys not met longest first.
 ///
 /// Rejected: clearing one set when it fills. Every key was forgotten at once, and for the
 /// users' first sights that meant every active user written again together: the request
 /// threads waited for room in the full queue of writes (the like route's p99 went from 25
 /// to 145–216 ms right after 100,000 new users had signed in).
 pub struct RecentSet<K> {
-    newer: HashSet<K>,
-    older: HashSet<K>,
-    generation: usize,
+    kept: Generations<K, ()>,
 }
 
 impl<K: Eq + Hash> RecentSet<K> {
     pub fn new(capacity: usize) -> Self {
         Self {
-            newer: HashSet::new(),
-            older: HashSet::new(),
-            generation: (capacity / 2).max(1),
+            kept: Generations::new(capacity),
         }
     }
 
     /// Whether `key` is remembered; it counts as met now.
     pub fn contains(&mut self, key: &K) -> bool {
-        if self.newer.contains(key) {
-            return true;
-        }
-        match self.older.take(key) {
-            Some(key) => {
-                self.insert(key);
-                true
-            }
-            None => false,
-        }
+        self.kept.get(key).is_some()
     }
 
     pub fn insert(&mut self, key: K) {
-        if self.newer.len() >= self.generation && !self.newer.contains(&key) {
+        self.kept.insert(key, ());
+    }
+}
+
+/// A map of at most `capacity` entries in two generations of half of it: once the newer one
+/// is full, it becomes the older one and the older one is dropped, and an entry found in
+/// the older one moves to the newer one.
+struct Generations<K, V> {
+    newer: HashMap<K, V>,
+    older: HashMap<K, V>,
+    generation: usize,
+}
+
+impl<K: Eq + Hash, V> Generations<K, V> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            newer: HashMap::new(),
+            older: HashMap::new(),
+            generation: (capacity / 2).max(1),
+        }
+    }
+
+    fn get<Q>(&mut self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if !self.newer.contains_key(key) {
+            let (key, value) = self.older.remove_entry(key)?;
+            self.insert(key, value);
+        }
+        self.newer.get(key)
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        if self.newer.len() >= self.generation && !self.newer.contains_key(&key) {
             self.older = std::mem::take(&mut self.newer);
         }
-        self.newer.insert(key);
+        self.older.remove(&key);
+        self.newer.insert(key, value);
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        self.newer.retain(&mut keep);
+        self.older.retain(keep);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.newer.len() + self.older.len()
     }
 }
 
@@ -148,7 +175,7 @@ mod tests {
         for key in [0, 3, 4, 5] {
             assert!(set.contains(&key));
         }
-        assert!(set.newer.len() + set.older.len() <= 6);
+        assert!(set.kept.len() <= 6);
     }
 
     #[test]
@@ -161,7 +188,7 @@ mod tests {
                 set.contains(&-1),
                 "met after every new key: never forgotten"
             );
-            assert!(set.newer.len() + set.older.len() <= 1000);
+            assert!(set.kept.len() <= 1000);
         }
         assert!(!set.contains(&0), "met once, 10,000 keys ago");
     }
@@ -187,7 +214,24 @@ mod tests {
         }
         std::thread::sleep(Duration::from_millis(60));
         cache.insert(10, Arc::new(10));
-        assert_eq!(cache.entries.lock().unwrap().map.len(), 1);
+        assert_eq!(cache.entries.lock().unwrap().kept.len(), 1);
+    }
+
+    #[test]
+    fn a_full_cache_keeps_what_is_read_through_a_burst_of_new_keys() {
+        let cache = TtlCache::new(Duration::from_secs(60), 1000);
+        cache.insert(-1, Arc::new(-1));
+        for key in 0..10_000 {
+            cache.insert(key, Arc::new(key));
+            assert_eq!(
+                cache.get(&-1).as_deref(),
+                Some(&-1),
+                "read after every new key"
+            );
+            assert!(cache.entries.lock().unwrap().kept.len() <= 1000);
+        }
+        assert_eq!(cache.get(&0), None, "read once, 10,000 keys ago");
+        assert_eq!(cache.get(&9_999).as_deref(), Some(&9_999));
     }
 
     #[test]
@@ -196,7 +240,7 @@ mod tests {
         for key in 0..10 {
             cache.insert(key, Arc::new(key));
         }
-        assert!(cache.entries.lock().unwrap().map.len() <= 3);
+        assert!(cache.entries.lock().unwrap().kept.len() <= 3);
         assert_eq!(cache.get(&9).as_deref(), Some(&9));
     }
 }
