@@ -3,9 +3,9 @@
 //! and for work that gives the same result every time (parsing a GraphQL document).
 //! [`RecentSet`]: the keys met lately, for work done once per key (writing a user's row).
 //!
-//! A mutex around a map rather than a concurrent cache crate: entries are few and short-
-//! lived, lookups hold the lock for a hash probe and an `Arc` clone, and the whole thing
-//! stays readable in one screen.
+//! A mutex around two maps rather than a concurrent cache crate: entries are few and short-
+//! lived, lookups hold the lock for a hash probe or two and an `Arc` clone, and the whole
+//! thing stays readable in one screen.
 
 use std::{
     borrow::Borrow,
