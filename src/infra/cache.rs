@@ -15,9 +15,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// Entries that expire `ttl` after they were stored, at most `capacity` of them, dropped the
-/// way [`RecentSet`] drops keys: a burst of new keys pushes out the entries not read longest,
-/// never all of them at once.
+/// Entries that expire `ttl` after they were stored, at most `capacity` of them (see
+/// [`Generations`]): a burst of new keys pushes out the entries not read longest.
 pub struct TtlCache<K, V> {
     ttl: Duration,
     entries: Mutex<Entries<K, V>>,
@@ -77,14 +76,8 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
     }
 }
 
-/// The keys inserted or found lately, at most `capacity` of them (see [`Generations`]). So
-/// a key met again within half the capacity of other keys is never forgotten, and a burst
-/// of new keys forgets the keys not met longest first.
-///
-/// Rejected: clearing one set when it fills. Every key was forgotten at once, and for the
-/// users' first sights that meant every active user written again together: the request
-/// threads waited for room in the full queue of writes (the like route's p99 went from 25
-/// to 145–216 ms right after 100,000 new users had signed in).
+/// The keys inserted or found lately, at most `capacity` of them (see [`Generations`]): a
+/// burst of new keys forgets the keys not met longest first.
 pub struct RecentSet<K> {
     kept: Generations<K, ()>,
 }
@@ -108,7 +101,13 @@ impl<K: Eq + Hash> RecentSet<K> {
 
 /// A map of at most `capacity` entries in two generations of half of it: once the newer one
 /// is full, it becomes the older one and the older one is dropped, and an entry found in
-/// the older one moves to the newer one.
+/// the older one moves to the newer one. So an entry found again within half the capacity
+/// of other keys is never dropped.
+///
+/// Rejected: clearing one map when it fills. Every entry was dropped at once, and for the
+/// users' first sights that meant every active user written again together: the request
+/// threads waited for room in the full queue of writes (the like route's p99 went from 25
+/// to 145–216 ms right after 100,000 new users had signed in).
 struct Generations<K, V> {
     newer: HashMap<K, V>,
     older: HashMap<K, V>,
