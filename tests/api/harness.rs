@@ -291,14 +291,25 @@ pub type Socket =
 /// A `graphql-transport-ws` connection (acknowledged, with a token if given) running one
 /// subscription under the id "1".
 pub async fn subscribe(app: &TestApp, token: Option<&str>, query: &str) -> Socket {
+    subscribe_as(app, "graphql-transport-ws", "1", token, query).await
+}
+
+/// [`subscribe`] in `protocol` (`graphql-transport-ws` or the legacy `graphql-ws`), as
+/// operation `id`.
+pub async fn subscribe_as(
+    app: &TestApp,
+    protocol: &str,
+    id: &str,
+    token: Option<&str>,
+    query: &str,
+) -> Socket {
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
     let mut request = app.ws_url().into_client_request().unwrap();
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", protocol.parse().unwrap());
     let (mut socket, _) = tokio_tungstenite::connect_async(request)
         .await
         .expect("upgrade accepted");
@@ -309,7 +320,12 @@ pub async fn subscribe(app: &TestApp, token: Option<&str>, query: &str) -> Socke
     let init = json!({ "type": "connection_init", "payload": payload });
     socket.send(Message::text(init.to_string())).await.unwrap();
     assert_eq!(next_message(&mut socket).await["type"], "connection_ack");
-    let subscribe = json!({ "id": "1", "type": "subscribe", "payload": { "query": query } });
+    let start = if protocol == "graphql-ws" {
+        "start"
+    } else {
+        "subscribe"
+    };
+    let subscribe = json!({ "id": id, "type": start, "payload": { "query": query } });
     socket
         .send(Message::text(subscribe.to_string()))
         .await

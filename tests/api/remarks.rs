@@ -8,7 +8,7 @@ use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, next_data, subscribe, TestApp};
+use crate::harness::{first_code, next_data, subscribe, subscribe_as, TestApp};
 
 const CREATE_REMARK: &str =
     "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id score content images author { id } likeCount likedByMe } }";
@@ -559,6 +559,58 @@ async fn a_plain_like_count_selection_is_written_as_async_graphql_writes_it() {
         assert_eq!(from_direct, raw_other_than(&mut executed, &first).await);
         let parsed: Value = serde_json::from_str(&from_direct).unwrap();
         assert_eq!(parsed["type"], "next", "{from_direct}");
+    }
+}
+
+/// Subscribers of one count whose selections are equal share its rendering: each is still
+/// sent its own operation id in its own protocol, and a different selection its own fields.
+#[tokio::test]
+async fn subscribers_sharing_a_count_are_each_sent_their_own_id_protocol_and_fields() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let subscribers = [
+        ("graphql-transport-ws", "1", "remarkId likeCount"),
+        ("graphql-transport-ws", "1", "remarkId likeCount"),
+        ("graphql-transport-ws", "counts-7", "remarkId likeCount"),
+        ("graphql-ws", "1", "remarkId likeCount"),
+        ("graphql-transport-ws", "1", "likeCount"),
+    ];
+    let mut sockets = Vec::new();
+    for (protocol, id, selection) in subscribers {
+        let query = format!(
+            "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ {selection} }} }}"
+        );
+        let mut socket = subscribe_as(&app, protocol, id, None, &query).await;
+        let first = update_other_than(&mut socket, &Value::Null).await;
+        sockets.push((socket, first));
+    }
+    vote(&app, 10, &remark, true).await;
+    for ((socket, first), (protocol, id, selection)) in sockets.iter_mut().zip(subscribers) {
+        let mut fields = json!({ "likeCount": 1 });
+        if selection.starts_with("remarkId") {
+            fields["remarkId"] = json!(remark);
+        }
+        let kind = if protocol == "graphql-ws" {
+            "data"
+        } else {
+            "next"
+        };
+        assert_eq!(
+            update_other_than(socket, first).await,
+            json!({ "type": kind, "id": id, "payload": { "data": { "likeCountChanged": fields } } }),
+            "{protocol} {id} {selection}"
+        );
+    }
+}
+
+/// The next update other than `seen` as JSON, past the legacy protocol's keep-alives.
+async fn update_other_than(socket: &mut crate::harness::Socket, seen: &Value) -> Value {
+    loop {
+        let message: Value = serde_json::from_str(&raw_next(socket).await).unwrap();
+        if message["type"] != "ka" && message != *seen {
+            return message;
+        }
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Gateway {
 pub struct HttpState {
     pub gateway: Arc<Gateway>,
     pub schema: AppSchema,
+    /// Direct subscriptions' responses, shared by the subscribers of equal selections.
+    pub renderings: Arc<ws::Renderings>,
 }
 
 pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
@@ -61,7 +63,11 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     let max_body = gateway.config.max_body_bytes;
     let pages = pages::router(&gateway.config);
     let public_metrics = gateway.config.metrics_bind.is_none();
-    let http = HttpState { gateway, schema };
+    let http = HttpState {
+        gateway,
+        schema,
+        renderings: Arc::default(),
+    };
     let routes = Router::new()
         .merge(pages)
         .route("/graphql", get(graphql::get).post(graphql::post))
@@ -89,7 +95,11 @@ pub fn metrics_router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     crate::infra::metrics::install();
     Router::new()
         .route("/metrics", get(health::metrics))
-        .with_state(HttpState { gateway, schema })
+        .with_state(HttpState {
+            gateway,
+            schema,
+            renderings: Arc::default(),
+        })
 }
 
 /// The request id given by [`edge`] (or sent by the client).

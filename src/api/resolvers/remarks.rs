@@ -15,7 +15,7 @@ use crate::{
             ContextExt,
         },
     },
-    features::remarks::{likes::Vote, live::CountChange, recommended, NewRemark, Remarks},
+    features::remarks::{likes::Vote, recommended, NewRemark, Remarks},
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
@@ -135,14 +135,9 @@ impl RemarkSubscription {
         // instance's one follower of each count, without executing the selection: at
         // thousands of subscribers that was most of a delivery's cost.
         if let (Some(outlet), Some(template)) = (DirectOutlet::of(ctx), LikeCount::template(ctx)) {
-            let watcher = outlet.watcher(template.size(), move |remark_id, like_count, out| {
-                let change = CountChange {
-                    remark_id,
-                    like_count,
-                };
-                LikeCount::render(&template, change, out)
-            });
-            let watch = remarks.watch_like_counts(ids, watcher).await?;
+            let watch = remarks
+                .watch_like_counts(ids, outlet.watcher(template))
+                .await?;
             outlet.hold((watch, slot));
             return Ok(futures::stream::pending().left_stream());
         }

@@ -8,7 +8,10 @@ use super::{
     ContextExt,
 };
 use crate::{
-    api::{http::ws::Template, schema::id::Id64},
+    api::{
+        http::ws::{Fields, Template},
+        schema::id::Id64,
+    },
     features::{
         remarks::{
             likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
@@ -215,17 +218,17 @@ impl LikeCount {
             _ => None,
         })
     }
+}
 
-    /// One change as the response async-graphql would have written for the template's
-    /// selection (an `ID` is a string), appended to `out`.
-    pub fn render(template: &Template<LikeCountField>, change: CountChange, out: &mut String) {
+/// A change of remark `id`'s count to `value`, as async-graphql would have written each
+/// field (an `ID` is a string).
+impl Fields for LikeCountField {
+    fn write(self, id: i64, value: i64, out: &mut String) {
         use std::fmt::Write;
-        template.render(out, |field, out| {
-            let _ = match field {
-                LikeCountField::RemarkId => write!(out, "\"{}\"", change.remark_id),
-                LikeCountField::LikeCount => write!(out, "{}", change.like_count),
-            };
-        })
+        let _ = match self {
+            LikeCountField::RemarkId => write!(out, "\"{id}\""),
+            LikeCountField::LikeCount => write!(out, "{value}"),
+        };
     }
 }
 

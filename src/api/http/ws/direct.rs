@@ -18,11 +18,14 @@ use std::{
     sync::{Arc, Mutex, Weak},
 };
 
-use async_graphql::{http::WebSocketProtocols, parser::types::Selection, Context};
+use async_graphql::{http::WebSocketProtocols, Context};
 use axum::extract::ws::Message;
 use futures::stream::BoxStream;
 
-use super::{protocol, writer::SocketWriter};
+use super::{
+    template::{Fields, Render, Renderings, Template},
+    writer::SocketWriter,
+};
 use crate::infra::live::CounterWatcher;
 
 /// An operation's results as GraphQL responses in JSON; a direct subscription's never
@@ -37,6 +40,7 @@ pub struct DirectOutlet {
     protocol: WebSocketProtocols,
     /// The operation's id as a JSON string.
     quoted_id: Arc<str>,
+    renderings: Arc<Renderings>,
     held: Arc<Mutex<Option<Payloads>>>,
 }
 
@@ -45,11 +49,13 @@ impl DirectOutlet {
         writer: Arc<SocketWriter>,
         protocol: WebSocketProtocols,
         quoted_id: Arc<str>,
+        renderings: Arc<Renderings>,
     ) -> Self {
         Self {
             writer,
             protocol,
             quoted_id,
+            renderings,
             held: Arc::default(),
         }
     }
@@ -59,20 +65,15 @@ impl DirectOutlet {
         ctx.data_opt::<Self>()
     }
 
-    /// A watcher writing each `(id, value)` as the operation's result, the response that
-    /// `render` appends (about `size` bytes).
-    pub fn watcher(
-        &self,
-        size: usize,
-        render: impl Fn(i64, i64, &mut String) + Send + Sync + 'static,
-    ) -> Arc<DirectWatcher> {
+    /// A watcher writing each `(id, value)` as the operation's result, the response of
+    /// `template`.
+    pub fn watcher<F: Fields>(&self, template: Template<F>) -> Arc<DirectWatcher> {
         Arc::new_cyclic(|me| DirectWatcher {
             me: me.clone(),
             writer: self.writer.clone(),
             protocol: self.protocol,
             quoted_id: self.quoted_id.clone(),
-            size,
-            render: Box::new(render),
+            rendering: self.renderings.of(template),
             missed: Mutex::default(),
         })
     }
@@ -103,27 +104,24 @@ impl<T> futures::Stream for Holding<T> {
     }
 }
 
-/// Appends the response for counter `id` at `value`.
-type Render = dyn Fn(i64, i64, &mut String) + Send + Sync;
-
 /// One direct subscription's side of the shared counters.
 pub struct DirectWatcher {
     me: Weak<DirectWatcher>,
     writer: Arc<SocketWriter>,
     protocol: WebSocketProtocols,
     quoted_id: Arc<str>,
-    size: usize,
-    render: Box<Render>,
+    /// Shared with the subscribers of the same selection.
+    rendering: Arc<dyn Render>,
     /// The latest value of each counter the socket could not take yet.
     missed: Mutex<HashMap<i64, i64>>,
 }
 
 impl DirectWatcher {
     fn message(&self, id: i64, value: i64) -> Message {
-        let text = protocol::next_with(self.protocol, &self.quoted_id, self.size, |out| {
-            (self.render)(id, value, out)
-        });
-        Message::Text(text.into())
+        Message::Text(
+            self.rendering
+                .message(self.protocol, &self.quoted_id, id, value),
+        )
     }
 
     /// Sends what the socket could not take before, now that it drained.
@@ -160,91 +158,4 @@ impl CounterWatcher for DirectWatcher {
 
 fn deferred() {
     metrics::counter!("engage_ws_deferred_updates_total").increment(1);
-}
-
-/// What a template writes for one field of the selection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Slot<F> {
-    Field(F),
-    Typename,
-}
-
-/// The response of a subscription field whose selection is only plain fields of one object
-/// type: each update is the fields' values written between fixed pieces of JSON.
-#[derive(Debug, Clone)]
-pub struct Template<F> {
-    /// `{"data":{"<root>":{`
-    head: String,
-    /// `"<key>":` and what goes after it, in the selection's order.
-    fields: Vec<(String, Slot<F>)>,
-    /// The object type's name as a JSON string, for `__typename`.
-    typename: String,
-}
-
-impl<F: Copy + PartialEq> Template<F> {
-    /// The template of the field being resolved, if its selection is only fields that
-    /// `field` knows, without arguments, directives, sub-selections or fragments (the rest
-    /// of GraphQL is left to async-graphql). `typename` is the object type's name.
-    pub fn of(
-        ctx: &Context<'_>,
-        typename: &str,
-        field: impl Fn(&str) -> Option<F>,
-    ) -> Option<Self> {
-        // The parsed field: `SelectionField` flattens fragments and hides their directives,
-        // which decide whether their fields are in the response.
-        let root = &ctx.item.node;
-        let mut fields: Vec<(String, Slot<F>)> = Vec::new();
-        let mut keys: Vec<(&str, Slot<F>)> = Vec::new();
-        for selection in &root.selection_set.node.items {
-            let Selection::Field(selected) = &selection.node else {
-                return None;
-            };
-            let selected = &selected.node;
-            if !selected.arguments.is_empty()
-                || !selected.directives.is_empty()
-                || !selected.selection_set.node.items.is_empty()
-            {
-                return None;
-            }
-            let name = selected.name.node.as_str();
-            let slot = match name {
-                "__typename" => Slot::Typename,
-                _ => Slot::Field(field(name)?),
-            };
-            let key = selected.response_key().node.as_str();
-            // Fields of one key are merged into one (validation made sure they agree).
-            match keys.iter().find(|(k, _)| *k == key) {
-                Some((_, seen)) if *seen == slot => continue,
-                Some(_) => return None,
-                None => keys.push((key, slot)),
-            }
-            fields.push((format!("\"{key}\":"), slot));
-        }
-        Some(Self {
-            head: format!("{{\"data\":{{\"{}\":{{", root.response_key().node.as_str()),
-            fields,
-            typename: format!("\"{typename}\""),
-        })
-    }
-
-    /// One update's response, appended to `out`; `value` writes a field's value as JSON.
-    pub fn render(&self, out: &mut String, mut value: impl FnMut(F, &mut String)) {
-        out.push_str(&self.head);
-        for (n, (key, slot)) in self.fields.iter().enumerate() {
-            if n > 0 {
-                out.push(',');
-            }
-            out.push_str(key);
-            match slot {
-                Slot::Field(field) => value(*field, out),
-                Slot::Typename => out.push_str(&self.typename),
-            }
-        }
-        out.push_str("}}}");
-    }
-
-    /// About how long a rendered response is, to size its buffer once.
-    pub fn size(&self) -> usize {
-        self.head.len() + 24 * self.fields.len() + 3
-    }
 }

@@ -42,12 +42,14 @@ mod operations;
 mod protocol;
 mod session;
 mod slots;
+mod template;
 mod writer;
 
-pub use direct::{DirectOutlet, Template};
+pub use direct::DirectOutlet;
 use operations::Connection;
 use session::Session;
 pub use slots::{SubscriptionSlot, SubscriptionSlots};
+pub use template::{Fields, Renderings, Template};
 use writer::SocketWriter;
 
 use super::{client_ip, server::ConnectionSlot, HttpState};

@@ -278,7 +278,12 @@ impl Session {
     fn start(&mut self, id: String, request: async_graphql::Request, data: Arc<Data>) {
         self.serial += 1;
         let quoted: Arc<str> = protocol::quoted(&id).into();
-        let outlet = DirectOutlet::new(self.writer.clone(), self.protocol, quoted.clone());
+        let outlet = DirectOutlet::new(
+            self.writer.clone(),
+            self.protocol,
+            quoted.clone(),
+            self.http.renderings.clone(),
+        );
         let results = self.admitter.run(request, data, outlet);
         let (abort, registration) = AbortHandle::new_pair();
         let results: Results = Arc::new(Mutex::new(Some(results)));
