@@ -18,6 +18,7 @@ pub mod recovery;
 pub mod redis;
 pub mod streams;
 pub mod telemetry;
+pub mod weak_map;
 
 use std::{
     future::Future,

@@ -13,14 +13,14 @@
 use std::{
     collections::{HashMap, HashSet},
     future::Future,
-    sync::{Arc, Mutex, Weak},
+    sync::{Arc, Mutex},
 };
 
 use futures::StreamExt;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::counter_changes;
-use crate::infra::{error::AppResult, Infra};
+use crate::infra::{error::AppResult, weak_map::WeakMap, Infra};
 
 /// Who is handed a channel's values.
 pub trait CounterWatcher: Send + Sync + 'static {
@@ -31,15 +31,8 @@ pub trait CounterWatcher: Send + Sync + 'static {
 /// The channels this instance follows for one kind of counter, by counter id.
 #[derive(Default)]
 pub struct SharedCounters {
-    channels: tokio::sync::Mutex<Followed>,
-}
-
-#[derive(Default)]
-struct Followed {
-    by_id: HashMap<i64, Weak<Channel>>,
-    /// The size at which channels no longer followed are swept out (doubling, so that
-    /// sweeping costs a constant per channel).
-    sweep_at: usize,
+    /// Each channel lives as long as a watch holds it.
+    channels: tokio::sync::Mutex<WeakMap<i64, Channel>>,
 }
 
 struct Channel {
@@ -144,7 +137,7 @@ impl SharedCounters {
         // Held while a channel is set up (a SUBSCRIBE and a read), so that two watchers
         // of a new counter cannot follow it twice.
         let mut channels = self.channels.lock().await;
-        if let Some(followed) = channels.by_id.get(&id).and_then(Weak::upgrade) {
+        if let Some(followed) = channels.get(&id) {
             return Ok(followed);
         }
         let name = channel(id);
@@ -164,13 +157,7 @@ impl SharedCounters {
             }
         });
         let _ = followed.task.set(AbortOnDropHandle::new(task));
-        if channels.by_id.len() >= channels.sweep_at {
-            channels
-                .by_id
-                .retain(|_, channel| channel.strong_count() > 0);
-            channels.sweep_at = (channels.by_id.len() * 2).max(64);
-        }
-        channels.by_id.insert(id, Arc::downgrade(&followed));
+        channels.insert(id, &followed);
         Ok(followed)
     }
 
@@ -179,22 +166,12 @@ impl SharedCounters {
         let channels = self.channels.lock().await;
         ids.iter()
             .copied()
-            .filter(|id| {
-                channels
-                    .by_id
-                    .get(id)
-                    .is_some_and(|channel| channel.strong_count() > 0)
-            })
+            .filter(|id| channels.get(id).is_some())
             .collect()
     }
 
     /// Channels followed now (tests).
     pub async fn followed(&self) -> usize {
-        let channels = self.channels.lock().await;
-        channels
-            .by_id
-            .values()
-            .filter(|c| c.strong_count() > 0)
-            .count()
+        self.channels.lock().await.held()
     }
 }

@@ -11,15 +11,15 @@
 
 use std::{
     any::TypeId,
-    collections::HashMap,
     fmt::Debug,
-    sync::{Arc, Mutex, Weak},
+    sync::{Arc, Mutex},
 };
 
 use async_graphql::{http::WebSocketProtocols, parser::types::Selection, Context};
 use axum::extract::ws::Utf8Bytes;
 
 use super::protocol;
+use crate::infra::weak_map::WeakMap;
 
 /// The fields of one object type that a template can write: how each writes its value for
 /// counter `id` at `value`. The same for every subscriber, which is what lets them share a
@@ -178,16 +178,9 @@ impl<F: Fields> Render for Rendering<F> {
 /// The renderings of the templates some subscriber holds, one for equal templates.
 #[derive(Default)]
 pub struct Renderings {
-    interned: Mutex<Interned>,
-}
-
-#[derive(Default)]
-struct Interned {
-    /// By the fields' type and the template as written by `Debug` (its whole content).
-    by_template: HashMap<(TypeId, String), Weak<dyn Render>>,
-    /// The size at which renderings no subscriber holds are swept out (doubling, so that
-    /// sweeping costs a constant per template). Bounded by the subscriptions held.
-    sweep_at: usize,
+    /// By the fields' type and the template as written by `Debug` (its whole content); each
+    /// lives as long as a subscriber holds it.
+    interned: Mutex<WeakMap<(TypeId, String), dyn Render>>,
 }
 
 impl Renderings {
@@ -195,30 +188,21 @@ impl Renderings {
     pub fn of<F: Fields>(&self, template: Template<F>) -> Arc<dyn Render> {
         let key = (TypeId::of::<F>(), format!("{template:?}"));
         let mut interned = self.interned.lock().expect("poisoned");
-        if let Some(rendering) = interned.by_template.get(&key).and_then(Weak::upgrade) {
+        if let Some(rendering) = interned.get(&key) {
             return rendering;
         }
         let rendering: Arc<dyn Render> = Arc::new(Rendering {
             template,
             last: Mutex::new(None),
         });
-        if interned.by_template.len() >= interned.sweep_at {
-            interned.by_template.retain(|_, r| r.strong_count() > 0);
-            interned.sweep_at = (interned.by_template.len() * 2).max(64);
-        }
-        interned.by_template.insert(key, Arc::downgrade(&rendering));
+        interned.insert(key, &rendering);
         rendering
     }
 
     /// Templates some subscriber holds (tests).
     #[cfg(test)]
     fn held(&self) -> usize {
-        let interned = self.interned.lock().expect("poisoned");
-        interned
-            .by_template
-            .values()
-            .filter(|r| r.strong_count() > 0)
-            .count()
+        self.interned.lock().expect("poisoned").held()
     }
 }
 
