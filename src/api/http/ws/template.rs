@@ -38,7 +38,7 @@ enum Slot<F> {
 
 /// The response of a subscription field whose selection is only plain fields of one object
 /// type: each update is the fields' values written between fixed pieces of JSON.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Template<F> {
     /// `{"data":{"<root>":{`
     head: String,
