@@ -420,6 +420,96 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     );
 }
 
+/// A remark's likers are checked in several Redis round trips when they are many (one
+/// pipeline of every liker of a chunk of remarks outlasted the response timeout on a
+/// benchmark's million likes): each of them is still checked against its own relation, and
+/// a relation lost in a later round trip is the one named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_trip_reads() {
+    use sqlx::Row;
+    const LIKERS: i64 = 25_000;
+    let app = unlimited().await;
+    let seeded = seed(&app).await;
+    settled(&app).await;
+    let remark: i64 = seeded.remarks[1].parse().unwrap();
+    let pool = &app.state.infra.db.pool;
+    // The one archived like of the remark: its day has a partition wherever SQL needs one.
+    let like = sqlx::query(
+        "SELECT CAST(vote_date AS BIGINT) AS day, event_order FROM vote_log WHERE remark_id = $1",
+    )
+    .bind(remark)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let (day, order): (i64, i64) = (like.get("day"), like.get("event_order"));
+    let voters: Vec<i64> = (0..LIKERS).map(|n| 2_000_000 + n).collect();
+    for (c, chunk) in voters.chunks(500).enumerate() {
+        let sql = format!(
+            "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, \
+             voted_at_ms, vote_date, event_order) VALUES {}",
+            engage::infra::db::values_placeholders(app.state.infra.db.backend, chunk.len(), 8)
+        );
+        let mut insert = sqlx::query(&sql);
+        for (n, voter) in chunk.iter().enumerate() {
+            let n = (c * 500 + n) as i64;
+            insert = insert
+                .bind(format!("bulk-{n}"))
+                .bind(remark)
+                .bind(*voter)
+                .bind(1_i32)
+                .bind(2 + n)
+                .bind(0_i64)
+                .bind(day as i32)
+                .bind(order + 1 + n);
+        }
+        insert.execute(pool).await.unwrap();
+    }
+    sqlx::query("UPDATE remarks SET like_count = $1 WHERE id = $2")
+        .bind(1 + LIKERS)
+        .bind(remark)
+        .execute(pool)
+        .await
+        .unwrap();
+    let keys = &app.state.infra.keys;
+    let shards = app.state.features.remarks.settings.shards;
+    let lost = voters[17_000];
+    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(keys.remark_info(remark, shards))
+        .arg("likes")
+        .arg(1 + LIKERS)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    for chunk in voters.chunks(5_000) {
+        let mut pipe = redis::pipe();
+        for &voter in chunk.iter().filter(|&&voter| voter != lost) {
+            pipe.cmd("SET")
+                .arg(keys.like_relation(remark, voter, shards))
+                .arg("1")
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut *conn).await.unwrap();
+    }
+    drop(conn);
+
+    let reports = app.state.features.verify().await.expect("verify runs");
+    let likes = reports.iter().find(|r| r.feature == "likes").unwrap();
+    assert!(likes.checked > LIKERS as u64, "{}", likes.checked);
+    assert_eq!(likes.drifted, 1, "{:?}", likes.examples);
+    assert!(
+        likes.examples[0].contains(&format!("voter {lost} likes it in SQL, Redis says None")),
+        "{:?}",
+        likes.examples
+    );
+    let others: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.feature != "likes" && !r.is_clean())
+        .map(|r| r.feature)
+        .collect();
+    assert!(others.is_empty(), "{others:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_starts_over() {
     let app = unlimited().await;

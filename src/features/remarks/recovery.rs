@@ -22,6 +22,11 @@ use crate::{
 /// Remarks read and written per round trip.
 const CHUNK: i64 = 1000;
 
+/// Like relations read per round trip. A thousand remarks may have millions of likers
+/// between them: in one pipeline, Redis's reply to them all outlasted the response timeout
+/// (and held up every other command on the connection meanwhile).
+const RELATIONS_PER_TRIP: usize = 10_000;
+
 impl Remarks {
     /// A chunk of remarks above `after`: `(id, author, like count)`.
     async fn remarks_after(&self, after: i64) -> AppResult<Vec<(i64, i64, i64)>> {
@@ -81,21 +86,25 @@ impl Remarks {
                     .arg("likes")
                     .arg("hydrated");
             }
-            let mut relations = redis::pipe();
-            for (&remark, voters) in &likers {
-                for &voter in voters {
-                    relations
-                        .cmd("GET")
-                        .arg(self.infra.keys.like_relation(remark, voter, shards));
-                }
-            }
+            let relations: Vec<String> = likers
+                .iter()
+                .flat_map(|(&remark, voters)| {
+                    voters
+                        .iter()
+                        .map(move |&voter| self.infra.keys.like_relation(remark, voter, shards))
+                })
+                .collect();
             let mut conn = self.infra.redis.get().await?;
             let infos: Vec<(Option<i64>, Option<i64>)> = pipe.query_async(&mut *conn).await?;
-            let held: Vec<Option<String>> = if relations.is_empty() {
-                Vec::new()
-            } else {
-                relations.query_async(&mut *conn).await?
-            };
+            let mut held: Vec<Option<String>> = Vec::with_capacity(relations.len());
+            for keys in relations.chunks(RELATIONS_PER_TRIP) {
+                let mut trip = redis::pipe();
+                for key in keys {
+                    trip.cmd("GET").arg(key);
+                }
+                let values: Vec<Option<String>> = trip.query_async(&mut *conn).await?;
+                held.extend(values);
+            }
             drop(conn);
             let mut hydrated = BTreeMap::new();
             for (&(id, _, count), (likes, is_hydrated)) in remarks.iter().zip(infos) {
