@@ -23,8 +23,8 @@ use crate::{
 const CHUNK: i64 = 1000;
 
 /// Like relations read per round trip. A thousand remarks may have millions of likers
-/// between them: in one pipeline, Redis's reply to them all outlasted the response timeout
-/// (and held up every other command on the connection meanwhile).
+/// between them, and one pipeline of them all outlasts the response timeout (and holds up
+/// every other command on the connection meanwhile).
 const RELATIONS_PER_TRIP: usize = 10_000;
 
 impl Remarks {
