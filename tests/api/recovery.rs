@@ -421,9 +421,9 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
 }
 
 /// A remark's likers are checked in several Redis round trips when they are many (one
-/// pipeline of every liker of a chunk of remarks outlasted the response timeout on a
-/// benchmark's million likes): each of them is still checked against its own relation, and
-/// a relation lost in a later round trip is the one named.
+/// pipeline of every liker of a chunk of remarks, over a million after `bench/run`'s likes,
+/// ran into the response timeout): each of them is still checked against its own relation,
+/// and a relation lost in a later round trip is the one named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_trip_reads() {
     use sqlx::Row;

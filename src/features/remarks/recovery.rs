@@ -86,21 +86,22 @@ impl Remarks {
                     .arg("likes")
                     .arg("hydrated");
             }
-            let relations: Vec<String> = likers
-                .iter()
-                .flat_map(|(&remark, voters)| {
-                    voters
-                        .iter()
-                        .map(move |&voter| self.infra.keys.like_relation(remark, voter, shards))
-                })
-                .collect();
+            // Built a round trip at a time: the keys of a million likers are not held at once.
+            let mut relations = likers.iter().flat_map(|(&remark, voters)| {
+                voters
+                    .iter()
+                    .map(move |&voter| self.infra.keys.like_relation(remark, voter, shards))
+            });
             let mut conn = self.infra.redis.get().await?;
             let infos: Vec<(Option<i64>, Option<i64>)> = pipe.query_async(&mut *conn).await?;
-            let mut held: Vec<Option<String>> = Vec::with_capacity(relations.len());
-            for keys in relations.chunks(RELATIONS_PER_TRIP) {
+            let mut held: Vec<Option<String>> = Vec::new();
+            loop {
                 let mut trip = redis::pipe();
-                for key in keys {
+                for key in relations.by_ref().take(RELATIONS_PER_TRIP) {
                     trip.cmd("GET").arg(key);
+                }
+                if trip.is_empty() {
+                    break;
                 }
                 let values: Vec<Option<String>> = trip.query_async(&mut *conn).await?;
                 held.extend(values);
