@@ -1,6 +1,13 @@
 //! Hostile input over every transport: nothing crashes the process or answers 5xx, and no
 //! transport gets around a limit. Each rule is checked on POST, GET, persisted queries and
 //! both WebSocket protocols (see `via`).
+//!
+//! The submodules hold the second round of rules, one file per kind of abuse.
+
+mod connections;
+mod cost;
+mod identity;
+mod probes;
 
 use std::time::{Duration, Instant};
 

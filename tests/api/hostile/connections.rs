@@ -1,0 +1,1 @@
+//! Connection slots, deadlines and header buffers: one client cannot hold what others need.

@@ -1,0 +1,1 @@
+//! What a document costs is charged by its size, and trusted documents.

@@ -1,0 +1,1 @@
+//! Claims, subjects, key sets and secrets that must not be trusted as they come; writes acknowledged only once announced.
