@@ -28,6 +28,16 @@ mod hostile;
 #[path = "support/mod.rs"]
 mod support;
 
+// The second round's classes, one file per kind of abuse, each with a `run` that prints its
+// rows. They connect from loopback addresses other than 127.0.0.1 where a per-address rule
+// is at stake, as many clients would.
+#[path = "abuse/connections.rs"]
+mod connections;
+#[path = "abuse/cost.rs"]
+mod cost;
+#[path = "abuse/probes.rs"]
+mod probes;
+
 #[derive(Parser)]
 struct Args {
     /// The server's base URL.
@@ -63,6 +73,9 @@ async fn main() -> anyhow::Result<()> {
     persisted_query_flood(&args, &client, &report).await?;
     invented_operation_names(&args, &client, &report).await?;
     half_open_sockets(&args, &client, &report).await?;
+    connections::run(&args, &client, &report).await?;
+    cost::run(&args, &client, &report).await?;
+    probes::run(&args, &client, &report).await?;
 
     println!("{}", report.line("end", "-", "-"));
     anyhow::ensure!(report.alive(), "the server process is gone");
