@@ -16,13 +16,13 @@ use sqlx::Row;
 
 use crate::harness::{first_code, TestApp};
 
-const ISSUER: &str = "https://id.engage.test/";
+pub(crate) const ISSUER: &str = "https://id.engage.test/";
 const AUDIENCE: &str = "engage-api";
 const ROLE_CLAIM: &str = "https://engage.test/roles";
 const CREATE_ITEM: &str = "mutation { createItem(input: { name: \"Tea House\" }) { id } }";
 
 /// A signing key of the provider: its private half to sign with, its public half as a JWK.
-struct ProviderKey {
+pub(crate) struct ProviderKey {
     kid: String,
     algorithm: Algorithm,
     encoding: EncodingKey,
@@ -45,7 +45,7 @@ impl ProviderKey {
         }
     }
 
-    fn ec(kid: &str) -> Self {
+    pub(crate) fn ec(kid: &str) -> Self {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         // The uncompressed point: 0x04, then x and y of 32 bytes each.
         let point = key.public_key_raw();
@@ -63,7 +63,7 @@ impl ProviderKey {
         }
     }
 
-    fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         let mut header = Header::new(self.algorithm);
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, claims, &self.encoding).unwrap()
@@ -71,8 +71,8 @@ impl ProviderKey {
 }
 
 /// The provider's key set, served over HTTP on a loopback port; it counts its fetches.
-struct Provider {
-    url: String,
+pub(crate) struct Provider {
+    pub(crate) url: String,
     published: Arc<Mutex<Vec<Value>>>,
     fetches: Arc<AtomicU64>,
 }
@@ -84,7 +84,7 @@ struct Served {
 }
 
 impl Provider {
-    async fn start(keys: &[&ProviderKey]) -> Self {
+    pub(crate) async fn start(keys: &[&ProviderKey]) -> Self {
         let published = Arc::new(Mutex::new(keys.iter().map(|k| k.jwk.clone()).collect()));
         let fetches = Arc::new(AtomicU64::new(0));
         let served = Served {
