@@ -19,6 +19,7 @@ pub fn spawn_all(services: &Services) {
     );
     infra.instance.spawn("live-hub", live::run(infra.clone()));
     features.remarks.spawn_archive();
+    features.remarks.spawn_announcer();
     features
         .points
         .spawn_archive(features.remarks.vote_streams(), infra.keys.remark_stream());

@@ -7,6 +7,8 @@ use std::{net::SocketAddr, time::Duration};
 use chrono_tz::Tz;
 use clap::{Args, ValueEnum};
 
+use crate::infra::secrets::{self, Weakness, MIN_PRODUCTION_BITS};
+
 /// The development JWT secret. Accepted only with a loud warning at start: anyone who reads
 /// this file can mint tokens for a server that uses it.
 pub const DEV_JWT_SECRET: &str = "engage-dev-secret-do-not-use-in-production";
@@ -136,6 +138,12 @@ pub struct Config {
     /// checked.
     #[arg(long, env = "ENGAGE_JWT_AUDIENCE", global = true)]
     pub jwt_audience: Option<String>,
+
+    /// Issuers (comma separated, each as its tokens' `iss` says it) whose numeric subjects
+    /// are engage user ids. Unset: only engage's own HS256 tokens name an id; every other
+    /// provider's subject, numeric or not, is mapped to an id of its own at first sight.
+    #[arg(long, env = "ENGAGE_JWT_NUMERIC_SUBJECT_ISSUERS", global = true)]
+    pub jwt_numeric_subject_issuers: Option<String>,
 
     /// The claim that holds the role: a name (`role`), a URL-like key
     /// (`https://engage.example/role`) or a dotted path (`realm_access.roles`). A string or
@@ -502,13 +510,6 @@ pub const MIN_JWT_SECRET_BYTES: usize = 32;
 /// A board read asks every bucket, so buckets are bounded by what one read may ask.
 pub const MAX_POINTS_BUCKETS: u32 = 1024;
 
-/// The development secret, or a secret of so few distinct bytes (`aaaa…`, `0101…`) that it
-/// was typed, not drawn.
-fn is_weak_secret(secret: &str) -> bool {
-    let distinct: std::collections::HashSet<u8> = secret.bytes().collect();
-    secret == DEV_JWT_SECRET || distinct.len() < 8
-}
-
 impl Config {
     /// The points buckets in effect: as set, or what suits the Redis mode.
     pub fn points_buckets(&self) -> u32 {
@@ -536,8 +537,9 @@ impl Config {
     }
 
     /// Refuses settings that would leave the service open (no real token issuer in
-    /// production, a short secret, or the development secret and with it `/dev/token` on
-    /// an address other hosts can reach) or would not do what they say (waiting for
+    /// production, a short secret, a guessable one or a key set over plain HTTP in
+    /// production, or the development secret and with it `/dev/token` on an address other
+    /// hosts can reach) or would not do what they say (waiting for
     /// replicas through a pool).
     pub fn check(&self) -> anyhow::Result<()> {
         if !(1..=MAX_POINTS_BUCKETS).contains(&self.points_buckets()) {
@@ -580,10 +582,21 @@ impl Config {
                  (e.g. `openssl rand -hex 32`)",
                 secret.len()
             ),
-            Some(secret) if self.is_production() && is_weak_secret(secret) => anyhow::bail!(
-                "ENGAGE_JWT_SECRET is the development secret or too repetitive to be secret; \
-                 production needs a random one (e.g. `openssl rand -hex 32`)"
-            ),
+            Some(secret) if self.is_production() => match secrets::weakness(secret, DEV_JWT_SECRET)
+            {
+                Some(Weakness::Development) => anyhow::bail!(
+                    "ENGAGE_JWT_SECRET is the development secret (whatever its case or \
+                     spacing), which anyone can read; production needs a random one (e.g. \
+                     `openssl rand -hex 32`)"
+                ),
+                Some(Weakness::Guessable { bits }) => anyhow::bail!(
+                    "ENGAGE_JWT_SECRET looks typed, not random: it is worth about {bits:.0} \
+                     bits once runs, sequences, repeated patterns and words are discounted, \
+                     and production needs {MIN_PRODUCTION_BITS:.0}; use a random one (e.g. \
+                     `openssl rand -hex 32`)"
+                ),
+                None => {}
+            },
             _ => {}
         }
         if let Some(url) = self.jwt_jwks_url.as_deref() {
@@ -591,6 +604,14 @@ impl Config {
                 .map_err(|e| anyhow::anyhow!("ENGAGE_JWT_JWKS_URL {url:?} is not a URL: {e}"))?;
             if !matches!(parsed.scheme(), "http" | "https") {
                 anyhow::bail!("ENGAGE_JWT_JWKS_URL must be an http(s) URL, got {url:?}");
+            }
+            // Whoever can change the key set in transit can sign any token; development
+            // keeps plain HTTP for an identity provider on the same machine.
+            if self.is_production() && parsed.scheme() != "https" {
+                anyhow::bail!(
+                    "ENGAGE_JWT_JWKS_URL is {url:?}: production fetches the token key set over \
+                     https:// only, since anyone who can change it in transit can sign tokens"
+                );
             }
         }
         if self.jwt_secret.is_some() || self.jwt_jwks_url.is_some() {
@@ -637,13 +658,12 @@ impl Config {
 
     /// The audiences a token may name, from the comma-separated setting.
     pub fn jwt_audiences(&self) -> Vec<String> {
-        self.jwt_audience
-            .iter()
-            .flat_map(|list| list.split(','))
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .map(str::to_string)
-            .collect()
+        comma_separated(self.jwt_audience.as_deref())
+    }
+
+    /// The issuers whose numeric subjects are engage ids, from the comma-separated setting.
+    pub fn jwt_numeric_subject_issuers(&self) -> Vec<String> {
+        comma_separated(self.jwt_numeric_subject_issuers.as_deref())
     }
 
     /// The playground at `/`: as set, else only in development.
@@ -663,4 +683,14 @@ impl Config {
     pub fn drain_window(&self) -> Duration {
         Duration::from_secs(self.drain_seconds)
     }
+}
+
+/// The entries of a comma-separated setting, trimmed, empty ones left out.
+fn comma_separated(list: Option<&str>) -> Vec<String> {
+    list.iter()
+        .flat_map(|list| list.split(','))
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(str::to_string)
+        .collect()
 }

@@ -1,6 +1,6 @@
 //! What every feature is built on, and that knows no feature: the Redis connection and key
 //! builder, SQL, the clock, IDs, errors, configuration, tokens, the stream worker, the live
-//! hub, the lock, the recovery toolkit, and logs and traces.
+//! hub, the lock, the recovery toolkit, the strength of secrets, and logs and traces.
 
 pub mod auth;
 pub mod backoff;
@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod page;
 pub mod recovery;
 pub mod redis;
+pub mod secrets;
 pub mod streams;
 pub mod telemetry;
 pub mod weak_map;

@@ -38,7 +38,7 @@ fn split_authority(url: &str) -> (String, impl Fn(&str) -> String + '_) {
 }
 
 /// A plug in front of the server a URL names, and the URL that goes through it.
-async fn plugged(url: &str) -> (Plug, String) {
+pub(crate) async fn plugged(url: &str) -> (Plug, String) {
     let (upstream, replace) = split_authority(url);
     let plug = Plug::to(&upstream).await.unwrap();
     let through = replace(&plug.addr.to_string());

@@ -16,13 +16,13 @@ use sqlx::Row;
 
 use crate::harness::{first_code, TestApp};
 
-const ISSUER: &str = "https://id.engage.test/";
+pub(crate) const ISSUER: &str = "https://id.engage.test/";
 const AUDIENCE: &str = "engage-api";
 const ROLE_CLAIM: &str = "https://engage.test/roles";
 const CREATE_ITEM: &str = "mutation { createItem(input: { name: \"Tea House\" }) { id } }";
 
 /// A signing key of the provider: its private half to sign with, its public half as a JWK.
-struct ProviderKey {
+pub(crate) struct ProviderKey {
     kid: String,
     algorithm: Algorithm,
     encoding: EncodingKey,
@@ -45,7 +45,7 @@ impl ProviderKey {
         }
     }
 
-    fn ec(kid: &str) -> Self {
+    pub(crate) fn ec(kid: &str) -> Self {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         // The uncompressed point: 0x04, then x and y of 32 bytes each.
         let point = key.public_key_raw();
@@ -63,7 +63,7 @@ impl ProviderKey {
         }
     }
 
-    fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         let mut header = Header::new(self.algorithm);
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, claims, &self.encoding).unwrap()
@@ -71,8 +71,8 @@ impl ProviderKey {
 }
 
 /// The provider's key set, served over HTTP on a loopback port; it counts its fetches.
-struct Provider {
-    url: String,
+pub(crate) struct Provider {
+    pub(crate) url: String,
     published: Arc<Mutex<Vec<Value>>>,
     fetches: Arc<AtomicU64>,
 }
@@ -84,7 +84,7 @@ struct Served {
 }
 
 impl Provider {
-    async fn start(keys: &[&ProviderKey]) -> Self {
+    pub(crate) async fn start(keys: &[&ProviderKey]) -> Self {
         let published = Arc::new(Mutex::new(keys.iter().map(|k| k.jwk.clone()).collect()));
         let fetches = Arc::new(AtomicU64::new(0));
         let served = Served {
@@ -177,10 +177,13 @@ async fn rs256_and_es256_tokens_of_a_provider_sign_in_its_users_under_stable_ids
 
     let other = viewer_id(&app, &ec.sign(&claims("a3f1c2-uuid", json!({})))).await;
     assert_ne!(other, mei);
-    // A subject that is an engage id is that user.
+    // A numeric subject of a provider not listed in ENGAGE_JWT_NUMERIC_SUBJECT_ISSUERS is
+    // the provider's own numbering: mapped like any other, never engage's user 77.
+    let numeric = viewer_id(&app, &rsa.sign(&claims("77", json!({})))).await;
+    assert_ne!(numeric, "77");
     assert_eq!(
-        viewer_id(&app, &rsa.sign(&claims("77", json!({})))).await,
-        "77"
+        viewer_id(&app, &ec.sign(&claims("77", json!({})))).await,
+        numeric
     );
 
     // The mapping is in SQL: another instance, with an empty memory, finds the same id.
@@ -331,7 +334,16 @@ async fn tokens_the_provider_did_not_issue_for_this_api_are_refused() {
 async fn a_rotated_key_is_fetched_when_first_seen_and_made_up_kids_do_not_flood_the_provider() {
     let old = ProviderKey::rsa("2026-10");
     let provider = Provider::start(&[&old]).await;
-    let app = app_of(&provider).await;
+    // A provider whose subjects are engage ids, so that each token's user is plain to see.
+    let url = provider.url.clone();
+    let app = TestApp::spawn_with(move |config| {
+        config.jwt_secret = None;
+        config.jwt_jwks_url = Some(url);
+        config.jwt_issuer = Some(ISSUER.into());
+        config.jwt_audience = Some(AUDIENCE.into());
+        config.jwt_numeric_subject_issuers = Some(ISSUER.into());
+    })
+    .await;
     assert_eq!(
         viewer_id(&app, &old.sign(&claims("7", json!({})))).await,
         "7"

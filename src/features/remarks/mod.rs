@@ -4,10 +4,13 @@
 //!   one Redis round trip, the earliest likers;
 //! - [`archive`]: the vote stream's consumer that writes `vote_log` and rolls counts up;
 //! - [`recommended`]: the cached most-liked list behind a proxy key;
-//! - [`live`]: the `likeCountChanged` stream.
+//! - [`live`]: the `likeCountChanged` stream;
+//! - [`announcements`]: a new remark's announcement to the feed and to points, which lands
+//!   even when Redis refused it at the time.
 //!
 //! Static remark content lives in SQL; counts and relations live in Redis.
 
+pub mod announcements;
 pub mod archive;
 pub mod events;
 pub mod likes;
@@ -32,7 +35,7 @@ use crate::{
         error::{AppError, AppResult, ResultExt},
         live::SharedCounters,
         redis::Keys,
-        streams, Infra,
+        Infra,
     },
 };
 
@@ -236,7 +239,8 @@ impl Remarks {
             .collect()
     }
 
-    /// Stores a remark (one per user per item) and prepares its like counter in Redis.
+    /// Stores a remark (one per user per item), prepares its like counter in Redis and
+    /// announces it; an announcement Redis refuses is made later by the announcer.
     pub async fn create(&self, author_id: i64, remark: NewRemark) -> AppResult<RemarkRecord> {
         if self.items.find(remark.item_id).await?.is_none() {
             return Err(AppError::not_found(format!("no item {}", remark.item_id)));
@@ -244,6 +248,13 @@ impl Remarks {
         let id = self.infra.ids.next_id().await?;
         let now_ms = self.infra.clock.now_ms();
         let images = serde_json::to_string(&remark.images).map_err(AppError::internal)?;
+        let created = RemarkCreated {
+            remark_id: id,
+            author_id,
+            created_at_ms: now_ms,
+        };
+        // The remark and its announcement to come, together (`announcements`).
+        let mut tx = self.infra.db.pool.begin().await?;
         sqlx::query(
             "INSERT INTO remarks (id, item_id, author_id, score, content, images, created_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -255,9 +266,19 @@ impl Remarks {
         .bind(&remark.content)
         .bind(images)
         .bind(now_ms)
-        .execute(&self.infra.db.pool)
+        .execute(&mut *tx)
         .await
         .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
+        sqlx::query(
+            "INSERT INTO remark_announcements (remark_id, author_id, created_at_ms) \
+             VALUES ($1, $2, $3)",
+        )
+        .bind(id)
+        .bind(author_id)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
         self.settings
             .pages
             .forget(|page| page.item_id == remark.item_id);
@@ -266,15 +287,8 @@ impl Remarks {
         if let Err(error) = self.prepare_counter(id, author_id).await {
             tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
         }
-        if let Err(error) = self
-            .announce(&RemarkCreated {
-                remark_id: id,
-                author_id,
-                created_at_ms: now_ms,
-            })
-            .await
-        {
-            tracing::warn!(remark = id, %error, "remark not announced to the feed and to points");
+        if let Err(error) = self.announce(std::slice::from_ref(&created)).await {
+            tracing::warn!(remark = id, %error, "remark not announced yet; the announcer will");
         }
         Ok(RemarkRecord {
             id,
@@ -285,11 +299,6 @@ impl Remarks {
             images: remark.images,
             created_at_ms: now_ms,
         })
-    }
-
-    /// Announces a stored remark on the remark stream, which the feed fans out.
-    async fn announce(&self, remark: &RemarkCreated) -> AppResult<()> {
-        streams::publish(&self.infra, &self.infra.keys.remark_stream(), remark).await
     }
 
     pub async fn find(&self, id: i64) -> AppResult<Option<RemarkRecord>> {

@@ -170,11 +170,10 @@ impl UserDirectory {
             if known.written.contains(&user_id) || known.queued.contains_key(&user_id) {
                 return;
             }
+            // The token's name, already cleaned of control characters (`auth::claims`).
             let name = claims
                 .name
-                .as_deref()
-                .map(|n| n.trim().chars().take(64).collect::<String>())
-                .filter(|n| !n.is_empty())
+                .clone()
                 .unwrap_or_else(|| format!("user{user_id}"));
             known.queued.insert(user_id, name.clone());
             name
@@ -369,19 +368,63 @@ async fn write_first_sights(
     }
 }
 
-/// Writes one batch of first sights to SQL, and the names it wrote to Redis. A user whose
-/// write failed is forgotten, to be queued again on their next request.
+/// Writes one batch of first sights to SQL, and the names it wrote to Redis. A batch that
+/// fails is written again one user at a time, so that a row SQL refuses (a name it cannot
+/// store) costs its own user alone, not every user who came with it; one at a time stops at
+/// the first outage (the rest would fail alike). A user whose write failed is forgotten, to
+/// be queued again on their next request.
 async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Known>) {
     batch.sort_by_key(|sight| sight.user_id);
+    let mut written = Vec::with_capacity(batch.len());
+    match insert_first_sights(infra, &batch).await {
+        Ok(users) => {
+            remember_names(infra, &users).await;
+            written.extend(batch.iter().map(|sight| sight.user_id));
+        }
+        Err(error) if batch.len() == 1 => {
+            tracing::warn!(user = batch[0].user_id, %error, "first sight not written: queued again on the user's next request");
+        }
+        Err(error) => {
+            tracing::warn!(%error, users = batch.len(), "a batch of first sights was not written: writing its users one at a time");
+            for sight in &batch {
+                match insert_first_sights(infra, std::slice::from_ref(sight)).await {
+                    Ok(users) => {
+                        remember_names(infra, &users).await;
+                        written.push(sight.user_id);
+                    }
+                    Err(error) => {
+                        tracing::warn!(user = sight.user_id, %error, "first sight not written: queued again on the user's next request");
+                        if matches!(AppError::from(error), AppError::Unavailable(_)) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut known = known.lock().expect("poisoned");
+    for sight in &batch {
+        known.queued.remove(&sight.user_id);
+    }
+    for user_id in written {
+        known.written.insert(user_id);
+    }
+}
+
+/// Inserts first sights in one statement; the users it wrote, with their names.
+async fn insert_first_sights(
+    infra: &Infra,
+    sights: &[FirstSight],
+) -> Result<Vec<UserRecord>, sqlx::Error> {
     // RETURNING names the rows this statement wrote: a row that existed keeps its name,
     // which SQL, not this token, knows.
     let sql = format!(
         "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING \
          RETURNING id, name",
-        crate::infra::db::values_placeholders(infra.db.backend, batch.len(), 3)
+        crate::infra::db::values_placeholders(infra.db.backend, sights.len(), 3)
     );
     let mut query = sqlx::query(&sql);
-    for sight in &batch {
+    for sight in sights {
         query = query
             .bind(sight.user_id)
             .bind(&sight.name)
@@ -390,32 +433,17 @@ async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Kn
     // On the archives' writer: a SQLite connection drops its page cache whenever another
     // has written, so a batch written on the pool made the next archive batch read its index
     // pages again (see `Db::archive`).
-    let written = query.fetch_all(&infra.db.archive).await;
-    match &written {
-        Ok(rows) => {
-            let users: Vec<UserRecord> = rows
-                .iter()
-                .filter_map(|row| {
-                    Some(UserRecord {
-                        id: row.try_get("id").ok()?,
-                        name: row.try_get("name").ok()?,
-                        avatar_url: None,
-                    })
-                })
-                .collect();
-            remember_names(infra, &users).await;
-        }
-        Err(error) => {
-            tracing::debug!(%error, users = batch.len(), "first sights not written: queued again on their next request");
-        }
-    }
-    let mut known = known.lock().expect("poisoned");
-    for sight in batch {
-        known.queued.remove(&sight.user_id);
-        if written.is_ok() {
-            known.written.insert(sight.user_id);
-        }
-    }
+    let rows = query.fetch_all(&infra.db.archive).await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| {
+            Some(UserRecord {
+                id: row.try_get("id").ok()?,
+                name: row.try_get("name").ok()?,
+                avatar_url: None,
+            })
+        })
+        .collect())
 }
 
 /// Moves queued first sights into `batch` until it is full or the queue is empty.

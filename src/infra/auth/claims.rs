@@ -4,7 +4,8 @@
 //! Tokens come from engage itself (`engage token`, HS256, `sub` a user id and a `role`
 //! claim) and from identity providers (Auth0, Cognito, Keycloak, Firebase: `sub` any string,
 //! roles in a claim of the provider's choosing, often a list). Both are read by one set of
-//! rules here.
+//! rules here. What a token says is the sender's to choose: the name is cleaned before it is
+//! shown or stored, and a provider's subject is an engage id only where that is configured.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -37,8 +38,8 @@ pub struct Claims {
 /// Who a token speaks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Subject {
-    /// `sub` is a user id (a positive decimal integer): engage's own tokens, and any issuer
-    /// whose users already have engage ids.
+    /// `sub` is a user id (a positive decimal integer): engage's own tokens, and the issuers
+    /// of `ENGAGE_JWT_NUMERIC_SUBJECT_ISSUERS`, whose users already have engage ids.
     User(i64),
     /// Any other `sub` (`auth0|abc123`, a UUID), known by its issuer: mapped to an internal
     /// user id at first sight (`UserDirectory::user_for_subject`).
@@ -53,8 +54,50 @@ pub struct Verified {
     pub claims: Claims,
 }
 
-/// Reads a token's payload: the standard claims, and the role from `role_claim`.
-pub fn read(payload: Map<String, Value>, role_claim: &str) -> AppResult<Verified> {
+/// Whose numeric subjects are engage user ids.
+#[derive(Debug, Clone, Copy)]
+pub enum SubjectIds<'a> {
+    /// engage's own HS256 tokens: `sub` is the user id it minted.
+    Own,
+    /// A provider's tokens: a numeric `sub` is an engage id only when the token's issuer is
+    /// listed (`ENGAGE_JWT_NUMERIC_SUBJECT_ISSUERS`). Any other is the provider's own
+    /// numbering, which would otherwise pick out whichever engage user has that id.
+    ListedIssuers(&'a [String]),
+}
+
+impl SubjectIds<'_> {
+    fn accepts(self, issuer: Option<&str>) -> bool {
+        match self {
+            SubjectIds::Own => true,
+            SubjectIds::ListedIssuers(listed) => {
+                issuer.is_some_and(|issuer| listed.iter().any(|l| l == issuer))
+            }
+        }
+    }
+}
+
+/// The longest name kept from a token, in characters.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// A name as it may be shown and stored: control characters (NUL, line breaks, escapes)
+/// taken out, trimmed, at most [`MAX_NAME_CHARS`]; `None` when nothing is left. Stripped
+/// rather than refused: the name is only shown, and a user whose provider sends a bad one
+/// is still served (PostgreSQL refuses NUL in text, which once failed every first sight
+/// written with it).
+fn shown_name(name: Option<String>) -> Option<String> {
+    let kept: String = name?.chars().filter(|c| !c.is_control()).collect();
+    let kept: String = kept.trim().chars().take(MAX_NAME_CHARS).collect();
+    let kept = kept.trim_end().to_string();
+    (!kept.is_empty()).then_some(kept)
+}
+
+/// Reads a token's payload: the standard claims, and the role from `role_claim`; `ids` says
+/// whether a numeric `sub` is an engage user id.
+pub fn read(
+    payload: Map<String, Value>,
+    role_claim: &str,
+    ids: SubjectIds<'_>,
+) -> AppResult<Verified> {
     let role = role_in(&payload, role_claim);
     let text = |name: &str| {
         payload
@@ -70,16 +113,28 @@ pub fn read(payload: Map<String, Value>, role_claim: &str) -> AppResult<Verified
             "token subject must be 1 to {MAX_SUBJECT_BYTES} bytes"
         )));
     }
+    // The subject and the issuer name a row of `user_subjects`: refused rather than altered,
+    // since two spellings of one subject must never be two users (and PostgreSQL refuses NUL).
+    let iss = text("iss");
+    if sub
+        .chars()
+        .chain(iss.iter().flat_map(|iss| iss.chars()))
+        .any(char::is_control)
+    {
+        return Err(AppError::unauthenticated(
+            "token subject and issuer must not contain control characters",
+        ));
+    }
     let claims = Claims {
         exp: seconds("exp")
             .ok_or_else(|| AppError::unauthenticated("token lacks a required claim"))?,
         nbf: seconds("nbf"),
         iat: seconds("iat"),
-        iss: text("iss"),
-        name: text("name").or_else(|| text("preferred_username")),
+        name: shown_name(text("name")).or_else(|| shown_name(text("preferred_username"))),
+        iss,
         sub,
     };
-    let subject = match user_id_in(&claims.sub) {
+    let subject = match user_id_in(&claims.sub).filter(|_| ids.accepts(claims.iss.as_deref())) {
         Some(user_id) => Subject::User(user_id),
         None => Subject::External {
             issuer: claims.iss.clone().unwrap_or_default(),
@@ -168,6 +223,7 @@ mod tests {
             read(
                 payload(json!({"sub": sub, "exp": 2_000_000_000, "iss": "https://idp"})),
                 "role",
+                SubjectIds::Own,
             )
         };
         assert_eq!(read("42").unwrap().subject, Subject::User(42));
@@ -187,5 +243,59 @@ mod tests {
         }
         assert!(read("").is_err());
         assert!(read(&"x".repeat(MAX_SUBJECT_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn a_providers_numeric_subject_is_an_id_only_for_a_listed_issuer() {
+        let listed = vec!["https://listed".to_string()];
+        let subject = |iss: Option<&str>| {
+            let mut claims = json!({"sub": "42", "exp": 2_000_000_000});
+            if let Some(iss) = iss {
+                claims["iss"] = json!(iss);
+            }
+            read(payload(claims), "role", SubjectIds::ListedIssuers(&listed))
+                .unwrap()
+                .subject
+        };
+        assert_eq!(subject(Some("https://listed")), Subject::User(42));
+        assert_eq!(
+            subject(Some("https://other")),
+            Subject::External {
+                issuer: "https://other".into(),
+                subject: "42".into()
+            }
+        );
+        assert!(matches!(subject(None), Subject::External { .. }));
+    }
+
+    #[test]
+    fn control_characters_leave_the_name_and_refuse_the_subject() {
+        let read = |claims: Value| read(payload(claims), "role", SubjectIds::Own);
+        let name = |claims: Value| read(claims).unwrap().claims.name;
+        let base = |extra: Value| {
+            let mut claims = json!({"sub": "a", "exp": 2_000_000_000});
+            claims
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            claims
+        };
+        assert_eq!(
+            name(base(json!({"name": "Ann\u{0}ie\n"}))),
+            Some("Annie".into())
+        );
+        assert_eq!(
+            name(base(
+                json!({"name": "\u{0}\u{1b} ", "preferred_username": "bo\u{7f}b"})
+            )),
+            Some("bob".into())
+        );
+        assert_eq!(name(base(json!({"name": "\u{0}"}))), None);
+        assert_eq!(
+            name(base(json!({"name": "x".repeat(100)}))).unwrap().len(),
+            MAX_NAME_CHARS
+        );
+        assert!(read(json!({"sub": "a\u{0}b", "exp": 2_000_000_000})).is_err());
+        assert!(read(json!({"sub": "a", "iss": "idp\u{0}", "exp": 2_000_000_000})).is_err());
     }
 }

@@ -7,6 +7,10 @@
 //! into a load generator against the provider, so fetches on demand are rate limited
 //! (`REFRESHES_PER_MINUTE`), and only one runs at a time. The set is also fetched again in
 //! the background once it is `STALE_AFTER` old, so removed keys stop being trusted.
+//!
+//! A set is read a chunk at a time and given up past `MAX_SET_BYTES`, whatever its
+//! `Content-Length` says or omits; production fetches it over `https://` only (see
+//! `Config::check`), since whoever can change the set can sign tokens.
 
 use std::{
     collections::HashMap,
@@ -152,16 +156,7 @@ impl Jwks {
             .send()
             .await?
             .error_for_status()?;
-        if response
-            .content_length()
-            .is_some_and(|length| length > MAX_SET_BYTES as u64)
-        {
-            anyhow::bail!("the key set is larger than {MAX_SET_BYTES} bytes");
-        }
-        let body = response.bytes().await?;
-        if body.len() > MAX_SET_BYTES {
-            anyhow::bail!("the key set is larger than {MAX_SET_BYTES} bytes");
-        }
+        let body = read_capped(response, MAX_SET_BYTES).await?;
         let set = parse(&body)?;
         tracing::info!(
             url = %self.url,
@@ -171,6 +166,28 @@ impl Jwks {
         *self.keys.write().expect("poisoned") = Arc::new(set);
         Ok(())
     }
+}
+
+/// The body of `response`, read a chunk at a time and given up as soon as it passes `cap`
+/// bytes. `Content-Length` only refuses early: a body sent without one (chunked) or with a
+/// wrong one was read whole before its size was checked, so a provider, or whoever stood in
+/// for it, could make this server hold any amount.
+async fn read_capped(mut response: reqwest::Response, cap: usize) -> anyhow::Result<Vec<u8>> {
+    let too_large = || anyhow::anyhow!("the key set is larger than {cap} bytes");
+    if response
+        .content_length()
+        .is_some_and(|length| length > cap as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > cap {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn matching(set: &KeySet, kid: Option<&str>, algorithm: Algorithm) -> Vec<SigningKey> {

@@ -16,7 +16,7 @@ use async_graphql::{Context, Guard};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-pub use self::claims::{Claims, Subject, Verified};
+pub use self::claims::{Claims, Subject, SubjectIds, Verified};
 use self::jwks::Jwks;
 use crate::infra::{
     cache::TtlCache,
@@ -87,6 +87,9 @@ struct Policy {
     role_claim: String,
     /// Longest lifetime a token may claim (`ENGAGE_JWT_MAX_TTL_SECONDS`).
     max_ttl_seconds: Option<i64>,
+    /// Providers whose numeric subjects are engage user ids
+    /// (`ENGAGE_JWT_NUMERIC_SUBJECT_ISSUERS`).
+    numeric_subject_issuers: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -122,6 +125,7 @@ impl Tokens {
                 audiences: Vec::new(),
                 role_claim: "role".into(),
                 max_ttl_seconds: None,
+                numeric_subject_issuers: Vec::new(),
             }),
             verified: Arc::new(TtlCache::new(VERIFIED_TTL, VERIFIED_KEPT)),
         }
@@ -140,6 +144,7 @@ impl Tokens {
                 max_ttl_seconds: config
                     .jwt_max_ttl_seconds
                     .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+                numeric_subject_issuers: config.jwt_numeric_subject_issuers(),
             }),
             verified: Arc::new(TtlCache::new(VERIFIED_TTL, VERIFIED_KEPT)),
         }
@@ -244,6 +249,11 @@ impl Tokens {
             },
         };
         let validation = self.validation(header.alg);
+        // Only a token signed with this server's own secret names an engage id by itself.
+        let ids = match header.alg {
+            Algorithm::HS256 => SubjectIds::Own,
+            _ => SubjectIds::ListedIssuers(&self.policy.numeric_subject_issuers),
+        };
         let mut last_error = None;
         for key in &keys {
             match jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
@@ -251,7 +261,7 @@ impl Tokens {
                 key,
                 &validation,
             ) {
-                Ok(data) => return claims::read(data.claims, &self.policy.role_claim),
+                Ok(data) => return claims::read(data.claims, &self.policy.role_claim, ids),
                 Err(error) => last_error = Some(error),
             }
         }

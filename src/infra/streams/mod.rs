@@ -144,6 +144,21 @@ pub async fn publish(infra: &Infra, stream: &str, event: &impl Event) -> AppResu
     Ok(())
 }
 
+/// XADDs `events` to `stream` in order, in one round trip.
+pub async fn publish_all<E: Event>(infra: &Infra, stream: &str, events: &[E]) -> AppResult<()> {
+    let mut pipe = redis::pipe();
+    for event in events {
+        pipe.cmd("XADD")
+            .arg(stream)
+            .arg("*")
+            .arg(event.to_fields())
+            .ignore();
+    }
+    let mut conn = infra.redis.get().await?;
+    let () = pipe.query_async(&mut *conn).await?;
+    Ok(())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HandleError {
     /// The entry itself can never be written (malformed, violates a rule).
