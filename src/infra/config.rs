@@ -492,9 +492,9 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_METRICS_PUBLIC", global = true)]
     pub metrics_public: Option<bool>,
 
-    /// Sustained `/readyz` and `/metrics` requests per second allowed from one client IP
-    /// (bursts of twice that; 0 disables). A load balancer and Prometheus poll a few times
-    /// a second at most; `/healthz` is never limited.
+    /// Sustained `/readyz` and `/metrics` requests per second allowed from one client IP,
+    /// the two together (bursts of twice that; 0 disables). A load balancer and Prometheus
+    /// poll a few times a second at most; `/healthz` is never limited.
     #[arg(
         long,
         env = "ENGAGE_PROBE_RATE_PER_IP",
