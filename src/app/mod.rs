@@ -123,7 +123,8 @@ impl Services {
             config: config.clone(),
             infra: infra.clone(),
             tokens: Tokens::from_config(&config).await,
-            rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user),
+            rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user)
+                .with_probes(config.probe_rate_per_ip),
             users: features.users.clone(),
             remarks: features.remarks.clone(),
         });
@@ -203,6 +204,8 @@ impl App {
             let router = http::metrics_router(state.gateway.clone(), schema.clone());
             let stopped = instance.shutdown.clone().cancelled_owned();
             instance.spawn("metrics-listener", async move {
+                // With the peer's address: the scrapes are rate-limited per client IP.
+                let router = router.into_make_service_with_connect_info::<SocketAddr>();
                 let served = axum::serve(metrics_listener, router)
                     .with_graceful_shutdown(stopped)
                     .await;

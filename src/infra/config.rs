@@ -488,10 +488,28 @@ pub struct Config {
     pub drain_seconds: u64,
 
     /// A separate address for `/metrics` (e.g. `10.0.0.5:9100`, one only the monitoring
-    /// network reaches); the public listener then answers `/metrics` with 404. Unset:
-    /// `/metrics` is served on `ENGAGE_BIND`.
+    /// network reaches); the public listener then answers `/metrics` with 404. Unset: in
+    /// development `/metrics` is served on `ENGAGE_BIND`; production refuses to start
+    /// unless `ENGAGE_METRICS_PUBLIC=true`.
     #[arg(long, env = "ENGAGE_METRICS_BIND", global = true)]
     pub metrics_bind: Option<SocketAddr>,
+
+    /// Serve `/metrics` on `ENGAGE_BIND` too: default on in development without
+    /// `ENGAGE_METRICS_BIND`, off otherwise. Production without `ENGAGE_METRICS_BIND`
+    /// starts only when this is `true`.
+    #[arg(long, env = "ENGAGE_METRICS_PUBLIC", global = true)]
+    pub metrics_public: Option<bool>,
+
+    /// Sustained `/readyz` and `/metrics` requests per second allowed from one client IP,
+    /// the two together (bursts of twice that; 0 disables). A load balancer and Prometheus
+    /// poll a few times a second at most; `/healthz` is never limited.
+    #[arg(
+        long,
+        env = "ENGAGE_PROBE_RATE_PER_IP",
+        default_value_t = 20,
+        global = true
+    )]
+    pub probe_rate_per_ip: u32,
 
     /// Log lines on stderr: `text` (for people; colour codes only at a terminal) or `json`
     /// (one object a line, with the request id and, when traces are exported, the trace id).
@@ -538,9 +556,9 @@ impl Config {
 
     /// Refuses settings that would leave the service open (no real token issuer in
     /// production, a short secret, a guessable one or a key set over plain HTTP in
-    /// production, or the development secret and with it `/dev/token` on an address other
-    /// hosts can reach) or would not do what they say (waiting for
-    /// replicas through a pool).
+    /// production, the development secret and with it `/dev/token` on an address other
+    /// hosts can reach, or production metrics on the public address unasked) or would not
+    /// do what they say (waiting for replicas through a pool).
     pub fn check(&self) -> anyhow::Result<()> {
         if !(1..=MAX_POINTS_BUCKETS).contains(&self.points_buckets()) {
             anyhow::bail!(
@@ -549,6 +567,22 @@ impl Config {
             );
         }
         self.check_tokens()?;
+        self.check_metrics()?;
+        if self.redis_wait_replicas > 0 && self.redis_mode == crate::infra::redis::RedisMode::Pool {
+            anyhow::bail!(
+                "ENGAGE_REDIS_WAIT_REPLICAS needs ENGAGE_REDIS_MODE=shared or cluster: WAIT \
+                 covers the writes of the connection it is sent on, and a pool lends each \
+                 request another"
+            );
+        }
+        Ok(())
+    }
+
+    /// Where `/metrics` is served: never on the public address in production unless asked
+    /// for, since it tells anyone what the instance is doing (its error rates, its queues,
+    /// its memory). Refusing to start, rather than quietly serving no metrics, keeps a
+    /// deployment from discovering the missing address only when it needs its graphs.
+    fn check_metrics(&self) -> anyhow::Result<()> {
         if self
             .metrics_bind
             .is_some_and(|metrics| metrics == self.bind && metrics.port() != 0)
@@ -559,11 +593,12 @@ impl Config {
                 self.bind
             );
         }
-        if self.redis_wait_replicas > 0 && self.redis_mode == crate::infra::redis::RedisMode::Pool {
+        if self.is_production() && self.metrics_bind.is_none() && self.metrics_public != Some(true)
+        {
             anyhow::bail!(
-                "ENGAGE_REDIS_WAIT_REPLICAS needs ENGAGE_REDIS_MODE=shared or cluster: WAIT \
-                 covers the writes of the connection it is sent on, and a pool lends each \
-                 request another"
+                "ENGAGE_ENV=production serves /metrics on an address of its own: set \
+                 ENGAGE_METRICS_BIND (e.g. 10.0.0.5:9100, one only the monitoring network \
+                 reaches), or ENGAGE_METRICS_PUBLIC=true to serve /metrics on ENGAGE_BIND"
             );
         }
         Ok(())
@@ -669,6 +704,12 @@ impl Config {
     /// The playground at `/`: as set, else only in development.
     pub fn playground_enabled(&self) -> bool {
         self.playground.unwrap_or(!self.is_production())
+    }
+
+    /// `/metrics` on the public listener: as set, else only without an address of its own
+    /// (production without one does not start, [`Config::check`]).
+    pub fn metrics_public(&self) -> bool {
+        self.metrics_public.unwrap_or(self.metrics_bind.is_none())
     }
 
     /// Introspection queries: as set, else only in development.

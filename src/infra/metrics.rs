@@ -14,6 +14,8 @@
 //! - **read from Redis when scraped** ([`ScrapedGauges`]): the delay queue's jobs per topic
 //!   and state, and each stream consumer's lag and pending entries. They describe the shared
 //!   Redis, so every instance reports the same values: aggregate them with `max`, not `sum`.
+//!   One reading serves every scrape of the next [`SCRAPED_FOR`] ([`Scraped`]), so that
+//!   however many scrapes come, an instance asks Redis for them at most once a second.
 //!
 //! Label values are bounded: `operation` is a schema field or a fixed word
 //! ([`record_request`]), `code` an [`ErrorCode`] ([`record_error`]), `consumer` a name in the
@@ -23,7 +25,7 @@
 use std::{
     collections::HashSet,
     sync::{Arc, LazyLock, Mutex, OnceLock},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use metrics::{describe_counter, describe_gauge, describe_histogram, Label, Unit};
@@ -198,7 +200,7 @@ pub async fn render(infra: &Infra) -> String {
     metrics::gauge!("engage_sql_pool_connections", "state" => "idle").set(sql_idle as f64);
     PROCESS.collect();
     let mut text = install().render();
-    text.push_str(&render_scraped(scraped));
+    text.push_str(&render_scraped(&scraped));
     text
 }
 
@@ -218,7 +220,13 @@ pub fn record_error(code: ErrorCode) {
     metrics::counter!("engage_graphql_errors_total", "code" => code.as_str()).increment(1);
 }
 
+/// How long the gauges read from Redis serve later scrapes: Prometheus scrapes every 15 s
+/// or so, so a second old is as current as it can tell, and a flood of scrapes costs Redis
+/// one reading a second.
+pub const SCRAPED_FOR: Duration = Duration::from_secs(1);
+
 /// A gauge's value read for one scrape.
+#[derive(Clone)]
 pub struct Reading {
     pub name: &'static str,
     pub labels: Vec<(&'static str, String)>,
@@ -235,22 +243,53 @@ pub trait ScrapedGauges: Send + Sync + 'static {
     async fn read(&self, infra: &Infra) -> AppResult<Vec<Reading>>;
 }
 
-/// The [`ScrapedGauges`] of one instance: the stream consumers add theirs as they start,
-/// the wiring adds the delay queue's.
+/// A reading of the [`ScrapedGauges`] and when it was taken.
+type Taken = (Instant, Arc<[Reading]>);
+
+/// The [`ScrapedGauges`] of one instance (the stream consumers add theirs as they start,
+/// the wiring adds the delay queue's), and their last reading.
 #[derive(Clone, Default)]
-pub struct Scraped(Arc<Mutex<Vec<Arc<dyn ScrapedGauges>>>>);
+pub struct Scraped {
+    sources: Arc<Mutex<Vec<Arc<dyn ScrapedGauges>>>>,
+    /// The last reading and when it was taken. An async lock, held while Redis is read: the
+    /// scrapes that come meanwhile wait for that reading instead of each starting one.
+    last: Arc<tokio::sync::Mutex<Option<Taken>>>,
+}
 
 impl Scraped {
     pub fn add(&self, gauges: impl ScrapedGauges) {
-        self.0.lock().expect("poisoned").push(Arc::new(gauges));
+        self.sources
+            .lock()
+            .expect("poisoned")
+            .push(Arc::new(gauges));
     }
 }
 
+/// The gauges read from Redis: the last reading while it is younger than [`SCRAPED_FOR`],
+/// else a new one.
+async fn read_scraped(infra: &Infra) -> Arc<[Reading]> {
+    let mut last = infra.instance.scraped.last.lock().await;
+    if let Some((at, readings)) = last.as_ref() {
+        if at.elapsed() < SCRAPED_FOR {
+            return readings.clone();
+        }
+    }
+    let readings: Arc<[Reading]> = read_sources(infra).await.into();
+    *last = Some((Instant::now(), readings.clone()));
+    readings
+}
+
 /// Reads every source at once (on the shared connection their commands leave together). A
-/// source that fails is left out of this scrape, so that Redis being down does not take the
-/// process and pool metrics with it.
-async fn read_scraped(infra: &Infra) -> Vec<Reading> {
-    let sources = infra.instance.scraped.0.lock().expect("poisoned").clone();
+/// source that fails is left out of this reading, so that Redis being down does not take
+/// the process and pool metrics with it (nor is it asked again before the reading is old).
+async fn read_sources(infra: &Infra) -> Vec<Reading> {
+    let sources = infra
+        .instance
+        .scraped
+        .sources
+        .lock()
+        .expect("poisoned")
+        .clone();
     let reads = futures::future::join_all(sources.iter().map(|source| source.read(infra))).await;
     reads
         .into_iter()
@@ -265,15 +304,15 @@ async fn read_scraped(infra: &Infra) -> Vec<Reading> {
 /// The scrape's gauges, written by a recorder made for this scrape rather than the
 /// process's: a topic that has no job left leaves no series behind, and two instances in
 /// one process (as in the tests) do not overwrite each other's values.
-fn render_scraped(readings: Vec<Reading>) -> String {
+fn render_scraped(readings: &[Reading]) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     metrics::with_local_recorder(&recorder, || {
         describe();
         for reading in readings {
             let labels: Vec<Label> = reading
                 .labels
-                .into_iter()
-                .map(|(key, value)| Label::new(key, value))
+                .iter()
+                .map(|(key, value)| Label::new(*key, value.clone()))
                 .collect();
             metrics::gauge!(reading.name, labels).set(reading.value);
         }
@@ -334,7 +373,7 @@ mod tests {
 
     #[test]
     fn gauges_of_a_scrape_carry_help_and_type_and_only_this_scrape_values() {
-        let text = render_scraped(vec![Reading {
+        let text = render_scraped(&[Reading {
             name: "engage_jobs_ready",
             labels: vec![("topic", "mail".into())],
             value: 3.0,
@@ -345,6 +384,6 @@ mod tests {
             text.contains("engage_jobs_ready{topic=\"mail\"} 3"),
             "{text}"
         );
-        assert!(!render_scraped(Vec::new()).contains("engage_jobs_ready"));
+        assert!(!render_scraped(&[]).contains("engage_jobs_ready"));
     }
 }

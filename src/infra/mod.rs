@@ -69,7 +69,8 @@ pub struct Instance {
     pub draining: CancellationToken,
     /// Background tasks, awaited on shutdown.
     pub tasks: TaskTracker,
-    /// Gauges read from Redis when `/metrics` is scraped (consumer lag, queue depths).
+    /// Gauges read from Redis when `/metrics` is scraped (consumer lag, queue depths), and
+    /// their last reading.
     pub scraped: metrics::Scraped,
 }
 

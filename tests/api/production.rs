@@ -16,6 +16,8 @@ const INTROSPECTION: &str = "{ __schema { queryType { name } } }";
 async fn production_app(adjust: impl FnOnce(&mut Config)) -> TestApp {
     TestApp::spawn_with(|config| {
         config.environment = Environment::Production;
+        // Production needs an answer on where metrics go (hostile::probes tests it).
+        config.metrics_public = Some(true);
         adjust(config);
     })
     .await

@@ -62,7 +62,7 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     crate::infra::metrics::install();
     let max_body = gateway.config.max_body_bytes;
     let pages = pages::router(&gateway.config);
-    let public_metrics = gateway.config.metrics_bind.is_none();
+    let public_metrics = gateway.config.metrics_public();
     let http = HttpState {
         gateway,
         schema,
@@ -73,7 +73,8 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
         .route("/graphql", get(graphql::get).post(graphql::post))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz));
-    // With a private address of their own, metrics are not answered to the public.
+    // With a private address of their own, metrics are not answered to the public unless
+    // asked to be.
     let routes = if public_metrics {
         routes.route("/metrics", get(health::metrics))
     } else {

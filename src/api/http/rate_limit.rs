@@ -4,6 +4,12 @@
 //! load balancer that spreads clients over N instances a client gets at most N times the
 //! configured rate. A Redis-based limiter would make the bound exact at the price of one
 //! Redis call per request; the per-instance bound is what protects each instance.
+//!
+//! The probes that cost a read (`/readyz` asks Redis and SQL, `/metrics` renders every
+//! family) have an allowance of their own per IP ([`RateLimits::check_probe`]), apart from
+//! the GraphQL one: behind a load balancer without `ENGAGE_TRUST_PROXY`, every client
+//! shares the balancer's address, and GraphQL traffic spending that address's allowance
+//! must not make its readiness checks fail and take the instance out of rotation.
 
 use std::{net::IpAddr, num::NonZeroU32, sync::Arc, time::Duration};
 
@@ -14,6 +20,7 @@ use crate::{api::http::Gateway, infra::error::AppError};
 pub struct RateLimits {
     per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
     per_user: Option<DefaultKeyedRateLimiter<i64>>,
+    probes_per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
 }
 
 impl RateLimits {
@@ -22,7 +29,20 @@ impl RateLimits {
         Self {
             per_ip: limiter(per_ip),
             per_user: limiter(per_user),
+            probes_per_ip: None,
         }
+    }
+
+    /// With `per_second` probes (`/readyz`, `/metrics`) allowed per client IP, bursts of
+    /// twice that; 0 disables.
+    pub fn with_probes(mut self, per_second: u32) -> Self {
+        self.probes_per_ip = limiter(per_second);
+        self
+    }
+
+    /// A `/readyz` or `/metrics` request from a client IP.
+    pub fn check_probe(&self, ip: IpAddr) -> Result<(), AppError> {
+        check_n(self.probes_per_ip.as_ref(), &ip, 1)
     }
 
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), AppError> {
@@ -49,6 +69,10 @@ impl RateLimits {
             limiter.shrink_to_fit();
         }
         if let Some(limiter) = &self.per_user {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+        if let Some(limiter) = &self.probes_per_ip {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }

@@ -5,8 +5,14 @@
 //! Subscribers of the same season's top N on an instance share one reader ([`SharedBoards`]):
 //! a change costs one read of the board whether ten or ten thousand dashboards show it (one
 //! reader per subscriber made every change cost a read per subscriber). The reader starts
-//! with the first subscriber and stops with the last. `myRankChanged` shows each viewer
-//! their own entry, so it keeps a reader per subscriber.
+//! with the first subscriber and stops with the last.
+//!
+//! `myRankChanged` shows each viewer their own entry, and its viewers of a season share
+//! one reader too ([`SharedRanks`]): after each change it reads every viewer's entry at
+//! once ([`Leaderboards::entries_of`], a few pipelined round trips) and hands each viewer
+//! theirs when it differs. A reader per subscriber made each award cost every subscriber's
+//! read: 3,000 of them multiplied an award's Redis commands by more than 200. Subscriptions
+//! of one user share their entry.
 //!
 //! Values travel through a `watch` channel: a subscriber that reads slowly skips to the
 //! latest snapshot instead of having older ones buffered for it.
@@ -64,6 +70,30 @@ impl BoardSubscription {
     }
 }
 
+/// Waits for the next change of the board, coalesced: the first change after a quiet window
+/// is seen at once; a burst waits for the window's end, and one read covers what queued.
+/// `false` at shutdown or when the hub is gone.
+async fn next_change(
+    ctx: &Leaderboards,
+    subscription: &mut BoardSubscription,
+    last_read: &mut tokio::time::Instant,
+) -> bool {
+    tokio::select! {
+        () = ctx.infra.instance.shutdown.cancelled() => return false,
+        message = subscription.recv() => if message.is_none() { return false },
+    }
+    tokio::time::sleep_until(*last_read + COALESCE).await;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, subscription.recv()).await {}
+    *last_read = tokio::time::Instant::now();
+    true
+}
+
+/// The instant a reader last read, such that its first change is read at once.
+fn never_read() -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_sub(COALESCE).unwrap_or(now)
+}
+
 /// Re-reads after changes of the board, coalesced, and sends what differs from the value
 /// the channel holds. Ends at shutdown, when the hub goes, or when nobody receives.
 async fn reread_on_change<T, F, Fut>(
@@ -76,19 +106,12 @@ async fn reread_on_change<T, F, Fut>(
     F: Fn(Leaderboards) -> Fut,
     Fut: Future<Output = AppResult<T>>,
 {
-    let now = tokio::time::Instant::now();
-    let mut last_read = now.checked_sub(COALESCE).unwrap_or(now);
+    let mut last_read = never_read();
     loop {
         tokio::select! {
-            () = ctx.infra.instance.shutdown.cancelled() => return,
             () = sender.closed() => return,
-            message = subscription.recv() => if message.is_none() { return },
+            changed = next_change(&ctx, &mut subscription, &mut last_read) => if !changed { return },
         }
-        // At most one read per window: the first change after a quiet window is read at
-        // once; a burst waits for the window's end, and one read covers what queued.
-        tokio::time::sleep_until(last_read + COALESCE).await;
-        while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, subscription.recv()).await {}
-        last_read = tokio::time::Instant::now();
         let Ok(value) = read(ctx.clone()).await else {
             continue;
         };
@@ -99,6 +122,48 @@ async fn reread_on_change<T, F, Fut>(
             }
             changed
         });
+    }
+}
+
+/// The viewers of a season's board and each one's entry, by user: what its [`SharedRanks`]
+/// reader keeps current.
+type Viewers = Arc<Mutex<HashMap<i64, watch::Sender<Option<RankEntry>>>>>;
+
+/// Re-reads the entry of every viewer after changes of the board, coalesced, all in one
+/// [`Leaderboards::entries_of`], and hands each viewer theirs when it changed. A viewer
+/// whose subscriptions all ended is dropped before the read. Ends at shutdown or when the
+/// hub goes; its [`SharedRanks`] aborts it when the last viewer goes.
+async fn reread_ranks(
+    ctx: Leaderboards,
+    season: Month,
+    mut subscription: BoardSubscription,
+    viewers: Viewers,
+) {
+    let mut last_read = never_read();
+    while next_change(&ctx, &mut subscription, &mut last_read).await {
+        let users: Vec<i64> = {
+            let mut viewers = viewers.lock().expect("poisoned");
+            viewers.retain(|_, entry| entry.receiver_count() > 0);
+            viewers.keys().copied().collect()
+        };
+        if users.is_empty() {
+            continue;
+        }
+        let Ok(entries) = ctx.entries_of(season, &users).await else {
+            continue;
+        };
+        let viewers = viewers.lock().expect("poisoned");
+        for (user, entry) in users.iter().zip(entries) {
+            if let Some(sender) = viewers.get(user) {
+                sender.send_if_modified(|current| {
+                    let changed = *current != entry;
+                    if changed {
+                        *current = entry;
+                    }
+                    changed
+                });
+            }
+        }
     }
 }
 
@@ -143,9 +208,42 @@ impl SharedTop {
     }
 }
 
-/// The shared top-N readers of this instance, by season and size, and the current season.
+/// The viewers of a season's board on this instance and their one reader: started by the
+/// first viewer, dropped with the last subscription.
+struct SharedRanks {
+    viewers: Viewers,
+    /// The reader, once its channels are subscribed to (the others wait for it).
+    reader: OnceCell<AbortOnDropHandle<()>>,
+}
+
+impl SharedRanks {
+    /// `user`'s entry and its changes: shared with the user's other subscriptions, or
+    /// read now. The reader has subscribed to the board's channels by then, so that no
+    /// change slips between this read and the reader's next one.
+    async fn watch(
+        &self,
+        ctx: &Leaderboards,
+        season: Month,
+        user: i64,
+    ) -> AppResult<watch::Receiver<Option<RankEntry>>> {
+        if let Some(entry) = self.viewers.lock().expect("poisoned").get(&user) {
+            return Ok(entry.subscribe());
+        }
+        let first = ctx.entries_of(season, &[user]).await?.pop().flatten();
+        let mut viewers = self.viewers.lock().expect("poisoned");
+        // Another subscription of the user may have read it meanwhile: one entry for both.
+        Ok(viewers
+            .entry(user)
+            .or_insert_with(|| watch::Sender::new(first))
+            .subscribe())
+    }
+}
+
+/// The shared readers of this instance: top N by season and size, viewers' entries by
+/// season; and the current season.
 pub struct SharedBoards {
     tops: Mutex<HashMap<(Month, usize), Weak<SharedTop>>>,
+    ranks: Mutex<HashMap<Month, Weak<SharedRanks>>>,
     /// The season as [`watch_seasons`] last saw it (`None` before it first looks).
     current: watch::Sender<Option<Month>>,
 }
@@ -154,6 +252,7 @@ impl Default for SharedBoards {
     fn default() -> Self {
         Self {
             tops: Mutex::default(),
+            ranks: Mutex::default(),
             current: watch::Sender::new(None),
         }
     }
@@ -201,14 +300,53 @@ impl SharedBoards {
         Ok(shared)
     }
 
-    /// Readers running on this instance (tests and metrics).
+    /// The viewers' reader of a season's board, started if nobody on this instance views it.
+    async fn ranks(&self, ctx: &Leaderboards, season: Month) -> AppResult<Arc<SharedRanks>> {
+        let shared = {
+            let mut ranks = self.ranks.lock().expect("poisoned");
+            match ranks.get(&season).and_then(Weak::upgrade) {
+                Some(shared) => shared,
+                None => {
+                    ranks.retain(|_, shared| shared.strong_count() > 0);
+                    let shared = Arc::new(SharedRanks {
+                        viewers: Viewers::default(),
+                        reader: OnceCell::new(),
+                    });
+                    ranks.insert(season, Arc::downgrade(&shared));
+                    shared
+                }
+            }
+        };
+        // A failed start leaves the cell empty: the next subscriber tries again.
+        shared
+            .reader
+            .get_or_try_init(|| async {
+                let subscription = ctx.board_subscription(season).await;
+                let reader =
+                    reread_ranks(ctx.clone(), season, subscription, shared.viewers.clone());
+                Ok::<_, crate::infra::error::AppError>(AbortOnDropHandle::new(tokio::spawn(reader)))
+            })
+            .await?;
+        Ok(shared)
+    }
+
+    /// Readers running on this instance, of tops and of viewers' entries (tests and metrics).
     pub fn readers(&self) -> usize {
-        self.tops
+        let tops = self
+            .tops
             .lock()
             .expect("poisoned")
             .values()
             .filter(|shared| shared.strong_count() > 0)
-            .count()
+            .count();
+        let ranks = self
+            .ranks
+            .lock()
+            .expect("poisoned")
+            .values()
+            .filter(|shared| shared.strong_count() > 0)
+            .count();
+        tops + ranks
     }
 }
 
@@ -273,31 +411,32 @@ impl Leaderboards {
         F: Fn(Leaderboards) -> Fut + Send + 'static,
         Fut: Future<Output = AppResult<T>> + Send + 'static,
     {
-        let mut subscriptions = Vec::new();
-        for channel in self.infra.keys.board_channels(season) {
-            subscriptions.push(self.infra.live.subscribe(channel).await);
-        }
-        let subscription = BoardSubscription(subscriptions);
+        let subscription = self.board_subscription(season).await;
         let first = read(self.clone()).await?;
         let (sender, receiver) = watch::channel(first);
         let reader = tokio::spawn(reread_on_change(self.clone(), subscription, sender, read));
         Ok((receiver, reader))
     }
 
-    /// The viewer's entry: the current one first (when ranked), then each change.
+    /// The channels of every part of a season's board, once Redis confirmed them.
+    async fn board_subscription(&self, season: Month) -> BoardSubscription {
+        let mut subscriptions = Vec::new();
+        for channel in self.infra.keys.board_channels(season) {
+            subscriptions.push(self.infra.live.subscribe(channel).await);
+        }
+        BoardSubscription(subscriptions)
+    }
+
+    /// The viewer's entry: the current one first (when ranked), then each change, from the
+    /// season's shared reader.
     async fn my_rank_changes(
         &self,
         season: Month,
         user_id: i64,
     ) -> AppResult<impl Stream<Item = RankEntry>> {
-        // Detached: the reader ends by itself when the subscriber goes (its receiver is
-        // dropped).
-        let (receiver, _detached) = self
-            .watch_board(season, move |ctx| async move {
-                ctx.board(season, Some(user_id), 1, 0).await.map(|b| b.me)
-            })
-            .await?;
-        Ok(snapshots(receiver, ()).filter_map(|me| async move { me }))
+        let shared = self.boards.ranks(self, season).await?;
+        let receiver = shared.watch(self, season, user_id).await?;
+        Ok(snapshots(receiver, shared).filter_map(|me| async move { me }))
     }
 
     /// The stream `open` gives for the current season, then, each time the month turns, the

@@ -11,7 +11,8 @@
 //!   below that score. A round trip per step, none of which reads more than the page.
 //! - **A rank** ([`ahead_elsewhere`]): `ZREVRANK` in the user's own part, plus, in each other
 //!   part, the members of a higher score (`ZCOUNT`) and those of the same score that come
-//!   first.
+//!   first. The ranks of many users (every viewer of a board) are read together, in
+//!   pipelines of at most [`PIPELINE_COMMANDS`].
 //! - **A walk through the whole board** ([`after`], the rollover's copy): from a cursor, each
 //!   part's next members below it, merged.
 //!
@@ -30,6 +31,11 @@ pub type Member = (i64, f64);
 
 /// Pages that end within this many ranks are read by merging each part's top.
 pub const SHALLOW: usize = 1000;
+
+/// Most commands in one pipeline of a read of many users' ranks: the users of a larger
+/// read go in several round trips, so that neither its replies nor the commands one
+/// connection queues at once grow with the number of users.
+pub const PIPELINE_COMMANDS: usize = 4096;
 
 /// Sorts members into board order.
 fn sort(members: &mut [Member]) {
@@ -153,33 +159,56 @@ pub async fn deep_page(
     Ok(merge(each(infra, &reads).await?, skip, count))
 }
 
-/// How many members of `parts` come before `member` on the board.
-pub async fn ahead_elsewhere(infra: &Infra, parts: &[String], member: Member) -> AppResult<i64> {
-    if parts.is_empty() {
-        return Ok(0);
+/// How many members of the other parts than its own come before each of `members` (a
+/// member and the part that holds it) on the board: per other part, a `ZCOUNT` and the
+/// members of its score, in pipelines of at most [`PIPELINE_COMMANDS`].
+pub async fn ahead_elsewhere(
+    infra: &Infra,
+    parts: &[String],
+    members: &[(&str, Member)],
+) -> AppResult<Vec<i64>> {
+    fn others<'a>(parts: &'a [String], own: &'a str) -> impl Iterator<Item = &'a String> {
+        parts.iter().filter(move |part| part.as_str() != own)
     }
-    let (user, score) = (member.0, member.1 as i64);
-    let mut pipe = redis::pipe();
-    for part in parts {
-        pipe.cmd("ZCOUNT")
-            .arg(part)
-            .arg(bound(score, true))
-            .arg("+inf");
-        pipe.cmd("ZRANGEBYSCORE").arg(part).arg(score).arg(score);
+    let per_member = 2 * parts.len().saturating_sub(1);
+    if per_member == 0 {
+        return Ok(vec![0; members.len()]);
     }
-    let mut replies = {
-        let mut conn = infra.redis.get().await?;
-        let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
-        replies.into_iter()
-    };
-    let mut ahead = 0;
-    while let (Some(higher), Some(equal)) = (replies.next(), replies.next()) {
-        ahead += decode::<i64>(higher)?;
-        let equal: Vec<i64> = decode(equal)?;
-        ahead += equal
-            .into_iter()
-            .filter(|other| after_among_equals(user, *other))
-            .count() as i64;
+    let mut ahead = Vec::with_capacity(members.len());
+    for chunk in members.chunks((PIPELINE_COMMANDS / per_member).max(1)) {
+        let mut pipe = redis::pipe();
+        for (own, (_, score)) in chunk {
+            let score = *score as i64;
+            for part in others(parts, own) {
+                pipe.cmd("ZCOUNT")
+                    .arg(part)
+                    .arg(bound(score, true))
+                    .arg("+inf");
+                pipe.cmd("ZRANGEBYSCORE").arg(part).arg(score).arg(score);
+            }
+        }
+        let mut replies = {
+            let mut conn = infra.redis.get().await?;
+            let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
+            replies.into_iter()
+        };
+        for (own, (user, _)) in chunk {
+            let mut count = 0;
+            for _ in others(parts, own) {
+                let (Some(higher), Some(equal)) = (replies.next(), replies.next()) else {
+                    return Err(AppError::internal(anyhow::anyhow!(
+                        "fewer replies than commands in a rank read"
+                    )));
+                };
+                count += decode::<i64>(higher)?;
+                let equal: Vec<i64> = decode(equal)?;
+                count += equal
+                    .into_iter()
+                    .filter(|other| after_among_equals(*user, *other))
+                    .count() as i64;
+            }
+            ahead.push(count);
+        }
     }
     Ok(ahead)
 }
