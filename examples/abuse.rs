@@ -17,10 +17,7 @@ use clap::Parser;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
 #[path = "support/hostile.rs"]
@@ -53,6 +50,20 @@ struct Args {
     /// timeout is 30 s by default).
     #[arg(long, default_value_t = 40)]
     half_open_wait_seconds: u64,
+    /// Slow bodies, idle sockets and one user's sockets to open, each from an address of
+    /// their own (past the server's cap per address, 256 by default, they are refused).
+    #[arg(long, default_value_t = 300)]
+    slow_connections: usize,
+    /// How long to wait for the server to cut slow bodies and close idle sockets (its body
+    /// deadline is 30 s and its idle time 300 s by default; `reliability/abuse` sets 5 s).
+    #[arg(long, default_value_t = 40)]
+    connection_wait_seconds: u64,
+    /// Connections holding unfinished headers, from six addresses.
+    #[arg(long, default_value_t = 1500)]
+    big_headers: usize,
+    /// The server's `ENGAGE_MAX_HEADER_BYTES`.
+    #[arg(long, default_value_t = 32 * 1024)]
+    max_header_bytes: usize,
 }
 
 type Socket =
@@ -492,10 +503,14 @@ async fn half_open_sockets(
     client: &reqwest::Client,
     report: &Report,
 ) -> anyhow::Result<()> {
-    let address = args.url.trim_start_matches("http://").to_string();
+    let address: std::net::SocketAddr = args.url.trim_start_matches("http://").parse()?;
     let mut held = Vec::new();
     for i in 0..args.half_open {
-        let mut socket = TcpStream::connect(&address).await?;
+        // From six addresses, each within the server's cap per address (127.0.0.1 probes).
+        let local = std::net::Ipv4Addr::new(127, 0, 0, 20 + (i % 6) as u8);
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind((local, 0).into())?;
+        let mut socket = socket.connect(address).await?;
         if i % 2 == 0 {
             // Half a request; the other half send nothing at all.
             socket

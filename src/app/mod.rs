@@ -23,7 +23,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     api::{
-        http::{self, rate_limit::RateLimits, Gateway},
+        http::{self, caps::Caps, rate_limit::RateLimits, Gateway},
         schema::{self, AppSchema},
     },
     features::Features,
@@ -125,6 +125,7 @@ impl Services {
             tokens: Tokens::from_config(&config).await,
             rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user)
                 .with_probes(config.probe_rate_per_ip),
+            websockets_per_user: Caps::new(config.ws_max_per_user, "websockets_per_user"),
             users: features.users.clone(),
             remarks: features.remarks.clone(),
         });
@@ -217,9 +218,14 @@ impl App {
         let router = http::router(state.gateway.clone(), schema);
         tokio::spawn(drain(stop, instance.clone(), state.config.drain_window()));
 
+        let config = &state.config;
         let limits = http::server::Limits {
-            max_connections: http::server::connection_cap(state.config.max_connections),
-            header_read_timeout: Duration::from_secs(state.config.header_read_timeout_seconds),
+            max_connections: http::server::connection_cap(config.max_connections),
+            max_connections_per_ip: config.max_connections_per_ip,
+            header_read_timeout: Duration::from_secs(config.header_read_timeout_seconds),
+            body_read_timeout: Duration::from_secs(config.body_read_timeout_seconds),
+            max_header_bytes: config.max_header_bytes,
+            trusted_proxy_hops: config.trust_proxy.then_some(config.trusted_proxy_hops),
         };
         let server = http::server::serve(
             listener,

@@ -254,6 +254,60 @@ pub struct Config {
     )]
     pub header_read_timeout_seconds: u64,
 
+    /// Seconds a request body may take to arrive, in total however it trickles; a handler
+    /// still reading it then answers 408 and the connection is closed.
+    #[arg(
+        long,
+        env = "ENGAGE_BODY_READ_TIMEOUT_SECONDS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=3600),
+        global = true
+    )]
+    pub body_read_timeout_seconds: u64,
+
+    /// Largest request head (request line and headers) in bytes, and so the read buffer a
+    /// connection holds while its headers arrive; a larger one answers 431. At least 8192.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_HEADER_BYTES",
+        default_value_t = 32 * 1024,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=1024 * 1024),
+        global = true
+    )]
+    pub max_header_bytes: usize,
+
+    /// Connections one client address may hold open at once (HTTP and WebSocket); past it
+    /// the client is answered 429. Behind a trusted proxy it counts the client's requests in
+    /// flight and open WebSockets instead, the proxy's connections being shared. 0: no cap.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 256,
+        global = true
+    )]
+    pub max_connections_per_ip: usize,
+
+    /// WebSockets one signed-in user may have open at once; past it `connection_init` is
+    /// refused with close code 4429. 0: no cap.
+    #[arg(
+        long,
+        env = "ENGAGE_WS_MAX_PER_USER",
+        default_value_t = 16,
+        global = true
+    )]
+    pub ws_max_per_user: usize,
+
+    /// Seconds a WebSocket may stay open with no operation running (pings do not count);
+    /// it is then closed with 1000.
+    #[arg(
+        long,
+        env = "ENGAGE_WS_IDLE_SECONDS",
+        default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..=86_400),
+        global = true
+    )]
+    pub ws_idle_seconds: u64,
+
     /// Operations one WebSocket connection may have running at once (subscriptions
     /// included; `ENGAGE_MAX_SUBSCRIPTIONS` caps those further).
     #[arg(

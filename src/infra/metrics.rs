@@ -83,6 +83,11 @@ fn describe() {
         "Client connections closed at once because ENGAGE_MAX_CONNECTIONS were open"
     );
     describe_counter!(
+        "engage_client_cap_refusals_total",
+        "Clients refused at their cap, by cap: connections_per_ip (ENGAGE_MAX_CONNECTIONS_PER_IP, \
+         answered 429) or websockets_per_user (ENGAGE_WS_MAX_PER_USER, closed with 4429)"
+    );
+    describe_counter!(
         "engage_ws_deferred_updates_total",
         "Subscription updates a WebSocket could not take when they came (its client reads \
          slower than they come); the socket is sent each counter's latest value once it drained"

@@ -98,6 +98,8 @@ async fn first_sights_gather_until_a_batch_is_full_or_the_instance_shuts_down() 
     let mut app = TestApp::spawn_with(|config| {
         config.archive_linger_ms = 60_000;
         config.rate_limit_per_ip = 0;
+        // 300 users at once, all from the test's one address.
+        config.max_connections_per_ip = 0;
     })
     .await;
     let viewer = async |app: &TestApp, user: i64| {

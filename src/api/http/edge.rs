@@ -1,7 +1,8 @@
 //! What every HTTP request passes on its way in and out, whatever its route: its request id,
-//! the CORS headers, a panic turned into a 500 instead of a dropped connection, its span
-//! (continuing the caller's `traceparent`) and its access line (target `engage::access`:
-//! method, path, GraphQL operation, status, duration, request id).
+//! the CORS headers, a panic turned into a 500 instead of a dropped connection, a body that
+//! missed its deadline turned into a 408 (see [`super::deadline`]), its span (continuing the
+//! caller's `traceparent`) and its access line (target `engage::access`: method, path,
+//! GraphQL operation, status, duration, request id).
 //!
 //! One function around the whole router rather than a tower-http layer each
 //! (`SetRequestId`, `PropagateRequestId`, `Cors`, `CatchPanic`, `Trace`): axum applies a
@@ -30,12 +31,11 @@ use axum::{
     Router,
 };
 use futures::FutureExt;
-use hyper::body::Incoming;
 use opentelemetry::propagation::Extractor;
 use tower::ServiceExt;
 use tracing::Instrument;
 
-use super::plain_error;
+use super::{deadline::BodyWatch, plain_error};
 use crate::infra::{error::AppError, telemetry};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -65,8 +65,13 @@ pub fn note_operation(label: &'static str) {
     let _ = OPERATION.try_with(|operation| operation.set(label));
 }
 
-/// Serves one request through `router`.
-pub async fn handle(router: Router, mut request: Request<Incoming>) -> Response {
+/// Serves one request through `router`. `body`, when the request has one, tells whether it
+/// ran out of time before the handler read it all: the answer is then 408.
+pub async fn handle(
+    router: Router,
+    mut request: Request<Body>,
+    body: Option<BodyWatch>,
+) -> Response {
     let started = Instant::now();
     let request_id = take_request_id(request.headers_mut());
     // Both are cheap copies: a method is an enum, a URI shares the request's bytes.
@@ -92,7 +97,7 @@ pub async fn handle(router: Router, mut request: Request<Incoming>) -> Response 
     };
     let served = OPERATION
         .scope(Cell::new(NO_OPERATION), async move {
-            let served = AssertUnwindSafe(router.oneshot(request.map(Body::new)))
+            let served = AssertUnwindSafe(router.oneshot(request))
                 .catch_unwind()
                 .await;
             (served, OPERATION.with(Cell::get))
@@ -111,6 +116,9 @@ pub async fn handle(router: Router, mut request: Request<Incoming>) -> Response 
             )
         }
     };
+    if let Some(body) = body.filter(BodyWatch::expired) {
+        response = body.response();
+    }
     let status = response.status();
     if telemetry::exporting() {
         span.record("http.response.status_code", i64::from(status.as_u16()));
@@ -120,10 +128,28 @@ pub async fn handle(router: Router, mut request: Request<Incoming>) -> Response 
     response
 }
 
+/// Answers `request` with `response` without routing it (a client past its cap), with the
+/// headers and the access line every response has.
+pub fn refuse(mut request: Request<Body>, mut response: Response) -> Response {
+    let started = Instant::now();
+    let request_id = take_request_id(request.headers_mut());
+    let path = request.uri().path();
+    access(
+        request.method(),
+        path,
+        NO_OPERATION,
+        response.status(),
+        started,
+        &request_id,
+    );
+    finish(response.headers_mut(), request_id);
+    response
+}
+
 /// The span of one request, continuing the caller's trace when it sent a `traceparent`.
 /// Without traces (JSON logs, or `RUST_LOG=engage::request=debug`) it only carries the
 /// request id to the log lines written inside it.
-fn request_span(request: &Request<Incoming>, request_id: &HeaderValue) -> tracing::Span {
+fn request_span(request: &Request<Body>, request_id: &HeaderValue) -> tracing::Span {
     let request_id = request_id.to_str().unwrap_or("-");
     if !telemetry::exporting() {
         return tracing::debug_span!(target: telemetry::REQUEST, "request", request_id);
@@ -233,7 +259,7 @@ fn new_request_id() -> HeaderValue {
         .expect("hex digits and a dash are a valid header value")
 }
 
-fn is_preflight(request: &Request<Incoming>) -> bool {
+fn is_preflight(request: &Request<Body>) -> bool {
     request.method() == Method::OPTIONS
         && request.headers().contains_key(header::ORIGIN)
         && request

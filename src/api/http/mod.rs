@@ -4,6 +4,8 @@ pub mod admission;
 pub mod apq;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod caps;
+pub mod deadline;
 pub mod document;
 pub mod edge;
 pub mod graphql;
@@ -26,15 +28,12 @@ use axum::{
     Router,
 };
 use serde_json::json;
-use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::{
     api::{http::rate_limit::RateLimits, schema::AppSchema},
     features::{remarks::Remarks, users::UserDirectory},
     infra::{auth::Tokens, config::Config, error::AppError, Infra},
 };
-
-const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What every transport shares: the limits, the token check, the rate limits, the users
 /// seen so far, and the infrastructure (persisted queries live in Redis; readiness asks
@@ -44,6 +43,8 @@ pub struct Gateway {
     pub infra: Infra,
     pub tokens: Tokens,
     pub rate_limits: RateLimits,
+    /// Open WebSockets per signed-in user (`ENGAGE_WS_MAX_PER_USER`).
+    pub websockets_per_user: caps::Caps<i64>,
     pub users: Arc<UserDirectory>,
     /// The likes a `bench` build's `/bench/like` casts without GraphQL.
     pub remarks: Remarks,
@@ -84,8 +85,6 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     let routes = routes.route("/bench/like", axum::routing::post(bench::like));
     routes
         .layer(DefaultBodyLimit::max(max_body))
-        // A client that sends its body slowly holds a connection; this bounds for how long.
-        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .with_state(http)
 }
 
@@ -120,10 +119,20 @@ pub fn request_id(headers: &HeaderMap) -> String {
 /// `ENGAGE_TRUSTED_PROXY_HOPS` proxies the client is the entry that many places from the
 /// right. A header with fewer entries did not come through all of them: the peer is used.
 pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, config: &Config) -> IpAddr {
-    if !config.trust_proxy {
+    forwarded_client(
+        headers,
+        peer,
+        config.trust_proxy.then_some(config.trusted_proxy_hops),
+    )
+}
+
+/// [`client_ip`] with `hops` trusted proxies in front (`None`: clients connect directly),
+/// for the listener, which counts connections per client before any handler runs.
+pub fn forwarded_client(headers: &HeaderMap, peer: SocketAddr, hops: Option<u32>) -> IpAddr {
+    let Some(hops) = hops else {
         return peer.ip();
-    }
-    let hops = config.trusted_proxy_hops as usize;
+    };
+    let hops = hops as usize;
     let entries: Vec<&str> = headers
         .get_all("x-forwarded-for")
         .iter()

@@ -342,10 +342,14 @@ async fn half_open_connections_are_closed_by_the_header_timeout() {
 #[tokio::test]
 async fn healthz_answers_while_1500_half_open_sockets_are_held() {
     let app = TestApp::spawn().await;
-    let address = app.base.trim_start_matches("http://").to_string();
+    let address: std::net::SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let mut held = Vec::new();
-    for _ in 0..1500 {
-        let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    for n in 0..1500 {
+        // From six addresses, each within its cap of connections (127.0.0.1 asks /healthz).
+        let local = std::net::Ipv4Addr::new(127, 0, 0, 10 + (n % 6) as u8);
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((local, 0).into()).unwrap();
+        let mut socket = socket.connect(address).await.unwrap();
         socket
             .write_all(b"GET /healthz HTTP/1.1\r\n")
             .await

@@ -6,6 +6,14 @@
 //!   connection with 4403; no token means an anonymous connection. When the token expires
 //!   the connection is closed with 4403, so a socket never outlives its authorisation.
 //! - A socket that sends no `connection_init` within [`INIT_TIMEOUT`] is closed with 4408.
+//!   A signed-in user may have `ENGAGE_WS_MAX_PER_USER` sockets open; `connection_init` on
+//!   one more is refused with 4429.
+//! - A socket with no operation running for `ENGAGE_WS_IDLE_SECONDS` is closed with 1000,
+//!   whatever else it sends: pings (the protocol's and WebSocket frames) keep a connection
+//!   alive through proxies, not a socket open on the server. Each ping counts against the
+//!   per-IP rate like an operation; past it a `ping` is not answered.
+//! - Operation ids are at most [`MAX_OPERATION_ID`] bytes (each of the operation's messages
+//!   repeats it); a longer one breaks the protocol (4400).
 //! - Every operation goes through the same admission as an HTTP request (rates, size,
 //!   parse, cost): see `operations.rs`. A subscription resolver may have its updates written
 //!   straight to the socket instead of through async-graphql: see `direct.rs`.
@@ -57,6 +65,9 @@ use super::{client_ip, server::ConnectionSlot, HttpState};
 /// How long a socket may stay open without `connection_init` (the protocol's example value).
 pub const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest operation id, in bytes: a UUID is 36, clients' counters a few.
+pub const MAX_OPERATION_ID: usize = 128;
+
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
     headers
         .get(header::UPGRADE)
@@ -107,6 +118,15 @@ pub fn upgrade(
         })
 }
 
+/// What the reader task hands the session.
+enum Inbound {
+    /// A text or binary message.
+    Message(Vec<u8>),
+    /// A ping or pong frame (tungstenite answers pings itself): it counts against the
+    /// client's rate like a protocol `ping`, and is no activity either.
+    KeepAlive,
+}
+
 const WS_READ_BUFFER: usize = 4 * 1024;
 const WS_MAX_WRITE_BUFFER: usize = 1024 * 1024;
 
@@ -122,15 +142,16 @@ async fn serve(
     // channel: polling the socket for input each time an update is sent made tungstenite
     // zero a read buffer and try a read, with thousands of subscribers a tenth of the cost
     // of each update. The reader task is woken only when the client actually sends something.
-    let (received, inbox) = mpsc::channel::<Vec<u8>>(16);
+    let (received, inbox) = mpsc::channel::<Inbound>(16);
     let too_big = Arc::new(AtomicBool::new(false));
     let reader_too_big = too_big.clone();
     let reader = tokio::spawn(async move {
         while let Some(message) = stream.next().await {
-            let bytes = match message {
-                Ok(Message::Text(text)) => text.as_bytes().to_vec(),
-                Ok(Message::Binary(bytes)) => bytes.to_vec(),
-                Ok(_) => continue,
+            let inbound = match message {
+                Ok(Message::Text(text)) => Inbound::Message(text.as_bytes().to_vec()),
+                Ok(Message::Binary(bytes)) => Inbound::Message(bytes.to_vec()),
+                Ok(Message::Ping(_) | Message::Pong(_)) => Inbound::KeepAlive,
+                Ok(Message::Close(_)) => continue,
                 Err(error) => {
                     // tungstenite refuses a message or frame over the limit with a
                     // capacity error ("… too long"); other errors are a broken peer.
@@ -140,7 +161,7 @@ async fn serve(
                     return;
                 }
             };
-            if received.send(bytes).await.is_err() {
+            if received.send(inbound).await.is_err() {
                 return;
             }
         }

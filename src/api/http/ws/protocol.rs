@@ -22,6 +22,9 @@ pub const INIT_TIMED_OUT: u16 = 4408;
 pub const DUPLICATE_ID: u16 = 4409;
 /// Close code of `graphql-transport-ws` for a second `connection_init`.
 pub const TOO_MANY_INITS: u16 = 4429;
+/// The same code for a `connection_init` past the client's rate or its cap of sockets (on
+/// both protocols): `graphql-ws` clients do not retry it at once.
+pub const TOO_MANY_REQUESTS: u16 = 4429;
 /// The WebSocket close code for a protocol error (the legacy protocol's only one).
 pub const PROTOCOL_ERROR: u16 = 1002;
 

@@ -1,7 +1,8 @@
 //! One WebSocket's conversation, after the upgrade: `connection_init` and its answer,
 //! operations started and stopped by id, pings, and how the socket ends (see the close
-//! codes in [`protocol`]). Each operation's results are one stream; all of a socket's
-//! streams are polled together, each only when it was woken.
+//! codes in [`protocol`]): its deadlines (`connection_init`'s, the token's expiry, the idle
+//! time with no operation running) are one timer. Each operation's results are one stream;
+//! all of a socket's streams are polled together, each only when it was woken.
 
 use std::{
     collections::HashMap,
@@ -24,13 +25,16 @@ use super::{
     operations::{Admitter, Connection},
     protocol::{self, ClientMessage, Outgoing},
     writer::SocketWriter,
-    SubscriptionSlots, INIT_TIMEOUT,
+    Inbound, SubscriptionSlots, INIT_TIMEOUT, MAX_OPERATION_ID,
 };
 use crate::{
-    api::http::{admission, HttpState},
+    api::http::{admission, caps::Held, HttpState},
     infra::error::{AppError, ErrorCode},
 };
 
+/// Close code sent when the socket has been idle too long: it ends normally, and a client
+/// opens a new one for its next operation.
+const IDLE: u16 = 1000;
 /// Close code sent when the server goes away.
 const GOING_AWAY: u16 = 1001;
 /// Close code for a message larger than the limit.
@@ -74,7 +78,16 @@ pub(super) struct Session {
     header_token: Option<String>,
     /// Set once `connection_init` was answered with `connection_ack`.
     data: Option<Arc<Data>>,
+    /// The user's place under `ENGAGE_WS_MAX_PER_USER`, for as long as the socket is open.
+    _user: Option<Held<i64>>,
     init_sent: bool,
+    /// When the socket was opened: `connection_init` is due [`INIT_TIMEOUT`] later.
+    opened: Instant,
+    /// When the token stops authorising, from the acknowledgement on.
+    expires: Option<Instant>,
+    /// Since when no operation has been running, from the acknowledgement on.
+    idle_since: Option<Instant>,
+    idle_limit: Duration,
     running: HashMap<String, Running>,
     results: SelectAll<BoxStream<'static, (Arc<Tag>, Option<String>)>>,
     serial: u64,
@@ -84,6 +97,12 @@ pub(super) struct Session {
 enum Next {
     Go,
     End,
+}
+
+/// An accepted `connection_init`: the operations' shared data, and the user's place.
+struct Accepted {
+    data: Data,
+    user: Option<Held<i64>>,
 }
 
 impl Session {
@@ -98,6 +117,7 @@ impl Session {
             http: http.clone(),
             connection: connection.clone(),
         };
+        let idle_limit = Duration::from_secs(http.gateway.config.ws_idle_seconds);
         Self {
             http,
             protocol,
@@ -106,7 +126,12 @@ impl Session {
             writer,
             header_token,
             data: None,
+            _user: None,
             init_sent: false,
+            opened: Instant::now(),
+            expires: None,
+            idle_since: None,
+            idle_limit,
             running: HashMap::new(),
             results: SelectAll::new(),
             serial: 0,
@@ -118,7 +143,7 @@ impl Session {
     /// (`too_big` then says so).
     pub(super) async fn run(
         mut self,
-        mut inbox: mpsc::Receiver<Vec<u8>>,
+        mut inbox: mpsc::Receiver<Inbound>,
         too_big: impl Fn() -> bool,
     ) {
         let writer = self.writer.clone();
@@ -131,12 +156,11 @@ impl Session {
             .clone()
             .cancelled_owned();
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut init: Option<BoxFuture<'static, Result<Data, AppError>>> = None;
-        // One timer per socket: first the deadline of `connection_init`, then, once the
-        // connection is acknowledged, the token's expiry (none for an anonymous connection).
-        let deadline = tokio::time::sleep(INIT_TIMEOUT);
+        let mut init: Option<BoxFuture<'static, Result<Accepted, AppError>>> = None;
+        // One timer per socket, set to the earliest of its deadlines (see `deadline`).
+        let mut armed = self.deadline();
+        let deadline = tokio::time::sleep_until(armed.unwrap_or_else(Instant::now));
         let mut deadline = std::pin::pin!(deadline);
-        let mut deadline_armed = true;
         let mut out: Vec<Outgoing> = Vec::new();
         loop {
             let next = tokio::select! {
@@ -151,7 +175,11 @@ impl Session {
                 }
                 // While `connection_init` is being checked the client's messages wait.
                 message = inbox.recv(), if init.is_none() => match message {
-                    Some(bytes) => self.on_message(&bytes, &mut init, &mut out),
+                    Some(Inbound::Message(bytes)) => self.on_message(&bytes, &mut init, &mut out),
+                    Some(Inbound::KeepAlive) => {
+                        self.charge_keep_alive();
+                        Next::Go
+                    }
                     None => {
                         if too_big() {
                             out.push(protocol::close(MESSAGE_TOO_BIG, "message too big"));
@@ -161,13 +189,7 @@ impl Session {
                 },
                 accepted = async { init.as_mut().expect("guarded").await }, if init.is_some() => {
                     init = None;
-                    let next = self.on_init(accepted, &mut out);
-                    match self.connection.caller.get().and_then(|c| c.token_expires_at) {
-                        Some(exp) if self.data.is_some() => deadline.as_mut().reset(instant_of(exp)),
-                        _ if self.data.is_some() => deadline_armed = false,
-                        _ => {}
-                    }
-                    next
+                    self.on_init(accepted, &mut out)
                 }
                 // Direct deliveries left a message for the socket: write it out, then let
                 // those that could not send try again.
@@ -175,31 +197,84 @@ impl Session {
                     Ok(()) => Next::Go,
                     Err(_) => return,
                 },
-                () = &mut deadline, if deadline_armed => {
-                    let (code, reason) = if self.data.is_none() {
-                        (protocol::INIT_TIMED_OUT, "Connection initialisation timeout")
-                    } else {
-                        (protocol::FORBIDDEN, "token expired")
-                    };
-                    out.push(protocol::close(code, reason));
-                    Next::End
+                () = &mut deadline, if armed.is_some() => {
+                    armed = None;
+                    self.on_deadline(&mut out)
                 }
             };
-            for message in out.drain(..) {
-                let closing = matches!(message, Outgoing::Close(..));
-                if writer.send(into_message(message)).await.is_err() {
-                    return;
-                }
-                if closing {
-                    writer.close().await;
-                    return;
-                }
+            if !write(&writer, &mut out).await {
+                return;
             }
             if let Next::End = next {
                 break;
             }
+            self.settle();
+            let wanted = self.deadline();
+            if wanted != armed {
+                if let Some(at) = wanted {
+                    deadline.as_mut().reset(at);
+                }
+                armed = wanted;
+            }
         }
         writer.close().await;
+    }
+
+    /// Notes when the socket became idle (acknowledged, no operation running), or that it
+    /// no longer is.
+    fn settle(&mut self) {
+        if self.data.is_none() {
+            return;
+        }
+        match (self.running.is_empty(), self.idle_since) {
+            (true, None) => self.idle_since = Some(Instant::now()),
+            (false, Some(_)) => self.idle_since = None,
+            _ => {}
+        }
+    }
+
+    /// When the socket closes unless something changes: `connection_init`'s deadline until
+    /// it is acknowledged, then the token's expiry or the end of the idle time, whichever
+    /// comes first; `None` for an anonymous socket running an operation.
+    fn deadline(&self) -> Option<Instant> {
+        if self.data.is_none() {
+            return Some(self.opened + INIT_TIMEOUT);
+        }
+        let idle_end = self.idle_since.map(|since| since + self.idle_limit);
+        [self.expires, idle_end].into_iter().flatten().min()
+    }
+
+    fn on_deadline(&mut self, out: &mut Vec<Outgoing>) -> Next {
+        let now = Instant::now();
+        let idle = format!("no operation for {} s", self.idle_limit.as_secs());
+        let (code, reason) = if self.data.is_none() {
+            (
+                protocol::INIT_TIMED_OUT,
+                "Connection initialisation timeout",
+            )
+        } else if self.expires.is_some_and(|at| at <= now) {
+            (protocol::FORBIDDEN, "token expired")
+        } else if self
+            .idle_since
+            .is_some_and(|since| since + self.idle_limit <= now)
+        {
+            (IDLE, idle.as_str())
+        } else {
+            return Next::Go;
+        };
+        out.push(protocol::close(code, reason));
+        Next::End
+    }
+
+    /// Counts a ping (or pong) against the client's per-IP rate, as an operation is; false
+    /// past the rate. Keep-alives cost the server a read and a write each: unbounded, one
+    /// socket sent 50,000 a second.
+    fn charge_keep_alive(&self) -> bool {
+        self.http
+            .gateway
+            .rate_limits
+            .charge_ip(self.connection.ip, 1)
+            .is_ok()
     }
 
     fn on_result(&mut self, tag: &Tag, payload: Option<String>, out: &mut Vec<Outgoing>) {
@@ -222,13 +297,22 @@ impl Session {
     fn on_message(
         &mut self,
         bytes: &[u8],
-        init: &mut Option<BoxFuture<'static, Result<Data, AppError>>>,
+        init: &mut Option<BoxFuture<'static, Result<Accepted, AppError>>>,
         out: &mut Vec<Outgoing>,
     ) -> Next {
         let message = match ClientMessage::from_bytes(bytes) {
             Ok(message) => message,
             Err(error) => return self.violation(protocol::BAD_REQUEST, &error.to_string(), out),
         };
+        if let ClientMessage::Start { id, .. } | ClientMessage::Stop { id } = &message {
+            if id.len() > MAX_OPERATION_ID {
+                return self.violation(
+                    protocol::BAD_REQUEST,
+                    &format!("an operation id is at most {MAX_OPERATION_ID} bytes"),
+                    out,
+                );
+            }
+        }
         match message {
             ClientMessage::ConnectionInit { payload } => {
                 if self.init_sent {
@@ -269,8 +353,16 @@ impl Session {
                 }
             }
             ClientMessage::ConnectionTerminate => return Next::End,
-            ClientMessage::Ping { .. } => out.push(protocol::pong()),
-            ClientMessage::Pong { .. } => {}
+            // Past the rate a ping is not answered: the socket and its operations go on,
+            // since the rate is the address's and its other clients may have spent it.
+            ClientMessage::Ping { .. } => {
+                if self.charge_keep_alive() {
+                    out.push(protocol::pong());
+                }
+            }
+            ClientMessage::Pong { .. } => {
+                self.charge_keep_alive();
+            }
         }
         Next::Go
     }
@@ -309,41 +401,67 @@ impl Session {
         );
     }
 
-    /// Checks `connection_init`'s token: the connection's data once accepted.
-    fn accept(&self, payload: Value) -> BoxFuture<'static, Result<Data, AppError>> {
+    /// Checks `connection_init`'s token, and the user's place under
+    /// `ENGAGE_WS_MAX_PER_USER`: the connection's data once accepted.
+    fn accept(&self, payload: Value) -> BoxFuture<'static, Result<Accepted, AppError>> {
         let gateway = self.http.gateway.clone();
         let connection = self.connection.clone();
         let token = authorization_in(&payload).or_else(|| self.header_token.clone());
         Box::pin(async move {
             let caller = admission::identify(&gateway, connection.ip, token.as_deref()).await?;
+            let user = match &caller.viewer {
+                Some(viewer) => {
+                    let caps = &gateway.websockets_per_user;
+                    let held = caps.try_hold(viewer.user_id).ok_or_else(|| {
+                        AppError::client(
+                            ErrorCode::RateLimited,
+                            format!(
+                                "a user may have at most {} WebSockets open at once",
+                                caps.max()
+                            ),
+                        )
+                    })?;
+                    Some(held)
+                }
+                None => None,
+            };
             let _ = connection.caller.set(caller);
             let mut data = Data::default();
             data.insert(SubscriptionSlots::new(connection.max_subscriptions));
-            Ok(data)
+            Ok(Accepted { data, user })
         })
     }
 
-    fn on_init(&mut self, accepted: Result<Data, AppError>, out: &mut Vec<Outgoing>) -> Next {
+    fn on_init(&mut self, accepted: Result<Accepted, AppError>, out: &mut Vec<Outgoing>) -> Next {
         match accepted {
-            Ok(data) => {
+            Ok(Accepted { data, user }) => {
                 self.data = Some(Arc::new(data));
+                self._user = user;
+                self.expires = self
+                    .connection
+                    .caller
+                    .get()
+                    .and_then(|caller| caller.token_expires_at)
+                    .map(instant_of);
                 out.push(protocol::connection_ack());
                 Next::Go
             }
             Err(error) => {
                 let message = error.public_message();
+                // A refusal about the token is the protocol's 4403; a client past its rate
+                // or its cap gets 4429, which `graphql-ws` clients do not retry at once.
+                let code = match error.code() {
+                    ErrorCode::Unauthenticated => protocol::FORBIDDEN,
+                    ErrorCode::RateLimited => protocol::TOO_MANY_REQUESTS,
+                    _ => protocol::PROTOCOL_ERROR,
+                };
                 match self.protocol {
-                    // A refusal about the token is the protocol's 4403.
-                    WebSocketProtocols::GraphQLWS => out.push(protocol::close(
-                        if error.code() == ErrorCode::Unauthenticated {
-                            protocol::FORBIDDEN
-                        } else {
-                            protocol::PROTOCOL_ERROR
-                        },
-                        &message,
-                    )),
+                    WebSocketProtocols::GraphQLWS => out.push(protocol::close(code, &message)),
                     WebSocketProtocols::SubscriptionsTransportWS => {
                         out.push(protocol::connection_error(&message));
+                        if code == protocol::TOO_MANY_REQUESTS {
+                            out.push(protocol::close(code, &message));
+                        }
                     }
                 }
                 Next::End
@@ -355,6 +473,21 @@ impl Session {
         out.extend(protocol::violation(self.protocol, code, reason));
         Next::End
     }
+}
+
+/// Writes out `out`; false once the socket is closed (by a close among them, or broken).
+async fn write(writer: &SocketWriter, out: &mut Vec<Outgoing>) -> bool {
+    for message in out.drain(..) {
+        let closing = matches!(message, Outgoing::Close(..));
+        if writer.send(into_message(message)).await.is_err() {
+            return false;
+        }
+        if closing {
+            writer.close().await;
+            return false;
+        }
+    }
+    true
 }
 
 /// The stream the session polls for one operation: its results until they are taken out.
