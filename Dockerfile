@@ -26,14 +26,16 @@ COPY --from=build /usr/local/bin/engage /usr/local/bin/engage
 
 # Production mode refuses to start without ENGAGE_JWT_SECRET or ENGAGE_JWT_JWKS_URL: the
 # image carries no secret, the deployment passes one. DATABASE_URL defaults to SQLite in
-# the volume; set it to postgres://… for more than one instance.
+# the volume; set it to postgres://… for more than one instance. /metrics is served on a
+# port of its own (9100), for the monitoring network only.
 ENV ENGAGE_ENV=production \
     ENGAGE_BIND=0.0.0.0:8000 \
+    ENGAGE_METRICS_BIND=0.0.0.0:9100 \
     DATABASE_URL=sqlite:///var/lib/engage/engage.db
 USER engage
 WORKDIR /var/lib/engage
 VOLUME ["/var/lib/engage"]
-EXPOSE 8000
+EXPOSE 8000 9100
 # engage drains on SIGTERM (ENGAGE_DRAIN_SECONDS, then up to ENGAGE_SHUTDOWN_GRACE_SECONDS):
 # give it at least their sum before the kill (`docker stop -t 30`, compose's
 # stop_grace_period). No HEALTHCHECK: the image has no HTTP client, and orchestrators probe
