@@ -11,6 +11,7 @@ pub mod health;
 pub mod pages;
 pub mod rate_limit;
 pub mod server;
+pub mod trusted;
 pub mod ws;
 
 use std::{
@@ -29,21 +30,26 @@ use serde_json::json;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::{
-    api::{http::rate_limit::RateLimits, schema::AppSchema},
+    api::{
+        http::{rate_limit::RateLimits, trusted::TrustedDocuments},
+        schema::AppSchema,
+    },
     features::{remarks::Remarks, users::UserDirectory},
     infra::{auth::Tokens, config::Config, error::AppError, Infra},
 };
 
 const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// What every transport shares: the limits, the token check, the rate limits, the users
-/// seen so far, and the infrastructure (persisted queries live in Redis; readiness asks
+/// What every transport shares: the limits, the token check, the rate limits, the trusted
+/// documents, the users seen so far, and the infrastructure (persisted queries live in Redis; readiness asks
 /// Redis and SQL).
 pub struct Gateway {
     pub config: Config,
     pub infra: Infra,
     pub tokens: Tokens,
     pub rate_limits: RateLimits,
+    /// The documents of `ENGAGE_TRUSTED_DOCUMENTS`, parsed once at start.
+    pub trusted: TrustedDocuments,
     pub users: Arc<UserDirectory>,
     /// The likes a `bench` build's `/bench/like` casts without GraphQL.
     pub remarks: Remarks,
