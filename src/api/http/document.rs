@@ -34,9 +34,10 @@
 //! fragments inlined plus the selections written in fragments (validation visits both), and
 //! `variables` the variable definitions. The operations clients send every second (a
 //! `likeRemark`, a page of remarks with its authors and likers) hold a few dozen selections
-//! in a few hundred bytes and cost 1; the largest document admitted (16 KiB, 1,000
-//! selections) costs some 30, so one address spends on parsing and validation what 30
-//! ordinary requests would, and its allowance runs out as much sooner. Rejected: charging
+//! in a few hundred bytes and cost 1; the largest documents admitted (16 KiB, 1,000
+//! selections, and as many again in fragments) cost 30 to 50, so one address spends on
+//! parsing and validation what as many ordinary requests would, and its allowance runs out
+//! as much sooner. Rejected: charging
 //! by the time a parse took, which varies with the machine's load (an attacker's documents
 //! would cost more exactly when others suffer) and cannot be cached with the parse.
 
