@@ -23,7 +23,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     api::{
-        http::{self, caps::Caps, rate_limit::RateLimits, Gateway},
+        http::{self, caps::Caps, rate_limit::RateLimits, trusted::TrustedDocuments, Gateway},
         schema::{self, AppSchema},
     },
     features::Features,
@@ -69,6 +69,11 @@ impl Services {
                  applications are accepted too"
             );
         }
+        // Before anything connects: a bad manifest is a deploy mistake to report at once.
+        let trusted = TrustedDocuments::load(
+            config.trusted_documents.as_deref(),
+            config.trusted_documents_only,
+        )?;
         let redis_round_trips = Arc::new(AtomicU64::new(0));
         let target = RedisTarget::new(
             &config.redis_url,
@@ -124,8 +129,10 @@ impl Services {
             infra: infra.clone(),
             tokens: Tokens::from_config(&config).await,
             rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user)
-                .with_probes(config.probe_rate_per_ip),
+                .with_probes(config.probe_rate_per_ip)
+                .with_registrations(config.apq_register_bytes_per_ip_per_minute),
             websockets_per_user: Caps::new(config.ws_max_per_user, "websockets_per_user"),
+            trusted,
             users: features.users.clone(),
             remarks: features.remarks.clone(),
         });

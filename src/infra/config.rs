@@ -173,6 +173,17 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_MAX_BODY_BYTES", default_value_t = 64 * 1024, global = true)]
     pub max_body_bytes: usize,
 
+    /// Longest accepted query text in bytes, on every transport (a persisted query's
+    /// registration included); the body cap still bounds the variables around it. A trusted
+    /// document may be longer.
+    #[arg(
+        long,
+        env = "ENGAGE_MAX_QUERY_BYTES",
+        default_value_t = 16 * 1024,
+        global = true
+    )]
+    pub max_query_bytes: usize,
+
     /// Deepest accepted selection nesting.
     #[arg(long, env = "ENGAGE_MAX_DEPTH", default_value_t = 16, global = true)]
     pub max_depth: usize,
@@ -350,6 +361,32 @@ pub struct Config {
         global = true
     )]
     pub apq_max_bytes: usize,
+
+    /// Bytes one client IP may register as persisted queries per minute (each counts its
+    /// length and 256 bytes of bookkeeping, as in the store), in bursts of twice that; past
+    /// it a query runs but is not stored. 0: unbounded.
+    #[arg(
+        long,
+        env = "ENGAGE_APQ_REGISTER_BYTES_PER_IP_PER_MINUTE",
+        default_value_t = 32 * 1024,
+        global = true
+    )]
+    pub apq_register_bytes_per_ip_per_minute: u32,
+
+    /// A manifest of trusted documents (graphql-codegen's `persisted-documents.json`: a
+    /// JSON object mapping each document's SHA-256 hex to its text), loaded at start and
+    /// kept apart from the persisted-query store.
+    #[arg(long, env = "ENGAGE_TRUSTED_DOCUMENTS", global = true)]
+    pub trusted_documents: Option<std::path::PathBuf>,
+
+    /// Run only the documents of `ENGAGE_TRUSTED_DOCUMENTS`, by text or by hash.
+    #[arg(
+        long,
+        env = "ENGAGE_TRUSTED_DOCUMENTS_ONLY",
+        default_value_t = false,
+        global = true
+    )]
+    pub trusted_documents_only: bool,
 
     /// Sequence numbers the ID generator reserves per Redis round trip.
     #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64, global = true)]
@@ -621,6 +658,12 @@ impl Config {
             );
         }
         self.check_tokens()?;
+        if self.trusted_documents_only && self.trusted_documents.is_none() {
+            anyhow::bail!(
+                "ENGAGE_TRUSTED_DOCUMENTS_ONLY needs ENGAGE_TRUSTED_DOCUMENTS, the manifest of \
+                 the documents to run"
+            );
+        }
         self.check_metrics()?;
         if self.redis_wait_replicas > 0 && self.redis_mode == crate::infra::redis::RedisMode::Pool {
             anyhow::bail!(

@@ -27,12 +27,14 @@ pub enum ErrorCode {
     GraphqlParseFailed,
     GraphqlValidationFailed,
     PersistedQueryNotFound,
+    /// A document that is not in the trusted manifest, where only trusted ones run.
+    DocumentNotTrusted,
     BadRequest,
 }
 
 impl ErrorCode {
     /// Every code, for reading one back from its text.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::Unauthenticated,
         Self::Forbidden,
         Self::BadUserInput,
@@ -49,6 +51,7 @@ impl ErrorCode {
         Self::GraphqlParseFailed,
         Self::GraphqlValidationFailed,
         Self::PersistedQueryNotFound,
+        Self::DocumentNotTrusted,
         Self::BadRequest,
     ];
 
@@ -75,6 +78,7 @@ impl ErrorCode {
             Self::GraphqlParseFailed => "GRAPHQL_PARSE_FAILED",
             Self::GraphqlValidationFailed => "GRAPHQL_VALIDATION_FAILED",
             Self::PersistedQueryNotFound => "PERSISTED_QUERY_NOT_FOUND",
+            Self::DocumentNotTrusted => "DOCUMENT_NOT_TRUSTED",
             Self::BadRequest => "BAD_REQUEST",
         }
     }
@@ -86,6 +90,7 @@ impl ErrorCode {
             Self::GraphqlParseFailed
                 | Self::GraphqlValidationFailed
                 | Self::PersistedQueryNotFound
+                | Self::DocumentNotTrusted
                 | Self::BadRequest
         )
     }
@@ -276,6 +281,7 @@ mod tests {
             | ErrorCode::GraphqlParseFailed
             | ErrorCode::GraphqlValidationFailed
             | ErrorCode::PersistedQueryNotFound
+            | ErrorCode::DocumentNotTrusted
             | ErrorCode::BadRequest => ErrorCode::ALL.contains(&code),
         };
         for code in ErrorCode::ALL {

@@ -11,7 +11,8 @@ use crate::{
 
 #[tokio::test]
 async fn a_depth_bomb_is_refused_without_a_server_error() {
-    let app = TestApp::spawn().await;
+    // The parser's own bound, behind the query-size cap.
+    let app = TestApp::spawn_with(|config| config.max_query_bytes = 64 * 1024).await;
     // Deeper than ENGAGE_MAX_DEPTH, through introspection types that nest for ever.
     let nested = "ofType { ".repeat(30) + "name" + &"}".repeat(30);
     let query = format!("{{ __schema {{ types {{ fields {{ type {{ {nested} }} }} }} }} }}");
@@ -223,7 +224,13 @@ async fn persisted_query_memory(app: &TestApp) -> u64 {
 
 #[tokio::test]
 async fn one_client_registering_300_documents_of_30_kb_grows_redis_by_at_most_4_mb() {
-    let app = TestApp::spawn_with(|config| config.rate_limit_per_ip = 0).await;
+    // The store's own bound, behind the query-size cap and the per-IP budget.
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.max_query_bytes = 64 * 1024;
+        config.apq_register_bytes_per_ip_per_minute = 0;
+    })
+    .await;
     let before = persisted_query_memory(&app).await;
     for n in 0..300 {
         register_persisted(&app, &padded_document(n, 30_000)).await;
@@ -235,7 +242,8 @@ async fn one_client_registering_300_documents_of_30_kb_grows_redis_by_at_most_4_
 
 #[tokio::test]
 async fn a_document_over_the_size_cap_runs_but_is_not_stored() {
-    let app = TestApp::spawn().await;
+    // A text the query cap admits and the store's cap does not.
+    let app = TestApp::spawn_with(|config| config.max_query_bytes = 64 * 1024).await;
     let small = padded_document(1, 1_000);
     let large = padded_document(2, 20_000);
     register_persisted(&app, &small).await;
@@ -252,8 +260,10 @@ async fn persisted_queries_stay_within_their_budget_and_the_least_recently_used_
     // Documents of 30 KB are storable here, so the byte budget is what bounds the store.
     let app = TestApp::spawn_with(|config| {
         config.rate_limit_per_ip = 0;
+        config.max_query_bytes = 64 * 1024;
         config.apq_max_query_bytes = 64 * 1024;
         config.apq_max_bytes = 2 * 1024 * 1024;
+        config.apq_register_bytes_per_ip_per_minute = 0;
     })
     .await;
     let before = persisted_query_memory(&app).await;

@@ -4,9 +4,13 @@
 //! - [`identify`]: the caller of a request or of a WebSocket's `connection_init`: per-IP
 //!   rate, token, per-user rate, first sight of the user.
 //! - [`admit`]: one operation: on a WebSocket, the token must still be valid and the
-//!   operation counts against the rates like a request; then the query's size, the persisted
-//!   query, the one [`document::parse`] with its nesting bound, and the cost of the writes: every mutation field executed counts against the rates,
-//!   and a request may carry at most `ENGAGE_MAX_MUTATIONS_PER_REQUEST` of them.
+//!   operation counts against the rates like a request; then the query text's size
+//!   (`ENGAGE_MAX_QUERY_BYTES`, trusted documents excepted), the trusted document or
+//!   persisted query, the one [`document::parse`] with its nesting bound and its caps on
+//!   selections, aliases and variables, and the cost: the document's own (its size, see
+//!   `document.rs`; 1 for ordinary operations), every mutation field executed, and a
+//!   persisted-query registration count against the rates, and a request may carry at most
+//!   `ENGAGE_MAX_MUTATIONS_PER_REQUEST` mutation fields.
 //!
 //! Depth and complexity limits are applied by the schema during validation, which every
 //! admitted request goes through. The order is cheapest first, so a flood is refused before
@@ -178,19 +182,21 @@ pub async fn admit(
         }
         charge(gateway, caller, 1)?;
     }
-    let max_bytes = gateway.config.max_body_bytes;
-    if operation
-        .query
-        .as_ref()
-        .is_some_and(|q| q.len() > max_bytes)
-    {
+    let max_bytes = gateway.config.max_query_bytes;
+    if operation.query.as_ref().is_some_and(|q| {
+        // Hashing a long text is cheaper than refusing a document the apps were built with.
+        q.len() > max_bytes && gateway.trusted.by_text(q).is_none()
+    }) {
         return Err(AppError::client(
             ErrorCode::BadRequest,
             format!("the query is longer than {max_bytes} bytes"),
         ));
     }
     let resolved = apq::resolve(gateway, operation.query, operation.extensions.as_ref()).await?;
-    let parsed = parse_cached(&resolved.query)?;
+    let parsed = match resolved.trusted {
+        Some(parsed) => parsed,
+        None => parse_cached(&resolved.query)?,
+    };
     let shape = parsed.operation(operation.operation_name.as_deref());
     let writes = match shape {
         Some(shape) if shape.ty == OperationType::Mutation => shape.root_fields,
@@ -205,14 +211,21 @@ pub async fn admit(
             ),
         ));
     }
-    // The request itself paid for one; each further write pays its own. A registration
-    // stores a document in Redis, so it costs as much as the most a request may write.
-    let registration = if resolved.register.is_some() {
-        max_writes
-    } else {
-        0
-    };
-    let extra = writes.saturating_sub(1) + registration;
+    // A registration past the address's budget of stored bytes is not made: the query
+    // runs, and its client goes on sending the text, as for a text too long to store.
+    let register = resolved.register.filter(|_| {
+        let bytes = resolved.query.len() + apq::ENTRY_OVERHEAD_BYTES;
+        let allowed = gateway.rate_limits.may_register(caller.ip, bytes);
+        if !allowed {
+            metrics::counter!("engage_persisted_queries_not_stored_total").increment(1);
+        }
+        allowed
+    });
+    // The request itself paid for one: the document pays the rest of its cost, each further
+    // write its own, and a registration, which stores a document in Redis, as much as the
+    // most a request may write.
+    let registration = if register.is_some() { max_writes } else { 0 };
+    let extra = (parsed.cost as usize - 1) + writes.saturating_sub(1) + registration;
     if extra > 0 {
         charge(gateway, caller, u32::try_from(extra).unwrap_or(u32::MAX))?;
     }
@@ -232,7 +245,7 @@ pub async fn admit(
         }
         _ => None,
     };
-    let register = resolved.register.map(|hash| (hash, resolved.query.clone()));
+    let register = register.map(|hash| (hash, resolved.query.clone()));
     let mut request = async_graphql::Request::new(resolved.query).variables(operation.variables);
     if let Some(name) = operation.operation_name {
         request = request.operation_name(name);

@@ -12,10 +12,23 @@
 //! used, and a lookup marks its query used (`lua/apq_register.lua`, `lua/apq_lookup.lua`).
 //! A query unused for a week is forgotten at the next registration. Rejected: a key per
 //! query with a TTL (as before), which bounds nothing while registrations keep coming.
+//!
+//! The LRU alone would let one address push everyone's queries out in seconds, so each
+//! client IP may register at most `ENGAGE_APQ_REGISTER_BYTES_PER_IP_PER_MINUTE` (counted as
+//! the store counts them; `rate_limit.rs`): past it a query runs but is not stored. Churning
+//! the default 2 MiB then takes one address an hour, and a query in use is touched by every
+//! lookup, so it is the last to go.
+//!
+//! Trusted documents (`trusted.rs`) are answered before the store: by hash or by text, never
+//! registered, never evicted. With `ENGAGE_TRUSTED_DOCUMENTS_ONLY` the store is not used at
+//! all.
+
+use std::sync::Arc;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::document::Parsed;
 use crate::{
     api::http::Gateway,
     infra::{
@@ -27,11 +40,27 @@ use crate::{
 /// A stored query unused this long is forgotten.
 const UNUSED_FOR_MS: u64 = 7 * 24 * 3600 * 1000;
 
+/// What a stored query counts besides its text, as `lua/apq_register.lua` counts it.
+pub const ENTRY_OVERHEAD_BYTES: usize = 256;
+
 /// The query to run, and the hash to register once it proves valid (only for texts the
 /// store takes, so that admission charges a registration only when one will happen).
 pub struct Resolved {
     pub query: String,
     pub register: Option<String>,
+    /// The parse of a trusted document, done at start.
+    pub trusted: Option<Arc<Parsed>>,
+}
+
+fn not_trusted() -> AppError {
+    AppError::client(
+        ErrorCode::DocumentNotTrusted,
+        "this server runs only its trusted documents, and this is not one of them",
+    )
+}
+
+fn not_found() -> AppError {
+    AppError::client(ErrorCode::PersistedQueryNotFound, "PersistedQueryNotFound")
 }
 
 pub async fn resolve(
@@ -39,13 +68,19 @@ pub async fn resolve(
     query: Option<String>,
     extensions: Option<&Value>,
 ) -> Result<Resolved, AppError> {
+    let trusted = &gateway.trusted;
     let Some(persisted) = extensions.and_then(|e| e.get("persistedQuery")) else {
         let query = query
             .filter(|q| !q.trim().is_empty())
             .ok_or_else(|| AppError::client(ErrorCode::BadRequest, "the request has no query"))?;
+        let listed = trusted.by_text(&query).map(|doc| doc.parsed.clone());
+        if listed.is_none() && trusted.only {
+            return Err(not_trusted());
+        }
         return Ok(Resolved {
             query,
             register: None,
+            trusted: listed,
         });
     };
     if persisted.get("version").and_then(Value::as_i64) != Some(1) {
@@ -66,17 +101,38 @@ pub async fn resolve(
         })?
         .to_ascii_lowercase();
 
+    if let Some(query) = &query {
+        if hex::encode(Sha256::digest(query.as_bytes())) != hash {
+            return Err(AppError::client(
+                ErrorCode::BadRequest,
+                "provided sha does not match query",
+            ));
+        }
+    }
+    if let Some(doc) = trusted.by_hash(&hash) {
+        return Ok(Resolved {
+            query: doc.text.to_string(),
+            register: None,
+            trusted: Some(doc.parsed.clone()),
+        });
+    }
+    if trusted.only {
+        return Err(if query.is_some() {
+            not_trusted()
+        } else {
+            not_found()
+        });
+    }
+
     match query {
         Some(query) => {
-            if hex::encode(Sha256::digest(query.as_bytes())) != hash {
-                return Err(AppError::client(
-                    ErrorCode::BadRequest,
-                    "provided sha does not match query",
-                ));
-            }
             // A text over the size cap runs but is never stored: nothing to register.
             let register = (query.len() <= gateway.config.apq_max_query_bytes).then_some(hash);
-            Ok(Resolved { query, register })
+            Ok(Resolved {
+                query,
+                register,
+                trusted: None,
+            })
         }
         None => {
             let mut conn = gateway.infra.redis.get().await?;
@@ -94,10 +150,9 @@ pub async fn resolve(
                 .map(|query| Resolved {
                     query,
                     register: None,
+                    trusted: None,
                 })
-                .ok_or_else(|| {
-                    AppError::client(ErrorCode::PersistedQueryNotFound, "PersistedQueryNotFound")
-                })
+                .ok_or_else(not_found)
         }
     }
 }

@@ -21,6 +21,25 @@
 //!    inline every spread, without memory) recurse deeply or run for exponential time.
 //!
 //! The first bound is the one clients meet; the second holds even if the first were wrong.
+//!
+//! Validation costs CPU in proportion to what a document holds, so before it runs a document
+//! may hold at most [`MAX_ALIASES`] aliases, [`MAX_SELECTIONS`] selections (as written, and
+//! in each operation with its fragments inlined) and [`MAX_VARIABLES`] variable definitions,
+//! and each parse carries its [`Parsed::cost`]: what the rate limits charge for it.
+//!
+//! ## What a document costs
+//!
+//! `cost = 1 + (selections + variables) / 50 + bytes / 2048`, in requests of the per-IP and
+//! per-user rates, where `selections` counts every operation's selections with its
+//! fragments inlined plus the selections written in fragments (validation visits both), and
+//! `variables` the variable definitions. The operations clients send every second (a
+//! `likeRemark`, a page of remarks with its authors and likers) hold a few dozen selections
+//! in a few hundred bytes and cost 1; the largest documents admitted (16 KiB, 1,000
+//! selections, and as many again in fragments) cost 30 to 50, so one address spends on
+//! parsing and validation what as many ordinary requests would, and its allowance runs out
+//! as much sooner. Rejected: charging
+//! by the time a parse took, which varies with the machine's load (an attacker's documents
+//! would cost more exactly when others suffer) and cannot be cached with the parse.
 
 use std::collections::HashMap;
 
@@ -38,9 +57,25 @@ use crate::infra::error::{AppError, AppResult, ErrorCode};
 /// validation error for selections.
 pub const MAX_NESTING: usize = 64;
 
-/// Selections an operation may hold once its fragments are inlined: beyond this, validation
-/// itself would be the cost.
-pub const MAX_INLINED_SELECTIONS: usize = 10_000;
+/// Selections a document may hold as written, and its operations together once their
+/// fragments are inlined: beyond this, validation itself would be the cost. The largest operations of
+/// real clients (a home screen, GraphiQL's introspection query at some 200) hold a few
+/// hundred.
+pub const MAX_SELECTIONS: usize = 1_000;
+
+/// Aliases a document may hold. Clients alias a field to ask for it twice with other
+/// arguments, a handful of times per operation; a request may run 20 aliased mutations.
+pub const MAX_ALIASES: usize = 50;
+
+/// Variable definitions a document may hold (every operation's together); real
+/// operations define a few, the largest forms a few dozen.
+pub const MAX_VARIABLES: usize = 50;
+
+/// What a document's selections and variables cost: one request per this many.
+const SELECTIONS_PER_COST: usize = 50;
+
+/// What a document's text costs: one request per this many bytes.
+const BYTES_PER_COST: usize = 2048;
 
 /// Stack the parser may need per byte of document (see the module doc), and a base for the
 /// frames around it.
@@ -51,6 +86,8 @@ const STACK_BASE: usize = 256 * 1024;
 pub struct Parsed {
     pub document: ExecutableDocument,
     operations: Vec<(Option<Name>, OperationShape)>,
+    /// What the document costs against the rates, in requests (see the module doc).
+    pub cost: u32,
 }
 
 /// What admission needs to know about the operation a request runs.
@@ -92,11 +129,89 @@ pub fn parse(query: &str) -> AppResult<Parsed> {
     let stack = STACK_BASE.saturating_add(query.len().saturating_mul(STACK_PER_BYTE));
     let document = stacker::maybe_grow(stack, stack, || async_graphql::parser::parse_query(query))
         .map_err(|error| parse_failed(short(&error.to_string())))?;
-    let operations = shapes(&document)?;
+    let written = Written::count(&document)?;
+    let (operations, inlined) = shapes(&document)?;
+    let work = inlined
+        .saturating_add(written.in_fragments)
+        .saturating_add(written.variables);
+    let cost = 1 + work / SELECTIONS_PER_COST + query.len() / BYTES_PER_COST;
     Ok(Parsed {
         document,
         operations,
+        cost: u32::try_from(cost).unwrap_or(u32::MAX),
     })
+}
+
+/// What a document holds as written, counted before validation and refused past the caps.
+#[derive(Default)]
+struct Written {
+    selections: usize,
+    aliases: usize,
+    variables: usize,
+    /// Selections written inside fragment definitions.
+    in_fragments: usize,
+}
+
+impl Written {
+    fn count(document: &ExecutableDocument) -> AppResult<Self> {
+        let mut written = Self::default();
+        let operations: Vec<_> = match &document.operations {
+            DocumentOperations::Single(operation) => vec![operation],
+            DocumentOperations::Multiple(operations) => operations.values().collect(),
+        };
+        for operation in operations {
+            written.variables += operation.node.variable_definitions.len();
+            written.walk(&operation.node.selection_set, 0)?;
+        }
+        let in_operations = written.selections;
+        for fragment in document.fragments.values() {
+            written.walk(&fragment.node.selection_set, 0)?;
+        }
+        written.in_fragments = written.selections - in_operations;
+        if written.variables > MAX_VARIABLES {
+            return Err(too_complex(&format!(
+                "the document defines {} variables, more than {MAX_VARIABLES}",
+                written.variables
+            )));
+        }
+        Ok(written)
+    }
+
+    /// Counts a selection set, refusing as soon as a cap is passed (`level` is bounded by
+    /// the lexical nesting check, this only guards the recursion of its own).
+    fn walk(&mut self, set: &Positioned<SelectionSet>, level: usize) -> AppResult<()> {
+        if level > MAX_NESTING {
+            return Err(too_complex(&format!(
+                "selections nest deeper than {MAX_NESTING} levels"
+            )));
+        }
+        for selection in &set.node.items {
+            self.selections += 1;
+            if self.selections > MAX_SELECTIONS {
+                return Err(too_complex(&format!(
+                    "the document holds more than {MAX_SELECTIONS} selections"
+                )));
+            }
+            match &selection.node {
+                Selection::Field(field) => {
+                    if field.node.alias.is_some() {
+                        self.aliases += 1;
+                        if self.aliases > MAX_ALIASES {
+                            return Err(too_complex(&format!(
+                                "the document holds more than {MAX_ALIASES} aliases"
+                            )));
+                        }
+                    }
+                    self.walk(&field.node.selection_set, level + 1)?;
+                }
+                Selection::InlineFragment(inline) => {
+                    self.walk(&inline.node.selection_set, level + 1)?
+                }
+                Selection::FragmentSpread(_) => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Parser messages quote the offending line, which may be the whole 64 KiB document.
@@ -191,13 +306,17 @@ struct Inliner<'a> {
     visiting: Vec<&'a str>,
 }
 
-fn shapes(document: &ExecutableDocument) -> AppResult<Vec<(Option<Name>, OperationShape)>> {
+/// Each operation's shape, and the selections of all of them with their fragments inlined.
+type Shapes = (Vec<(Option<Name>, OperationShape)>, usize);
+
+fn shapes(document: &ExecutableDocument) -> AppResult<Shapes> {
     let mut inliner = Inliner {
         document,
         extents: HashMap::new(),
         visiting: Vec::new(),
     };
     let mut shapes = Vec::new();
+    let mut inlined = 0usize;
     let operations: Vec<_> = match &document.operations {
         DocumentOperations::Single(operation) => vec![(None, operation)],
         DocumentOperations::Multiple(operations) => operations
@@ -207,7 +326,13 @@ fn shapes(document: &ExecutableDocument) -> AppResult<Vec<(Option<Name>, Operati
     };
     for (name, operation) in operations {
         let set = &operation.node.selection_set;
-        inliner.extent(set, 0)?;
+        inlined = inlined.saturating_add(inliner.extent(set, 0)?.selections);
+        if inlined > MAX_SELECTIONS {
+            return Err(too_complex(&format!(
+                "the operations hold more than {MAX_SELECTIONS} selections once fragments are \
+                 inlined"
+            )));
+        }
         let mut root_fields = 0;
         let mut first_root_field = None;
         inliner.root_fields(set, &mut root_fields, &mut first_root_field, 0)?;
@@ -223,7 +348,7 @@ fn shapes(document: &ExecutableDocument) -> AppResult<Vec<(Option<Name>, Operati
     for fragment in document.fragments.keys() {
         inliner.fragment(fragment.as_str(), 0)?;
     }
-    Ok(shapes)
+    Ok((shapes, inlined))
 }
 
 fn too_complex(message: &str) -> AppError {
@@ -266,10 +391,10 @@ impl<'a> Inliner<'a> {
                 "selections nest deeper than {MAX_NESTING} levels once fragments are inlined"
             )));
         }
-        if extent.selections > MAX_INLINED_SELECTIONS {
+        if extent.selections > MAX_SELECTIONS {
             return Err(too_complex(&format!(
-                "the operation holds more than {MAX_INLINED_SELECTIONS} selections once \
-                 fragments are inlined"
+                "the operation holds more than {MAX_SELECTIONS} selections once fragments \
+                 are inlined"
             )));
         }
         Ok(extent)
@@ -381,6 +506,46 @@ mod tests {
             async_graphql::parser::parse_query(&document).map(drop)
         });
         assert!(parsed.is_ok(), "{parsed:?}");
+    }
+
+    #[test]
+    fn ordinary_operations_cost_one_and_large_documents_more() {
+        let like = "mutation Like($id: ID!) { likeRemark(remarkId: $id) { remarkId likeCount \
+                    liked changed } }";
+        let page = include_str!("../../../playground/operations/06_remarks.graphql");
+        for document in [like, page, "{ __typename }"] {
+            assert_eq!(parse(document).unwrap().cost, 1, "{document}");
+        }
+        let wide = format!("{{ {} }}", "__typename ".repeat(MAX_SELECTIONS));
+        let cost = parse(&wide).unwrap().cost;
+        assert!((20..=40).contains(&cost), "{cost}");
+    }
+
+    #[test]
+    fn aliases_selections_and_variables_past_their_caps_are_refused() {
+        let aliases = format!(
+            "{{ {} }}",
+            (0..=MAX_ALIASES)
+                .map(|i| format!("a{i}: __typename"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let selections = format!("{{ {} }}", "__typename ".repeat(MAX_SELECTIONS + 1));
+        let in_fragments = format!(
+            "{{ __typename }} fragment F on Query {{ {} }}",
+            "__typename ".repeat(MAX_SELECTIONS)
+        );
+        let variables = format!(
+            "query({}) {{ __typename }}",
+            (0..=MAX_VARIABLES)
+                .map(|i| format!("$v{i}: Int"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        for document in [aliases, selections, in_fragments, variables] {
+            let error = parse(&document).err().expect("refused");
+            assert_eq!(error.code(), ErrorCode::GraphqlValidationFailed);
+        }
     }
 
     #[test]

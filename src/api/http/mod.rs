@@ -13,6 +13,7 @@ pub mod health;
 pub mod pages;
 pub mod rate_limit;
 pub mod server;
+pub mod trusted;
 pub mod ws;
 
 use std::{
@@ -30,14 +31,17 @@ use axum::{
 use serde_json::json;
 
 use crate::{
-    api::{http::rate_limit::RateLimits, schema::AppSchema},
+    api::{
+        http::{rate_limit::RateLimits, trusted::TrustedDocuments},
+        schema::AppSchema,
+    },
     features::{remarks::Remarks, users::UserDirectory},
     infra::{auth::Tokens, config::Config, error::AppError, Infra},
 };
 
-/// What every transport shares: the limits, the token check, the rate limits, the users
-/// seen so far, and the infrastructure (persisted queries live in Redis; readiness asks
-/// Redis and SQL).
+/// What every transport shares: the limits, the token check, the rate limits, the trusted
+/// documents, the users seen so far, the WebSockets each user holds, and the infrastructure
+/// (persisted queries live in Redis; readiness asks Redis and SQL).
 pub struct Gateway {
     pub config: Config,
     pub infra: Infra,
@@ -45,6 +49,8 @@ pub struct Gateway {
     pub rate_limits: RateLimits,
     /// Open WebSockets per signed-in user (`ENGAGE_WS_MAX_PER_USER`).
     pub websockets_per_user: caps::Caps<i64>,
+    /// The documents of `ENGAGE_TRUSTED_DOCUMENTS`, parsed once at start.
+    pub trusted: TrustedDocuments,
     pub users: Arc<UserDirectory>,
     /// The likes a `bench` build's `/bench/like` casts without GraphQL.
     pub remarks: Remarks,

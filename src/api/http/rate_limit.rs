@@ -1,4 +1,12 @@
-//! Per-IP and per-user request rate limits (GCRA, through `governor`).
+//! Per-IP and per-user request rate limits (GCRA, through `governor`), and the per-IP budget
+//! of persisted-query registrations.
+//!
+//! A request is charged what its document costs (`document::Parsed::cost`: 1 for the
+//! operations clients send every second, more for long documents and many selections), its
+//! writes and its registration, so an address spends its allowance in proportion to the
+//! CPU it makes the instance spend, not per request. Registrations are charged again in
+//! bytes against a budget of their own per IP, so that one address cannot churn the shared
+//! store of persisted queries: past it a query runs but is not stored.
 //!
 //! The limits are kept in each instance's memory: a check costs no round trip, and behind a
 //! load balancer that spreads clients over N instances a client gets at most N times the
@@ -21,6 +29,7 @@ pub struct RateLimits {
     per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
     per_user: Option<DefaultKeyedRateLimiter<i64>>,
     probes_per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    registered_per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
 }
 
 impl RateLimits {
@@ -30,6 +39,7 @@ impl RateLimits {
             per_ip: limiter(per_ip),
             per_user: limiter(per_user),
             probes_per_ip: None,
+            registered_per_ip: None,
         }
     }
 
@@ -43,6 +53,27 @@ impl RateLimits {
     /// A `/readyz` or `/metrics` request from a client IP.
     pub fn check_probe(&self, ip: IpAddr) -> Result<(), AppError> {
         check_n(self.probes_per_ip.as_ref(), &ip, 1)
+    }
+
+    /// With a budget of persisted-query bytes one IP may register per minute (bursts of
+    /// twice that; 0 disables).
+    pub fn with_registrations(mut self, bytes_per_minute: u32) -> Self {
+        self.registered_per_ip = NonZeroU32::new(bytes_per_minute).map(|rate| {
+            let burst = NonZeroU32::new(rate.get().saturating_mul(2)).unwrap_or(rate);
+            RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst))
+        });
+        self
+    }
+
+    /// Whether an IP may register `bytes` more of persisted queries now (and if so, takes
+    /// them from its budget).
+    pub fn may_register(&self, ip: IpAddr, bytes: usize) -> bool {
+        let Some(limiter) = &self.registered_per_ip else {
+            return true;
+        };
+        let bytes = NonZeroU32::new(u32::try_from(bytes).unwrap_or(u32::MAX).max(1))
+            .unwrap_or(NonZeroU32::MIN);
+        matches!(limiter.check_key_n(&ip, bytes), Ok(Ok(())))
     }
 
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), AppError> {
@@ -72,7 +103,10 @@ impl RateLimits {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
-        if let Some(limiter) = &self.probes_per_ip {
+        for limiter in [&self.probes_per_ip, &self.registered_per_ip]
+            .into_iter()
+            .flatten()
+        {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }

@@ -10,7 +10,7 @@ use crate::{
             leaderboard::{
                 entries, with_users, Leaderboard, LeaderboardSnapshot, RankEntry, Season,
             },
-            page::{Limit, PAGE},
+            page::{list_cost, Limit, PAGE},
             ContextExt,
         },
     },
@@ -27,6 +27,7 @@ pub struct LeaderboardQuery;
 #[Object]
 impl LeaderboardQuery {
     /// The current season, the previous one and every archived one, newest first.
+    #[graphql(complexity = "list_cost(SEASONS_PRICED, child_complexity)")]
     async fn seasons(&self, ctx: &Context<'_>) -> AppResult<Vec<Season>> {
         Ok(ctx
             .feature::<Leaderboards>()
@@ -77,7 +78,11 @@ impl LeaderboardQuery {
     }
 
     /// The viewer's neighbours: up to `radius` entries above and below, the viewer included.
-    #[graphql(guard = "RoleGuard::signed_in()")]
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "list_cost(2 * radius.unwrap_or(5).clamp(0, MAX_RADIUS) as usize + 1, \
+                      child_complexity)"
+    )]
     async fn leaderboard_around_me(
         &self,
         ctx: &Context<'_>,
@@ -86,8 +91,10 @@ impl LeaderboardQuery {
     ) -> AppResult<Vec<RankEntry>> {
         let radius = radius.unwrap_or(5);
         let viewer = auth::require_viewer(ctx)?;
-        if !(0..=50).contains(&radius) {
-            return Err(AppError::bad_input("radius must be between 0 and 50"));
+        if !(0..=MAX_RADIUS).contains(&radius) {
+            return Err(AppError::bad_input(format!(
+                "radius must be between 0 and {MAX_RADIUS}"
+            )));
         }
         let boards = ctx.feature::<Leaderboards>();
         let season = boards.parse_season(season_id.as_ref().map(|id| id.as_str()))?;
@@ -97,6 +104,14 @@ impl LeaderboardQuery {
         Ok(with_users(ctx, around, ctx.look_ahead().field("user").exists()).await)
     }
 }
+
+/// The most neighbours above and below the viewer `leaderboardAroundMe` returns.
+const MAX_RADIUS: i32 = 50;
+
+/// How many seasons `seasons` is priced at: the current, the previous and three years of
+/// archives. The list grows by one a month, so an instance older than that answers more
+/// than it was priced at (a season and its three winners are some 500 bytes).
+const SEASONS_PRICED: usize = 38;
 
 /// A watched top: 10 unless asked, at most a page.
 const TOP: Limit = Limit::new(10, 100);
@@ -108,6 +123,7 @@ pub struct LeaderboardSubscription;
 impl LeaderboardSubscription {
     /// The season's top `top` now, then a new snapshot whenever it changes (a few per
     /// second at most).
+    #[graphql(complexity = "TOP.cost(top, child_complexity)")]
     async fn leaderboard_changed(
         &self,
         ctx: &Context<'_>,

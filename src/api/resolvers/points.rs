@@ -6,7 +6,7 @@ use crate::{
     api::schema::id::Id64,
     api::schema::{
         connection::Connection,
-        page::{PageArgs, PAGE},
+        page::{list_cost, PageArgs, PAGE},
         points::{AwardResult, PointsByType, PointsEntry},
         ContextExt,
     },
@@ -23,7 +23,10 @@ pub struct PointsQuery;
 #[Object]
 impl PointsQuery {
     /// The viewer's points today, per type, with each type's daily cap.
-    #[graphql(guard = "RoleGuard::signed_in()")]
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "list_cost(PointsType::ALL.len(), child_complexity)"
+    )]
     async fn points_today(&self, ctx: &Context<'_>) -> AppResult<Vec<PointsByType>> {
         let viewer = auth::require_viewer(ctx)?;
         Ok(ctx

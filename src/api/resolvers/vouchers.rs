@@ -11,14 +11,14 @@ use crate::{
         http::ws::SubscriptionSlot,
         schema::{
             connection::Connection,
-            page::{PageArgs, PAGE},
+            page::{list_cost, PageArgs, PAGE},
             vouchers::{CreateVoucherInput, Order, Voucher, VoucherStock},
             ContextExt,
         },
     },
     features::vouchers::{
         orders::{OrderRecord, OrderStatus},
-        NewVoucher, Vouchers,
+        NewVoucher, Vouchers, VOUCHERS_PER_ITEM,
     },
     infra::{
         auth::{self, RoleGuard},
@@ -43,6 +43,7 @@ impl VoucherQuery {
     }
 
     /// An item's vouchers, newest first (at most 100).
+    #[graphql(complexity = "list_cost(VOUCHERS_PER_ITEM, child_complexity)")]
     async fn vouchers(&self, ctx: &Context<'_>, item_id: Id64) -> AppResult<Vec<Voucher>> {
         let item_id = item_id.0;
         Ok(ctx

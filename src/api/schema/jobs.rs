@@ -2,8 +2,11 @@
 
 use async_graphql::{Context, InputObject, Object, ID};
 
-use super::ContextExt;
-use crate::features::jobs::{JobStatus, JobView};
+use super::{page::text_cost, ContextExt};
+use crate::features::jobs::{self, JobStatus, JobView};
+
+/// A job's body may be as long as a job may carry.
+const BODY_COST: usize = text_cost(jobs::MAX_BODY_BYTES);
 
 pub struct Job(pub JobView);
 
@@ -18,6 +21,7 @@ impl Job {
     }
 
     /// JSON text.
+    #[graphql(complexity = "BODY_COST")]
     async fn body(&self) -> &str {
         &self.0.body
     }

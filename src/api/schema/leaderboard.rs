@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_graphql::{Context, Object, SimpleObject, ID};
 
 use super::{
+    page::list_cost,
     users::{load_user, User},
     ContextExt,
 };
@@ -15,6 +16,9 @@ use crate::{
     },
     infra::error::AppResult,
 };
+
+/// The winners an archived season keeps.
+const WINNERS: usize = 3;
 
 pub struct RankEntry {
     entry: Entry,
@@ -106,6 +110,7 @@ impl Season {
     }
 
     /// The top three, once the season has been archived.
+    #[graphql(complexity = "list_cost(WINNERS, child_complexity)")]
     async fn winners(&self, ctx: &Context<'_>) -> AppResult<Vec<RankEntry>> {
         Ok(entries(
             ctx.feature::<Leaderboards>().winners(self.0.month).await?,

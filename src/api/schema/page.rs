@@ -4,6 +4,14 @@
 //!   value, checked in one place and priced in one place for the complexity limit.
 //! - [`PageArgs`] is `first` and `after` validated together, the cursor decoded.
 //! - [`PageInfo`] ends every `…Connection` (see `connection.rs`).
+//! - [`text_cost`] prices a field whose text may be long.
+//!
+//! Complexity estimates the response: a field costs 1 (its name and a short value: a few
+//! dozen bytes), a text that may be long costs one per [`TEXT_BYTES_PER_COMPLEXITY`] bytes
+//! it may hold, and every list multiplies what it holds by the most rows it may return (its
+//! `first`, or its fixed length). Within `ENGAGE_MAX_COMPLEXITY` (2000), a response holds
+//! at most some 2000 × 256 bytes, half a megabyte, however the query is written, while a
+//! page of 20 remarks with everything they have still fits.
 //!
 //! A cursor is `c` followed by a decimal number: the id of the last row of a page (keyset
 //! lists), or the position after it (offset lists: nearby items, the admin view of jobs).
@@ -16,6 +24,19 @@ use async_graphql::SimpleObject;
 
 use crate::infra::error::{AppError, AppResult};
 pub use crate::infra::page::PageArgs;
+
+/// Bytes of text one unit of complexity stands for.
+pub const TEXT_BYTES_PER_COMPLEXITY: usize = 256;
+
+/// The complexity of a text field that may hold up to `max_bytes`.
+pub const fn text_cost(max_bytes: usize) -> usize {
+    max_bytes.div_ceil(TEXT_BYTES_PER_COMPLEXITY)
+}
+
+/// The complexity of a list that always returns at most `rows` of `child_complexity`.
+pub const fn list_cost(rows: usize, child_complexity: usize) -> usize {
+    rows * child_complexity
+}
 
 /// How many rows a list field returns when asked for `first`.
 #[derive(Debug, Clone, Copy)]

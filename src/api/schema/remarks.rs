@@ -3,7 +3,7 @@
 use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject};
 
 use super::{
-    page::Limit,
+    page::{text_cost, Limit},
     users::{load_user, User},
     ContextExt,
 };
@@ -14,6 +14,7 @@ use crate::{
     },
     features::{
         remarks::{
+            self,
             likes::{self, LikeInfo, LikeInfoKey, LikeInfoLoader, VoteOutcome},
             live::CountChange,
             RemarkPage, RemarkRecord, Remarks,
@@ -63,11 +64,13 @@ impl Remark {
         self.record.score
     }
 
+    #[graphql(complexity = "CONTENT_COST")]
     async fn content(&self) -> &str {
         &self.record.content
     }
 
     /// Image URLs.
+    #[graphql(complexity = "IMAGES_COST")]
     async fn images(&self) -> &[String] {
         &self.record.images
     }
@@ -159,6 +162,12 @@ pub async fn page_nodes(
         })
         .collect())
 }
+
+/// A remark's text: its characters, at up to 4 bytes each.
+const CONTENT_COST: usize = text_cost(remarks::MAX_CONTENT_CHARS * 4);
+
+/// A remark's images: URLs of at most so many bytes.
+const IMAGES_COST: usize = text_cost(remarks::MAX_IMAGES * remarks::MAX_IMAGE_URL_CHARS);
 
 /// A remark's likers: 5 unless asked, at most the earliest kept.
 const LIKERS: Limit = Limit::new(5, likes::LIKERS_KEPT as i32);

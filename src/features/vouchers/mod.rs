@@ -71,6 +71,9 @@ impl VoucherSettings {
 pub const EXPIRY_TOPIC: &str = "order-expiry";
 pub const MAX_STOCK: i64 = 1_000_000;
 
+/// The vouchers of an item a listing returns (the newest).
+pub const VOUCHERS_PER_ITEM: usize = 100;
+
 /// The slots the order → voucher keys spread over.
 const ORDER_VOUCHER_BUCKETS: i64 = 1024;
 
@@ -308,7 +311,8 @@ impl Vouchers {
 
     pub async fn for_item(&self, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
         let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM vouchers WHERE item_id = $1 ORDER BY id DESC LIMIT 100"
+            "SELECT {COLUMNS} FROM vouchers WHERE item_id = $1 ORDER BY id DESC \
+             LIMIT {VOUCHERS_PER_ITEM}"
         ))
         .bind(item_id)
         .fetch_all(&self.infra.db.pool)
