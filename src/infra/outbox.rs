@@ -111,13 +111,15 @@ async fn left<O: Outbox>(outbox: &O) -> AppResult<Vec<O::Entry>> {
     pending(outbox, "created_at_ms <= $1", &[before]).await
 }
 
-/// Delivers every row, whatever its age, until none is left: what a rebuild does first
-/// where delivery adds to what Redis holds (otherwise a change already in the SQL it
-/// rebuilds from would be added again). Returns the rows delivered.
+/// Delivers every row stored until now, whatever its age: what a rebuild does first where
+/// delivery adds to what Redis holds (otherwise a change already in the SQL it rebuilds
+/// from would be added again). Rows stored meanwhile are their requests' to deliver, so a
+/// steady stream of writes does not keep it going. Returns the rows delivered.
 pub async fn drain<O: Outbox>(outbox: &O) -> AppResult<u64> {
+    let until = outbox.infra().clock.now_ms();
     let mut delivered = 0;
     loop {
-        let rows = pending(outbox, "TRUE", &[]).await?;
+        let rows = pending(outbox, "created_at_ms <= $1", &[until]).await?;
         if rows.is_empty() {
             return Ok(delivered);
         }

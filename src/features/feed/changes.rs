@@ -17,6 +17,11 @@
 //!   `follows` holds the relation now, so a late delivery of an old change writes the
 //!   present, not the past.
 //!
+//! The count is exact whatever the interleaving. The set and the inbox are written as SQL
+//! was when the delivery read it: a follow and an unfollow of one relation racing each
+//! other can leave them one step behind SQL until the relation's next change or a rebuild
+//! (`engage verify` names it).
+//!
 //! Rejected: a count kept idempotent by the relation alone (a marker per follow in the
 //! counts' slot) would hold every follow of the platform on one Redis node, forever; and
 //! counting `follows` in SQL at each change costs a big author's whole index per follow,
