@@ -6,7 +6,7 @@ use crate::{
     api::http::rate_limit,
     app::Services,
     features::{jobs, leaderboard, vouchers},
-    infra::live,
+    infra::{live, outbox},
 };
 
 pub fn spawn_all(services: &Services) {
@@ -18,8 +18,12 @@ pub fn spawn_all(services: &Services) {
         rate_limit::sweep(services.gateway.clone()),
     );
     infra.instance.spawn("live-hub", live::run(infra.clone()));
+    // What requests could not tell Redis: one retrier per outbox.
+    outbox::spawn_retrier(features.remarks.announcements());
+    outbox::spawn_retrier(features.feed.follow_changes());
+    outbox::spawn_retrier(features.items.placements());
+    outbox::spawn_retrier(features.vouchers.preloads());
     features.remarks.spawn_archive();
-    features.remarks.spawn_announcer();
     features
         .points
         .spawn_archive(features.remarks.vote_streams(), infra.keys.remark_stream());

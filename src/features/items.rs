@@ -1,12 +1,21 @@
 //! Items: the things remarks, vouchers and nearby search are about (products, shops,
 //! courses). Admins create them.
+//!
+//! An item with a location is placed on the map of "near me" through an outbox
+//! (`item_placements`, emptied as `infra::outbox` says): its row and its placement to come
+//! are written in one transaction, and the request places it, or leaves that to the retrier
+//! when Redis refuses. The request is acknowledged either way: an error once the item is
+//! stored would make the admin create it again, a second item, while the first stayed off
+//! the map. (An idempotency key on `createItem` was the alternative: it mends only the
+//! retries that come, and an item whose creator gave up would still never be placed.)
 
-use sqlx::Row;
+use sqlx::{any::AnyRow, Row};
 
 use crate::{
     features::nearby::{Location, Nearby},
     infra::{
         error::{AppError, AppResult},
+        outbox::{self, Outbox},
         Infra,
     },
 };
@@ -53,9 +62,12 @@ impl NewItem {
 }
 
 impl Items {
+    /// Stores an item, and places it on the map when it has a location (the retrier does,
+    /// when Redis refuses).
     pub async fn create(&self, created_by: i64, item: NewItem) -> AppResult<ItemRecord> {
         let id = self.infra.ids.next_id().await?;
         let now_ms = self.infra.clock.now_ms();
+        let mut tx = self.infra.db.pool.begin().await?;
         sqlx::query(
             "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -66,10 +78,18 @@ impl Items {
         .bind(item.location.map(|l| l.lng))
         .bind(created_by)
         .bind(now_ms)
-        .execute(&self.infra.db.pool)
+        .execute(&mut *tx)
         .await?;
-        if let Some(location) = item.location {
-            self.nearby.place(id, location).await?;
+        if item.location.is_some() {
+            sqlx::query("INSERT INTO item_placements (item_id, created_at_ms) VALUES ($1, $2)")
+                .bind(id)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        if item.location.is_some() {
+            outbox::deliver_or_leave(&self.placements(), &[id]).await;
         }
         Ok(ItemRecord {
             id,
@@ -77,6 +97,11 @@ impl Items {
             location: item.location,
             created_at_ms: now_ms,
         })
+    }
+
+    /// The outbox of placements on the map.
+    pub fn placements(&self) -> Placements {
+        Placements(self.clone())
     }
 
     pub async fn find(&self, id: i64) -> AppResult<Option<ItemRecord>> {
@@ -99,4 +124,39 @@ fn item_of(row: &sqlx::any::AnyRow) -> Result<ItemRecord, sqlx::Error> {
         location: lat.zip(lng).map(|(lat, lng)| Location { lat, lng }),
         created_at_ms: row.try_get("created_at_ms")?,
     })
+}
+
+/// The outbox of items to place on the map: item ids.
+#[derive(Clone)]
+pub struct Placements(pub Items);
+
+#[async_trait::async_trait]
+impl Outbox for Placements {
+    type Entry = i64;
+    const NAME: &'static str = "item-placer";
+    const TABLE: &'static str = "item_placements";
+    const ID: &'static str = "item_id";
+    const COLUMNS: &'static str = "item_id";
+
+    fn infra(&self) -> &Infra {
+        &self.0.infra
+    }
+
+    fn entry_of(row: &AnyRow) -> Result<i64, sqlx::Error> {
+        row.try_get("item_id")
+    }
+
+    fn id_of(item_id: &i64) -> i64 {
+        *item_id
+    }
+
+    /// Places the items where SQL has them (GEOADD: placing twice is placing once).
+    async fn deliver(&self, item_ids: &[i64]) -> AppResult<()> {
+        let items = self.0.find_many(item_ids).await?;
+        let placed: Vec<(i64, Location)> = items
+            .iter()
+            .filter_map(|item| item.location.map(|location| (item.id, location)))
+            .collect();
+        self.0.nearby.place(&placed).await
+    }
 }

@@ -1,6 +1,7 @@
 //! What every feature is built on, and that knows no feature: the Redis connection and key
 //! builder, SQL, the clock, IDs, errors, configuration, tokens, the stream worker, the live
-//! hub, the lock, the recovery toolkit, the strength of secrets, and logs and traces.
+//! hub, the lock, the recovery toolkit, the outbox of writes whose Redis side is still to
+//! come, the strength of secrets, and logs and traces.
 
 pub mod auth;
 pub mod backoff;
@@ -13,6 +14,7 @@ pub mod ids;
 pub mod live;
 pub mod lock;
 pub mod metrics;
+pub mod outbox;
 pub mod page;
 pub mod recovery;
 pub mod redis;

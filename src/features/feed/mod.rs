@@ -1,7 +1,9 @@
 //! The follow feed (seed 004): push to followers' inboxes, pull from big authors' outboxes.
 //!
 //! - Follows live in SQL; Redis keeps each user's following set and everyone's follower
-//!   count, which reads need.
+//!   count, which reads need. A follow or unfollow is acknowledged once SQL holds it, and
+//!   reaches Redis exactly once through the outbox of [`changes`], however Redis fails and
+//!   however often the client retries.
 //! - A new remark is XADDed to `{feed}:remarks` by `createRemark`; the `feed-fanout` consumer,
 //!   off the request path, adds it to the author's outbox and, unless the author has more
 //!   than `ENGAGE_FEED_PUSH_LIMIT` followers, to each follower's inbox (both capped zsets).
@@ -19,6 +21,7 @@ use std::{collections::HashSet, sync::Arc};
 
 use sqlx::Row;
 
+pub mod changes;
 pub mod recovery;
 
 use crate::infra::page::PageArgs;
@@ -141,7 +144,8 @@ impl FeedCursor {
 }
 
 impl Feed {
-    /// Follows `followee`; `true` when this call created the follow.
+    /// Follows `followee`; `true` when this call created the follow. Acknowledged once SQL
+    /// holds it: its Redis side follows, at once or from the retrier ([`changes`]).
     pub async fn follow(&self, follower: i64, followee: i64) -> AppResult<bool> {
         if follower == followee {
             return Err(AppError::bad_input("you cannot follow yourself"));
@@ -149,38 +153,26 @@ impl Feed {
         if self.users.find(followee).await?.is_none() {
             return Err(AppError::not_found(format!("no user {followee}")));
         }
-        let created = sqlx::query(
-            "INSERT INTO follows (follower_id, followee_id, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-        )
-        .bind(follower)
-        .bind(followee)
-        .bind(self.infra.clock.now_ms())
-        .execute(&self.infra.db.pool)
-        .await?
-        .rows_affected()
-            == 1;
+        self.change_follow(follower, followee, 1).await
+    }
+
+    /// Redis's side of a follow SQL holds: the followee in the follower's following set and,
+    /// unless the followee is pulled, their recent remarks in the follower's inbox (as if
+    /// they had followed all along). Idempotent.
+    async fn show_followee(&self, follower: i64, followee: i64) -> AppResult<()> {
         let mut conn = self.infra.redis.get().await?;
-        let mut pipe = redis::pipe();
-        pipe.cmd("SADD")
+        let _: i64 = redis::cmd("SADD")
             .arg(self.infra.keys.following(follower))
             .arg(followee)
-            .ignore();
-        if created {
-            pipe.cmd("HINCRBY")
-                .arg(self.infra.keys.follower_counts())
-                .arg(followee)
-                .arg(1)
-                .ignore();
-        }
-        let () = pipe.query_async(&mut *conn).await?;
-        // A pulled author's remarks reach the reader from their outbox; anyone else's recent
-        // ones are pushed into the new follower's inbox now, as if they had followed all along.
-        if created && self.pulled_among(&mut conn, &[followee]).await?.is_empty() {
+            .query_async(&mut *conn)
+            .await?;
+        // A pulled author's remarks reach the reader from their outbox.
+        if self.pulled_among(&mut conn, &[followee]).await?.is_empty() {
             drop(conn);
             let recent = self.latest_remarks(followee).await?;
             self.push_into_inbox(follower, followee, &recent).await?;
         }
-        Ok(created)
+        Ok(())
     }
 
     /// An author's newest remarks, as many as an inbox keeps: `(remark id, created at ms)`.
@@ -241,18 +233,17 @@ impl Feed {
     }
 
     /// Stops following; the author's entries leave the inbox. `true` when a follow ended.
+    /// Acknowledged once SQL holds it, as [`Feed::follow`].
     pub async fn unfollow(&self, follower: i64, followee: i64) -> AppResult<bool> {
         if follower == followee {
             return Err(AppError::bad_input("you cannot unfollow yourself"));
         }
-        let removed =
-            sqlx::query("DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2")
-                .bind(follower)
-                .bind(followee)
-                .execute(&self.infra.db.pool)
-                .await?
-                .rows_affected()
-                == 1;
+        self.change_follow(follower, followee, -1).await
+    }
+
+    /// Redis's side of a follow SQL no longer holds: the followee out of the following set,
+    /// their entries out of the inbox. Idempotent.
+    async fn hide_followee(&self, follower: i64, followee: i64) -> AppResult<()> {
         let inbox = self.infra.keys.feed_inbox(follower);
         let mut conn = self.infra.redis.get().await?;
         let entries: Vec<String> = redis::cmd("ZRANGE")
@@ -273,15 +264,8 @@ impl Feed {
         if !theirs.is_empty() {
             pipe.cmd("ZREM").arg(&inbox).arg(theirs).ignore();
         }
-        if removed {
-            pipe.cmd("HINCRBY")
-                .arg(self.infra.keys.follower_counts())
-                .arg(followee)
-                .arg(-1)
-                .ignore();
-        }
         let () = pipe.query_async(&mut *conn).await?;
-        Ok(removed)
+        Ok(())
     }
 
     /// How many users follow `user_id`.

@@ -5,6 +5,11 @@
 //! Follow and unfollow write SQL, then Redis, without holding anything back; a follow of
 //! one user that lands while the rebuild of that same user runs can leave their count or
 //! set one off, which the next `verify` shows and the next `rebuild` mends.
+//!
+//! A follow change still in the outbox ([`super::changes`]) is drift in flight to `verify`
+//! (a second run, once Redis answers, no longer shows it). A rebuild delivers every pending
+//! change first: the counts it then writes from `follows` include those changes, and a
+//! change delivered after them would be counted twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,6 +19,7 @@ use crate::{
     features::feed::Feed,
     infra::{
         error::AppResult,
+        outbox,
         recovery::{next_ids, within, Rebuild, Report},
     },
 };
@@ -110,9 +116,10 @@ impl Feed {
         Ok(report)
     }
 
-    /// Writes each follower's set (adding what SQL has, removing what SQL no longer has) and
-    /// each followee's count.
+    /// Delivers the pending follow changes, then writes each follower's set (adding what SQL
+    /// has, removing what SQL no longer has) and each followee's count.
     pub async fn rebuild_follows(&self, run: &Rebuild<'_>) -> AppResult<()> {
+        outbox::drain(&self.follow_changes()).await?;
         run.expect_count("SELECT COUNT(DISTINCT follower_id) AS n FROM follows")
             .await?;
         let mut after = run.resume_from().await?;

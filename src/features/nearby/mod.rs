@@ -1,5 +1,6 @@
-//! "Near me" (seed 004): items with a location are kept in one Redis GEO set; a search asks
-//! for the nearest within a radius, nearest first.
+//! "Near me" (seed 004): items with a location are kept in one Redis GEO set (placed there
+//! by `createItem`, through the outbox of [`crate::features::items`]); a search asks for the
+//! nearest within a radius, nearest first.
 //!
 //! Pages go by position, and GEOSEARCH cannot skip: a page at position `p` makes Redis find
 //! the `p + first + 1` nearest. So a search serves its [`MAX_RESULTS`] nearest items and no
@@ -67,16 +68,18 @@ impl Keys {
 }
 
 impl Nearby {
-    /// Adds or moves an item on the map.
-    pub async fn place(&self, item_id: i64, location: Location) -> AppResult<()> {
+    /// Adds or moves items on the map, in one command.
+    pub async fn place(&self, items: &[(i64, Location)]) -> AppResult<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut add = redis::cmd("GEOADD");
+        add.arg(self.infra.keys.item_locations());
+        for (item_id, location) in items {
+            add.arg(location.lng).arg(location.lat).arg(item_id);
+        }
         let mut conn = self.infra.redis.get().await?;
-        let _: i64 = redis::cmd("GEOADD")
-            .arg(self.infra.keys.item_locations())
-            .arg(location.lng)
-            .arg(location.lat)
-            .arg(item_id)
-            .query_async(&mut *conn)
-            .await?;
+        let _: i64 = add.query_async(&mut *conn).await?;
         Ok(())
     }
 

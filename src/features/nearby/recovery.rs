@@ -1,4 +1,8 @@
 //! The GEO set of items, from `items` (the rows with a location).
+//!
+//! An item whose placement waits in `item_placements` (Redis refused it at creation) is
+//! drift in flight to `verify`; its delivery and a rebuild both GEOADD the position SQL
+//! holds, in either order.
 
 use sqlx::Row;
 

@@ -34,6 +34,7 @@ use crate::{
         config::Config,
         error::{AppError, AppResult, ResultExt},
         live::SharedCounters,
+        outbox,
         redis::Keys,
         Infra,
     },
@@ -287,9 +288,7 @@ impl Remarks {
         if let Err(error) = self.prepare_counter(id, author_id).await {
             tracing::warn!(remark = id, %error, "like counter not prepared; it will be rebuilt");
         }
-        if let Err(error) = self.announce(std::slice::from_ref(&created)).await {
-            tracing::warn!(remark = id, %error, "remark not announced yet; the announcer will");
-        }
+        outbox::deliver_or_leave(&self.announcements(), std::slice::from_ref(&created)).await;
         Ok(RemarkRecord {
             id,
             item_id: remark.item_id,

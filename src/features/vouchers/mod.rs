@@ -10,6 +10,15 @@
 //!
 //! A voucher's keys and its shard's order stream share the hash tag `{sale:S}`,
 //! S = voucher id mod `ENGAGE_SALE_SHARDS`.
+//!
+//! A new voucher's stock and window reach Redis through an outbox (`voucher_preloads`,
+//! emptied as `infra::outbox` says): its row and its preload to come are written in one
+//! transaction, and the request preloads it, or leaves that to the retrier when Redis
+//! refuses. The request is acknowledged either way: an error once the voucher is stored
+//! would make the admin create it again, a second sale of the same stock, while the first
+//! had nothing to sell until a rebuild. (An idempotency key on `createVoucher` was the
+//! alternative: it mends only the retries that come.) A sale that finds its voucher missing
+//! preloads it itself ([`Vouchers::seckill`]), so the retrier is not on the sale's path.
 
 pub mod archive;
 pub mod events;
@@ -35,6 +44,7 @@ use crate::{
     infra::{
         config::Config,
         error::{AppError, AppResult, ErrorCode},
+        outbox::{self, Outbox},
         redis::{scripts::VOUCHERS_SECKILL, status::Status, Keys},
         Infra,
     },
@@ -199,6 +209,44 @@ pub struct NewOrder {
     pub pay_by_ms: i64,
 }
 
+/// The outbox of new vouchers to preload into Redis: voucher ids.
+#[derive(Clone)]
+pub struct Preloads(pub Vouchers);
+
+#[async_trait::async_trait]
+impl Outbox for Preloads {
+    type Entry = i64;
+    const NAME: &'static str = "voucher-preloader";
+    const TABLE: &'static str = "voucher_preloads";
+    const ID: &'static str = "voucher_id";
+    const COLUMNS: &'static str = "voucher_id";
+
+    fn infra(&self) -> &Infra {
+        &self.0.infra
+    }
+
+    fn entry_of(row: &sqlx::any::AnyRow) -> Result<i64, sqlx::Error> {
+        row.try_get("voucher_id")
+    }
+
+    fn id_of(voucher_id: &i64) -> i64 {
+        *voucher_id
+    }
+
+    /// Preloads each voucher from what SQL holds now (its remaining stock and live buyers,
+    /// should a sale have preloaded it already and sold some): the stock is written only
+    /// where Redis has none, so a late or second delivery never gives stock back.
+    async fn deliver(&self, voucher_ids: &[i64]) -> AppResult<()> {
+        for &voucher_id in voucher_ids {
+            match self.0.rebuild_voucher(voucher_id).await {
+                Err(error) if error.code() == ErrorCode::NotFound => {}
+                done => done?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// An expiry job that exists already is as good as a new one.
 fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
     match answer {
@@ -213,7 +261,8 @@ impl Vouchers {
         self.settings.shards
     }
 
-    /// Stores a voucher and preloads its stock and window into Redis.
+    /// Stores a voucher and preloads its stock and window into Redis (the retrier does, when
+    /// Redis refuses).
     pub async fn create(&self, voucher: NewVoucher) -> AppResult<VoucherRecord> {
         voucher.validate(self.infra.clock.now())?;
         if self.items.find(voucher.item_id).await?.is_none() {
@@ -228,6 +277,8 @@ impl Vouchers {
             ends_at_ms: voucher.ends_at.timestamp_millis(),
             pay_within_seconds: voucher.pay_within_seconds,
         };
+        let now_ms = self.infra.clock.now_ms();
+        let mut tx = self.infra.db.pool.begin().await?;
         sqlx::query(
             "INSERT INTO vouchers (id, item_id, title, stock, remaining, begins_at_ms, ends_at_ms, \
              pay_within_seconds, created_at_ms) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8)",
@@ -239,11 +290,22 @@ impl Vouchers {
         .bind(record.begins_at_ms)
         .bind(record.ends_at_ms)
         .bind(record.pay_within_seconds)
-        .bind(self.infra.clock.now_ms())
-        .execute(&self.infra.db.pool)
+        .bind(now_ms)
+        .execute(&mut *tx)
         .await?;
-        self.preload(&record, record.stock, &[]).await?;
+        sqlx::query("INSERT INTO voucher_preloads (voucher_id, created_at_ms) VALUES ($1, $2)")
+            .bind(record.id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        outbox::deliver_or_leave(&self.preloads(), &[record.id]).await;
         Ok(record)
+    }
+
+    /// The outbox of preloads of new vouchers.
+    pub fn preloads(&self) -> Preloads {
+        Preloads(self.clone())
     }
 
     /// Writes a voucher's stock, window and live buyers into Redis (at creation, or to rebuild

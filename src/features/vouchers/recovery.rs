@@ -1,6 +1,10 @@
 //! Vouchers and their live orders, from `vouchers` and `orders`: each voucher's stock and
 //! window, its buyers set (one live order per person), and the hashes of live orders, so
 //! that an unpaid order can still be paid, cancelled or expired after Redis lost it.
+//!
+//! A voucher whose preload waits in `voucher_preloads` (Redis refused it at creation) is
+//! drift in flight to `verify`; its delivery is this rebuild of the one voucher
+//! ([`Vouchers::rebuild_voucher`]), so the two write the same, in either order.
 
 use std::collections::BTreeSet;
 

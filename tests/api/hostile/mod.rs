@@ -8,6 +8,7 @@ mod connections;
 mod cost;
 mod identity;
 mod probes;
+mod writes;
 
 use std::time::{Duration, Instant};
 
