@@ -20,6 +20,8 @@ const UNLIKE: &str =
 /// An app without the per-IP and per-user limits, for tests that fire many requests.
 async fn busy_app() -> TestApp {
     TestApp::spawn_with(|config| {
+        // A thousand users behind one test client: no per-address limit of any kind.
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.consumer_max_backoff_ms = 300;

@@ -17,6 +17,8 @@ const CANCEL: &str = "mutation($o: ID!) { cancelOrder(orderId: $o) { id status }
 
 async fn busy_app() -> TestApp {
     TestApp::spawn_with(|config| {
+        // A thousand users behind one test client: no per-address limit of any kind.
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.jobs_concurrency = 64;

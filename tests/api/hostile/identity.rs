@@ -277,6 +277,9 @@ fn production(adjust: impl FnOnce(&mut Config)) -> anyhow::Result<()> {
     let mut config = base_config();
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.environment = Environment::Production;
+    // Metrics on an address of their own, as production wants: only the identity settings
+    // are at stake here.
+    config.metrics_bind = Some("127.0.0.1:0".parse().unwrap());
     adjust(&mut config);
     config.check()
 }
