@@ -64,6 +64,18 @@ struct Args {
     /// The server's `ENGAGE_MAX_HEADER_BYTES`.
     #[arg(long, default_value_t = 32 * 1024)]
     max_header_bytes: usize,
+    /// Run only these classes (comma separated): documents, fragments, websocket,
+    /// persisted, names, half-open, slow-bodies, idle-sockets, user-sockets, pings,
+    /// big-headers, cost, probes. All of them when not given.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+impl Args {
+    /// Whether the run includes `class`.
+    fn runs(&self, class: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|only| only == class)
+    }
 }
 
 type Socket =
@@ -78,15 +90,31 @@ async fn main() -> anyhow::Result<()> {
     let report = Report::new(&args);
     println!("{}", report.line("start", "-", "-"));
 
-    hostile_documents(&args, &client, &report).await?;
-    fragment_bombs(&args, &client, &report).await?;
-    websocket_abuse(&args, &report).await?;
-    persisted_query_flood(&args, &client, &report).await?;
-    invented_operation_names(&args, &client, &report).await?;
-    half_open_sockets(&args, &client, &report).await?;
+    if args.runs("documents") {
+        hostile_documents(&args, &client, &report).await?;
+    }
+    if args.runs("fragments") {
+        fragment_bombs(&args, &client, &report).await?;
+    }
+    if args.runs("websocket") {
+        websocket_abuse(&args, &report).await?;
+    }
+    if args.runs("persisted") {
+        persisted_query_flood(&args, &client, &report).await?;
+    }
+    if args.runs("names") {
+        invented_operation_names(&args, &client, &report).await?;
+    }
+    if args.runs("half-open") {
+        half_open_sockets(&args, &client, &report).await?;
+    }
     connections::run(&args, &client, &report).await?;
-    cost::run(&args, &client, &report).await?;
-    probes::run(&args, &client, &report).await?;
+    if args.runs("cost") {
+        cost::run(&args, &client, &report).await?;
+    }
+    if args.runs("probes") {
+        probes::run(&args, &client, &report).await?;
+    }
 
     println!("{}", report.line("end", "-", "-"));
     anyhow::ensure!(report.alive(), "the server process is gone");

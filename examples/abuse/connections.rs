@@ -28,11 +28,21 @@ use crate::{support, Args, Report, Socket};
 const NEIGHBOUR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 
 pub async fn run(args: &Args, _client: &reqwest::Client, report: &Report) -> anyhow::Result<()> {
-    slow_bodies(args, report).await?;
-    idle_sockets(args, report).await?;
-    sockets_of_one_user(args, report).await?;
-    ping_flood(args, report).await?;
-    big_headers(args, report).await?;
+    if args.runs("slow-bodies") {
+        slow_bodies(args, report).await?;
+    }
+    if args.runs("idle-sockets") {
+        idle_sockets(args, report).await?;
+    }
+    if args.runs("user-sockets") {
+        sockets_of_one_user(args, report).await?;
+    }
+    if args.runs("pings") {
+        ping_flood(args, report).await?;
+    }
+    if args.runs("big-headers") {
+        big_headers(args, report).await?;
+    }
     Ok(())
 }
 

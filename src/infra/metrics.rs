@@ -93,6 +93,11 @@ fn describe() {
          slower than they come); the socket is sent each counter's latest value once it drained"
     );
     describe_counter!(
+        "engage_persisted_queries_not_stored_total",
+        "Persisted queries run but not stored: their address had registered its budget of \
+         ENGAGE_APQ_REGISTER_BYTES_PER_IP_PER_MINUTE"
+    );
+    describe_counter!(
         "engage_persisted_queries_evicted_total",
         "Persisted queries removed to keep within ENGAGE_APQ_MAX_BYTES"
     );

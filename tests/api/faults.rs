@@ -46,6 +46,7 @@ pub(crate) async fn plugged(url: &str) -> (Plug, String) {
 }
 
 fn unlimited(config: &mut engage::infra::config::Config) {
+    config.max_connections_per_ip = 0;
     config.rate_limit_per_ip = 0;
     config.rate_limit_per_user = 0;
     config.consumer_max_backoff_ms = 500;
@@ -569,6 +570,7 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
 async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other_stops() {
     use engage::infra::streams::leases;
     let first = TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.like_shards = Some(4);

@@ -11,6 +11,7 @@ const FEED: &str = "query($after: String, $first: Int) { feed(first: $first, aft
 
 async fn app(push_limit: u64, inbox: u64) -> TestApp {
     TestApp::spawn_with(move |config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.feed_push_limit = push_limit;

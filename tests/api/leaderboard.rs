@@ -24,6 +24,7 @@ const BOARD: &str = "query($s: ID, $f: Int, $o: Int) { leaderboard(seasonId: $s,
 
 async fn app() -> TestApp {
     TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.rollover_check_seconds = 3600;
@@ -334,6 +335,7 @@ async fn my_rank_changes_are_pushed_to_the_signed_in_viewer() {
 async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     // Periodic background work shares the pool: slow it down so that only reads count.
     let app = TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.rollover_check_seconds = 3600;
@@ -641,6 +643,7 @@ async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_la
 #[tokio::test]
 async fn a_board_in_parts_reads_and_archives_as_one_board() {
     let app = TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.rollover_check_seconds = 3600;

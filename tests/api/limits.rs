@@ -226,6 +226,7 @@ async fn persisted_query_memory(app: &TestApp) -> u64 {
 async fn one_client_registering_300_documents_of_30_kb_grows_redis_by_at_most_4_mb() {
     // The store's own bound, behind the query-size cap and the per-IP budget.
     let app = TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.max_query_bytes = 64 * 1024;
         config.apq_register_bytes_per_ip_per_minute = 0;
@@ -259,6 +260,7 @@ async fn a_document_over_the_size_cap_runs_but_is_not_stored() {
 async fn persisted_queries_stay_within_their_budget_and_the_least_recently_used_go_first() {
     // Documents of 30 KB are storable here, so the byte budget is what bounds the store.
     let app = TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.max_query_bytes = 64 * 1024;
         config.apq_max_query_bytes = 64 * 1024;

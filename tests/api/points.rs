@@ -22,6 +22,7 @@ const TODAY: &str = "{ pointsToday { type points cap } }";
 
 async fn unlimited() -> TestApp {
     TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
     })
@@ -406,6 +407,7 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
 #[tokio::test]
 async fn a_batch_of_awards_across_buckets_pays_each_key_once_within_the_cap() {
     let app = TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.points_buckets = Some(3);

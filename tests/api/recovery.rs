@@ -25,6 +25,7 @@ async fn unlimited() -> TestApp {
 /// An app whose points keys go into `buckets` user buckets (the mode's default for `None`).
 async fn in_buckets(buckets: Option<u32>) -> TestApp {
     TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.consumer_max_backoff_ms = 200;

@@ -512,6 +512,7 @@ async fn forget_job(app: &TestApp, id: &str) {
 /// A fresh app whose consumers retry quickly.
 async fn quick_app() -> TestApp {
     TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.consumer_max_backoff_ms = 200;
@@ -700,6 +701,7 @@ async fn sql_status(app: &TestApp, order: &str) -> String {
 #[tokio::test]
 async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after_pay_by() {
     let app = TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.order_sweep_seconds = 1;
