@@ -938,3 +938,82 @@ async fn a_viewer_joining_during_a_burst_of_awards_ends_with_its_exact_rank() {
     viewers.extend(joined);
     assert_exact(&app, &mut viewers, "after the burst").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_read_again_what_they_cannot_apply_a_foreign_message_a_missed_change_or_a_rebuild()
+{
+    let app = app().await;
+    award(&app, 81, 50).await;
+    award(&app, 82, 10).await;
+    let mut viewers = vec![Viewer::join(&app, 82).await];
+    assert_exact(&app, &mut viewers, "when it joined").await;
+    let season = app.state.infra.clock.current_month();
+    let keys = &app.state.infra.keys;
+    let mut conn = crate::harness::redis(&app).await;
+    let score = |points| engage::features::leaderboard::score_of(points, 0);
+
+    // Another writer's member, announced as older scripts did (the user alone).
+    let () = redis::pipe()
+        .cmd("ZADD")
+        .arg(keys.season_board_of(season, 83))
+        .arg(score(100))
+        .arg(83)
+        .ignore()
+        .cmd(keys.publish_command())
+        .arg(keys.board_channel_of(season, 83))
+        .arg(83)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_exact(&app, &mut viewers, "after a message that is no change").await;
+
+    // A change whose predecessor (user 86's arrival, in the same part) never arrived.
+    let counter = keys.board_changes_of(season, 84);
+    let number: i64 = redis::cmd("INCRBY")
+        .arg(&counter)
+        .arg(2)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::pipe()
+        .cmd("ZADD")
+        .arg(keys.season_board_of(season, 84))
+        .arg(score(150))
+        .arg(86)
+        .ignore()
+        .cmd("ZADD")
+        .arg(keys.season_board_of(season, 84))
+        .arg(score(200))
+        .arg(84)
+        .ignore()
+        .cmd(keys.publish_command())
+        .arg(keys.board_channel_of(season, 84))
+        .arg(format!("{number} 84 - {}", score(200)))
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_exact(&app, &mut viewers, "after a change that skipped one").await;
+
+    // A member SQL never heard of, unannounced; the rebuild takes it away again and says so.
+    let () = redis::cmd("ZADD")
+        .arg(keys.season_board_of(season, 85))
+        .arg(score(300))
+        .arg(85)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    crate::harness::streams_settled(&app, &keys.points_streams(), "archive").await;
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
+        .await
+        .expect("rebuild");
+    assert_exact(&app, &mut viewers, "after a rebuild").await;
+    assert_eq!(
+        viewers[0].last,
+        Some(json!({ "rank": 2, "points": 10 })),
+        "the rebuilt board holds what SQL holds"
+    );
+}
