@@ -17,7 +17,7 @@ use std::{
     collections::BTreeMap,
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::{atomic::AtomicU64, Arc},
+    sync::atomic::AtomicU64,
     time::{Duration, Instant},
 };
 
@@ -25,7 +25,7 @@ use clap::Parser;
 use engage::infra::{
     auth::{Role, Tokens},
     clock::Month,
-    redis::{connect, Keys, RedisMode, RedisTarget},
+    redis::{connect, counting::Tally, Keys, RedisMode, RedisTarget},
 };
 use rand::Rng;
 use serde_json::{json, Value};
@@ -417,7 +417,7 @@ async fn seed_board(
     season: Month,
 ) -> anyhow::Result<()> {
     let target = RedisTarget::new(&seeds.join(","), RedisMode::Cluster, None)?;
-    let redis = connect(&target, Arc::new(AtomicU64::new(0))).await?;
+    let redis = connect(&target, Tally::default()).await?;
     let keys = Keys::new(prefix)
         .on_cluster(true)
         .with_points_buckets(BUCKETS);

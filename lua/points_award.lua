@@ -9,7 +9,8 @@
     KEYS[1] season board          {points:B}:board:<YYYYMM>
     KEYS[2] points stream         {points:B}:events
     KEYS[3] rebuild hold          {points:B}:rebuilding
-    KEYS[4..] per award, two keys: today's points hash {points:B}:daily:<user>:<YYYYMMDD>
+    KEYS[4] the board's changes   {points:B}:board:<YYYYMM>:changes
+    KEYS[5..] per award, two keys: today's points hash {points:B}:daily:<user>:<YYYYMMDD>
               and its idempotency marker {points:B}:award:<user>:<key>
     ARGV[1] now, epoch ms   ARGV[2] seconds since the season began   ARGV[3] season id
     ARGV[4] board channel   ARGV[5] marker TTL seconds   ARGV[6] daily hash TTL seconds
@@ -30,10 +31,10 @@ end
 
 local FIXED_ARGS = 7
 local awards = (#ARGV - FIXED_ARGS) / 5
-local live = {ARGV[7], ARGV[4]}
+local live = {ARGV[7], ARGV[4], KEYS[4]}
 local reply = {OK}
 for i = 0, awards - 1 do
-  local daily_key, marker_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local daily_key, marker_key = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
   local at = FIXED_ARGS + 5 * i
   local prior = redis.call('GET', marker_key)
   if prior then

@@ -5,6 +5,7 @@
   Input:
     KEYS[1..6] as signin_sign.lua   KEYS[7] make-up counter {points:B}:makeups:<user>:<YYYYMM>
     KEYS[8] rebuild hold {points:B}:rebuilding
+    KEYS[9] the board's changes {points:B}:board:<YYYYMM>:changes
     ARGV[1] user id     ARGV[2] the missed day (before today)   ARGV[3] today's day
     ARGV[4] days in the previous month
     ARGV[5] previous month YYYYMM   ARGV[6] the month before it YYYYMM
@@ -48,6 +49,6 @@ redis.call('SETBIT', KEYS[1], day - 1, 1)
 redis.call('INCR', KEYS[7])
 redis.call('EXPIRE', KEYS[7], ARGV[13])
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]), -1,
-  ARGV[8], tonumber(ARGV[9]), ARGV[10], {ARGV[17], ARGV[11]}, ARGV[15], ARGV[12],
+  ARGV[8], tonumber(ARGV[9]), ARGV[10], {ARGV[17], ARGV[11], KEYS[9]}, ARGV[15], ARGV[12],
   {'day', ARGV[16], 'made_up', 1})
 return {OK, current_streak(), awarded, allowed - used - 1}

@@ -10,6 +10,7 @@
     KEYS[5] season board             {points:B}:board:<YYYYMM>
     KEYS[6] points stream            {points:B}:events
     KEYS[7] rebuild hold             {points:B}:rebuilding
+    KEYS[8] the board's changes      {points:B}:board:<YYYYMM>:changes
     ARGV[1] user id          ARGV[2] day of month (1..31)
     ARGV[3] days in the previous month
     ARGV[4] previous month YYYYMM    ARGV[5] the month before it YYYYMM
@@ -48,5 +49,5 @@ for rule in string.gmatch(ARGV[13], '[^,]+') do
   end
 end
 local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
-  tonumber(ARGV[7]), ARGV[8], {ARGV[16], ARGV[9]}, ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
+  tonumber(ARGV[7]), ARGV[8], {ARGV[16], ARGV[9], KEYS[8]}, ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
 return {OK, streak, awarded}

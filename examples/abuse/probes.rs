@@ -7,9 +7,10 @@
 //!   of the same Redis too).
 //! - **Rank subscribers**: 3,000 `myRankChanged` subscriptions of 3,000 ranked users,
 //!   spread over 30 addresses, then 50 awards that each pass every one of them: Redis
-//!   round trips and commands, and the server's CPU, per award, against 50 such awards with
-//!   nobody subscribed; and how many rank changes reached the subscribers (each award moves
-//!   each of them down one).
+//!   round trips, the commands the server sent (`engage_redis_commands_total`) and those of
+//!   the whole Redis, and the server's CPU, per award, against 50 such awards with nobody
+//!   subscribed; and how many rank changes reached the subscribers (each award moves each
+//!   of them down one).
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -56,6 +57,8 @@ fn client_from(address: &str) -> anyhow::Result<reqwest::Client> {
 #[derive(Clone, Copy)]
 struct Spent {
     round_trips: f64,
+    /// Commands the server sent (a script call counts one).
+    sent: f64,
     commands: u64,
     cpu_seconds: Option<f64>,
 }
@@ -76,6 +79,11 @@ impl Spent {
             .find_map(|line| line.strip_prefix("engage_redis_round_trips_total "))
             .and_then(|value| value.trim().parse().ok())
             .unwrap_or(0.0);
+        let sent = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("engage_redis_commands_total "))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0.0);
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(redis)
@@ -87,15 +95,17 @@ impl Spent {
             .sum();
         Ok(Self {
             round_trips,
+            sent,
             commands,
             cpu_seconds: args.server_pid.and_then(cpu_seconds),
         })
     }
 
-    /// (round trips, commands, CPU seconds) from `earlier` to `self`.
-    fn since(&self, earlier: &Self) -> (f64, u64, Option<f64>) {
+    /// (round trips, commands sent, Redis-wide commands, CPU seconds) from `earlier` to `self`.
+    fn since(&self, earlier: &Self) -> (f64, f64, u64, Option<f64>) {
         (
             self.round_trips - earlier.round_trips,
+            self.sent - earlier.sent,
             self.commands.saturating_sub(earlier.commands),
             self.cpu_seconds
                 .zip(earlier.cpu_seconds)
@@ -169,7 +179,7 @@ async fn scrape_flood(args: &Args, report: &Report) -> anyhow::Result<()> {
             &format!("{sent} ({:.0}/s)", sent as f64 / elapsed.as_secs_f64()),
             &format!(
                 "{tally}; server's Redis round trips {:.0} (idle 3 s: {:.0}); Redis-wide commands {} (idle: {})",
-                flood.0, idle.0, flood.1, idle.1
+                flood.0, idle.0, flood.2, idle.2
             )
         )
     );
@@ -322,14 +332,15 @@ async fn rank_subscribers(args: &Args, report: &Report) -> anyhow::Result<()> {
         reader.abort();
     }
 
-    let per_award = |spent: (f64, u64, Option<f64>)| {
-        let cpu = spent.2.map_or("-".to_string(), |cpu| {
+    let per_award = |spent: (f64, f64, u64, Option<f64>)| {
+        let cpu = spent.3.map_or("-".to_string(), |cpu| {
             format!("{:.1} ms CPU", cpu * 1e3 / AWARDS as f64)
         });
         format!(
-            "{:.1} round trips, {:.0} Redis-wide commands, {cpu}",
+            "{:.1} round trips, {:.1} commands sent, {:.0} Redis-wide commands, {cpu}",
             spent.0 / AWARDS as f64,
-            spent.1 as f64 / AWARDS as f64
+            spent.1 / AWARDS as f64,
+            spent.2 as f64 / AWARDS as f64
         )
     };
     let failed = if failed.0.is_empty() {
@@ -343,11 +354,12 @@ async fn rank_subscribers(args: &Args, report: &Report) -> anyhow::Result<()> {
             "3,000 myRankChanged subscriptions on 30 addresses, then 50 awards passing them all",
             &format!("{subscribed} subscribed in {connected:.1?}{failed}, {AWARDS} awards"),
             &format!(
-                "per award: {} with them, {} without; {:.1}× the round trips, {:.1}× the commands; rank changes received {received} of {}",
+                "per award: {} with them, {} without; {:.1}× the round trips, {:.1}× the commands sent, {:.1}× the Redis-wide commands; rank changes received {received} of {}",
                 per_award(watched),
                 per_award(alone),
                 watched.0 / alone.0.max(1.0),
-                watched.1 as f64 / alone.1.max(1) as f64,
+                watched.1 / alone.1.max(1.0),
+                watched.2 as f64 / alone.2.max(1) as f64,
                 subscribed as i64 * AWARDS
             )
         )

@@ -1,6 +1,13 @@
 -- Shared by the points scripts (included by build.rs): awards points within a daily cap,
 -- adds them to the season board, XADDs the award and publishes the board's change (`live`:
--- the publish command, SPUBLISH or PUBLISH, and the channel).
+-- the publish command, SPUBLISH or PUBLISH, the channel, and the change counter of the
+-- board's part, a key in the part's slot).
+--
+-- A change of the board is published as `<change> <user> <old score> <new score>`: the
+-- part's change counter after this change (INCR, so every change of the part has the next
+-- number), the user, and the user's board scores before (`-`: not on the board) and after.
+-- myRankChanged's reader (src/features/leaderboard/live.rs) moves its viewers' ranks by it
+-- without reading the board, and knows from the numbers which changes a read reflects.
 -- @include leaderboard_score.lua
 
 -- While `engage rebuild` rewrites the points from SQL, it holds awards back: the scripts
@@ -23,10 +30,13 @@ local function award(daily_key, board_key, stream_key, user, kind, requested, ca
   if allowed > 0 then
     redis.call('HINCRBY', daily_key, kind, allowed)
     redis.call('EXPIRE', daily_key, day_ttl)
-    local score = tonumber(redis.call('ZSCORE', board_key, user) or '0')
-    local points = board_points(score) + allowed
-    redis.call('ZADD', board_key, string.format('%.0f', board_score(points, season_seconds)), user)
-    redis.call(live[1], live[2], user)
+    local old = redis.call('ZSCORE', board_key, user)
+    local points = board_points(tonumber(old or '0')) + allowed
+    local score = string.format('%.0f', board_score(points, season_seconds))
+    redis.call('ZADD', board_key, score, user)
+    local change = redis.call('INCR', live[3])
+    old = old and string.format('%.0f', tonumber(old)) or '-'
+    redis.call(live[1], live[2], table.concat({change, user, old, score}, ' '))
   end
   -- Packed (src/infra/streams/mod.rs), the key last: it is the caller's free text.
   local names = {'user', 'type', 'points', 'requested', 'season', 'at'}

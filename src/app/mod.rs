@@ -10,12 +10,7 @@ pub mod background;
 pub mod cli;
 pub mod demo;
 
-use std::{
-    future::Future,
-    net::SocketAddr,
-    sync::{atomic::AtomicU64, Arc},
-    time::Duration,
-};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -74,13 +69,13 @@ impl Services {
             config.trusted_documents.as_deref(),
             config.trusted_documents_only,
         )?;
-        let redis_round_trips = Arc::new(AtomicU64::new(0));
+        let tally = redis_access::counting::Tally::default();
         let target = RedisTarget::new(
             &config.redis_url,
             config.redis_mode,
             config.redis_ca_file.as_deref(),
         )?;
-        let redis = redis_access::connect(&target, redis_round_trips.clone()).await?;
+        let redis = redis_access::connect(&target, tally.clone()).await?;
         redis_access::scripts::load_all(&redis).await?;
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
@@ -98,7 +93,8 @@ impl Services {
         let shutdown = CancellationToken::new();
         let infra = Infra {
             redis,
-            redis_round_trips,
+            redis_round_trips: tally.round_trips,
+            redis_commands: tally.commands,
             db,
             keys,
             clock,

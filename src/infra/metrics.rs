@@ -106,6 +106,10 @@ fn describe() {
         "Commands and pipelines sent to Redis through the instance's pool (the stream \
          consumers' and the live hub's own connections excluded)"
     );
+    describe_counter!(
+        "engage_redis_commands_total",
+        "Commands sent in those round trips (a script call counts one)"
+    );
     describe_gauge!(
         "engage_redis_pool_connections",
         "Connections to Redis, by state: open, and idle among them"
@@ -203,6 +207,11 @@ pub async fn render(infra: &Infra) -> String {
     metrics::counter!("engage_redis_round_trips_total").absolute(
         infra
             .redis_round_trips
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    metrics::counter!("engage_redis_commands_total").absolute(
+        infra
+            .redis_commands
             .load(std::sync::atomic::Ordering::Relaxed),
     );
     let (sql_open, sql_idle) = infra.db.pool_state();

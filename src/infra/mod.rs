@@ -40,6 +40,8 @@ pub struct Infra {
     pub redis: RedisPool,
     /// Round trips made through `redis` (metrics, and tests that count them).
     pub redis_round_trips: Arc<AtomicU64>,
+    /// Commands sent in those round trips (a script call is one).
+    pub redis_commands: Arc<AtomicU64>,
     pub db: Db,
     pub keys: Keys,
     pub clock: Clock,

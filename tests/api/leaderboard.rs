@@ -1,7 +1,7 @@
 //! Seasons and leaderboards: order, ties, the viewer's entry, neighbours, rollover to SQL,
 //! and live snapshots.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use chrono::{TimeZone, Utc};
 use engage::{
@@ -774,4 +774,249 @@ async fn a_board_in_parts_reads_and_archives_as_one_board() {
             .unwrap();
         assert!(!exists, "{part} is unlinked");
     }
+}
+
+/// Every member's (rank, points) on a season's board: each part read whole, then ordered as
+/// `ZREVRANK` orders one sorted set (score, then member text, descending).
+async fn ranks_in_redis(app: &TestApp, season: Month) -> HashMap<i64, (i64, i64)> {
+    let mut conn = crate::harness::redis(app).await;
+    let mut members: Vec<(i64, f64)> = Vec::new();
+    for part in app.state.infra.keys.season_board_parts(season) {
+        let held: Vec<(i64, f64)> = redis::cmd("ZRANGE")
+            .arg(part)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        members.extend(held);
+    }
+    members.sort_by(|a, b| {
+        b.1.partial_cmp(&a.1)
+            .unwrap()
+            .then_with(|| b.0.to_string().cmp(&a.0.to_string()))
+    });
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, (user, score))| {
+            let points = engage::features::leaderboard::points_of(*score);
+            (*user, (i as i64 + 1, points))
+        })
+        .collect()
+}
+
+/// A viewer's `myRankChanged` socket and the last entry it was sent.
+struct Viewer {
+    user: i64,
+    socket: crate::harness::Socket,
+    last: Option<Value>,
+}
+
+impl Viewer {
+    async fn join(app: &TestApp, user: i64) -> Self {
+        let token = app.user_token(user);
+        let socket = subscribe(
+            app,
+            Some(&token),
+            "subscription { myRankChanged { rank points } }",
+        )
+        .await;
+        Self {
+            user,
+            socket,
+            last: None,
+        }
+    }
+
+    /// Takes what the socket was sent until it stays quiet.
+    async fn settle(&mut self) {
+        while let Ok(data) =
+            tokio::time::timeout(Duration::from_millis(150), next_data(&mut self.socket)).await
+        {
+            self.last = Some(data["myRankChanged"].clone());
+        }
+    }
+}
+
+/// Waits for the awards' messages to be handed over, then checks every viewer's last entry
+/// against the board in Redis.
+async fn assert_exact(app: &TestApp, viewers: &mut [Viewer], after: &str) {
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let season = app.state.infra.clock.current_month();
+    let expected = ranks_in_redis(app, season).await;
+    for viewer in viewers.iter_mut() {
+        viewer.settle().await;
+        let wanted = expected
+            .get(&viewer.user)
+            .map(|(rank, points)| json!({ "rank": rank, "points": points }));
+        assert_eq!(viewer.last, wanted, "user {} {after}", viewer.user);
+    }
+}
+
+/// Awards in `rounds` of `at_once` concurrent awards: random users of `users`, 1 to 3
+/// points each, so that many land in the same second with the same points (ties).
+async fn random_awards(
+    app: &TestApp,
+    rng: &mut rand::rngs::StdRng,
+    users: std::ops::RangeInclusive<i64>,
+    rounds: usize,
+    at_once: usize,
+) {
+    use rand::Rng;
+    for _ in 0..rounds {
+        let batch: Vec<(i64, i64)> = (0..at_once)
+            .map(|_| (rng.random_range(users.clone()), rng.random_range(1..=3)))
+            .collect();
+        futures::future::join_all(
+            batch
+                .into_iter()
+                .map(|(user, points)| award(app, user, points)),
+        )
+        .await;
+    }
+}
+
+/// A board in three parts whose users 1 to 30 hold scores with runs of equals across the
+/// parts (written before anyone watches, as a board from before would be).
+async fn app_with_a_board_in_parts() -> TestApp {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.rollover_check_seconds = 3600;
+        config.points_buckets = Some(3);
+    })
+    .await;
+    let season = app.state.infra.clock.current_month();
+    let keys = &app.state.infra.keys;
+    let mut conn = crate::harness::redis(&app).await;
+    let mut pipe = redis::pipe();
+    for user in 1..=30_i64 {
+        let score = engage::features::leaderboard::score_of(user % 4 + 1, 0);
+        pipe.cmd("ZADD")
+            .arg(keys.season_board_of(season, user))
+            .arg(score)
+            .arg(user)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut conn).await.unwrap();
+    app
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_viewers_rank_follows_a_random_sequence_of_awards_exactly() {
+    use rand::SeedableRng;
+    let app = app_with_a_board_in_parts().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(44);
+    // Users 1 to 30 are on the board, 31 to 40 not yet; 41 to 60 are awarded unwatched.
+    let mut viewers = Vec::new();
+    for user in 1..=40 {
+        viewers.push(Viewer::join(&app, user).await);
+    }
+    assert_exact(&app, &mut viewers, "when they joined").await;
+    for round in 0..4 {
+        random_awards(&app, &mut rng, 1..=60, 15, 8).await;
+        assert_exact(&app, &mut viewers, &format!("after round {round}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_joining_during_a_burst_of_awards_ends_with_its_exact_rank() {
+    use rand::SeedableRng;
+    let app = app_with_a_board_in_parts().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4404);
+    // One viewer first, so that the board's reader runs when the others join.
+    let mut viewers = vec![Viewer::join(&app, 1).await];
+    let burst = random_awards(&app, &mut rng, 1..=50, 40, 6);
+    let joins = async {
+        let mut joined = Vec::new();
+        for user in 2..=25 {
+            tokio::time::sleep(Duration::from_millis(15)).await;
+            joined.push(Viewer::join(&app, user).await);
+        }
+        joined
+    };
+    let ((), joined) = tokio::join!(burst, joins);
+    viewers.extend(joined);
+    assert_exact(&app, &mut viewers, "after the burst").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_read_again_what_they_cannot_apply_a_foreign_message_a_missed_change_or_a_rebuild()
+{
+    let app = app().await;
+    award(&app, 81, 50).await;
+    award(&app, 82, 10).await;
+    let mut viewers = vec![Viewer::join(&app, 82).await];
+    assert_exact(&app, &mut viewers, "when it joined").await;
+    let season = app.state.infra.clock.current_month();
+    let keys = &app.state.infra.keys;
+    let mut conn = crate::harness::redis(&app).await;
+    let score = |points| engage::features::leaderboard::score_of(points, 0);
+
+    // Another writer's member, announced as older scripts did (the user alone).
+    let () = redis::pipe()
+        .cmd("ZADD")
+        .arg(keys.season_board_of(season, 83))
+        .arg(score(100))
+        .arg(83)
+        .ignore()
+        .cmd(keys.publish_command())
+        .arg(keys.board_channel_of(season, 83))
+        .arg(83)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_exact(&app, &mut viewers, "after a message that is no change").await;
+
+    // A change whose predecessor (user 86's arrival, in the same part) never arrived.
+    let counter = keys.board_changes_of(season, 84);
+    let number: i64 = redis::cmd("INCRBY")
+        .arg(&counter)
+        .arg(2)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::pipe()
+        .cmd("ZADD")
+        .arg(keys.season_board_of(season, 84))
+        .arg(score(150))
+        .arg(86)
+        .ignore()
+        .cmd("ZADD")
+        .arg(keys.season_board_of(season, 84))
+        .arg(score(200))
+        .arg(84)
+        .ignore()
+        .cmd(keys.publish_command())
+        .arg(keys.board_channel_of(season, 84))
+        .arg(format!("{number} 84 - {}", score(200)))
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_exact(&app, &mut viewers, "after a change that skipped one").await;
+
+    // A member SQL never heard of, unannounced; the rebuild takes it away again and says so.
+    let () = redis::cmd("ZADD")
+        .arg(keys.season_board_of(season, 85))
+        .arg(score(300))
+        .arg(85)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    crate::harness::streams_settled(&app, &keys.points_streams(), "archive").await;
+    app.state
+        .features
+        .rebuild(&app.state.infra, false)
+        .await
+        .expect("rebuild");
+    assert_exact(&app, &mut viewers, "after a rebuild").await;
+    assert_eq!(
+        viewers[0].last,
+        Some(json!({ "rank": 2, "points": 10 })),
+        "the rebuilt board holds what SQL holds"
+    );
 }

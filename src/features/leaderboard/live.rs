@@ -8,11 +8,11 @@
 //! with the first subscriber and stops with the last.
 //!
 //! `myRankChanged` shows each viewer their own entry, and its viewers of a season share
-//! one reader too ([`SharedRanks`]): after each change it reads every viewer's entry at
-//! once ([`Leaderboards::entries_of`], a few pipelined round trips) and hands each viewer
-//! theirs when it differs. A reader per subscriber made each award cost every subscriber's
-//! read: 3,000 of them multiplied an award's Redis commands by more than 200. Subscriptions
-//! of one user share their entry.
+//! one reader too ([`SharedRanks`]): it moves every viewer's rank by each change the board's
+//! scripts publish, reading only the entries it cannot be sure of (see [`super::ranks`]),
+//! and hands each viewer theirs when it differs, coalesced like the top N. A reader per
+//! subscriber made each award cost every subscriber's read: 3,000 of them multiplied an
+//! award's Redis commands by more than 200. Subscriptions of one user share their entry.
 //!
 //! Values travel through a `watch` channel: a subscriber that reads slowly skips to the
 //! latest snapshot instead of having older ones buffered for it.
@@ -22,22 +22,25 @@
 //! on last month's frozen board. One task per instance ([`watch_seasons`]) notices the turn.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     future::Future,
     sync::{Arc, Mutex, Weak},
     time::Duration,
 };
 
-use futures::{stream::BoxStream, Stream, StreamExt};
-use tokio::sync::{watch, OnceCell};
+use futures::{stream::BoxStream, FutureExt, Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot, watch, OnceCell};
 use tokio_util::task::AbortOnDropHandle;
 
-use super::RankEntry;
+use super::{
+    ranks::{Applied, Change, Standing},
+    RankEntry,
+};
 use crate::{
     features::leaderboard::Leaderboards,
     infra::{
         clock::Month,
-        error::AppResult,
+        error::{AppError, AppResult},
         live::{LiveMessage, LiveSubscription},
     },
 };
@@ -59,14 +62,15 @@ where
     futures::stream::once(async { first }).chain(changes)
 }
 
-/// The channels of every part of a board, heard as one.
+/// The channels of every part of a board (in bucket order), heard as one.
 struct BoardSubscription(Vec<LiveSubscription>);
 
 impl BoardSubscription {
-    /// The next message on any of the channels; `None` when the hub is gone.
-    async fn recv(&mut self) -> Option<LiveMessage> {
+    /// The next message on any of the channels, with its part; `None` when the hub is gone.
+    async fn recv(&mut self) -> Option<(usize, LiveMessage)> {
         let receiving = self.0.iter_mut().map(|part| Box::pin(part.recv()));
-        futures::future::select_all(receiving).await.0
+        let (message, part, _) = futures::future::select_all(receiving).await;
+        message.map(|message| (part, message))
     }
 }
 
@@ -129,32 +133,91 @@ async fn reread_on_change<T, F, Fut>(
 /// reader keeps current.
 type Viewers = Arc<Mutex<HashMap<i64, watch::Sender<Option<RankEntry>>>>>;
 
-/// Re-reads the entry of every viewer after changes of the board, coalesced, all in one
-/// [`Leaderboards::entries_of`], and hands each viewer theirs when it changed. A viewer
-/// whose subscriptions all ended is dropped before the read. Ends at shutdown or when the
-/// hub goes; its [`SharedRanks`] aborts it when the last viewer goes.
-async fn reread_ranks(
+/// A viewer that asks the reader for its entry, and where the reader answers (`None`: the
+/// entry could not be read).
+type Join = (
+    i64,
+    oneshot::Sender<Option<watch::Receiver<Option<RankEntry>>>>,
+);
+
+/// The reader of a season's viewers: each viewer's standing, moved by every change of the
+/// board as it arrives ([`Standing::apply`]); the viewers it cannot be sure of, read again
+/// together; and, coalesced, each viewer's entry handed over when it changed.
+struct RankKeeper {
     ctx: Leaderboards,
     season: Month,
-    mut subscription: BoardSubscription,
     viewers: Viewers,
-) {
-    let mut last_read = never_read();
-    while next_change(&ctx, &mut subscription, &mut last_read).await {
-        let users: Vec<i64> = {
-            let mut viewers = viewers.lock().expect("poisoned");
-            viewers.retain(|_, entry| entry.receiver_count() > 0);
-            viewers.keys().copied().collect()
+    standings: HashMap<i64, Standing>,
+    /// Viewers to read again before their entries are handed over.
+    unsure: HashSet<i64>,
+    /// When the entries are next handed over (`None`: nothing changed).
+    due: Option<tokio::time::Instant>,
+    last_handed: tokio::time::Instant,
+}
+
+impl RankKeeper {
+    /// Applies a message of the board's part `part`: a change moves the standings, anything
+    /// else (a rebuild, a message of an older script, a gap the hub reports) makes every
+    /// viewer unsure.
+    fn hear(&mut self, part: usize, message: LiveMessage) {
+        let change = match &message {
+            LiveMessage::Payload(payload) => Change::parse(part, payload),
+            LiveMessage::Resync => None,
         };
-        if users.is_empty() {
-            continue;
+        let mut moved = false;
+        match change {
+            Some(change) => {
+                for (&user, standing) in &mut self.standings {
+                    if self.unsure.contains(&user) {
+                        continue;
+                    }
+                    match standing.apply(user, &change) {
+                        Applied::Unchanged => {}
+                        Applied::Moved => moved = true,
+                        Applied::Unsure => {
+                            self.unsure.insert(user);
+                        }
+                    }
+                }
+            }
+            None => self.unsure.extend(self.standings.keys().copied()),
         }
-        let Ok(entries) = ctx.entries_of(season, &users).await else {
-            continue;
-        };
-        let viewers = viewers.lock().expect("poisoned");
-        for (user, entry) in users.iter().zip(entries) {
+        if self.due.is_none() && (moved || !self.unsure.is_empty()) {
+            // Leading edge: the first change after a quiet window goes out at once.
+            self.due = Some(self.last_handed + COALESCE);
+        }
+    }
+
+    /// Reads the viewers it is unsure of (nothing else happens meanwhile, so that every
+    /// change above the numbers read arrives after), then hands every viewer its entry when
+    /// it changed. Viewers whose subscriptions all ended are dropped first. A failed read
+    /// leaves them unsure, to be read at the next window.
+    async fn hand_over(&mut self) {
+        self.due = None;
+        self.last_handed = tokio::time::Instant::now();
+        {
+            let mut viewers = self.viewers.lock().expect("poisoned");
+            viewers.retain(|_, entry| entry.receiver_count() > 0);
+            self.standings.retain(|user, _| viewers.contains_key(user));
+        }
+        self.unsure.retain(|user| self.standings.contains_key(user));
+        if !self.unsure.is_empty() {
+            let users: Vec<i64> = self.unsure.iter().copied().collect();
+            match self.ctx.standings_of(self.season, &users).await {
+                Ok(read) => {
+                    self.unsure.clear();
+                    self.standings.extend(users.into_iter().zip(read));
+                }
+                Err(_) => self.due = Some(self.last_handed + COALESCE),
+            }
+        }
+        let viewers = self.viewers.lock().expect("poisoned");
+        for (user, standing) in &self.standings {
+            if self.unsure.contains(user) {
+                continue;
+            }
             if let Some(sender) = viewers.get(user) {
+                let entry = standing.entry(*user);
                 sender.send_if_modified(|current| {
                     let changed = *current != entry;
                     if changed {
@@ -162,6 +225,82 @@ async fn reread_ranks(
                     }
                     changed
                 });
+            }
+        }
+    }
+
+    /// Reads the entries of viewers that joined, together, and answers each.
+    async fn admit(&mut self, joins: Vec<Join>) {
+        let mut users: Vec<i64> = joins
+            .iter()
+            .map(|(user, _)| *user)
+            .filter(|user| !self.standings.contains_key(user))
+            .collect();
+        users.sort_unstable();
+        users.dedup();
+        if !users.is_empty() {
+            if let Ok(read) = self.ctx.standings_of(self.season, &users).await {
+                let mut viewers = self.viewers.lock().expect("poisoned");
+                for (user, standing) in users.into_iter().zip(read) {
+                    viewers
+                        .entry(user)
+                        .or_insert_with(|| watch::Sender::new(standing.entry(user)));
+                    self.standings.insert(user, standing);
+                }
+            }
+        }
+        let viewers = self.viewers.lock().expect("poisoned");
+        for (user, answer) in joins {
+            let entry = viewers
+                .get(&user)
+                .filter(|_| self.standings.contains_key(&user))
+                .map(watch::Sender::subscribe);
+            let _ = answer.send(entry);
+        }
+    }
+}
+
+/// Keeps the entries of a season's viewers current (see [`RankKeeper`]): admits viewers as
+/// they join, applies each change of the board as it arrives, and hands the entries over
+/// at most every [`COALESCE`]. Ends at shutdown or when the hub goes; its [`SharedRanks`]
+/// aborts it when the last viewer goes.
+async fn keep_ranks(
+    ctx: Leaderboards,
+    season: Month,
+    mut subscription: BoardSubscription,
+    viewers: Viewers,
+    mut joins: mpsc::UnboundedReceiver<Join>,
+) {
+    let mut keeper = RankKeeper {
+        ctx: ctx.clone(),
+        season,
+        viewers,
+        standings: HashMap::new(),
+        unsure: HashSet::new(),
+        due: None,
+        last_handed: never_read(),
+    };
+    loop {
+        let due = keeper.due;
+        tokio::select! {
+            () = ctx.infra.instance.shutdown.cancelled() => return,
+            message = subscription.recv() => {
+                let Some((part, message)) = message else { return };
+                keeper.hear(part, message);
+            }
+            Some(join) = joins.recv() => {
+                let mut batch = vec![join];
+                while let Ok(join) = joins.try_recv() {
+                    batch.push(join);
+                }
+                keeper.admit(batch).await;
+            }
+            () = async { tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)).await }, if due.is_some() => {
+                // What queued meanwhile goes into this hand-over.
+                while let Some(Some((part, message))) = subscription.recv().now_or_never() {
+                    keeper.hear(part, message);
+                }
+                keeper.hand_over().await;
             }
         }
     }
@@ -212,30 +351,36 @@ impl SharedTop {
 /// first viewer, dropped with the last subscription.
 struct SharedRanks {
     viewers: Viewers,
+    /// Where viewers ask the reader for their entry.
+    joins: mpsc::UnboundedSender<Join>,
+    /// The reader's end of `joins`, until it starts.
+    admissions: Mutex<Option<mpsc::UnboundedReceiver<Join>>>,
     /// The reader, once its channels are subscribed to (the others wait for it).
     reader: OnceCell<AbortOnDropHandle<()>>,
 }
 
 impl SharedRanks {
-    /// `user`'s entry and its changes: shared with the user's other subscriptions, or
-    /// read now. The reader has subscribed to the board's channels by then, so that no
-    /// change slips between this read and the reader's next one.
-    async fn watch(
-        &self,
-        ctx: &Leaderboards,
-        season: Month,
-        user: i64,
-    ) -> AppResult<watch::Receiver<Option<RankEntry>>> {
+    fn new() -> Self {
+        let (joins, admissions) = mpsc::unbounded_channel();
+        Self {
+            viewers: Viewers::default(),
+            joins,
+            admissions: Mutex::new(Some(admissions)),
+            reader: OnceCell::new(),
+        }
+    }
+
+    /// `user`'s entry and its changes: shared with the user's other subscriptions, or read
+    /// by the reader, between two changes of the board, so that its standing and the
+    /// changes it applies agree.
+    async fn watch(&self, user: i64) -> AppResult<watch::Receiver<Option<RankEntry>>> {
         if let Some(entry) = self.viewers.lock().expect("poisoned").get(&user) {
             return Ok(entry.subscribe());
         }
-        let first = ctx.entries_of(season, &[user]).await?.pop().flatten();
-        let mut viewers = self.viewers.lock().expect("poisoned");
-        // Another subscription of the user may have read it meanwhile: one entry for both.
-        Ok(viewers
-            .entry(user)
-            .or_insert_with(|| watch::Sender::new(first))
-            .subscribe())
+        let (answer, answered) = oneshot::channel();
+        let unread = || AppError::Unavailable("the leaderboard could not be read".into());
+        self.joins.send((user, answer)).map_err(|_| unread())?;
+        answered.await.ok().flatten().ok_or_else(unread)
     }
 }
 
@@ -308,10 +453,7 @@ impl SharedBoards {
                 Some(shared) => shared,
                 None => {
                     ranks.retain(|_, shared| shared.strong_count() > 0);
-                    let shared = Arc::new(SharedRanks {
-                        viewers: Viewers::default(),
-                        reader: OnceCell::new(),
-                    });
+                    let shared = Arc::new(SharedRanks::new());
                     ranks.insert(season, Arc::downgrade(&shared));
                     shared
                 }
@@ -322,9 +464,20 @@ impl SharedBoards {
             .reader
             .get_or_try_init(|| async {
                 let subscription = ctx.board_subscription(season).await;
-                let reader =
-                    reread_ranks(ctx.clone(), season, subscription, shared.viewers.clone());
-                Ok::<_, crate::infra::error::AppError>(AbortOnDropHandle::new(tokio::spawn(reader)))
+                let admissions = shared.admissions.lock().expect("poisoned").take();
+                let Some(admissions) = admissions else {
+                    return Err(AppError::internal(anyhow::anyhow!(
+                        "a board's rank reader started twice"
+                    )));
+                };
+                let reader = keep_ranks(
+                    ctx.clone(),
+                    season,
+                    subscription,
+                    shared.viewers.clone(),
+                    admissions,
+                );
+                Ok::<_, AppError>(AbortOnDropHandle::new(tokio::spawn(reader)))
             })
             .await?;
         Ok(shared)
@@ -435,7 +588,7 @@ impl Leaderboards {
         user_id: i64,
     ) -> AppResult<impl Stream<Item = RankEntry>> {
         let shared = self.boards.ranks(self, season).await?;
-        let receiver = shared.watch(self, season, user_id).await?;
+        let receiver = shared.watch(user_id).await?;
         Ok(snapshots(receiver, shared).filter_map(|me| async move { me }))
     }
 

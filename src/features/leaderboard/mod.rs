@@ -11,12 +11,13 @@
 
 pub mod live;
 pub mod parts;
+pub mod ranks;
 pub mod rollover;
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use crate::infra::{
     clock::Month,
@@ -283,96 +284,6 @@ impl Leaderboards {
         .fetch_optional(&self.infra.db.pool)
         .await?;
         Ok(row.map(|row| entry_of(&row)).transpose()?)
-    }
-
-    /// The entries of distinct `users` in a season's board (`None`: unranked), in their
-    /// order, read together: the scores (a `ZMSCORE` per part) and ranks in their own parts
-    /// first, then the ranks elsewhere ([`parts::ahead_elsewhere`]), in pipelines of at
-    /// most [`parts::PIPELINE_COMMANDS`] commands. `myRankChanged` reads every viewer of a
-    /// board so after each change: a few round trips, however many viewers.
-    pub async fn entries_of(
-        &self,
-        season: Month,
-        users: &[i64],
-    ) -> AppResult<Vec<Option<RankEntry>>> {
-        if self.archived(season).await? {
-            let mut entries = Vec::with_capacity(users.len());
-            for &user in users {
-                entries.push(self.archived_entry(season, user).await?);
-            }
-            return Ok(entries);
-        }
-        let keys = &self.infra.keys;
-        let parts = keys.season_board_parts(season);
-        // (own part, user, rank within it, score) of each ranked user.
-        let mut ranked: Vec<(String, i64, i64, f64)> = Vec::new();
-        // Each round trip: a ZMSCORE per part for the scores, a ZREVRANK per user.
-        for chunk in users.chunks(parts::PIPELINE_COMMANDS.saturating_sub(parts.len()).max(1)) {
-            let mut by_part: Vec<(String, Vec<i64>)> = Vec::new();
-            let mut part_at: HashMap<String, usize> = HashMap::new();
-            for &user in chunk {
-                let own = keys.season_board_of(season, user);
-                let at = *part_at.entry(own.clone()).or_insert_with(|| {
-                    by_part.push((own, Vec::new()));
-                    by_part.len() - 1
-                });
-                by_part[at].1.push(user);
-            }
-            let mut pipe = redis::pipe();
-            for (part, members) in &by_part {
-                pipe.cmd("ZMSCORE").arg(part).arg(members);
-            }
-            for (part, members) in &by_part {
-                for user in members {
-                    pipe.cmd("ZREVRANK").arg(part).arg(user);
-                }
-            }
-            let replies: Vec<redis::Value> = {
-                let mut conn = self.infra.redis.get().await?;
-                pipe.query_async(&mut *conn).await?
-            };
-            let mut replies = replies.into_iter();
-            let mut scores = Vec::with_capacity(chunk.len());
-            for (_, members) in &by_part {
-                let part_scores: Vec<Option<f64>> = from_value(replies.next())?;
-                if part_scores.len() != members.len() {
-                    return Err(AppError::internal(anyhow::anyhow!(
-                        "ZMSCORE answered {} scores for {} members",
-                        part_scores.len(),
-                        members.len()
-                    )));
-                }
-                scores.extend(part_scores);
-            }
-            let mut scores = scores.into_iter();
-            for (part, members) in &by_part {
-                for &user in members {
-                    let rank: Option<i64> = from_value(replies.next())?;
-                    if let (Some(rank), Some(Some(score))) = (rank, scores.next()) {
-                        ranked.push((part.clone(), user, rank, score));
-                    }
-                }
-            }
-        }
-        let members: Vec<(&str, parts::Member)> = ranked
-            .iter()
-            .map(|(own, user, _, score)| (own.as_str(), (*user, *score)))
-            .collect();
-        let elsewhere = parts::ahead_elsewhere(&self.infra, &parts, &members).await?;
-        let index: HashMap<i64, usize> = users
-            .iter()
-            .enumerate()
-            .map(|(index, user)| (*user, index))
-            .collect();
-        let mut entries = vec![None; users.len()];
-        for ((_, user_id, rank, score), elsewhere) in ranked.iter().zip(elsewhere) {
-            entries[index[user_id]] = Some(RankEntry {
-                rank: rank + elsewhere + 1,
-                points: points_of(*score),
-                user_id: *user_id,
-            });
-        }
-        Ok(entries)
     }
 
     /// The entries just above and below the viewer (empty when the viewer is unranked).

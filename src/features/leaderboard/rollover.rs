@@ -521,9 +521,15 @@ impl Leaderboards {
     /// Removes the Redis board once SQL holds it, then marks the season done.
     async fn unlink_season(&self, season: Month, fence: i64) -> AppResult<()> {
         let mut pipe = redis::pipe();
-        for part in self.infra.keys.season_board_parts(season) {
+        let keys = &self.infra.keys;
+        for (part, changes) in keys
+            .season_board_parts(season)
+            .into_iter()
+            .zip(keys.board_changes(season))
+        {
             pipe.cmd("UNLINK").arg(snapshot_of(&part)).ignore();
             pipe.cmd("UNLINK").arg(part).ignore();
+            pipe.cmd("UNLINK").arg(changes).ignore();
         }
         crate::infra::recovery::write(&self.infra, &pipe).await?;
         let mut tx = self.infra.db.pool.begin().await?;

@@ -117,6 +117,18 @@ impl Keys {
         self.of_points_user(user_id, &format!("board:{}", season.id()))
     }
 
+    /// The change counter of the part of a season's board that holds a user: every award
+    /// to the part increments it and publishes it with the change (`lua/include/points_award.lua`),
+    /// so that a reader of the part knows which changes a read of it reflects.
+    pub fn board_changes_of(&self, season: Month, user_id: i64) -> String {
+        self.of_points_user(user_id, &format!("board:{}:changes", season.id()))
+    }
+
+    /// The change counters of every part of a season's board, in bucket order.
+    pub fn board_changes(&self, season: Month) -> Vec<String> {
+        self.per_points_bucket(&format!("board:{}:changes", season.id()))
+    }
+
     /// Every part of a season's board, in bucket order.
     pub fn season_board_parts(&self, season: Month) -> Vec<String> {
         self.per_points_bucket(&format!("board:{}", season.id()))
@@ -321,6 +333,7 @@ impl Points {
                         board.clone(),
                         keys.points_stream_of(first),
                         keys.points_hold_of(first),
+                        keys.board_changes_of(season, first),
                     ],
                     (
                         self.infra.clock.now_ms(),

@@ -36,6 +36,8 @@ use crate::{
 
 /// Board members read and written per round trip.
 const CHUNK: usize = 5000;
+/// What a rebuild publishes on a board's channels once it swapped the board in.
+pub const REBUILT: &str = "rebuilt";
 /// How long the hold lasts at most if the rebuild dies holding it.
 const HOLD_SECONDS: u64 = 60;
 /// How long the rebuild waits for the archive to catch up with the stream.
@@ -363,8 +365,12 @@ impl Points {
             let adds = self.side_adds(season, &standings_of(&rows)?);
             crate::infra::recovery::write(&self.infra, &adds).await?;
             // Each part becomes its side key; a part without one has no user with points.
+            // Its channel is told, so that readers of the board read it afresh: the swap is
+            // no award they could apply (`features::leaderboard::ranks`).
             let mut conn = self.infra.redis.get().await?;
-            for part in self.infra.keys.season_board_parts(season) {
+            let keys = &self.infra.keys;
+            let channels = keys.board_channels(season);
+            for (part, channel) in keys.season_board_parts(season).into_iter().zip(channels) {
                 let side = Self::side_key(&part);
                 let exists: bool = redis::cmd("EXISTS")
                     .arg(&side)
@@ -375,6 +381,11 @@ impl Points {
                     swap.arg(&side);
                 }
                 let _: redis::Value = swap.arg(&part).query_async(&mut *conn).await?;
+                let _: redis::Value = redis::cmd(keys.publish_command())
+                    .arg(channel)
+                    .arg(REBUILT)
+                    .query_async(&mut *conn)
+                    .await?;
             }
         }
         let today = self.infra.clock.today();

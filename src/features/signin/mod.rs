@@ -101,6 +101,7 @@ impl SignIn {
                             keys.season_board_of(season, user_id),
                             keys.points_stream_of(user_id),
                             keys.points_hold_of(user_id),
+                            keys.board_changes_of(season, user_id),
                         ],
                         (
                             user_id,
@@ -172,6 +173,7 @@ impl SignIn {
                             keys.points_stream_of(user_id),
                             keys.sign_make_ups(user_id, month),
                             keys.points_hold_of(user_id),
+                            keys.board_changes_of(season, user_id),
                         ],
                         (
                             user_id,

@@ -1,10 +1,13 @@
-//! A pool connection that counts its round trips, and traces them (a `redis` span each,
-//! [`spans`], while a trace is recorded): every command and pipeline passes here.
+//! A pool connection that counts its round trips and the commands they carry, and traces
+//! them (a `redis` span each, [`spans`], while a trace is recorded): every command and
+//! pipeline passes here.
 //!
 //! Every command or pipeline sent through the pool is one round trip (on a cluster, a
-//! pipeline whose keys live on several nodes is one per node, sent at the same time); the count feeds
-//! `engage_redis_round_trips_total` and lets tests prove claims such as "a page of remarks
-//! costs one Redis round trip" against the real server.
+//! pipeline whose keys live on several nodes is one per node, sent at the same time); the
+//! counts feed `engage_redis_round_trips_total` and `engage_redis_commands_total` and let
+//! tests prove claims such as "a page of remarks costs one Redis round trip" or "an award
+//! costs as many commands with 300 rank subscribers" against the real server. A script
+//! call is one command, whatever it runs inside Redis.
 
 use std::sync::{
     atomic::{AtomicU64, Ordering},
@@ -19,11 +22,25 @@ use redis::{
     AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
 };
 
+/// What connections count: round trips, and the commands sent in them.
+#[derive(Clone, Default)]
+pub struct Tally {
+    pub round_trips: Arc<AtomicU64>,
+    pub commands: Arc<AtomicU64>,
+}
+
+impl Tally {
+    fn add(&self, commands: usize) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.commands.fetch_add(commands as u64, Ordering::Relaxed);
+    }
+}
+
 pub struct CountingManager {
     client: redis::Client,
     config: AsyncConnectionConfig,
     inner: RedisConnectionManager,
-    round_trips: Arc<AtomicU64>,
+    tally: Tally,
 }
 
 impl CountingManager {
@@ -32,13 +49,13 @@ impl CountingManager {
     pub fn new(
         client: redis::Client,
         config: AsyncConnectionConfig,
-        round_trips: Arc<AtomicU64>,
+        tally: Tally,
     ) -> redis::RedisResult<Self> {
         Ok(Self {
             inner: RedisConnectionManager::new(client.get_connection_info().clone())?,
             client,
             config,
-            round_trips,
+            tally,
         })
     }
 }
@@ -54,7 +71,7 @@ impl bb8::ManageConnection for CountingManager {
             .await?;
         Ok(CountedConnection {
             inner: Link::Pooled(inner),
-            round_trips: self.round_trips.clone(),
+            tally: self.tally.clone(),
         })
     }
 
@@ -76,7 +93,7 @@ impl bb8::ManageConnection for CountingManager {
 #[derive(Clone)]
 pub struct CountedConnection {
     inner: Link,
-    round_trips: Arc<AtomicU64>,
+    tally: Tally,
 }
 
 /// A connection of the pool, the one shared, reconnecting connection, or a cluster's.
@@ -89,26 +106,26 @@ enum Link {
 
 impl CountedConnection {
     /// The connection every request shares (`ENGAGE_REDIS_MODE=shared`).
-    pub fn shared(inner: ConnectionManager, round_trips: Arc<AtomicU64>) -> Self {
+    pub fn shared(inner: ConnectionManager, tally: Tally) -> Self {
         Self {
             inner: Link::Shared(inner),
-            round_trips,
+            tally,
         }
     }
 
     /// A connection of its own to one node.
-    pub fn own(inner: MultiplexedConnection, round_trips: Arc<AtomicU64>) -> Self {
+    pub fn own(inner: MultiplexedConnection, tally: Tally) -> Self {
         Self {
             inner: Link::Pooled(inner),
-            round_trips,
+            tally,
         }
     }
 
     /// The connection to a cluster every request shares (`ENGAGE_REDIS_MODE=cluster`).
-    pub fn cluster(inner: Cluster, round_trips: Arc<AtomicU64>) -> Self {
+    pub fn cluster(inner: Cluster, tally: Tally) -> Self {
         Self {
             inner: Link::Cluster(inner),
-            round_trips,
+            tally,
         }
     }
 
@@ -123,7 +140,7 @@ impl CountedConnection {
 
 impl ConnectionLike for CountedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.tally.add(1);
         let reply = match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_command(cmd),
             Link::Shared(conn) => conn.req_packed_command(cmd),
@@ -138,7 +155,7 @@ impl ConnectionLike for CountedConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.tally.add(pipeline.len());
         let replies = match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Shared(conn) => conn.req_packed_commands(pipeline, offset, count),

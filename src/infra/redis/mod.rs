@@ -9,12 +9,7 @@ pub mod spans;
 pub mod status;
 pub mod target;
 
-use std::{
-    net::ToSocketAddrs,
-    process::Command,
-    sync::{atomic::AtomicU64, Arc},
-    time::Duration,
-};
+use std::{net::ToSocketAddrs, process::Command, time::Duration};
 
 use anyhow::{bail, Context};
 use redis::AsyncCommands;
@@ -250,15 +245,11 @@ async fn scan_node(
 /// PATH, one is started (without persistence) so that the first command of the README
 /// works on a fresh machine (one node only: a cluster is started by
 /// `deploy/redis-cluster/start`).
-/// `round_trips` counts every command and pipeline sent through the pool.
-pub async fn connect(
-    target: &RedisTarget,
-    round_trips: Arc<AtomicU64>,
-) -> anyhow::Result<RedisPool> {
+/// `tally` counts every command and pipeline sent through the pool.
+pub async fn connect(target: &RedisTarget, tally: counting::Tally) -> anyhow::Result<RedisPool> {
     let pool = match target.mode {
         RedisMode::Pool => {
-            let manager =
-                counting::CountingManager::new(target.client()?, node_config(), round_trips)?;
+            let manager = counting::CountingManager::new(target.client()?, node_config(), tally)?;
             RedisPool::Pool(
                 bb8::Pool::builder()
                     .max_size(32)
@@ -281,9 +272,9 @@ pub async fn connect(
             RedisPool::Shared {
                 requests: counting::CountedConnection::shared(
                     manager(config.clone())?,
-                    round_trips.clone(),
+                    tally.clone(),
                 ),
-                durable: counting::CountedConnection::shared(manager(config)?, round_trips),
+                durable: counting::CountedConnection::shared(manager(config)?, tally),
             }
         }
         RedisMode::Cluster => {
@@ -297,11 +288,8 @@ pub async fn connect(
                     )
                 })?;
             RedisPool::Cluster {
-                requests: counting::CountedConnection::cluster(
-                    cluster.clone(),
-                    round_trips.clone(),
-                ),
-                durable: counting::CountedConnection::cluster(cluster.durable_lane(), round_trips),
+                requests: counting::CountedConnection::cluster(cluster.clone(), tally.clone()),
+                durable: counting::CountedConnection::cluster(cluster.durable_lane(), tally),
             }
         }
     };
@@ -336,13 +324,13 @@ pub async fn connect(
 /// A connection of its own to the same Redis (a node, or the whole cluster), not shared with
 /// requests nor counted with them: for tools and tests that inspect or arrange state.
 pub async fn dedicated(target: &RedisTarget) -> anyhow::Result<counting::CountedConnection> {
-    let round_trips = Arc::new(AtomicU64::new(0));
+    let tally = counting::Tally::default();
     Ok(if target.is_cluster() {
         let cluster = cluster::Cluster::connect(target, node_config()).await?;
-        counting::CountedConnection::cluster(cluster, round_trips)
+        counting::CountedConnection::cluster(cluster, tally)
     } else {
         let conn = target.client()?.get_multiplexed_async_connection().await?;
-        counting::CountedConnection::own(conn, round_trips)
+        counting::CountedConnection::own(conn, tally)
     })
 }
 

@@ -31,11 +31,7 @@
 //! over the instance's cluster connection, and polls rather than blocks (a blocking read
 //! would hold up every other command on that node's connection).
 
-use std::{
-    collections::HashSet,
-    sync::{atomic::AtomicU64, Arc},
-    time::Duration,
-};
+use std::{collections::HashSet, time::Duration};
 
 use redis::{
     streams::{StreamInfoGroupsReply, StreamPendingReply},
@@ -46,7 +42,10 @@ use tracing::Instrument;
 use super::{claimed_entries, leases, parse_id, HandleError, Handler, ReadReply, StreamEntry};
 use crate::infra::{
     backoff::Backoff,
-    redis::{cluster::slot_of, counting::CountedConnection},
+    redis::{
+        cluster::slot_of,
+        counting::{CountedConnection, Tally},
+    },
     telemetry, ConsumerTimings, Infra,
 };
 
@@ -253,7 +252,7 @@ impl Worker {
                 // trips (the polls and lease renewals are the worker's own).
                 let shared = self.infra.redis.get().await?.clone();
                 let cluster = shared.as_cluster().expect("a cluster connection").clone();
-                CountedConnection::cluster(cluster, Arc::new(AtomicU64::new(0)))
+                CountedConnection::cluster(cluster, Tally::default())
             } else {
                 let client = self.infra.instance.redis.client()?;
                 // Blocking reads wait up to `block`; the default response timeout is shorter.
@@ -263,7 +262,7 @@ impl Worker {
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
                 // Not counted with the requests' round trips.
-                CountedConnection::own(own, Arc::new(AtomicU64::new(0)))
+                CountedConnection::own(own, Tally::default())
             };
             for stream in &self.all_streams {
                 let created: redis::RedisResult<()> = redis::cmd("XGROUP")
