@@ -36,3 +36,4 @@ mod signin;
 mod via;
 mod vouchers;
 mod websocket;
+mod ws_protocol;

@@ -3,8 +3,9 @@
 //!
 //! - [`identify`]: the caller of a request or of a WebSocket's `connection_init`: per-IP
 //!   rate, token, per-user rate, first sight of the user.
-//! - [`admit`]: one operation: on a WebSocket, the token must still be valid and the
-//!   operation counts against the rates like a request; then the query text's size
+//! - [`admit`]: one operation: on a WebSocket, the token must still be valid ([`unexpired`],
+//!   checked at `connection_init` too) and the operation counts against the rates like a
+//!   request; then the query text's size
 //!   (`ENGAGE_MAX_QUERY_BYTES`, trusted documents excepted), the trusted document or
 //!   persisted query, the one [`document::parse`] with its nesting bound and its caps on
 //!   selections, aliases and variables, and the cost: the document's own (its size, see
@@ -166,6 +167,20 @@ pub async fn identify(
     })
 }
 
+/// Refuses a caller whose token's expiry has passed. A request is let through within the
+/// verification's leeway for clock skew, but a WebSocket lives on after its token: one
+/// whose token expired already is refused at `connection_init`, not acknowledged only to
+/// be closed a moment later, and each of its operations is checked again.
+pub fn unexpired(caller: &Caller) -> AppResult<()> {
+    if caller
+        .token_expires_at
+        .is_some_and(|exp| exp <= chrono::Utc::now().timestamp())
+    {
+        return Err(AppError::unauthenticated("token expired"));
+    }
+    Ok(())
+}
+
 /// Admits one operation of an identified caller.
 pub async fn admit(
     gateway: &Gateway,
@@ -174,12 +189,7 @@ pub async fn admit(
     transport: Transport,
 ) -> AppResult<Admitted> {
     if transport == Transport::WebSocket {
-        if caller
-            .token_expires_at
-            .is_some_and(|exp| exp <= chrono::Utc::now().timestamp())
-        {
-            return Err(AppError::unauthenticated("token expired"));
-        }
+        unexpired(caller)?;
         charge(gateway, caller, 1)?;
     }
     let max_bytes = gateway.config.max_query_bytes;

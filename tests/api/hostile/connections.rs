@@ -445,13 +445,14 @@ async fn pings_count_against_the_ip_rate_and_past_it_are_not_answered() {
         json!({ "id": "1", "type": "subscribe", "payload": { "query": "{ __typename }" } }),
     )
     .await;
-    // The pongs come first, then the operation's answer: refused, the pings took the rate.
+    // The pongs come first, then the operation's answer: refused (the protocol's `error`),
+    // the pings took the rate.
     let mut pongs = 0;
     let answer = loop {
         let message = via::next(&mut socket).await.expect("the socket stays open");
         match message["type"].as_str() {
             Some("pong") => pongs += 1,
-            Some("next") if message["id"] == "1" => break message["payload"].clone(),
+            Some("error") if message["id"] == "1" => break json!({ "errors": message["payload"] }),
             _ => panic!("unexpected {message}"),
         }
     };

@@ -2,9 +2,11 @@
 //! `graphql-ws` (chosen by `Sec-WebSocket-Protocol`).
 //!
 //! - The token travels in the `connection_init` payload as `{"Authorization": "Bearer …"}`
-//!   (the header, when the client could set one, is accepted too). A bad token closes the
-//!   connection with 4403; no token means an anonymous connection. When the token expires
-//!   the connection is closed with 4403, so a socket never outlives its authorisation.
+//!   or `{"headers": {"Authorization": "Bearer …"}}` (see `credentials.rs`; the header,
+//!   when the client could set one, is accepted too). A credential in another shape closes
+//!   the connection with 4400, a bad or expired token with 4403, before any
+//!   `connection_ack`; no token means an anonymous connection. When the token expires the
+//!   connection is closed with 4403, so a socket never outlives its authorisation.
 //! - A socket that sends no `connection_init` within [`INIT_TIMEOUT`] is closed with 4408.
 //!   A signed-in user may have `ENGAGE_WS_MAX_PER_USER` sockets open; `connection_init` on
 //!   one more is refused with 4429.
@@ -15,7 +17,9 @@
 //! - Operation ids are at most [`MAX_OPERATION_ID`] bytes (each of the operation's messages
 //!   repeats it); a longer one breaks the protocol (4400).
 //! - Every operation goes through the same admission as an HTTP request (rates, size,
-//!   parse, cost): see `operations.rs`. A subscription resolver may have its updates written
+//!   parse, cost): see `operations.rs`. One that fails before its first result (refused,
+//!   not valid, its subscription resolver failed) is answered with the protocol's `error`
+//!   and no `complete`. A subscription resolver may have its updates written
 //!   straight to the socket instead of through async-graphql: see `direct.rs`.
 //! - The conversation itself (both protocols' messages, operations by id, close codes) is
 //!   `session.rs`'s.
@@ -45,6 +49,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
+mod credentials;
 mod direct;
 mod operations;
 mod protocol;

@@ -2,6 +2,12 @@
 //! `subscribe` runs ([`Admitter`]): the same [`admission`] as an HTTP request first (token
 //! still valid, rates, size, parse, cost), a cap on the operations running at once, then
 //! the schema, until the resolver delivers directly (see [`DirectOutlet::hold`]).
+//!
+//! An operation answers with results ([`Reply::Next`]) or, when it fails before its first
+//! result, with its errors ([`Reply::Error`], the protocol's `error`): when nothing ran
+//! (admission refused it, its document failed validation), and when a subscription's
+//! resolver failed before yielding anything. A query or mutation that ran answers with a
+//! result even when its fields failed, and so does each update of a running subscription.
 
 use std::{
     net::IpAddr,
@@ -11,7 +17,7 @@ use std::{
     },
 };
 
-use async_graphql::{Data, Request, Response, ServerError};
+use async_graphql::{parser::types::OperationType, Data, Request, Response, ServerError};
 use futures::{stream::BoxStream, StreamExt};
 
 use super::direct::{DirectOutlet, Payloads};
@@ -101,12 +107,28 @@ impl Admitter {
     }
 }
 
-/// A refused operation, in the wire form every other error takes.
-fn refusal(error: &AppError) -> String {
+/// What an operation gives its socket.
+pub(super) enum Reply {
+    /// A result: a GraphQL response in JSON (`next`, the legacy protocol's `data`).
+    Next(String),
+    /// The operation's end without a result (`error`, with no `complete` after it).
+    /// `executed`: a subscription's resolver failed before its first item; otherwise
+    /// nothing ran (admission refused the operation, or its document was not valid).
+    Error {
+        errors: Vec<ServerError>,
+        executed: bool,
+    },
+}
+
+/// A refused operation, its error in the wire form every other error takes.
+fn refusal(error: &AppError) -> Reply {
     metrics::record_error(error.code());
     let mut server_error = ServerError::new(error.public_message(), None);
     error.write_extensions(server_error.extensions.get_or_insert_with(Default::default));
-    payload(&Response::from_errors(vec![server_error]))
+    Reply::Error {
+        errors: vec![server_error],
+        executed: false,
+    }
 }
 
 fn payload(response: &Response) -> String {
@@ -115,13 +137,13 @@ fn payload(response: &Response) -> String {
 
 impl Admitter {
     /// Runs one operation of the socket: its responses (a query's or mutation's one, a
-    /// subscription's many) as JSON, each a message's payload.
+    /// subscription's many) as JSON, each a message's payload, or its errors.
     pub(super) fn run(
         &self,
         request: Request,
         session: Arc<Data>,
         outlet: DirectOutlet,
-    ) -> BoxStream<'static, String> {
+    ) -> BoxStream<'static, Reply> {
         let this = self.clone();
         // The operation's span covers its admission and every poll of its stream: a
         // query's one response, or a subscription's life.
@@ -131,6 +153,7 @@ impl Admitter {
             match this.admit(request).await {
                 Ok((admitted, in_flight)) => {
                     admission::record(&admission_span, &admitted);
+                    let subscription = admitted.operation_type == Some(OperationType::Subscription);
                     let request = admitted.request.data(outlet.clone());
                     Operation {
                         graphql: Some(
@@ -139,6 +162,9 @@ impl Admitter {
                                 .execute_stream_with_session_data(request, session),
                         ),
                         direct: None,
+                        answered: false,
+                        subscription,
+                        early: None,
                         outlet,
                         connection: this.connection.clone(),
                         register: admitted.register.map(|r| (this.http.gateway.clone(), r)),
@@ -169,6 +195,12 @@ impl Admitter {
 struct Operation {
     graphql: Option<BoxStream<'static, Response>>,
     direct: Option<Payloads>,
+    /// Whether async-graphql gave its first response.
+    answered: bool,
+    subscription: bool,
+    /// A response that came while telling a subscription's failure from its first update
+    /// (see [`Operation::failed_before_first_item`]), the next to give.
+    early: Option<Response>,
     outlet: DirectOutlet,
     connection: Arc<Connection>,
     /// A persisted query to store once the operation has passed validation.
@@ -190,36 +222,87 @@ impl Operation {
             });
         }
     }
+
+    /// What async-graphql's response becomes: the operation's end with an `error` when
+    /// nothing ran, or when it is a subscription's first and its resolver failed.
+    fn reply(&mut self, mut response: Response, cx: &mut std::task::Context<'_>) -> Reply {
+        assign_codes(&mut response, &self.connection.id);
+        let first = !std::mem::replace(&mut self.answered, true);
+        let request_error = admission::is_request_error(&response);
+        if first {
+            self.settle(!request_error);
+        }
+        if request_error || (first && self.failed_before_first_item(&response, cx)) {
+            self.graphql = None;
+            self.early = None;
+            return Reply::Error {
+                errors: response.errors,
+                executed: !request_error,
+            };
+        }
+        Reply::Next(payload(&response))
+    }
+
+    /// Whether a subscription's first response is its resolver's failure rather than its
+    /// first update (a failed update has errors and no data too): async-graphql ends the
+    /// operation's stream right after a resolver's error, while a subscription whose update
+    /// failed goes on. The stream is asked once more, now; what else it gives is kept.
+    fn failed_before_first_item(
+        &mut self,
+        response: &Response,
+        cx: &mut std::task::Context<'_>,
+    ) -> bool {
+        if !self.subscription
+            || response.errors.is_empty()
+            || response.data != async_graphql::Value::Null
+        {
+            return false;
+        }
+        let Some(graphql) = &mut self.graphql else {
+            return false;
+        };
+        match graphql.poll_next_unpin(cx) {
+            std::task::Poll::Ready(None) => true,
+            std::task::Poll::Ready(Some(response)) => {
+                self.early = Some(response);
+                false
+            }
+            std::task::Poll::Pending => false,
+        }
+    }
 }
 
 impl futures::Stream for Operation {
-    type Item = String;
+    type Item = Reply;
 
     fn poll_next(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<String>> {
+    ) -> std::task::Poll<Option<Reply>> {
         use std::task::Poll;
         let this = self.get_mut();
         if let Some(direct) = &mut this.direct {
-            return direct.poll_next_unpin(cx);
+            return direct.poll_next_unpin(cx).map(|p| p.map(Reply::Next));
+        }
+        if let Some(response) = this.early.take() {
+            return Poll::Ready(Some(this.reply(response, cx)));
         }
         let Some(graphql) = &mut this.graphql else {
             return Poll::Ready(None);
         };
         match graphql.poll_next_unpin(cx) {
-            Poll::Ready(Some(mut response)) => {
-                assign_codes(&mut response, &this.connection.id);
-                this.settle(!admission::is_request_error(&response));
-                Poll::Ready(Some(payload(&response)))
-            }
+            Poll::Ready(Some(response)) => Poll::Ready(Some(this.reply(response, cx))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => match this.outlet.take() {
                 Some(direct) => {
                     // The resolver's stream now lives in `direct`; async-graphql's is idle.
                     this.graphql = None;
+                    this.answered = true;
                     this.settle(true);
-                    this.direct.insert(direct).poll_next_unpin(cx)
+                    this.direct
+                        .insert(direct)
+                        .poll_next_unpin(cx)
+                        .map(|p| p.map(Reply::Next))
                 }
                 None => Poll::Pending,
             },

@@ -2,13 +2,13 @@
 //! Client messages are read with async-graphql's [`ClientMessage`], which accepts both
 //! protocols' names (`subscribe`/`start`, `complete`/`stop`).
 //!
-//! - `graphql-transport-ws` (the `graphql-ws` library): `connection_ack`, `next`,
+//! - `graphql-transport-ws` (the `graphql-ws` library): `connection_ack`, `next`, `error`,
 //!   `complete`, `pong`; a broken rule closes the socket with the protocol's 44xx code.
 //! - `graphql-ws` (the legacy `subscriptions-transport-ws`): `connection_ack`, `data`,
-//!   `complete`, and `connection_error` where the newer protocol closes the socket.
+//!   `error`, `complete`, and `connection_error` where the newer protocol closes the socket.
 
 pub use async_graphql::http::ClientMessage;
-use async_graphql::http::WebSocketProtocols;
+use async_graphql::{http::WebSocketProtocols, ServerError};
 
 /// Close code of `graphql-transport-ws` for a message it cannot read.
 pub const BAD_REQUEST: u16 = 4400;
@@ -104,6 +104,20 @@ pub fn next_with(
     write(&mut text);
     text.push('}');
     text
+}
+
+/// The end of an operation that failed before its first result; no `complete` follows.
+/// `graphql-transport-ws`'s `payload` is the list of errors; the legacy protocol's
+/// (`GQL_ERROR`) is one error, the first.
+pub fn error(protocol: WebSocketProtocols, quoted_id: &str, errors: &[ServerError]) -> Outgoing {
+    let payload = match protocol {
+        WebSocketProtocols::GraphQLWS => serde_json::to_string(errors),
+        WebSocketProtocols::SubscriptionsTransportWS => serde_json::to_string(&errors.first()),
+    }
+    .expect("errors serialise");
+    Outgoing::Text(format!(
+        r#"{{"type":"error","id":{quoted_id},"payload":{payload}}}"#
+    ))
 }
 
 pub fn complete(quoted_id: &str) -> Outgoing {

@@ -21,8 +21,9 @@ use serde_json::Value;
 use tokio::{sync::mpsc, time::Instant};
 
 use super::{
+    credentials,
     direct::DirectOutlet,
-    operations::{Admitter, Connection},
+    operations::{Admitter, Connection, Reply},
     protocol::{self, ClientMessage, Outgoing},
     writer::SocketWriter,
     Inbound, SubscriptionSlots, INIT_TIMEOUT, MAX_OPERATION_ID,
@@ -51,7 +52,7 @@ struct Tag {
 /// An operation's results; taken out (and so dropped) at once when the client stops it,
 /// so that what it held (its place among the running operations, its subscription slot,
 /// its channels) is free for the client's next message.
-type Results = Arc<Mutex<Option<BoxStream<'static, String>>>>;
+type Results = Arc<Mutex<Option<BoxStream<'static, Reply>>>>;
 
 struct Running {
     serial: u64,
@@ -89,7 +90,7 @@ pub(super) struct Session {
     idle_since: Option<Instant>,
     idle_limit: Duration,
     running: HashMap<String, Running>,
-    results: SelectAll<BoxStream<'static, (Arc<Tag>, Option<String>)>>,
+    results: SelectAll<BoxStream<'static, (Arc<Tag>, Option<Reply>)>>,
     serial: u64,
 }
 
@@ -277,16 +278,34 @@ impl Session {
             .is_ok()
     }
 
-    fn on_result(&mut self, tag: &Tag, payload: Option<String>, out: &mut Vec<Outgoing>) {
-        match payload {
-            Some(payload) => out.push(protocol::next(self.protocol, &tag.quoted, &payload)),
+    fn on_result(&mut self, tag: &Tag, reply: Option<Reply>, out: &mut Vec<Outgoing>) {
+        let current = |running: &HashMap<String, Running>| {
+            running.get(&tag.id).is_some_and(|r| r.serial == tag.serial)
+        };
+        match reply {
+            Some(Reply::Next(payload)) => {
+                out.push(protocol::next(self.protocol, &tag.quoted, &payload));
+            }
+            // The legacy protocol's `error` is for an operation that did not run; a
+            // resolver's failure is a result there, and the operation completes after it.
+            Some(Reply::Error {
+                errors,
+                executed: true,
+            }) if self.protocol == WebSocketProtocols::SubscriptionsTransportWS => {
+                let payload = serde_json::to_string(&async_graphql::Response::from_errors(errors))
+                    .expect("a response serialises");
+                out.push(protocol::next(self.protocol, &tag.quoted, &payload));
+            }
+            // The operation's end: `error` takes the place of `complete`.
+            Some(Reply::Error { errors, .. }) => {
+                if current(&self.running) {
+                    self.running.remove(&tag.id);
+                    out.push(protocol::error(self.protocol, &tag.quoted, &errors));
+                }
+            }
             // The operation's end; unless the client stopped it, which it knows.
             None => {
-                if self
-                    .running
-                    .get(&tag.id)
-                    .is_some_and(|r| r.serial == tag.serial)
-                {
+                if current(&self.running) {
                     self.running.remove(&tag.id);
                     out.push(protocol::complete(&tag.quoted));
                 }
@@ -395,7 +414,7 @@ impl Session {
         let end = tag.clone();
         self.results.push(
             Abortable::new(stoppable(results), registration)
-                .map(move |payload| (tag.clone(), Some(payload)))
+                .map(move |reply| (tag.clone(), Some(reply)))
                 .chain(futures::stream::once(async move { (end, None) }))
                 .boxed(),
         );
@@ -406,9 +425,14 @@ impl Session {
     fn accept(&self, payload: Value) -> BoxFuture<'static, Result<Accepted, AppError>> {
         let gateway = self.http.gateway.clone();
         let connection = self.connection.clone();
-        let token = authorization_in(&payload).or_else(|| self.header_token.clone());
+        let token = credentials::authorization_in(&payload)
+            .map(|token| token.or_else(|| self.header_token.clone()));
         Box::pin(async move {
+            let token = token?;
             let caller = admission::identify(&gateway, connection.ip, token.as_deref()).await?;
+            // Within the verification's leeway an expired token is still valid, but the
+            // socket would be closed as soon as it is acknowledged.
+            admission::unexpired(&caller)?;
             let user = match &caller.viewer {
                 Some(viewer) => {
                     let caps = &gateway.websockets_per_user;
@@ -448,10 +472,12 @@ impl Session {
             }
             Err(error) => {
                 let message = error.public_message();
-                // A refusal about the token is the protocol's 4403; a client past its rate
-                // or its cap gets 4429, which `graphql-ws` clients do not retry at once.
+                // A refusal about the token is the protocol's 4403, a credential in a shape
+                // not read 4400; a client past its rate or its cap gets 4429, which
+                // `graphql-ws` clients do not retry at once.
                 let code = match error.code() {
                     ErrorCode::Unauthenticated => protocol::FORBIDDEN,
+                    ErrorCode::BadRequest => protocol::BAD_REQUEST,
                     ErrorCode::RateLimited => protocol::TOO_MANY_REQUESTS,
                     _ => protocol::PROTOCOL_ERROR,
                 };
@@ -491,7 +517,7 @@ async fn write(writer: &SocketWriter, out: &mut Vec<Outgoing>) -> bool {
 }
 
 /// The stream the session polls for one operation: its results until they are taken out.
-fn stoppable(results: Results) -> impl futures::Stream<Item = String> {
+fn stoppable(results: Results) -> impl futures::Stream<Item = Reply> {
     futures::stream::poll_fn(move |cx| match results.lock().expect("poisoned").as_mut() {
         Some(results) => results.poll_next_unpin(cx),
         None => std::task::Poll::Ready(None),
@@ -512,19 +538,4 @@ fn into_message(message: Outgoing) -> Message {
 fn instant_of(unix_seconds: i64) -> Instant {
     let left = unix_seconds.saturating_sub(chrono::Utc::now().timestamp());
     Instant::now() + Duration::from_secs(u64::try_from(left).unwrap_or(0))
-}
-
-/// `Authorization` (any case) from a `connection_init` payload; `authToken` and `token` as
-/// bare tokens are accepted too, since some clients use them.
-fn authorization_in(payload: &Value) -> Option<String> {
-    let object = payload.as_object()?;
-    for (key, value) in object {
-        if key.eq_ignore_ascii_case("authorization") {
-            return value.as_str().map(str::to_string);
-        }
-    }
-    ["authToken", "token"]
-        .iter()
-        .find_map(|key| object.get(*key).and_then(Value::as_str))
-        .map(|token| format!("Bearer {token}"))
 }
