@@ -56,16 +56,17 @@ fn authorization_among(object: &Map<String, Value>) -> Result<Option<String>, Ap
             let value = match value {
                 Value::Null => continue,
                 Value::String(value) if value.trim().is_empty() => continue,
-                Value::String(value) => value.trim(),
+                Value::String(value) => value,
                 _ => return Err(refusal(&format!("`{key}` is not a string"))),
             };
-            if !is_bearer(value) {
-                return Err(refusal(&format!("`{}` is not Bearer <token>", shown(key))));
-            }
-            if found.as_deref().is_some_and(|earlier| earlier != value) {
+            let Some(token) = bearer_token(value) else {
+                return Err(refusal(&format!("`{key}` is not Bearer <token>")));
+            };
+            let value = format!("Bearer {token}");
+            if found.as_ref().is_some_and(|earlier| *earlier != value) {
                 return Err(refusal("two Authorization values disagree"));
             }
-            found = Some(value.to_string());
+            found = Some(value);
         } else if names_a_credential(key) {
             return Err(refusal(&format!("`{}` is not read", shown(key))));
         }
@@ -73,12 +74,13 @@ fn authorization_among(object: &Map<String, Value>) -> Result<Option<String>, Ap
     Ok(found)
 }
 
-/// `Bearer <token>`, the scheme in any case as HTTP allows. A bare token is refused, as in
-/// the HTTP header: accepting it here only would make the two transports disagree.
-fn is_bearer(value: &str) -> bool {
-    value.split_once(' ').is_some_and(|(scheme, token)| {
-        scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()
-    })
+/// The token of `Bearer <token>`, the scheme in any case as HTTP allows. A bare token is
+/// refused, as in the HTTP header: accepting it here only would make the two transports
+/// disagree, and a value in another scheme would be taken for a token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// Whether a key's name says it carries a credential (compared without case, `-` or `_`):
@@ -135,6 +137,8 @@ mod tests {
             json!({ "headers": { "authorization": "Bearer abc", "X-Client": "web" } }),
             json!({ "Authorization": "Bearer abc", "headers": { "authorization": "Bearer abc" } }),
             json!({ "Authorization": "Bearer abc", "clientName": "web", "locale": "fr" }),
+            json!({ "Authorization": " BEARER  abc " }),
+            json!({ "Authorization": "bearer abc", "headers": { "authorization": "Bearer abc" } }),
         ] {
             assert_eq!(read(payload.clone()), Ok(bearer.clone()), "{payload}");
         }
@@ -166,6 +170,8 @@ mod tests {
             json!({ "x-api-key": "abc" }),
             json!({ "Authorization": 42 }),
             json!({ "Authorization": "abc" }),
+            json!({ "Authorization": "Bearer " }),
+            json!({ "Authorization": "Basic YTpi" }),
             json!({ "headers": "Bearer abc" }),
             json!({ "headers": { "token": "abc" } }),
             json!({ "Authorization": "Bearer a", "headers": { "Authorization": "Bearer b" } }),
