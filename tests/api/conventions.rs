@@ -486,3 +486,45 @@ async fn a_batch_runs_at_most_the_mutation_fields_of_one_request_across_its_oper
     );
     assert!(body.get("data").is_none());
 }
+
+#[tokio::test]
+async fn metrics_go_gzip_to_a_scraper_that_asks_and_a_websocket_upgrade_is_not_compressed() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+
+    let app = TestApp::spawn().await;
+    let scrape = app
+        .http
+        .get(app.url("/metrics"))
+        .header(header::ACCEPT_ENCODING, "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scrape.status(), StatusCode::OK);
+    assert_eq!(scrape.headers()[header::CONTENT_ENCODING], "gzip");
+    let text = String::from_utf8(gunzip(&scrape.bytes().await.unwrap())).unwrap();
+    assert!(text.contains("engage_"), "{text}");
+
+    // Browsers send Accept-Encoding on the handshake too: the upgrade goes through, and
+    // the socket speaks as ever.
+    let mut request = app.ws_url().into_client_request().unwrap();
+    let headers = request.headers_mut();
+    headers.insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    headers.insert("accept-encoding", "gzip, deflate, br".parse().unwrap());
+    let (mut socket, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade accepted");
+    assert!(response.headers().get("content-encoding").is_none());
+    let init = json!({ "type": "connection_init", "payload": {} });
+    socket.send(Message::text(init.to_string())).await.unwrap();
+    let Some(Ok(Message::Text(ack))) = socket.next().await else {
+        panic!("no acknowledgement");
+    };
+    assert_eq!(
+        serde_json::from_str::<Value>(&ack).unwrap()["type"],
+        "connection_ack"
+    );
+}
