@@ -671,8 +671,9 @@ impl Config {
     /// Refuses settings that would leave the service open (no real token issuer in
     /// production, a short secret, a guessable one or a key set over plain HTTP in
     /// production, the development secret and with it `/dev/token` on an address other
-    /// hosts can reach, or production metrics on the public address unasked) or would not
-    /// do what they say (waiting for replicas through a pool).
+    /// hosts can reach, production metrics on the public address unasked, or every web
+    /// origin allowed in production) or would not do what they say (waiting for replicas
+    /// through a pool, an allowed origin that is not an origin, a batch of no operations).
     pub fn check(&self) -> anyhow::Result<()> {
         if !(1..=MAX_POINTS_BUCKETS).contains(&self.points_buckets()) {
             anyhow::bail!(

@@ -332,8 +332,8 @@ async fn execute(
     finish(response, cache)
 }
 
-/// The metrics label and access-line operation of a batched request (each operation is
-/// also counted under its own label).
+/// The access line's operation of a batched request (in `/metrics`, each operation is
+/// counted under its own label).
 const BATCH: &str = "batch";
 
 /// A batched POST: see the module doc.
@@ -343,6 +343,7 @@ async fn execute_batch(
     headers: &HeaderMap,
     batch: Vec<GraphqlParams>,
 ) -> Response {
+    let started = Instant::now();
     let media = MediaType::negotiate(headers);
     let request_id = request_id(headers);
     let incoming = Incoming {
@@ -353,7 +354,11 @@ async fn execute_batch(
     edge::note_operation(BATCH);
     let response = match run_batch(http, &incoming, batch, media, &request_id).await {
         Ok(body) => respond(headers, media, StatusCode::OK, body).await,
-        Err(rejection) => rejection.into_response(media, &request_id),
+        Err(rejection) => {
+            // Refused whole, as a request refused before its document was read is counted.
+            metrics::record_request(admission::UNREAD, started.elapsed());
+            rejection.into_response(media, &request_id)
+        }
     };
     finish(response, NO_STORE)
 }
