@@ -234,6 +234,7 @@ impl App {
             listener,
             router,
             limits,
+            Arc::new(http::edge::Cors::from_config(config)),
             instance.draining.clone(),
             instance.shutdown.clone(),
         );

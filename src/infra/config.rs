@@ -245,6 +245,29 @@ pub struct Config {
     )]
     pub max_mutations_per_request: usize,
 
+    /// Operations one batched request (a JSON array body) may carry. Each is admitted and
+    /// charged as a request of its own, and the batch's mutation fields together count
+    /// against `ENGAGE_MAX_MUTATIONS_PER_REQUEST`. 1 turns batches of more than one away.
+    #[arg(long, env = "ENGAGE_MAX_BATCH", default_value_t = 10, global = true)]
+    pub max_batch: usize,
+
+    /// The web origins (`https://app.example.com`, comma-separated) whose pages may call
+    /// the API from a browser; `*` for any (development only). Unset: `*` in development,
+    /// none in production (same-origin only: no CORS headers are sent).
+    #[arg(long, env = "ENGAGE_CORS_ORIGINS", global = true)]
+    pub cors_origins: Option<String>,
+
+    /// How long shared caches and browsers may keep the answer of an anonymous GET query
+    /// of public data (`Cache-Control: public, max-age=N`); 0 marks every answer
+    /// `no-store`.
+    #[arg(
+        long,
+        env = "ENGAGE_PUBLIC_MAX_AGE_SECONDS",
+        default_value_t = 5,
+        global = true
+    )]
+    pub public_max_age_seconds: u32,
+
     /// Open client connections (HTTP and WebSocket) one instance serves at once; capped
     /// below the process's file-descriptor limit with a reserve for Redis, SQL and callbacks.
     #[arg(
@@ -648,8 +671,9 @@ impl Config {
     /// Refuses settings that would leave the service open (no real token issuer in
     /// production, a short secret, a guessable one or a key set over plain HTTP in
     /// production, the development secret and with it `/dev/token` on an address other
-    /// hosts can reach, or production metrics on the public address unasked) or would not
-    /// do what they say (waiting for replicas through a pool).
+    /// hosts can reach, production metrics on the public address unasked, or every web
+    /// origin allowed in production) or would not do what they say (waiting for replicas
+    /// through a pool, an allowed origin that is not an origin, a batch of no operations).
     pub fn check(&self) -> anyhow::Result<()> {
         if !(1..=MAX_POINTS_BUCKETS).contains(&self.points_buckets()) {
             anyhow::bail!(
@@ -665,6 +689,10 @@ impl Config {
             );
         }
         self.check_metrics()?;
+        self.check_cors()?;
+        if self.max_batch == 0 {
+            anyhow::bail!("ENGAGE_MAX_BATCH must be at least 1");
+        }
         if self.redis_wait_replicas > 0 && self.redis_mode == crate::infra::redis::RedisMode::Pool {
             anyhow::bail!(
                 "ENGAGE_REDIS_WAIT_REPLICAS needs ENGAGE_REDIS_MODE=shared or cluster: WAIT \
@@ -699,6 +727,49 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// Which origins may call from a browser: each a valid origin, and `*` only in
+    /// development. A production API open to every page lets any site a signed-in user
+    /// visits read what that user's tokens read, once a token leaks to script; naming the
+    /// apps' origins is the deployment's decision, so production does not guess.
+    fn check_cors(&self) -> anyhow::Result<()> {
+        let origins = comma_separated(self.cors_origins.as_deref());
+        if origins.iter().any(|origin| origin == "*") {
+            if self.is_production() {
+                anyhow::bail!(
+                    "ENGAGE_CORS_ORIGINS is *, which lets every web page call this API; \
+                     production needs the origins of its web apps, comma-separated (e.g. \
+                     https://app.example.com,https://admin.example.com), or leave it unset \
+                     to serve same-origin pages only"
+                );
+            }
+            return Ok(());
+        }
+        for origin in &origins {
+            if !is_origin(origin) {
+                anyhow::bail!(
+                    "ENGAGE_CORS_ORIGINS holds {origin:?}, which is not an origin: write each \
+                     as a browser sends it, scheme://host[:port] with no path or trailing \
+                     slash (e.g. https://app.example.com)"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The origins allowed to call from a browser: `None` for any, else the list (empty:
+    /// same-origin only), from `ENGAGE_CORS_ORIGINS` or the environment's default.
+    pub fn cors_origins(&self) -> Option<Vec<String>> {
+        let origins = match &self.cors_origins {
+            Some(list) => comma_separated(Some(list)),
+            None if self.is_production() => Vec::new(),
+            None => return None,
+        };
+        if origins.iter().any(|origin| origin == "*") {
+            return None;
+        }
+        Some(origins)
     }
 
     /// Who may issue tokens: a secret of enough bytes, a key set, or (in development, on a
@@ -831,4 +902,27 @@ fn comma_separated(list: Option<&str>) -> Vec<String> {
         .filter(|entry| !entry.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// Whether `text` is an origin as browsers send it in `Origin`: `http` or `https`, a host
+/// and an optional port, nothing after.
+fn is_origin(text: &str) -> bool {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return false;
+    };
+    // An IPv6 host is bracketed (`[::1]`): its colons are not a port's.
+    let host = match rest.rsplit_once(':') {
+        Some((host, port)) if !rest.ends_with(']') => {
+            if port.parse::<u16>().is_err() {
+                return false;
+            }
+            host
+        }
+        _ => rest,
+    };
+    matches!(scheme, "http" | "https")
+        && !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b))
 }

@@ -12,6 +12,8 @@
 //!   `document.rs`; 1 for ordinary operations), every mutation field executed, and a
 //!   persisted-query registration count against the rates, and a request may carry at most
 //!   `ENGAGE_MAX_MUTATIONS_PER_REQUEST` mutation fields.
+//! - [`charge_batched`]: each operation of a batched HTTP request after its first, which
+//!   then passes [`admit`] like any other.
 //!
 //! Depth and complexity limits are applied by the schema during validation, which every
 //! admitted request goes through. The order is cheapest first, so a flood is refused before
@@ -81,6 +83,12 @@ pub struct Admitted {
     /// A persisted query to store, as (hash, document), once the operation has run without
     /// a request error.
     pub register: Option<(String, String)>,
+    /// The mutation fields it runs (a batch's together count against
+    /// `ENGAGE_MAX_MUTATIONS_PER_REQUEST`).
+    pub writes: usize,
+    /// A query of public reads only ([`crate::api::schema::PUBLIC_READS`]): asked
+    /// anonymously, its answer is everyone's.
+    pub public_read: bool,
 }
 
 /// The label of requests refused before their document was read.
@@ -270,6 +278,8 @@ pub async fn admit(
         label,
         document_name,
         register,
+        writes,
+        public_read: shape.is_some_and(|s| s.ty == OperationType::Query && s.public_reads_only),
     })
 }
 
@@ -282,6 +292,12 @@ pub fn is_request_error(response: &async_graphql::Response) -> bool {
                 || code == ErrorCode::GraphqlValidationFailed.as_str()
         })
     })
+}
+
+/// Charges an operation of a batch after its first what a request pays: the first rode on
+/// the request's own charge in [`identify`], each further one is a request of its own.
+pub fn charge_batched(gateway: &Gateway, caller: &Caller) -> AppResult<()> {
+    charge(gateway, caller, 1)
 }
 
 /// Charges `cost` requests against the caller's per-IP and per-user rates.

@@ -98,6 +98,9 @@ pub struct OperationShape {
     pub root_fields: usize,
     /// The name of the first root field (metrics label it by the schema's names).
     pub first_root_field: Option<Name>,
+    /// Every root field is one of the schema's public reads
+    /// ([`crate::api::schema::PUBLIC_READS`]): the same answer for every anonymous viewer.
+    pub public_reads_only: bool,
 }
 
 impl Parsed {
@@ -333,15 +336,19 @@ fn shapes(document: &ExecutableDocument) -> AppResult<Shapes> {
                  inlined"
             )));
         }
-        let mut root_fields = 0;
-        let mut first_root_field = None;
-        inliner.root_fields(set, &mut root_fields, &mut first_root_field, 0)?;
+        let mut roots = Roots {
+            count: 0,
+            first: None,
+            public_reads_only: true,
+        };
+        inliner.root_fields(set, &mut roots, 0)?;
         shapes.push((
             name,
             OperationShape {
                 ty: operation.node.ty,
-                root_fields,
-                first_root_field,
+                root_fields: roots.count,
+                first_root_field: roots.first,
+                public_reads_only: roots.public_reads_only,
             },
         ));
     }
@@ -427,8 +434,7 @@ impl<'a> Inliner<'a> {
     fn root_fields(
         &self,
         set: &'a Positioned<SelectionSet>,
-        count: &mut usize,
-        first: &mut Option<Name>,
+        roots: &mut Roots,
         level: usize,
     ) -> AppResult<()> {
         if level > MAX_NESTING {
@@ -437,23 +443,33 @@ impl<'a> Inliner<'a> {
         for selection in &set.node.items {
             match &selection.node {
                 Selection::Field(field) => {
-                    *count += 1;
-                    first.get_or_insert_with(|| field.node.name.node.clone());
+                    let name = &field.node.name.node;
+                    roots.count += 1;
+                    roots.first.get_or_insert_with(|| name.clone());
+                    roots.public_reads_only &=
+                        crate::api::schema::PUBLIC_READS.contains(&name.as_str());
                 }
                 Selection::InlineFragment(inline) => {
-                    self.root_fields(&inline.node.selection_set, count, first, level + 1)?
+                    self.root_fields(&inline.node.selection_set, roots, level + 1)?
                 }
                 Selection::FragmentSpread(spread) => {
                     if let Some(fragment) =
                         self.document.fragments.get(&spread.node.fragment_name.node)
                     {
-                        self.root_fields(&fragment.node.selection_set, count, first, level + 1)?
+                        self.root_fields(&fragment.node.selection_set, roots, level + 1)?
                     }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// What an operation's root holds, once fragments are inlined.
+struct Roots {
+    count: usize,
+    first: Option<Name>,
+    public_reads_only: bool,
 }
 
 #[cfg(test)]

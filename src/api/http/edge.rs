@@ -10,9 +10,16 @@
 //! with a UUID (a `getrandom` call) per request id, cost about as much as the whole GraphQL
 //! validation of a `likeRemark` (BENCHMARKS.md, "What each change bought").
 //!
-//! CORS: bearer tokens, not cookies, carry identity, so any origin may call the API. A
-//! preflight is answered here with the methods and headers it asks for (a wildcard would
-//! not cover `Authorization`, which browsers never match against `*`).
+//! CORS ([`Cors`], `ENGAGE_CORS_ORIGINS`): the origins whose pages may call the API from a
+//! browser. Bearer tokens, not cookies, carry identity, so a foreign page cannot borrow a
+//! user's session; but a page that holds a token (a web app's own) is the only one that
+//! should use it, and production names its apps' origins (any origin, `*`, is development
+//! only; unset, production sends no CORS headers: same-origin pages only). An allowed
+//! origin is echoed in `Access-Control-Allow-Origin` (with `Vary: origin`, so that a cache
+//! keeps one answer per origin); another gets no CORS headers, its preflight a 403, and the
+//! browser then keeps the answer from the page. A preflight is answered here with the
+//! methods and headers it asks for (a wildcard would not cover `Authorization`, which
+//! browsers never match against `*`).
 
 use std::{
     cell::Cell,
@@ -36,7 +43,7 @@ use tower::ServiceExt;
 use tracing::Instrument;
 
 use super::{deadline::BodyWatch, plain_error};
-use crate::infra::{error::AppError, telemetry};
+use crate::infra::{config::Config, error::AppError, telemetry};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -69,6 +76,7 @@ pub fn note_operation(label: &'static str) {
 /// ran out of time before the handler read it all: the answer is then 408.
 pub async fn handle(
     router: Router,
+    cors: &Cors,
     mut request: Request<Body>,
     body: Option<BodyWatch>,
 ) -> Response {
@@ -77,8 +85,9 @@ pub async fn handle(
     // Both are cheap copies: a method is an enum, a URI shares the request's bytes.
     let method = request.method().clone();
     let uri = request.uri().clone();
+    let allow_origin = cors.allow(request.headers());
     if is_preflight(&request) {
-        let mut response = preflight(request.headers());
+        let mut response = preflight(request.headers(), allow_origin.as_ref());
         access(
             &method,
             uri.path(),
@@ -87,7 +96,7 @@ pub async fn handle(
             started,
             &request_id,
         );
-        finish(response.headers_mut(), request_id);
+        finish(response.headers_mut(), request_id, allow_origin);
         return response;
     }
     let span = if is_probe(uri.path()) {
@@ -124,15 +133,16 @@ pub async fn handle(
         span.record("http.response.status_code", i64::from(status.as_u16()));
     }
     span.in_scope(|| access(&method, uri.path(), operation, status, started, &request_id));
-    finish(response.headers_mut(), request_id);
+    finish(response.headers_mut(), request_id, allow_origin);
     response
 }
 
 /// Answers `request` with `response` without routing it (a client past its cap), with the
 /// headers and the access line every response has.
-pub fn refuse(mut request: Request<Body>, mut response: Response) -> Response {
+pub fn refuse(cors: &Cors, mut request: Request<Body>, mut response: Response) -> Response {
     let started = Instant::now();
     let request_id = take_request_id(request.headers_mut());
+    let allow_origin = cors.allow(request.headers());
     let path = request.uri().path();
     access(
         request.method(),
@@ -142,9 +152,46 @@ pub fn refuse(mut request: Request<Body>, mut response: Response) -> Response {
         started,
         &request_id,
     );
-    finish(response.headers_mut(), request_id);
+    finish(response.headers_mut(), request_id, allow_origin);
     response
 }
+
+/// The web origins whose pages may call the API (`ENGAGE_CORS_ORIGINS`).
+#[derive(Debug, Clone)]
+pub enum Cors {
+    /// Any origin (development): `Access-Control-Allow-Origin: *`.
+    Any,
+    /// These origins only, each echoed back; none at all means same-origin pages only.
+    Only(Vec<HeaderValue>),
+}
+
+impl Cors {
+    pub fn from_config(config: &Config) -> Self {
+        match config.cors_origins() {
+            None => Self::Any,
+            Some(origins) => Self::Only(
+                origins
+                    .iter()
+                    // `Config::check` refused anything that is not an origin.
+                    .filter_map(|origin| HeaderValue::try_from(origin.as_str()).ok())
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The `Access-Control-Allow-Origin` a request from these headers gets, if any.
+    fn allow(&self, headers: &HeaderMap) -> Option<HeaderValue> {
+        match self {
+            Self::Any => Some(ANY_ORIGIN),
+            Self::Only(origins) => {
+                let origin = headers.get(header::ORIGIN)?;
+                origins.contains(origin).then(|| origin.clone())
+            }
+        }
+    }
+}
+
+const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
 
 /// The span of one request, continuing the caller's trace when it sent a `traceparent`.
 /// Without traces (JSON logs, or `RUST_LOG=engage::request=debug`) it only carries the
@@ -267,7 +314,12 @@ fn is_preflight(request: &Request<Body>) -> bool {
             .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
 }
 
-fn preflight(asked: &HeaderMap) -> Response {
+/// A preflight's answer: what it asks for, to an allowed origin; 403 without any allow
+/// header to another (the browser then sends nothing).
+fn preflight(asked: &HeaderMap, allow_origin: Option<&HeaderValue>) -> Response {
+    if allow_origin.is_none() {
+        return StatusCode::FORBIDDEN.into_response();
+    }
     let mut response = StatusCode::OK.into_response();
     let headers = response.headers_mut();
     for (ask, allow) in [
@@ -288,17 +340,17 @@ fn preflight(asked: &HeaderMap) -> Response {
     response
 }
 
-/// The headers every response carries.
-fn finish(headers: &mut HeaderMap, request_id: HeaderValue) {
+/// The headers every response carries, and the CORS ones a response to an allowed origin
+/// does.
+fn finish(headers: &mut HeaderMap, request_id: HeaderValue, allow_origin: Option<HeaderValue>) {
     headers.insert(REQUEST_ID, request_id);
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("*"),
-    );
+    if let Some(origin) = allow_origin {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("*"),
+        );
+    }
     headers.append(header::VARY, VARY);
 }
 

@@ -5,13 +5,14 @@
 //! rendered) are limited per client IP by `ENGAGE_PROBE_RATE_PER_IP`, far above what a load
 //! balancer or Prometheus polls; past it they answer 429 with `Retry-After`. What `/metrics`
 //! reads from Redis is shared by the scrapes of a second (`infra::metrics`), whoever sends
-//! them.
+//! them; it is sent gzip when the scraper asks (Prometheus does), as GraphQL answers are
+//! ([`super::encoding`]).
 
 use std::{net::SocketAddr, time::Duration};
 
 use axum::{
     extract::{ConnectInfo, State},
-    http::{HeaderMap, StatusCode},
+    http::{header, HeaderMap, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
@@ -85,12 +86,21 @@ pub async fn metrics(
     if let Some(refused) = refusal(&http, &headers, peer) {
         return refused;
     }
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        crate::infra::metrics::render(&http.gateway.infra).await,
+    // Prometheus asks for gzip; a scrape of every family is tens of KB, once per interval.
+    let text = crate::infra::metrics::render(&http.gateway.infra).await;
+    let (body, coding) = super::encoding::compress(&headers, text.into_bytes()).await;
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, "text/plain; version=0.0.4"),
+            (header::VARY, "accept-encoding"),
+        ],
+        body,
     )
-        .into_response()
+        .into_response();
+    if let Some(coding) = coding {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, coding);
+    }
+    response
 }

@@ -8,6 +8,7 @@ pub mod caps;
 pub mod deadline;
 pub mod document;
 pub mod edge;
+pub mod encoding;
 pub mod graphql;
 pub mod health;
 pub mod pages;

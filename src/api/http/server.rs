@@ -130,6 +130,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    cors: Arc<edge::Cors>,
     draining: CancellationToken,
     stop: CancellationToken,
 ) {
@@ -183,6 +184,7 @@ pub async fn serve(
         };
         let request_slot = slot.clone();
         let router = router.clone();
+        let cors = cors.clone();
         let draining = draining.clone();
         let per_ip = per_ip.clone();
         let hops = limits.trusted_proxy_hops;
@@ -204,6 +206,7 @@ pub async fn serve(
             };
             let (body, watch) = deadline::bound(body, body_limit);
             let router = router.clone();
+            let cors = cors.clone();
             let draining = draining.clone();
             async move {
                 let mut response = match slot {
@@ -212,11 +215,12 @@ pub async fn serve(
                         parts.extensions.insert(ConnectInfo::<SocketAddr>(peer));
                         parts.extensions.insert(slot.clone());
                         let request = Request::from_parts(parts, body);
-                        let response = edge::handle(router, request, watch).await;
+                        let response = edge::handle(router, &cors, request, watch).await;
                         drop(slot);
                         response
                     }
                     Err(max) => edge::refuse(
+                        &cors,
                         Request::from_parts(parts, body),
                         plain_error(StatusCode::TOO_MANY_REQUESTS, &too_many(max)),
                     ),

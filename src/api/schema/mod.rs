@@ -25,6 +25,26 @@ use crate::{
     infra::{clock::Clock, config::Config, Infra},
 };
 
+/// The root query fields that read only public data, the same for every anonymous viewer
+/// (a field that depends on the viewer answers alike for all of them: `likedByMe` false,
+/// `Leaderboard.me` null). An anonymous GET query of these alone, answered without errors,
+/// may be kept by browsers and shared caches for `ENGAGE_PUBLIC_MAX_AGE_SECONDS`
+/// (`api::http::graphql`). A root field added here must stay so, whatever it later grows:
+/// nothing in it may read the viewer beyond what an anonymous one sees, nor anything
+/// private (jobs, orders, points). `viewer` is left out: null for everyone anonymous, and
+/// not worth a cache entry.
+pub const PUBLIC_READS: &[&str] = &[
+    "__typename",
+    "item",
+    "remarks",
+    "recommendedRemarks",
+    "seasons",
+    "leaderboard",
+    "voucher",
+    "vouchers",
+    "nearbyItems",
+];
+
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
 pub struct QueryRoot(
