@@ -83,7 +83,7 @@ impl Engage {
             .arg("serve")
             .env("ENGAGE_BIND", "127.0.0.1:0")
             .env("ENGAGE_REDIS_PREFIX", &redis_prefix)
-            .env("ENGAGE_DATABASE_URL", database_url)
+            .env("DATABASE_URL", database_url)
             // No drain window: the stop is clean but immediate.
             .env("ENGAGE_DRAIN_SECONDS", "0")
             .envs(env.iter().copied())
