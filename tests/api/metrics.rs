@@ -375,12 +375,21 @@ async fn cpu_seconds_are_counted_in_fractions_of_a_second() {
     .await;
 }
 
-/// `engage_websockets_open` and `engage_subscriptions_active{field="serverTime"}` now.
-async fn open_now(app: &TestApp) -> (f64, f64) {
+/// `engage_websockets_open`, and `engage_subscriptions_active` of `serverTime` and of
+/// `likeCountChanged` (whose updates are written to the socket directly), now.
+async fn open_now(app: &TestApp) -> (f64, f64, f64) {
     let text = app.get_text("/metrics").await;
+    let active = |field: &str| {
+        sample(
+            &text,
+            &format!("engage_subscriptions_active{{field=\"{field}\"}}"),
+        )
+        .expect("exported")
+    };
     (
         sample(&text, "engage_websockets_open").expect("exported"),
-        sample(&text, "engage_subscriptions_active{field=\"serverTime\"}").expect("exported"),
+        active("serverTime"),
+        active("likeCountChanged"),
     )
 }
 
@@ -389,7 +398,16 @@ async fn open_websockets_and_active_subscriptions_are_counted_until_they_end_how
     use crate::via::{self, Via};
 
     let app = TestApp::spawn().await;
-    assert_eq!(open_now(&app).await, (0.0, 0.0));
+    assert_eq!(open_now(&app).await, (0.0, 0.0, 0.0));
+    let item = app.create_item().await;
+    let remark = app
+        .data(
+            Some(&app.user_token(1)),
+            "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 4, content: \"nice\" }) { id } }",
+            json!({ "i": item }),
+        )
+        .await["createRemark"]["id"]
+        .clone();
 
     let mut first = via::open(&app, Via::TransportWs, None).await;
     let mut second = via::open(&app, Via::LegacyWs, None).await;
@@ -398,7 +416,16 @@ async fn open_websockets_and_active_subscriptions_are_counted_until_they_end_how
         let answer = via::operation(socket, via, "1", subscription.clone()).await;
         assert!(answer["data"]["serverTime"].is_string(), "{answer}");
     }
-    assert_eq!(open_now(&app).await, (2.0, 2.0));
+    let counts = json!({
+        "query": "subscription($r: [ID!]!) { likeCountChanged(remarkIds: $r) { remarkId likeCount } }",
+        "variables": { "r": [remark] },
+    });
+    let answer = via::operation(&mut second, Via::LegacyWs, "3", counts).await;
+    assert_eq!(
+        answer["data"]["likeCountChanged"]["likeCount"], 0,
+        "{answer}"
+    );
+    assert_eq!(open_now(&app).await, (2.0, 2.0, 1.0));
 
     // A subscription refused by its resolver is never counted.
     let refused = via::operation(
@@ -409,16 +436,32 @@ async fn open_websockets_and_active_subscriptions_are_counted_until_they_end_how
     )
     .await;
     assert_eq!(via::code(&refused), "BAD_USER_INPUT", "{refused}");
-    assert_eq!(open_now(&app).await, (2.0, 2.0));
+    assert_eq!(open_now(&app).await, (2.0, 2.0, 1.0));
 
     // Stopped by the client: the socket stays, the subscription ends.
     via::write(&mut first, json!({ "id": "1", "type": "complete" })).await;
-    eventually(async || open_now(&app).await == (2.0, 1.0)).await;
+    eventually(async || open_now(&app).await == (2.0, 1.0, 1.0)).await;
 
-    // A socket whose client vanishes (no close frame) takes its subscription with it.
+    // A socket whose client vanishes (no close frame) takes its subscriptions with it.
     drop(second);
-    eventually(async || open_now(&app).await == (1.0, 0.0)).await;
+    eventually(async || open_now(&app).await == (1.0, 0.0, 0.0)).await;
 
     drop(first);
-    eventually(async || open_now(&app).await == (0.0, 0.0)).await;
+    eventually(async || open_now(&app).await == (0.0, 0.0, 0.0)).await;
+
+    // Shutdown closes the sockets that are still open (1001), and counts them out.
+    let mut last = via::open(&app, Via::TransportWs, None).await;
+    let answer = via::operation(&mut last, Via::TransportWs, "1", subscription).await;
+    assert!(answer["data"]["serverTime"].is_string(), "{answer}");
+    assert_eq!(open_now(&app).await, (1.0, 1.0, 0.0));
+    let mut app = app;
+    app.shutdown().await.unwrap();
+    let infra = &app.state.infra;
+    eventually(async || {
+        let text = engage::infra::metrics::render(infra).await;
+        sample(&text, "engage_websockets_open") == Some(0.0)
+            && sample(&text, "engage_subscriptions_active{field=\"serverTime\"}") == Some(0.0)
+    })
+    .await;
+    drop(last);
 }
