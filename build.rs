@@ -82,10 +82,10 @@ fn name_commit(root: &Path) {
     };
     let commit = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=ENGAGE_COMMIT={commit}");
-    // In a worktree `.git` is a file: git says where HEAD and the branch's ref are. (A ref
-    // kept only in `packed-refs` is not watched; HEAD still is.)
+    // In a worktree `.git` is a file: git says where HEAD and the branch's ref are (a ref
+    // may live in `packed-refs` instead of a file of its own).
     let branch = git(&["symbolic-ref", "-q", "HEAD"]);
-    for path in ["HEAD"].into_iter().chain(branch.as_deref()) {
+    for path in ["HEAD", "packed-refs"].into_iter().chain(branch.as_deref()) {
         if let Some(file) = git(&["rev-parse", "--git-path", path]) {
             let file = root.join(file);
             if file.exists() {
