@@ -1,5 +1,6 @@
 //! Embeds the Lua scripts of `lua/` and the saved playground operations of
-//! `playground/operations/` into the binary.
+//! `playground/operations/` into the binary, and names the commit it is built from
+//! (`ENGAGE_COMMIT`, for `engage_build_info`).
 //!
 //! Adding a script or an example operation means adding a file: this build step finds it,
 //! and the generated tables (`lua_scripts.rs`, `playground_operations.rs`) list it, so no
@@ -57,10 +58,41 @@ fn main() {
     .expect("write playground_operations.rs");
 
     write_migrations(Path::new(&root), Path::new(&out_dir));
+    name_commit(Path::new(&root));
 
     println!("cargo:rerun-if-changed=lua");
     println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rerun-if-changed=playground");
+}
+
+/// Sets `ENGAGE_COMMIT` to the short hash of the checked-out commit, or `unknown` where
+/// there is no repository (the Docker build copies the sources without `.git`) or no git.
+/// The build runs again when HEAD moves: `.git/HEAD` changes on a checkout, and the branch
+/// it points to on a commit.
+fn name_commit(root: &Path) {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+            .filter(|text| !text.is_empty())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=ENGAGE_COMMIT={commit}");
+    // In a worktree `.git` is a file: git says where HEAD and the branch's ref are (a ref
+    // may live in `packed-refs` instead of a file of its own).
+    let branch = git(&["symbolic-ref", "-q", "HEAD"]);
+    for path in ["HEAD", "packed-refs"].into_iter().chain(branch.as_deref()) {
+        if let Some(file) = git(&["rev-parse", "--git-path", path]) {
+            let file = root.join(file);
+            if file.exists() {
+                println!("cargo:rerun-if-changed={}", file.display());
+            }
+        }
+    }
 }
 
 /// The migrations of both backends from one source: `migrations/NNNN_name.sql` serves

@@ -52,12 +52,9 @@ mod idle {
 }
 
 async fn serve() -> std::process::ExitCode {
-    // A missing .env is normal; a malformed one is worth saying.
-    if let Err(error) = dotenvy::dotenv() {
-        if !error.not_found() {
-            eprintln!("engage: ignoring .env: {error}");
-        }
-    }
+    // A missing .env is normal; a malformed one is worth saying, through the logger once it
+    // is installed (the log format may come from the .env itself).
+    let dotenv = dotenvy::dotenv().err().filter(|error| !error.not_found());
     let cli = engage::app::cli::Cli::parse();
     // Flushes the spans not yet exported when dropped, after the last request.
     let json = cli.config.log_format == engage::infra::telemetry::LogFormat::Json;
@@ -69,6 +66,9 @@ async fn serve() -> std::process::ExitCode {
         }
     };
 
+    if let Some(error) = dotenv {
+        tracing::warn!("engage: ignoring .env: {error}");
+    }
     match engage::app::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

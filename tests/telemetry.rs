@@ -126,22 +126,32 @@ impl Engage {
                 gathered.lock().unwrap().push(line);
             }
         });
-        let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        // The start-up lines are log lines: the address is in the message of the one that
+        // says where engage listens.
         let base = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = stdout.next_line().await.unwrap() {
-                if let Some(rest) = line.split_once("playground at ").map(|(_, rest)| rest) {
-                    let url = rest.split_whitespace().next().unwrap();
-                    return url.trim_end_matches('/').to_string();
+            loop {
+                let address = stderr.lock().unwrap().iter().find_map(|line| {
+                    let message: serde_json::Value = serde_json::from_str(line).ok()?;
+                    let message = message["message"].as_str()?;
+                    let rest = message.split_once("listening on ")?.1;
+                    Some(rest.split_whitespace().next()?.to_string())
+                });
+                if let Some(address) = address {
+                    return address;
                 }
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!(
+                        "engage stopped before listening ({status}): {:?}",
+                        stderr.lock().unwrap()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            panic!(
-                "engage stopped before listening: {:?}",
-                stderr.lock().unwrap()
-            );
         })
         .await
         .expect("engage listens within a minute");
-        // The rest of stdout is not read; it must not fill up and block the process.
+        // Nothing is expected on stdout; it must not fill up and block the process.
+        let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
         tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
         Self {
             child,

@@ -75,15 +75,28 @@ pub enum SeasonCommand {
     },
 }
 
+/// Where the instance answers, said through the logger (stderr, and one JSON object a line
+/// with `ENGAGE_LOG_FORMAT=json`, so that a collector reads every line it writes). The
+/// playground is named only where it is served.
+fn banner(config: &Config, address: std::net::SocketAddr) {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = env!("ENGAGE_COMMIT"),
+        "engage is listening on http://{address} (GraphQL endpoint http://{address}/graphql)"
+    );
+    if config.playground_enabled() {
+        tracing::info!("engage: playground at http://{address}/");
+    }
+    tracing::info!("engage: live dashboard at http://{address}/dashboard");
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = cli.config;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             let app = App::start(config).await?;
             let address = app.local_addr();
-            tracing::info!("engage is listening on http://{address}");
-            println!("engage: playground at http://{address}/ (GraphQL endpoint http://{address}/graphql)");
-            println!("engage: live dashboard at http://{address}/dashboard");
+            banner(&app.state.config, address);
             let shutdown = app.state.infra.instance.shutdown.clone();
             app.serve(app::termination(shutdown)).await
         }

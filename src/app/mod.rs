@@ -117,6 +117,7 @@ impl Services {
                 shutdown,
                 tasks: TaskTracker::new(),
                 scraped: Default::default(),
+                open: Default::default(),
             },
         };
         let features = Features::new(&infra, &config)?;

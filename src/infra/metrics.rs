@@ -3,14 +3,20 @@
 //!
 //! Every metric is named and explained once, in [`describe`], which gives each its `# HELP`
 //! and `# TYPE` lines: a metric missing there is the one without a HELP line, and the
-//! metrics test fails on it. Values come three ways:
+//! metrics test fails on it. Every counter is exported from start-up, at 0, with the label
+//! values known then ([`from_start`], next to it: every error code, cap, consumer and
+//! handled job topic), so that `increase(…)` sees the first event after a restart. Values
+//! come four ways:
 //! - **counted where they happen**, into the process's recorder: requests and their
 //!   durations, errors, Redis round trips and WAITs, refused connections, evicted persisted
 //!   queries, what stream consumers archive, dead-letter or stall on, and what the delay
 //!   queue schedules, promotes, runs, retries, buries and reclaims;
+//! - **held by guards** ([`Open`]): the WebSockets open and the subscriptions running, by
+//!   field, each counted out when its guard drops, however it ended;
 //! - **read from this process when scraped**: the Redis and SQL pool connections, and the
-//!   `process_*` family (memory, CPU, file descriptors, start time; `metrics-process`
-//!   reads `/proc/self` on Linux);
+//!   `process_*` family (memory, CPU in fractions of a second, file descriptors, start
+//!   time; `metrics-process` reads `/proc/self` on Linux); and `engage_build_info`, 1 with
+//!   the version and the commit built (`build.rs`);
 //! - **read from Redis when scraped** ([`ScrapedGauges`]): the delay queue's jobs per topic
 //!   and state, and each stream consumer's lag and pending entries. They describe the shared
 //!   Redis, so every instance reports the same values: aggregate them with `max`, not `sum`.
@@ -19,12 +25,16 @@
 //!
 //! Label values are bounded: `operation` is a schema field or a fixed word
 //! ([`record_request`]), `code` an [`ErrorCode`] ([`record_error`]), `consumer` a name in the
-//! code, `state` a fixed word, and `topic`, which an admin chooses freely, is a topic's name
-//! for at most [`BoundedLabel`]'s first few topics of an instance and `other` beyond.
+//! code, `state` a fixed word, `field` a subscription field of the schema, and `topic`,
+//! which an admin chooses freely, is a topic's name for at most [`BoundedLabel`]'s first
+//! few topics of an instance and `other` beyond.
 
 use std::{
-    collections::HashSet,
-    sync::{Arc, LazyLock, Mutex, OnceLock},
+    collections::{BTreeMap, HashSet},
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc, LazyLock, Mutex, OnceLock,
+    },
     time::{Duration, Instant},
 };
 
@@ -54,7 +64,10 @@ pub fn install() -> &'static PrometheusHandle {
             )
             .expect("bucket list is not empty")
             .build_recorder();
-        metrics::with_local_recorder(&recorder, describe);
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            from_start();
+        });
         let handle = recorder.handle();
         // A second install (another app in the same test process) keeps the first recorder.
         let _ = metrics::set_global_recorder(recorder);
@@ -194,7 +207,99 @@ fn describe() {
         "Jobs handed to a worker and not yet finished, by topic (read from Redis at scrape \
          time)"
     );
+    describe_gauge!(
+        "engage_websockets_open",
+        "WebSockets open on this instance (from the upgrade until the socket closes)"
+    );
+    describe_gauge!(
+        "engage_subscriptions_active",
+        "Subscriptions running on this instance, by field"
+    );
+    describe_gauge!(
+        "engage_build_info",
+        "1, labelled with the version of the build and the commit it was built from"
+    );
     PROCESS.describe();
+}
+
+/// The counters without labels: each is exported from start-up, at 0 until it counts.
+const UNLABELLED: [&str; 9] = [
+    "engage_http_connections_refused_total",
+    "engage_ws_deferred_updates_total",
+    "engage_persisted_queries_not_stored_total",
+    "engage_persisted_queries_evicted_total",
+    "engage_redis_round_trips_total",
+    "engage_redis_commands_total",
+    "engage_redis_waits_total",
+    "engage_redis_waits_short_total",
+    "engage_redis_wait_rounds_total",
+];
+
+/// The `operation` values known before any request: the fixed words of
+/// `http::admission` (the schema's fields appear as they are first asked for).
+const FIXED_OPERATIONS: [&str; 3] = ["introspection", "other", "unread"];
+
+/// The `cap` values of `engage_client_cap_refusals_total` (the labels the `Caps` of
+/// `http::server` and of the wiring are made with).
+const CAPS: [&str; 2] = ["connections_per_ip", "websockets_per_user"];
+
+/// The counters of each stream consumer, by `consumer` ([`consumer_counted`]).
+const PER_CONSUMER: [&str; 3] = [
+    "engage_stream_entries_archived_total",
+    "engage_stream_dead_letters_total",
+    "engage_stream_consumer_stalls_total",
+];
+
+/// The counters of each job topic, by `topic` ([`topic_counted`]).
+const PER_TOPIC: [&str; 6] = [
+    "engage_jobs_scheduled_total",
+    "engage_jobs_promoted_total",
+    "engage_jobs_succeeded_total",
+    "engage_jobs_retried_total",
+    "engage_jobs_dead_total",
+    "engage_jobs_reclaimed_total",
+];
+
+/// Every counter with the label values known at start-up, at 0: a series that appears only
+/// with its first increment has no earlier sample, so `increase(…) > 0` (the alerts of the
+/// README) would miss the first dead letter after a restart. The consumers' and topics'
+/// counters start with them ([`consumer_counted`], [`topic_counted`]). Also `build_info`.
+fn from_start() {
+    for name in UNLABELLED {
+        metrics::counter!(name).increment(0);
+    }
+    for operation in FIXED_OPERATIONS {
+        metrics::counter!("engage_graphql_requests_total", "operation" => operation).increment(0);
+    }
+    for code in ErrorCode::ALL {
+        metrics::counter!("engage_graphql_errors_total", "code" => code.as_str()).increment(0);
+    }
+    for cap in CAPS {
+        metrics::counter!("engage_client_cap_refusals_total", "cap" => cap).increment(0);
+    }
+    metrics::gauge!(
+        "engage_build_info",
+        "version" => env!("CARGO_PKG_VERSION"),
+        "commit" => env!("ENGAGE_COMMIT")
+    )
+    .set(1.0);
+}
+
+/// Exports the counters of the stream consumer `name` at 0, as it starts.
+pub fn consumer_counted(name: &'static str) {
+    install();
+    for counter in PER_CONSUMER {
+        metrics::counter!(counter, "consumer" => name).increment(0);
+    }
+}
+
+/// Exports the counters of a job topic (its label, see [`BoundedLabel`]) at 0: those of
+/// the topics the code handles, as their handler is registered.
+pub fn topic_counted(label: String) {
+    install();
+    for counter in PER_TOPIC {
+        metrics::counter!(counter, "topic" => label.clone()).increment(0);
+    }
 }
 
 /// The text exposition: the recorder's metrics, with the pool and process gauges read now,
@@ -219,7 +324,9 @@ pub async fn render(infra: &Infra) -> String {
     metrics::gauge!("engage_sql_pool_connections", "state" => "idle").set(sql_idle as f64);
     PROCESS.collect();
     let mut text = install().render();
-    text.push_str(&render_scraped(&scraped));
+    let mut readings = scraped.to_vec();
+    readings.extend(infra.instance.open.readings());
+    text.push_str(&render_scraped(&readings));
     text
 }
 
@@ -337,6 +444,100 @@ fn render_scraped(readings: &[Reading]) -> String {
         }
     });
     recorder.handle().render()
+}
+
+/// What this instance holds open: its WebSockets and their subscriptions by field, exported
+/// as `engage_websockets_open` and `engage_subscriptions_active`. Each is counted by a guard
+/// ([`Held`]) that the socket or the subscription owns, so that however it ends (the client
+/// leaves, an error, shutdown) dropping it counts it out: the gauges stay exact without
+/// every path out having to remember them. They are written per scrape from these counts
+/// (like the gauges read from Redis), not into the process's recorder, so that two
+/// instances in one process (the tests) each report their own.
+#[derive(Clone, Default)]
+pub struct Open(Arc<OpenCounts>);
+
+#[derive(Default)]
+struct OpenCounts {
+    websockets: AtomicI64,
+    /// By field; a field stays (at 0) once known, so that its series does not come and go.
+    subscriptions: Mutex<BTreeMap<String, i64>>,
+}
+
+impl Open {
+    /// The subscription fields of the schema, exported at 0 before any is run.
+    pub fn known_fields(&self, fields: impl IntoIterator<Item = String>) {
+        let mut subscriptions = self.0.subscriptions.lock().expect("poisoned");
+        for field in fields {
+            subscriptions.entry(field).or_insert(0);
+        }
+    }
+
+    /// Counts a WebSocket open until the guard is dropped.
+    pub fn websocket(&self) -> Held {
+        self.0.websockets.fetch_add(1, Ordering::Relaxed);
+        Held {
+            open: self.clone(),
+            field: None,
+        }
+    }
+
+    /// Counts a subscription of `field` active until the guard is dropped.
+    pub fn subscription(&self, field: &str) -> Held {
+        *self
+            .0
+            .subscriptions
+            .lock()
+            .expect("poisoned")
+            .entry(field.to_string())
+            .or_insert(0) += 1;
+        Held {
+            open: self.clone(),
+            field: Some(field.to_string()),
+        }
+    }
+
+    fn readings(&self) -> Vec<Reading> {
+        let mut readings = vec![Reading {
+            name: "engage_websockets_open",
+            labels: Vec::new(),
+            value: self.0.websockets.load(Ordering::Relaxed) as f64,
+        }];
+        let subscriptions = self.0.subscriptions.lock().expect("poisoned");
+        readings.extend(subscriptions.iter().map(|(field, active)| Reading {
+            name: "engage_subscriptions_active",
+            labels: vec![("field", field.clone())],
+            value: *active as f64,
+        }));
+        readings
+    }
+}
+
+/// One WebSocket or subscription counted by [`Open`]; dropping it counts it out.
+pub struct Held {
+    open: Open,
+    field: Option<String>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        match &self.field {
+            None => {
+                self.open.0.websockets.fetch_sub(1, Ordering::Relaxed);
+            }
+            Some(field) => {
+                if let Some(active) = self
+                    .open
+                    .0
+                    .subscriptions
+                    .lock()
+                    .expect("poisoned")
+                    .get_mut(field)
+                {
+                    *active -= 1;
+                }
+            }
+        }
+    }
 }
 
 /// The label value of any value past the first few of a [`BoundedLabel`].

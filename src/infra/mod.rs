@@ -76,6 +76,8 @@ pub struct Instance {
     /// Gauges read from Redis when `/metrics` is scraped (consumer lag, queue depths), and
     /// their last reading.
     pub scraped: metrics::Scraped,
+    /// The WebSockets and subscriptions open on this instance, for `/metrics`.
+    pub open: metrics::Open,
 }
 
 /// The configured times of every stream consumer.

@@ -11,6 +11,7 @@ mod plug;
 
 mod abuse;
 mod auth;
+mod binary;
 mod conventions;
 mod drain;
 mod faults;

@@ -84,7 +84,14 @@ async fn every_metric_has_help_and_type_and_the_process_is_measured() {
     }
     assert!(sample(&text, "process_resident_memory_bytes").unwrap() > 1e6);
     assert!(sample(&text, "process_open_fds").unwrap() >= 1.0);
-    assert!(text.contains("engage_graphql_errors_total{code=\"GRAPHQL_VALIDATION_FAILED\"}"));
+    assert!(
+        sample(
+            &text,
+            "engage_graphql_errors_total{code=\"GRAPHQL_VALIDATION_FAILED\"}"
+        )
+        .is_some_and(|count| count >= 1.0),
+        "{text}"
+    );
 }
 
 /// A handler that holds each job until the gate is closed.
@@ -260,4 +267,208 @@ fn the_metrics_address_must_not_be_the_public_one() {
     assert!(error.contains("ENGAGE_METRICS_BIND"), "{error}");
     config.metrics_bind = Some("127.0.0.1:9123".parse().unwrap());
     config.check().unwrap();
+}
+
+/// The name of every counter the code emits: each `counter!("…"` of `src/`.
+fn counters_in_the_code() -> BTreeSet<String> {
+    fn walk(dir: &std::path::Path, names: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, names);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (at, _) in text.match_indices("counter!(") {
+                    let rest = text[at + "counter!(".len()..].trim_start();
+                    if let Some(name) = rest
+                        .strip_prefix('"')
+                        .and_then(|rest| rest.split('"').next())
+                    {
+                        names.insert(name.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let mut names = BTreeSet::new();
+    walk(std::path::Path::new("src"), &mut names);
+    names
+}
+
+/// Every sample of `family` in `text`: `(series, value)`.
+fn samples<'a>(text: &'a str, family: &str) -> Vec<(&'a str, f64)> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series, value.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_counter_the_code_emits_is_described_and_exported_at_zero_from_start() {
+    let counters = counters_in_the_code();
+    // The list is read from the code, so make sure the reading found them.
+    assert!(
+        counters.contains("engage_stream_dead_letters_total") && counters.len() >= 20,
+        "{counters:?}"
+    );
+    // A fresh process: the recorder of this test binary counts every other test's work.
+    let engage = crate::binary::Engage::start(&[]).await;
+    let text = engage.get_text("/metrics").await;
+    engage.stop().await;
+    for counter in &counters {
+        assert!(
+            text.contains(&format!("# HELP {counter} ")),
+            "{counter} has no HELP line"
+        );
+        assert!(
+            text.contains(&format!("# TYPE {counter} counter")),
+            "{counter} is not typed as a counter"
+        );
+        let samples = samples(&text, counter);
+        assert!(!samples.is_empty(), "{counter} is not exported:\n{text}");
+        // Start-up's own commands to Redis are counted; nothing else has happened yet.
+        if !counter.starts_with("engage_redis_round_trips")
+            && !counter.starts_with("engage_redis_commands")
+        {
+            for (series, value) in samples {
+                assert_eq!(value, 0.0, "{series} at start");
+            }
+        }
+    }
+    // The alerts' label values are there before anything happened.
+    for series in [
+        "engage_graphql_errors_total{code=\"INTERNAL\"}",
+        "engage_graphql_errors_total{code=\"UNAVAILABLE\"}",
+        "engage_stream_dead_letters_total{consumer=\"vote-archive\"}",
+        "engage_stream_consumer_stalls_total{consumer=\"points-archive\"}",
+        "engage_jobs_dead_total{topic=\"order-expiry\"}",
+        "engage_client_cap_refusals_total{cap=\"connections_per_ip\"}",
+        "engage_client_cap_refusals_total{cap=\"websockets_per_user\"}",
+        "engage_websockets_open",
+        "engage_subscriptions_active{field=\"serverTime\"}",
+    ] {
+        assert_eq!(sample(&text, series), Some(0.0), "{series} in:\n{text}");
+    }
+    let build = text
+        .lines()
+        .find(|line| line.starts_with("engage_build_info{"))
+        .unwrap_or_else(|| panic!("no engage_build_info in:\n{text}"));
+    assert!(
+        build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))),
+        "{build}"
+    );
+    assert!(
+        build.contains("commit=\"") && build.ends_with(" 1"),
+        "{build}"
+    );
+}
+
+#[tokio::test]
+async fn cpu_seconds_are_counted_in_fractions_of_a_second() {
+    let app = TestApp::spawn().await;
+    // Whole seconds would read 0 for the first second of CPU, and then jump by ones.
+    eventually(async || {
+        let text = app.get_text("/metrics").await;
+        let seconds = sample(&text, "process_cpu_seconds_total").expect("measured");
+        seconds > 0.0 && seconds.fract() != 0.0
+    })
+    .await;
+}
+
+/// `engage_websockets_open`, and `engage_subscriptions_active` of `serverTime` and of
+/// `likeCountChanged` (whose updates are written to the socket directly), now.
+async fn open_now(app: &TestApp) -> (f64, f64, f64) {
+    let text = app.get_text("/metrics").await;
+    let active = |field: &str| {
+        sample(
+            &text,
+            &format!("engage_subscriptions_active{{field=\"{field}\"}}"),
+        )
+        .expect("exported")
+    };
+    (
+        sample(&text, "engage_websockets_open").expect("exported"),
+        active("serverTime"),
+        active("likeCountChanged"),
+    )
+}
+
+#[tokio::test]
+async fn open_websockets_and_active_subscriptions_are_counted_until_they_end_however_they_end() {
+    use crate::via::{self, Via};
+
+    let app = TestApp::spawn().await;
+    assert_eq!(open_now(&app).await, (0.0, 0.0, 0.0));
+    let item = app.create_item().await;
+    let remark = app
+        .data(
+            Some(&app.user_token(1)),
+            "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 4, content: \"nice\" }) { id } }",
+            json!({ "i": item }),
+        )
+        .await["createRemark"]["id"]
+        .clone();
+
+    let mut first = via::open(&app, Via::TransportWs, None).await;
+    let mut second = via::open(&app, Via::LegacyWs, None).await;
+    let subscription = json!({ "query": "subscription { serverTime(everySeconds: 60) }" });
+    for (socket, via) in [(&mut first, Via::TransportWs), (&mut second, Via::LegacyWs)] {
+        let answer = via::operation(socket, via, "1", subscription.clone()).await;
+        assert!(answer["data"]["serverTime"].is_string(), "{answer}");
+    }
+    let counts = json!({
+        "query": "subscription($r: [ID!]!) { likeCountChanged(remarkIds: $r) { remarkId likeCount } }",
+        "variables": { "r": [remark] },
+    });
+    let answer = via::operation(&mut second, Via::LegacyWs, "3", counts).await;
+    assert_eq!(
+        answer["data"]["likeCountChanged"]["likeCount"], 0,
+        "{answer}"
+    );
+    assert_eq!(open_now(&app).await, (2.0, 2.0, 1.0));
+
+    // A subscription refused by its resolver is never counted.
+    let refused = via::operation(
+        &mut first,
+        Via::TransportWs,
+        "2",
+        json!({ "query": "subscription { serverTime(everySeconds: 0) }" }),
+    )
+    .await;
+    assert_eq!(via::code(&refused), "BAD_USER_INPUT", "{refused}");
+    assert_eq!(open_now(&app).await, (2.0, 2.0, 1.0));
+
+    // Stopped by the client: the socket stays, the subscription ends.
+    via::write(&mut first, json!({ "id": "1", "type": "complete" })).await;
+    eventually(async || open_now(&app).await == (2.0, 1.0, 1.0)).await;
+
+    // A socket whose client vanishes (no close frame) takes its subscriptions with it.
+    drop(second);
+    eventually(async || open_now(&app).await == (1.0, 0.0, 0.0)).await;
+
+    drop(first);
+    eventually(async || open_now(&app).await == (0.0, 0.0, 0.0)).await;
+
+    // Shutdown closes the sockets that are still open (1001), and counts them out.
+    let mut last = via::open(&app, Via::TransportWs, None).await;
+    let answer = via::operation(&mut last, Via::TransportWs, "1", subscription).await;
+    assert!(answer["data"]["serverTime"].is_string(), "{answer}");
+    assert_eq!(open_now(&app).await, (1.0, 1.0, 0.0));
+    let mut app = app;
+    app.shutdown().await.unwrap();
+    let infra = &app.state.infra;
+    eventually(async || {
+        let text = engage::infra::metrics::render(infra).await;
+        sample(&text, "engage_websockets_open") == Some(0.0)
+            && sample(&text, "engage_subscriptions_active{field=\"serverTime\"}") == Some(0.0)
+    })
+    .await;
+    drop(last);
 }

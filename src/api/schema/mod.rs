@@ -83,6 +83,26 @@ pub struct SubscriptionRoot(
 
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
+/// The fields of the `Subscription` type.
+pub fn subscription_fields() -> Vec<String> {
+    let mut registry = async_graphql::registry::Registry::default();
+    // The name of a type as a field's type: `Subscription!`.
+    let name =
+        <SubscriptionRoot as async_graphql::SubscriptionType>::create_type_info(&mut registry);
+    registry
+        .types
+        .get(name.trim_end_matches('!'))
+        .and_then(|subscription| subscription.fields())
+        .map(|fields| {
+            fields
+                .keys()
+                .filter(|field| !field.starts_with("__"))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Builds the schema. Without an instance it can only print its SDL (`engage schema`).
 pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     let mut builder = Schema::build(
@@ -95,6 +115,7 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     // (far lower) then gives the precise validation error.
     .limit_recursive_depth(crate::api::http::document::MAX_NESTING);
     if let Some((config, infra, features)) = instance {
+        infra.instance.open.known_fields(subscription_fields());
         // Each resolver takes the one feature context it calls (`ContextExt::feature`).
         if !config.introspection_enabled() {
             builder = builder.disable_introspection();

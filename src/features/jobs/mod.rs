@@ -83,6 +83,13 @@ impl Jobs {
     fn topic_label(&self, topic: &str) -> String {
         self.topic_labels.of(topic)
     }
+
+    /// Registers the in-process handler of `topic` (see [`JobRegistry::register`]); the
+    /// topic's counters are exported from now on, at 0 until they count.
+    pub fn register(&self, topic: &str, handler: Arc<dyn JobHandler>, policy: Option<TopicPolicy>) {
+        self.registry.register(topic, handler, policy);
+        crate::infra::metrics::topic_counted(self.topic_label(topic));
+    }
 }
 
 /// The seed's retry ladder.

@@ -379,7 +379,7 @@ impl Vouchers {
             .map(|seconds| std::time::Duration::from_secs(*seconds))
             .collect();
         policy.attempts = Some(EXPIRY_ATTEMPTS);
-        self.jobs.registry.register(
+        self.jobs.register(
             EXPIRY_TOPIC,
             Arc::new(ExpireOrder(self.clone())),
             Some(policy),

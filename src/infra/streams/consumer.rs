@@ -110,6 +110,7 @@ pub fn spawn(
     handler: Handler,
 ) {
     let spec = ConsumerSpec::new(infra.instance.consumers, name, group, &handler);
+    crate::infra::metrics::consumer_counted(name);
     infra.instance.scraped.add(super::backlog::Backlog {
         consumer: name,
         group: spec.group,

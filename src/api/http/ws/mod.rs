@@ -117,6 +117,7 @@ pub fn upgrade(
         .max_message_size(max_message)
         .max_frame_size(max_message)
         .on_upgrade(move |socket| async move {
+            let _open = http.gateway.infra.instance.open.websocket();
             let connection = Arc::new(Connection::new(ip, &http));
             serve(http, socket, protocol, header_token, connection).await;
             drop(slot);

@@ -8,7 +8,11 @@ use std::sync::{
 
 use async_graphql::Context;
 
-use crate::infra::error::{AppError, AppResult, ErrorCode};
+use crate::infra::{
+    error::{AppError, AppResult, ErrorCode},
+    metrics::Held,
+    Instance,
+};
 
 /// How many subscriptions one connection holds; shared by all of its operations.
 #[derive(Clone)]
@@ -28,12 +32,19 @@ impl SubscriptionSlots {
 
 /// One held subscription; dropping it (when the stream ends or the client stops it)
 /// frees the slot. Every subscription resolver takes one before returning its stream.
-pub struct SubscriptionSlot(Option<SubscriptionSlots>);
+pub struct SubscriptionSlot {
+    slots: Option<SubscriptionSlots>,
+    /// Counts it in `engage_subscriptions_active` while held.
+    _active: Option<Held>,
+}
 
 impl SubscriptionSlot {
     pub fn acquire(ctx: &Context<'_>) -> AppResult<Self> {
         let Some(slots) = ctx.data_opt::<SubscriptionSlots>() else {
-            return Ok(Self(None));
+            return Ok(Self {
+                slots: None,
+                _active: None,
+            });
         };
         let held = slots.held.fetch_add(1, Ordering::AcqRel);
         if held >= slots.max {
@@ -43,13 +54,18 @@ impl SubscriptionSlot {
                 format!("a connection may hold at most {} subscriptions", slots.max),
             ));
         }
-        Ok(Self(Some(slots.clone())))
+        Ok(Self {
+            slots: Some(slots.clone()),
+            _active: ctx
+                .data_opt::<Instance>()
+                .map(|instance| instance.open.subscription(ctx.field().name())),
+        })
     }
 }
 
 impl Drop for SubscriptionSlot {
     fn drop(&mut self) {
-        if let Some(slots) = &self.0 {
+        if let Some(slots) = &self.slots {
             slots.held.fetch_sub(1, Ordering::AcqRel);
         }
     }
