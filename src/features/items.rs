@@ -68,18 +68,32 @@ impl Items {
         let id = self.infra.ids.next_id().await?;
         let now_ms = self.infra.clock.now_ms();
         let mut tx = self.infra.db.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(id)
-        .bind(&item.name)
-        .bind(item.location.map(|l| l.lat))
-        .bind(item.location.map(|l| l.lng))
-        .bind(created_by)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
+        // One statement with a location and one without, rather than binding an absent
+        // location as NULL: through sqlx's `Any` driver a NULL `f64` goes to PostgreSQL as
+        // a NULL `real`, so the statement a connection prepares for an item without a
+        // location takes 4-byte parameters there, and the next item with one on that
+        // connection failed ("incorrect binary data format in bind parameter 3").
+        let insert = match item.location {
+            Some(location) => sqlx::query(
+                "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(id)
+            .bind(&item.name)
+            .bind(location.lat)
+            .bind(location.lng),
+            None => sqlx::query(
+                "INSERT INTO items (id, name, lat, lng, created_by, created_at_ms) \
+                 VALUES ($1, $2, NULL, NULL, $3, $4)",
+            )
+            .bind(id)
+            .bind(&item.name),
+        };
+        insert
+            .bind(created_by)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
         if item.location.is_some() {
             sqlx::query("INSERT INTO item_placements (item_id, created_at_ms) VALUES ($1, $2)")
                 .bind(id)

@@ -176,8 +176,16 @@ impl Engage {
     }
 
     async fn clean_up(&mut self) {
-        let client = redis::Client::open(crate::harness::base_config().redis_url).unwrap();
-        if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+        // On a cluster the keys stay where they are: the cluster of a test run is stopped
+        // and removed after it, and a plain client cannot reach every node's keys.
+        let config = crate::harness::base_config();
+        let client = (config.redis_mode != engage::infra::redis::RedisMode::Cluster)
+            .then(|| redis::Client::open(config.redis_url).unwrap());
+        let conn = match &client {
+            Some(client) => client.get_multiplexed_async_connection().await.ok(),
+            None => None,
+        };
+        if let Some(mut conn) = conn {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("{}*", self.redis_prefix))
                 .query_async(&mut conn)

@@ -37,6 +37,24 @@ async fn an_item_created_by_an_admin_can_be_read_back() {
 }
 
 #[tokio::test]
+async fn items_with_a_location_are_created_after_items_without_one() {
+    // One after the other, so that they share the pool's connections and the statements
+    // each connection prepared for the items before them.
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    for n in 0..6 {
+        let input = json!({ "input": { "name": format!("Stall {n}") } });
+        let created = app.data(Some(&admin), CREATE, input).await;
+        assert_eq!(created["createItem"]["lat"], serde_json::Value::Null);
+    }
+    for n in 0..6 {
+        let input = json!({ "input": { "name": format!("Kiosk {n}"), "lat": 31.23, "lng": 121.47 } });
+        let created = app.data(Some(&admin), CREATE, input).await;
+        assert_eq!(created["createItem"]["lat"], 31.23, "{created}");
+    }
+}
+
+#[tokio::test]
 async fn bad_item_input_is_a_bad_user_input() {
     let app = TestApp::spawn().await;
     let admin = app.admin_token();
