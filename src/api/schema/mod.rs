@@ -113,7 +113,10 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     // Admission refuses documents nested deeper than this before they reach the schema
     // (`http::document`); the schema's own check stays as a second line. `limit_depth`
     // (far lower) then gives the precise validation error.
-    .limit_recursive_depth(crate::api::http::document::MAX_NESTING);
+    .limit_recursive_depth(crate::api::http::document::MAX_NESTING)
+    // No field returns it: the codes travel in `extensions.code`, and the enum documents them
+    // for clients that generate types from the schema (`infra::error`).
+    .register_output_type::<crate::infra::error::ErrorCode>();
     if let Some((config, infra, features)) = instance {
         infra.instance.open.known_fields(subscription_fields());
         // Each resolver takes the one feature context it calls (`ContextExt::feature`).

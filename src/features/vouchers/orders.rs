@@ -344,7 +344,7 @@ impl Vouchers {
         if now != outcome {
             if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
                 return Err(AppError::client(
-                    ErrorCode::Ended,
+                    ErrorCode::PayWindowOver,
                     "the time to pay is over; the order expired",
                 ));
             }

@@ -72,7 +72,8 @@ impl Status {
     }
 
     /// The error a client sees when a script refused with this status, in the caller's
-    /// words. The statuses that are not refusals (done, or a step the caller takes before
+    /// words. A caller whose clients branch on one refusal answers its own code instead
+    /// (`OVER_LIMIT` of a make-up sign-in is `MAKEUP_LIMIT`): the generic code stays here. The statuses that are not refusals (done, or a step the caller takes before
     /// calling again) reaching here are a bug of the caller.
     pub fn refusal(self, message: impl Into<String>) -> AppError {
         let code = match self {
