@@ -4,8 +4,8 @@
 //! the error's source) and [`crate::api::schema::errors::assign_codes`] turns it into the wire form.
 //! Internal details never reach a client: they are logged with the request id instead.
 //!
-//! [`ErrorCode`] is at once the Rust list and the schema's `ErrorCode` enum (registered in
-//! [`crate::api::schema::build`]): the wire text of a code is its GraphQL name and each doc
+//! [`ErrorCode`] is at once the Rust list and the schema's `ErrorCode` enum (reached by
+//! `Query.errorCodes`): the wire text of a code is its GraphQL name and each doc
 //! comment below is its description in the SDL, so the list clients generate types from
 //! cannot drift from what the service answers. A mirror type with a conversion was the
 //! alternative; it would be a second list to keep in step.
@@ -14,8 +14,8 @@ use std::fmt;
 
 use async_graphql::{EnumType, ErrorExtensionValues};
 
-/// Every code engage answers in an error's `extensions.code`. No field returns this enum:
-/// it is here so that clients can generate a type for `extensions.code` and branch on it.
+/// Every code engage answers in an error's `extensions.code`, so that clients can generate a
+/// type for it and branch on it (`Query.errorCodes` lists them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
 pub enum ErrorCode {
     /// No valid token where one is needed: missing, malformed, expired, or signed by a key

@@ -43,6 +43,7 @@ pub const PUBLIC_READS: &[&str] = &[
     "voucher",
     "vouchers",
     "nearbyItems",
+    "errorCodes",
 ];
 
 #[derive(MergedObject, Default)]
@@ -58,6 +59,7 @@ pub struct QueryRoot(
     resolvers::vouchers::VoucherQuery,
     resolvers::feed::FeedQuery,
     resolvers::nearby::NearbyQuery,
+    resolvers::system::SystemQuery,
 );
 
 #[derive(MergedObject, Default)]
@@ -113,10 +115,7 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     // Admission refuses documents nested deeper than this before they reach the schema
     // (`http::document`); the schema's own check stays as a second line. `limit_depth`
     // (far lower) then gives the precise validation error.
-    .limit_recursive_depth(crate::api::http::document::MAX_NESTING)
-    // No field returns it: the codes travel in `extensions.code`, and the enum documents them
-    // for clients that generate types from the schema (`infra::error`).
-    .register_output_type::<crate::infra::error::ErrorCode>();
+    .limit_recursive_depth(crate::api::http::document::MAX_NESTING);
     if let Some((config, infra, features)) = instance {
         infra.instance.open.known_fields(subscription_fields());
         // Each resolver takes the one feature context it calls (`ContextExt::feature`).
