@@ -18,10 +18,12 @@ use async_graphql::{EnumType, ErrorExtensionValues};
 /// type for it and branch on it (`Query.errorCodes` lists them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
 pub enum ErrorCode {
-    /// No valid token where one is needed: missing, malformed, expired, or signed by a key
-    /// this server does not trust (HTTP 401). Sign in again.
+    /// No valid token where one is needed: none sent for a field that needs a viewer, or one
+    /// that is malformed, expired or signed by a key this server does not trust (that refuses
+    /// the whole request, HTTP 401). Sign in again.
     Unauthenticated,
-    /// Refused whoever asks: introspection on a server that has it turned off.
+    /// Signed in, but without the role a field needs (admin or service fields); also
+    /// introspection on a server that has it turned off.
     Forbidden,
     /// An argument is invalid (out of range, misspelled, a date outside what is allowed);
     /// the message says which. Do not retry unchanged.
@@ -32,8 +34,10 @@ pub enum ErrorCode {
     /// expired (for anything but paying an expired one, see `PAY_WINDOW_OVER`), an item the
     /// caller already reviewed.
     Conflict,
-    /// Too many requests or operations: retry after `extensions.retryAfter` seconds
-    /// (HTTP 429 with `Retry-After` over HTTP).
+    /// Too many requests: retry after `extensions.retryAfter` seconds (HTTP 429 with
+    /// `Retry-After`). Without `retryAfter`, too many at once (connections from one address,
+    /// WebSockets of one user, operations or subscriptions on one socket): retry once one
+    /// ends.
     RateLimited,
     /// `seckillVoucher`: the voucher has no stock left (a cancelled or expired order may give
     /// one back).
