@@ -585,6 +585,9 @@ async fn the_schemas_error_code_enum_lists_exactly_the_codes_the_service_answers
         .collect();
     assert_eq!(names, codes);
     assert_eq!(body["errorCodes"], json!(codes));
+    // The same list for everyone: a public read that caches may keep.
+    let anonymous = get_query(&app, "{ errorCodes }", None).await;
+    assert_eq!(cache_control(&anonymous), "public, max-age=5");
     for value in values {
         let description = value["description"].as_str().unwrap_or_default();
         assert!(description.len() > 20, "{value} says when it is answered");
