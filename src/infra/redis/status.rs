@@ -1,7 +1,9 @@
 //! The status codes the Lua scripts answer first, named once for both sides: the scripts
 //! take them from `lua/include/status.lua`, Rust from [`Status`]. Every script speaks this
 //! one vocabulary (no `-1` that means three things), and [`Status::refusal`] is the one
-//! match from a refusal to the error a client sees.
+//! match from a refusal to the error a client sees, but for a caller whose clients branch
+//! on one refusal: that caller names its own code (`OVER_LIMIT` of a make-up sign-in is
+//! `MAKEUP_LIMIT`, `features::signin`), and the generic code stays here.
 
 use crate::infra::error::{AppError, AppResult, ErrorCode};
 
@@ -72,8 +74,7 @@ impl Status {
     }
 
     /// The error a client sees when a script refused with this status, in the caller's
-    /// words. A caller whose clients branch on one refusal answers its own code instead
-    /// (`OVER_LIMIT` of a make-up sign-in is `MAKEUP_LIMIT`): the generic code stays here. The statuses that are not refusals (done, or a step the caller takes before
+    /// words. The statuses that are not refusals (done, or a step the caller takes before
     /// calling again) reaching here are a bug of the caller.
     pub fn refusal(self, message: impl Into<String>) -> AppError {
         let code = match self {
