@@ -3,84 +3,97 @@
 //! Domain code returns [`AppError`]; resolvers return it unchanged (async-graphql keeps it as
 //! the error's source) and [`crate::api::schema::errors::assign_codes`] turns it into the wire form.
 //! Internal details never reach a client: they are logged with the request id instead.
+//!
+//! [`ErrorCode`] is at once the Rust list and the schema's `ErrorCode` enum (reached by
+//! `Query.errorCodes`): the wire text of a code is its GraphQL name and each doc
+//! comment below is its description in the SDL, so the list clients generate types from
+//! cannot drift from what the service answers. A mirror type with a conversion was the
+//! alternative; it would be a second list to keep in step.
 
 use std::fmt;
 
-use async_graphql::ErrorExtensionValues;
+use async_graphql::{EnumType, ErrorExtensionValues};
 
-/// Every `extensions.code` the API can answer (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Every code engage answers in an error's `extensions.code`, so that clients can generate a
+/// type for it and branch on it (`Query.errorCodes` lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
 pub enum ErrorCode {
+    /// No valid token where one is needed: none sent for a field that needs a viewer, or one
+    /// that is malformed, expired or signed by a key this server does not trust (that refuses
+    /// the whole request, HTTP 401). Sign in again.
     Unauthenticated,
+    /// Signed in, but without the role a field needs (admin or service fields); also
+    /// introspection on a server that has it turned off.
     Forbidden,
+    /// An argument is invalid (out of range, misspelled, a date outside what is allowed);
+    /// the message says which. Do not retry unchanged.
     BadUserInput,
+    /// No such thing for this caller: an item, voucher, order, remark, user or dead job.
     NotFound,
+    /// The thing is in a state that refuses the change: an order already paid, cancelled or
+    /// expired (for anything but paying an expired one, see `PAY_WINDOW_OVER`), an item the
+    /// caller already reviewed.
     Conflict,
+    /// Too many requests: retry after `extensions.retryAfter` seconds (HTTP 429 with
+    /// `Retry-After`). Without `retryAfter`, too many at once (connections from one address,
+    /// WebSockets of one user, operations or subscriptions on one socket): retry once one
+    /// ends.
     RateLimited,
+    /// `seckillVoucher`: the voucher has no stock left (a cancelled or expired order may give
+    /// one back).
     SoldOut,
+    /// `seckillVoucher`: the caller already has an order for this voucher (one per buyer).
     AlreadyOrdered,
+    /// `seckillVoucher`: the sale has not started yet.
     NotStarted,
+    /// `seckillVoucher`: the sale has ended.
     Ended,
+    /// Scheduling a job whose id is pending already.
     JobExists,
+    /// Redis or SQL did not answer in time: retry later. Carries `extensions.requestId`.
     Unavailable,
+    /// A fault of the server; carries `extensions.requestId` to find it in the logs.
     Internal,
+    /// Before execution: the document is not valid GraphQL syntax (no `data`).
     GraphqlParseFailed,
+    /// Before execution: the document does not fit the schema or the limits of depth,
+    /// complexity and size (no `data`).
     GraphqlValidationFailed,
+    /// Before execution: an Automatic Persisted Query hash this server does not hold; send
+    /// the query text with it.
     PersistedQueryNotFound,
-    /// A document that is not in the trusted manifest, where only trusted ones run.
+    /// Before execution: a document that is not in the trusted manifest, where only trusted
+    /// ones run.
     DocumentNotTrusted,
+    /// Before execution: the HTTP request or WebSocket message itself is malformed (no
+    /// query, a bad body, a deadline header out of range).
     BadRequest,
+    /// `makeUpSignIn`: no make-up sign-ins left this month (`ENGAGE_MAKEUP_PER_MONTH` a
+    /// month); a new allowance starts on the first of next month.
+    MakeupLimit,
+    /// `payOrder`: the order's pay-by time has passed; it is expired and its stock given
+    /// back. The buyer may order again while the sale lasts.
+    PayWindowOver,
 }
 
 impl ErrorCode {
-    /// Every code, for reading one back from its text.
-    pub const ALL: [Self; 18] = [
-        Self::Unauthenticated,
-        Self::Forbidden,
-        Self::BadUserInput,
-        Self::NotFound,
-        Self::Conflict,
-        Self::RateLimited,
-        Self::SoldOut,
-        Self::AlreadyOrdered,
-        Self::NotStarted,
-        Self::Ended,
-        Self::JobExists,
-        Self::Unavailable,
-        Self::Internal,
-        Self::GraphqlParseFailed,
-        Self::GraphqlValidationFailed,
-        Self::PersistedQueryNotFound,
-        Self::DocumentNotTrusted,
-        Self::BadRequest,
-    ];
+    /// Every code, in the order of the enum.
+    pub fn all() -> impl Iterator<Item = Self> {
+        Self::items().iter().map(|item| item.value)
+    }
 
     /// The code written as `text` (`"NOT_FOUND"`), if it is one of ours.
     pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|code| code.as_str() == text)
+        Self::items()
+            .iter()
+            .find(|item| item.name == text)
+            .map(|item| item.value)
     }
 
+    /// The code's text on the wire: its name in the schema.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Unauthenticated => "UNAUTHENTICATED",
-            Self::Forbidden => "FORBIDDEN",
-            Self::BadUserInput => "BAD_USER_INPUT",
-            Self::NotFound => "NOT_FOUND",
-            Self::Conflict => "CONFLICT",
-            Self::RateLimited => "RATE_LIMITED",
-            Self::SoldOut => "SOLD_OUT",
-            Self::AlreadyOrdered => "ALREADY_ORDERED",
-            Self::NotStarted => "NOT_STARTED",
-            Self::Ended => "ENDED",
-            Self::JobExists => "JOB_EXISTS",
-            Self::Unavailable => "UNAVAILABLE",
-            Self::Internal => "INTERNAL",
-            Self::GraphqlParseFailed => "GRAPHQL_PARSE_FAILED",
-            Self::GraphqlValidationFailed => "GRAPHQL_VALIDATION_FAILED",
-            Self::PersistedQueryNotFound => "PERSISTED_QUERY_NOT_FOUND",
-            Self::DocumentNotTrusted => "DOCUMENT_NOT_TRUSTED",
-            Self::BadRequest => "BAD_REQUEST",
-        }
+        // The derive lists the variants in their order, without explicit discriminants.
+        Self::items()[self as usize].name
     }
 
     /// Errors that stop a request before execution: they have no `data` in the response.
@@ -263,31 +276,18 @@ mod tests {
 
     #[test]
     fn every_code_reads_back_from_its_text_and_nothing_else_does() {
-        // No wildcard: a new code fails to compile here until it is added to `ALL` too.
-        let listed = |code: ErrorCode| match code {
-            ErrorCode::Unauthenticated
-            | ErrorCode::Forbidden
-            | ErrorCode::BadUserInput
-            | ErrorCode::NotFound
-            | ErrorCode::Conflict
-            | ErrorCode::RateLimited
-            | ErrorCode::SoldOut
-            | ErrorCode::AlreadyOrdered
-            | ErrorCode::NotStarted
-            | ErrorCode::Ended
-            | ErrorCode::JobExists
-            | ErrorCode::Unavailable
-            | ErrorCode::Internal
-            | ErrorCode::GraphqlParseFailed
-            | ErrorCode::GraphqlValidationFailed
-            | ErrorCode::PersistedQueryNotFound
-            | ErrorCode::DocumentNotTrusted
-            | ErrorCode::BadRequest => ErrorCode::ALL.contains(&code),
-        };
-        for code in ErrorCode::ALL {
-            assert!(listed(code));
-            assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
+        let codes: Vec<ErrorCode> = ErrorCode::all().collect();
+        // `as_str` indexes the derive's items by discriminant: each must land on itself.
+        for (index, code) in codes.iter().enumerate() {
+            assert_eq!(*code as usize, index);
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(*code));
         }
+        assert_eq!(ErrorCode::MakeupLimit.as_str(), "MAKEUP_LIMIT");
+        assert_eq!(ErrorCode::PayWindowOver.as_str(), "PAY_WINDOW_OVER");
+        assert_eq!(
+            ErrorCode::GraphqlParseFailed.as_str(),
+            "GRAPHQL_PARSE_FAILED"
+        );
         assert_eq!(ErrorCode::parse("MADE_UP"), None);
         assert_eq!(ErrorCode::parse("not_found"), None);
     }

@@ -271,7 +271,7 @@ fn from_start() {
     for operation in FIXED_OPERATIONS {
         metrics::counter!("engage_graphql_requests_total", "operation" => operation).increment(0);
     }
-    for code in ErrorCode::ALL {
+    for code in ErrorCode::all() {
         metrics::counter!("engage_graphql_errors_total", "code" => code.as_str()).increment(0);
     }
     for cap in CAPS {

@@ -528,3 +528,68 @@ async fn metrics_go_gzip_to_a_scraper_that_asks_and_a_websocket_upgrade_is_not_c
         "connection_ack"
     );
 }
+
+/// The values of the enum `ErrorCode` in an SDL text, in their order.
+fn error_code_values(sdl: &str) -> Vec<String> {
+    use async_graphql::parser::types::{TypeKind, TypeSystemDefinition};
+    let document = async_graphql::parser::parse_schema(sdl).expect("the SDL parses");
+    document
+        .definitions
+        .into_iter()
+        .find_map(|definition| match definition {
+            TypeSystemDefinition::Type(ty) if ty.node.name.node == "ErrorCode" => {
+                match ty.node.kind {
+                    TypeKind::Enum(enumeration) => Some(
+                        enumeration
+                            .values
+                            .into_iter()
+                            .map(|value| value.node.value.node.to_string())
+                            .collect(),
+                    ),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .expect("the SDL has an enum ErrorCode")
+}
+
+#[tokio::test]
+async fn the_schemas_error_code_enum_lists_exactly_the_codes_the_service_answers() {
+    let codes: Vec<String> = engage::infra::error::ErrorCode::all()
+        .map(|code| code.as_str().to_string())
+        .collect();
+    for required in ["MAKEUP_LIMIT", "PAY_WINDOW_OVER", "SOLD_OUT", "INTERNAL"] {
+        assert!(codes.iter().any(|code| code == required), "{required}");
+    }
+    // The committed file clients generate types from, and the schema the server builds.
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/schema.graphql"))
+        .expect("schema.graphql");
+    assert_eq!(error_code_values(&committed), codes, "schema.graphql");
+    assert_eq!(error_code_values(&engage::api::schema::sdl()), codes);
+
+    // What introspection tells a running server's clients: every code, each explained.
+    let app = TestApp::spawn().await;
+    let body = app
+        .data(
+            None,
+            "{ errorCodes __type(name: \"ErrorCode\") { kind enumValues { name description } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(body["__type"]["kind"], "ENUM");
+    let values = body["__type"]["enumValues"].as_array().expect("values");
+    let names: Vec<&str> = values
+        .iter()
+        .map(|value| value["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, codes);
+    assert_eq!(body["errorCodes"], json!(codes));
+    // The same list for everyone: a public read that caches may keep.
+    let anonymous = get_query(&app, "{ errorCodes }", None).await;
+    assert_eq!(cache_control(&anonymous), "public, max-age=5");
+    for value in values {
+        let description = value["description"].as_str().unwrap_or_default();
+        assert!(description.len() > 20, "{value} says when it is answered");
+    }
+}

@@ -356,6 +356,11 @@ async fn every_counter_the_code_emits_is_described_and_exported_at_zero_from_sta
     ] {
         assert_eq!(sample(&text, series), Some(0.0), "{series} in:\n{text}");
     }
+    // Every code of the schema's `ErrorCode`, the ones added later included.
+    for code in engage::infra::error::ErrorCode::all() {
+        let series = format!("engage_graphql_errors_total{{code=\"{code}\"}}");
+        assert_eq!(sample(&text, &series), Some(0.0), "{series} in:\n{text}");
+    }
     let build = text
         .lines()
         .find(|line| line.starts_with("engage_build_info{"))

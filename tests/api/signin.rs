@@ -77,6 +77,44 @@ async fn a_streak_goes_on_across_month_boundaries() {
 }
 
 #[tokio::test]
+async fn a_make_up_past_the_months_allowance_answers_makeup_limit_and_next_month_allows_again() {
+    let app = TestApp::spawn_with(|config| config.make_ups_per_month = 1).await;
+    let token = app.user_token(34);
+    sign_in_on(&app, &token, NaiveDate::from_ymd_opt(2026, 3, 10).unwrap()).await;
+    let first = app
+        .data(Some(&token), MAKE_UP, json!({ "d": "2026-03-05" }))
+        .await["makeUpSignIn"]
+        .clone();
+    assert_eq!(first["pointsAwarded"], 1);
+    let over = app
+        .gql(Some(&token), MAKE_UP, json!({ "d": "2026-03-06" }))
+        .await;
+    assert_eq!(first_code(&over), "MAKEUP_LIMIT", "{over}");
+    assert!(
+        over["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 1"),
+        "{over}"
+    );
+    // A day outside the month is still an input error, whatever the allowance.
+    let outside = app
+        .gql(Some(&token), MAKE_UP, json!({ "d": "2026-02-27" }))
+        .await;
+    assert_eq!(first_code(&outside), "BAD_USER_INPUT", "{outside}");
+
+    sign_in_on(&app, &token, NaiveDate::from_ymd_opt(2026, 4, 10).unwrap()).await;
+    let april = app
+        .data(Some(&token), MAKE_UP, json!({ "d": "2026-04-06" }))
+        .await["makeUpSignIn"]
+        .clone();
+    assert_eq!(
+        april["alreadySigned"], false,
+        "a new month, a new allowance"
+    );
+}
+
+#[tokio::test]
 async fn make_ups_fill_missed_days_of_this_month_up_to_the_limit() {
     let app = TestApp::spawn().await;
     let token = app.user_token(33);
@@ -109,18 +147,17 @@ async fn make_ups_fill_missed_days_of_this_month_up_to_the_limit() {
     let third = app
         .gql(Some(&token), MAKE_UP, json!({ "d": "2026-03-03" }))
         .await;
-    assert_eq!(first_code(&third), "BAD_USER_INPUT", "at most two a month");
+    assert_eq!(first_code(&third), "MAKEUP_LIMIT", "at most two a month");
 
-    for date in [
-        "2026-03-10",
-        "2026-03-11",
-        "2026-02-27",
-        "2026-3-1",
-        "yesterday",
-    ] {
+    for date in ["2026-03-10", "2026-03-11", "2026-02-27", "yesterday"] {
         let body = app.gql(Some(&token), MAKE_UP, json!({ "d": date })).await;
         assert_eq!(first_code(&body), "BAD_USER_INPUT", "{date}");
     }
+    // Read as 2026-03-01, a day that may be made up: past the allowance, not bad input.
+    let unpadded = app
+        .gql(Some(&token), MAKE_UP, json!({ "d": "2026-3-1" }))
+        .await;
+    assert_eq!(first_code(&unpadded), "MAKEUP_LIMIT");
     let calendar = app
         .data(Some(&token), CALENDAR, json!({ "m": "2026-03" }))
         .await["signCalendar"]

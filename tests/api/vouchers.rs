@@ -167,6 +167,66 @@ async fn the_window_is_checked_against_the_servers_clock() {
 }
 
 #[tokio::test]
+async fn paying_past_pay_by_answers_pay_window_over_and_a_settled_order_still_conflicts() {
+    let app = busy_app().await;
+    let voucher = voucher(&app, 3, 60).await;
+    let late_buyer = app.user_token(40);
+    let order = app
+        .data(Some(&late_buyer), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Paid at once past pay-by: whether the expiry job or the payment ends the order, the
+    // buyer is told the window is over, not that the sale ended.
+    app.state.infra.clock.advance(chrono::Duration::seconds(61));
+    let late = app.gql(Some(&late_buyer), PAY, json!({ "o": order })).await;
+    assert_eq!(first_code(&late), "PAY_WINDOW_OVER", "{late}");
+    let again = app.gql(Some(&late_buyer), PAY, json!({ "o": order })).await;
+    assert_eq!(first_code(&again), "PAY_WINDOW_OVER", "{again}");
+    let cancel = app
+        .gql(Some(&late_buyer), CANCEL, json!({ "o": order }))
+        .await;
+    assert_eq!(
+        first_code(&cancel),
+        "CONFLICT",
+        "cancelling an expired order: {cancel}"
+    );
+
+    // Within the window, a settled order keeps CONFLICT for anything else.
+    let buyer = app.user_token(41);
+    let paid = app
+        .data(Some(&buyer), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        app.data(Some(&buyer), PAY, json!({ "o": paid })).await["payOrder"]["status"],
+        "PAID"
+    );
+    let cancel = app.gql(Some(&buyer), CANCEL, json!({ "o": paid })).await;
+    assert_eq!(first_code(&cancel), "CONFLICT", "{cancel}");
+    let cancelled = app
+        .data(Some(&app.user_token(42)), SECKILL, json!({ "v": voucher }))
+        .await["seckillVoucher"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.data(Some(&app.user_token(42)), CANCEL, json!({ "o": cancelled }))
+        .await;
+    let pay = app
+        .gql(Some(&app.user_token(42)), PAY, json!({ "o": cancelled }))
+        .await;
+    assert_eq!(
+        first_code(&pay),
+        "CONFLICT",
+        "paying a cancelled order: {pay}"
+    );
+    consistent(&app).await;
+}
+
+#[tokio::test]
 async fn an_unpaid_order_expires_at_pay_by_and_the_buyer_may_buy_again() {
     let app = busy_app().await;
     let voucher = voucher(&app, 1, 60).await;
@@ -210,7 +270,11 @@ async fn an_unpaid_order_expires_at_pay_by_and_the_buyer_may_buy_again() {
     }
     assert_eq!(status, "EXPIRED");
     let late = app.gql(Some(&token), PAY, json!({ "o": order_id })).await;
-    assert_eq!(first_code(&late), "ENDED", "too late to pay: {late}");
+    assert_eq!(
+        first_code(&late),
+        "PAY_WINDOW_OVER",
+        "too late to pay: {late}"
+    );
     consistent(&app).await;
     let again = app
         .data(Some(&token), SECKILL, json!({ "v": voucher }))

@@ -59,7 +59,8 @@ impl SignInMutation {
             .into())
     }
 
-    /// Signs in a missed day (`YYYY-MM-DD`) of this month before today, for the base point.
+    /// Signs in a missed day (`YYYY-MM-DD`) of this month before today, for the base point;
+    /// MAKEUP_LIMIT once the month's make-ups are used up.
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn make_up_sign_in(&self, ctx: &Context<'_>, date: String) -> AppResult<SignInResult> {
         let viewer = auth::require_viewer(ctx)?;

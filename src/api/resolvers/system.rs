@@ -1,15 +1,34 @@
 //! `serverTime`: a heartbeat subscription that dashboards use to check their live connection
-//! (and the smallest end-to-end check of the WebSocket transport).
+//! (and the smallest end-to-end check of the WebSocket transport); `errorCodes`: the codes an
+//! error may carry, which makes the `ErrorCode` enum reachable by introspection.
 
 use std::time::Duration;
 
-use async_graphql::{Context, Subscription};
+use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::{
     api::{http::ws::SubscriptionSlot, schema::ContextExt},
-    infra::{error::AppError, Instance},
+    infra::{
+        error::{AppError, ErrorCode},
+        Instance,
+    },
 };
+
+#[derive(Default)]
+pub struct SystemQuery;
+
+#[Object]
+impl SystemQuery {
+    /// Every code an error may carry in `extensions.code`, in the order of `ErrorCode`,
+    /// where each is described. The same for every caller, signed in or not.
+    // Introspection shows only the types a field reaches (async-graphql hides the others,
+    // even registered ones), so clients that generate types from introspection rather than
+    // from the SDL file see `ErrorCode` through this field.
+    async fn error_codes(&self) -> Vec<ErrorCode> {
+        ErrorCode::all().collect()
+    }
+}
 
 #[derive(Default)]
 pub struct SystemSubscription;

@@ -122,7 +122,8 @@ impl VoucherMutation {
         }))
     }
 
-    /// Pays (simulated) the viewer's unpaid order before its pay-by time.
+    /// Pays (simulated) the viewer's unpaid order before its pay-by time; after it,
+    /// PAY_WINDOW_OVER (the order is expired).
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn pay_order(&self, ctx: &Context<'_>, order_id: Id64) -> AppResult<Order> {
         act(ctx, order_id, OrderStatus::Paid).await

@@ -43,6 +43,7 @@ pub const PUBLIC_READS: &[&str] = &[
     "voucher",
     "vouchers",
     "nearbyItems",
+    "errorCodes",
 ];
 
 #[derive(MergedObject, Default)]
@@ -58,6 +59,7 @@ pub struct QueryRoot(
     resolvers::vouchers::VoucherQuery,
     resolvers::feed::FeedQuery,
     resolvers::nearby::NearbyQuery,
+    resolvers::system::SystemQuery,
 );
 
 #[derive(MergedObject, Default)]

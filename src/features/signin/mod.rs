@@ -11,7 +11,7 @@ use crate::{
     features::points::{self, Points, PointsType, DAILY_TTL_SECONDS},
     infra::{
         clock::{day_number, Month},
-        error::{AppError, AppResult},
+        error::{AppError, AppResult, ErrorCode},
         redis::{
             durability::DurableWrite,
             scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
@@ -219,10 +219,16 @@ impl SignIn {
                 points_awarded: 0,
                 already_signed: true,
             }),
-            refused => Err(refused.refusal(format!(
-                "no make-up sign-ins left this month (at most {})",
-                self.points.settings.make_ups_per_month
-            ))),
+            // Its own code, not the script's generic refusal: a client offers the next month
+            // here, where it would show an input error for BAD_USER_INPUT.
+            Status::OverLimit => Err(AppError::client(
+                ErrorCode::MakeupLimit,
+                format!(
+                    "no make-up sign-ins left this month (at most {})",
+                    self.points.settings.make_ups_per_month
+                ),
+            )),
+            refused => Err(refused.refusal("make-up sign-in refused")),
         }
     }
 

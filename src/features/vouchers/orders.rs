@@ -322,10 +322,11 @@ impl Vouchers {
         Ok(())
     }
 
-    /// Pays or cancels the buyer's order. Repeating what already happened is a no-op; trying to
-    /// pay a cancelled or expired order (or cancel a paid one) is a `CONFLICT`; paying after
-    /// the pay-by time expires the order and answers `ENDED`. Once settled, the order's expiry
-    /// job leaves the delay queue.
+    /// Pays or cancels the buyer's order. Repeating what already happened is a no-op; paying
+    /// after the pay-by time expires the order, and paying an expired one, answers
+    /// `PAY_WINDOW_OVER`; anything else on a settled order (paying a cancelled one, cancelling
+    /// a paid or expired one) is a `CONFLICT`. Once settled, the order's expiry job leaves the
+    /// delay queue.
     pub async fn act_on_order(
         &self,
         buyer_id: i64,
@@ -344,7 +345,7 @@ impl Vouchers {
         if now != outcome {
             if outcome == OrderStatus::Paid && now == OrderStatus::Expired {
                 return Err(AppError::client(
-                    ErrorCode::Ended,
+                    ErrorCode::PayWindowOver,
                     "the time to pay is over; the order expired",
                 ));
             }

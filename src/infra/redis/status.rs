@@ -1,7 +1,9 @@
 //! The status codes the Lua scripts answer first, named once for both sides: the scripts
 //! take them from `lua/include/status.lua`, Rust from [`Status`]. Every script speaks this
 //! one vocabulary (no `-1` that means three things), and [`Status::refusal`] is the one
-//! match from a refusal to the error a client sees.
+//! match from a refusal to the error a client sees, but for a caller whose clients branch
+//! on one refusal: that caller names its own code (`OVER_LIMIT` of a make-up sign-in is
+//! `MAKEUP_LIMIT`, `features::signin`), and the generic code stays here.
 
 use crate::infra::error::{AppError, AppResult, ErrorCode};
 
