@@ -48,7 +48,8 @@ async fn items_with_a_location_are_created_after_items_without_one() {
         assert_eq!(created["createItem"]["lat"], serde_json::Value::Null);
     }
     for n in 0..6 {
-        let input = json!({ "input": { "name": format!("Kiosk {n}"), "lat": 31.23, "lng": 121.47 } });
+        let input =
+            json!({ "input": { "name": format!("Kiosk {n}"), "lat": 31.23, "lng": 121.47 } });
         let created = app.data(Some(&admin), CREATE, input).await;
         assert_eq!(created["createItem"]["lat"], 31.23, "{created}");
     }
