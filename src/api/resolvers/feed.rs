@@ -25,7 +25,8 @@ pub struct FeedQuery;
 
 #[Object]
 impl FeedQuery {
-    /// Remarks of the users the viewer follows, newest first.
+    /// Remarks of the users the viewer follows, newest first. Forward only (`first`,
+    /// `after`); `pageInfo.hasPreviousPage` is true when `after` is given.
     #[graphql(
         guard = "RoleGuard::signed_in()",
         complexity = "PAGE.cost(first, child_complexity)"
@@ -37,6 +38,7 @@ impl FeedQuery {
         after: Option<String>,
     ) -> AppResult<Connection<Remark>> {
         let viewer = auth::require_viewer(ctx)?;
+        let has_previous_page = after.is_some();
         let args = PageArgs::decoded(first, after.as_deref(), |after| {
             after.map(FeedCursor::decode).transpose()
         })?;
@@ -52,7 +54,7 @@ impl FeedQuery {
                 })
             })
             .collect();
-        Ok(Connection::new(edges, more))
+        Ok(Connection::new(edges, more, has_previous_page))
     }
 }
 

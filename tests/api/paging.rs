@@ -1,0 +1,266 @@
+//! Paging as the Relay cursor connections specification has it: `first`/`after` forward,
+//! `last`/`before` backward on the keyset lists, `pageInfo` on every page, and arguments
+//! refused with a code.
+
+use engage::infra::auth::Role;
+use serde_json::{json, Value};
+
+use crate::harness::{eventually, first_code, TestApp};
+
+const PAGE_INFO: &str = "pageInfo { hasNextPage hasPreviousPage startCursor endCursor }";
+
+async fn unlimited() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+    })
+    .await
+}
+
+/// The document reading one page of `field` (with `head` its other arguments' declarations
+/// and `args` their uses), every paging argument a variable.
+fn document(head: &str, field: &str, args: &str) -> String {
+    format!(
+        "query({head} $first: Int, $after: String, $last: Int, $before: String) {{ \
+         {field}({args} first: $first, after: $after, last: $last, before: $before) {{ \
+         edges {{ cursor }} {PAGE_INFO} }} }}"
+    )
+}
+
+/// One list, read by one user.
+struct List<'a> {
+    app: &'a TestApp,
+    token: String,
+    field: &'static str,
+    document: String,
+    variables: Value,
+}
+
+impl List<'_> {
+    /// The whole answer to one page's request.
+    async fn answer(&self, paging: Value) -> Value {
+        let mut variables = self.variables.clone();
+        variables
+            .as_object_mut()
+            .unwrap()
+            .extend(paging.as_object().unwrap().clone());
+        self.app
+            .gql(Some(&self.token), &self.document, variables)
+            .await
+    }
+
+    /// One page: its cursors and its `pageInfo`.
+    async fn page(&self, paging: Value) -> (Vec<String>, Value) {
+        let answer = self.answer(paging).await;
+        assert!(answer.get("errors").is_none(), "{answer}");
+        let connection = &answer["data"][self.field];
+        let cursors = connection["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|edge| edge["cursor"].as_str().unwrap().to_string())
+            .collect();
+        (cursors, connection["pageInfo"].clone())
+    }
+
+    /// Reads the list forward by `size`, then backward by `size`: both give the same
+    /// `expected` rows in the same order, and each page's `pageInfo` tells where it lies.
+    async fn pages_both_ways(&self, size: usize, expected: usize) {
+        let mut forward = Vec::new();
+        let mut after = Value::Null;
+        let mut pages = 0;
+        loop {
+            let (cursors, info) = self.page(json!({ "first": size, "after": after })).await;
+            pages += 1;
+            assert_eq!(info["hasPreviousPage"], pages > 1, "page {pages}: {info}");
+            assert_eq!(info["startCursor"], json!(cursors.first()), "{info}");
+            assert_eq!(info["endCursor"], json!(cursors.last()), "{info}");
+            forward.extend(cursors);
+            assert_eq!(
+                info["hasNextPage"],
+                forward.len() < expected,
+                "page {pages}: {info}"
+            );
+            if info["hasNextPage"] == false {
+                break;
+            }
+            after = info["endCursor"].clone();
+        }
+        assert_eq!(forward.len(), expected);
+        assert_eq!(pages, expected.div_ceil(size));
+
+        let mut backward: Vec<String> = Vec::new();
+        let mut before = Value::Null;
+        pages = 0;
+        loop {
+            let (cursors, info) = self.page(json!({ "last": size, "before": before })).await;
+            pages += 1;
+            assert_eq!(info["hasNextPage"], pages > 1, "page {pages} back: {info}");
+            assert_eq!(info["startCursor"], json!(cursors.first()), "{info}");
+            assert_eq!(info["endCursor"], json!(cursors.last()), "{info}");
+            backward.splice(0..0, cursors);
+            assert_eq!(
+                info["hasPreviousPage"],
+                backward.len() < expected,
+                "page {pages} back: {info}"
+            );
+            if info["hasPreviousPage"] == false {
+                break;
+            }
+            before = info["startCursor"].clone();
+        }
+        assert_eq!(
+            backward, forward,
+            "backward pages hold the forward ones' rows"
+        );
+        assert_eq!(pages, expected.div_ceil(size));
+
+        // `after` and `before` together: the rows strictly between, either way.
+        let (between, info) = self
+            .page(
+                json!({ "first": expected, "after": forward[0], "before": forward[expected - 1] }),
+            )
+            .await;
+        assert_eq!(between, forward[1..expected - 1], "{info}");
+        assert_eq!(info["hasPreviousPage"], true);
+        let (between, info) = self
+            .page(json!({ "last": 1, "after": forward[0], "before": forward[expected - 1] }))
+            .await;
+        assert_eq!(between, forward[expected - 2..expected - 1]);
+        assert_eq!(
+            (&info["hasPreviousPage"], &info["hasNextPage"]),
+            (&json!(expected > 3), &json!(true))
+        );
+    }
+
+    /// An empty list: no edges, null cursors, no page either side, both ways.
+    async fn is_empty(&self) {
+        for paging in [json!({}), json!({ "first": 5 }), json!({ "last": 5 })] {
+            let (cursors, info) = self.page(paging).await;
+            assert!(cursors.is_empty());
+            assert_eq!(
+                info,
+                json!({ "hasNextPage": false, "hasPreviousPage": false, "startCursor": null, "endCursor": null })
+            );
+        }
+    }
+
+    /// Bad paging arguments are refused with `BAD_USER_INPUT`, whatever else is right.
+    async fn refuses_bad_arguments(&self) {
+        for paging in [
+            json!({ "first": 2, "last": 2 }),
+            json!({ "last": 0 }),
+            json!({ "last": -1 }),
+            json!({ "last": 101 }),
+            json!({ "first": -1 }),
+            json!({ "last": 2, "before": "zz" }),
+            json!({ "before": "c" }),
+            json!({ "first": 2, "last": 2, "after": "c5", "before": "c1" }),
+        ] {
+            let answer = self.answer(paging.clone()).await;
+            assert_eq!(first_code(&answer), "BAD_USER_INPUT", "{paging}: {answer}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn remarks_page_forward_and_backward_through_the_same_rows_in_the_same_order() {
+    let app = unlimited().await;
+    let item = app.create_item().await;
+    for author in 1..=7 {
+        let input = json!({ "input": { "itemId": item, "score": 4, "content": "fine" } });
+        app.data(
+            Some(&app.user_token(author)),
+            "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id } }",
+            input,
+        )
+        .await;
+    }
+    let remarks = List {
+        app: &app,
+        token: app.user_token(100),
+        field: "remarks",
+        document: document("$item: ID!,", "remarks", "itemId: $item,"),
+        variables: json!({ "item": item }),
+    };
+    remarks.pages_both_ways(3, 7).await;
+    remarks.pages_both_ways(7, 7).await;
+    remarks.refuses_bad_arguments().await;
+
+    // The first page without arguments is today's: 20 rows, newest first.
+    let (cursors, info) = remarks.page(json!({})).await;
+    assert_eq!(cursors.len(), 7);
+    assert_eq!(info["hasNextPage"], false);
+
+    let empty = List {
+        variables: json!({ "item": app.create_item().await }),
+        ..remarks
+    };
+    empty.is_empty().await;
+}
+
+#[tokio::test]
+async fn points_history_pages_forward_and_backward_through_the_same_rows_in_the_same_order() {
+    let app = unlimited().await;
+    let service = app.token(900, Role::Service);
+    let award = "mutation($k: String!) { awardPoints(userId: \"31\", type: LEARNING, points: 1, \
+                 idempotencyKey: $k) { awarded } }";
+    for key in 0..5 {
+        app.data(
+            Some(&service),
+            award,
+            json!({ "k": format!("paging-{key}") }),
+        )
+        .await;
+    }
+    let history = List {
+        app: &app,
+        token: app.user_token(31),
+        field: "pointsHistory",
+        document: document("", "pointsHistory", ""),
+        variables: json!({}),
+    };
+    eventually(async || history.page(json!({ "first": 10 })).await.0.len() == 5).await;
+    history.pages_both_ways(2, 5).await;
+    history.refuses_bad_arguments().await;
+
+    let empty = List {
+        token: app.user_token(32),
+        ..history
+    };
+    empty.is_empty().await;
+}
+
+#[tokio::test]
+async fn my_orders_and_the_forward_only_lists_answer_every_page_info_field() {
+    let app = unlimited().await;
+    let token = app.user_token(41);
+    let orders = List {
+        app: &app,
+        token: token.clone(),
+        field: "myOrders",
+        document: document("", "myOrders", ""),
+        variables: json!({}),
+    };
+    orders.is_empty().await;
+    orders.refuses_bad_arguments().await;
+
+    // The feed and the nearby search page forward only: no `last` to ask for.
+    for forward_only in [
+        format!("{{ feed(first: 2) {{ {PAGE_INFO} }} }}"),
+        format!("{{ nearbyItems(lat: 0, lng: 0, radiusKm: 1) {{ {PAGE_INFO} }} }}"),
+    ] {
+        let data = app.data(Some(&token), &forward_only, json!({})).await;
+        let info = &data.as_object().unwrap().values().next().unwrap()["pageInfo"];
+        assert_eq!(
+            info,
+            &json!({ "hasNextPage": false, "hasPreviousPage": false, "startCursor": null, "endCursor": null })
+        );
+        let backward = forward_only
+            .replace("first: 2", "last: 2")
+            .replace("radiusKm: 1", "radiusKm: 1, last: 2");
+        let answer = app.gql(Some(&token), &backward, json!({})).await;
+        assert_eq!(first_code(&answer), "GRAPHQL_VALIDATION_FAILED", "{answer}");
+    }
+}
