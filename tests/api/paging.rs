@@ -264,3 +264,38 @@ async fn my_orders_and_the_forward_only_lists_answer_every_page_info_field() {
         assert_eq!(first_code(&answer), "GRAPHQL_VALIDATION_FAILED", "{answer}");
     }
 }
+
+#[tokio::test]
+async fn an_offset_list_has_a_previous_page_once_past_its_start() {
+    let app = unlimited().await;
+    let admin = app.admin_token();
+    for name in ["near", "nearer", "nearest"] {
+        let input = json!({ "input": { "name": name, "lat": 10.0, "lng": 20.0 } });
+        app.data(
+            Some(&admin),
+            "mutation($input: CreateItemInput!) { createItem(input: $input) { id } }",
+            input,
+        )
+        .await;
+    }
+    let nearby = List {
+        app: &app,
+        token: app.user_token(51),
+        field: "nearbyItems",
+        document: format!(
+            "query($first: Int, $after: String) {{ nearbyItems(lat: 10.0, lng: 20.0, \
+             radiusKm: 5, first: $first, after: $after) {{ edges {{ cursor }} {PAGE_INFO} }} }}"
+        ),
+        variables: json!({}),
+    };
+    let mut after = Value::Null;
+    for page in 0..3 {
+        let (cursors, info) = nearby.page(json!({ "first": 1, "after": after })).await;
+        assert_eq!(cursors.len(), 1);
+        assert_eq!(info["hasPreviousPage"], page > 0, "{info}");
+        assert_eq!(info["hasNextPage"], page < 2, "{info}");
+        assert_eq!(info["startCursor"], json!(cursors[0]));
+        assert_eq!(info["endCursor"], json!(cursors[0]));
+        after = info["endCursor"].clone();
+    }
+}

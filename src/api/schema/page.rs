@@ -37,6 +37,14 @@
 //! read on a keyset list, since a cursor there is the key of a row the client was served
 //! (`after` given: rows precede the page; `before` given: rows follow it). An offset list
 //! knows it from the position (`after` past position 0: rows precede the page).
+//!
+//! No connection has `totalCount`: none of its lists has a count that Redis or SQL already
+//! keeps. An item's remarks, a buyer's orders and a user's points history would each be a
+//! `COUNT(*)` over an index range that grows with the list; the feed is a merge of several
+//! sorted sets (an inbox and outboxes) with no count of the merge; a nearby search would
+//! count every item in its radius; and the sets behind `jobs` hold entries whose job has
+//! moved on (the list skips them), the done and the cancelled share one set, and the dead
+//! are SQL rows, so a `ZCARD` or `LLEN` would count rows the list does not show.
 
 use async_graphql::SimpleObject;
 
