@@ -233,7 +233,7 @@ async fn points_history_pages_forward_and_backward_through_the_same_rows_in_the_
 }
 
 #[tokio::test]
-async fn my_orders_and_the_forward_only_lists_answer_every_page_info_field() {
+async fn my_orders_and_the_nearby_search_answer_every_page_info_field() {
     let app = unlimited().await;
     let token = app.user_token(41);
     let orders = List {
@@ -246,23 +246,16 @@ async fn my_orders_and_the_forward_only_lists_answer_every_page_info_field() {
     orders.is_empty().await;
     orders.refuses_bad_arguments().await;
 
-    // The feed and the nearby search page forward only: no `last` to ask for.
-    for forward_only in [
-        format!("{{ feed(first: 2) {{ {PAGE_INFO} }} }}"),
-        format!("{{ nearbyItems(lat: 0, lng: 0, radiusKm: 1) {{ {PAGE_INFO} }} }}"),
-    ] {
-        let data = app.data(Some(&token), &forward_only, json!({})).await;
-        let info = &data.as_object().unwrap().values().next().unwrap()["pageInfo"];
-        assert_eq!(
-            info,
-            &json!({ "hasNextPage": false, "hasPreviousPage": false, "startCursor": null, "endCursor": null })
-        );
-        let backward = forward_only
-            .replace("first: 2", "last: 2")
-            .replace("radiusKm: 1", "radiusKm: 1, last: 2");
-        let answer = app.gql(Some(&token), &backward, json!({})).await;
-        assert_eq!(first_code(&answer), "GRAPHQL_VALIDATION_FAILED", "{answer}");
-    }
+    // The nearby search pages forward only: no `last` to ask for.
+    let nearby = format!("{{ nearbyItems(lat: 0, lng: 0, radiusKm: 1) {{ {PAGE_INFO} }} }}");
+    let data = app.data(Some(&token), &nearby, json!({})).await;
+    assert_eq!(
+        data["nearbyItems"]["pageInfo"],
+        json!({ "hasNextPage": false, "hasPreviousPage": false, "startCursor": null, "endCursor": null })
+    );
+    let backward = nearby.replace("radiusKm: 1", "radiusKm: 1, last: 2");
+    let answer = app.gql(Some(&token), &backward, json!({})).await;
+    assert_eq!(first_code(&answer), "GRAPHQL_VALIDATION_FAILED", "{answer}");
 }
 
 #[tokio::test]
@@ -298,4 +291,98 @@ async fn an_offset_list_has_a_previous_page_once_past_its_start() {
         assert_eq!(info["endCursor"], json!(cursors[0]));
         after = info["endCursor"].clone();
     }
+}
+
+/// An app whose feed pushes to at most one follower: a user with two followers is pulled.
+async fn feed_app() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.feed_push_limit = 1;
+    })
+    .await
+}
+
+async fn follow(app: &TestApp, follower: i64, followee: i64) {
+    for user in [follower, followee] {
+        app.data(Some(&app.user_token(user)), "{ viewer { id } }", json!({}))
+            .await;
+    }
+    app.data(
+        Some(&app.user_token(follower)),
+        "mutation($u: ID!) { follow(userId: $u) }",
+        json!({ "u": followee.to_string() }),
+    )
+    .await;
+}
+
+/// A remark by `author` on a new item; its id.
+async fn remark_by(app: &TestApp, author: i64) -> String {
+    let item = app.create_item().await;
+    app.data(
+        Some(&app.user_token(author)),
+        "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 4, content: \"nice\" }) { id } }",
+        json!({ "i": item }),
+    )
+    .await["createRemark"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn feed(app: &TestApp, reader: i64) -> List<'_> {
+    List {
+        app,
+        token: app.user_token(reader),
+        field: "feed",
+        document: document("", "feed", ""),
+        variables: json!({}),
+    }
+}
+
+#[tokio::test]
+async fn the_feed_pages_backward_through_its_inbox_and_outboxes_as_it_pages_forward() {
+    let app = feed_app().await;
+    // 11 is pushed to the reader's inbox; 12 has two followers and is pulled from its outbox.
+    follow(&app, 1, 11).await;
+    follow(&app, 1, 12).await;
+    follow(&app, 2, 12).await;
+    for author in [11, 12, 12, 11, 12, 11, 11] {
+        remark_by(&app, author).await;
+    }
+    crate::harness::streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    let reader = feed(&app, 1);
+    reader.pages_both_ways(2, 7).await;
+    reader.pages_both_ways(3, 7).await;
+    reader.refuses_bad_arguments().await;
+    feed(&app, 3).is_empty().await;
+}
+
+#[tokio::test]
+async fn feed_entries_of_one_millisecond_page_backward_in_their_forward_order() {
+    let app = feed_app().await;
+    follow(&app, 1, 21).await;
+    let ids: Vec<String> = futures::future::join_all((0..5).map(|_| remark_by(&app, 21))).await;
+    crate::harness::streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    // Five entries in the same millisecond, as a burst would give.
+    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let inbox = app.state.infra.keys.feed_inbox(1);
+    let () = redis::cmd("DEL")
+        .arg(&inbox)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    for id in &ids {
+        let member = format!("{:020}:21", id.parse::<i64>().unwrap());
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&inbox)
+            .arg(1_700_000_000_000_i64)
+            .arg(member)
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+    }
+    drop(conn);
+    feed(&app, 1).pages_both_ways(2, 5).await;
 }

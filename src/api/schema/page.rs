@@ -2,8 +2,8 @@
 //!
 //! - [`Limit`] is a list's `first` (or `last`): its default and its largest value, checked
 //!   in one place and priced in one place for the complexity limit.
-//! - [`PageArgs`] is `first` and `after` (and, on keyset lists, `last` and `before`)
-//!   validated together, the cursors decoded.
+//! - [`PageArgs`] is `first` and `after` (and, where a list pages backward, `last` and
+//!   `before`) validated together, the cursors decoded.
 //! - [`PageInfo`] ends every `…Connection` (see `connection.rs`), as the Relay cursor
 //!   connections specification has it.
 //! - [`text_cost`] prices a field whose text may be long.
@@ -11,30 +11,31 @@
 //! Complexity estimates the response: a field costs 1 (its name and a short value: a few
 //! dozen bytes), a text that may be long costs one per [`TEXT_BYTES_PER_COMPLEXITY`] bytes
 //! it may hold, and every list multiplies what it holds by the most rows it may return (its
-//! `first` or `last`, or its fixed length). Within `ENGAGE_MAX_COMPLEXITY` (2000), a response holds
-//! at most some 2000 × 256 bytes, half a megabyte, however the query is written, while a
-//! page of 20 remarks with everything they have still fits.
+//! `first` or `last`, or its fixed length). Within `ENGAGE_MAX_COMPLEXITY` (2000), a
+//! response holds at most some 2000 × 256 bytes, half a megabyte, however the query is
+//! written, while a page of 20 remarks with everything they have still fits.
 //!
-//! A cursor is `c` followed by a decimal number: the id of the last row of a page (keyset
+//! A cursor is `c` followed by a decimal number: the id of its row (keyset
 //! lists), or the position after it (offset lists: nearby items, the admin view of jobs).
 //! Anything else, a negative position, or a position beyond what the list serves is
 //! `BAD_USER_INPUT`: a cursor is client input like any other, and arithmetic on an unchecked
-//! position is how a crafted one used to overflow. The feed's cursor is its own
-//! ([`PageArgs::decoded`]).
+//! position is how a crafted one used to overflow. The feed's cursor is its own (an
+//! entry's score and member).
 //!
-//! Backward paging (`last`, `before`) is served by the keyset lists (`remarks`, `myOrders`,
-//! `pointsHistory`): their order is a stable key with an index, read in reverse as cheaply
-//! as forward. `first` and `last` together are refused (the specification discourages
-//! them, and a page cut at both ends has no use), `after` and `before` together bound the
-//! range at both ends, as the specification's algorithm does. The other lists page forward
-//! only: `nearbyItems` is sorted by distance from the point asked, recomputed by each
-//! search, so its cursors are positions that an item moving shifts (counting back from one
-//! would skip or repeat items); `jobs` is an admin view by position too; and the feed
-//! merges several sorted sets at a cursor of score and member, read forward only.
+//! Backward paging (`last`, `before`) is served where the order is a stable key: the keyset
+//! lists (`remarks`, `myOrders`, `pointsHistory`: an id or event order with an index, read
+//! in reverse as cheaply as forward) and the feed (a score and member, each sorted set it
+//! merges read upward from `before` as it is read downward from `after`). `first` and
+//! `last` together are refused (the specification discourages them, and a page cut at
+//! both ends has no use); `after` and `before` together bound the range at both ends, as
+//! the specification's algorithm does. The offset lists page forward only: `nearbyItems`
+//! is sorted by distance from the point asked, recomputed by each search, so its cursors
+//! are positions that an item moving shifts (counting back from one would skip or repeat
+//! items), and `jobs` is an admin view by position in sets that the queue keeps moving.
 //!
 //! `hasPreviousPage` and `hasNextPage` follow the specification: the side a page was read
 //! towards is exact (one row more than asked was read); the other side is known without a
-//! read on a keyset list, since a cursor there is the key of a row the client was served
+//! read on a keyset list or the feed, since a cursor there is the key of a row the client was served
 //! (`after` given: rows precede the page; `before` given: rows follow it). An offset list
 //! knows it from the position (`after` past position 0: rows precede the page).
 //!
