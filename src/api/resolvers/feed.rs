@@ -6,7 +6,7 @@ use crate::{
     api::schema::id::Id64,
     api::schema::{
         connection::{Connection, Edge},
-        page::{PageArgs, PAGE},
+        page::{cursor_sides, PageArgs, PAGE},
         remarks::Remark,
         ContextExt,
     },
@@ -47,19 +47,14 @@ impl FeedQuery {
             before: decode(before)?,
             backward,
         };
-        // The side the page was not read towards is known from the cursors, as on a keyset
-        // list (see `page.rs`).
         let (after_given, before_given) = (range.after.is_some(), range.before.is_some());
         let args = PageArgs {
             first: rows,
             after: range,
         };
         let (entries, more) = ctx.feature::<Feed>().page(viewer.user_id, args).await?;
-        let (has_next_page, has_previous_page) = if backward {
-            (before_given, more)
-        } else {
-            (more, after_given)
-        };
+        let (has_next_page, has_previous_page) =
+            cursor_sides(backward, after_given, before_given, more);
         let ids: Vec<i64> = entries.iter().map(|(id, _)| *id).collect();
         let mut found = ctx.feature::<Remarks>().find_many(&ids).await?;
         let edges = entries

@@ -7,7 +7,7 @@ use async_graphql::{OutputType, SimpleObject};
 use super::{
     jobs::Job,
     nearby::NearbyItem,
-    page::{encode_cursor, KeyRange, PageArgs, PageInfo},
+    page::{cursor_sides, encode_cursor, KeyRange, PageArgs, PageInfo},
     points::PointsEntry,
     remarks::Remark,
     vouchers::Order,
@@ -73,8 +73,7 @@ where
     }
 
     /// A keyset page: each node's cursor is its key. `more` says whether rows lie beyond
-    /// the page in the direction it was read; the other side is known from the cursors (see
-    /// `page.rs`).
+    /// the page in the direction it was read ([`cursor_sides`]).
     pub fn keyset(
         nodes: impl IntoIterator<Item = Node>,
         key: impl Fn(&Node) -> i64,
@@ -89,11 +88,13 @@ where
             })
             .collect();
         let range = page.after;
-        if range.backward {
-            Self::new(edges, range.before.is_some(), more)
-        } else {
-            Self::new(edges, more, range.after.is_some())
-        }
+        let (has_next_page, has_previous_page) = cursor_sides(
+            range.backward,
+            range.after.is_some(),
+            range.before.is_some(),
+            more,
+        );
+        Self::new(edges, has_next_page, has_previous_page)
     }
 
     /// An offset page read from position `offset` up to `end`: each node comes with its

@@ -179,6 +179,17 @@ impl<After> PageArgs<After> {
     }
 }
 
+/// `hasNextPage` and `hasPreviousPage` of a page of a list keyed by its cursors (a keyset
+/// list, the feed), read `backward` (`last`) or forward, with `more` rows beyond it in the
+/// direction read: that side is exact, the other is known from the cursor given there.
+pub fn cursor_sides(backward: bool, after: bool, before: bool, more: bool) -> (bool, bool) {
+    if backward {
+        (before, more)
+    } else {
+        (more, after)
+    }
+}
+
 /// Where a page lies in its list (the Relay cursor connections specification's).
 #[derive(SimpleObject, Clone, Debug)]
 pub struct PageInfo {
