@@ -24,7 +24,7 @@ use sqlx::{
 
 use super::{
     error::AppResult,
-    page::{split_page, PageArgs},
+    page::{split_page, KeyRange, PageArgs},
 };
 
 // `MIGRATIONS`: every migration with its SQL for each backend (written by build.rs).
@@ -212,21 +212,28 @@ impl Db {
     }
 
     /// One page of a list read newest first by an integer key. `query` ends in
-    /// `<key> < $n ORDER BY <key> DESC LIMIT $n+1` with every earlier parameter bound: the
-    /// page binds the last two, the key after which it starts (none: from the newest) and
-    /// one row more than it returns, which tells whether another page follows.
+    /// [`KeyRange::sql_tail`] with every earlier parameter bound: the page binds the last
+    /// three, the bounds of the range (none: from the newest, or to the oldest) and one row
+    /// more than it returns, which tells whether another page follows in the direction read
+    /// (older rows forward, newer ones backward). The rows come back newest first.
     pub async fn keyset_page<'q, T>(
         &self,
         query: Query<'q, Any, AnyArguments<'q>>,
-        page: PageArgs<Option<i64>>,
+        page: PageArgs<KeyRange>,
         decode: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
     ) -> AppResult<(Vec<T>, bool)> {
+        let range = page.after;
         let rows = query
-            .bind(page.after.unwrap_or(i64::MAX))
+            .bind(range.after.unwrap_or(i64::MAX))
+            .bind(range.before.unwrap_or(i64::MIN))
             .bind(page.first as i64 + 1)
             .fetch_all(&self.pool)
             .await?;
-        Ok(split_page(decode_all(&rows, decode)?, page.first))
+        let (mut rows, more) = split_page(decode_all(&rows, decode)?, page.first);
+        if range.backward {
+            rows.reverse();
+        }
+        Ok((rows, more))
     }
 }
 

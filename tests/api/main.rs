@@ -28,6 +28,7 @@ mod lock;
 mod metrics;
 mod oidc;
 mod pages;
+mod paging;
 mod points;
 mod postgres_tls;
 mod production;

@@ -6,12 +6,12 @@ use crate::{
     api::schema::id::Id64,
     api::schema::{
         connection::{Connection, Edge},
-        page::{PageArgs, PAGE},
+        page::{cursor_sides, PageArgs, PAGE},
         remarks::Remark,
         ContextExt,
     },
     features::{
-        feed::{Feed, FeedCursor},
+        feed::{Feed, FeedCursor, FeedRange},
         remarks::Remarks,
     },
     infra::{
@@ -25,22 +25,36 @@ pub struct FeedQuery;
 
 #[Object]
 impl FeedQuery {
-    /// Remarks of the users the viewer follows, newest first.
+    /// Remarks of the users the viewer follows, newest first: `first` (1 to 100; 20 when
+    /// neither is given) after `after`, or `last` (1 to 100) before `before`, not both.
     #[graphql(
         guard = "RoleGuard::signed_in()",
-        complexity = "PAGE.cost(first, child_complexity)"
+        complexity = "PAGE.cost_either(first, last, child_complexity)"
     )]
     async fn feed(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
+        first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> AppResult<Connection<Remark>> {
         let viewer = auth::require_viewer(ctx)?;
-        let args = PageArgs::decoded(first, after.as_deref(), |after| {
-            after.map(FeedCursor::decode).transpose()
-        })?;
+        let (rows, backward) = PAGE.first_or_last(first, last)?;
+        let decode = |cursor: Option<String>| cursor.as_deref().map(FeedCursor::decode).transpose();
+        let range = FeedRange {
+            after: decode(after)?,
+            before: decode(before)?,
+            backward,
+        };
+        let (after_given, before_given) = (range.after.is_some(), range.before.is_some());
+        let args = PageArgs {
+            first: rows,
+            after: range,
+        };
         let (entries, more) = ctx.feature::<Feed>().page(viewer.user_id, args).await?;
+        let (has_next_page, has_previous_page) =
+            cursor_sides(backward, after_given, before_given, more);
         let ids: Vec<i64> = entries.iter().map(|(id, _)| *id).collect();
         let mut found = ctx.feature::<Remarks>().find_many(&ids).await?;
         let edges = entries
@@ -52,7 +66,7 @@ impl FeedQuery {
                 })
             })
             .collect();
-        Ok(Connection::new(edges, more))
+        Ok(Connection::new(edges, has_next_page, has_previous_page))
     }
 }
 

@@ -26,7 +26,9 @@ pub struct NearbyQuery;
 #[Object]
 impl NearbyQuery {
     /// Items within `radiusKm` (at most 1000) of a point, nearest first; a search pages
-    /// through its 1000 nearest items.
+    /// through its 1000 nearest items. Forward only: the order is the distance from the
+    /// point asked, recomputed by each search, so a page's position is all a cursor can
+    /// hold, and positions counted back from a moved item would skip or repeat items.
     #[graphql(complexity = "PAGE.cost(first, child_complexity)")]
     async fn nearby_items(
         &self,

@@ -38,25 +38,33 @@ impl PointsQuery {
             .collect())
     }
 
-    /// The viewer's archived awards, newest first.
+    /// The viewer's archived awards, newest first: `first` (1 to 100; 20 when neither is
+    /// given) after `after`, or `last` (1 to 100) before `before`, not both.
     #[graphql(
         guard = "RoleGuard::signed_in()",
-        complexity = "PAGE.cost(first, child_complexity)"
+        complexity = "PAGE.cost_either(first, last, child_complexity)"
     )]
     async fn points_history(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
+        first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> AppResult<Connection<PointsEntry>> {
         let viewer = auth::require_viewer(ctx)?;
-        let args = PageArgs::keyset(first, after.as_deref())?;
+        let args = PageArgs::keyset(first, after.as_deref(), last, before.as_deref())?;
         let (records, more) = ctx
             .feature::<Points>()
             .history(viewer.user_id, args)
             .await?;
         let nodes = records.into_iter().map(PointsEntry);
-        Ok(Connection::keyset(nodes, |entry| entry.0.order, more))
+        Ok(Connection::keyset(
+            nodes,
+            |entry| entry.0.order,
+            &args,
+            more,
+        ))
     }
 }
 

@@ -30,19 +30,27 @@ pub struct RemarkQuery;
 
 #[Object]
 impl RemarkQuery {
-    /// An item's remarks, newest first.
-    #[graphql(complexity = "PAGE.cost(first, child_complexity)")]
+    /// An item's remarks, newest first: `first` (1 to 100; 20 when neither is given) after
+    /// `after`, or `last` (1 to 100) before `before`, not both.
+    #[graphql(complexity = "PAGE.cost_either(first, last, child_complexity)")]
     async fn remarks(
         &self,
         ctx: &Context<'_>,
         item_id: Id64,
-        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
+        first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> AppResult<Connection<Remark>> {
-        let args = PageArgs::keyset(first, after.as_deref())?;
+        let args = PageArgs::keyset(first, after.as_deref(), last, before.as_deref())?;
         let page = ctx.feature::<Remarks>().page(item_id.0, args).await?;
         let nodes = page_nodes(ctx, ctx.look_ahead().field("edges").field("node"), &page).await?;
-        Ok(Connection::keyset(nodes, |node| node.record.id, page.more))
+        Ok(Connection::keyset(
+            nodes,
+            |node| node.record.id,
+            &args,
+            page.more,
+        ))
     }
 
     /// An item's most liked remarks (refreshed in the background, at most 50).

@@ -55,19 +55,22 @@ impl VoucherQuery {
             .collect())
     }
 
-    /// The viewer's orders, newest first.
+    /// The viewer's orders, newest first: `first` (1 to 100; 20 when neither is given)
+    /// after `after`, or `last` (1 to 100) before `before`, not both.
     #[graphql(
         guard = "RoleGuard::signed_in()",
-        complexity = "PAGE.cost(first, child_complexity)"
+        complexity = "PAGE.cost_either(first, last, child_complexity)"
     )]
     async fn my_orders(
         &self,
         ctx: &Context<'_>,
-        #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
+        first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> AppResult<Connection<Order>> {
         let viewer = auth::require_viewer(ctx)?;
-        let args = PageArgs::keyset(first, after.as_deref())?;
+        let args = PageArgs::keyset(first, after.as_deref(), last, before.as_deref())?;
         let (records, more) = ctx
             .feature::<Vouchers>()
             .orders_of(viewer.user_id, args)
@@ -75,6 +78,7 @@ impl VoucherQuery {
         Ok(Connection::keyset(
             records.into_iter().map(Order),
             |o| o.0.id,
+            &args,
             more,
         ))
     }

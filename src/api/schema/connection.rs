@@ -7,7 +7,7 @@ use async_graphql::{OutputType, SimpleObject};
 use super::{
     jobs::Job,
     nearby::NearbyItem,
-    page::{encode_cursor, PageInfo},
+    page::{cursor_sides, encode_cursor, KeyRange, PageArgs, PageInfo},
     points::PointsEntry,
     remarks::Remark,
     vouchers::Order,
@@ -47,23 +47,38 @@ impl<Node: OutputType> Connection<Node>
 where
     Edge<Node>: OutputType,
 {
-    /// Edges that carry their own cursors; the last one's is where the next page starts.
-    pub fn new(edges: Vec<Edge<Node>>, has_next_page: bool) -> Self {
+    /// Edges that carry their own cursors: the first one's is where the previous page ends,
+    /// the last one's where the next page starts.
+    pub fn new(edges: Vec<Edge<Node>>, has_next_page: bool, has_previous_page: bool) -> Self {
         let end_cursor = edges.last().map(|edge| edge.cursor.clone());
+        Self::with_end(edges, has_next_page, has_previous_page, end_cursor)
+    }
+
+    fn with_end(
+        edges: Vec<Edge<Node>>,
+        has_next_page: bool,
+        has_previous_page: bool,
+        end_cursor: Option<String>,
+    ) -> Self {
+        let start_cursor = edges.first().map(|edge| edge.cursor.clone());
         Self {
             edges,
             page_info: PageInfo {
                 has_next_page,
+                has_previous_page,
+                start_cursor,
                 end_cursor,
             },
         }
     }
 
-    /// A keyset page: each node's cursor is its key.
+    /// A keyset page: each node's cursor is its key. `more` says whether rows lie beyond
+    /// the page in the direction it was read ([`cursor_sides`]).
     pub fn keyset(
         nodes: impl IntoIterator<Item = Node>,
         key: impl Fn(&Node) -> i64,
-        has_next_page: bool,
+        page: &PageArgs<KeyRange>,
+        more: bool,
     ) -> Self {
         let edges = nodes
             .into_iter()
@@ -72,12 +87,20 @@ where
                 node,
             })
             .collect();
-        Self::new(edges, has_next_page)
+        let range = page.after;
+        let (has_next_page, has_previous_page) = cursor_sides(
+            range.backward,
+            range.after.is_some(),
+            range.before.is_some(),
+            more,
+        );
+        Self::new(edges, has_next_page, has_previous_page)
     }
 
     /// An offset page read from position `offset` up to `end`: each node comes with its
     /// position, and its cursor is the position after it. A row that vanished between the
-    /// two reads leaves no edge, yet the next page still starts at `end`.
+    /// two reads leaves no edge, yet the next page still starts at `end`. Rows precede the
+    /// page when it starts past position 0.
     pub fn offset(
         nodes: impl IntoIterator<Item = (usize, Node)>,
         offset: usize,
@@ -91,12 +114,7 @@ where
                 node,
             })
             .collect();
-        Self {
-            edges,
-            page_info: PageInfo {
-                has_next_page,
-                end_cursor: (end > offset).then(|| encode_cursor(end as i64)),
-            },
-        }
+        let end_cursor = (end > offset).then(|| encode_cursor(end as i64));
+        Self::with_end(edges, has_next_page, offset > 0, end_cursor)
     }
 }

@@ -1,29 +1,56 @@
 //! Paging shared by every list field: its arguments and its cursors.
 //!
-//! - [`Limit`] is a list's `first`: its default (the one the SDL shows) and its largest
-//!   value, checked in one place and priced in one place for the complexity limit.
-//! - [`PageArgs`] is `first` and `after` validated together, the cursor decoded.
-//! - [`PageInfo`] ends every `…Connection` (see `connection.rs`).
+//! - [`Limit`] is a list's `first` (or `last`): its default and its largest value, checked
+//!   in one place and priced in one place for the complexity limit.
+//! - [`PageArgs`] is `first` and `after` (and, where a list pages backward, `last` and
+//!   `before`) validated together, the cursors decoded.
+//! - [`PageInfo`] ends every `…Connection` (see `connection.rs`), as the Relay cursor
+//!   connections specification has it.
 //! - [`text_cost`] prices a field whose text may be long.
 //!
 //! Complexity estimates the response: a field costs 1 (its name and a short value: a few
 //! dozen bytes), a text that may be long costs one per [`TEXT_BYTES_PER_COMPLEXITY`] bytes
 //! it may hold, and every list multiplies what it holds by the most rows it may return (its
-//! `first`, or its fixed length). Within `ENGAGE_MAX_COMPLEXITY` (2000), a response holds
-//! at most some 2000 × 256 bytes, half a megabyte, however the query is written, while a
-//! page of 20 remarks with everything they have still fits.
+//! `first` or `last`, or its fixed length). Within `ENGAGE_MAX_COMPLEXITY` (2000), a
+//! response holds at most some 2000 × 256 bytes, half a megabyte, however the query is
+//! written, while a page of 20 remarks with everything they have still fits.
 //!
-//! A cursor is `c` followed by a decimal number: the id of the last row of a page (keyset
+//! A cursor is `c` followed by a decimal number: the id of its row (keyset
 //! lists), or the position after it (offset lists: nearby items, the admin view of jobs).
 //! Anything else, a negative position, or a position beyond what the list serves is
 //! `BAD_USER_INPUT`: a cursor is client input like any other, and arithmetic on an unchecked
-//! position is how a crafted one used to overflow. The feed's cursor is its own
-//! ([`PageArgs::decoded`]).
+//! position is how a crafted one used to overflow. The feed's cursor is its own (an
+//! entry's score and member).
+//!
+//! Backward paging (`last`, `before`) is served where the order is a stable key: the keyset
+//! lists (`remarks`, `myOrders`, `pointsHistory`: an id or event order with an index, read
+//! in reverse as cheaply as forward) and the feed (a score and member, each sorted set it
+//! merges read upward from `before` as it is read downward from `after`). `first` and
+//! `last` together are refused (the specification discourages them, and a page cut at
+//! both ends has no use); `after` and `before` together bound the range at both ends, as
+//! the specification's algorithm does. The offset lists page forward only: `nearbyItems`
+//! is sorted by distance from the point asked, recomputed by each search, so its cursors
+//! are positions that an item moving shifts (counting back from one would skip or repeat
+//! items), and `jobs` is an admin view by position in sets that the queue keeps moving.
+//!
+//! `hasPreviousPage` and `hasNextPage` follow the specification: the side a page was read
+//! towards is exact (one row more than asked was read); the other side is known without a
+//! read on a keyset list or the feed, since a cursor there is the key of a row the client was served
+//! (`after` given: rows precede the page; `before` given: rows follow it). An offset list
+//! knows it from the position (`after` past position 0: rows precede the page).
+//!
+//! No connection has `totalCount`: none of its lists has a count that Redis or SQL already
+//! keeps. An item's remarks, a buyer's orders and a user's points history would each be a
+//! `COUNT(*)` over an index range that grows with the list; the feed is a merge of several
+//! sorted sets (an inbox and outboxes) with no count of the merge; a nearby search would
+//! count every item in its radius; and the sets behind `jobs` hold entries whose job has
+//! moved on (the list skips them), the done and the cancelled share one set, and the dead
+//! are SQL rows, so a `ZCARD` or `LLEN` would count rows the list does not show.
 
 use async_graphql::SimpleObject;
 
 use crate::infra::error::{AppError, AppResult};
-pub use crate::infra::page::PageArgs;
+pub use crate::infra::page::{KeyRange, PageArgs};
 
 /// Bytes of text one unit of complexity stands for.
 pub const TEXT_BYTES_PER_COMPLEXITY: usize = 256;
@@ -60,12 +87,27 @@ impl Limit {
 
     /// `first` checked: 1 to `max`, the default when the client sends `null`.
     pub fn first(&self, first: Option<i32>) -> AppResult<usize> {
-        let first = first.unwrap_or(self.default);
-        if (1..=self.max).contains(&first) {
-            Ok(first as usize)
+        self.rows("first", first.unwrap_or(self.default))
+    }
+
+    /// `first` or `last` checked (one of them, never both): the rows asked, and whether they
+    /// are read backward (`last`). Neither: the default, forward.
+    pub fn first_or_last(&self, first: Option<i32>, last: Option<i32>) -> AppResult<(usize, bool)> {
+        match (first, last) {
+            (Some(_), Some(_)) => Err(AppError::bad_input(
+                "give first or last, not both: first pages forward from after, last backward from before",
+            )),
+            (_, Some(last)) => Ok((self.rows("last", last)?, true)),
+            (first, None) => Ok((self.first(first)?, false)),
+        }
+    }
+
+    fn rows(&self, name: &str, rows: i32) -> AppResult<usize> {
+        if (1..=self.max).contains(&rows) {
+            Ok(rows as usize)
         } else {
             Err(AppError::bad_input(format!(
-                "first must be between 1 and {}, got {first}",
+                "{name} must be between 1 and {}, got {rows}",
                 self.max
             )))
         }
@@ -76,13 +118,42 @@ impl Limit {
     pub fn cost(&self, first: Option<i32>, child_complexity: usize) -> usize {
         first.unwrap_or(self.default).clamp(1, self.max) as usize * child_complexity
     }
+
+    /// [`Limit::cost`] of a list that pages both ways: `last` is priced like `first`, and
+    /// both given (refused when run) at the larger.
+    pub fn cost_either(
+        &self,
+        first: Option<i32>,
+        last: Option<i32>,
+        child_complexity: usize,
+    ) -> usize {
+        match (first, last) {
+            (None, Some(last)) => self.cost(Some(last), child_complexity),
+            (first, last) => self
+                .cost(first, child_complexity)
+                .max(last.map_or(0, |last| self.cost(Some(last), child_complexity))),
+        }
+    }
 }
 
-/// A list field's `first` and `after`, validated: `after` is the decoded cursor.
-impl PageArgs<Option<i64>> {
-    /// A keyset list's arguments: `after` is the id (or order) of the last row seen.
-    pub fn keyset(first: Option<i32>, after: Option<&str>) -> AppResult<Self> {
-        Self::decoded(first, after, decode_cursor)
+/// A keyset list's `first`/`after` and `last`/`before`, validated: the cursors are decoded
+/// to the keys bounding the page.
+impl PageArgs<KeyRange> {
+    pub fn keyset(
+        first: Option<i32>,
+        after: Option<&str>,
+        last: Option<i32>,
+        before: Option<&str>,
+    ) -> AppResult<Self> {
+        let (rows, backward) = PAGE.first_or_last(first, last)?;
+        Ok(Self {
+            first: rows,
+            after: KeyRange {
+                after: decode_cursor(after)?,
+                before: decode_cursor(before)?,
+                backward,
+            },
+        })
     }
 }
 
@@ -108,9 +179,30 @@ impl<After> PageArgs<After> {
     }
 }
 
+/// `hasNextPage` and `hasPreviousPage` of a page of a list keyed by its cursors (a keyset
+/// list, the feed), read `backward` (`last`) or forward, with `more` rows beyond it in the
+/// direction read: that side is exact, the other is known from the cursor given there.
+pub fn cursor_sides(backward: bool, after: bool, before: bool, more: bool) -> (bool, bool) {
+    if backward {
+        (before, more)
+    } else {
+        (more, after)
+    }
+}
+
+/// Where a page lies in its list (the Relay cursor connections specification's).
 #[derive(SimpleObject, Clone, Debug)]
 pub struct PageInfo {
+    /// Rows follow the page: exact when paging forward (`first`); when paging backward,
+    /// true when `before` was given.
     pub has_next_page: bool,
+    /// Rows precede the page: exact when paging backward (`last`); when paging forward,
+    /// true when `after` was given (on `nearbyItems` and `jobs`: when it is past the start).
+    pub has_previous_page: bool,
+    /// The first edge's cursor; null without edges.
+    pub start_cursor: Option<String>,
+    /// The last edge's cursor; null without edges (on `nearbyItems` and `jobs`, the position
+    /// the next page starts at, even when a row of this one vanished).
     pub end_cursor: Option<String>,
 }
 

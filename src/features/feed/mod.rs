@@ -120,11 +120,34 @@ fn unavailable(error: AppError) -> HandleError {
     HandleError::Unavailable(error.to_string())
 }
 
-/// Where a feed page ends: the last entry's score and member.
+/// An entry's place in the feed, its score and member: the cursor of its edge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedCursor {
     pub score: i64,
     pub member: String,
+}
+
+/// Where a page of the feed lies: the entries below `after` and above `before` (either may
+/// be absent), read from `after` down, or from `before` up when `backward` (a `last` page).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FeedRange {
+    pub after: Option<FeedCursor>,
+    pub before: Option<FeedCursor>,
+    pub backward: bool,
+}
+
+impl FeedRange {
+    /// Whether the entry `member` at `score` lies strictly between the cursors.
+    fn holds(&self, score: i64, member: &str) -> bool {
+        let entry = (score, member);
+        self.after
+            .as_ref()
+            .is_none_or(|c| entry < (c.score, c.member.as_str()))
+            && self
+                .before
+                .as_ref()
+                .is_none_or(|c| entry > (c.score, c.member.as_str()))
+    }
 }
 
 impl FeedCursor {
@@ -372,13 +395,23 @@ impl Feed {
             .collect())
     }
 
-    /// A page of the reader's feed, newest first: remark ids with their cursors.
+    /// A page of the reader's feed, newest first: remark ids with their cursors. A page lies
+    /// below `after` and above `before` (in the order of score, then member), read from
+    /// `after` down, or from `before` up when backward.
     pub async fn page(
         &self,
         reader: i64,
-        page: PageArgs<Option<FeedCursor>>,
+        page: PageArgs<FeedRange>,
     ) -> AppResult<(Vec<(i64, FeedCursor)>, bool)> {
-        let PageArgs { first, after } = page;
+        let PageArgs {
+            first,
+            after: range,
+        } = page;
+        let FeedRange {
+            after,
+            before,
+            backward,
+        } = &range;
         let keys = &self.infra.keys;
         let mut conn = self.infra.redis.get().await?;
         let following: Vec<i64> = redis::cmd("SMEMBERS")
@@ -388,33 +421,49 @@ impl Feed {
         let pulled = self.pulled_among(&mut conn, &following).await?;
         let followed: HashSet<i64> = following.into_iter().collect();
 
-        // Each source contributes its `first + 1` newest entries older than the cursor's score,
-        // and every entry tied with it (the member decides among those): a source is a capped
-        // zset, so the ties are bounded, and a page never ends early however many remarks share
-        // one millisecond.
+        // Each source contributes its `first + 1` entries nearest the cursor the page is read
+        // from (newest first from `after`, oldest first from `before`), bounded by the other
+        // cursor's score, and every entry tied with the cursor read from (the member decides
+        // among those): a source is a capped zset, so the ties are bounded, and a page never
+        // ends early however many remarks share one millisecond.
+        let (near, far) = if *backward {
+            (before, after)
+        } else {
+            (after, before)
+        };
         let mut pipe = redis::pipe();
         for source in std::iter::once(keys.feed_inbox(reader))
             .chain(pulled.iter().map(|a| keys.feed_outbox(*a)))
         {
-            let max = match &after {
-                Some(cursor) => {
-                    pipe.cmd("ZREVRANGEBYSCORE")
-                        .arg(&source)
-                        .arg(cursor.score)
-                        .arg(cursor.score)
-                        .arg("WITHSCORES");
-                    format!("({}", cursor.score)
-                }
-                None => "+inf".to_string(),
-            };
-            pipe.cmd("ZREVRANGEBYSCORE")
-                .arg(&source)
-                .arg(max)
-                .arg("-inf")
-                .arg("WITHSCORES")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(first + 1);
+            if let Some(cursor) = near {
+                pipe.cmd("ZRANGEBYSCORE")
+                    .arg(&source)
+                    .arg(cursor.score)
+                    .arg(cursor.score)
+                    .arg("WITHSCORES");
+            }
+            let from = near
+                .as_ref()
+                .map_or(if *backward { "-inf" } else { "+inf" }.to_string(), |c| {
+                    format!("({}", c.score)
+                });
+            let to = far
+                .as_ref()
+                .map_or(if *backward { "+inf" } else { "-inf" }.to_string(), |c| {
+                    c.score.to_string()
+                });
+            pipe.cmd(if *backward {
+                "ZRANGEBYSCORE"
+            } else {
+                "ZREVRANGEBYSCORE"
+            })
+            .arg(&source)
+            .arg(from)
+            .arg(to)
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(first + 1);
         }
         let sources: Vec<Vec<(String, i64)>> = pipe.query_async(&mut *conn).await?;
         drop(conn);
@@ -423,20 +472,22 @@ impl Feed {
         let mut entries: Vec<(i64, String)> = sources
             .into_iter()
             .flatten()
-            .filter(|(member, score)| match &after {
-                Some(cursor) => {
-                    *score < cursor.score || (*score == cursor.score && *member < cursor.member)
-                }
-                None => true,
-            })
+            .filter(|(member, score)| range.holds(*score, member))
             .filter(|(member, _)| {
                 parse_member(member).is_some_and(|(_, author)| followed.contains(&author))
             })
             .filter(|(member, _)| seen.insert(member.clone()))
             .map(|(member, score)| (score, member))
             .collect();
-        entries.sort_by(|a, b| b.cmp(a));
-        let (entries, more) = crate::infra::page::split_page(entries, first);
+        if *backward {
+            entries.sort();
+        } else {
+            entries.sort_by(|a, b| b.cmp(a));
+        }
+        let (mut entries, more) = crate::infra::page::split_page(entries, first);
+        if *backward {
+            entries.reverse();
+        }
         Ok((
             entries
                 .into_iter()

@@ -27,7 +27,7 @@ pub use rules::{PointsRules, PointsType};
 
 use std::sync::Arc;
 
-use crate::infra::page::PageArgs;
+use crate::infra::page::{KeyRange, PageArgs};
 use crate::infra::{
     clock::Month,
     config::Config,
@@ -457,18 +457,19 @@ impl Points {
             .collect())
     }
 
-    /// A user's archived awards, newest first, after the record `page.after` (exclusive).
+    /// A page of a user's archived awards, newest first, within `page.after` (a range of
+    /// event orders).
     pub async fn history(
         &self,
         user_id: i64,
-        page: PageArgs<Option<i64>>,
+        page: PageArgs<KeyRange>,
     ) -> AppResult<(Vec<PointsRecord>, bool)> {
-        let query = sqlx::query(
+        let sql = format!(
             "SELECT event_order, kind, points, season, awarded_at_ms FROM points_record \
-             WHERE user_id = $1 AND event_order < $2 AND points > 0 \
-             ORDER BY event_order DESC LIMIT $3",
-        )
-        .bind(user_id);
+             WHERE user_id = $1 AND points > 0 AND {}",
+            page.after.sql_tail("event_order", 2)
+        );
+        let query = sqlx::query(&sql).bind(user_id);
         self.infra
             .db
             .keyset_page(query, page, |row| {

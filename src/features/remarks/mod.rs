@@ -26,7 +26,7 @@ use std::{
 
 use sqlx::{any::AnyRow, Row};
 
-use crate::infra::page::PageArgs;
+use crate::infra::page::{KeyRange, PageArgs};
 use crate::{
     features::{items::Items, remarks::events::RemarkCreated, users::UserRecord},
     infra::{
@@ -221,14 +221,15 @@ impl NewRemark {
 pub struct PageKey {
     item_id: i64,
     first: usize,
-    after: Option<i64>,
+    range: KeyRange,
 }
 
 /// A page of an item's remarks, newest first, with the authors' user records.
 pub struct RemarkPage {
     pub remarks: Vec<RemarkRecord>,
     pub authors: HashMap<i64, UserRecord>,
-    /// Whether more remarks follow.
+    /// Whether more remarks follow in the direction read (older ones forward, newer ones
+    /// backward).
     pub more: bool,
 }
 
@@ -326,20 +327,16 @@ impl Remarks {
         Ok(found.into_iter().collect())
     }
 
-    /// A page after the remark `after` (exclusive): one SQL query (remarks joined with their
+    /// A page within a range of remark ids: one SQL query (remarks joined with their
     /// authors), and none while the instance's page cache holds it. Pages are keyset pages, so a
-    /// new remark changes only the first page of its item: this instance forgets its cached
-    /// pages of the item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
-    pub async fn page(
-        &self,
-        item_id: i64,
-        page: PageArgs<Option<i64>>,
-    ) -> AppResult<Arc<RemarkPage>> {
-        let PageArgs { first, after } = page;
+    /// new remark (the newest id) changes only the pages open at the newest end (the first
+    /// page, and `last` pages with no `after`): this instance forgets its cached pages of the
+    /// item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
+    pub async fn page(&self, item_id: i64, page: PageArgs<KeyRange>) -> AppResult<Arc<RemarkPage>> {
         let key = PageKey {
             item_id,
-            first,
-            after,
+            first: page.first,
+            range: page.after,
         };
         if let Some(page) = self.settings.pages.get(&key) {
             return Ok(page);
@@ -355,7 +352,8 @@ impl Remarks {
         let sql = format!(
             "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url \
              FROM remarks r LEFT JOIN users u ON u.id = r.author_id \
-             WHERE r.item_id = $1 AND r.id < $2 ORDER BY r.id DESC LIMIT $3"
+             WHERE r.item_id = $1 AND {}",
+            page.after.sql_tail("r.id", 2)
         );
         let query = sqlx::query(&sql).bind(item_id);
         let (rows, more) = self

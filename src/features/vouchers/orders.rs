@@ -9,7 +9,7 @@ use sqlx::Row;
 use crate::infra::redis::durability::DurableWrite;
 
 use super::EXPIRY_TOPIC;
-use crate::infra::page::PageArgs;
+use crate::infra::page::{KeyRange, PageArgs};
 use crate::{
     features::{
         jobs::{handlers::Delivery, JobError, JobHandler},
@@ -162,17 +162,18 @@ impl Vouchers {
         Ok(row.map(|row| record_of(&row)).transpose()?)
     }
 
-    /// A buyer's orders, newest first, after the order `page.after` (exclusive).
+    /// A page of a buyer's orders, newest first, within `page.after` (a range of order ids).
     pub async fn orders_of(
         &self,
         buyer_id: i64,
-        page: PageArgs<Option<i64>>,
+        page: PageArgs<KeyRange>,
     ) -> AppResult<(Vec<OrderRecord>, bool)> {
-        let query = sqlx::query(
+        let sql = format!(
             "SELECT id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms FROM orders \
-             WHERE buyer_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
-        )
-        .bind(buyer_id);
+             WHERE buyer_id = $1 AND {}",
+            page.after.sql_tail("id", 2)
+        );
+        let query = sqlx::query(&sql).bind(buyer_id);
         self.infra.db.keyset_page(query, page, record_of).await
     }
 

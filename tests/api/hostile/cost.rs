@@ -275,8 +275,11 @@ async fn complexity_prices_the_response_so_a_small_query_cannot_ask_for_megabyte
     assert!(query.len() < 700, "{}", query.len());
     let one_page = "query($item: ID!) { remarks(itemId: $item, first: 100) { edges { node { \
                     content } } } }";
+    // `last` is priced like `first`.
+    let one_page_back = "query($item: ID!) { remarks(itemId: $item, last: 100) { edges { node \
+                         { content } } } }";
     for via in via::ALL {
-        for document in [query.as_str(), one_page] {
+        for document in [query.as_str(), one_page, one_page_back] {
             let answer = via::send(&app, via, None, document, json!({ "item": item })).await;
             assert_eq!(
                 code(&answer),
