@@ -45,6 +45,18 @@ pub(crate) async fn plugged(url: &str) -> (Plug, String) {
     (plug, through)
 }
 
+/// An app without per-client limits whose Redis (one node) goes through a plug, and the plug.
+pub(crate) async fn unpluggable_app() -> (Plug, TestApp) {
+    let (plug, redis_url) = plugged(&crate::harness::node_redis_url()).await;
+    let app = TestApp::spawn_with(|config| {
+        unlimited(config);
+        config.redis_url = redis_url;
+        config.redis_mode = engage::infra::redis::RedisMode::Shared;
+    })
+    .await;
+    (plug, app)
+}
+
 fn unlimited(config: &mut engage::infra::config::Config) {
     config.max_connections_per_ip = 0;
     config.rate_limit_per_ip = 0;

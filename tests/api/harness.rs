@@ -502,3 +502,56 @@ pub fn authority_and_server() -> (String, String, String) {
         .unwrap();
     (ca.pem(), server.pem(), server_key.serialize_pem())
 }
+
+/// An HTTP client whose connections leave from `local`, a loopback address other than
+/// 127.0.0.1 (all of 127.0.0.0/8 reaches the app): the rules kept per client address see it
+/// as another client.
+pub fn client_from(local: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(local.parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// The app's listening address.
+pub fn server_address(app: &TestApp) -> std::net::SocketAddr {
+    app.base.trim_start_matches("http://").parse().unwrap()
+}
+
+/// A TCP connection to the app from `local` (a loopback address).
+pub async fn tcp_from(app: &TestApp, local: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::new(local.parse().unwrap(), 0))
+        .unwrap();
+    socket.connect(server_address(app)).await.unwrap()
+}
+
+/// A WebSocket of `via`'s protocol from `local`, before `connection_init`; the HTTP status
+/// when the upgrade is refused.
+pub async fn websocket_from(
+    app: &TestApp,
+    local: &str,
+    via: crate::via::Via,
+) -> Result<Socket, u16> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let stream = tcp_from(app, local).await;
+    let mut request = app.ws_url().into_client_request().unwrap();
+    let protocol = if via == crate::via::Via::LegacyWs {
+        "graphql-ws"
+    } else {
+        "graphql-transport-ws"
+    };
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", protocol.parse().unwrap());
+    let stream = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+    match tokio_tungstenite::client_async(request, stream).await {
+        Ok((socket, _)) => Ok(socket),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            Err(response.status().as_u16())
+        }
+        Err(error) => panic!("the upgrade failed: {error}"),
+    }
+}

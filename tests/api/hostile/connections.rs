@@ -3,72 +3,23 @@
 //! Where a rule is per address, the abuser connects from 127.0.0.2 and the others from
 //! 127.0.0.3 (both reach a server bound on 127.0.0.1).
 
-use std::{
-    net::{IpAddr, SocketAddr},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpSocket, TcpStream},
+    net::TcpStream,
 };
-use tokio_tungstenite::{
-    tungstenite::{client::IntoClientRequest, Message},
-    MaybeTlsStream,
-};
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::{
-    harness::{Socket, TestApp},
+    harness::{client_from, server_address, tcp_from, websocket_from, Socket, TestApp},
     via::{self, code, Via},
 };
 
 const ABUSER: &str = "127.0.0.2";
 const NEIGHBOUR: &str = "127.0.0.3";
-
-fn server(app: &TestApp) -> SocketAddr {
-    app.base.trim_start_matches("http://").parse().unwrap()
-}
-
-/// A TCP connection to the app from `local` (a loopback address).
-async fn tcp_from(app: &TestApp, local: &str) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket
-        .bind(SocketAddr::new(local.parse().unwrap(), 0))
-        .unwrap();
-    socket.connect(server(app)).await.unwrap()
-}
-
-/// An HTTP client whose connections come from `local`.
-fn client_from(local: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(local.parse::<IpAddr>().unwrap())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-/// A WebSocket of `via`'s protocol from `local`; the HTTP status when it is refused.
-async fn websocket_from(app: &TestApp, local: &str, via: Via) -> Result<Socket, u16> {
-    let stream = tcp_from(app, local).await;
-    let mut request = app.ws_url().into_client_request().unwrap();
-    let protocol = if via == Via::LegacyWs {
-        "graphql-ws"
-    } else {
-        "graphql-transport-ws"
-    };
-    request
-        .headers_mut()
-        .insert("sec-websocket-protocol", protocol.parse().unwrap());
-    match tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream)).await {
-        Ok((socket, _)) => Ok(socket),
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            Err(response.status().as_u16())
-        }
-        Err(error) => panic!("the upgrade failed: {error}"),
-    }
-}
 
 /// A POST whose headers promise a body that never comes whole: the connection stays busy.
 async fn slow_body_from(app: &TestApp, local: &str, forwarded_for: Option<&str>) -> TcpStream {
@@ -404,7 +355,7 @@ async fn headers_beyond_the_cap_answer_431() {
         .unwrap();
     assert_eq!(response.status(), 200);
     // As many bytes as the cap, unfinished: the server reads them all, then refuses.
-    let mut stream = TcpStream::connect(server(&app)).await.unwrap();
+    let mut stream = TcpStream::connect(server_address(&app)).await.unwrap();
     let head = format!(
         "GET /healthz HTTP/1.1\r\nhost: x\r\nx-padding: {}",
         "a".repeat(16 * 1024)

@@ -5,19 +5,16 @@
 //! response's size; trusted documents run by text or hash, and alone when told to; one
 //! address cannot push another's persisted queries out of the shared store.
 
-use std::net::{IpAddr, Ipv4Addr};
-
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tokio_tungstenite::{tungstenite::client::IntoClientRequest, MaybeTlsStream};
 
 use crate::{
-    harness::{Socket, TestApp},
+    harness::{client_from, websocket_from, Socket, TestApp},
     via::{self, code, Via},
 };
 
-const ATTACKER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
-const VICTIM: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+const ATTACKER: &str = "127.0.0.3";
+const VICTIM: &str = "127.0.0.2";
 
 fn sha(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
@@ -35,14 +32,6 @@ fn outcome(answer: &Value) -> String {
         .to_string()
 }
 
-/// A client whose requests leave from `local`.
-fn client_from(local: IpAddr) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(local)
-        .build()
-        .unwrap()
-}
-
 /// POSTs a body from `client` and returns the JSON answer.
 async fn post(app: &TestApp, client: &reqwest::Client, body: Value) -> Value {
     let response = client
@@ -56,21 +45,8 @@ async fn post(app: &TestApp, client: &reqwest::Client, body: Value) -> Value {
 }
 
 /// An acknowledged WebSocket of `via`'s protocol whose connection leaves from `local`.
-async fn open_from(app: &TestApp, via: Via, local: IpAddr) -> Socket {
-    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
-    tcp.bind((local, 0).into()).unwrap();
-    let address = app.base.trim_start_matches("http://").parse().unwrap();
-    let stream = tcp.connect(address).await.unwrap();
-    let mut request = app.ws_url().into_client_request().unwrap();
-    let protocol = if via == Via::LegacyWs {
-        "graphql-ws"
-    } else {
-        "graphql-transport-ws"
-    };
-    request
-        .headers_mut()
-        .insert("sec-websocket-protocol", protocol.parse().unwrap());
-    let (mut socket, _) = tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream))
+async fn open_from(app: &TestApp, via: Via, local: &str) -> Socket {
+    let mut socket = websocket_from(app, local, via)
         .await
         .expect("upgrade accepted");
     let ack = via::init(&mut socket, None).await.expect("acknowledged");

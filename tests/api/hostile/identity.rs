@@ -25,14 +25,13 @@ use base64::{engine::general_purpose::STANDARD, Engine};
 use engage::infra::{
     auth::{Claims, Role, Tokens},
     config::{Config, Environment, DEV_JWT_SECRET},
-    redis::RedisMode,
 };
 use futures::StreamExt;
 use serde_json::json;
 use sqlx::Row;
 
 use crate::{
-    faults::plugged,
+    faults,
     harness::{base_config, eventually, first_code, TestApp},
     oidc::{Provider, ProviderKey, ISSUER},
 };
@@ -372,15 +371,7 @@ async fn feed_of(app: &TestApp, reader: i64) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remark_acknowledged_while_redis_refused_its_announcement_is_announced_once_redis_is_back(
 ) {
-    let (plug, redis_url) = plugged(&crate::harness::node_redis_url()).await;
-    let app = TestApp::spawn_with(|config| {
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-        config.consumer_max_backoff_ms = 500;
-        config.redis_url = redis_url;
-        config.redis_mode = RedisMode::Shared;
-    })
-    .await;
+    let (plug, app) = faults::unpluggable_app().await;
     let (author, reader) = (31, 32);
     app.data(Some(&app.user_token(author)), VIEWER, json!({}))
         .await;

@@ -10,7 +10,7 @@
 //!   but the awarded viewer's own read.
 
 use std::{
-    net::{IpAddr, SocketAddr},
+    net::SocketAddr,
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
@@ -21,16 +21,9 @@ use engage::{
 };
 use serde_json::json;
 
-use crate::harness::{base_config, next_data, next_message, Socket, TestApp};
-
-/// A client whose connections leave from `address` (127.0.0.x all reach 127.0.0.1).
-fn client_from(address: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(address.parse::<IpAddr>().unwrap())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
+use crate::harness::{
+    base_config, client_from, next_data, next_message, websocket_from, Socket, TestApp,
+};
 
 /// A free loopback address for a listener of the test's own.
 fn free_address() -> SocketAddr {
@@ -237,22 +230,11 @@ const RANK: &str = "subscription { myRankChanged { rank points } }";
 /// `query` as operation "1".
 async fn subscribe_from(app: &TestApp, address: &str, token: &str, query: &str) -> Socket {
     use futures::SinkExt;
-    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    use tokio_tungstenite::tungstenite::Message;
 
-    let mut request = app.ws_url().into_client_request().unwrap();
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
-    let server: SocketAddr = request.uri().authority().unwrap().as_str().parse().unwrap();
-    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
-    tcp.bind(SocketAddr::new(address.parse().unwrap(), 0))
-        .unwrap();
-    let stream = tcp.connect(server).await.unwrap();
-    let (mut socket, _) =
-        tokio_tungstenite::client_async(request, tokio_tungstenite::MaybeTlsStream::Plain(stream))
-            .await
-            .expect("upgrade accepted");
+    let mut socket = websocket_from(app, address, crate::via::Via::TransportWs)
+        .await
+        .expect("upgrade accepted");
     let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } });
     socket.send(Message::text(init.to_string())).await.unwrap();
     assert_eq!(next_message(&mut socket).await["type"], "connection_ack");

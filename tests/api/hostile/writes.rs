@@ -13,14 +13,11 @@
 
 use std::time::{Duration, Instant};
 
-use engage::{
-    features::feed::changes::FollowChange,
-    infra::{outbox, redis::RedisMode},
-};
+use engage::{features::feed::changes::FollowChange, infra::outbox};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::{faults::plugged, harness::TestApp, plug::Plug};
+use crate::{faults, harness::TestApp, plug::Plug};
 
 const FOLLOW: &str = "mutation($u: ID!) { follow(userId: $u) }";
 const UNFOLLOW: &str = "mutation($u: ID!) { unfollow(userId: $u) }";
@@ -34,15 +31,7 @@ const SECKILL: &str = "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } 
 /// An app whose Redis goes through a plug. Its first item is created before the test pulls
 /// the plug, so the instance holds a block of ids for the writes that follow.
 async fn unpluggable() -> (Plug, TestApp) {
-    let (plug, redis_url) = plugged(&crate::harness::node_redis_url()).await;
-    let app = TestApp::spawn_with(|config| {
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-        config.consumer_max_backoff_ms = 500;
-        config.redis_url = redis_url;
-        config.redis_mode = RedisMode::Shared;
-    })
-    .await;
+    let (plug, app) = faults::unpluggable_app().await;
     app.create_item().await;
     (plug, app)
 }
