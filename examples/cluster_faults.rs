@@ -114,6 +114,8 @@ async fn main() -> anyhow::Result<()> {
         .env("ENGAGE_BIND", format!("127.0.0.1:{port}"))
         .env("ENGAGE_RATE_LIMIT_PER_IP", "0")
         .env("ENGAGE_RATE_LIMIT_PER_USER", "0")
+        .env("ENGAGE_MAX_CONNECTIONS_PER_IP", "0")
+        .env("ENGAGE_WS_MAX_PER_USER", "0")
         .env("ENGAGE_LIKE_SHARDS", SHARDS)
         .env("ENGAGE_SALE_SHARDS", SHARDS)
         .env("ENGAGE_REDIS_WAIT_REPLICAS", args.wait_replicas.to_string())

@@ -91,6 +91,8 @@ async fn main() -> anyhow::Result<()> {
         .env("ENGAGE_BIND", format!("127.0.0.1:{port}"))
         .env("ENGAGE_RATE_LIMIT_PER_IP", "0")
         .env("ENGAGE_RATE_LIMIT_PER_USER", "0")
+        .env("ENGAGE_MAX_CONNECTIONS_PER_IP", "0")
+        .env("ENGAGE_WS_MAX_PER_USER", "0")
         .env("ENGAGE_POINTS_BUCKETS", BUCKETS.to_string())
         .env("RUST_LOG", "warn,redis=error")
         .stdout(log.try_clone()?)

@@ -206,6 +206,8 @@ async fn main() -> anyhow::Result<()> {
         ("ENGAGE_JWT_SECRET", secret.clone()),
         ("ENGAGE_RATE_LIMIT_PER_IP", "0".into()),
         ("ENGAGE_RATE_LIMIT_PER_USER", "0".into()),
+        ("ENGAGE_MAX_CONNECTIONS_PER_IP", "0".into()),
+        ("ENGAGE_WS_MAX_PER_USER", "0".into()),
         ("ENGAGE_CONSUMER_CLAIM_IDLE_MS", "5000".into()),
         ("ENGAGE_CONSUMER_MAX_BACKOFF_MS", "2000".into()),
         ("ENGAGE_JOBS_VISIBILITY_SECONDS", "5".into()),
