@@ -501,6 +501,10 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
             .await;
         assert_eq!(outcome(&body), "BAD_USER_INPUT", "{body}");
     }
+    // The users met here are written (their names too) off the request path, in batches:
+    // wait for them as for the outbox.
+    let users = &app.state.features.users;
+    eventually(async || users.first_sights_queued() == 0).await;
 }
 
 #[tokio::test]
