@@ -232,28 +232,12 @@ async fn slow_bodies(args: &Args, report: &Report) -> anyhow::Result<()> {
             (outcome, opened.elapsed())
         }));
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    println!(
-        "{}",
-        report.line(
-            &format!(
-                "{} POST bodies trickling a byte a second, from 127.0.0.2",
-                args.slow_connections
-            ),
-            &args.slow_connections.to_string(),
-            &neighbour_probe(args).await
-        )
+    let held = format!(
+        "{} POST bodies trickling a byte a second, from 127.0.0.2",
+        args.slow_connections
     );
-    let mut outcomes = Outcomes::default();
-    for task in tasks {
-        let (outcome, after) = task.await?;
-        outcomes.add(outcome, after);
-    }
-    println!(
-        "{}",
-        report.line("the same bodies, trickling on", "-", &outcomes.to_string())
-    );
-    Ok(())
+    let ended = "the same bodies, trickling on";
+    report_held_then_ended(args, report, Duration::from_secs(1), &held, ended, tasks).await
 }
 
 /// Anonymous sockets from 127.0.0.4 that send nothing but pings (the protocol's and
@@ -308,27 +292,36 @@ async fn idle_sockets(args: &Args, report: &Report) -> anyhow::Result<()> {
             (outcome, opened.elapsed())
         }));
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = format!(
+        "{} anonymous WebSockets sending only pings, from 127.0.0.4",
+        args.slow_connections
+    );
+    let ended = "the same sockets, pinging on";
+    report_held_then_ended(args, report, Duration::from_secs(2), &held, ended, tasks).await
+}
+
+/// The two rows of a class that holds connections: once they are all held (after `settle`),
+/// what a neighbour meets meanwhile; then how each one ended, and when.
+async fn report_held_then_ended(
+    args: &Args,
+    report: &Report,
+    settle: Duration,
+    held: &str,
+    ended: &str,
+    tasks: Vec<tokio::task::JoinHandle<(String, Duration)>>,
+) -> anyhow::Result<()> {
+    tokio::time::sleep(settle).await;
+    let count = args.slow_connections.to_string();
     println!(
         "{}",
-        report.line(
-            &format!(
-                "{} anonymous WebSockets sending only pings, from 127.0.0.4",
-                args.slow_connections
-            ),
-            &args.slow_connections.to_string(),
-            &neighbour_probe(args).await
-        )
+        report.line(held, &count, &neighbour_probe(args).await)
     );
     let mut outcomes = Outcomes::default();
     for task in tasks {
         let (outcome, after) = task.await?;
         outcomes.add(outcome, after);
     }
-    println!(
-        "{}",
-        report.line("the same sockets, pinging on", "-", &outcomes.to_string())
-    );
+    println!("{}", report.line(ended, "-", &outcomes.to_string()));
     Ok(())
 }
 
