@@ -157,9 +157,45 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     builder.finish()
 }
 
-/// The SDL as `schema.graphql` holds it.
+/// The SDL as `schema.graphql` holds it. async-graphql also prints the definition of
+/// `@deprecated` once a field uses it; that is left out, as graphql-js's `printSchema` leaves
+/// out the directives the specification defines: every GraphQL tool knows it, and a copy
+/// allowed in fewer places than a tool's own (graphql-js allows it on directive definitions
+/// too) would replace the tool's, and read to the schema check as a location removed.
 pub fn sdl() -> String {
-    build(None).sdl()
+    without_directive_definition(&build(None).sdl(), "deprecated")
+}
+
+/// `sdl` without the definition of directive `@name` and the description above it.
+fn without_directive_definition(sdl: &str, name: &str) -> String {
+    const QUOTES: &str = "\"\"\"";
+    let lines: Vec<&str> = sdl.lines().collect();
+    let defines = |line: &str| {
+        line.strip_prefix("directive @")
+            .and_then(|rest| rest.strip_prefix(name))
+            .is_some_and(|rest| rest.starts_with(['(', ' ']) || rest.is_empty())
+    };
+    let Some(at) = lines.iter().position(|line| defines(line)) else {
+        return sdl.to_string();
+    };
+    // A description is the lines from an opening `"""` to a closing one just above.
+    let start = match at.checked_sub(1).map(|above| lines[above]) {
+        Some(QUOTES) => lines[..at - 1]
+            .iter()
+            .rposition(|line| *line == QUOTES)
+            .unwrap_or(at),
+        Some(line) if line.len() > 6 && line.starts_with(QUOTES) && line.ends_with(QUOTES) => {
+            at - 1
+        }
+        _ => at,
+    };
+    let mut kept: Vec<&str> = lines[..start].to_vec();
+    kept.extend_from_slice(&lines[at + 1..]);
+    let mut out = kept.join("\n");
+    if sdl.ends_with('\n') {
+        out.push('\n');
+    }
+    out
 }
 
 /// What a resolver reads from the schema's data.
@@ -177,5 +213,30 @@ impl ContextExt for Context<'_> {
 
     fn clock(&self) -> &Clock {
         self.data_unchecked::<Clock>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_directive_definition;
+
+    #[test]
+    fn a_directive_definition_leaves_with_its_description_and_nothing_else() {
+        let with =
+            "type A {\n\tb: Int @deprecated(reason: \"Use c.\")\n}\n\n\"\"\"\nMarks it.\n\"\"\"\n\
+            directive @deprecated(reason: String = \"No longer supported\") on FIELD_DEFINITION\n\
+            \"\"\"\nDirects.\n\"\"\"\ndirective @include(if: Boolean!) on FIELD\n";
+        let without = "type A {\n\tb: Int @deprecated(reason: \"Use c.\")\n}\n\n\
+            \"\"\"\nDirects.\n\"\"\"\ndirective @include(if: Boolean!) on FIELD\n";
+        assert_eq!(without_directive_definition(with, "deprecated"), without);
+        assert_eq!(without_directive_definition(without, "deprecated"), without);
+        assert_eq!(without_directive_definition(without, "includ"), without);
+    }
+
+    #[test]
+    fn the_sdl_does_not_redefine_deprecated() {
+        let sdl = super::sdl();
+        assert!(!sdl.contains("directive @deprecated"));
+        assert!(sdl.contains("directive @include(if: Boolean!)"));
     }
 }
