@@ -29,6 +29,7 @@ mod metrics;
 mod oidc;
 mod pages;
 mod paging;
+mod payloads;
 mod points;
 mod postgres_tls;
 mod production;

@@ -1,4 +1,4 @@
-//! `feed`, `follow`, `unfollow`.
+//! `feed`, `followUser`, `unfollowUser` (and `follow`, `unfollow`, which they succeed).
 
 use async_graphql::{Context, Object};
 
@@ -6,6 +6,7 @@ use crate::{
     api::schema::id::Id64,
     api::schema::{
         connection::{Connection, Edge},
+        feed::FollowPayload,
         page::{cursor_sides, PageArgs, PAGE},
         remarks::Remark,
         ContextExt,
@@ -76,20 +77,56 @@ pub struct FeedMutation;
 #[Object]
 impl FeedMutation {
     /// Follows a user; true when this call started the follow (false: already following).
-    #[graphql(guard = "RoleGuard::signed_in()")]
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        deprecation = "Use `followUser`, which answers both users with their new counts."
+    )]
     async fn follow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
-        let viewer = auth::require_viewer(ctx)?;
-        ctx.feature::<Feed>()
-            .follow(viewer.user_id, user_id.0)
-            .await
+        Ok(change_follow(ctx, user_id, Follow::Start).await?.changed)
     }
 
     /// Stops following a user; true when this call ended a follow (false: not following).
-    #[graphql(guard = "RoleGuard::signed_in()")]
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        deprecation = "Use `unfollowUser`, which answers both users with their new counts."
+    )]
     async fn unfollow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
-        let viewer = auth::require_viewer(ctx)?;
-        ctx.feature::<Feed>()
-            .unfollow(viewer.user_id, user_id.0)
-            .await
+        Ok(change_follow(ctx, user_id, Follow::Stop).await?.changed)
     }
+
+    /// Follows a user: `changed` false when already following.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn follow_user(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<FollowPayload> {
+        change_follow(ctx, user_id, Follow::Start).await
+    }
+
+    /// Stops following a user: `changed` false when not following.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn unfollow_user(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<FollowPayload> {
+        change_follow(ctx, user_id, Follow::Stop).await
+    }
+}
+
+enum Follow {
+    Start,
+    Stop,
+}
+
+/// The one path of `follow`, `unfollow` and their successors.
+async fn change_follow(
+    ctx: &Context<'_>,
+    user_id: Id64,
+    change: Follow,
+) -> AppResult<FollowPayload> {
+    let viewer = auth::require_viewer(ctx)?;
+    let feed = ctx.feature::<Feed>();
+    let changed = match change {
+        Follow::Start => feed.follow(viewer.user_id, user_id.0).await?,
+        Follow::Stop => feed.unfollow(viewer.user_id, user_id.0).await?,
+    };
+    Ok(FollowPayload {
+        followee: user_id.0,
+        follower: viewer.user_id,
+        changed,
+    })
 }

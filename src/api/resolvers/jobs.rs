@@ -1,5 +1,5 @@
-//! Admin fields of the delay queue: `scheduleJob`, `cancelJob`, `requeueDeadJob`, `job`,
-//! `jobs`.
+//! Admin fields of the delay queue: `scheduleJob`, `cancelPendingJob` (and `cancelJob`,
+//! which it succeeds), `requeueDeadJob`, `job`, `jobs`.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use async_graphql::{Context, Object, ID};
 use crate::{
     api::schema::{
         connection::Connection,
-        jobs::{Job, ScheduleJobInput},
+        jobs::{CancelJobPayload, Job, ScheduleJobInput},
         page::{PageArgs, PAGE},
         ContextExt,
     },
@@ -91,9 +91,29 @@ impl JobMutation {
 
     /// Cancels a pending job wherever it is; false when there is none by that id. A job
     /// cancelled while running does not run again, and its completion changes nothing.
-    #[graphql(guard = "RoleGuard::admin()")]
+    #[graphql(
+        guard = "RoleGuard::admin()",
+        deprecation = "Use `cancelPendingJob`, which answers the job as it is after the call."
+    )]
     async fn cancel_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<bool> {
         ctx.feature::<Jobs>().cancel(&topic, &id).await
+    }
+
+    /// Cancels a pending job wherever it is, as `cancelJob` did, and answers the job as it
+    /// is after the call: `cancelled` false and the job as it was when it is not pending
+    /// (done, dead, already cancelled), `job` null when there is no job by that id.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn cancel_pending_job(
+        &self,
+        ctx: &Context<'_>,
+        topic: String,
+        id: ID,
+    ) -> AppResult<CancelJobPayload> {
+        let (cancelled, job) = ctx.feature::<Jobs>().cancel_and_find(&topic, &id).await?;
+        Ok(CancelJobPayload {
+            cancelled,
+            job: job.map(Job),
+        })
     }
 
     /// Puts a dead job back in the queue, due now.

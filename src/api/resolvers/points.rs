@@ -85,7 +85,7 @@ impl PointsMutation {
         idempotency_key: String,
     ) -> AppResult<AwardResult> {
         let user_id = user_id.0;
-        Ok(ctx
+        let outcome = ctx
             .feature::<Points>()
             .award(
                 user_id,
@@ -93,7 +93,7 @@ impl PointsMutation {
                 i64::from(points),
                 &points::service_key(&idempotency_key)?,
             )
-            .await?
-            .into())
+            .await?;
+        Ok(AwardResult::new(user_id, kind, outcome))
     }
 }

@@ -52,11 +52,8 @@ impl SignInMutation {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn sign_in(&self, ctx: &Context<'_>) -> AppResult<SignInResult> {
         let viewer = auth::require_viewer(ctx)?;
-        Ok(ctx
-            .feature::<SignIn>()
-            .sign_in(viewer.user_id)
-            .await?
-            .into())
+        let outcome = ctx.feature::<SignIn>().sign_in(viewer.user_id).await?;
+        Ok(SignInResult::new(viewer.user_id, outcome))
     }
 
     /// Signs in a missed day (`YYYY-MM-DD`) of this month before today, for the base point;
@@ -66,10 +63,10 @@ impl SignInMutation {
         let viewer = auth::require_viewer(ctx)?;
         let date = NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
             .map_err(|_| AppError::bad_input("date must be YYYY-MM-DD"))?;
-        Ok(ctx
+        let outcome = ctx
             .feature::<SignIn>()
             .make_up(viewer.user_id, date)
-            .await?
-            .into())
+            .await?;
+        Ok(SignInResult::new(viewer.user_id, outcome))
     }
 }

@@ -1,6 +1,6 @@
 //! GraphQL types of the delay queue.
 
-use async_graphql::{Context, InputObject, Object, ID};
+use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 
 use super::{page::text_cost, ContextExt};
 use crate::features::jobs::{self, JobStatus, JobView};
@@ -68,4 +68,14 @@ pub struct ScheduleJobInput {
     /// 1 to 25; default: the topic's (one per step of its retry ladder, plus one, unless
     /// the topic says otherwise).
     pub max_attempts: Option<i32>,
+}
+
+/// What `cancelPendingJob` answers.
+#[derive(SimpleObject)]
+pub struct CancelJobPayload {
+    /// Whether this call cancelled the job (false: no pending job by that id).
+    pub cancelled: bool,
+    /// The job after the call (`CANCELLED` when this call cancelled it); null when there is
+    /// no job by that id.
+    pub job: Option<Job>,
 }

@@ -5,6 +5,7 @@
 
 pub mod connection;
 pub mod errors;
+pub mod feed;
 pub mod id;
 pub mod items;
 pub mod jobs;

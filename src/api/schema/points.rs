@@ -1,9 +1,15 @@
 //! GraphQL types of points.
 
-use async_graphql::{Context, Object, SimpleObject};
+use async_graphql::{ComplexObject, Context, Object, SimpleObject};
 
-use super::ContextExt;
-use crate::features::points::{AwardOutcome, PointsRecord, PointsType, TodayByType};
+use super::{
+    users::{load_user, User},
+    ContextExt,
+};
+use crate::{
+    features::points::{AwardOutcome, Points, PointsRecord, PointsType, TodayByType},
+    infra::error::AppResult,
+};
 
 #[derive(SimpleObject)]
 pub struct PointsByType {
@@ -24,8 +30,14 @@ impl From<TodayByType> for PointsByType {
     }
 }
 
+/// What an award answers, with the user it paid and their total of the type today.
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct AwardResult {
+    #[graphql(skip)]
+    pub user_id: i64,
+    #[graphql(skip)]
+    pub kind: PointsType,
     pub awarded: i64,
     /// Fewer points than asked were given because of the daily cap.
     pub capped: bool,
@@ -33,13 +45,32 @@ pub struct AwardResult {
     pub duplicate: bool,
 }
 
-impl From<AwardOutcome> for AwardResult {
-    fn from(outcome: AwardOutcome) -> Self {
+impl AwardResult {
+    pub fn new(user_id: i64, kind: PointsType, outcome: AwardOutcome) -> Self {
         Self {
+            user_id,
+            kind,
             awarded: outcome.awarded,
             capped: outcome.capped,
             duplicate: outcome.duplicate,
         }
+    }
+}
+
+#[ComplexObject]
+impl AwardResult {
+    /// The user awarded.
+    async fn user(&self, ctx: &Context<'_>) -> AppResult<User> {
+        load_user(ctx, self.user_id).await
+    }
+
+    /// The user's points of the awarded type today, after the award, with its cap.
+    async fn today(&self, ctx: &Context<'_>) -> AppResult<PointsByType> {
+        Ok(ctx
+            .feature::<Points>()
+            .today_of(self.user_id, self.kind)
+            .await?
+            .into())
     }
 }
 

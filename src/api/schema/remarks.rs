@@ -1,6 +1,8 @@
 //! GraphQL types of remarks and likes.
 
-use async_graphql::{dataloader::DataLoader, Context, InputObject, Object, SimpleObject};
+use async_graphql::{
+    dataloader::DataLoader, ComplexObject, Context, InputObject, Object, SimpleObject,
+};
 
 use super::{
     page::{text_cost, Limit},
@@ -21,7 +23,10 @@ use crate::{
         },
         users::{UserLoader, UserRecord},
     },
-    infra::{auth, error::AppResult},
+    infra::{
+        auth,
+        error::{AppError, AppResult},
+    },
 };
 
 /// A remark, with what its page already read: the author's record and the like info
@@ -183,11 +188,17 @@ pub struct CreateRemarkInput {
     pub images: Option<Vec<String>>,
 }
 
+/// What a like or an unlike answers: the remark as it is after the vote, so that a client's
+/// cache of the remark (its `likeCount`, its `likedByMe`) is right without a second query.
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct LikeResult {
+    #[graphql(deprecation = "Use `remark { id }`.")]
     pub remark_id: Id64,
+    #[graphql(deprecation = "Use `remark { likeCount }`.")]
     pub like_count: i64,
     /// Whether the viewer likes the remark now.
+    #[graphql(deprecation = "Use `remark { likedByMe }`.")]
     pub liked: bool,
     /// Whether this call changed anything (false for a repeated like or unlike).
     pub changed: bool,
@@ -201,6 +212,29 @@ impl From<VoteOutcome> for LikeResult {
             liked: outcome.liked,
             changed: outcome.changed,
         }
+    }
+}
+
+#[ComplexObject]
+impl LikeResult {
+    /// The remark after this call, with its new `likeCount` and `likedByMe`.
+    async fn remark(&self, ctx: &Context<'_>) -> AppResult<Remark> {
+        let record = ctx
+            .feature::<Remarks>()
+            .find(self.remark_id.0)
+            .await?
+            .ok_or_else(|| AppError::not_found(format!("no remark {}", self.remark_id.0)))?;
+        // The count and the relation the vote's script answered: the remark's like fields
+        // resolve from them, with no second Redis read that a later vote could already
+        // have moved past.
+        Ok(Remark {
+            record,
+            author: None,
+            like: Some(LikeInfo {
+                count: self.like_count,
+                liked_by_viewer: self.liked,
+            }),
+        })
     }
 }
 

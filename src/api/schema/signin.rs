@@ -1,6 +1,7 @@
 //! GraphQL types of sign-in.
 
 use async_graphql::{ComplexObject, Context, SimpleObject};
+use chrono::NaiveDate;
 
 use crate::{
     api::schema::ContextExt,
@@ -8,23 +9,44 @@ use crate::{
     infra::{clock::Month, error::AppResult},
 };
 
+/// What a sign-in or a make-up answers, with the calendar it changed.
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct SignInResult {
+    #[graphql(skip)]
+    pub user_id: i64,
+    #[graphql(skip)]
+    pub day: NaiveDate,
     /// `YYYY-MM-DD` in the service's time zone.
     pub date: String,
+    #[graphql(deprecation = "Use `calendar { today { streak } }`.")]
     pub streak: i64,
     pub points_awarded: i64,
     pub already_signed: bool,
 }
 
-impl From<SignInOutcome> for SignInResult {
-    fn from(outcome: SignInOutcome) -> Self {
+impl SignInResult {
+    pub fn new(user_id: i64, outcome: SignInOutcome) -> Self {
         Self {
+            user_id,
+            day: outcome.date,
             date: outcome.date.to_string(),
             streak: outcome.streak,
             points_awarded: outcome.points_awarded,
             already_signed: outcome.already_signed,
         }
+    }
+}
+
+#[ComplexObject]
+impl SignInResult {
+    /// The calendar of the signed day's month after this call.
+    async fn calendar(&self, ctx: &Context<'_>) -> AppResult<SignCalendar> {
+        Ok(ctx
+            .feature::<SignIn>()
+            .calendar_of_day(self.user_id, self.day)
+            .await?
+            .into())
     }
 }
 

@@ -489,6 +489,16 @@ impl Jobs {
         self.cancel_in(&mut sql, topic, id).await
     }
 
+    /// [`Jobs::cancel`], then the job as it is after it (`None`: no job by that id).
+    pub async fn cancel_and_find(
+        &self,
+        topic: &str,
+        id: &str,
+    ) -> AppResult<(bool, Option<JobView>)> {
+        let cancelled = self.cancel(topic, id).await?;
+        Ok((cancelled, self.find(topic, id).await?))
+    }
+
     /// [`Jobs::cancel`], removing the job's SQL row through `sql` (a caller's transaction).
     pub async fn cancel_in(
         &self,

@@ -449,12 +449,31 @@ impl Points {
             .await?;
         Ok(PointsType::ALL
             .into_iter()
-            .map(|kind| TodayByType {
-                kind,
-                points: totals.get(kind.as_str()).copied().unwrap_or(0),
-                cap: self.settings.rules.rule(kind).daily_cap,
-            })
+            .map(|kind| self.today_by_type(kind, totals.get(kind.as_str()).copied()))
             .collect())
+    }
+
+    /// Today's points of a user of one type, with its cap.
+    pub async fn today_of(&self, user_id: i64, kind: PointsType) -> AppResult<TodayByType> {
+        let mut conn = self.infra.redis.get().await?;
+        let total: Option<i64> = redis::cmd("HGET")
+            .arg(
+                self.infra
+                    .keys
+                    .points_today(user_id, self.infra.clock.today()),
+            )
+            .arg(kind.as_str())
+            .query_async(&mut *conn)
+            .await?;
+        Ok(self.today_by_type(kind, total))
+    }
+
+    fn today_by_type(&self, kind: PointsType, total: Option<i64>) -> TodayByType {
+        TodayByType {
+            kind,
+            points: total.unwrap_or(0),
+            cap: self.settings.rules.rule(kind).daily_cap,
+        }
     }
 
     /// A page of a user's archived awards, newest first, within `page.after` (a range of

@@ -287,6 +287,14 @@ impl SignIn {
         })
     }
 
+    /// The calendar of the month of a day just signed (or made up), as it is now: one read
+    /// of the calendar script. Rejected: have the sign-in scripts answer the month's bits and
+    /// make-ups too, which would widen both scripts' keys and replies for a field that most
+    /// clients of a sign-in never ask for.
+    pub async fn calendar_of_day(&self, user_id: i64, day: NaiveDate) -> AppResult<Calendar> {
+        self.calendar(user_id, Some(Month::of(day))).await
+    }
+
     /// The days of a month a user signed by a make-up, from `sign_ins`.
     pub async fn made_up_days(&self, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
         let rows = sqlx::query(
