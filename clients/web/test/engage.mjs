@@ -46,6 +46,8 @@ export class Engage {
       REDIS_URL: redisUrl,
       ENGAGE_REDIS_PREFIX: this.prefix,
       ENGAGE_SHUTDOWN_GRACE_SECONDS: '1',
+      // No load balancer to drain from: stop at once.
+      ENGAGE_DRAIN_SECONDS: '0',
       RUST_LOG: env.RUST_LOG || 'warn',
       ...settings,
     });
