@@ -8,9 +8,15 @@ import { HttpLink } from '@apollo/client/link/http';
 import { PersistedQueryLink } from '@apollo/client/link/persisted-queries';
 import { getMainDefinition } from '@apollo/client/utilities';
 import { createClient, type Client } from 'graphql-ws';
-import { Observable } from 'rxjs';
+import { mergeMap, Observable, of, timer } from 'rxjs';
 import { createEngageCache } from './cache';
+import { retryAfterSeconds } from './errors';
 import { documentText, sha256Hex, trustedHash } from './trusted';
+
+/// RATE_LIMITED answers waited out and retried, at most this many times per operation and
+/// only when the wait asked for is this short; a longer one is the app's to show.
+const RATE_LIMITED_RETRIES = 2;
+const RATE_LIMITED_LONGEST_WAIT_SECONDS = 5;
 
 export interface EngageClientOptions {
   /** The GraphQL endpoint, e.g. `https://api.example.com/graphql`. */
@@ -65,7 +71,7 @@ export function createEngageClient(options: EngageClientOptions): EngageClient {
       return definition.kind === 'OperationDefinition' && definition.operation === 'subscription';
     },
     new TrustedWsLink(socket),
-    ApolloLink.from([auth, persisted, http]),
+    ApolloLink.from([auth, new RateLimitedLink(), persisted, http]),
   );
 
   const apollo = new ApolloClient({ link, cache: createEngageCache() });
@@ -76,6 +82,26 @@ export function createEngageClient(options: EngageClientOptions): EngageClient {
       void socket.dispose();
     },
   };
+}
+
+/// Sends an operation again once a RATE_LIMITED answer's `retryAfter` has passed. engage
+/// refuses a request over its rates before running any of it, so this is safe for mutations
+/// too. A first visit to a server that lacks the app's documents meets it: storing a
+/// document costs as much as a request of many writes. (Apollo's `RetryLink` retries
+/// network errors only, and this answer is a GraphQL response.)
+class RateLimitedLink extends ApolloLink {
+  override request(operation: ApolloLink.Operation, forward: ApolloLink.ForwardFunction): Observable<ApolloLink.Result> {
+    const attempt = (retriesLeft: number): Observable<ApolloLink.Result> =>
+      forward(operation).pipe(
+        mergeMap((result) => {
+          const wait = 'errors' in result && result.errors ? retryAfterSeconds(new CombinedGraphQLErrors(result)) : undefined;
+          return wait !== undefined && wait <= RATE_LIMITED_LONGEST_WAIT_SECONDS && retriesLeft > 0
+            ? timer(wait * 1000).pipe(mergeMap(() => attempt(retriesLeft - 1)))
+            : of(result);
+        }),
+      );
+    return attempt(RATE_LIMITED_RETRIES);
+  }
 }
 
 /// Apollo's `GraphQLWsLink`, but sending a listed document's manifest text (its own printer

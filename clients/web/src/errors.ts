@@ -15,6 +15,13 @@ export function errorCode(error: unknown): ErrorCode | undefined {
   return typeof code === 'string' && known.has(code) ? (code as ErrorCode) : undefined;
 }
 
+/// The seconds a RATE_LIMITED answer asks to wait (`extensions.retryAfter`), if it says.
+export function retryAfterSeconds(error: unknown): number | undefined {
+  const extensions = firstErrors(error)?.[0]?.extensions;
+  const seconds = extensions?.code === ErrorCode.RateLimited ? extensions.retryAfter : undefined;
+  return typeof seconds === 'number' && seconds >= 0 ? seconds : undefined;
+}
+
 type WithExtensions = ReadonlyArray<{ extensions?: Record<string, unknown> }>;
 
 function firstErrors(error: unknown): WithExtensions | undefined {
