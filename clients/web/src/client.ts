@@ -13,8 +13,10 @@ import { createEngageCache } from './cache';
 import { retryAfterSeconds } from './errors';
 import { documentText, sha256Hex, trustedHash } from './trusted';
 
-/// RATE_LIMITED answers waited out and retried, at most this many times per operation and
-/// only when the wait asked for is this short; a longer one is the app's to show.
+/**
+ * RATE_LIMITED answers waited out and retried, at most this many times per operation and
+ * only when the wait asked for is this short; a longer one is the app's to show.
+ */
 const RATE_LIMITED_RETRIES = 2;
 const RATE_LIMITED_LONGEST_WAIT_SECONDS = 5;
 
@@ -84,29 +86,43 @@ export function createEngageClient(options: EngageClientOptions): EngageClient {
   };
 }
 
-/// Sends an operation again once a RATE_LIMITED answer's `retryAfter` has passed. engage
-/// refuses a request over its rates before running any of it, so this is safe for mutations
-/// too. A first visit to a server that lacks the app's documents meets it: storing a
-/// document costs as much as a request of many writes. (Apollo's `RetryLink` retries
-/// network errors only, and this answer is a GraphQL response.)
+/**
+ * Sends an operation again once a RATE_LIMITED answer's `retryAfter` has passed. engage
+ * refuses a request over its rates before running any of it, so this is safe for mutations
+ * too. A first visit to a server that lacks the app's documents meets it: storing a
+ * document costs as much as a request of many writes. (Apollo's `RetryLink` retries
+ * network errors only, and this answer is a GraphQL response.)
+ */
 class RateLimitedLink extends ApolloLink {
-  override request(operation: ApolloLink.Operation, forward: ApolloLink.ForwardFunction): Observable<ApolloLink.Result> {
+  override request(
+    operation: ApolloLink.Operation,
+    forward: ApolloLink.ForwardFunction,
+  ): Observable<ApolloLink.Result> {
     const attempt = (retriesLeft: number): Observable<ApolloLink.Result> =>
       forward(operation).pipe(
         mergeMap((result) => {
-          const wait = 'errors' in result && result.errors ? retryAfterSeconds(new CombinedGraphQLErrors(result)) : undefined;
-          return wait !== undefined && wait <= RATE_LIMITED_LONGEST_WAIT_SECONDS && retriesLeft > 0
-            ? timer(wait * 1000).pipe(mergeMap(() => attempt(retriesLeft - 1)))
-            : of(result);
+          const wait = retriesLeft > 0 ? waitAsked(result) : undefined;
+          return wait === undefined
+            ? of(result)
+            : timer(wait * 1000).pipe(mergeMap(() => attempt(retriesLeft - 1)));
         }),
       );
     return attempt(RATE_LIMITED_RETRIES);
   }
 }
 
-/// Apollo's `GraphQLWsLink`, but sending a listed document's manifest text (its own printer
-/// lays documents out otherwise, and a server running only trusted documents matches the
-/// exact text).
+/** The seconds a RATE_LIMITED result asks to wait, when short enough to wait here. */
+function waitAsked(result: ApolloLink.Result): number | undefined {
+  if (!('errors' in result) || !result.errors) return undefined;
+  const seconds = retryAfterSeconds(new CombinedGraphQLErrors(result));
+  return seconds !== undefined && seconds <= RATE_LIMITED_LONGEST_WAIT_SECONDS ? seconds : undefined;
+}
+
+/**
+ * Apollo's `GraphQLWsLink`, but sending a listed document's manifest text (its own printer
+ * lays documents out otherwise, and a server running only trusted documents matches the
+ * exact text).
+ */
 class TrustedWsLink extends ApolloLink {
   constructor(private readonly socket: Client) {
     super();
@@ -127,7 +143,7 @@ class TrustedWsLink extends ApolloLink {
   }
 }
 
-/// What graphql-ws reports, as the errors Apollo Client knows.
+/** What graphql-ws reports, as the errors Apollo Client knows. */
 function socketError(error: unknown): Error {
   if (error instanceof Error) return error;
   if (Array.isArray(error)) return new CombinedGraphQLErrors({ errors: error });

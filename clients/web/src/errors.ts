@@ -8,14 +8,16 @@ export { ErrorCode };
 
 const known = new Set<string>(Object.values(ErrorCode));
 
-/// The code of an error's first GraphQL error; undefined for a network failure, or a code
-/// this build does not know (a newer server's: regenerate the kit).
+/**
+ * The code of an error's first GraphQL error; undefined for a network failure, or a code
+ * this build does not know (a newer server's: regenerate the kit).
+ */
 export function errorCode(error: unknown): ErrorCode | undefined {
   const code = firstErrors(error)?.[0]?.extensions?.code;
   return typeof code === 'string' && known.has(code) ? (code as ErrorCode) : undefined;
 }
 
-/// The seconds a RATE_LIMITED answer asks to wait (`extensions.retryAfter`), if it says.
+/** The seconds a RATE_LIMITED answer asks to wait (`extensions.retryAfter`), if it says. */
 export function retryAfterSeconds(error: unknown): number | undefined {
   const extensions = firstErrors(error)?.[0]?.extensions;
   const seconds = extensions?.code === ErrorCode.RateLimited ? extensions.retryAfter : undefined;

@@ -9,19 +9,33 @@ import {
   type LikeRemarkMutation,
 } from './gql/graphql';
 
-/// Likes (or, with `like: false`, unlikes) a remark as the viewer; the cached remark takes
-/// the answer's count and state.
+/**
+ * Likes (or, with `like: false`, unlikes) a remark as the viewer; the cached remark takes
+ * the answer's count and state.
+ */
 export async function setLiked(apollo: ApolloClient, remarkId: string, like: boolean) {
   const variables = { remarkId };
-  const { data } = like
-    ? await apollo.mutate({ mutation: LikeRemarkDocument, variables, update: (cache, { data }) => writeLike(cache, data?.likeRemark) })
-    : await apollo.mutate({ mutation: UnlikeRemarkDocument, variables, update: (cache, { data }) => writeLike(cache, data?.unlikeRemark) });
-  return data && ('likeRemark' in data ? data.likeRemark : data.unlikeRemark);
+  if (like) {
+    const { data } = await apollo.mutate({
+      mutation: LikeRemarkDocument,
+      variables,
+      update: (cache, { data }) => writeLike(cache, data?.likeRemark),
+    });
+    return data?.likeRemark;
+  }
+  const { data } = await apollo.mutate({
+    mutation: UnlikeRemarkDocument,
+    variables,
+    update: (cache, { data }) => writeLike(cache, data?.unlikeRemark),
+  });
+  return data?.unlikeRemark;
 }
 
-/// AFTER THE SCHEMA MERGE this goes: `likeRemark { remark { id likeCount likedByMe } }` is
-/// normalised into the cached remark by Apollo itself. Until then the answer names the
-/// remark by id only, so it is written into the cached remark here.
+/**
+ * AFTER THE SCHEMA MERGE this goes: `likeRemark { remark { id likeCount likedByMe } }` is
+ * normalised into the cached remark by Apollo itself. Until then the answer names the
+ * remark by id only, so it is written into the cached remark here.
+ */
 function writeLike(cache: ApolloCache, answer: LikeRemarkMutation['likeRemark'] | undefined) {
   if (!answer) return;
   cache.modify({
@@ -30,8 +44,10 @@ function writeLike(cache: ApolloCache, answer: LikeRemarkMutation['likeRemark'] 
   });
 }
 
-/// Follows the like counts of these remarks (the current counts first, then each change)
-/// into the cached remarks, until unsubscribed.
+/**
+ * Follows the like counts of these remarks (the current counts first, then each change)
+ * into the cached remarks, until unsubscribed.
+ */
 export function followLikeCounts(apollo: ApolloClient, remarkIds: string[]): Subscription {
   return apollo
     .subscribe({ query: LikeCountChangedDocument, variables: { remarkIds }, fetchPolicy: 'no-cache' })

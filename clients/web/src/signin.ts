@@ -2,7 +2,7 @@
 import type { ApolloClient } from '@apollo/client';
 import { SignCalendarDocument, SignInDocument } from './gql/graphql';
 
-/// Signs the viewer in for today; the cached calendar of this month shows it once done.
+/** Signs the viewer in for today; the cached calendar of this month shows it once done. */
 export async function signIn(apollo: ApolloClient) {
   const { data } = await apollo.mutate({
     mutation: SignInDocument,

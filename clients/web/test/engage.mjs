@@ -36,7 +36,7 @@ export class Engage {
   prefix = `engage-kit:${randomUUID()}:`;
   process = null;
 
-  /// Starts the server with these extra settings and waits until it is ready.
+  /** Starts the server with these extra settings and waits until it is ready. */
   async start(settings = {}) {
     const env = { ...process.env };
     delete env.ENGAGE_JWT_SECRET;
@@ -90,7 +90,7 @@ export class Engage {
     return (await response.json()).token;
   }
 
-  /// One GraphQL request; `body` is `{ query }` or `{ extensions: { persistedQuery } }`.
+  /** One GraphQL request; `body` is `{ query }` or `{ extensions: { persistedQuery } }`. */
   async post(token, body) {
     const response = await fetch(`${this.base}/graphql`, {
       method: 'POST',
@@ -102,7 +102,7 @@ export class Engage {
     return answer.data;
   }
 
-  /// Stops the server and removes its data: its database and its own Redis keys only.
+  /** Stops the server and removes its data: its database and its own Redis keys only. */
   async dispose() {
     await this.stop();
     try {

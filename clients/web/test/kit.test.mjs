@@ -23,7 +23,7 @@ const manifestPath = join(kit, 'persisted-documents.json');
 const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
 const screenshots = join(import.meta.dirname, 'screenshots');
 
-/// The manifest's hash of an operation, by name.
+/** The manifest's hash of an operation, by name. */
 function hashOf(operationName) {
   const found = Object.entries(manifest)
     .find(([, text]) => new RegExp(`(query|mutation|subscription) ${operationName}\\b`).test(text));
@@ -36,13 +36,17 @@ let site;
 let origin;
 let browser;
 let page;
-/// Every GraphQL request the page sent over HTTP, and its answer, in order.
+/** Every GraphQL request the page sent over HTTP, and its answer, in order. */
 const requests = [];
-/// The payloads of the `subscribe` messages the page sent over WebSockets.
+/**
+ * The payloads of the `connection_init` and `subscribe` messages the page sent over
+ * WebSockets.
+ */
+const inits = [];
 const subscribes = [];
 const seed = {};
 
-/// Serves the built example (a static server: what any host of built files does).
+/** Serves the built example (a static server: what any host of built files does). */
 function serveExample() {
   const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css' };
   return createServer((request, response) => {
@@ -59,7 +63,7 @@ async function screenshot(name) {
   console.log(`screenshot: ${path}`);
 }
 
-/// Waits until `ready()` holds, failing after a few seconds.
+/** Waits until `ready()` holds, failing after a few seconds. */
 async function until(ready, what) {
   const deadline = Date.now() + 5000;
   while (!ready()) {
@@ -127,6 +131,7 @@ before(async () => {
   });
   page.on('websocket', (socket) => socket.on('framesent', ({ payload }) => {
     const message = JSON.parse(payload);
+    if (message.type === 'connection_init') inits.push(message.payload);
     if (message.type === 'subscribe') subscribes.push(message.payload);
   }));
 });
@@ -207,6 +212,29 @@ test('an error reaches the page with its code as the kit types it', async () => 
   } finally {
     await other.close();
   }
+});
+
+test('after a server restart the socket reconnects with the token and the counts stay live', async () => {
+  const connections = inits.length;
+  await engage.stop();
+  await page.waitForSelector('#socket[data-state="closed"]');
+  await engage.start({
+    ENGAGE_CORS_ORIGINS: origin,
+    ENGAGE_TRUSTED_DOCUMENTS: manifestPath,
+    ENGAGE_TRUSTED_DOCUMENTS_ONLY: 'true',
+  });
+  await page.waitForSelector('#socket[data-state="connected"]', { timeout: 15_000 });
+  assert.ok(inits.length > connections);
+  for (const payload of inits) assert.deepEqual(payload, { Authorization: `Bearer ${seed.viewer}` });
+
+  const fan = await engage.devToken(72, 'user', 'Fan 72');
+  await engage.post(fan, {
+    operationName: 'LikeRemark',
+    variables: { remarkId: seed.remarkIds[2] },
+    extensions: { persistedQuery: { version: 1, sha256Hash: hashOf('LikeRemark') } },
+  });
+  await page.waitForFunction((selector) => document.querySelector(selector)?.textContent === '1',
+    `${remark(2)} .count`, { timeout: 5000 });
 });
 
 test('against a server without the manifest the kit falls back to APQ', async () => {
