@@ -72,8 +72,30 @@ async function until(ready, what) {
   }
 }
 
+/** The server's settings while the page is tested: the kit's documents, and only those. */
+const trustedOnly = () => ({
+  ENGAGE_CORS_ORIGINS: origin,
+  ENGAGE_TRUSTED_DOCUMENTS: manifestPath,
+  ENGAGE_TRUSTED_DOCUMENTS_ONLY: 'true',
+});
+
 const text = (selector) => page.textContent(selector);
 const remark = (index) => `#remarks .remark[data-remark-id="${seed.remarkIds[index]}"]`;
+
+/**
+ * Another user likes the remark of this index (which none liked before) by the trusted
+ * LikeRemark's hash; the page must show its count of 1 within a few seconds.
+ */
+async function likeByAnotherUser(userId, index) {
+  const fan = await engage.devToken(userId, 'user', `Fan ${userId}`);
+  await engage.post(fan, {
+    operationName: 'LikeRemark',
+    variables: { remarkId: seed.remarkIds[index] },
+    extensions: { persistedQuery: { version: 1, sha256Hash: hashOf('LikeRemark') } },
+  });
+  await page.waitForFunction((selector) => document.querySelector(selector)?.textContent === '1',
+    `${remark(index)} .count`, { timeout: 5000 });
+}
 
 before(async () => {
   assert.ok(existsSync(join(dist, 'index.html')), 'build the example first: npm run build');
@@ -105,11 +127,7 @@ before(async () => {
   }
   seed.viewer = await engage.devToken(61, 'user', 'Vera Viewer');
   await engage.stop();
-  await engage.start({
-    ENGAGE_CORS_ORIGINS: origin,
-    ENGAGE_TRUSTED_DOCUMENTS: manifestPath,
-    ENGAGE_TRUSTED_DOCUMENTS_ONLY: 'true',
-  });
+  await engage.start(trustedOnly());
 
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -178,15 +196,8 @@ test('a click on like shows the mutation\'s answer from the normalised cache', a
 });
 
 test('a like by another user shows up live', async () => {
-  const fan = await engage.devToken(71, 'user', 'Fan 71');
   const started = Date.now();
-  await engage.post(fan, {
-    operationName: 'LikeRemark',
-    variables: { remarkId: seed.remarkIds[1] },
-    extensions: { persistedQuery: { version: 1, sha256Hash: hashOf('LikeRemark') } },
-  });
-  await page.waitForFunction((selector) => document.querySelector(selector)?.textContent === '1',
-    `${remark(1)} .count`, { timeout: 5000 });
+  await likeByAnotherUser(71, 1);
   console.log(`like by another user on the page in ${Date.now() - started} ms`);
   assert.equal(await page.getAttribute(`${remark(1)} .like`, 'aria-pressed'), 'false');
 });
@@ -218,23 +229,12 @@ test('after a server restart the socket reconnects with the token and the counts
   const connections = inits.length;
   await engage.stop();
   await page.waitForSelector('#socket[data-state="closed"]');
-  await engage.start({
-    ENGAGE_CORS_ORIGINS: origin,
-    ENGAGE_TRUSTED_DOCUMENTS: manifestPath,
-    ENGAGE_TRUSTED_DOCUMENTS_ONLY: 'true',
-  });
+  await engage.start(trustedOnly());
   await page.waitForSelector('#socket[data-state="connected"]', { timeout: 15_000 });
   assert.ok(inits.length > connections);
   for (const payload of inits) assert.deepEqual(payload, { Authorization: `Bearer ${seed.viewer}` });
 
-  const fan = await engage.devToken(72, 'user', 'Fan 72');
-  await engage.post(fan, {
-    operationName: 'LikeRemark',
-    variables: { remarkId: seed.remarkIds[2] },
-    extensions: { persistedQuery: { version: 1, sha256Hash: hashOf('LikeRemark') } },
-  });
-  await page.waitForFunction((selector) => document.querySelector(selector)?.textContent === '1',
-    `${remark(2)} .count`, { timeout: 5000 });
+  await likeByAnotherUser(72, 2);
 });
 
 test('against a server without the manifest the kit falls back to APQ', async () => {
