@@ -3,7 +3,8 @@
 // that what the kit does is all there is to read.
 //
 // URL parameters: `api` (default http://127.0.0.1:8000), `item` (an item id), `token` (a
-// bearer token; else the one saved under `engage.token` in localStorage).
+// bearer token; else the one saved under `engage.token` in localStorage), `pageSize`
+// (remarks per page, default 10).
 import type { Subscription } from 'rxjs';
 import {
   createEngageClient,
@@ -24,6 +25,7 @@ const params = new URLSearchParams(location.search);
 const api = (params.get('api') ?? 'http://127.0.0.1:8000').replace(/\/$/, '');
 const itemId = params.get('item');
 const token = params.get('token') ?? localStorage.getItem('engage.token');
+const pageSize = Number(params.get('pageSize') ?? 10);
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
 
@@ -82,7 +84,7 @@ function remarkRow(remark: RemarkCardFragment) {
 }
 
 if (itemId) {
-  const remarks = apollo.watchQuery({ query: ItemRemarksDocument, variables: { itemId, first: 10 } });
+  const remarks = apollo.watchQuery({ query: ItemRemarksDocument, variables: { itemId, first: pageSize } });
   let live: Subscription | undefined;
   let liveIds = '';
   let endCursor: string | null | undefined;

@@ -160,11 +160,16 @@ after(async () => {
   site?.close();
 });
 
-test('the example lists the remarks, sending only trusted documents by hash', async () => {
-  await page.goto(`${origin}/?api=${engage.base}&item=${seed.itemId}&token=${seed.viewer}`);
-  await page.waitForSelector(remark(2));
+test('the example lists the remarks page by page, sending only trusted documents by hash', async () => {
+  await page.goto(`${origin}/?api=${engage.base}&item=${seed.itemId}&token=${seed.viewer}&pageSize=2`);
+  await page.waitForSelector(remark(1));
   assert.equal(await text('#item-name'), 'Harbour Noodle Bar');
+  assert.equal(await page.locator('#remarks .remark').count(), 2);
+  // The next page is merged into the list (the cache's pagination policy), not put instead.
+  await page.click('#more:not([hidden])');
+  await page.waitForSelector(remark(2));
   assert.equal(await page.locator('#remarks .remark').count(), 3);
+  assert.equal(await page.isHidden('#more'), true);
   assert.equal(await text(`${remark(0)} .count`), '0');
   await page.waitForSelector('#socket[data-state="connected"]');
   await screenshot('example-initial.png');
@@ -263,7 +268,7 @@ test('against a server without the manifest the kit falls back to APQ', async ()
   // Stored by the server now: the next load goes by hash alone.
   requests.length = 0;
   await page.reload();
-  await page.waitForSelector(remark(2));
+  await page.waitForSelector(remark(1));
   await page.waitForSelector('#calendar .day.today');
   assert.deepEqual(requests.map((r) => [r.body.query, r.answer.errors]).filter(([query, errors]) => query || errors), []);
   await screenshot('example-apq.png');
