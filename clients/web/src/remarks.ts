@@ -32,9 +32,10 @@ export async function setLiked(apollo: ApolloClient, remarkId: string, like: boo
 }
 
 /**
- * AFTER THE SCHEMA MERGE this goes: `likeRemark { remark { id likeCount likedByMe } }` is
- * normalised into the cached remark by Apollo itself. Until then the answer names the
- * remark by id only, so it is written into the cached remark here.
+ * NEXT SCHEMA: this goes, with the `update` options above, once the operations select
+ * `likeRemark { remark { id likeCount likedByMe } }`: Apollo normalises that into the
+ * cached remark itself. Until then the answer names the remark by id only, so it is
+ * written into the cached remark here.
  */
 function writeLike(cache: ApolloCache, answer: LikeRemarkMutation['likeRemark'] | undefined) {
   if (!answer) return;

@@ -6,9 +6,9 @@ import { SignCalendarDocument, SignInDocument } from './gql/graphql';
 export async function signIn(apollo: ApolloClient) {
   const { data } = await apollo.mutate({
     mutation: SignInDocument,
-    // AFTER THE SCHEMA MERGE this goes: `signIn { calendar { ...CalendarMonth } }` is
-    // normalised into the cached calendar (keyed by month). Until then the answer carries
-    // no calendar, so the calendars on screen are fetched again.
+    // NEXT SCHEMA: this goes once the operation selects `signIn { calendar { ... } }`,
+    // which Apollo normalises into the cached calendar (keyed by month). Until then the
+    // answer carries no calendar, so the calendars on screen are fetched again.
     refetchQueries: [SignCalendarDocument],
     awaitRefetchQueries: true,
   });
