@@ -1,0 +1,150 @@
+// An example app on the kit: an item's remarks with live like counts and a like button, the
+// viewer's sign-in calendar with a sign-in button, and the live leaderboard. Plain DOM, so
+// that what the kit does is all there is to read.
+//
+// URL parameters: `api` (default http://127.0.0.1:8000), `item` (an item id), `token` (a
+// bearer token; else the one saved under `engage.token` in localStorage), `pageSize`
+// (remarks per page, default 10).
+import type { Subscription } from 'rxjs';
+import {
+  createEngageClient,
+  errorCode,
+  followLikeCounts,
+  ItemRemarksDocument,
+  LeaderboardChangedDocument,
+  setLiked,
+  SignCalendarDocument,
+  signIn,
+  ViewerDocument,
+  type BoardEntryFragment,
+  type CalendarMonthFragment,
+  type RemarkCardFragment,
+} from '../src/index';
+
+const params = new URLSearchParams(location.search);
+const api = (params.get('api') ?? 'http://127.0.0.1:8000').replace(/\/$/, '');
+const itemId = params.get('item');
+const token = params.get('token') ?? localStorage.getItem('engage.token');
+const pageSize = Number(params.get('pageSize') ?? 10);
+
+const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
+
+const { apollo } = createEngageClient({
+  url: `${api}/graphql`,
+  getToken: () => token,
+  onSocket: (state) => {
+    $('socket').dataset.state = state;
+    $('socket').textContent = state === 'connected' ? 'live' : 'reconnecting';
+  },
+});
+
+function element(tag: string, props: Record<string, string> = {}, ...children: (Node | string)[]) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === 'class') node.className = value;
+    else if (key.startsWith('data-') || key.startsWith('aria-')) node.setAttribute(key, value);
+    else (node as unknown as Record<string, string>)[key] = value;
+  }
+  node.append(...children);
+  return node;
+}
+
+function showError(error: unknown) {
+  const box = $('error');
+  box.hidden = false;
+  box.textContent = `${errorCode(error) ?? 'NETWORK'}: ${error instanceof Error ? error.message : String(error)}`;
+}
+
+// The viewer, to mark them on the board.
+let viewerId: string | undefined;
+apollo.query({ query: ViewerDocument }).then(({ data }) => {
+  viewerId = data?.viewer?.id;
+  $('viewer').textContent = data?.viewer ? `signed in as ${data.viewer.name}` : 'not signed in';
+  document.body.dataset.viewerId = viewerId ?? '';
+}, showError);
+
+// Remarks, with live counts for the remarks on screen.
+function remarkRow(remark: RemarkCardFragment) {
+  const button = element('button', { class: 'like', 'aria-pressed': String(remark.likedByMe) },
+    remark.likedByMe ? 'Liked' : 'Like');
+  button.addEventListener('click', async () => {
+    (button as HTMLButtonElement).disabled = true;
+    try {
+      await setLiked(apollo, remark.id, !remark.likedByMe);
+    } catch (error) {
+      showError(error);
+    } finally {
+      (button as HTMLButtonElement).disabled = false;
+    }
+  });
+  return element('li', { class: 'remark', 'data-remark-id': remark.id },
+    element('span', { class: 'author' }, `${remark.author.name} ${'★'.repeat(remark.score)}`),
+    element('span', { class: 'likes' }, element('span', { class: 'count' }, String(remark.likeCount)), button),
+    element('span', { class: 'content' }, remark.content));
+}
+
+if (itemId) {
+  const remarks = apollo.watchQuery({ query: ItemRemarksDocument, variables: { itemId, first: pageSize } });
+  let live: Subscription | undefined;
+  let liveIds = '';
+  let endCursor: string | null | undefined;
+  remarks.subscribe(({ data, dataState, error }) => {
+    if (error) return showError(error);
+    if (dataState !== 'complete') return;
+    $('item-name').textContent = data.item?.name ?? 'Unknown item';
+    const nodes = data.remarks.edges.map((edge) => edge.node);
+    $('remarks').replaceChildren(...nodes.map(remarkRow));
+    endCursor = data.remarks.pageInfo.endCursor;
+    $('more').hidden = !data.remarks.pageInfo.hasNextPage;
+    const ids = nodes.map((remark) => remark.id).slice(0, 100);
+    if (ids.join() !== liveIds) {
+      live?.unsubscribe();
+      liveIds = ids.join();
+      live = ids.length ? followLikeCounts(apollo, ids) : undefined;
+    }
+  });
+  $('more').addEventListener('click', () => {
+    remarks.fetchMore({ variables: { after: endCursor } }).catch(showError);
+  });
+} else {
+  $('remarks').replaceChildren(element('li', { class: 'muted' }, 'Add ?item=ID to the URL.'));
+}
+
+// The sign-in calendar of this month.
+function renderCalendar(calendar: CalendarMonthFragment) {
+  $('month').textContent = calendar.month;
+  const today = calendar.days.length;
+  $('calendar').replaceChildren(...calendar.days.map((signed, index) =>
+    element('span', {
+      class: index + 1 === today ? 'day today' : 'day',
+      'data-day': String(index + 1),
+      'data-signed': String(signed),
+    }, String(index + 1))));
+  $('streak').textContent = `streak ${calendar.streak}, ${calendar.makeUpsLeft} make-ups left`;
+  $<HTMLButtonElement>('sign-in').disabled = calendar.signedToday;
+}
+
+if (token) {
+  apollo.watchQuery({ query: SignCalendarDocument, variables: {} }).subscribe(({ data, dataState, error }) => {
+    if (error) return showError(error);
+    if (dataState === 'complete') renderCalendar(data.signCalendar);
+  });
+} else {
+  $<HTMLButtonElement>('sign-in').disabled = true;
+}
+$('sign-in').addEventListener('click', () => signIn(apollo).catch(showError));
+
+// The live leaderboard.
+function boardRow(entry: BoardEntryFragment) {
+  return element('li', { class: entry.user.id === viewerId ? 'me' : '', 'data-user-id': entry.user.id },
+    element('span', {}, `${entry.rank}. ${entry.user.name}`),
+    element('span', { class: 'points' }, String(entry.points)));
+}
+
+apollo.subscribe({ query: LeaderboardChangedDocument, variables: { top: 10 } }).subscribe(({ data, error }) => {
+  if (error) return showError(error);
+  const snapshot = data?.leaderboardChanged;
+  if (!snapshot) return;
+  $('season').textContent = snapshot.season.name;
+  $('board').replaceChildren(...snapshot.entries.map(boardRow));
+});

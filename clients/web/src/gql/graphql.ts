@@ -1,0 +1,171 @@
+/* eslint-disable */
+/** Internal type. DO NOT USE DIRECTLY. */
+type Exact<T extends { [key: string]: unknown }> = { [K in keyof T]: T[K] };
+/** Internal type. DO NOT USE DIRECTLY. */
+export type Incremental<T> = T | { [P in keyof T]?: P extends ' $fragmentName' | '__typename' ? T[P] : never };
+import type { TypedDocumentNode as DocumentNode } from '@graphql-typed-document-node/core';
+/**
+ * Every code engage answers in an error's `extensions.code`, so that clients can generate a
+ * type for it and branch on it (`Query.errorCodes` lists them).
+ */
+export const ErrorCode = {
+  /** `seckillVoucher`: the caller already has an order for this voucher (one per buyer). */
+  AlreadyOrdered: 'ALREADY_ORDERED',
+  /**
+   * Before execution: the HTTP request or WebSocket message itself is malformed (no
+   * query, a bad body, a deadline header out of range).
+   */
+  BadRequest: 'BAD_REQUEST',
+  /**
+   * An argument is invalid (out of range, misspelled, a date outside what is allowed);
+   * the message says which. Do not retry unchanged.
+   */
+  BadUserInput: 'BAD_USER_INPUT',
+  /**
+   * The thing is in a state that refuses the change: an order already paid, cancelled or
+   * expired (for anything but paying an expired one, see `PAY_WINDOW_OVER`), an item the
+   * caller already reviewed.
+   */
+  Conflict: 'CONFLICT',
+  /**
+   * Before execution: a document that is not in the trusted manifest, where only trusted
+   * ones run.
+   */
+  DocumentNotTrusted: 'DOCUMENT_NOT_TRUSTED',
+  /** `seckillVoucher`: the sale has ended. */
+  Ended: 'ENDED',
+  /**
+   * Signed in, but without the role a field needs (admin or service fields); also
+   * introspection on a server that has it turned off.
+   */
+  Forbidden: 'FORBIDDEN',
+  /** Before execution: the document is not valid GraphQL syntax (no `data`). */
+  GraphqlParseFailed: 'GRAPHQL_PARSE_FAILED',
+  /**
+   * Before execution: the document does not fit the schema or the limits of depth,
+   * complexity and size (no `data`).
+   */
+  GraphqlValidationFailed: 'GRAPHQL_VALIDATION_FAILED',
+  /** A fault of the server; carries `extensions.requestId` to find it in the logs. */
+  Internal: 'INTERNAL',
+  /** Scheduling a job whose id is pending already. */
+  JobExists: 'JOB_EXISTS',
+  /**
+   * `makeUpSignIn`: no make-up sign-ins left this month (`ENGAGE_MAKEUP_PER_MONTH` a
+   * month); a new allowance starts on the first of next month.
+   */
+  MakeupLimit: 'MAKEUP_LIMIT',
+  /** No such thing for this caller: an item, voucher, order, remark, user or dead job. */
+  NotFound: 'NOT_FOUND',
+  /** `seckillVoucher`: the sale has not started yet. */
+  NotStarted: 'NOT_STARTED',
+  /**
+   * `payOrder`: the order's pay-by time has passed; it is expired and its stock given
+   * back. The buyer may order again while the sale lasts.
+   */
+  PayWindowOver: 'PAY_WINDOW_OVER',
+  /**
+   * Before execution: an Automatic Persisted Query hash this server does not hold; send
+   * the query text with it.
+   */
+  PersistedQueryNotFound: 'PERSISTED_QUERY_NOT_FOUND',
+  /**
+   * Too many requests: retry after `extensions.retryAfter` seconds (HTTP 429 with
+   * `Retry-After`). Without `retryAfter`, too many at once (connections from one address,
+   * WebSockets of one user, operations or subscriptions on one socket): retry once one
+   * ends.
+   */
+  RateLimited: 'RATE_LIMITED',
+  /**
+   * `seckillVoucher`: the voucher has no stock left (a cancelled or expired order may give
+   * one back).
+   */
+  SoldOut: 'SOLD_OUT',
+  /**
+   * No valid token where one is needed: none sent for a field that needs a viewer, or one
+   * that is malformed, expired or signed by a key this server does not trust (that refuses
+   * the whole request, HTTP 401). Sign in again.
+   */
+  Unauthenticated: 'UNAUTHENTICATED',
+  /** Redis or SQL did not answer in time: retry later. Carries `extensions.requestId`. */
+  Unavailable: 'UNAVAILABLE'
+} as const;
+
+export type ErrorCode = typeof ErrorCode[keyof typeof ErrorCode];
+export type RemarkCardFragment = { __typename: 'Remark', id: string, content: string, score: number, createdAt: string, likeCount: number, likedByMe: boolean, author: { __typename: 'User', id: string, name: string } };
+
+export type CalendarMonthFragment = { __typename: 'SignCalendar', month: string, days: Array<boolean>, signedToday: boolean, streak: number, signedDays: number, makeUpsLeft: number, madeUpDays: Array<number> };
+
+export type BoardEntryFragment = { __typename: 'RankEntry', rank: number, points: number, user: { __typename: 'User', id: string, name: string } };
+
+export type ViewerQueryVariables = Exact<{ [key: string]: never; }>;
+
+
+export type ViewerQuery = { __typename: 'Query', viewer: { __typename: 'User', id: string, name: string } | null };
+
+export type ErrorCodesQueryVariables = Exact<{ [key: string]: never; }>;
+
+
+export type ErrorCodesQuery = { __typename: 'Query', errorCodes: Array<ErrorCode> };
+
+export type ItemRemarksQueryVariables = Exact<{
+  itemId: string | number;
+  first?: number | null | undefined;
+  after?: string | null | undefined;
+}>;
+
+
+export type ItemRemarksQuery = { __typename: 'Query', item: { __typename: 'Item', id: string, name: string } | null, remarks: { __typename: 'RemarkConnection', edges: Array<{ __typename: 'RemarkEdge', cursor: string, node: { __typename: 'Remark', id: string, content: string, score: number, createdAt: string, likeCount: number, likedByMe: boolean, author: { __typename: 'User', id: string, name: string } } }>, pageInfo: { __typename: 'PageInfo', hasNextPage: boolean, endCursor: string | null } } };
+
+export type LikeRemarkMutationVariables = Exact<{
+  remarkId: string | number;
+}>;
+
+
+export type LikeRemarkMutation = { __typename: 'Mutation', likeRemark: { __typename: 'LikeResult', remarkId: string, likeCount: number, liked: boolean, changed: boolean } };
+
+export type UnlikeRemarkMutationVariables = Exact<{
+  remarkId: string | number;
+}>;
+
+
+export type UnlikeRemarkMutation = { __typename: 'Mutation', unlikeRemark: { __typename: 'LikeResult', remarkId: string, likeCount: number, liked: boolean, changed: boolean } };
+
+export type LikeCountChangedSubscriptionVariables = Exact<{
+  remarkIds: Array<string | number> | string | number;
+}>;
+
+
+export type LikeCountChangedSubscription = { likeCountChanged: { __typename: 'LikeCount', remarkId: string, likeCount: number } };
+
+export type SignCalendarQueryVariables = Exact<{
+  month?: string | null | undefined;
+}>;
+
+
+export type SignCalendarQuery = { __typename: 'Query', signCalendar: { __typename: 'SignCalendar', month: string, days: Array<boolean>, signedToday: boolean, streak: number, signedDays: number, makeUpsLeft: number, madeUpDays: Array<number> } };
+
+export type SignInMutationVariables = Exact<{ [key: string]: never; }>;
+
+
+export type SignInMutation = { __typename: 'Mutation', signIn: { __typename: 'SignInResult', date: string, streak: number, pointsAwarded: number, alreadySigned: boolean } };
+
+export type LeaderboardChangedSubscriptionVariables = Exact<{
+  top?: number | null | undefined;
+}>;
+
+
+export type LeaderboardChangedSubscription = { leaderboardChanged: { __typename: 'LeaderboardSnapshot', season: { __typename: 'Season', id: string, name: string }, entries: Array<{ __typename: 'RankEntry', rank: number, points: number, user: { __typename: 'User', id: string, name: string } }> } };
+
+export const RemarkCardFragmentDoc = {"kind":"Document","definitions":[{"kind":"FragmentDefinition","name":{"kind":"Name","value":"RemarkCard"},"typeCondition":{"kind":"NamedType","name":{"kind":"Name","value":"Remark"}},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"content"}},{"kind":"Field","name":{"kind":"Name","value":"score"}},{"kind":"Field","name":{"kind":"Name","value":"createdAt"}},{"kind":"Field","name":{"kind":"Name","value":"likeCount"}},{"kind":"Field","name":{"kind":"Name","value":"likedByMe"}},{"kind":"Field","name":{"kind":"Name","value":"author"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"name"}}]}}]}}]} as unknown as DocumentNode<RemarkCardFragment, unknown>;
+export const CalendarMonthFragmentDoc = {"kind":"Document","definitions":[{"kind":"FragmentDefinition","name":{"kind":"Name","value":"CalendarMonth"},"typeCondition":{"kind":"NamedType","name":{"kind":"Name","value":"SignCalendar"}},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"month"}},{"kind":"Field","name":{"kind":"Name","value":"days"}},{"kind":"Field","name":{"kind":"Name","value":"signedToday"}},{"kind":"Field","name":{"kind":"Name","value":"streak"}},{"kind":"Field","name":{"kind":"Name","value":"signedDays"}},{"kind":"Field","name":{"kind":"Name","value":"makeUpsLeft"}},{"kind":"Field","name":{"kind":"Name","value":"madeUpDays"}}]}}]} as unknown as DocumentNode<CalendarMonthFragment, unknown>;
+export const BoardEntryFragmentDoc = {"kind":"Document","definitions":[{"kind":"FragmentDefinition","name":{"kind":"Name","value":"BoardEntry"},"typeCondition":{"kind":"NamedType","name":{"kind":"Name","value":"RankEntry"}},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"rank"}},{"kind":"Field","name":{"kind":"Name","value":"points"}},{"kind":"Field","name":{"kind":"Name","value":"user"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"name"}}]}}]}}]} as unknown as DocumentNode<BoardEntryFragment, unknown>;
+export const ViewerDocument = {"__meta__":{"hash":"d2d9c0b1bdc0d585b5f1593f05300df8a92b899cd72cc37640e7092d3eb8e80a"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"query","name":{"kind":"Name","value":"Viewer"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"viewer"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"name"}}]}}]}}]} as unknown as DocumentNode<ViewerQuery, ViewerQueryVariables>;
+export const ErrorCodesDocument = {"__meta__":{"hash":"a4ae871a54aa7e608b120306c85886091a2010d80683df4ac85c0ece15fbacc4"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"query","name":{"kind":"Name","value":"ErrorCodes"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"errorCodes"}}]}}]} as unknown as DocumentNode<ErrorCodesQuery, ErrorCodesQueryVariables>;
+export const ItemRemarksDocument = {"__meta__":{"hash":"ef4a3122bb5b7fc6ab18d7f1bb16d28ed20c3f05e99d815e90b36eb7e984330d"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"query","name":{"kind":"Name","value":"ItemRemarks"},"variableDefinitions":[{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"itemId"}},"type":{"kind":"NonNullType","type":{"kind":"NamedType","name":{"kind":"Name","value":"ID"}}}},{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"first"}},"type":{"kind":"NamedType","name":{"kind":"Name","value":"Int"}}},{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"after"}},"type":{"kind":"NamedType","name":{"kind":"Name","value":"String"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"item"},"arguments":[{"kind":"Argument","name":{"kind":"Name","value":"id"},"value":{"kind":"Variable","name":{"kind":"Name","value":"itemId"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"name"}}]}},{"kind":"Field","name":{"kind":"Name","value":"remarks"},"arguments":[{"kind":"Argument","name":{"kind":"Name","value":"itemId"},"value":{"kind":"Variable","name":{"kind":"Name","value":"itemId"}}},{"kind":"Argument","name":{"kind":"Name","value":"first"},"value":{"kind":"Variable","name":{"kind":"Name","value":"first"}}},{"kind":"Argument","name":{"kind":"Name","value":"after"},"value":{"kind":"Variable","name":{"kind":"Name","value":"after"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"edges"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"cursor"}},{"kind":"Field","name":{"kind":"Name","value":"node"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"FragmentSpread","name":{"kind":"Name","value":"RemarkCard"}}]}}]}},{"kind":"Field","name":{"kind":"Name","value":"pageInfo"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"hasNextPage"}},{"kind":"Field","name":{"kind":"Name","value":"endCursor"}}]}}]}}]}},{"kind":"FragmentDefinition","name":{"kind":"Name","value":"RemarkCard"},"typeCondition":{"kind":"NamedType","name":{"kind":"Name","value":"Remark"}},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"content"}},{"kind":"Field","name":{"kind":"Name","value":"score"}},{"kind":"Field","name":{"kind":"Name","value":"createdAt"}},{"kind":"Field","name":{"kind":"Name","value":"likeCount"}},{"kind":"Field","name":{"kind":"Name","value":"likedByMe"}},{"kind":"Field","name":{"kind":"Name","value":"author"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"name"}}]}}]}}]} as unknown as DocumentNode<ItemRemarksQuery, ItemRemarksQueryVariables>;
+export const LikeRemarkDocument = {"__meta__":{"hash":"67a0e0532307390322a40abf9937332e8d69d24429dcf60cfcfad54fbc59bfe9"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"mutation","name":{"kind":"Name","value":"LikeRemark"},"variableDefinitions":[{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"remarkId"}},"type":{"kind":"NonNullType","type":{"kind":"NamedType","name":{"kind":"Name","value":"ID"}}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"likeRemark"},"arguments":[{"kind":"Argument","name":{"kind":"Name","value":"remarkId"},"value":{"kind":"Variable","name":{"kind":"Name","value":"remarkId"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"remarkId"}},{"kind":"Field","name":{"kind":"Name","value":"likeCount"}},{"kind":"Field","name":{"kind":"Name","value":"liked"}},{"kind":"Field","name":{"kind":"Name","value":"changed"}}]}}]}}]} as unknown as DocumentNode<LikeRemarkMutation, LikeRemarkMutationVariables>;
+export const UnlikeRemarkDocument = {"__meta__":{"hash":"8a98bb3e953a57acfa96220da4380a7f62788371a149252fa7825b97e664b410"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"mutation","name":{"kind":"Name","value":"UnlikeRemark"},"variableDefinitions":[{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"remarkId"}},"type":{"kind":"NonNullType","type":{"kind":"NamedType","name":{"kind":"Name","value":"ID"}}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"unlikeRemark"},"arguments":[{"kind":"Argument","name":{"kind":"Name","value":"remarkId"},"value":{"kind":"Variable","name":{"kind":"Name","value":"remarkId"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"remarkId"}},{"kind":"Field","name":{"kind":"Name","value":"likeCount"}},{"kind":"Field","name":{"kind":"Name","value":"liked"}},{"kind":"Field","name":{"kind":"Name","value":"changed"}}]}}]}}]} as unknown as DocumentNode<UnlikeRemarkMutation, UnlikeRemarkMutationVariables>;
+export const LikeCountChangedDocument = {"__meta__":{"hash":"a1862907f301d4bdcaae654e47a191ecff03f7697797326a58a9554676e45d38"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"subscription","name":{"kind":"Name","value":"LikeCountChanged"},"variableDefinitions":[{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"remarkIds"}},"type":{"kind":"NonNullType","type":{"kind":"ListType","type":{"kind":"NonNullType","type":{"kind":"NamedType","name":{"kind":"Name","value":"ID"}}}}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"likeCountChanged"},"arguments":[{"kind":"Argument","name":{"kind":"Name","value":"remarkIds"},"value":{"kind":"Variable","name":{"kind":"Name","value":"remarkIds"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"remarkId"}},{"kind":"Field","name":{"kind":"Name","value":"likeCount"}}]}}]}}]} as unknown as DocumentNode<LikeCountChangedSubscription, LikeCountChangedSubscriptionVariables>;
+export const SignCalendarDocument = {"__meta__":{"hash":"c1ab91023f5b07f995a59d71a2376727620c5cffa237ab8ca33bc1ee0ee2d144"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"query","name":{"kind":"Name","value":"SignCalendar"},"variableDefinitions":[{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"month"}},"type":{"kind":"NamedType","name":{"kind":"Name","value":"String"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"signCalendar"},"arguments":[{"kind":"Argument","name":{"kind":"Name","value":"month"},"value":{"kind":"Variable","name":{"kind":"Name","value":"month"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"FragmentSpread","name":{"kind":"Name","value":"CalendarMonth"}}]}}]}},{"kind":"FragmentDefinition","name":{"kind":"Name","value":"CalendarMonth"},"typeCondition":{"kind":"NamedType","name":{"kind":"Name","value":"SignCalendar"}},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"month"}},{"kind":"Field","name":{"kind":"Name","value":"days"}},{"kind":"Field","name":{"kind":"Name","value":"signedToday"}},{"kind":"Field","name":{"kind":"Name","value":"streak"}},{"kind":"Field","name":{"kind":"Name","value":"signedDays"}},{"kind":"Field","name":{"kind":"Name","value":"makeUpsLeft"}},{"kind":"Field","name":{"kind":"Name","value":"madeUpDays"}}]}}]} as unknown as DocumentNode<SignCalendarQuery, SignCalendarQueryVariables>;
+export const SignInDocument = {"__meta__":{"hash":"4eb167c327a8d8b6f678c40641ce756ba316f967886a3922febcbdf9f8339717"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"mutation","name":{"kind":"Name","value":"SignIn"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"signIn"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"date"}},{"kind":"Field","name":{"kind":"Name","value":"streak"}},{"kind":"Field","name":{"kind":"Name","value":"pointsAwarded"}},{"kind":"Field","name":{"kind":"Name","value":"alreadySigned"}}]}}]}}]} as unknown as DocumentNode<SignInMutation, SignInMutationVariables>;
+export const LeaderboardChangedDocument = {"__meta__":{"hash":"c940264eb9c86891a237559768357503dcc4a34c0b54c8bc77fdfd39613a6e28"},"kind":"Document","definitions":[{"kind":"OperationDefinition","operation":"subscription","name":{"kind":"Name","value":"LeaderboardChanged"},"variableDefinitions":[{"kind":"VariableDefinition","variable":{"kind":"Variable","name":{"kind":"Name","value":"top"}},"type":{"kind":"NamedType","name":{"kind":"Name","value":"Int"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"leaderboardChanged"},"arguments":[{"kind":"Argument","name":{"kind":"Name","value":"top"},"value":{"kind":"Variable","name":{"kind":"Name","value":"top"}}}],"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"season"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"name"}}]}},{"kind":"Field","name":{"kind":"Name","value":"entries"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"FragmentSpread","name":{"kind":"Name","value":"BoardEntry"}}]}}]}}]}},{"kind":"FragmentDefinition","name":{"kind":"Name","value":"BoardEntry"},"typeCondition":{"kind":"NamedType","name":{"kind":"Name","value":"RankEntry"}},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"rank"}},{"kind":"Field","name":{"kind":"Name","value":"points"}},{"kind":"Field","name":{"kind":"Name","value":"user"},"selectionSet":{"kind":"SelectionSet","selections":[{"kind":"Field","name":{"kind":"Name","value":"__typename"}},{"kind":"Field","name":{"kind":"Name","value":"id"}},{"kind":"Field","name":{"kind":"Name","value":"name"}}]}}]}}]} as unknown as DocumentNode<LeaderboardChangedSubscription, LeaderboardChangedSubscriptionVariables>;
