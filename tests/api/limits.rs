@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    harness::{first_code, percent_encode, TestApp},
+    harness::{base_config, first_code, percent_encode, TestApp},
     via::{self, Via},
 };
 
@@ -220,6 +220,33 @@ async fn persisted_query_memory(app: &TestApp) -> u64 {
         total += used.unwrap_or(0);
     }
     total
+}
+
+/// A web app's first load against a server that does not hold its documents registers
+/// each of them at once; at the default rates that must not be refused.
+#[tokio::test]
+async fn a_first_page_load_registering_its_documents_is_not_rate_limited() {
+    let app = TestApp::spawn_with(|config| {
+        let defaults = base_config();
+        config.rate_limit_per_ip = defaults.rate_limit_per_ip;
+        config.rate_limit_per_user = defaults.rate_limit_per_user;
+    })
+    .await;
+    let token = app.user_token(7);
+    for n in 0..6 {
+        let query = padded_document(n, 1_500);
+        let response = via::send(&app, Via::PersistedQuery, Some(&token), &query, json!({})).await;
+        assert_eq!(
+            response["data"]["__typename"], "Query",
+            "document {n}: {response}"
+        );
+    }
+    for n in 0..6 {
+        assert_eq!(
+            run_persisted(&app, &padded_document(n, 1_500)).await,
+            Ok(())
+        );
+    }
 }
 
 #[tokio::test]

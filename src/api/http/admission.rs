@@ -239,10 +239,12 @@ pub async fn admit(
         }
         allowed
     });
-    // The request itself paid for one: the document pays the rest of its cost, each further
-    // write its own, and a registration, which stores a document in Redis, as much as the
-    // most a request may write.
-    let registration = if register.is_some() { max_writes } else { 0 };
+    // The request itself paid for one: the document pays the rest of its cost (its size
+    // included), each further write its own, and a registration one more, as the one write
+    // to Redis it is. What registrations may store is bounded by the address's byte budget
+    // above, so a client's first page load, registering its few documents at once, stays
+    // well within its rate.
+    let registration = usize::from(register.is_some());
     let extra = (parsed.cost as usize - 1) + writes.saturating_sub(1) + registration;
     if extra > 0 {
         charge(gateway, caller, u32::try_from(extra).unwrap_or(u32::MAX))?;
