@@ -18,7 +18,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildSchema, findBreakingChanges, findDangerousChanges } from 'graphql';
+import { buildSchema, findBreakingChanges, findDangerousChanges, specifiedDirectives } from 'graphql';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const [
@@ -69,8 +69,22 @@ function names(text, path) {
   return new RegExp(`(?<![\\w.@])${escape(path)}(?![\\w])`).test(text);
 }
 
+/** Whether a change is to a directive of the GraphQL specification (`@deprecated`,
+ * `@specifiedBy`, …). Such a directive means what the specification says, whatever
+ * definition of it the SDL holds: async-graphql prints `@deprecated` once a field is
+ * deprecated, without the `DIRECTIVE_DEFINITION` location graphql-js 16.15 gives its own,
+ * which graphql-js would otherwise report as a location removed. */
+function toSpecifiedDirective(change) {
+  const path = pathOf(change);
+  return /DIRECTIVE/.test(change.type) && specifiedDirectives.some((d) => `@${d.name}` === path);
+}
+
 const section = unreleased(readFileSync(changelogFile, 'utf8'));
-const breaking = findBreakingChanges(released, current);
+const breaking = findBreakingChanges(released, current).filter((change) => {
+  if (!toSpecifiedDirective(change)) return true;
+  console.log(`ignored: ${change.description} (a directive of the specification)`);
+  return false;
+});
 const dangerous = findDangerousChanges(released, current);
 
 for (const change of dangerous) {

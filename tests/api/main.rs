@@ -35,6 +35,7 @@ mod production;
 mod recovery;
 mod redis_tls;
 mod remarks;
+mod scalars;
 mod signin;
 mod via;
 mod vouchers;

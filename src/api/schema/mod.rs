@@ -13,6 +13,7 @@ pub mod nearby;
 pub mod page;
 pub mod points;
 pub mod remarks;
+pub mod scalars;
 pub mod signin;
 pub mod users;
 pub mod vouchers;
@@ -157,16 +158,17 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     builder.finish()
 }
 
-/// The SDL as `schema.graphql` holds it.
+/// The SDL as `schema.graphql` holds it, with the `@specifiedBy` of each scalar (which
+/// async-graphql leaves out unless asked).
 pub fn sdl() -> String {
-    build(None).sdl()
+    build(None).sdl_with_options(async_graphql::SDLExportOptions::new().include_specified_by())
 }
 
 /// What a resolver reads from the schema's data.
 pub trait ContextExt {
     /// One feature's context (or the user directory, or this instance), as [`build`] put it.
     fn feature<T: std::any::Any + Send + Sync>(&self) -> &T;
-    /// The clock, to show times in the service's time zone.
+    /// The clock: now, and the calendar day in the service's time zone.
     fn clock(&self) -> &Clock;
 }
 

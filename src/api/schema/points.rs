@@ -1,8 +1,8 @@
 //! GraphQL types of points.
 
-use async_graphql::{Context, Object, SimpleObject};
+use async_graphql::{Object, SimpleObject};
 
-use super::ContextExt;
+use super::scalars::DateTime;
 use crate::features::points::{AwardOutcome, PointsRecord, PointsType, TodayByType};
 
 #[derive(SimpleObject)]
@@ -61,7 +61,7 @@ impl PointsEntry {
         self.0.season.to_string()
     }
 
-    async fn awarded_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.awarded_at_ms)
+    async fn awarded_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.awarded_at_ms)
     }
 }

@@ -3,15 +3,15 @@
 use async_graphql::{ComplexObject, Context, SimpleObject};
 
 use crate::{
-    api::schema::ContextExt,
+    api::schema::{scalars::Date, ContextExt},
     features::signin::{Calendar, SignIn, SignInOutcome},
     infra::{clock::Month, error::AppResult},
 };
 
 #[derive(SimpleObject)]
 pub struct SignInResult {
-    /// `YYYY-MM-DD` in the service's time zone.
-    pub date: String,
+    /// The day signed, in the service's time zone.
+    pub date: Date,
     pub streak: i64,
     pub points_awarded: i64,
     pub already_signed: bool,
@@ -20,7 +20,7 @@ pub struct SignInResult {
 impl From<SignInOutcome> for SignInResult {
     fn from(outcome: SignInOutcome) -> Self {
         Self {
-            date: outcome.date.to_string(),
+            date: Date(outcome.date),
             streak: outcome.streak,
             points_awarded: outcome.points_awarded,
             already_signed: outcome.already_signed,
@@ -28,6 +28,7 @@ impl From<SignInOutcome> for SignInResult {
     }
 }
 
+/// A month of the viewer's sign-ins; `today` only when the month is the current one.
 #[derive(SimpleObject)]
 #[graphql(complex)]
 pub struct SignCalendar {
@@ -39,24 +40,46 @@ pub struct SignCalendar {
     pub month: String,
     /// One per day from day 1: up to today for this month, the whole month for past ones.
     pub days: Vec<bool>,
+    #[graphql(deprecation = "Use `today.signed`; `today` is null for a past month.")]
     pub signed_today: bool,
-    /// The current streak (ending today, or yesterday while today is unsigned).
+    /// The current streak (ending today, or yesterday while today is unsigned), whatever
+    /// the month.
+    #[graphql(deprecation = "Use `today.streak`; `today` is null for a past month.")]
     pub streak: i64,
     pub signed_days: i64,
+    /// Make-up sign-ins left this month; always 0 for a past month, whose days can no
+    /// longer be made up.
     pub make_ups_left: i64,
+    /// Today's sign-in; null unless `month` is the current month.
+    pub today: Option<SignToday>,
+}
+
+/// Today's sign-in, in the service's time zone.
+#[derive(SimpleObject)]
+pub struct SignToday {
+    pub date: Date,
+    pub signed: bool,
+    /// The current streak: ending today, or yesterday while today is unsigned.
+    pub streak: i64,
 }
 
 impl From<Calendar> for SignCalendar {
     fn from(calendar: Calendar) -> Self {
+        let today = calendar.is_current().then_some(SignToday {
+            date: Date(calendar.today.date),
+            signed: calendar.today.signed,
+            streak: calendar.today.streak,
+        });
         Self {
             user_id: calendar.user_id,
             shown: calendar.month,
             month: calendar.month.dashed(),
             signed_days: calendar.signed_days() as i64,
             days: calendar.days,
-            signed_today: calendar.signed_today,
-            streak: calendar.streak,
+            signed_today: calendar.today.signed,
+            streak: calendar.today.streak,
             make_ups_left: i64::from(calendar.make_ups_left),
+            today,
         }
     }
 }
