@@ -9,9 +9,10 @@
 //! day, with no zone written.
 //!
 //! A value that does not parse is refused during execution with a message naming the scalar,
-//! and `api::schema::errors` codes it `BAD_USER_INPUT`. `ScalarType::is_valid` is left at its
-//! default on purpose: a literal it refused would fail validation instead, as
-//! `GRAPHQL_VALIDATION_FAILED`, and the same value sent as a variable would not.
+//! and `api::schema::errors` codes it `BAD_USER_INPUT`, as any other bad argument. Not
+//! through `ScalarType::is_valid`, left at its default on purpose: a value it refused would
+//! fail validation, `GRAPHQL_VALIDATION_FAILED`, which a client reads as a fault of its
+//! document rather than of what its user typed.
 
 use async_graphql::{InputValueError, InputValueResult, Scalar, ScalarType, Value};
 use chrono::{NaiveDate, SecondsFormat, Utc};
@@ -37,12 +38,6 @@ impl DateTime {
     /// `2026-11-27T03:04:05.123Z`.
     pub fn to_text(self) -> String {
         self.0.to_rfc3339_opts(SecondsFormat::Millis, true)
-    }
-}
-
-impl From<chrono::DateTime<Utc>> for DateTime {
-    fn from(at: chrono::DateTime<Utc>) -> Self {
-        Self(at)
     }
 }
 
@@ -89,12 +84,6 @@ impl Date {
             return None;
         }
         NaiveDate::parse_from_str(text, "%Y-%m-%d").ok().map(Self)
-    }
-}
-
-impl From<NaiveDate> for Date {
-    fn from(date: NaiveDate) -> Self {
-        Self(date)
     }
 }
 
