@@ -174,7 +174,7 @@ before(async () => {
     await gql(token, 'mutation($id: ID!) { likeRemark(remarkId: $id) { likeCount } }', { id: seed.remarkIds[0] });
   }
   const now = Date.now();
-  seed.voucherId = (await gql(admin, `mutation($itemId: ID!, $begins: String!, $ends: String!) {
+  seed.voucherId = (await gql(admin, `mutation($itemId: ID!, $begins: DateTime!, $ends: DateTime!) {
       createVoucher(input: { itemId: $itemId, title: "Half-price noodles", stock: 50,
         beginsAt: $begins, endsAt: $ends, payWithinSeconds: 900 }) { id } }`,
     { itemId: seed.itemId, begins: new Date(now - 3600_000).toISOString(), ends: new Date(now + 86400_000).toISOString() },
@@ -278,7 +278,8 @@ test('the playground runs a saved example with the token from its dev token butt
   // before that would still name the previous tab's operation.
   await page.waitForFunction(() => document.querySelector('.graphiql-tab-active')?.textContent.includes('ServerTime'));
   await page.click('.graphiql-execute-button');
-  await page.waitForFunction(() => (document.querySelector('.result-window')?.textContent || '').includes('"serverTime"'),
-    null, { timeout: 5000 });
+  // A DateTime: UTC with milliseconds, as toISOString writes it.
+  await page.waitForFunction(() => /"serverTime": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"/
+    .test(document.querySelector('.result-window')?.textContent || ''), null, { timeout: 5000 });
   await screenshot('playground-subscription.png');
 });

@@ -646,11 +646,11 @@ async fn main() -> anyhow::Result<()> {
                     &http,
                     &url,
                     &token,
-                    "{ signCalendar { signedToday } }",
+                    "{ signCalendar { today { signed } } }",
                     json!({}),
                 )
                 .await
-                .map(|body| body["data"]["signCalendar"]["signedToday"] == true)
+                .map(|body| body["data"]["signCalendar"]["today"]["signed"] == true)
                 .unwrap_or(false)
             }
         });

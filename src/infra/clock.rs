@@ -9,7 +9,7 @@ use std::sync::{
     Arc,
 };
 
-use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, TimeZone, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// A date as SQL keeps it: `yyyymmdd` as one integer (vote_date, award_date, sign_ins.day).
@@ -97,17 +97,6 @@ impl Clock {
 
     pub fn month_begins(&self, month: Month) -> DateTime<Utc> {
         self.start_of(month.first_day())
-    }
-
-    /// RFC 3339 with the configured zone's offset: the form every time takes in the API.
-    pub fn format(&self, at: DateTime<Utc>) -> String {
-        at.with_timezone(&self.tz)
-            .to_rfc3339_opts(SecondsFormat::Millis, false)
-    }
-
-    /// [`Clock::format`] for epoch milliseconds, the form times take in SQL.
-    pub fn format_ms(&self, epoch_ms: i64) -> String {
-        self.format(DateTime::from_timestamp_millis(epoch_ms).unwrap_or_default())
     }
 }
 

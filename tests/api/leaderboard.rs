@@ -143,7 +143,7 @@ async fn the_board_orders_by_points_then_by_who_got_there_first() {
         seasons["seasons"][0],
         json!({
             "id": "202603", "name": "March 2026", "current": true,
-            "beginsAt": "2026-03-01T00:00:00.000+00:00", "endsAt": "2026-04-01T00:00:00.000+00:00"
+            "beginsAt": "2026-03-01T00:00:00.000Z", "endsAt": "2026-04-01T00:00:00.000Z"
         })
     );
     for bad in [

@@ -36,6 +36,7 @@ mod production;
 mod recovery;
 mod redis_tls;
 mod remarks;
+mod scalars;
 mod signin;
 mod via;
 mod vouchers;

@@ -113,7 +113,7 @@ async fn seed(app: &TestApp) -> Seeded {
     let made_up = app
         .data(
             Some(&app.user_token(1)),
-            "mutation($d: String!) { makeUpSignIn(date: $d) { pointsAwarded } }",
+            "mutation($d: Date!) { makeUpSignIn(date: $d) { pointsAwarded } }",
             json!({ "d": day(15).to_string() }),
         )
         .await;
@@ -322,7 +322,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     let again = app
         .gql(
             Some(&app.user_token(6)),
-            "mutation($d: String!) { makeUpSignIn(date: $d) { alreadySigned } }",
+            "mutation($d: Date!) { makeUpSignIn(date: $d) { alreadySigned } }",
             json!({ "d": day(15).to_string() }),
         )
         .await;

@@ -879,12 +879,7 @@ async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_le
     let remark = create_remark(&app, 2_001, &item).await;
     // A table of this month's name that is not attached as a partition: creating the
     // partition is then a no-op, and the insert finds no partition for the row (23514).
-    let date = app
-        .state
-        .infra
-        .clock
-        .format_ms(app.state.infra.clock.now_ms());
-    let month = format!("{}{}", &date[..4], &date[5..7]);
+    let month = app.state.infra.clock.current_month().id();
     let blocker = format!("vote_log_{month}");
     sqlx::query(&format!("CREATE TABLE {blocker} (LIKE vote_log)"))
         .execute(&app.state.infra.db.pool)

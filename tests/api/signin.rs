@@ -7,9 +7,9 @@ use crate::harness::{first_code, TestApp};
 
 const SIGN_IN: &str = "mutation { signIn { date streak pointsAwarded alreadySigned } }";
 const MAKE_UP: &str =
-    "mutation($d: String!) { makeUpSignIn(date: $d) { date streak pointsAwarded alreadySigned } }";
+    "mutation($d: Date!) { makeUpSignIn(date: $d) { date streak pointsAwarded alreadySigned } }";
 const CALENDAR: &str =
-    "query($m: String) { signCalendar(month: $m) { month days signedToday streak signedDays makeUpsLeft } }";
+    "query($m: String) { signCalendar(month: $m) { month days today { date signed streak } signedDays makeUpsLeft } }";
 
 fn at(year: i32, month: u32, day: u32, hour: u32, minute: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(year, month, day, hour, minute, 0)
@@ -65,7 +65,7 @@ async fn a_streak_goes_on_across_month_boundaries() {
     }
     assert_eq!(last["date"], "2026-03-02");
     let calendar = app.data(Some(&token), CALENDAR, json!({})).await["signCalendar"].clone();
-    assert_eq!(calendar["streak"], 32);
+    assert_eq!(calendar["today"]["streak"], 32);
     assert_eq!(calendar["days"], json!([true, true]));
     let february = app
         .data(Some(&token), CALENDAR, json!({ "m": "2026-02" }))
@@ -74,6 +74,7 @@ async fn a_streak_goes_on_across_month_boundaries() {
     assert_eq!(february["days"].as_array().unwrap().len(), 28);
     assert_eq!(february["signedDays"], 28);
     assert_eq!(february["makeUpsLeft"], 0);
+    assert_eq!(february["today"], Value::Null, "a past month has no today");
 }
 
 #[tokio::test]
@@ -149,22 +150,24 @@ async fn make_ups_fill_missed_days_of_this_month_up_to_the_limit() {
         .await;
     assert_eq!(first_code(&third), "MAKEUP_LIMIT", "at most two a month");
 
-    for date in ["2026-03-10", "2026-03-11", "2026-02-27", "yesterday"] {
+    // Today, the future, another month, not a day, not written YYYY-MM-DD.
+    for date in [
+        "2026-03-10",
+        "2026-03-11",
+        "2026-02-27",
+        "yesterday",
+        "2026-3-1",
+    ] {
         let body = app.gql(Some(&token), MAKE_UP, json!({ "d": date })).await;
         assert_eq!(first_code(&body), "BAD_USER_INPUT", "{date}");
     }
-    // Read as 2026-03-01, a day that may be made up: past the allowance, not bad input.
-    let unpadded = app
-        .gql(Some(&token), MAKE_UP, json!({ "d": "2026-3-1" }))
-        .await;
-    assert_eq!(first_code(&unpadded), "MAKEUP_LIMIT");
     let calendar = app
         .data(Some(&token), CALENDAR, json!({ "m": "2026-03" }))
         .await["signCalendar"]
         .clone();
     assert_eq!(calendar["signedDays"], 5);
     assert_eq!(calendar["makeUpsLeft"], 0);
-    assert_eq!(calendar["signedToday"], true);
+    assert_eq!(calendar["today"]["signed"], true);
     assert_eq!(calendar["days"].as_array().unwrap().len(), 10);
     assert_eq!(calendar["days"][1], true);
     assert_eq!(calendar["days"][2], false);
@@ -184,7 +187,10 @@ async fn a_sign_in_at_2330_utc_counts_for_the_next_day_in_shanghai() {
     let calendar = app.data(Some(&token), CALENDAR, json!({})).await["signCalendar"].clone();
     assert_eq!(calendar["month"], "2026-03");
     assert_eq!(calendar["days"].as_array().unwrap().len(), 11);
-    assert_eq!(calendar["signedToday"], true);
+    assert_eq!(
+        calendar["today"],
+        json!({ "date": "2026-03-11", "signed": true, "streak": 1 })
+    );
 }
 
 #[tokio::test]

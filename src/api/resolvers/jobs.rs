@@ -78,10 +78,11 @@ impl JobMutation {
                     .map_err(|_| AppError::bad_input("maxAttempts must be between 1 and 25"))
             })
             .transpose()?;
+        let body = input.body_text()?;
         let job = NewJob {
             id: input.id.to_string(),
             topic: input.topic,
-            body: input.body,
+            body,
             delay: Duration::from_secs(input.delay_seconds as u64),
             max_attempts,
             callback_url: input.callback_url,

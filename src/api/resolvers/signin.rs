@@ -1,10 +1,10 @@
 //! `signCalendar`, `signIn`, `makeUpSignIn`.
 
 use async_graphql::{Context, Object};
-use chrono::NaiveDate;
 
 use crate::{
     api::schema::{
+        scalars::Date,
         signin::{SignCalendar, SignInResult},
         ContextExt,
     },
@@ -56,16 +56,14 @@ impl SignInMutation {
         Ok(SignInResult::new(viewer.user_id, outcome))
     }
 
-    /// Signs in a missed day (`YYYY-MM-DD`) of this month before today, for the base point;
+    /// Signs in a missed day of this month before today, for the base point;
     /// MAKEUP_LIMIT once the month's make-ups are used up.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn make_up_sign_in(&self, ctx: &Context<'_>, date: String) -> AppResult<SignInResult> {
+    async fn make_up_sign_in(&self, ctx: &Context<'_>, date: Date) -> AppResult<SignInResult> {
         let viewer = auth::require_viewer(ctx)?;
-        let date = NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
-            .map_err(|_| AppError::bad_input("date must be YYYY-MM-DD"))?;
         let outcome = ctx
             .feature::<SignIn>()
-            .make_up(viewer.user_id, date)
+            .make_up(viewer.user_id, date.0)
             .await?;
         Ok(SignInResult::new(viewer.user_id, outcome))
     }

@@ -8,7 +8,10 @@ use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::{
-    api::{http::ws::SubscriptionSlot, schema::ContextExt},
+    api::{
+        http::ws::SubscriptionSlot,
+        schema::{scalars::DateTime, ContextExt},
+    },
     infra::{
         error::{AppError, ErrorCode},
         Instance,
@@ -35,12 +38,12 @@ pub struct SystemSubscription;
 
 #[Subscription]
 impl SystemSubscription {
-    /// The server's time (RFC 3339, in the configured zone) now and every `everySeconds`.
+    /// The server's time now and every `everySeconds`.
     async fn server_time(
         &self,
         ctx: &Context<'_>,
         #[graphql(default = 1)] every_seconds: Option<i32>,
-    ) -> Result<impl Stream<Item = String>, AppError> {
+    ) -> Result<impl Stream<Item = DateTime>, AppError> {
         let every_seconds = every_seconds.unwrap_or(1);
         if !(1..=3600).contains(&every_seconds) {
             return Err(AppError::bad_input(
@@ -53,7 +56,7 @@ impl SystemSubscription {
         let ticks = tokio_stream_interval(Duration::from_secs(every_seconds as u64));
         Ok(ticks.take_until(shutdown.cancelled_owned()).map(move |()| {
             let _held = &slot;
-            clock.format(clock.now())
+            DateTime(clock.now())
         }))
     }
 }

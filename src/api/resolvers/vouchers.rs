@@ -2,7 +2,6 @@
 //! `cancelOrder`, `voucherStockChanged`.
 
 use async_graphql::{Context, Object, Subscription};
-use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 
 use crate::{
@@ -25,12 +24,6 @@ use crate::{
         error::{AppError, AppResult},
     },
 };
-
-fn instant(field: &str, text: &str) -> AppResult<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text.trim())
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| AppError::bad_input(format!("{field} must be an RFC 3339 time")))
-}
 
 #[derive(Default)]
 pub struct VoucherQuery;
@@ -100,8 +93,8 @@ impl VoucherMutation {
             item_id: input.item_id.0,
             title: input.title,
             stock: i64::from(input.stock),
-            begins_at: instant("beginsAt", &input.begins_at)?,
-            ends_at: instant("endsAt", &input.ends_at)?,
+            begins_at: input.begins_at.0,
+            ends_at: input.ends_at.0,
             pay_within_seconds: i64::from(input.pay_within_seconds),
         };
         Ok(Voucher(ctx.feature::<Vouchers>().create(voucher).await?))

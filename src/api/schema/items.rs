@@ -2,7 +2,10 @@
 
 use async_graphql::{InputObject, Object};
 
-use crate::{api::schema::id::Id64, api::schema::ContextExt, features::items::ItemRecord};
+use crate::{
+    api::schema::{id::Id64, scalars::DateTime},
+    features::items::ItemRecord,
+};
 
 pub struct Item(pub ItemRecord);
 
@@ -26,8 +29,8 @@ impl Item {
         self.0.location.map(|l| l.lng)
     }
 
-    async fn created_at(&self, ctx: &async_graphql::Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.created_at_ms)
+    async fn created_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.created_at_ms)
     }
 }
 

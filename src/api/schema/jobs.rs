@@ -1,9 +1,15 @@
 //! GraphQL types of the delay queue.
 
-use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
+use async_graphql::{InputObject, Object, SimpleObject, ID};
 
-use super::{page::text_cost, ContextExt};
-use crate::features::jobs::{self, JobStatus, JobView};
+use super::{
+    page::text_cost,
+    scalars::{DateTime, Json},
+};
+use crate::{
+    features::jobs::{self, JobStatus, JobView},
+    infra::error::{AppError, AppResult},
+};
 
 /// A job's body may be as long as a job may carry.
 const BODY_COST: usize = text_cost(jobs::MAX_BODY_BYTES);
@@ -20,15 +26,27 @@ impl Job {
         &self.0.topic
     }
 
-    /// JSON text.
-    #[graphql(complexity = "BODY_COST")]
+    /// The body as JSON text.
+    #[graphql(complexity = "BODY_COST", deprecation = "Use `data`, the body parsed.")]
     async fn body(&self) -> &str {
         &self.0.body
     }
 
+    /// The body, parsed.
+    #[graphql(complexity = "BODY_COST")]
+    async fn data(&self) -> AppResult<Json> {
+        // Every body was checked to be JSON when it was scheduled.
+        Json::from_text(&self.0.body).map_err(|error| {
+            AppError::internal(anyhow::anyhow!(
+                "job {} has a body that is not JSON: {error}",
+                self.0.id
+            ))
+        })
+    }
+
     /// When it is (or was) due; for a dead job, when it died.
-    async fn run_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.run_at_ms)
+    async fn run_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.run_at_ms)
     }
 
     /// Deliveries so far.
@@ -59,8 +77,11 @@ pub struct ScheduleJobInput {
     pub id: ID,
     /// 1 to 64 of A-Z a-z 0-9 _ - . :
     pub topic: String,
-    /// JSON text, at most 64 KiB.
-    pub body: String,
+    /// The body as JSON text; give this or `data`, not both.
+    pub body: Option<String>,
+    /// The body as a JSON value; give this or `body`, not both. At most 64 KiB either way,
+    /// as JSON text.
+    pub data: Option<Json>,
     /// 0 to 31,536,000.
     pub delay_seconds: i32,
     /// POSTed the body when due; its host must be on ENGAGE_CALLBACK_HOSTS.
@@ -78,4 +99,16 @@ pub struct CancelJobPayload {
     /// The job after the call (`CANCELLED` when this call cancelled it); null when there is
     /// no job by that id.
     pub job: Option<Job>,
+}
+
+impl ScheduleJobInput {
+    /// The body as JSON text, from whichever of `body` and `data` was given (the feature
+    /// checks that it is JSON and measures it).
+    pub fn body_text(&self) -> AppResult<String> {
+        match (&self.body, &self.data) {
+            (Some(body), None) => Ok(body.clone()),
+            (None, Some(data)) => Ok(data.to_text()),
+            _ => Err(AppError::bad_input("give exactly one of body and data")),
+        }
+    }
 }

@@ -6,6 +6,7 @@ use async_graphql::{Context, Object, SimpleObject, ID};
 
 use super::{
     page::list_cost,
+    scalars::DateTime,
     users::{load_user, User},
     ContextExt,
 };
@@ -96,13 +97,13 @@ impl Season {
         self.0.month.name()
     }
 
-    async fn begins_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format(self.0.begins)
+    async fn begins_at(&self) -> DateTime {
+        DateTime(self.0.begins)
     }
 
     /// Exclusive: the instant the next season begins.
-    async fn ends_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format(self.0.ends)
+    async fn ends_at(&self) -> DateTime {
+        DateTime(self.0.ends)
     }
 
     async fn current(&self) -> bool {

@@ -14,6 +14,7 @@ pub mod nearby;
 pub mod page;
 pub mod points;
 pub mod remarks;
+pub mod scalars;
 pub mod signin;
 pub mod users;
 pub mod vouchers;
@@ -164,7 +165,12 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
 /// allowed in fewer places than a tool's own (graphql-js allows it on directive definitions
 /// too) would replace the tool's, and read to the schema check as a location removed.
 pub fn sdl() -> String {
-    without_directive_definition(&build(None).sdl(), "deprecated")
+    // `@specifiedBy` on each scalar is printed only when asked for.
+    let options = async_graphql::SDLExportOptions::new().include_specified_by();
+    let sdl = build(None).sdl_with_options(options);
+    ["deprecated", "specifiedBy"]
+        .iter()
+        .fold(sdl, |sdl, name| without_directive_definition(&sdl, name))
 }
 
 /// `sdl` without the definition of directive `@name` and the description above it.
@@ -203,7 +209,7 @@ fn without_directive_definition(sdl: &str, name: &str) -> String {
 pub trait ContextExt {
     /// One feature's context (or the user directory, or this instance), as [`build`] put it.
     fn feature<T: std::any::Any + Send + Sync>(&self) -> &T;
-    /// The clock, to show times in the service's time zone.
+    /// The clock: now, and the calendar day in the service's time zone.
     fn clock(&self) -> &Clock;
 }
 

@@ -3,6 +3,7 @@
 use async_graphql::{ComplexObject, Context, Object, SimpleObject};
 
 use super::{
+    scalars::DateTime,
     users::{load_user, User},
     ContextExt,
 };
@@ -92,7 +93,7 @@ impl PointsEntry {
         self.0.season.to_string()
     }
 
-    async fn awarded_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.awarded_at_ms)
+    async fn awarded_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.awarded_at_ms)
     }
 }

@@ -6,6 +6,7 @@ use async_graphql::{
 
 use super::{
     page::{text_cost, Limit},
+    scalars::DateTime,
     users::{load_user, User},
     ContextExt,
 };
@@ -80,8 +81,8 @@ impl Remark {
         &self.record.images
     }
 
-    async fn created_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.record.created_at_ms)
+    async fn created_at(&self) -> DateTime {
+        DateTime::from_ms(self.record.created_at_ms)
     }
 
     /// Live count from Redis; all remarks of a response are read in one round trip.

@@ -1,10 +1,9 @@
 //! GraphQL types of sign-in.
 
 use async_graphql::{ComplexObject, Context, SimpleObject};
-use chrono::NaiveDate;
 
 use crate::{
-    api::schema::ContextExt,
+    api::schema::{scalars::Date, ContextExt},
     features::signin::{Calendar, SignIn, SignInOutcome},
     infra::{clock::Month, error::AppResult},
 };
@@ -15,10 +14,8 @@ use crate::{
 pub struct SignInResult {
     #[graphql(skip)]
     pub user_id: i64,
-    #[graphql(skip)]
-    pub day: NaiveDate,
-    /// `YYYY-MM-DD` in the service's time zone.
-    pub date: String,
+    /// The day signed, in the service's time zone.
+    pub date: Date,
     #[graphql(deprecation = "Use `calendar { today { streak } }`.")]
     pub streak: i64,
     pub points_awarded: i64,
@@ -29,8 +26,7 @@ impl SignInResult {
     pub fn new(user_id: i64, outcome: SignInOutcome) -> Self {
         Self {
             user_id,
-            day: outcome.date,
-            date: outcome.date.to_string(),
+            date: Date(outcome.date),
             streak: outcome.streak,
             points_awarded: outcome.points_awarded,
             already_signed: outcome.already_signed,
@@ -44,12 +40,13 @@ impl SignInResult {
     async fn calendar(&self, ctx: &Context<'_>) -> AppResult<SignCalendar> {
         Ok(ctx
             .feature::<SignIn>()
-            .calendar_of_day(self.user_id, self.day)
+            .calendar_of_day(self.user_id, self.date.0)
             .await?
             .into())
     }
 }
 
+/// A month of the viewer's sign-ins; `today` only when the month is the current one.
 #[derive(SimpleObject)]
 #[graphql(complex)]
 pub struct SignCalendar {
@@ -61,24 +58,46 @@ pub struct SignCalendar {
     pub month: String,
     /// One per day from day 1: up to today for this month, the whole month for past ones.
     pub days: Vec<bool>,
+    #[graphql(deprecation = "Use `today.signed`; `today` is null for a past month.")]
     pub signed_today: bool,
-    /// The current streak (ending today, or yesterday while today is unsigned).
+    /// The current streak (ending today, or yesterday while today is unsigned), whatever
+    /// the month.
+    #[graphql(deprecation = "Use `today.streak`; `today` is null for a past month.")]
     pub streak: i64,
     pub signed_days: i64,
+    /// Make-up sign-ins left this month; always 0 for a past month, whose days can no
+    /// longer be made up.
     pub make_ups_left: i64,
+    /// Today's sign-in; null unless `month` is the current month.
+    pub today: Option<SignToday>,
+}
+
+/// Today's sign-in, in the service's time zone.
+#[derive(SimpleObject)]
+pub struct SignToday {
+    pub date: Date,
+    pub signed: bool,
+    /// The current streak: ending today, or yesterday while today is unsigned.
+    pub streak: i64,
 }
 
 impl From<Calendar> for SignCalendar {
     fn from(calendar: Calendar) -> Self {
+        let today = calendar.is_current().then_some(SignToday {
+            date: Date(calendar.today.date),
+            signed: calendar.today.signed,
+            streak: calendar.today.streak,
+        });
         Self {
             user_id: calendar.user_id,
             shown: calendar.month,
             month: calendar.month.dashed(),
             signed_days: calendar.signed_days() as i64,
             days: calendar.days,
-            signed_today: calendar.signed_today,
-            streak: calendar.streak,
+            signed_today: calendar.today.signed,
+            streak: calendar.today.streak,
             make_ups_left: i64::from(calendar.make_ups_left),
+            today,
         }
     }
 }

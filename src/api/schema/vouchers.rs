@@ -7,7 +7,7 @@ use async_graphql::{
     Context, InputObject, Object, SimpleObject,
 };
 
-use super::{items::Item, ContextExt};
+use super::{items::Item, scalars::DateTime, ContextExt};
 use crate::{
     api::schema::id::Id64,
     features::{
@@ -55,12 +55,12 @@ impl Voucher {
             .unwrap_or(0))
     }
 
-    async fn begins_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.begins_at_ms)
+    async fn begins_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.begins_at_ms)
     }
 
-    async fn ends_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.ends_at_ms)
+    async fn ends_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.ends_at_ms)
     }
 
     async fn pay_within_seconds(&self) -> i64 {
@@ -100,13 +100,13 @@ impl Order {
         self.0.status
     }
 
-    async fn created_at(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.created_at_ms)
+    async fn created_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.created_at_ms)
     }
 
     /// Unpaid orders expire at this time and their stock returns to the sale.
-    async fn pay_by(&self, ctx: &Context<'_>) -> String {
-        ctx.clock().format_ms(self.0.pay_by_ms)
+    async fn pay_by(&self) -> DateTime {
+        DateTime::from_ms(self.0.pay_by_ms)
     }
 }
 
@@ -117,10 +117,10 @@ pub struct CreateVoucherInput {
     pub title: String,
     /// 1 to 1,000,000.
     pub stock: i32,
-    /// RFC 3339, e.g. 2026-11-23T20:00:00+08:00.
-    pub begins_at: String,
-    /// RFC 3339, after beginsAt and in the future.
-    pub ends_at: String,
+    /// When the sale opens, e.g. 2026-11-23T20:00:00+08:00.
+    pub begins_at: DateTime,
+    /// After beginsAt and in the future.
+    pub ends_at: DateTime,
     /// 1 to 604,800: time a buyer has to pay before the order expires.
     pub pay_within_seconds: i32,
 }

@@ -64,15 +64,29 @@ pub struct Calendar {
     pub month: Month,
     /// Day 1 first; up to today for this month, the whole month for past ones.
     pub days: Vec<bool>,
-    pub signed_today: bool,
+    /// Left this month; 0 for a past month, whose days can no longer be made up.
+    pub make_ups_left: u32,
+    /// Today's sign-in, read with any month (the same script reads both).
+    pub today: Today,
+}
+
+/// Today's sign-in and the streak it is part of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Today {
+    pub date: NaiveDate,
+    pub signed: bool,
     /// The current streak (ending today, or yesterday while today is unsigned).
     pub streak: i64,
-    pub make_ups_left: u32,
 }
 
 impl Calendar {
     pub fn signed_days(&self) -> usize {
         self.days.iter().filter(|d| **d).count()
+    }
+
+    /// Whether the month shown is the one today is in.
+    pub fn is_current(&self) -> bool {
+        Month::of(self.today.date) == self.month
     }
 }
 
@@ -281,9 +295,12 @@ impl SignIn {
             user_id,
             month: shown,
             days,
-            signed_today: signed_today == 1,
-            streak,
             make_ups_left,
+            today: Today {
+                date: today,
+                signed: signed_today == 1,
+                streak,
+            },
         })
     }
 
