@@ -7,7 +7,7 @@ use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{first_code, global_id, local_id, TestApp};
 
 const CREATE: &str = "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id title stock remaining beginsAt endsAt } }";
 const SECKILL: &str =
@@ -116,7 +116,7 @@ async fn two_thousand_attempts_by_a_thousand_users_never_oversell_stock_of_100()
         (0, 0, 100)
     );
     let rows = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT buyer_id) AS buyers FROM orders WHERE voucher_id = $1")
-        .bind(voucher.parse::<i64>().unwrap())
+        .bind(local_id(&voucher))
         .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap();
@@ -451,7 +451,7 @@ async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
     let app = busy_app().await;
     let voucher = voucher(&app, 3, 600).await;
     let order = buy(&app, &app.user_token(50), &voucher).await;
-    let missing = (order.parse::<i64>().unwrap() + 1000).to_string();
+    let missing = global_id("Order", local_id(&order) + 1000);
     let stranger = app.user_token(51);
     for mutation in [PAY, CANCEL] {
         let theirs = app
@@ -534,8 +534,8 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
         // forgot the cancelled job (it keeps the last 1,000 finished jobs per topic).
         forget_job(&app, &order).await;
         let late = engage::features::vouchers::NewOrder {
-            order_id: order.parse().unwrap(),
-            voucher_id: voucher.parse().unwrap(),
+            order_id: local_id(&order),
+            voucher_id: local_id(&voucher),
             created_at_ms: app.state.infra.clock.now_ms(),
             pay_by_ms: app.state.infra.clock.now_ms() + 86_400_000,
         };
@@ -634,10 +634,7 @@ async fn rebought(
     Vec<(&'static str, String)>,
 ) {
     let voucher = voucher(app, 5, 600).await;
-    let a: i64 = buy(app, &app.user_token(40), &voucher)
-        .await
-        .parse()
-        .unwrap();
+    let a: i64 = local_id(&buy(app, &app.user_token(40), &voucher).await);
     consistent(app).await;
     let (voucher, created, pay_by, status) = archived_order(app, a).await;
     assert_eq!(status, "UNPAID");
@@ -723,7 +720,7 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
     orders_settled(&app).await;
     let (_, _, _, status) = archived_order(&app, b).await;
     assert_eq!(status, "UNPAID");
-    let a: i64 = settled[1].1.parse().unwrap();
+    let a: i64 = local_id(&settled[1].1);
     let (_, _, _, a) = archived_order(&app, a).await;
     assert_eq!(a, "CANCELLED");
 }
@@ -755,7 +752,7 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
 
 async fn sql_status(app: &TestApp, order: &str) -> String {
     sqlx::query("SELECT status FROM orders WHERE id = $1")
-        .bind(order.parse::<i64>().unwrap())
+        .bind(local_id(order))
         .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()

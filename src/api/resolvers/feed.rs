@@ -3,7 +3,7 @@
 use async_graphql::{Context, Object};
 
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::UserId,
     api::schema::{
         connection::{Connection, Edge},
         page::{cursor_sides, PageArgs, PAGE},
@@ -77,7 +77,7 @@ pub struct FeedMutation;
 impl FeedMutation {
     /// Follows a user; true when this call started the follow (false: already following).
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn follow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
+    async fn follow(&self, ctx: &Context<'_>, user_id: UserId) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
         ctx.feature::<Feed>()
             .follow(viewer.user_id, user_id.0)
@@ -86,7 +86,7 @@ impl FeedMutation {
 
     /// Stops following a user; true when this call ended a follow (false: not following).
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn unfollow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
+    async fn unfollow(&self, ctx: &Context<'_>, user_id: UserId) -> AppResult<bool> {
         let viewer = auth::require_viewer(ctx)?;
         ctx.feature::<Feed>()
             .unfollow(viewer.user_id, user_id.0)

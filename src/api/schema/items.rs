@@ -2,14 +2,14 @@
 
 use async_graphql::{InputObject, Object};
 
-use crate::{api::schema::id::Id64, api::schema::ContextExt, features::items::ItemRecord};
+use crate::{api::schema::id::ItemId, api::schema::ContextExt, features::items::ItemRecord};
 
 pub struct Item(pub ItemRecord);
 
 #[Object]
 impl Item {
-    async fn id(&self) -> Id64 {
-        Id64(self.0.id)
+    pub async fn id(&self) -> ItemId {
+        ItemId::new(self.0.id)
     }
 
     async fn name(&self) -> &str {

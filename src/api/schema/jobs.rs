@@ -2,17 +2,39 @@
 
 use async_graphql::{Context, InputObject, Object, ID};
 
-use super::{page::text_cost, ContextExt};
-use crate::features::jobs::{self, JobStatus, JobView};
+use super::{
+    id::{kind::JobKey, JobNodeId},
+    page::text_cost,
+    ContextExt,
+};
+use crate::{
+    features::jobs::{self, JobStatus, JobView},
+    infra::auth::RoleGuard,
+};
 
 /// A job's body may be as long as a job may carry.
 const BODY_COST: usize = text_cost(jobs::MAX_BODY_BYTES);
+
+/// Who may read jobs: `job`, `jobs`, and `node` given a job's id.
+pub fn readers() -> RoleGuard {
+    RoleGuard::admin()
+}
 
 pub struct Job(pub JobView);
 
 #[Object]
 impl Job {
-    async fn id(&self) -> ID {
+    /// The global id (of the topic and the job id together).
+    pub async fn id(&self) -> JobNodeId {
+        JobNodeId::new(JobKey {
+            topic: self.0.topic.clone(),
+            id: self.0.id.clone(),
+        })
+    }
+
+    /// The id given at scheduling, unique among the topic's pending jobs: what `job`,
+    /// `cancelJob` and `requeueDeadJob` take with the topic.
+    async fn job_id(&self) -> ID {
         ID(self.0.id.clone())
     }
 
