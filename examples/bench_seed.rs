@@ -239,7 +239,7 @@ fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
     let config = engage::app::cli::Cli::try_parse_from(["engage"])?.config;
     let settings = RemarkSettings::from_config(&config);
     let keys = Keys::new(args.prefix.clone());
-    let remark: i64 = remark.parse()?;
+    let remark: i64 = support::local_id(remark)?;
     let shards = settings.shards;
     Ok([
         "EVALSHA".to_string(),
