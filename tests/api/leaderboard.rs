@@ -15,7 +15,7 @@ use engage::{
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{eventually, first_code, global_id, next_data, subscribe, TestApp};
+use crate::harness::{eventually, first_code, global_id, local_id, next_data, subscribe, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: SIGN_IN, points: $p, idempotencyKey: $k) { awarded } }";
@@ -59,6 +59,7 @@ async fn many_members(app: &TestApp, season: Month) {
     let () = pipe.query_async(&mut *conn).await.unwrap();
 }
 
+/// (rank, points, user number) of a board's entries.
 fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
     board["leaderboard"]["entries"]
         .as_array()
@@ -68,7 +69,7 @@ fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
             (
                 e["rank"].as_i64().unwrap(),
                 e["points"].as_i64().unwrap(),
-                e["user"]["id"].as_str().unwrap().to_string(),
+                local_id(e["user"]["id"].as_str().unwrap()).to_string(),
             )
         })
         .collect()
@@ -124,13 +125,13 @@ async fn the_board_orders_by_points_then_by_who_got_there_first() {
             json!({}),
         )
         .await;
-    let ids: Vec<&str> = around["leaderboardAroundMe"]
+    let users: Vec<i64> = around["leaderboardAroundMe"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["user"]["id"].as_str().unwrap())
+        .map(|e| local_id(e["user"]["id"].as_str().unwrap()))
         .collect();
-    assert_eq!(ids, ["52", "51", "53"]);
+    assert_eq!(users, [52, 51, 53]);
 
     let seasons = app
         .data(
@@ -302,13 +303,13 @@ async fn a_subscriber_sees_the_top_change_after_a_sign_in() {
     .await;
     award(&app, 72, 10).await;
     let entries = next().await;
-    let users: Vec<&str> = entries
+    let users: Vec<i64> = entries
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["user"]["id"].as_str().unwrap())
+        .map(|e| local_id(e["user"]["id"].as_str().unwrap()))
         .collect();
-    assert!(users.contains(&"72"), "the new member shows: {entries}");
+    assert!(users.contains(&72), "the new member shows: {entries}");
 }
 
 #[tokio::test]

@@ -336,7 +336,8 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         .data(
             Some(&app.admin_token()),
             "query($id: ID!) { job(topic: \"order-expiry\", id: $id) { status } }",
-            json!({ "id": seeded.orders[0].1 }),
+            // The expiry job's id is the order's number.
+            json!({ "id": local_id(&seeded.orders[0].1).to_string() }),
         )
         .await;
     assert_eq!(job["job"]["status"], "DELAYED", "{job}");

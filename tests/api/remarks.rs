@@ -663,7 +663,10 @@ async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channe
         let errors = &message["payload"];
         assert_eq!(errors[0]["extensions"]["code"], "NOT_FOUND", "{message}");
         assert!(
-            errors[0]["message"].as_str().unwrap().contains(&missing),
+            errors[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&local_id(&missing).to_string()),
             "{message}"
         );
         // Nothing is held, neither in this instance's hub nor in Redis, while the
@@ -827,7 +830,7 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
             .arg(&stream)
             .arg("*")
             .arg("remark")
-            .arg(&remark)
+            .arg(local_id(&remark))
             .arg("voter")
             .arg(voter)
             .arg("author")

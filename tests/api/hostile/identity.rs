@@ -32,7 +32,7 @@ use sqlx::Row;
 
 use crate::{
     faults,
-    harness::{base_config, eventually, first_code, global_id, TestApp},
+    harness::{base_config, eventually, first_code, global_id, local_id, TestApp},
     oidc::{Provider, ProviderKey, ISSUER},
 };
 
@@ -177,11 +177,14 @@ async fn a_numeric_subject_names_an_engage_id_only_from_a_listed_issuer() {
         }
         key.sign(&claims)
     };
+    // The number of the user a token names.
     let id_for = async |token: String| {
-        app.data(Some(&token), VIEWER, json!({})).await["viewer"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        local_id(
+            app.data(Some(&token), VIEWER, json!({})).await["viewer"]["id"]
+                .as_str()
+                .unwrap(),
+        )
+        .to_string()
     };
     assert_eq!(id_for(viewer_of(Some(ISSUER))).await, "7");
     assert_eq!(id_for(viewer_of(Some("https://other.test/"))).await, "7");
