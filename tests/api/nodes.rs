@@ -4,7 +4,9 @@
 
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, global_id, local_id, TestApp};
+use crate::harness::{
+    first_code, global_id, local_id, next_data, next_message, subscribe, TestApp,
+};
 
 const NODE: &str = "query($id: ID!) { node(id: $id) { __typename id } }";
 const NODES: &str = "query($ids: [ID!]!) { nodes(ids: $ids) { __typename id } }";
@@ -368,6 +370,40 @@ async fn a_global_id_of_another_type_is_refused_as_bad_input() {
         )
         .await;
     assert_eq!(first_code(&body), "BAD_USER_INPUT");
+}
+
+#[tokio::test]
+async fn subscriptions_take_global_and_bare_ids_and_refuse_another_types_id() {
+    let app = TestApp::spawn().await;
+    let (item, remark) = remark(&app, 5).await;
+    let watch = |id: &str| {
+        format!(
+            "subscription {{ likeCountChanged(remarkIds: [\"{id}\"]) {{ remarkId likeCount }} }}"
+        )
+    };
+    let mut socket = subscribe(&app, None, &watch(&remark)).await;
+    assert_eq!(
+        next_data(&mut socket).await["likeCountChanged"],
+        json!({ "remarkId": remark, "likeCount": 0 })
+    );
+    let mut socket = subscribe(&app, None, &watch(&item)).await;
+    let refused = next_message(&mut socket).await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(
+        refused["payload"][0]["extensions"]["code"],
+        "BAD_USER_INPUT"
+    );
+
+    // A season by its bare `YYYYMM`, answered with its global id.
+    let current = app.state.infra.clock.current_month().id();
+    let board = format!(
+        "subscription {{ leaderboardChanged(seasonId: \"{current}\") {{ season {{ id }} }} }}"
+    );
+    let mut socket = subscribe(&app, None, &board).await;
+    assert_eq!(
+        next_data(&mut socket).await["leaderboardChanged"]["season"]["id"],
+        global_id("Season", current)
+    );
 }
 
 #[tokio::test]
