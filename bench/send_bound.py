@@ -20,7 +20,7 @@ import sys
 import time
 
 PAYLOAD = (b'{"type":"next","id":"1","payload":{"data":{"likeCountChanged":'
-           b'{"remarkId":"1234567","likeCount":12}}}}')
+           b'{"remarkId":"UmVtYXJrOjEyMzQ1Njc=","likeCount":12}}}}')
 FRAME = bytes([0x81, len(PAYLOAD)]) + PAYLOAD  # FIN + text, unmasked (server to client)
 
 

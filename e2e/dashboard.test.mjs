@@ -208,7 +208,7 @@ after(async () => {
 });
 
 test('the dashboard shows the board, the like ticker and the stock, and follows changes within a second', async () => {
-  await page.goto(`${base}/dashboard?item=${seed.itemId}`);
+  await page.goto(`${base}/dashboard?item=${encodeURIComponent(seed.itemId)}`);
   await page.waitForSelector('#status[data-status="live"]');
   await page.waitForSelector(`#ticker .row[data-remark-id="${seed.remarkIds[0]}"]`);
   await page.waitForFunction(() => document.querySelectorAll('#board .row').length >= 3);

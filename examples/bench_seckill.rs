@@ -145,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
 async fn orders_in_sql(url: &str, voucher: &str, expected: usize) -> anyhow::Result<u128> {
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(url).await?;
-    let voucher: i64 = voucher.parse()?;
+    let voucher: i64 = support::local_id(voucher)?;
     let waiting = Instant::now();
     loop {
         let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE voucher_id = $1")

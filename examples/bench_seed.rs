@@ -137,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let season = Month::parse_id(&season)
+    let season = Month::parse_id(&support::local_part(&season)?)
         .ok_or_else(|| anyhow::anyhow!("the server answered season {season:?}"))?;
     let keys = Keys::new(args.prefix.clone()).with_points_buckets(args.points_buckets);
     let mut conn = redis::Client::open(args.redis.as_str())?
@@ -239,7 +239,7 @@ fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
     let config = engage::app::cli::Cli::try_parse_from(["engage"])?.config;
     let settings = RemarkSettings::from_config(&config);
     let keys = Keys::new(args.prefix.clone());
-    let remark: i64 = remark.parse()?;
+    let remark: i64 = support::local_id(remark)?;
     let shards = settings.shards;
     Ok([
         "EVALSHA".to_string(),

@@ -331,8 +331,8 @@ async fn fixtures(
         )
         .await?["createRemark"]["id"]
             .as_str()
-            .unwrap_or_default()
-            .parse()?;
+            .map(support::local_id)
+            .unwrap_or_else(|| Err(anyhow::anyhow!("no remark id")))?;
         remarks.push(id);
     }
     let now = chrono::Utc::now();
@@ -385,7 +385,7 @@ fn start_load(
                 let token = tokens.mint(user, Role::User, 7200, None);
                 let remark = remarks[user as usize % remarks.len()];
                 let (query, variables) = match turn % 3 {
-                    0 => (LIKE, json!({ "id": remark.to_string() })),
+                    0 => (LIKE, json!({ "id": support::global_id("Remark", remark) })),
                     1 => (SIGN_IN, json!({})),
                     _ => (SECKILL, json!({ "v": voucher })),
                 };
@@ -437,7 +437,7 @@ fn start_load(
                     1 if data["signIn"]["alreadySigned"] == false => ledger.sign_ins.push(user),
                     2 => match data["seckillVoucher"]["id"]
                         .as_str()
-                        .and_then(|id| id.parse().ok())
+                        .and_then(|id| support::local_id(id).ok())
                     {
                         Some(id) => ledger.orders.push(id),
                         None => *ledger.errors.entry("UNEXPECTED".into()).or_default() += 1,
@@ -542,7 +542,7 @@ async fn api_counts(
                 .filter_map(|edge| {
                     let node = &edge["node"];
                     Some((
-                        node["id"].as_str()?.parse().ok()?,
+                        support::local_id(node["id"].as_str()?).ok()?,
                         node["likeCount"].as_i64()?,
                     ))
                 })

@@ -407,7 +407,8 @@ async fn season_now(http: &reqwest::Client, url: &str, tokens: &Tokens) -> anyho
     let id = data["leaderboard"]["season"]["id"]
         .as_str()
         .unwrap_or_default();
-    Month::parse_id(id).ok_or_else(|| anyhow::anyhow!("the server answered season {id:?}"))
+    Month::parse_id(&support::local_part(id)?)
+        .ok_or_else(|| anyhow::anyhow!("the server answered season {id:?}"))
 }
 
 /// Members `4_000_000_000 + n` with random points and times, each in their bucket's part,

@@ -272,12 +272,11 @@ async fn main() -> anyhow::Result<()> {
             input,
         )
         .await?;
-        remarks.push(
+        remarks.push(support::local_id(
             body["data"]["createRemark"]["id"]
                 .as_str()
-                .unwrap_or_default()
-                .parse::<i64>()?,
-        );
+                .unwrap_or_default(),
+        )?);
     }
     let now = chrono::Utc::now();
     let voucher = json!({ "i": {
@@ -350,7 +349,7 @@ async fn main() -> anyhow::Result<()> {
                 let token = tokens.mint(user, Role::User, 7200, None);
                 let remark = remarks[user as usize % remarks.len()];
                 let (query, variables) = match turn % 3 {
-                    0 => (LIKE, json!({ "id": remark.to_string() })),
+                    0 => (LIKE, json!({ "id": support::global_id("Remark", remark) })),
                     1 => (SIGN_IN, json!({})),
                     _ => (SECKILL, json!({ "v": voucher })),
                 };
@@ -398,7 +397,7 @@ async fn main() -> anyhow::Result<()> {
                     1 if data["signIn"]["alreadySigned"] == false => ledger.sign_ins.push(user),
                     2 => {
                         if let Some(id) = data["seckillVoucher"]["id"].as_str() {
-                            ledger.orders.push(id.parse().unwrap_or(0));
+                            ledger.orders.push(support::local_id(id).unwrap_or(0));
                         }
                     }
                     _ => *ledger.other_errors.entry("UNEXPECTED".into()).or_default() += 1,
@@ -917,7 +916,10 @@ async fn slow_subscriber(
         ))
         .await?;
     let _ack = socket.next().await;
-    let ids: Vec<String> = remarks.iter().map(i64::to_string).collect();
+    let ids: Vec<String> = remarks
+        .iter()
+        .map(|remark| support::global_id("Remark", remark))
+        .collect();
     let subscribe = json!({ "id": "1", "type": "subscribe", "payload": {
         "query": "subscription($ids: [ID!]!) { likeCountChanged(remarkIds: $ids) { remarkId likeCount } }",
         "variables": { "ids": ids } } });

@@ -1,7 +1,7 @@
 // The live dashboard: the season's top 10, a like ticker for an item's most liked remarks
 // and a voucher's remaining stock, all pushed over `graphql-transport-ws`.
 //
-// URL query: `?item=ID` (default 1), `?voucher=ID` (default: the item's newest voucher),
+// URL query: `?item=ID` (URL-encoded; default 1), `?voucher=ID` (default: the item's newest voucher),
 // `?token=…` (default: the playground's saved token; the subscriptions used here need none).
 
 const params = new URLSearchParams(location.search);

@@ -37,7 +37,10 @@ impl LiveWatcher {
         let (mut socket, _) = tokio_tungstenite::connect_async(request).await?;
         let init = json!({ "type": "connection_init", "payload": {} });
         socket.send(Message::text(init.to_string())).await?;
-        let ids: Vec<String> = remarks.iter().map(i64::to_string).collect();
+        let ids: Vec<String> = remarks
+            .iter()
+            .map(|remark| crate::support::global_id("Remark", remark))
+            .collect();
         let subscribe = move |id: &str| {
             json!({ "id": id, "type": "subscribe", "payload": {
             "query": "subscription($ids: [ID!]!) { likeCountChanged(remarkIds: $ids) { remarkId likeCount } }",
@@ -106,7 +109,9 @@ impl LiveWatcher {
                     continue;
                 }
                 let change = &body["payload"]["data"]["likeCountChanged"];
-                let remark = change["remarkId"].as_str().and_then(|id| id.parse().ok());
+                let remark = change["remarkId"]
+                    .as_str()
+                    .and_then(|id| crate::support::local_id(id).ok());
                 if let (Some(remark), Some(count)) = (remark, change["likeCount"].as_i64()) {
                     recorded
                         .lock()

@@ -117,3 +117,25 @@ pub async fn stop_and_unlink_keys(state: &engage::app::AppState) -> anyhow::Resu
     }
     Ok(())
 }
+
+/// The global id of object `local` of GraphQL type `type_name`, as the server writes it:
+/// the padded base64 of `Type:local`.
+pub fn global_id(type_name: &str, local: impl std::fmt::Display) -> String {
+    use base64::{engine::general_purpose::STANDARD, Engine};
+    STANDARD.encode(format!("{type_name}:{local}"))
+}
+
+/// The local part of a global id: `123` of `Remark:123`, `202611` of `Season:202611`.
+pub fn local_part(global: &str) -> anyhow::Result<String> {
+    use base64::{engine::general_purpose::STANDARD, Engine};
+    let decoded = String::from_utf8(STANDARD.decode(global)?)?;
+    let (_, local) = decoded
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("{global:?} is not a global id"))?;
+    Ok(local.to_string())
+}
+
+/// The local id of an object's global id: its row's id in SQL, its keys' in Redis.
+pub fn local_id(global: &str) -> anyhow::Result<i64> {
+    Ok(local_part(global)?.parse()?)
+}

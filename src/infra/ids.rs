@@ -12,7 +12,8 @@
 //! generator reserves a block of numbers at once; a block is only used within the UTC day it
 //! was reserved for, so its numbers always pair with seconds of that day. A restart wastes
 //! the rest of a block, which costs nothing but numbers.
-//! IDs travel as decimal strings in GraphQL: JavaScript cannot hold 64-bit integers.
+//! IDs travel as decimal text (JavaScript cannot hold 64-bit integers), in GraphQL inside the
+//! global ids of `api::schema::id`.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio::sync::Mutex;
@@ -126,7 +127,7 @@ impl IdGenerator {
     }
 }
 
-/// Parses an ID argument (a decimal string), answering `BAD_USER_INPUT` otherwise.
+/// Parses an ID (decimal text), answering `BAD_USER_INPUT` otherwise.
 pub fn parse(id: &str, what: &str) -> AppResult<i64> {
     id.trim()
         .parse::<i64>()

@@ -5,7 +5,7 @@ use engage::infra::auth::Role;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, TestApp};
+use crate::harness::{eventually, first_code, global_id, TestApp};
 
 const CREATE_ITEM: &str = "mutation { createItem(input: { name: \"Tea House\" }) { id name } }";
 
@@ -141,7 +141,7 @@ async fn a_user_is_created_on_first_sight_with_the_name_claim() {
         .await;
     assert_eq!(
         data["viewer"],
-        json!({ "id": "42", "name": "Mei", "avatarUrl": null })
+        json!({ "id": global_id("User", 42), "name": "Mei", "avatarUrl": null })
     );
 
     let data = app
@@ -151,5 +151,8 @@ async fn a_user_is_created_on_first_sight_with_the_name_claim() {
             json!({}),
         )
         .await;
-    assert_eq!(data["viewer"], json!({ "id": "43", "name": "user43" }));
+    assert_eq!(
+        data["viewer"],
+        json!({ "id": global_id("User", 43), "name": "user43" })
+    );
 }

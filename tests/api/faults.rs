@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use sqlx::Row;
 
 use crate::{
-    harness::{first_code, next_data, streams_settled, subscribe, Socket, TestApp},
+    harness::{first_code, local_id, next_data, streams_settled, subscribe, Socket, TestApp},
     plug::Plug,
 };
 
@@ -219,7 +219,7 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
     tokio::time::sleep(Duration::from_secs(8)).await;
     plug.plug_in();
     let channel = app.state.infra.keys.like_count_channel(
-        remark.parse().unwrap(),
+        local_id(&remark),
         app.state.features.remarks.settings.shards,
     );
     let client = redis::Client::open(shared.as_str()).unwrap();
@@ -387,7 +387,7 @@ async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() 
     archive_settled(&first).await;
     assert_eq!(vote_log_counts(&first).await, (likes, likes));
     let delivered_to: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
-        .bind(remark.parse::<i64>().unwrap())
+        .bind(local_id(&remark))
         .fetch_one(&first.state.infra.db.pool)
         .await
         .unwrap()
@@ -402,7 +402,7 @@ async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() 
 async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     let app = TestApp::spawn_with(unlimited).await;
     let remark = create_remark(&app, 1).await;
-    let remark_id: i64 = remark.parse().unwrap();
+    let remark_id: i64 = local_id(&remark);
     let query = format!(
         "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
     );
@@ -525,10 +525,10 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
     let channels: Vec<String> = remarks
         .iter()
         .map(|remark| {
-            app.state.infra.keys.like_count_channel(
-                remark.parse().unwrap(),
-                app.state.features.remarks.settings.shards,
-            )
+            app.state
+                .infra
+                .keys
+                .like_count_channel(local_id(remark), app.state.features.remarks.settings.shards)
         })
         .collect();
     let conn = crate::harness::redis(&app).await;

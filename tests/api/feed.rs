@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, streams_settled, TestApp};
+use crate::harness::{first_code, local_id, streams_settled, TestApp};
 
 const FEED: &str = "query($after: String, $first: Int) { feed(first: $first, after: $after) {
     edges { cursor node { id author { id } } } pageInfo { hasNextPage endCursor } } }";
@@ -169,7 +169,7 @@ async fn equal_timestamps_keep_a_stable_order_across_pages() {
         .await
         .unwrap();
     for id in &ids {
-        let member = format!("{:020}:2", id.parse::<i64>().unwrap());
+        let member = format!("{:020}:2", local_id(id));
         let _: i64 = redis::cmd("ZADD")
             .arg(&inbox)
             .arg(1_700_000_000_000_i64)

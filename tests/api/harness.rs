@@ -555,3 +555,24 @@ pub async fn websocket_from(
         Err(error) => panic!("the upgrade failed: {error}"),
     }
 }
+
+/// The global id clients are given for object `local` of GraphQL type `type_name`: what
+/// graphql-relay's `toGlobalId` writes, the padded base64 of `Type:local`.
+pub fn global_id(type_name: &str, local: impl std::fmt::Display) -> String {
+    use base64::{engine::general_purpose::STANDARD, Engine};
+    STANDARD.encode(format!("{type_name}:{local}"))
+}
+
+/// The local id of an object's global id: its row's id in SQL, its keys' in Redis.
+pub fn local_id(global: &str) -> i64 {
+    use base64::{engine::general_purpose::STANDARD, Engine};
+    let decoded = STANDARD
+        .decode(global)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_else(|| panic!("{global:?} is not a global id"));
+    decoded
+        .split_once(':')
+        .and_then(|(_, local)| local.parse().ok())
+        .unwrap_or_else(|| panic!("{decoded:?} has no numeric local id"))
+}

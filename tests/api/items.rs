@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{first_code, global_id, local_id, TestApp};
 
 const CREATE: &str = "mutation($input: CreateItemInput!) { createItem(input: $input) { id name lat lng createdAt } }";
 
@@ -16,7 +16,7 @@ async fn an_item_created_by_an_admin_can_be_read_back() {
         .clone();
     assert_eq!(created["name"], "Harbour Noodle Bar");
     let id = created["id"].as_str().unwrap();
-    assert!(id.parse::<i64>().unwrap() > 0, "ids are decimal strings");
+    assert_eq!(id, global_id("Item", local_id(id)), "an Item's global id");
 
     let read = app
         .data(

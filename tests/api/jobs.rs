@@ -267,13 +267,13 @@ async fn a_failing_job_climbs_the_ladder_dies_and_can_be_requeued() {
     let listed = app
         .data(
             Some(&admin),
-            "{ jobs(topic: \"flaky\", status: DEAD) { edges { node { id status } } } }",
+            "{ jobs(topic: \"flaky\", status: DEAD) { edges { node { jobId status } } } }",
             json!({}),
         )
         .await;
     assert_eq!(
         listed["jobs"]["edges"],
-        json!([{ "node": { "id": "x1", "status": "DEAD" } }])
+        json!([{ "node": { "jobId": "x1", "status": "DEAD" } }])
     );
 
     let requeued = app
@@ -290,7 +290,7 @@ async fn a_failing_job_climbs_the_ladder_dies_and_can_be_requeued() {
     let listed = app
         .data(
             Some(&admin),
-            "{ jobs(topic: \"flaky\", status: DEAD) { edges { node { id } } } }",
+            "{ jobs(topic: \"flaky\", status: DEAD) { edges { node { jobId } } } }",
             json!({}),
         )
         .await;

@@ -15,7 +15,7 @@ use engage::{
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{eventually, first_code, next_data, subscribe, TestApp};
+use crate::harness::{eventually, first_code, global_id, local_id, next_data, subscribe, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: SIGN_IN, points: $p, idempotencyKey: $k) { awarded } }";
@@ -59,6 +59,7 @@ async fn many_members(app: &TestApp, season: Month) {
     let () = pipe.query_async(&mut *conn).await.unwrap();
 }
 
+/// (rank, points, user number) of a board's entries.
 fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
     board["leaderboard"]["entries"]
         .as_array()
@@ -68,7 +69,7 @@ fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
             (
                 e["rank"].as_i64().unwrap(),
                 e["points"].as_i64().unwrap(),
-                e["user"]["id"].as_str().unwrap().to_string(),
+                local_id(e["user"]["id"].as_str().unwrap()).to_string(),
             )
         })
         .collect()
@@ -105,11 +106,11 @@ async fn the_board_orders_by_points_then_by_who_got_there_first() {
     assert_eq!(board["leaderboard"]["total"], 4);
     assert_eq!(
         board["leaderboard"]["season"],
-        json!({ "id": "202603", "current": true })
+        json!({ "id": global_id("Season", 202603), "current": true })
     );
     assert_eq!(
         board["leaderboard"]["me"],
-        json!({ "rank": 4, "points": 5, "user": { "id": "54" } }),
+        json!({ "rank": 4, "points": 5, "user": { "id": global_id("User", 54) } }),
         "me off the page"
     );
 
@@ -124,13 +125,13 @@ async fn the_board_orders_by_points_then_by_who_got_there_first() {
             json!({}),
         )
         .await;
-    let ids: Vec<&str> = around["leaderboardAroundMe"]
+    let users: Vec<i64> = around["leaderboardAroundMe"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["user"]["id"].as_str().unwrap())
+        .map(|e| local_id(e["user"]["id"].as_str().unwrap()))
         .collect();
-    assert_eq!(ids, ["52", "51", "53"]);
+    assert_eq!(users, [52, 51, 53]);
 
     let seasons = app
         .data(
@@ -142,7 +143,7 @@ async fn the_board_orders_by_points_then_by_who_got_there_first() {
     assert_eq!(
         seasons["seasons"][0],
         json!({
-            "id": "202603", "name": "March 2026", "current": true,
+            "id": global_id("Season", 202603), "name": "March 2026", "current": true,
             "beginsAt": "2026-03-01T00:00:00.000Z", "endsAt": "2026-04-01T00:00:00.000Z"
         })
     );
@@ -259,15 +260,15 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["id"] == "202603")
+        .find(|s| s["id"] == global_id("Season", 202603))
         .unwrap()
         .clone();
     assert_eq!(
         march_season["winners"],
         json!([
-            { "rank": 1, "points": 300, "user": { "id": "61" } },
-            { "rank": 2, "points": 200, "user": { "id": "62" } },
-            { "rank": 3, "points": 100, "user": { "id": "63" } },
+            { "rank": 1, "points": 300, "user": { "id": global_id("User", 61) } },
+            { "rank": 2, "points": 200, "user": { "id": global_id("User", 62) } },
+            { "rank": 3, "points": 100, "user": { "id": global_id("User", 63) } },
         ])
     );
     // A repeat is a no-op.
@@ -291,7 +292,7 @@ async fn a_subscriber_sees_the_top_change_after_a_sign_in() {
     let mut next = async || next_data(&mut socket).await["leaderboardChanged"]["entries"].clone();
     assert_eq!(
         next().await,
-        json!([{ "rank": 1, "points": 5, "user": { "id": "71" } }])
+        json!([{ "rank": 1, "points": 5, "user": { "id": global_id("User", 71) } }])
     );
 
     app.data(
@@ -302,13 +303,13 @@ async fn a_subscriber_sees_the_top_change_after_a_sign_in() {
     .await;
     award(&app, 72, 10).await;
     let entries = next().await;
-    let users: Vec<&str> = entries
+    let users: Vec<i64> = entries
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["user"]["id"].as_str().unwrap())
+        .map(|e| local_id(e["user"]["id"].as_str().unwrap()))
         .collect();
-    assert!(users.contains(&"72"), "the new member shows: {entries}");
+    assert!(users.contains(&72), "the new member shows: {entries}");
 }
 
 #[tokio::test]
@@ -373,7 +374,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         let first = next_data(&mut socket).await;
         assert_eq!(
             first["leaderboardChanged"]["entries"],
-            json!([{ "rank": 1, "points": 50, "user": { "id": "91" } }])
+            json!([{ "rank": 1, "points": 50, "user": { "id": global_id("User", 91) } }])
         );
         sockets.push(socket);
     }
@@ -405,7 +406,8 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     for socket in &mut sockets {
         let change = next_data(socket).await;
         assert_eq!(
-            change["leaderboardChanged"]["entries"][0]["user"]["id"], "92",
+            change["leaderboardChanged"]["entries"][0]["user"]["id"],
+            global_id("User", 92),
             "{change}"
         );
     }
@@ -451,10 +453,10 @@ async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
     let board = "subscription { leaderboardChanged(top: 5) { season { id } entries { points user { id } } } }";
     let mut board = subscribe(&app, None, board).await;
     let first = next_data(&mut board).await["leaderboardChanged"].clone();
-    assert_eq!(first["season"]["id"], "203101");
+    assert_eq!(first["season"]["id"], global_id("Season", 203101));
     assert_eq!(
         first["entries"],
-        json!([{ "points": 40, "user": { "id": "71" } }])
+        json!([{ "points": 40, "user": { "id": global_id("User", 71) } }])
     );
     let token = app.user_token(71);
     let mut mine = subscribe(
@@ -476,14 +478,14 @@ async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
     let turned = next_data(&mut board).await["leaderboardChanged"].clone();
     assert_eq!(
         turned,
-        json!({ "season": { "id": "203102" }, "entries": [] })
+        json!({ "season": { "id": global_id("Season", 203102) }, "entries": [] })
     );
     award(&app, 71, 5).await;
     let scored = next_data(&mut board).await["leaderboardChanged"].clone();
-    assert_eq!(scored["season"]["id"], "203102");
+    assert_eq!(scored["season"]["id"], global_id("Season", 203102));
     assert_eq!(
         scored["entries"],
-        json!([{ "points": 5, "user": { "id": "71" } }])
+        json!([{ "points": 5, "user": { "id": global_id("User", 71) } }])
     );
     assert_eq!(
         next_data(&mut mine).await["myRankChanged"],
@@ -566,15 +568,15 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["id"] == "202604")
+        .find(|s| s["id"] == global_id("Season", 202604))
         .unwrap()["winners"]
         .clone();
     assert_eq!(
         winners,
         json!([
-            { "rank": 1, "user": { "id": "73" } },
-            { "rank": 2, "user": { "id": "71" } },
-            { "rank": 3, "user": { "id": "72" } },
+            { "rank": 1, "user": { "id": global_id("User", 73) } },
+            { "rank": 2, "user": { "id": global_id("User", 71) } },
+            { "rank": 3, "user": { "id": global_id("User", 72) } },
         ])
     );
 }

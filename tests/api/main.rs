@@ -26,6 +26,7 @@ mod leaderboard;
 mod limits;
 mod lock;
 mod metrics;
+mod nodes;
 mod oidc;
 mod pages;
 mod paging;

@@ -14,7 +14,7 @@ use rsa::{pkcs8::EncodePrivateKey, traits::PublicKeyParts};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{first_code, local_id, TestApp};
 
 pub(crate) const ISSUER: &str = "https://id.engage.test/";
 const AUDIENCE: &str = "engage-api";
@@ -152,11 +152,12 @@ fn claims(sub: &str, extra: Value) -> Value {
     claims
 }
 
+/// The number of the user a token names.
 async fn viewer_id(app: &TestApp, token: &str) -> String {
     let data = app
         .data(Some(token), "{ viewer { id name } }", json!({}))
         .await;
-    data["viewer"]["id"].as_str().unwrap().to_string()
+    local_id(data["viewer"]["id"].as_str().unwrap()).to_string()
 }
 
 #[tokio::test]

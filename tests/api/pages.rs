@@ -4,7 +4,7 @@
 use reqwest::{header, StatusCode};
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
+use crate::harness::{global_id, TestApp};
 
 async fn dev_mode_app() -> TestApp {
     TestApp::spawn_with(|config| config.jwt_secret = None).await
@@ -30,7 +30,7 @@ async fn in_dev_mode_the_dev_route_mints_a_token_the_api_accepts() {
         .to_string();
 
     let data = app.data(Some(&token), "{ viewer { id } }", json!({})).await;
-    assert_eq!(data["viewer"]["id"], "42");
+    assert_eq!(data["viewer"]["id"], global_id("User", 42));
     // The role came through too: creating an item is for admins.
     let data = app
         .data(

@@ -5,7 +5,7 @@
 use engage::infra::auth::Role;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, TestApp};
+use crate::harness::{eventually, first_code, local_id, TestApp};
 
 const PAGE_INFO: &str = "pageInfo { hasNextPage hasPreviousPage startCursor endCursor }";
 
@@ -374,7 +374,7 @@ async fn feed_entries_of_one_millisecond_page_backward_in_their_forward_order() 
         .await
         .unwrap();
     for id in &ids {
-        let member = format!("{:020}:21", id.parse::<i64>().unwrap());
+        let member = format!("{:020}:21", local_id(id));
         let _: i64 = redis::cmd("ZADD")
             .arg(&inbox)
             .arg(1_700_000_000_000_i64)

@@ -14,7 +14,7 @@ use engage::{
 };
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, TestApp};
+use crate::harness::{eventually, first_code, local_id, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $t: PointsType!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: $t, points: $p, idempotencyKey: $k) { awarded capped duplicate } }";
@@ -259,7 +259,7 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
         .state
         .infra
         .keys
-        .points_award_marker(45, &format!("like:{remark}:46"));
+        .points_award_marker(45, &format!("like:{}:46", local_id(&remark)));
     let removed: i64 = redis::cmd("DEL")
         .arg(&marker)
         .query_async(&mut *conn)
@@ -285,7 +285,7 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
 
 /// Each vote event of a remark, in stream order: (voter, a like, the voter's first vote).
 async fn first_votes(app: &TestApp, remark: &str) -> Vec<(i64, bool, bool)> {
-    let id: i64 = remark.parse().unwrap();
+    let id: i64 = local_id(remark);
     let stream = app
         .state
         .infra
@@ -325,11 +325,11 @@ async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid()
     // and SQL alone knows the award was paid.
     app.state.infra.clock.advance(chrono::Duration::days(11));
     let keys = &app.state.infra.keys;
-    let id: i64 = remark.parse().unwrap();
+    let id: i64 = local_id(&remark);
     let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = redis::cmd("DEL")
         .arg(keys.like_relation(id, 46, shards))
-        .arg(keys.points_award_marker(45, &format!("like:{remark}:46")))
+        .arg(keys.points_award_marker(45, &format!("like:{}:46", local_id(&remark))))
         .query_async(&mut *conn)
         .await
         .unwrap();

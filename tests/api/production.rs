@@ -9,7 +9,7 @@ use engage::{
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::harness::{base_config, first_code, TestApp};
+use crate::harness::{base_config, first_code, global_id, TestApp};
 
 const INTROSPECTION: &str = "{ __schema { queryType { name } } }";
 
@@ -87,7 +87,7 @@ async fn production_serves_no_dev_tokens_playground_introspection_or_suggestions
     let data = app
         .data(Some(&app.user_token(5)), "{ viewer { id } }", json!({}))
         .await;
-    assert_eq!(data["viewer"]["id"], "5");
+    assert_eq!(data["viewer"]["id"], global_id("User", 5));
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, scan, streams_settled, TestApp};
+use crate::harness::{first_code, local_id, scan, streams_settled, TestApp};
 
 const CALENDAR: &str =
     "{ signCalendar { month days signedToday streak signedDays makeUpsLeft madeUpDays } pointsToday { type points } }";
@@ -336,7 +336,8 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         .data(
             Some(&app.admin_token()),
             "query($id: ID!) { job(topic: \"order-expiry\", id: $id) { status } }",
-            json!({ "id": seeded.orders[0].1 }),
+            // The expiry job's id is the order's number.
+            json!({ "id": local_id(&seeded.orders[0].1).to_string() }),
         )
         .await;
     assert_eq!(job["job"]["status"], "DELAYED", "{job}");
@@ -409,7 +410,7 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
 
     // An order Redis sold that never reached SQL.
     sqlx::query("DELETE FROM orders WHERE id = $1")
-        .bind(seeded.orders[0].1.parse::<i64>().unwrap())
+        .bind(local_id(&seeded.orders[0].1))
         .execute(&app.state.infra.db.pool)
         .await
         .unwrap();
@@ -432,7 +433,7 @@ async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_t
     let app = unlimited().await;
     let seeded = seed(&app).await;
     settled(&app).await;
-    let remark: i64 = seeded.remarks[1].parse().unwrap();
+    let remark: i64 = local_id(&seeded.remarks[1]);
     let pool = &app.state.infra.db.pool;
     // The one archived like of the remark: its day has a partition wherever SQL needs one.
     let like = sqlx::query(

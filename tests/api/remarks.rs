@@ -8,7 +8,9 @@ use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, next_data, subscribe, subscribe_as, TestApp};
+use crate::harness::{
+    first_code, global_id, local_id, next_data, subscribe, subscribe_as, TestApp,
+};
 
 const CREATE_REMARK: &str =
     "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id score content images author { id } likeCount likedByMe } }";
@@ -77,7 +79,7 @@ async fn a_remark_is_created_once_per_user_per_item_with_checked_input() {
         data["createRemark"]["images"],
         json!(["https://img.example/1.jpg"])
     );
-    assert_eq!(data["createRemark"]["author"]["id"], "21");
+    assert_eq!(data["createRemark"]["author"]["id"], global_id("User", 21));
     assert_eq!(data["createRemark"]["likeCount"], 0);
 
     assert_eq!(
@@ -238,8 +240,8 @@ async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
     assert_eq!(
         edges,
         json!([
-            { "node": { "id": second, "likeCount": 0, "likedByMe": false, "author": { "id": "12" } } },
-            { "node": { "id": first, "likeCount": 1, "likedByMe": true, "author": { "id": "11" } } },
+            { "node": { "id": second, "likeCount": 0, "likedByMe": false, "author": { "id": global_id("User", 12) } } },
+            { "node": { "id": first, "likeCount": 1, "likedByMe": true, "author": { "id": global_id("User", 11) } } },
         ])
     );
     vote(&app, 13, &second, true).await;
@@ -287,7 +289,7 @@ async fn likes_are_idempotent_and_unknown_remarks_are_not_found() {
         .await;
     assert_eq!(
         likers["remarks"]["edges"][0]["node"]["likers"],
-        json!([{ "id": "3" }])
+        json!([{ "id": global_id("User", 3) }])
     );
 }
 
@@ -326,7 +328,7 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
     let state = &app.state;
     let mut conn = state.infra.redis.get().await.unwrap();
     for remark in &remarks {
-        let id: i64 = remark.parse().unwrap();
+        let id: i64 = local_id(remark);
         let count: i64 = redis::cmd("HGET")
             .arg(
                 state
@@ -382,7 +384,7 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
     let app = busy_app().await;
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
-    let id: i64 = remark.parse().unwrap();
+    let id: i64 = local_id(&remark);
     assert_eq!(vote(&app, 2, &remark, true).await["likeCount"], 1);
     archive_settled(&app).await;
 
@@ -455,7 +457,7 @@ async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
         .get("n");
     assert_eq!(dead, 0, "an outage is not poison");
     let rolled: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
-        .bind(remark.parse::<i64>().unwrap())
+        .bind(local_id(&remark))
         .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
@@ -484,7 +486,7 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
         sockets.push(socket);
     }
     let channel = app.state.infra.keys.like_count_channel(
-        remark.parse().unwrap(),
+        local_id(&remark),
         app.state.features.remarks.settings.shards,
     );
     assert_eq!(
@@ -648,7 +650,7 @@ async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channe
     let app = busy_app().await;
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
-    let missing = (remark.parse::<i64>().unwrap() + 1000).to_string();
+    let missing = global_id("Remark", local_id(&remark) + 1000);
     for ids in [vec![missing.clone()], vec![remark.clone(), missing.clone()]] {
         let query = format!(
             "subscription {{ likeCountChanged(remarkIds: {}) {{ remarkId likeCount }} }}",
@@ -661,16 +663,20 @@ async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channe
         let errors = &message["payload"];
         assert_eq!(errors[0]["extensions"]["code"], "NOT_FOUND", "{message}");
         assert!(
-            errors[0]["message"].as_str().unwrap().contains(&missing),
+            errors[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&local_id(&missing).to_string()),
             "{message}"
         );
         // Nothing is held, neither in this instance's hub nor in Redis, while the
         // connection stays open.
         for id in &ids {
-            let channel = app.state.infra.keys.like_count_channel(
-                id.parse().unwrap(),
-                app.state.features.remarks.settings.shards,
-            );
+            let channel = app
+                .state
+                .infra
+                .keys
+                .like_count_channel(local_id(id), app.state.features.remarks.settings.shards);
             assert_eq!(app.state.infra.live.local_subscribers(&channel), 0, "{id}");
             assert_eq!(crate::harness::listeners(&app, &channel).await, 0, "{id}");
         }
@@ -716,12 +722,7 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
         .load(Ordering::SeqCst);
     let mut conn = app.state.infra.redis.get().await.unwrap();
     let () = redis::cmd("DEL")
-        .arg(
-            app.state
-                .infra
-                .keys
-                .recommended_proxy(item.parse().unwrap()),
-        )
+        .arg(app.state.infra.keys.recommended_proxy(local_id(&item)))
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -773,7 +774,7 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
     let stream = app.state.infra.keys.vote_stream_of(
-        remark.parse().unwrap(),
+        local_id(&remark),
         app.state.features.remarks.settings.shards,
     );
     let mut conn = app.state.infra.redis.get().await.unwrap();
@@ -813,7 +814,7 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
     let stream = app.state.infra.keys.vote_stream_of(
-        remark.parse().unwrap(),
+        local_id(&remark),
         app.state.features.remarks.settings.shards,
     );
     archive_settled(&app).await;
@@ -829,7 +830,7 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
             .arg(&stream)
             .arg("*")
             .arg("remark")
-            .arg(&remark)
+            .arg(local_id(&remark))
             .arg("voter")
             .arg(voter)
             .arg("author")
@@ -922,7 +923,7 @@ async fn an_unliked_early_liker_is_replaced_by_the_next_earliest_not_the_newest(
         .as_array()
         .unwrap()
         .iter()
-        .map(|u| u["id"].as_str().unwrap().parse().unwrap())
+        .map(|u| local_id(u["id"].as_str().unwrap()))
         .collect();
     let expected: Vec<i64> = (3_001..=3_021).filter(|v| *v != 3_003).collect();
     assert_eq!(ids, expected);

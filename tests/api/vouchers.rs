@@ -7,7 +7,7 @@ use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, TestApp};
+use crate::harness::{first_code, global_id, local_id, TestApp};
 
 const CREATE: &str = "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id title stock remaining beginsAt endsAt } }";
 const SECKILL: &str =
@@ -109,14 +109,14 @@ async fn two_thousand_attempts_by_a_thousand_users_never_oversell_stock_of_100()
     let checks = consistent(&app).await;
     let check = checks
         .iter()
-        .find(|c| c.voucher_id.to_string() == voucher)
+        .find(|c| c.voucher_id == local_id(&voucher))
         .unwrap();
     assert_eq!(
         (check.redis_stock, check.sql_stock, check.sql_live_orders),
         (0, 0, 100)
     );
     let rows = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT buyer_id) AS buyers FROM orders WHERE voucher_id = $1")
-        .bind(voucher.parse::<i64>().unwrap())
+        .bind(local_id(&voucher))
         .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap();
@@ -356,7 +356,7 @@ async fn pay_and_cancel_are_idempotent_and_only_for_the_buyer() {
     let checks = consistent(&app).await;
     let check = checks
         .iter()
-        .find(|c| c.voucher_id.to_string() == voucher.as_str())
+        .find(|c| c.voucher_id == local_id(&voucher))
         .unwrap();
     assert_eq!(
         (check.redis_stock, check.sql_stock),
@@ -399,7 +399,7 @@ async fn replaying_the_order_stream_inserts_nothing_twice() {
     let checks = consistent(&app).await;
     let check = checks
         .iter()
-        .find(|c| c.voucher_id.to_string() == voucher.as_str())
+        .find(|c| c.voucher_id == local_id(&voucher))
         .unwrap();
     assert_eq!((check.sql_stock, check.sql_live_orders), (6, 4));
     let orders: i64 = sqlx::query("SELECT COUNT(*) AS n FROM orders")
@@ -451,7 +451,7 @@ async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
     let app = busy_app().await;
     let voucher = voucher(&app, 3, 600).await;
     let order = buy(&app, &app.user_token(50), &voucher).await;
-    let missing = (order.parse::<i64>().unwrap() + 1000).to_string();
+    let missing = global_id("Order", local_id(&order) + 1000);
     let stranger = app.user_token(51);
     for mutation in [PAY, CANCEL] {
         let theirs = app
@@ -467,11 +467,11 @@ async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
             theirs["errors"][0]["message"]
                 .as_str()
                 .unwrap()
-                .replace(&order, "ID"),
+                .replace(&local_id(&order).to_string(), "ID"),
             nobodys["errors"][0]["message"]
                 .as_str()
                 .unwrap()
-                .replace(&missing, "ID"),
+                .replace(&local_id(&missing).to_string(), "ID"),
         );
     }
     // The order is untouched and still its buyer's to pay.
@@ -484,6 +484,8 @@ async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
 
 /// Where the delay queue holds an order's expiry job: `None` when nowhere pending.
 async fn pending_expiry(app: &TestApp, order: &str) -> Option<&'static str> {
+    // The expiry job's id is the order's number.
+    let order = local_id(order);
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
     let keys = &app.state.infra.keys;
     let mut conn = app.state.infra.redis.get().await.unwrap();
@@ -534,8 +536,8 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
         // forgot the cancelled job (it keeps the last 1,000 finished jobs per topic).
         forget_job(&app, &order).await;
         let late = engage::features::vouchers::NewOrder {
-            order_id: order.parse().unwrap(),
-            voucher_id: voucher.parse().unwrap(),
+            order_id: local_id(&order),
+            voucher_id: local_id(&voucher),
             created_at_ms: app.state.infra.clock.now_ms(),
             pay_by_ms: app.state.infra.clock.now_ms() + 86_400_000,
         };
@@ -550,9 +552,10 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
     }
 }
 
-/// Removes every trace of a job from the delay queue, as when it ages out of the finished
-/// jobs kept.
-async fn forget_job(app: &TestApp, id: &str) {
+/// Removes every trace of `order`'s expiry job (its job id is the order's number) from the
+/// delay queue, as when it ages out of the finished jobs kept.
+async fn forget_job(app: &TestApp, order: &str) {
+    let id = local_id(order);
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
     let keys = &app.state.infra.keys;
     let mut conn = app.state.infra.redis.get().await.unwrap();
@@ -634,10 +637,7 @@ async fn rebought(
     Vec<(&'static str, String)>,
 ) {
     let voucher = voucher(app, 5, 600).await;
-    let a: i64 = buy(app, &app.user_token(40), &voucher)
-        .await
-        .parse()
-        .unwrap();
+    let a: i64 = local_id(&buy(app, &app.user_token(40), &voucher).await);
     consistent(app).await;
     let (voucher, created, pay_by, status) = archived_order(app, a).await;
     assert_eq!(status, "UNPAID");
@@ -738,7 +738,7 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
         .state
         .features
         .jobs
-        .find(topic, &order)
+        .find(topic, &local_id(&order).to_string())
         .await
         .unwrap()
         .expect("the order's expiry job");
@@ -755,7 +755,7 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
 
 async fn sql_status(app: &TestApp, order: &str) -> String {
     sqlx::query("SELECT status FROM orders WHERE id = $1")
-        .bind(order.parse::<i64>().unwrap())
+        .bind(local_id(order))
         .fetch_one(&app.state.infra.db.pool)
         .await
         .unwrap()
@@ -785,7 +785,7 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
                 .keys
                 .jobs_delayed(engage::features::vouchers::EXPIRY_TOPIC),
         )
-        .arg(&order)
+        .arg(local_id(&order))
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -825,7 +825,8 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
             .as_str()
             .unwrap()
             .to_string();
-        orders.push(order);
+        // The expiry job's id is the order's number.
+        orders.push(local_id(&order).to_string());
     }
     consistent(&app).await;
     let rows: Vec<String> = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1")

@@ -11,7 +11,7 @@ use tokio_tungstenite::{
 };
 
 use crate::{
-    harness::TestApp,
+    harness::{global_id, TestApp},
     via::{next, write as send},
 };
 
@@ -59,7 +59,10 @@ async fn graphql_transport_ws_accepts_a_token_in_connection_init() {
     )
     .await;
     let message = next(&mut socket).await.unwrap();
-    assert_eq!(message["payload"]["data"]["viewer"]["id"], "9");
+    assert_eq!(
+        message["payload"]["data"]["viewer"]["id"],
+        global_id("User", 9)
+    );
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use engage::infra::auth::{Role, Tokens};
 use serde_json::{json, Value};
 
 use crate::{
-    harness::{Socket, TestApp},
+    harness::{global_id, Socket, TestApp},
     via::{self, Via},
 };
 
@@ -287,7 +287,11 @@ async fn connection_init_takes_the_token_at_the_top_or_in_headers() {
                 answer["type"], "connection_ack",
                 "{via:?} {payload}: {answer}"
             );
-            assert_eq!(viewer_on(&mut socket, via).await, "9", "{via:?} {payload}");
+            assert_eq!(
+                viewer_on(&mut socket, via).await,
+                global_id("User", 9),
+                "{via:?} {payload}"
+            );
         }
     }
 }

@@ -18,6 +18,7 @@ use serde_json::json;
 
 use super::{admission, client_ip, HttpState};
 use crate::{
+    api::schema::id::RemarkId,
     features::remarks::likes::{self, Vote},
     infra::error::{AppError, AppResult},
 };
@@ -36,7 +37,7 @@ pub async fn like(
 ) -> Response {
     match vote(&http, peer, &headers, &body).await {
         Ok(outcome) => Json(json!({
-            "remarkId": outcome.remark_id.to_string(),
+            "remarkId": RemarkId::new(outcome.remark_id).encode(),
             "likeCount": outcome.like_count,
             "liked": outcome.liked,
             "changed": outcome.changed,
@@ -65,7 +66,10 @@ async fn vote(
     let viewer = caller
         .viewer
         .ok_or_else(|| AppError::unauthenticated("sign in first"))?;
-    let remark_id = crate::infra::ids::parse(&body.remark_id, "remarkId")?;
+    // Read as `likeRemark` reads it: the remark's global id, or the bare number.
+    let remark_id = RemarkId::read(&body.remark_id)
+        .map_err(|message| AppError::bad_input(format!("remarkId: {message}")))?
+        .0;
     gateway
         .remarks
         .vote(viewer.user_id, remark_id, Vote::Like)

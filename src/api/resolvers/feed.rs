@@ -3,7 +3,7 @@
 use async_graphql::{Context, Object};
 
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::UserId,
     api::schema::{
         connection::{Connection, Edge},
         feed::FollowPayload,
@@ -81,7 +81,7 @@ impl FeedMutation {
         guard = "RoleGuard::signed_in()",
         deprecation = "Use `followUser`, which answers both users with their new counts."
     )]
-    async fn follow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
+    async fn follow(&self, ctx: &Context<'_>, user_id: UserId) -> AppResult<bool> {
         Ok(change_follow(ctx, user_id, Follow::Start).await?.changed)
     }
 
@@ -90,19 +90,19 @@ impl FeedMutation {
         guard = "RoleGuard::signed_in()",
         deprecation = "Use `unfollowUser`, which answers both users with their new counts."
     )]
-    async fn unfollow(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<bool> {
+    async fn unfollow(&self, ctx: &Context<'_>, user_id: UserId) -> AppResult<bool> {
         Ok(change_follow(ctx, user_id, Follow::Stop).await?.changed)
     }
 
     /// Follows a user: `changed` false when already following.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn follow_user(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<FollowPayload> {
+    async fn follow_user(&self, ctx: &Context<'_>, user_id: UserId) -> AppResult<FollowPayload> {
         change_follow(ctx, user_id, Follow::Start).await
     }
 
     /// Stops following a user: `changed` false when not following.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn unfollow_user(&self, ctx: &Context<'_>, user_id: Id64) -> AppResult<FollowPayload> {
+    async fn unfollow_user(&self, ctx: &Context<'_>, user_id: UserId) -> AppResult<FollowPayload> {
         change_follow(ctx, user_id, Follow::Stop).await
     }
 }
@@ -115,7 +115,7 @@ enum Follow {
 /// The one path of `follow`, `unfollow` and their successors.
 async fn change_follow(
     ctx: &Context<'_>,
-    user_id: Id64,
+    user_id: UserId,
     change: Follow,
 ) -> AppResult<FollowPayload> {
     let viewer = auth::require_viewer(ctx)?;

@@ -3,7 +3,7 @@
 use async_graphql::{Context, Object};
 
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::ItemId,
     api::schema::{
         items::{CreateItemInput, Item},
         ContextExt,
@@ -20,7 +20,7 @@ pub struct ItemQuery;
 
 #[Object]
 impl ItemQuery {
-    async fn item(&self, ctx: &Context<'_>, id: Id64) -> AppResult<Option<Item>> {
+    async fn item(&self, ctx: &Context<'_>, id: ItemId) -> AppResult<Option<Item>> {
         let id = id.0;
         Ok(ctx.feature::<Items>().find(id).await?.map(Item))
     }

@@ -8,7 +8,7 @@ use async_graphql::{Context, Object, ID};
 use crate::{
     api::schema::{
         connection::Connection,
-        jobs::{CancelJobPayload, Job, ScheduleJobInput},
+        jobs::{readers, CancelJobPayload, Job, ScheduleJobInput},
         page::{PageArgs, PAGE},
         ContextExt,
     },
@@ -24,17 +24,15 @@ pub struct JobQuery;
 
 #[Object]
 impl JobQuery {
-    /// A job wherever it is (dead jobs included); null when unknown.
-    #[graphql(guard = "RoleGuard::admin()")]
+    /// A job wherever it is (dead jobs included); null when unknown. `id` is the job's
+    /// `jobId` (a `Job.id` is not taken here: it could be a job id too).
+    #[graphql(guard = "readers()")]
     async fn job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Option<Job>> {
         Ok(ctx.feature::<Jobs>().find(&topic, &id).await?.map(Job))
     }
 
     /// A topic's jobs in one state, in queue order (dead jobs: newest first).
-    #[graphql(
-        guard = "RoleGuard::admin()",
-        complexity = "PAGE.cost(first, child_complexity)"
-    )]
+    #[graphql(guard = "readers()", complexity = "PAGE.cost(first, child_complexity)")]
     async fn jobs(
         &self,
         ctx: &Context<'_>,
@@ -90,8 +88,9 @@ impl JobMutation {
         Ok(Job(ctx.feature::<Jobs>().schedule(job).await?))
     }
 
-    /// Cancels a pending job wherever it is; false when there is none by that id. A job
-    /// cancelled while running does not run again, and its completion changes nothing.
+    /// Cancels a pending job wherever it is; false when there is none by that id (the
+    /// job's `jobId`). A job cancelled while running does not run again, and its completion
+    /// changes nothing.
     #[graphql(
         guard = "RoleGuard::admin()",
         deprecation = "Use `cancelPendingJob`, which answers the job as it is after the call."
@@ -102,7 +101,7 @@ impl JobMutation {
 
     /// Cancels a pending job wherever it is, as `cancelJob` did, and answers the job as it
     /// is after the call: `cancelled` false and the job as it was when it is not pending
-    /// (done, dead, already cancelled), `job` null when there is no job by that id.
+    /// (done, dead, already cancelled), `job` null when there is no job by that id (`id` is its `jobId`).
     #[graphql(guard = "RoleGuard::admin()")]
     async fn cancel_pending_job(
         &self,
@@ -117,7 +116,7 @@ impl JobMutation {
         })
     }
 
-    /// Puts a dead job back in the queue, due now.
+    /// Puts a dead job back in the queue, due now; `id` is its `jobId`.
     #[graphql(guard = "RoleGuard::admin()")]
     async fn requeue_dead_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Job> {
         Ok(Job(ctx.feature::<Jobs>().requeue_dead(&topic, &id).await?))

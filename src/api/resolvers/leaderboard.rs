@@ -1,12 +1,13 @@
 //! `seasons`, `leaderboard`, `leaderboardAroundMe`, `leaderboardChanged`, `myRankChanged`.
 
-use async_graphql::{Context, Object, Subscription, ID};
+use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::{
     api::{
         http::ws::SubscriptionSlot,
         schema::{
+            id::SeasonId,
             leaderboard::{
                 entries, with_users, Leaderboard, LeaderboardSnapshot, RankEntry, Season,
             },
@@ -43,14 +44,14 @@ impl LeaderboardQuery {
     async fn leaderboard(
         &self,
         ctx: &Context<'_>,
-        season_id: Option<ID>,
+        season_id: Option<SeasonId>,
         #[graphql(default_with = "PAGE.default_first()")] first: Option<i32>,
         #[graphql(default = 0)] offset: Option<i32>,
     ) -> AppResult<Leaderboard> {
         let first = PAGE.first(first)?;
         let offset = offset.unwrap_or(0);
         let boards = ctx.feature::<Leaderboards>();
-        let season = boards.parse_season(season_id.as_ref().map(|id| id.as_str()))?;
+        let season = boards.season_or_current(season_id.map(|id| id.0))?;
         if !(0..=1_000_000_000).contains(&offset) {
             return Err(AppError::bad_input(format!(
                 "offset must be between 0 and 1000000000, got {offset}"
@@ -86,7 +87,7 @@ impl LeaderboardQuery {
     async fn leaderboard_around_me(
         &self,
         ctx: &Context<'_>,
-        season_id: Option<ID>,
+        season_id: Option<SeasonId>,
         #[graphql(default = 5)] radius: Option<i32>,
     ) -> AppResult<Vec<RankEntry>> {
         let radius = radius.unwrap_or(5);
@@ -97,7 +98,7 @@ impl LeaderboardQuery {
             )));
         }
         let boards = ctx.feature::<Leaderboards>();
-        let season = boards.parse_season(season_id.as_ref().map(|id| id.as_str()))?;
+        let season = boards.season_or_current(season_id.map(|id| id.0))?;
         let around = boards
             .around(season, viewer.user_id, radius as usize)
             .await?;
@@ -127,13 +128,13 @@ impl LeaderboardSubscription {
     async fn leaderboard_changed(
         &self,
         ctx: &Context<'_>,
-        season_id: Option<ID>,
+        season_id: Option<SeasonId>,
         #[graphql(default_with = "TOP.default_first()")] top: Option<i32>,
     ) -> Result<impl Stream<Item = LeaderboardSnapshot>, AppError> {
         let top = TOP.first(top)?;
         let boards = ctx.feature::<Leaderboards>().clone();
         let season = season_id
-            .map(|id| boards.parse_season(Some(id.as_str())))
+            .map(|id| boards.season_or_current(Some(id.0)))
             .transpose()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
         let snapshots = boards.board_changes(season, top).await?;

@@ -6,6 +6,7 @@ pub mod items;
 pub mod jobs;
 pub mod leaderboard;
 pub mod nearby;
+pub mod node;
 pub mod points;
 pub mod remarks;
 pub mod signin;

@@ -3,7 +3,7 @@
 use async_graphql::{Context, Object};
 
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::UserId,
     api::schema::{
         connection::Connection,
         page::{list_cost, PageArgs, PAGE},
@@ -79,7 +79,7 @@ impl PointsMutation {
     async fn award_points(
         &self,
         ctx: &Context<'_>,
-        user_id: Id64,
+        user_id: UserId,
         #[graphql(name = "type")] kind: PointsType,
         points: i32,
         idempotency_key: String,

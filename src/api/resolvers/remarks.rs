@@ -5,7 +5,7 @@ use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::{ItemId, RemarkId},
     api::{
         http::ws::{DirectOutlet, SubscriptionSlot},
         schema::{
@@ -36,7 +36,7 @@ impl RemarkQuery {
     async fn remarks(
         &self,
         ctx: &Context<'_>,
-        item_id: Id64,
+        item_id: ItemId,
         first: Option<i32>,
         after: Option<String>,
         last: Option<i32>,
@@ -58,7 +58,7 @@ impl RemarkQuery {
     async fn recommended_remarks(
         &self,
         ctx: &Context<'_>,
-        item_id: Id64,
+        item_id: ItemId,
         #[graphql(default_with = "RECOMMENDED.default_first()")] first: Option<i32>,
     ) -> AppResult<Vec<Remark>> {
         let first = RECOMMENDED.first(first)?;
@@ -101,17 +101,17 @@ impl RemarkMutation {
     }
 
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn like_remark(&self, ctx: &Context<'_>, remark_id: Id64) -> AppResult<LikeResult> {
+    async fn like_remark(&self, ctx: &Context<'_>, remark_id: RemarkId) -> AppResult<LikeResult> {
         vote(ctx, remark_id, Vote::Like).await
     }
 
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn unlike_remark(&self, ctx: &Context<'_>, remark_id: Id64) -> AppResult<LikeResult> {
+    async fn unlike_remark(&self, ctx: &Context<'_>, remark_id: RemarkId) -> AppResult<LikeResult> {
         vote(ctx, remark_id, Vote::Unlike).await
     }
 }
 
-async fn vote(ctx: &Context<'_>, remark_id: Id64, vote: Vote) -> AppResult<LikeResult> {
+async fn vote(ctx: &Context<'_>, remark_id: RemarkId, vote: Vote) -> AppResult<LikeResult> {
     let viewer = auth::require_viewer(ctx)?;
     let remark_id = remark_id.0;
     Ok(ctx
@@ -131,7 +131,7 @@ impl RemarkSubscription {
     async fn like_count_changed(
         &self,
         ctx: &Context<'_>,
-        remark_ids: Vec<Id64>,
+        remark_ids: Vec<RemarkId>,
     ) -> Result<impl Stream<Item = LikeCount>, AppError> {
         let ids = remark_ids
             .iter()

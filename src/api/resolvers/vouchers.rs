@@ -5,7 +5,7 @@ use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::{ItemId, OrderId, VoucherId},
     api::{
         http::ws::SubscriptionSlot,
         schema::{
@@ -30,14 +30,14 @@ pub struct VoucherQuery;
 
 #[Object]
 impl VoucherQuery {
-    async fn voucher(&self, ctx: &Context<'_>, id: Id64) -> AppResult<Option<Voucher>> {
+    async fn voucher(&self, ctx: &Context<'_>, id: VoucherId) -> AppResult<Option<Voucher>> {
         let id = id.0;
         Ok(ctx.feature::<Vouchers>().find(id).await?.map(Voucher))
     }
 
     /// An item's vouchers, newest first (at most 100).
     #[graphql(complexity = "list_cost(VOUCHERS_PER_ITEM, child_complexity)")]
-    async fn vouchers(&self, ctx: &Context<'_>, item_id: Id64) -> AppResult<Vec<Voucher>> {
+    async fn vouchers(&self, ctx: &Context<'_>, item_id: ItemId) -> AppResult<Vec<Voucher>> {
         let item_id = item_id.0;
         Ok(ctx
             .feature::<Vouchers>()
@@ -102,7 +102,7 @@ impl VoucherMutation {
 
     /// One attempt to buy: an UNPAID order, or NOT_STARTED, ENDED, ALREADY_ORDERED, SOLD_OUT.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn seckill_voucher(&self, ctx: &Context<'_>, voucher_id: Id64) -> AppResult<Order> {
+    async fn seckill_voucher(&self, ctx: &Context<'_>, voucher_id: VoucherId) -> AppResult<Order> {
         let viewer = auth::require_viewer(ctx)?;
         let voucher_id = voucher_id.0;
         let order = ctx
@@ -122,18 +122,18 @@ impl VoucherMutation {
     /// Pays (simulated) the viewer's unpaid order before its pay-by time; after it,
     /// PAY_WINDOW_OVER (the order is expired).
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn pay_order(&self, ctx: &Context<'_>, order_id: Id64) -> AppResult<Order> {
+    async fn pay_order(&self, ctx: &Context<'_>, order_id: OrderId) -> AppResult<Order> {
         act(ctx, order_id, OrderStatus::Paid).await
     }
 
     /// Cancels the viewer's unpaid order; the stock returns and the viewer may buy again.
     #[graphql(guard = "RoleGuard::signed_in()")]
-    async fn cancel_order(&self, ctx: &Context<'_>, order_id: Id64) -> AppResult<Order> {
+    async fn cancel_order(&self, ctx: &Context<'_>, order_id: OrderId) -> AppResult<Order> {
         act(ctx, order_id, OrderStatus::Cancelled).await
     }
 }
 
-async fn act(ctx: &Context<'_>, order_id: Id64, outcome: OrderStatus) -> AppResult<Order> {
+async fn act(ctx: &Context<'_>, order_id: OrderId, outcome: OrderStatus) -> AppResult<Order> {
     let viewer = auth::require_viewer(ctx)?;
     let order_id = order_id.0;
     Ok(Order(
@@ -152,7 +152,7 @@ impl VoucherSubscription {
     async fn voucher_stock_changed(
         &self,
         ctx: &Context<'_>,
-        voucher_id: Id64,
+        voucher_id: VoucherId,
     ) -> Result<impl Stream<Item = VoucherStock>, AppError> {
         let voucher_id = voucher_id.0;
         let vouchers = ctx.feature::<Vouchers>();
@@ -164,7 +164,7 @@ impl VoucherSubscription {
         Ok(changes.map(move |(id, remaining)| {
             let _held = &slot;
             VoucherStock {
-                voucher_id: Id64(id),
+                voucher_id: VoucherId::new(id),
                 remaining,
             }
         }))

@@ -3,7 +3,7 @@
 use async_graphql::{InputObject, Object};
 
 use crate::{
-    api::schema::{id::Id64, scalars::DateTime},
+    api::schema::{id::ItemId, scalars::DateTime},
     features::items::ItemRecord,
 };
 
@@ -11,8 +11,8 @@ pub struct Item(pub ItemRecord);
 
 #[Object]
 impl Item {
-    async fn id(&self) -> Id64 {
-        Id64(self.0.id)
+    pub async fn id(&self) -> ItemId {
+        ItemId::new(self.0.id)
     }
 
     async fn name(&self) -> &str {

@@ -3,22 +3,41 @@
 use async_graphql::{InputObject, Object, SimpleObject, ID};
 
 use super::{
+    id::{kind::JobKey, JobNodeId},
     page::text_cost,
     scalars::{DateTime, Json},
 };
 use crate::{
     features::jobs::{self, JobStatus, JobView},
-    infra::error::{AppError, AppResult},
+    infra::{
+        auth::RoleGuard,
+        error::{AppError, AppResult},
+    },
 };
 
 /// A job's body may be as long as a job may carry.
 const BODY_COST: usize = text_cost(jobs::MAX_BODY_BYTES);
 
+/// Who may read jobs: `job`, `jobs`, and `node` given a job's id.
+pub fn readers() -> RoleGuard {
+    RoleGuard::admin()
+}
+
 pub struct Job(pub JobView);
 
 #[Object]
 impl Job {
-    async fn id(&self) -> ID {
+    /// The global id (of the topic and the job id together).
+    pub async fn id(&self) -> JobNodeId {
+        JobNodeId::new(JobKey {
+            topic: self.0.topic.clone(),
+            id: self.0.id.clone(),
+        })
+    }
+
+    /// The id given at scheduling, unique among the topic's pending jobs: what `job`,
+    /// `cancelJob` and `requeueDeadJob` take with the topic.
+    async fn job_id(&self) -> ID {
         ID(self.0.id.clone())
     }
 

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use async_graphql::{Context, Object, SimpleObject, ID};
+use async_graphql::{Context, Object, SimpleObject};
 
 use super::{
+    id::SeasonId,
     page::list_cost,
     scalars::DateTime,
     users::{load_user, User},
@@ -87,9 +88,8 @@ pub struct Season(pub SeasonInfo);
 
 #[Object]
 impl Season {
-    /// `YYYYMM`.
-    async fn id(&self) -> ID {
-        ID(self.0.month.id().to_string())
+    pub async fn id(&self) -> SeasonId {
+        SeasonId::new(self.0.month)
     }
 
     /// e.g. "November 2026".

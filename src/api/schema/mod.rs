@@ -11,6 +11,7 @@ pub mod items;
 pub mod jobs;
 pub mod leaderboard;
 pub mod nearby;
+pub mod node;
 pub mod page;
 pub mod points;
 pub mod remarks;
@@ -34,7 +35,9 @@ use crate::{
 /// (`api::http::graphql`). A root field added here must stay so, whatever it later grows:
 /// nothing in it may read the viewer beyond what an anonymous one sees, nor anything
 /// private (jobs, orders, points). `viewer` is left out: null for everyone anonymous, and
-/// not worth a cache entry.
+/// not worth a cache entry. `node` and `nodes` are left out too: given the right id they
+/// answer an order (to its buyer) or a job (to an admin), private data this list keeps out,
+/// even though an anonymous viewer is answered neither.
 pub const PUBLIC_READS: &[&str] = &[
     "__typename",
     "item",
@@ -62,6 +65,7 @@ pub struct QueryRoot(
     resolvers::feed::FeedQuery,
     resolvers::nearby::NearbyQuery,
     resolvers::system::SystemQuery,
+    resolvers::node::NodeQuery,
 );
 
 #[derive(MergedObject, Default)]

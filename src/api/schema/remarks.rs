@@ -13,7 +13,7 @@ use super::{
 use crate::{
     api::{
         http::ws::{Fields, Template},
-        schema::id::Id64,
+        schema::id::{ItemId, RemarkId},
     },
     features::{
         remarks::{
@@ -50,12 +50,12 @@ impl From<RemarkRecord> for Remark {
 
 #[Object]
 impl Remark {
-    async fn id(&self) -> Id64 {
-        Id64(self.record.id)
+    pub async fn id(&self) -> RemarkId {
+        RemarkId::new(self.record.id)
     }
 
-    async fn item_id(&self) -> Id64 {
-        Id64(self.record.item_id)
+    async fn item_id(&self) -> ItemId {
+        ItemId::new(self.record.item_id)
     }
 
     async fn author(&self, ctx: &Context<'_>) -> AppResult<User> {
@@ -180,7 +180,7 @@ const LIKERS: Limit = Limit::new(5, likes::LIKERS_KEPT as i32);
 
 #[derive(InputObject)]
 pub struct CreateRemarkInput {
-    pub item_id: Id64,
+    pub item_id: ItemId,
     /// 1 to 5.
     pub score: i32,
     /// 1 to 2000 characters.
@@ -195,7 +195,7 @@ pub struct CreateRemarkInput {
 #[graphql(complex)]
 pub struct LikeResult {
     #[graphql(deprecation = "Use `remark { id }`.")]
-    pub remark_id: Id64,
+    pub remark_id: RemarkId,
     #[graphql(deprecation = "Use `remark { likeCount }`.")]
     pub like_count: i64,
     /// Whether the viewer likes the remark now.
@@ -208,7 +208,7 @@ pub struct LikeResult {
 impl From<VoteOutcome> for LikeResult {
     fn from(outcome: VoteOutcome) -> Self {
         Self {
-            remark_id: Id64(outcome.remark_id),
+            remark_id: RemarkId::new(outcome.remark_id),
             like_count: outcome.like_count,
             liked: outcome.liked,
             changed: outcome.changed,
@@ -241,7 +241,7 @@ impl LikeResult {
 
 #[derive(SimpleObject)]
 pub struct LikeCount {
-    pub remark_id: Id64,
+    pub remark_id: RemarkId,
     pub like_count: i64,
 }
 
@@ -265,12 +265,12 @@ impl LikeCount {
 }
 
 /// A change of remark `id`'s count to `value`, as async-graphql would have written each
-/// field (an `ID` is a string).
+/// field (an `ID` is a string, and a remark's is its global id).
 impl Fields for LikeCountField {
     fn write(self, id: i64, value: i64, out: &mut String) {
         use std::fmt::Write;
         let _ = match self {
-            LikeCountField::RemarkId => write!(out, "\"{id}\""),
+            LikeCountField::RemarkId => write!(out, "\"{}\"", RemarkId::new(id).encode()),
             LikeCountField::LikeCount => write!(out, "{value}"),
         };
     }
@@ -279,7 +279,7 @@ impl Fields for LikeCountField {
 impl From<CountChange> for LikeCount {
     fn from(change: CountChange) -> Self {
         Self {
-            remark_id: Id64(change.remark_id),
+            remark_id: RemarkId::new(change.remark_id),
             like_count: change.like_count,
         }
     }

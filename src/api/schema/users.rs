@@ -4,7 +4,7 @@ use async_graphql::{dataloader::DataLoader, Context, Object};
 
 use super::ContextExt;
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::UserId,
     features::{
         feed::Feed,
         users::{UserLoader, UserRecord},
@@ -17,8 +17,8 @@ pub struct User(pub UserRecord);
 
 #[Object]
 impl User {
-    async fn id(&self) -> Id64 {
-        Id64(self.0.id)
+    pub async fn id(&self) -> UserId {
+        UserId::new(self.0.id)
     }
 
     async fn name(&self) -> &str {

@@ -9,7 +9,7 @@ use async_graphql::{
 
 use super::{items::Item, scalars::DateTime, ContextExt};
 use crate::{
-    api::schema::id::Id64,
+    api::schema::id::{ItemId, OrderId, VoucherId},
     features::{
         items::Items,
         vouchers::{
@@ -24,8 +24,8 @@ pub struct Voucher(pub VoucherRecord);
 
 #[Object]
 impl Voucher {
-    async fn id(&self) -> Id64 {
-        Id64(self.0.id)
+    pub async fn id(&self) -> VoucherId {
+        VoucherId::new(self.0.id)
     }
 
     async fn item(&self, ctx: &Context<'_>) -> AppResult<Item> {
@@ -84,8 +84,8 @@ pub struct Order(pub OrderRecord);
 
 #[Object]
 impl Order {
-    async fn id(&self) -> Id64 {
-        Id64(self.0.id)
+    pub async fn id(&self) -> OrderId {
+        OrderId::new(self.0.id)
     }
 
     async fn voucher(&self, ctx: &Context<'_>) -> AppResult<Voucher> {
@@ -112,7 +112,7 @@ impl Order {
 
 #[derive(InputObject)]
 pub struct CreateVoucherInput {
-    pub item_id: Id64,
+    pub item_id: ItemId,
     /// 1 to 100 characters.
     pub title: String,
     /// 1 to 1,000,000.
@@ -127,6 +127,6 @@ pub struct CreateVoucherInput {
 
 #[derive(SimpleObject)]
 pub struct VoucherStock {
-    pub voucher_id: Id64,
+    pub voucher_id: VoucherId,
     pub remaining: i64,
 }

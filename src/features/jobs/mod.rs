@@ -209,6 +209,12 @@ fn is_job_id(id: &str) -> bool {
     is_name(id, MAX_ID_BYTES)
 }
 
+/// Whether a topic and an id could name a job: a global id holding other strings names
+/// none, where `find` would refuse the topic.
+pub fn could_name_a_job(topic: &str, id: &str) -> bool {
+    check_topic(topic).is_ok() && is_job_id(id)
+}
+
 fn check_topic(topic: &str) -> AppResult<()> {
     check_name("topic", topic, 64)
 }

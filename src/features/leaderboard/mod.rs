@@ -95,18 +95,25 @@ impl Leaderboards {
         }
     }
 
-    /// A season id argument (`YYYYMM`), or the current season.
-    pub fn parse_season(&self, id: Option<&str>) -> AppResult<Month> {
-        match id {
+    /// A season argument, a month up to now, or the current season.
+    pub fn season_or_current(&self, month: Option<Month>) -> AppResult<Month> {
+        match month {
             None => Ok(self.infra.clock.current_month()),
-            Some(id) => Month::parse_id(id.trim())
-                .filter(|m| *m <= self.infra.clock.current_month())
+            Some(month) => self
+                .season(month)
+                .map(|season| season.month)
                 .ok_or_else(|| {
                     AppError::bad_input(format!(
-                        "seasonId must be a YYYYMM month up to now, got {id:?}"
+                        "seasonId must be a season up to now, got {}",
+                        month.id()
                     ))
                 }),
         }
+    }
+
+    /// A season that has begun: every month up to now has a board, empty or not.
+    pub fn season(&self, month: Month) -> Option<SeasonInfo> {
+        (month <= self.infra.clock.current_month()).then(|| self.season_info(month))
     }
 
     /// The current season, the previous one, and every season archived, newest first.

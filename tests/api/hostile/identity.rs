@@ -32,7 +32,7 @@ use sqlx::Row;
 
 use crate::{
     faults,
-    harness::{base_config, eventually, first_code, TestApp},
+    harness::{base_config, eventually, first_code, global_id, local_id, TestApp},
     oidc::{Provider, ProviderKey, ISSUER},
 };
 
@@ -60,7 +60,7 @@ async fn a_name_with_control_characters_is_cleaned_and_its_user_served() {
     let app = TestApp::spawn().await;
     let token = named_token(&app, 501, "Mal\u{0}lory\u{1b}[31m\r\n");
     let data = app.data(Some(&token), VIEWER, json!({})).await;
-    assert_eq!(data["viewer"]["id"], "501");
+    assert_eq!(data["viewer"]["id"], global_id("User", 501));
     assert_eq!(data["viewer"]["name"], "Mallory[31m");
     // Nothing left of a name but control characters: the placeholder.
     let token = named_token(&app, 502, "\u{0}\u{7}");
@@ -177,11 +177,14 @@ async fn a_numeric_subject_names_an_engage_id_only_from_a_listed_issuer() {
         }
         key.sign(&claims)
     };
+    // The number of the user a token names.
     let id_for = async |token: String| {
-        app.data(Some(&token), VIEWER, json!({})).await["viewer"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        local_id(
+            app.data(Some(&token), VIEWER, json!({})).await["viewer"]["id"]
+                .as_str()
+                .unwrap(),
+        )
+        .to_string()
     };
     assert_eq!(id_for(viewer_of(Some(ISSUER))).await, "7");
     assert_eq!(id_for(viewer_of(Some("https://other.test/"))).await, "7");
@@ -214,7 +217,7 @@ async fn a_numeric_subject_names_an_engage_id_only_from_a_listed_issuer() {
     // engage's own HS256 tokens still do.
     let app = TestApp::spawn().await;
     let data = app.data(Some(&app.user_token(7)), VIEWER, json!({})).await;
-    assert_eq!(data["viewer"]["id"], "7");
+    assert_eq!(data["viewer"]["id"], global_id("User", 7));
 }
 
 /// A key set that never ends, sent without `Content-Length` (chunked), counting the bytes

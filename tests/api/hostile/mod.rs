@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{
-    harness::TestApp,
+    harness::{global_id, TestApp},
     hostile_documents::{fragment_bombs, nesting_bombs},
     via::{self, code, Via},
 };
@@ -501,7 +501,11 @@ async fn tokens_not_valid_yet_or_living_too_long_are_refused() {
             assert_eq!(code(&answer), "UNAUTHENTICATED", "{via:?}: {answer}");
         }
         let answer = via::send(&app, via, Some(&fine), "{ viewer { id } }", json!({})).await;
-        assert_eq!(answer["data"]["viewer"]["id"], "7", "{via:?}: {answer}");
+        assert_eq!(
+            answer["data"]["viewer"]["id"],
+            global_id("User", 7),
+            "{via:?}: {answer}"
+        );
     }
     for via in [Via::TransportWs, Via::LegacyWs] {
         for token in [&not_yet, &too_long] {
@@ -515,7 +519,11 @@ async fn tokens_not_valid_yet_or_living_too_long_are_refused() {
             );
         }
         let answer = via::send(&app, via, Some(&fine), "{ viewer { id } }", json!({})).await;
-        assert_eq!(answer["data"]["viewer"]["id"], "7", "{via:?}: {answer}");
+        assert_eq!(
+            answer["data"]["viewer"]["id"],
+            global_id("User", 7),
+            "{via:?}: {answer}"
+        );
     }
 }
 

@@ -17,7 +17,11 @@ use engage::{features::feed::changes::FollowChange, infra::outbox};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::{faults, harness::TestApp, plug::Plug};
+use crate::{
+    faults,
+    harness::{local_id, TestApp},
+    plug::Plug,
+};
 
 const FOLLOW: &str = "mutation($u: ID!) { follow(userId: $u) }";
 const UNFOLLOW: &str = "mutation($u: ID!) { unfollow(userId: $u) }";
@@ -267,13 +271,13 @@ async fn a_voucher_created_while_redis_refused_its_stock_exists_once_and_sells_o
     let answer = app
         .gql(Some(&admin), CREATE_VOUCHER, json!({ "input": input }))
         .await;
-    let id: i64 = answer["data"]["createVoucher"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("acknowledged: {answer}"))
-        .parse()
-        .unwrap();
+    let id: i64 = local_id(
+        answer["data"]["createVoucher"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("acknowledged: {answer}")),
+    );
     let of_item = "SELECT COUNT(*) AS n FROM vouchers WHERE item_id = $1";
-    let item_id: i64 = item.parse().unwrap();
+    let item_id: i64 = local_id(&item);
     assert_eq!(count(&app, of_item, Some(item_id)).await, 1);
     let pending = "SELECT COUNT(*) AS n FROM voucher_preloads";
     assert_eq!(count(&app, pending, None).await, 1, "kept for later");
