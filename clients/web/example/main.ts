@@ -1,7 +1,7 @@
 // An example app on the kit: an item's remarks with live like counts, a like button and a
-// refresh of one remark, the
-// viewer's sign-in calendar with a sign-in button, and the live leaderboard. Plain DOM, so
-// that what the kit does is all there is to read.
+// refresh of one remark, the viewer's sign-in calendar with a sign-in button, and the live
+// leaderboard with the viewer's own rank. Plain DOM, so that what the kit does is all there
+// is to read.
 //
 // URL parameters: `api` (default http://127.0.0.1:8000), `item` (an item id), `token` (a
 // bearer token; else the one saved under `engage.token` in localStorage), `pageSize`
