@@ -1,6 +1,7 @@
-// An example app on the kit: an item's remarks with live like counts and a like button, the
-// viewer's sign-in calendar with a sign-in button, and the live leaderboard. Plain DOM, so
-// that what the kit does is all there is to read.
+// An example app on the kit: an item's remarks with live like counts, a like button and a
+// refresh of one remark, the viewer's sign-in calendar with a sign-in button, and the live
+// leaderboard with the viewer's own rank. Plain DOM, so that what the kit does is all there
+// is to read.
 //
 // URL parameters: `api` (default http://127.0.0.1:8000), `item` (an item id), `token` (a
 // bearer token; else the one saved under `engage.token` in localStorage), `pageSize`
@@ -12,6 +13,8 @@ import {
   followLikeCounts,
   ItemRemarksDocument,
   LeaderboardChangedDocument,
+  MyRankChangedDocument,
+  refreshRemark,
   setLiked,
   SignCalendarDocument,
   signIn,
@@ -77,9 +80,13 @@ function remarkRow(remark: RemarkCardFragment) {
       (button as HTMLButtonElement).disabled = false;
     }
   });
+  // The live counts carry no `likedByMe`: a like from another device shows on a refresh.
+  const refresh = element('button', { class: 'refresh', title: 'Refresh this remark' }, '↻');
+  refresh.addEventListener('click', () => refreshRemark(apollo, remark.id).catch(showError));
   return element('li', { class: 'remark', 'data-remark-id': remark.id },
     element('span', { class: 'author' }, `${remark.author.name} ${'★'.repeat(remark.score)}`),
-    element('span', { class: 'likes' }, element('span', { class: 'count' }, String(remark.likeCount)), button),
+    element('span', { class: 'likes' },
+      element('span', { class: 'count' }, String(remark.likeCount)), button, refresh),
     element('span', { class: 'content' }, remark.content));
 }
 
@@ -120,8 +127,9 @@ function renderCalendar(calendar: CalendarMonthFragment) {
       'data-day': String(index + 1),
       'data-signed': String(signed),
     }, String(index + 1))));
-  $('streak').textContent = `streak ${calendar.streak}, ${calendar.makeUpsLeft} make-ups left`;
-  $<HTMLButtonElement>('sign-in').disabled = calendar.signedToday;
+  // `today` is null for a past month only; this is the current one.
+  $('streak').textContent = `streak ${calendar.today?.streak ?? 0}, ${calendar.makeUpsLeft} make-ups left`;
+  $<HTMLButtonElement>('sign-in').disabled = calendar.today?.signed ?? true;
 }
 
 if (token) {
@@ -134,7 +142,8 @@ if (token) {
 }
 $('sign-in').addEventListener('click', () => signIn(apollo).catch(showError));
 
-// The live leaderboard.
+// The live leaderboard: each snapshot rendered as it comes (its entries are its own, kept
+// with it in the cache), and the viewer's own entry, which may be off the board shown.
 function boardRow(entry: BoardEntryFragment) {
   return element('li', { class: entry.user.id === viewerId ? 'me' : '', 'data-user-id': entry.user.id },
     element('span', {}, `${entry.rank}. ${entry.user.name}`),
@@ -148,3 +157,13 @@ apollo.subscribe({ query: LeaderboardChangedDocument, variables: { top: 10 } }).
   $('season').textContent = snapshot.season.name;
   $('board').replaceChildren(...snapshot.entries.map(boardRow));
 });
+
+if (token) {
+  apollo.subscribe({ query: MyRankChangedDocument }).subscribe(({ data, error }) => {
+    if (error) return showError(error);
+    const entry = data?.myRankChanged;
+    if (!entry) return;
+    $('me').dataset.rank = String(entry.rank);
+    $('me').textContent = `You: rank ${entry.rank}, ${entry.points} points`;
+  });
+}

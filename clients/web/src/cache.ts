@@ -6,9 +6,11 @@ import generated from './gql/possible-types';
 
 export function createEngageCache(): InMemoryCache {
   return new InMemoryCache({
-    // Which types implement which interfaces (`Node` once every object has a global id),
+    // Which types implement which interfaces (`Node`: every object with a global id),
     // generated from the schema: fragments on an interface match only with this.
     possibleTypes: generated.possibleTypes,
+    // Every other object is kept by its `id`, Apollo's default: a global id, unique
+    // across types.
     typePolicies: {
       Query: {
         fields: {
@@ -24,14 +26,11 @@ export function createEngageCache(): InMemoryCache {
       // One calendar per month: `signCalendar` (this month) and `signCalendar(month:)` and
       // the calendar a sign-in answers are the same object.
       SignCalendar: { keyFields: ['month'] },
-      // One entry per user, so that the live board, `leaderboard.me` and
-      // `leaderboardAroundMe` show the same rank and points. An entry carries no season:
-      // read a past season's board (or `Season.winners`) with `fetchPolicy: 'no-cache'`,
-      // or it overwrites the current entries of the same users.
-      RankEntry: { keyFields: ['user', ['id']] },
-      // A job's `id` is unique within its topic only. Once jobs carry a global id (and
-      // `jobId` for the per-topic one), `id` alone is the key and this rule can go.
-      Job: { keyFields: ['topic', 'id'] },
+      // A board entry is a rank on one board at one moment, with no identity of its own:
+      // it stays inside the board, snapshot or `me` that holds it. Keyed by its user, a
+      // past season's board (or a stale snapshot) would overwrite the current board's
+      // entries of the same users.
+      RankEntry: { keyFields: false },
     },
   });
 }

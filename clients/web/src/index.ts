@@ -4,6 +4,6 @@
 export { createEngageClient, type EngageClient, type EngageClientOptions } from './client';
 export { createEngageCache } from './cache';
 export { errorCode, ErrorCode } from './errors';
-export { followLikeCounts, setLiked } from './remarks';
+export { followLikeCounts, refreshRemark, setLiked } from './remarks';
 export { signIn } from './signin';
 export * from './gql/graphql';

@@ -1,48 +1,41 @@
-// Likes: the like button's mutations and the live counts, both landing in the cached
-// `Remark`, so that every view of a remark shows the same count.
-import type { ApolloClient, ApolloCache } from '@apollo/client';
+// Likes: the like button's mutations, the live counts and the refresh of one remark, all
+// landing in the cached `Remark`, so that every view of a remark shows the same count.
+import type { ApolloClient } from '@apollo/client';
 import type { Subscription } from 'rxjs';
 import {
   LikeCountChangedDocument,
   LikeRemarkDocument,
+  RemarkByIdDocument,
   UnlikeRemarkDocument,
-  type LikeRemarkMutation,
 } from './gql/graphql';
 
 /**
- * Likes (or, with `like: false`, unlikes) a remark as the viewer; the cached remark takes
- * the answer's count and state.
+ * Likes (or, with `like: false`, unlikes) a remark as the viewer. The answer carries the
+ * remark with its new count and `likedByMe`, which Apollo writes into the cached remark.
  */
 export async function setLiked(apollo: ApolloClient, remarkId: string, like: boolean) {
   const variables = { remarkId };
   if (like) {
-    const { data } = await apollo.mutate({
-      mutation: LikeRemarkDocument,
-      variables,
-      update: (cache, { data }) => writeLike(cache, data?.likeRemark),
-    });
+    const { data } = await apollo.mutate({ mutation: LikeRemarkDocument, variables });
     return data?.likeRemark;
   }
-  const { data } = await apollo.mutate({
-    mutation: UnlikeRemarkDocument,
-    variables,
-    update: (cache, { data }) => writeLike(cache, data?.unlikeRemark),
-  });
+  const { data } = await apollo.mutate({ mutation: UnlikeRemarkDocument, variables });
   return data?.unlikeRemark;
 }
 
 /**
- * NEXT SCHEMA: this goes, with the `update` options above, once the operations select
- * `likeRemark { remark { id likeCount likedByMe } }`: Apollo normalises that into the
- * cached remark itself. Until then the answer names the remark by id only, so it is
- * written into the cached remark here.
+ * Reads one remark again from the service (`node(id)`), into the cached remark: what the
+ * live counts do not carry, such as `likedByMe` after a like from another device. Null when
+ * the remark is gone.
  */
-function writeLike(cache: ApolloCache, answer: LikeRemarkMutation['likeRemark'] | undefined) {
-  if (!answer) return;
-  cache.modify({
-    id: cache.identify({ __typename: 'Remark', id: answer.remarkId }),
-    fields: { likeCount: () => answer.likeCount, likedByMe: () => answer.liked },
+export async function refreshRemark(apollo: ApolloClient, remarkId: string) {
+  const { data } = await apollo.query({
+    query: RemarkByIdDocument,
+    variables: { id: remarkId },
+    fetchPolicy: 'network-only',
   });
+  const node = data?.node;
+  return node?.__typename === 'Remark' ? node : null;
 }
 
 /**

@@ -180,9 +180,9 @@ test('the example lists the remarks page by page, sending only trusted documents
     assert.ok(manifest[body.extensions.persistedQuery.sha256Hash], `${body.operationName} is a listed hash`);
     assert.equal(answer.errors, undefined, JSON.stringify(answer.errors));
   }
-  // Over the socket the text travels, the manifest's exact text (the live counts and the
-  // board).
-  await until(() => subscribes.length >= 2, 'two subscriptions');
+  // Over the socket the text travels, the manifest's exact text (the live counts, the
+  // board and the viewer's rank).
+  await until(() => subscribes.length >= 3, 'three subscriptions');
   for (const { query } of subscribes) assert.ok(Object.values(manifest).includes(query), query);
 });
 
@@ -207,15 +207,44 @@ test('a like by another user shows up live', async () => {
   assert.equal(await page.getAttribute(`${remark(1)} .like`, 'aria-pressed'), 'false');
 });
 
+test('a like from the viewer\'s other device shows on a refresh of the remark by node(id)', async () => {
+  const listed = requests.filter((r) => r.body.operationName === 'ItemRemarks').length;
+  await engage.post(seed.viewer, {
+    operationName: 'LikeRemark',
+    variables: { remarkId: seed.remarkIds[1] },
+    extensions: { persistedQuery: { version: 1, sha256Hash: hashOf('LikeRemark') } },
+  });
+  // The count is live; whether the viewer likes it is not.
+  await page.waitForFunction((selector) => document.querySelector(selector)?.textContent === '2',
+    `${remark(1)} .count`, { timeout: 5000 });
+  assert.equal(await page.getAttribute(`${remark(1)} .like`, 'aria-pressed'), 'false');
+
+  await page.click(`${remark(1)} .refresh`);
+  await page.waitForSelector(`${remark(1)} .like[aria-pressed="true"]`);
+  const refreshed = requests.filter((r) => r.body.operationName === 'RemarkById').at(-1);
+  assert.deepEqual(refreshed.body.variables, { id: seed.remarkIds[1] });
+  assert.equal(refreshed.answer.data.node.__typename, 'Remark');
+  assert.equal(requests.filter((r) => r.body.operationName === 'ItemRemarks').length, listed, 'no refetch of the list');
+});
+
 test('signing in marks today in the calendar and puts the viewer on the live board', async () => {
   await page.waitForSelector('#calendar .day.today[data-signed="false"]');
   const viewerId = await page.getAttribute('body', 'data-viewer-id');
   assert.ok(viewerId);
+  const calendars = requests.filter((r) => r.body.operationName === 'SignCalendar').length;
   await page.click('#sign-in');
   await page.waitForSelector('#calendar .day.today[data-signed="true"]');
   assert.equal(await page.isDisabled('#sign-in'), true);
+  assert.match(await text('#streak'), /^streak 1,/);
+  // The calendar came with the sign-in's answer.
+  assert.equal(requests.filter((r) => r.body.operationName === 'SignCalendar').length, calendars, 'no refetch');
   await page.waitForSelector(`#board li.me[data-user-id="${viewerId}"]`, { timeout: 5000 });
-  assert.notEqual(await text(`#board li[data-user-id="${viewerId}"] .points`), '0');
+  const points = await text(`#board li[data-user-id="${viewerId}"] .points`);
+  assert.notEqual(points, '0');
+  // The viewer's own entry, followed apart from the board, agrees with it.
+  const rank = (await text(`#board li[data-user-id="${viewerId}"] span`)).split('.')[0];
+  await page.waitForSelector(`#me[data-rank="${rank}"]`, { timeout: 5000 });
+  assert.equal(await text('#me'), `You: rank ${rank}, ${points} points`);
   await screenshot('example-after-sign-in.png');
 });
 

@@ -1,9 +1,29 @@
 
       export type PossibleTypesResultData = {
-  "possibleTypes": {}
+  "possibleTypes": {
+    "Node": [
+      "Item",
+      "Job",
+      "Order",
+      "Remark",
+      "Season",
+      "User",
+      "Voucher"
+    ]
+  }
 };
       const result: PossibleTypesResultData = {
-  "possibleTypes": {}
+  "possibleTypes": {
+    "Node": [
+      "Item",
+      "Job",
+      "Order",
+      "Remark",
+      "Season",
+      "User",
+      "Voucher"
+    ]
+  }
 };
       export default result;
     
