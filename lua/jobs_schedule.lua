@@ -1,5 +1,5 @@
 --[[
-  Adds delayed jobs of one topic (seed 002: job pool + delay bucket), many per call: a batch
+  Adds delayed jobs of one topic (a job pool hash and a delay zset), many per call: a batch
   of new jobs, or a chunk of a rebuild from SQL. An id is refused while its job is pending
   (delayed, ready or in flight); once that job ended (done or cancelled) the id may be used
   again, and the new job replaces what the pool remembered of the old one.

@@ -1,5 +1,5 @@
 --[[
-  Takes up to ARGV[3] ready jobs, each with a visibility deadline (the seed's BLPOP would
+  Takes up to ARGV[3] ready jobs, each with a visibility deadline (a plain BLPOP would
   lose a job whose worker dies; here it comes back when the deadline passes, and its
   deliverer extends the deadline while the handler runs).
 

@@ -1,5 +1,5 @@
 --[[
-  Replaces an item's cached "recommended remarks" list in one step (seed 001).
+  Replaces an item's cached "recommended remarks" list in one step.
 
   Input:
     KEYS[1] the list              {rec:<item>}:list

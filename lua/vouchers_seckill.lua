@@ -1,6 +1,7 @@
 --[[
-  One flash-sale attempt: window, one order per person, stock, then the order (seed 004,
-  with every key passed in rather than built in the script).
+  One flash-sale attempt: window, one order per person, stock, then the order, with
+  every key passed in rather than built in the script (a key built in Lua cannot be routed
+  to its Redis Cluster slot).
 
   Input:
     KEYS[1] voucher hash   {sale:S}:voucher:<id>   fields stock, begins, ends, pay_within

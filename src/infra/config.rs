@@ -1,6 +1,6 @@
 //! Runtime configuration, read once from environment variables (and a `.env` file, loaded
 //! before parsing) by clap. Every setting has a default so that `cargo run` works on a fresh
-//! machine; every setting is listed in the README.
+//! machine; every setting is listed in docs/configuration.md.
 
 use std::{net::SocketAddr, time::Duration};
 

@@ -1,4 +1,4 @@
-//! Global 64-bit IDs (seed 004 layout), the one place that knows it.
+//! Global 64-bit IDs, the one place that knows their layout.
 //!
 //! ```text
 //!  63 | 62 ............ 32 | 31 ............ 0

@@ -1,7 +1,7 @@
-//! A distributed lock on Redis (seed 004, with its weaknesses fixed): an owner token per
-//! acquisition, `SET NX PX`, compare-and-delete release in Lua, a lease renewed while the
-//! work runs (so a long job keeps its lock), and a fencing number from INCR that writes can
-//! check to refuse a stale holder.
+//! A distributed lock on Redis: an owner token per acquisition, `SET NX PX`,
+//! compare-and-delete release in Lua, a lease renewed while the work runs (so a long job
+//! keeps its lock), and a fencing number from INCR that writes can check to refuse a stale
+//! holder.
 //!
 //! The API makes forgetting the release impossible: [`with_lock`] runs a closure and
 //! releases afterwards, whatever the closure returns.

@@ -261,8 +261,8 @@ const PER_TOPIC: [&str; 6] = [
 ];
 
 /// Every counter with the label values known at start-up, at 0: a series that appears only
-/// with its first increment has no earlier sample, so `increase(…) > 0` (the alerts of the
-/// README) would miss the first dead letter after a restart. The consumers' and topics'
+/// with its first increment has no earlier sample, so `increase(…) > 0` (the alerts of
+/// docs/operating.md) would miss the first dead letter after a restart. The consumers' and topics'
 /// counters start with them ([`consumer_counted`], [`topic_counted`]). Also `build_info`.
 fn from_start() {
     for name in UNLABELLED {

@@ -3,7 +3,7 @@
 //!
 //! A secret someone typed is guessed long before its length says: `aaaa…`, `0123…abcdef`,
 //! a short pattern repeated, a sentence of words, the development secret with a capital
-//! letter. The estimate here is deliberately simple, so that the README can say exactly what
+//! letter. The estimate here is deliberately simple, so that docs/security.md can say exactly what
 //! it refuses, and it errs towards refusing typed secrets (a random one is one command away:
 //! `openssl rand -hex 32`). The alternative not taken, a full password-strength estimator
 //! with dictionaries (zxcvbn), would be a large dependency to judge a value that should never

@@ -188,7 +188,7 @@ async fn over_tls_with_a_private_authority_engage_migrates_and_serves_and_refuse
 
     // `require` encrypts without checking who answers (127.0.0.1 is not the certificate's
     // name, and no authority is given); `verify-ca` checks the authority. (sqlx 0.8 checks
-    // the name under `verify-ca` too, see the README.)
+    // the name under `verify-ca` too, see docs/configuration.md.)
     Db::connect(&postgres.url("127.0.0.1", "sslmode=require"))
         .await
         .unwrap();

@@ -1,5 +1,5 @@
-//! The listening socket: accepts client connections and serves HTTP/1.1 (with WebSocket
-//! upgrades) and HTTP/2 on them, with the bounds a public server needs.
+//! The listening socket: accepts client connections and serves HTTP/1.1 on them (with
+//! WebSocket upgrades), with the bounds a public server needs.
 //!
 //! - **A cap on open connections**, below the process's file-descriptor limit with a
 //!   reserve, so that a crowd of idle or half-open sockets can never starve the descriptors

@@ -1,4 +1,4 @@
-//! The follow feed (seed 004): push to followers' inboxes, pull from big authors' outboxes.
+//! The follow feed: push to followers' inboxes, pull from big authors' outboxes.
 //!
 //! - Follows live in SQL; Redis keeps each user's following set and everyone's follower
 //!   count, which reads need. A follow or unfollow is acknowledged once SQL holds it, and

@@ -126,8 +126,8 @@ impl JobRegistry {
         }
     }
 
-    /// Registers the in-process handler of a topic (its policy defaults to the seed's
-    /// ladder and the configured visibility).
+    /// Registers the in-process handler of a topic (its policy defaults to
+    /// [`super::DEFAULT_LADDER`] and the configured visibility).
     pub fn register(&self, topic: &str, handler: Arc<dyn JobHandler>, policy: Option<TopicPolicy>) {
         let policy = policy.unwrap_or_else(|| self.default_policy.clone());
         self.handlers

@@ -1,6 +1,6 @@
-//! The delay queue (seed 002), made reliable: jobs wait in a delay zset, are promoted to
-//! their topic's ready list by one atomic script, are taken with a visibility deadline (a
-//! worker that dies gives its job back), retry on a ladder, and end in `dead_job` when their
+//! The delay queue: jobs wait in a delay zset, are promoted to their topic's ready list by
+//! one atomic script, are taken with a visibility deadline (a worker that dies gives its job
+//! back), retry on a ladder, and end in `dead_job` when their
 //! attempts are used up. Delivery is at-least-once; handlers are idempotent.
 //!
 //! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
@@ -92,7 +92,8 @@ impl Jobs {
     }
 }
 
-/// The seed's retry ladder.
+/// The default retry ladder, seconds before each retry: 15 s, 3 min, 10 min, 30 min, 30 min,
+/// 1 h, 2 h, 6 h, 15 h.
 pub const DEFAULT_LADDER: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21_600, 54_000];
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_DELAY_SECONDS: i64 = 365 * 24 * 3600;

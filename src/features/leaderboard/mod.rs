@@ -1,4 +1,4 @@
-//! Seasonal leaderboards (seed 003, seed 004): a season is a calendar month in
+//! Seasonal leaderboards: a season is a calendar month in
 //! `ENGAGE_TIMEZONE`; its live board is a Redis zset per points bucket written by the points
 //! scripts, read as one board ([`parts`]); after it ends, [`rollover`] copies it to SQL, from
 //! where past seasons are served.

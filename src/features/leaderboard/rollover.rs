@@ -1,4 +1,4 @@
-//! Season rollover (seed 003): after a season ends, its Redis board is copied to SQL in
+//! Season rollover: after a season ends, its Redis board is copied to SQL in
 //! chunks, verified by count, its top three recorded as winners, and only then unlinked.
 //!
 //! - **From a stable snapshot**: the copy reads a copy of each part of the board taken when

@@ -1,4 +1,4 @@
-//! "Near me" (seed 004): items with a location are kept in one Redis GEO set (placed there
+//! "Near me": items with a location are kept in one Redis GEO set (placed there
 //! by `createItem`, through the outbox of [`crate::features::items`]); a search asks for the
 //! nearest within a radius, nearest first.
 //!

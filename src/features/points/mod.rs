@@ -1,4 +1,4 @@
-//! Points (seed 003): awards within daily caps, enforced atomically in Lua, idempotent on a
+//! Points: awards within daily caps, enforced atomically in Lua, idempotent on a
 //! key, added to the season's leaderboard and archived to `points_record`.
 //!
 //! Points keys go by user bucket (`ENGAGE_POINTS_BUCKETS`): a user's sign-in bitmaps, daily

@@ -1,4 +1,4 @@
-//! The points rules (SPEC §4.4): points per action and daily caps, configurable with a TOML
+//! The points rules: points per action and daily caps, configurable with a TOML
 //! file named by `ENGAGE_POINTS_RULES` (see `points-rules.example.toml`).
 
 use std::collections::{BTreeMap, HashMap};

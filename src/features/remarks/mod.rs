@@ -1,4 +1,4 @@
-//! Remarks (reviews of items) and their likes (seed 001, seed 004).
+//! Remarks (reviews of items) and their likes.
 //!
 //! - [`likes`]: like/unlike through one Lua script each, the merged like info of a page in
 //!   one Redis round trip, the earliest likers;

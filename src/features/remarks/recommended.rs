@@ -1,4 +1,4 @@
-//! "Recommended remarks": an item's most liked remarks, cached as a Redis LIST (seed 001).
+//! "Recommended remarks": an item's most liked remarks, cached as a Redis LIST.
 //!
 //! Readers only ever read the list. In the same round trip they try `SET proxy NX EX 5`:
 //! the one reader that wins starts a refresh in the background (the SQL query, then one Lua

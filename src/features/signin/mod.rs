@@ -1,4 +1,4 @@
-//! Daily sign-in (seed 003): a bitmap per user per month (bit `day - 1`), streaks that go on
+//! Daily sign-in: a bitmap per user per month (bit `day - 1`), streaks that go on
 //! across month boundaries, make-up sign-ins for missed days of this month, and SIGN_IN
 //! points with the streak bonus, all in one Lua script per action.
 

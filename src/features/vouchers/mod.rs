@@ -1,9 +1,9 @@
-//! Flash-sale vouchers (seed 004): one order per person, never oversold, unpaid orders
+//! Flash-sale vouchers: one order per person, never oversold, unpaid orders
 //! expire.
 //!
 //! - The sale itself is one Lua script (`lua/vouchers_seckill.lua`): window, buyer set, stock,
 //!   order and its event, with the order id allocated before the call and every key passed
-//!   in (the seed built keys inside Lua, which breaks Redis Cluster).
+//!   in (a key built inside Lua cannot be routed to its Redis Cluster slot).
 //! - [`orders`]: payment, cancellation and expiry, mutually exclusive in one script.
 //! - [`archive`]: the order consumer that writes SQL (`stock > 0` guard, idempotent).
 //! - [`sweep`]: the backstop that expires overdue orders whose expiry job was lost.

@@ -110,8 +110,8 @@ pub enum Expiry {
 }
 
 /// Retries of an expiry job: an early delivery (a clock ahead) or a Redis that was away is
-/// retried within seconds, then every 10 minutes, 25 attempts in all (over three hours; the
-/// seed's 3 attempts in 6 seconds let a short outage lose an expiry). After that the job is
+/// retried within seconds, then every 10 minutes, 25 attempts in all (over three hours; 3
+/// attempts in 6 seconds would let a short outage lose an expiry). After that the job is
 /// in `dead_job`, and the sweep still expires the order.
 const EXPIRY_LADDER_SECONDS: [u64; 6] = [1, 5, 30, 60, 300, 600];
 const EXPIRY_ATTEMPTS: u32 = 25;

@@ -6,7 +6,7 @@
 //!
 //! each summed over the consumer's streams (a feature's shards). Lag that keeps growing is
 //! a consumer that cannot keep up or has stopped; pending that stays high is SQL refusing
-//! its batches (RELIABILITY.md says what to do about either).
+//! its batches (docs/operating.md, "What to alert on", says what to do about either).
 //!
 //! A group that was handed its stream's last entry has no lag, whatever Redis estimates:
 //! Redis 7.0 can keep its estimate above zero for good once a stream was trimmed (the
