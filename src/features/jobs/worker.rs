@@ -569,7 +569,7 @@ impl Jobs {
                         if error.kind()
                             == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
-                        scripts::load(&*JOBS_FINISH, &mut *conn).await?;
+                        scripts::load(&JOBS_FINISH, &mut *conn).await?;
                         Ok(pipe.query_async(&mut *conn).await?)
                     }
                     replies => Ok(replies?),

@@ -284,7 +284,7 @@ impl Leaderboards {
             Err(error)
                 if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                scripts::load(&*LEADERBOARD_RANKS, &mut *conn).await?;
+                scripts::load(&LEADERBOARD_RANKS, &mut *conn).await?;
                 pipe.query_async(&mut *conn).await?
             }
             replies => replies?,

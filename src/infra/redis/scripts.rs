@@ -1,28 +1,47 @@
-//! The Lua scripts of `lua/`, embedded at build time (see `build.rs`, which generates one
-//! static per file, named after it: `lua/ids_allocate_block.lua` is `IDS_ALLOCATE_BLOCK`).
+//! The Lua scripts of `lua/`, embedded at build time, and the one way they are called.
 //!
-//! Every script is loaded with SCRIPT LOAD at start and run with EVALSHA; when Redis answers
-//! NOSCRIPT (a restart, a failover, SCRIPT FLUSH) the `redis` crate loads it again and
-//! retries, so callers never see that error.
+//! `build.rs` generates, per file, a static named after it (`lua/remarks_like.lua` is
+//! `REMARKS_LIKE`) and two structs whose fields are the names its header gives its keys and
+//! its arguments: `RemarksLike { info, relation, likers, events }` and
+//! `RemarksLikeArgs { voter, remark, now_ms, … }`. A call therefore names what it passes,
+//! and a key or an argument added to a header is a field the caller's struct literal lacks:
+//! the build fails until the caller passes it. (Rejected: a tuple in header order, checked
+//! by its length only, where a reader counted to find which value was which, and two values
+//! of one type could swap unseen.)
+//!
+//! The caller declares what the script answers next to the call, with [`Replies`]: a small
+//! type read from the reply, which tells its [`Status`] and whether the call wrote something
+//! that must reach replicas. [`Scripts`] runs a call: a connection, EVALSHA (the `redis`
+//! crate loads the script again and retries on NOSCRIPT, after a restart, a failover or
+//! SCRIPT FLUSH), the wait for replicas ([`super::durability`]), and, for
+//! [`Scripts::run`], the calls again while a rebuild holds writes back (`HELD`) or after
+//! the caller restored what Redis lacked (`MISSING`, `ASK_ARCHIVE`): once, for every script.
 
-use std::sync::LazyLock;
+use std::{
+    future::Future,
+    sync::LazyLock,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
-use redis::{aio::ConnectionLike, FromRedisValue, ScriptInvocation, ToRedisArgs};
+use redis::{aio::ConnectionLike, FromRedisValue, ScriptInvocation};
 
-use super::RedisPool;
+use super::{
+    durability::{Durability, DurableWrite},
+    status::Status,
+    RedisPool,
+};
+use crate::infra::error::{AppError, AppResult};
 
 include!(concat!(env!("OUT_DIR"), "/lua_scripts.rs"));
 
-/// One embedded script with its SHA-1 computed once. `KEYS` and `ARGS` are the numbers of
-/// fixed keys and arguments its header declares, and `MORE` whether groups of keys or
-/// arguments follow (build.rs reads them): [`LuaScript::call`] takes exactly that many of each.
-pub struct LuaScript<const KEYS: usize, const ARGS: usize, const MORE: bool> {
+/// One embedded script with its SHA-1 computed once.
+pub struct LuaScript {
     pub name: &'static str,
     script: redis::Script,
 }
 
-impl<const KEYS: usize, const ARGS: usize, const MORE: bool> LuaScript<KEYS, ARGS, MORE> {
+impl LuaScript {
     pub fn new(name: &'static str, source: &str) -> Self {
         Self {
             name,
@@ -35,7 +54,12 @@ impl<const KEYS: usize, const ARGS: usize, const MORE: bool> LuaScript<KEYS, ARG
         self.script.get_hash()
     }
 
-    fn prepare(&self, keys: [String; KEYS], args: impl Args<ARGS>) -> ScriptInvocation<'_> {
+    /// A positional call, for the callers that do not name their keys and arguments yet.
+    pub fn call(
+        &self,
+        keys: impl IntoIterator<Item = String>,
+        args: impl Positional,
+    ) -> ScriptInvocation<'_> {
         let mut call = self.script.prepare_invoke();
         for key in keys {
             call.key(key);
@@ -45,42 +69,14 @@ impl<const KEYS: usize, const ARGS: usize, const MORE: bool> LuaScript<KEYS, ARG
     }
 }
 
-impl<const KEYS: usize, const ARGS: usize> LuaScript<KEYS, ARGS, false> {
-    /// A call of the script with its keys and its arguments (a tuple), each in the order of
-    /// its header; run it with `.invoke_async`.
-    pub fn call(&self, keys: [String; KEYS], args: impl Args<ARGS>) -> Call<'_> {
-        Call(self.prepare(keys, args))
-    }
-}
-
-impl<const KEYS: usize, const ARGS: usize> LuaScript<KEYS, ARGS, true> {
-    /// A call of a script whose keys or arguments end in groups (`KEYS[a..]`, `ARGV[a..]`):
-    /// its fixed keys and arguments here, then each group with `.key` and `.arg`.
-    pub fn call(&self, keys: [String; KEYS], args: impl Args<ARGS>) -> ScriptInvocation<'_> {
-        self.prepare(keys, args)
-    }
-}
-
-/// A call with every key and argument in place: it can run, and take nothing more.
-pub struct Call<'a>(ScriptInvocation<'a>);
-
-impl Call<'_> {
-    pub async fn invoke_async<T: FromRedisValue>(
-        &self,
-        conn: &mut impl ConnectionLike,
-    ) -> redis::RedisResult<T> {
-        self.0.invoke_async(conn).await
-    }
-}
-
-/// The arguments of a call: a tuple of `N` values, in the order of the script's header.
-pub trait Args<const N: usize> {
+/// Positional arguments, in the header's order.
+pub trait Positional {
     fn add_to(self, call: &mut ScriptInvocation<'_>);
 }
 
-macro_rules! args {
-    ($n:literal: $($arg:ident)*) => {
-        impl<$($arg: ToRedisArgs),*> Args<$n> for ($($arg,)*) {
+macro_rules! positional {
+    ($($arg:ident)*) => {
+        impl<$($arg: redis::ToRedisArgs),*> Positional for ($($arg,)*) {
             #[allow(non_snake_case, unused_variables)]
             fn add_to(self, call: &mut ScriptInvocation<'_>) {
                 let ($($arg,)*) = self;
@@ -90,47 +86,272 @@ macro_rules! args {
     };
 }
 
-args!(0:);
-args!(1: A);
-args!(2: A B);
-args!(3: A B C);
-args!(4: A B C D);
-args!(5: A B C D E);
-args!(6: A B C D E F);
-args!(7: A B C D E F G);
-args!(8: A B C D E F G H);
-args!(9: A B C D E F G H I);
-args!(10: A B C D E F G H I J);
-args!(11: A B C D E F G H I J K);
-args!(12: A B C D E F G H I J K L);
-args!(13: A B C D E F G H I J K L M);
-args!(14: A B C D E F G H I J K L M N);
-args!(15: A B C D E F G H I J K L M N O);
-args!(16: A B C D E F G H I J K L M N O P);
-args!(17: A B C D E F G H I J K L M N O P Q);
+positional!();
+positional!(A);
+positional!(A B);
+positional!(A B C);
+positional!(A B C D);
+positional!(A B C D E);
+positional!(A B C D E F);
+positional!(A B C D E F G);
+positional!(A B C D E F G H);
+positional!(A B C D E F G H I);
+positional!(A B C D E F G H I J);
+positional!(A B C D E F G H I J K);
+positional!(A B C D E F G H I J K L);
+positional!(A B C D E F G H I J K L M);
+positional!(A B C D E F G H I J K L M N);
+positional!(A B C D E F G H I J K L M N O);
+positional!(A B C D E F G H I J K L M N O P);
+positional!(A B C D E F G H I J K L M N O P Q);
 
-/// A script as the loader sees it, whatever its key count.
-pub trait Loadable: Sync {
-    fn name(&self) -> &'static str;
-    fn script(&self) -> &redis::Script;
+/// The keys of one script (generated by `build.rs` from its header).
+pub trait Script {
+    fn lua() -> &'static LuaScript;
+    /// Adds the keys to a call, in the header's order.
+    fn add_keys(&self, call: &mut ScriptInvocation<'_>);
+    /// The first key: every key of a call shares its slot, so it routes the call's WAIT.
+    fn slot_key(&self) -> &str;
 }
 
-impl<const KEYS: usize, const ARGS: usize, const MORE: bool> Loadable
-    for LuaScript<KEYS, ARGS, MORE>
-{
-    fn name(&self) -> &'static str {
-        self.name
+/// The arguments of script `S` (generated by `build.rs` from its header).
+pub trait ScriptArgs<S> {
+    /// Adds the arguments to a call, in the header's order.
+    fn add_to(&self, call: &mut ScriptInvocation<'_>);
+}
+
+/// What a script answers, declared once next to its caller.
+pub trait Replies: Script {
+    type Reply: Reply;
+}
+
+/// A script's reply, read from Redis's.
+pub trait Reply: FromRedisValue {
+    /// The status it opens with (`lua/include/status.lua`); a reply without one is done.
+    fn status(&self) -> Status {
+        Status::Ok
     }
 
-    fn script(&self) -> &redis::Script {
-        &self.script
+    /// Whether the call wrote what a durable write waits for replicas to hold.
+    fn wrote(&self) -> bool {
+        false
+    }
+}
+
+macro_rules! plain_replies {
+    ($($reply:ty),*) => {
+        $(impl Reply for $reply {})*
+    };
+}
+
+plain_replies!(i64, u64, Option<String>);
+
+impl<T: FromRedisValue> Reply for Vec<T> {}
+
+macro_rules! tuple_replies {
+    ($($name:ident)*) => {
+        impl<$($name: FromRedisValue),*> Reply for ($($name,)*) {}
+    };
+}
+
+tuple_replies!(A B);
+tuple_replies!(A B C);
+tuple_replies!(A B C D);
+
+/// A status read from a script's reply: a code outside the vocabulary is no reply.
+impl FromRedisValue for Status {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        let code = i64::from_redis_value(value)?;
+        Status::of("a script", code)
+            .map_err(|_| redis::ParsingError::from(format!("{code} is no status")))
+    }
+}
+
+/// The call of script `S` with its keys and arguments, for a pipeline (whose caller loads the
+/// script again on NOSCRIPT, see [`load`]).
+pub fn invocation<S: Script>(keys: &S, args: &impl ScriptArgs<S>) -> ScriptInvocation<'static> {
+    let mut call = S::lua().script.prepare_invoke();
+    keys.add_keys(&mut call);
+    args.add_to(&mut call);
+    call
+}
+
+/// Runs script `S` once on `conn`, as it is: for a caller that holds a connection of its own.
+pub async fn invoke<S: Replies>(
+    conn: &mut impl ConnectionLike,
+    keys: &S,
+    args: &impl ScriptArgs<S>,
+) -> AppResult<S::Reply> {
+    invocation(keys, args)
+        .invoke_async(conn)
+        .await
+        .map_err(|error| in_script(S::lua(), error))
+}
+
+/// A reply that does not read as the caller declared names its script.
+fn in_script(lua: &LuaScript, error: redis::RedisError) -> AppError {
+    if error.kind() == redis::ErrorKind::Parse {
+        AppError::internal(anyhow::Error::new(error).context(format!("lua/{}.lua", lua.name)))
+    } else {
+        error.into()
+    }
+}
+
+/// How long a write waits for a rebuild to lift its hold before it answers UNAVAILABLE (the
+/// hold lasts the seconds a rebuild needs to catch up; only points are held so far).
+const HOLD_WAIT: Duration = Duration::from_secs(10);
+
+/// How often a script answering `MISSING` or `ASK_ARCHIVE` is called again after its
+/// caller acted (a vote: rebuild the counter, then ask the archive, then vote).
+const RECOVERIES: usize = 3;
+
+/// Runs scripts through the request pool, and for a durable kind of write, on the
+/// connection of durable writes, waiting for replicas once a call wrote.
+#[derive(Clone, Copy)]
+pub struct Scripts<'a> {
+    redis: &'a RedisPool,
+    durable: Option<(&'a Durability, DurableWrite)>,
+}
+
+impl<'a> Scripts<'a> {
+    /// Calls whose writes need no replica (or that only read).
+    pub fn on(redis: &'a RedisPool) -> Self {
+        Self {
+            redis,
+            durable: None,
+        }
+    }
+
+    /// Calls that write `kind`, which may wait for replicas (`ENGAGE_REDIS_WAIT_WRITES`).
+    pub fn durable(redis: &'a RedisPool, durability: &'a Durability, kind: DurableWrite) -> Self {
+        Self {
+            redis,
+            durable: Some((durability, kind)),
+        }
+    }
+
+    /// One call: connect, run, and wait for replicas when the reply says it wrote.
+    pub async fn call<S: Replies>(
+        &self,
+        keys: &S,
+        args: &impl ScriptArgs<S>,
+    ) -> AppResult<S::Reply> {
+        let reply = match self.durable {
+            Some((durability, kind)) => {
+                let mut conn = durability.connection(kind, self.redis).await?;
+                invoke(&mut *conn, keys, args).await?
+            }
+            None => invoke(&mut *self.redis.get().await?, keys, args).await?,
+        };
+        if let Some((durability, kind)) = self.durable.filter(|_| reply.wrote()) {
+            durability
+                .confirm(kind, self.redis, keys.slot_key())
+                .await?;
+        }
+        Ok(reply)
+    }
+
+    /// Many calls of one script in one round trip (a pipeline), their replies in order.
+    /// Inside a pipeline the `redis` crate does not reload a script Redis forgot (a
+    /// restart): every call of the pipeline is this one script, so on NOSCRIPT none of them
+    /// ran, and it is loaded and the pipeline sent again.
+    pub async fn call_many<S: Replies, A: ScriptArgs<S>>(
+        &self,
+        calls: &[(S, A)],
+    ) -> AppResult<Vec<S::Reply>> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (keys, args) in calls {
+            pipe.invoke_script(&invocation(keys, args));
+        }
+        let mut conn = match self.durable {
+            Some((durability, kind)) => durability.connection(kind, self.redis).await?,
+            None => self.redis.get().await?,
+        };
+        let replies: Vec<S::Reply> = match pipe.query_async(&mut *conn).await {
+            Err(error)
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                load(S::lua(), &mut *conn).await?;
+                pipe.query_async(&mut *conn).await
+            }
+            replies => replies,
+        }
+        .map_err(|error| in_script(S::lua(), error))?;
+        drop(conn);
+        if let Some((durability, kind)) = self.durable {
+            for ((keys, _), _) in calls.iter().zip(&replies).filter(|(_, r)| r.wrote()) {
+                durability
+                    .confirm(kind, self.redis, keys.slot_key())
+                    .await?;
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Calls the script that `build` makes (anew each time: the clock moves), again shortly
+    /// while a rebuild holds writes back (`HELD`), and again after `recover` acted on a
+    /// `MISSING` (restore from SQL what Redis lacks) or an `ASK_ARCHIVE` (ask SQL). Any other
+    /// status is the reply's, for the caller to read.
+    pub async fn run<S, A, R>(
+        &self,
+        mut build: impl FnMut() -> (S, A),
+        mut recover: impl FnMut(Status) -> R,
+    ) -> AppResult<S::Reply>
+    where
+        S: Replies,
+        A: ScriptArgs<S>,
+        R: Future<Output = AppResult<()>>,
+    {
+        let started = Instant::now();
+        let mut recoveries = 0;
+        loop {
+            let (keys, args) = build();
+            let reply = self.call(&keys, &args).await?;
+            match reply.status() {
+                Status::Held if started.elapsed() > HOLD_WAIT => {
+                    return Err(AppError::Unavailable(
+                        "points are being rebuilt from SQL".into(),
+                    ))
+                }
+                Status::Held => tokio::time::sleep(Duration::from_millis(20)).await,
+                status @ (Status::Missing | Status::AskArchive) if recoveries < RECOVERIES => {
+                    recoveries += 1;
+                    recover(status).await?;
+                }
+                Status::Missing | Status::AskArchive => {
+                    return Err(AppError::internal(anyhow::anyhow!(
+                        "lua/{}.lua did not settle after {RECOVERIES} recoveries",
+                        S::lua().name
+                    )))
+                }
+                _ => return Ok(reply),
+            }
+        }
+    }
+
+    /// [`Scripts::run`] for a script that never answers `MISSING` nor `ASK_ARCHIVE`.
+    pub async fn run_while_held<S, A>(&self, build: impl FnMut() -> (S, A)) -> AppResult<S::Reply>
+    where
+        S: Replies,
+        A: ScriptArgs<S>,
+    {
+        self.run(build, |status| async move {
+            Err(AppError::internal(anyhow::anyhow!(
+                "lua/{}.lua answered {status:?}, which it never does",
+                S::lua().name
+            )))
+        })
+        .await
     }
 }
 
 /// Loads one script (a pipeline does not reload a script Redis forgot: its caller does).
 /// The error stays Redis's own, so that a lost connection still reads as unavailable.
-pub async fn load(script: &dyn Loadable, conn: &mut impl ConnectionLike) -> redis::RedisResult<()> {
-    let _sha: String = script.script().load_async(conn).await?;
+pub async fn load(script: &LuaScript, conn: &mut impl ConnectionLike) -> redis::RedisResult<()> {
+    let _sha: String = script.script.load_async(conn).await?;
     Ok(())
 }
 
@@ -140,7 +361,7 @@ pub async fn load_all(pool: &RedisPool) -> anyhow::Result<()> {
     for script in all() {
         load(script, &mut *conn)
             .await
-            .with_context(|| format!("loading lua/{}.lua", script.name()))?;
+            .with_context(|| format!("loading lua/{}.lua", script.name))?;
     }
     Ok(())
 }
