@@ -6,13 +6,19 @@
 //! and the generated tables (`lua_scripts.rs`, `playground_operations.rs`) list it, so no
 //! central registry has to be edited by hand.
 //!
-//! A script's header declares its keys (`KEYS[1] …`, `KEYS[1..6]`) and its arguments
-//! (`ARGV[1] …`, `ARGV[1..7]`, and `ARGV[3..]` for a list of groups that ends the call). The
-//! build reads both counts, refuses a script whose code reads a key or an argument its header
-//! does not declare, and writes them into the script's type (`LuaScript<3, 5, false>`,
-//! or `LuaScript<3, 2, true>` when groups follow): a Rust caller that passes another number of
-//! keys or of arguments does not compile. BullMQ puts the key count in the file name for the
-//! same reason; here it stays next to the description of each key.
+//! A script's header declares its input, one line per key and per argument in order, each
+//! with the name of its field: `KEYS[1] info: …`, `ARGV[3] now_ms: …`, and `KEYS[a..] name:`
+//! or `ARGV[a..] name:` for a group that ends the call (`Input: as other.lua` takes another
+//! script's). The build writes two structs per script, named after it: its keys
+//! (`RemarksLike { info, relation, likers, events }`, each a `String`, a group a
+//! `Vec<String>`) and its arguments (`RemarksLikeArgs { voter, remark, now_ms, … }`, each of
+//! any type Redis takes as one argument, a group of any that makes a list, such as a `Vec`
+//! of tuples), with the impls that put them into a call in the header's order
+//! (`src/infra/redis/scripts.rs` runs it). A caller therefore names what it passes, and a key
+//! or an argument added to a header is a field its struct literal lacks: it does not compile
+//! until it passes it. The build also refuses a script whose code reads a key or an argument
+//! its header does not declare. BullMQ puts the key count in the file name for a like
+//! reason; here each key's name stays next to its description.
 
 use std::{env, fs, path::Path};
 
@@ -25,19 +31,35 @@ fn main() {
     let expanded_dir = Path::new(&out_dir).join("lua");
     fs::create_dir_all(&expanded_dir).expect("create OUT_DIR/lua");
     let mut generated = String::new();
-    for (stem, source) in &scripts {
-        let Declared { keys, args, more } = declared(stem, source);
-        let expanded = expand_includes(&lua_dir, source);
-        let path = expanded_dir.join(format!("{stem}.lua"));
-        fs::write(&path, expanded).expect("write expanded script");
-        let path = path.to_string_lossy();
+    let inputs: Vec<(String, Input)> = scripts
+        .iter()
+        .map(|(stem, path)| (stem.clone(), input(stem, path)))
+        .collect();
+    for (stem, path) in &scripts {
+        let input = &inputs
+            .iter()
+            .find(|(s, _)| s == stem)
+            .expect("read above")
+            .1;
+        let expanded = expand_includes(&lua_dir, path);
+        let expanded_path = expanded_dir.join(format!("{stem}.lua"));
+        fs::write(&expanded_path, expanded).expect("write expanded script");
         generated.push_str(&format!(
-            "/// `lua/{stem}.lua`, {keys} keys, {args} arguments{}\npub static {}: LazyLock<LuaScript<{keys}, {args}, {more}>> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({path:?})));\n",
-            if more { " and groups" } else { "" },
-            stem.to_uppercase()
+            "/// `lua/{stem}.lua`.\npub static {}: LazyLock<LuaScript> =\n    LazyLock::new(|| LuaScript::new({stem:?}, include_str!({:?})));\n",
+            stem.to_uppercase(),
+            expanded_path.to_string_lossy()
         ));
+        let shared = match input {
+            Input::Own(declared) => declared,
+            Input::As(other) => match inputs.iter().find(|(s, _)| s == other) {
+                Some((_, Input::Own(declared))) => declared,
+                _ => panic!("lua/{stem}.lua takes the input of lua/{other}.lua, which declares none of its own"),
+            },
+        };
+        check_code(stem, path, shared);
+        generated.push_str(&script_types(stem, input, shared));
     }
-    generated.push_str("/// Every script of `lua/`, loaded into Redis at start.\npub fn all() -> Vec<&'static dyn Loadable> {\n    vec![");
+    generated.push_str("/// Every script of `lua/`, loaded into Redis at start.\npub fn all() -> Vec<&'static LuaScript> {\n    vec![");
     for (stem, _) in &scripts {
         generated.push_str(&format!("&*{}, ", stem.to_uppercase()));
     }
@@ -156,18 +178,31 @@ fn write_migrations(root: &Path, out_dir: &Path) {
     fs::write(out_dir.join("migrations.rs"), generated).expect("write migrations.rs");
 }
 
-/// What a script's header declares: its keys, its fixed arguments, and whether groups of
-/// keys or arguments follow them.
-struct Declared {
-    keys: usize,
-    args: usize,
-    more: bool,
+/// One key or argument a header declares: `KEYS[2] relation: the like relation …` is named
+/// `relation`, and what follows the colon documents its field.
+struct Entry {
+    name: String,
+    about: String,
 }
 
-/// Reads the header (the comment that opens the script): the highest `KEYS[n]` (or
-/// `KEYS[a..n]`), the highest `ARGV[n]` (or `ARGV[a..n]`), and `KEYS[a..]` or `ARGV[a..]`
-/// for groups from `a` on. Panics when the code reads a key or a fixed argument beyond those.
-fn declared(stem: &str, path: &str) -> Declared {
+/// What a script's header declares: its keys and its arguments in order, and the group of
+/// keys or of arguments that may end the call (`KEYS[5..] markers: …`, `ARGV[3..] …`).
+struct Declared {
+    keys: Vec<Entry>,
+    key_group: Option<Entry>,
+    args: Vec<Entry>,
+    arg_group: Option<Entry>,
+}
+
+/// A script's input: declared in its own header, or `Input: as other.lua`, the keys and
+/// arguments of another script (an unlike takes what a like takes).
+enum Input {
+    Own(Declared),
+    As(String),
+}
+
+/// The comment that opens a script, and the code after it.
+fn header_and_code(path: &str) -> (String, String) {
     let source = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     let header = match source.strip_prefix("--[[") {
         Some(rest) => rest.split("]]").next().unwrap_or_default().to_string(),
@@ -177,29 +212,251 @@ fn declared(stem: &str, path: &str) -> Declared {
             .collect::<Vec<_>>()
             .join("\n"),
     };
-    let code = &source[source.find(&header).map_or(0, |at| at + header.len())..];
-    let Highest {
-        fixed: keys,
-        open: more_keys,
-    } = highest("KEYS", &header);
+    let code = source[source.find(&header).map_or(0, |at| at + header.len())..].to_string();
+    (header, code)
+}
+
+/// Reads the header's input: one line per key and per argument, `KEYS[n] name: …` or
+/// `ARGV[n] name: …` in order from 1, and `KEYS[a..] name: …` or `ARGV[a..] name: …` for a
+/// group that ends the call.
+fn input(stem: &str, path: &str) -> Input {
+    let (header, _) = header_and_code(path);
+    let mut declared = Declared {
+        keys: Vec::new(),
+        key_group: None,
+        args: Vec::new(),
+        arg_group: None,
+    };
+    for line in header.lines() {
+        let line = line.trim().trim_start_matches("--").trim();
+        if let Some(other) = line
+            .strip_prefix("Input: as ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|file| file.strip_suffix(".lua"))
+        {
+            return Input::As(other.to_string());
+        }
+        let (kind, rest) = if let Some(rest) = line.strip_prefix("KEYS[") {
+            ("KEYS", rest)
+        } else if let Some(rest) = line.strip_prefix("ARGV[") {
+            ("ARGV", rest)
+        } else {
+            continue;
+        };
+        let (index, rest) = rest
+            .split_once(']')
+            .unwrap_or_else(|| panic!("lua/{stem}.lua: `{line}` lacks its `]`"));
+        let (name, about) = rest.trim().split_once(':').unwrap_or_else(|| {
+            panic!("lua/{stem}.lua: `{line}` names no field (`{kind}[{index}] name: what it is`)")
+        });
+        // `KEYS[1..6] a, b, c, d, e, f: as other.lua` names a run of keys described elsewhere.
+        let (first, names) = match index.split_once("..") {
+            Some((from, to)) if !to.is_empty() => {
+                let names: Vec<&str> = name.split(',').map(str::trim).collect();
+                let (from, to) = (from.trim().parse::<usize>(), to.trim().parse::<usize>());
+                assert!(
+                    matches!((&from, &to), (Ok(from), Ok(to)) if to + 1 == from + names.len()),
+                    "lua/{stem}.lua: {kind}[{index}] names {} fields",
+                    names.len()
+                );
+                (from.map(|from| from.to_string()).unwrap_or_default(), names)
+            }
+            _ => (index.trim().to_string(), vec![name.trim()]),
+        };
+        for (offset, name) in names.into_iter().enumerate() {
+            // `a..` (a group) or no number at all (which `declare` refuses) stays as written.
+            let index = first
+                .parse::<usize>()
+                .map_or_else(|_| first.clone(), |first| (first + offset).to_string());
+            declare(stem, kind, &index, name, about, &mut declared);
+        }
+    }
     assert!(
-        keys > 0,
+        !declared.keys.is_empty(),
         "lua/{stem}.lua: its header declares no KEYS[n]; every key comes in through KEYS"
     );
-    let used = highest("KEYS", code).fixed;
+    Input::Own(declared)
+}
+
+/// Adds `name`, `kind[index]` of the header, to what the script declares.
+fn declare(stem: &str, kind: &str, index: &str, name: &str, about: &str, declared: &mut Declared) {
     assert!(
-        used <= keys,
-        "lua/{stem}.lua reads KEYS[{used}] but its header declares {keys} keys"
+        !name.is_empty()
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !KEYWORDS.contains(&name),
+        "lua/{stem}.lua: `{name}` of {kind}[{index}] is no field name (snake_case, no keyword)"
     );
-    let Highest { fixed: args, open } = highest("ARGV", &header);
-    let more = open.is_some() || more_keys.is_some();
-    let args = open.map_or(args, |from| from - 1);
-    let used = highest("ARGV", code).fixed;
+    let entry = Entry {
+        name: name.to_string(),
+        about: about.trim().to_string(),
+    };
+    let (fixed, group) = match kind {
+        "KEYS" => (&mut declared.keys, &mut declared.key_group),
+        _ => (&mut declared.args, &mut declared.arg_group),
+    };
     assert!(
-        used <= args,
-        "lua/{stem}.lua reads ARGV[{used}] but its header declares {args} fixed arguments"
+        group.is_none(),
+        "lua/{stem}.lua: {kind}[{index}] follows the group that ends the call"
     );
-    Declared { keys, args, more }
+    assert!(
+        fixed.iter().all(|seen| seen.name != entry.name),
+        "lua/{stem}.lua: two {kind} named `{name}`"
+    );
+    match index.strip_suffix("..") {
+        Some(from) => {
+            assert_eq!(
+                from.trim().parse::<usize>().ok(),
+                Some(fixed.len() + 1),
+                "lua/{stem}.lua: the group {kind}[{index}] does not follow the last fixed one"
+            );
+            *group = Some(entry);
+        }
+        None => {
+            assert_eq!(
+                index.trim().parse::<usize>().ok(),
+                Some(fixed.len() + 1),
+                "lua/{stem}.lua: {kind}[{index}] is not the next one (declare each in order, from 1)"
+            );
+            fixed.push(entry);
+        }
+    }
+}
+
+const KEYWORDS: &[&str] = &[
+    "as", "async", "await", "box", "break", "const", "continue", "crate", "dyn", "else", "enum",
+    "extern", "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move",
+    "mut", "pub", "ref", "return", "self", "static", "struct", "super", "trait", "true", "type",
+    "unsafe", "use", "where", "while",
+];
+
+/// Refuses a script whose header or code names a key or a fixed argument beyond those its
+/// input declares (`ARGV[i + 1]` names none: groups are read so).
+fn check_code(stem: &str, path: &str, declared: &Declared) {
+    let (header, code) = header_and_code(path);
+    for (name, count) in [("KEYS", declared.keys.len()), ("ARGV", declared.args.len())] {
+        let used = highest(name, &code).fixed;
+        assert!(
+            used <= count,
+            "lua/{stem}.lua reads {name}[{used}] but its input declares {count}"
+        );
+        let named = highest(name, &header).fixed;
+        assert!(
+            named <= count,
+            "lua/{stem}.lua: its header names {name}[{named}] but declares {count} (one per line: `{name}[n] name: …`)"
+        );
+    }
+}
+
+/// `remarks_like` → `RemarksLike`.
+fn camel(stem: &str) -> String {
+    stem.split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars
+                .next()
+                .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The types of one script: its keys (`RemarksLike`, a field per key, each a `String`, and a
+/// `Vec<String>` for a group of keys) and its arguments (`RemarksLikeArgs`, a field per
+/// argument, each of any type Redis takes as one argument, and one for the group that ends
+/// the call, such as a `Vec` of tuples), with the impls that put them into a call in the
+/// header's order.
+fn script_types(stem: &str, input: &Input, declared: &Declared) -> String {
+    let name = camel(stem);
+    let upper = stem.to_uppercase();
+    let doc = |about: &str| format!("    #[doc = {about:?}]\n");
+    let mut out = String::new();
+    let (args_type, params) = match input {
+        Input::As(other) => (format!("{}Args", camel(other)), arg_params(declared)),
+        Input::Own(_) => (format!("{name}Args"), arg_params(declared)),
+    };
+    let generics = if params.is_empty() {
+        String::new()
+    } else {
+        format!("<{}>", params.join(", "))
+    };
+    let bounds = if params.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<{}>",
+            params
+                .iter()
+                .map(|p| format!("{p}: redis::ToRedisArgs"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    match input {
+        Input::As(other) => {
+            let other = camel(other);
+            out.push_str(&format!(
+                "/// The keys of `lua/{stem}.lua`: those of [`{other}`], and it takes [`{other}Args`].\npub struct {name}(pub {other});\n\n\
+                 impl Script for {name} {{\n    fn lua() -> &'static LuaScript {{\n        &{upper}\n    }}\n\n    \
+                 fn add_keys(&self, call: &mut ScriptInvocation<'_>) {{\n        self.0.add_keys(call);\n    }}\n\n    \
+                 fn slot_key(&self) -> &str {{\n        self.0.slot_key()\n    }}\n}}\n\n\
+                 impl{bounds} ScriptArgs<{name}> for {args_type}{generics} {{\n    fn add_to(&self, call: &mut ScriptInvocation<'_>) {{\n        \
+                 ScriptArgs::<{other}>::add_to(self, call);\n    }}\n}}\n\n"
+            ));
+        }
+        Input::Own(_) => {
+            out.push_str(&format!("/// The keys of `lua/{stem}.lua`, as its header names them.\npub struct {name} {{\n"));
+            for key in &declared.keys {
+                out.push_str(&doc(&key.about));
+                out.push_str(&format!("    pub {}: String,\n", key.name));
+            }
+            if let Some(group) = &declared.key_group {
+                out.push_str(&doc(&group.about));
+                out.push_str(&format!("    pub {}: Vec<String>,\n", group.name));
+            }
+            out.push_str("}\n\n");
+            out.push_str(&format!(
+                "impl Script for {name} {{\n    fn lua() -> &'static LuaScript {{\n        &{upper}\n    }}\n\n    \
+                 fn add_keys(&self, call: &mut ScriptInvocation<'_>) {{\n"
+            ));
+            for key in &declared.keys {
+                out.push_str(&format!("        call.key(&self.{});\n", key.name));
+            }
+            if let Some(group) = &declared.key_group {
+                out.push_str(&format!("        call.key(&self.{});\n", group.name));
+            }
+            out.push_str(&format!(
+                "    }}\n\n    fn slot_key(&self) -> &str {{\n        &self.{}\n    }}\n}}\n\n",
+                declared.keys[0].name
+            ));
+            out.push_str(&format!(
+                "/// The arguments of `lua/{stem}.lua`, as its header names them.\npub struct {args_type}{generics} {{\n"
+            ));
+            let entries = declared.args.iter().chain(&declared.arg_group);
+            for (entry, param) in entries.clone().zip(&params) {
+                out.push_str(&doc(&entry.about));
+                out.push_str(&format!("    pub {}: {param},\n", entry.name));
+            }
+            out.push_str("}\n\n");
+            out.push_str(&format!(
+                "impl{bounds} ScriptArgs<{name}> for {args_type}{generics} {{\n    fn add_to(&self, {}call: &mut ScriptInvocation<'_>) {{\n",
+                if params.is_empty() { "_" } else { "" }
+            ));
+            for entry in entries {
+                out.push_str(&format!("        call.arg(&self.{});\n", entry.name));
+            }
+            out.push_str("    }\n}\n\n");
+        }
+    }
+    out
+}
+
+/// A type parameter per argument (and one for the group): `A1`, `A2`, …
+fn arg_params(declared: &Declared) -> Vec<String> {
+    let count = declared.args.len() + usize::from(declared.arg_group.is_some());
+    (1..=count).map(|i| format!("A{i}")).collect()
 }
 
 struct Highest {

@@ -18,7 +18,7 @@ use engage::{
     infra::{
         clock::{day_number, Month},
         redis::{
-            scripts::{self, Loadable, REMARKS_LIKE, SIGNIN_SIGN, VOUCHERS_SECKILL},
+            scripts::{self, REMARKS_LIKE, SIGNIN_SIGN, VOUCHERS_SECKILL},
             Keys,
         },
     },
@@ -62,11 +62,7 @@ async fn main() -> anyhow::Result<()> {
     let keys = Keys::new(prefix.clone())
         .on_cluster(args.cluster)
         .with_points_buckets(buckets);
-    for script in [
-        &*REMARKS_LIKE as &dyn Loadable,
-        &*SIGNIN_SIGN,
-        &*VOUCHERS_SECKILL,
-    ] {
+    for script in [&*REMARKS_LIKE, &*SIGNIN_SIGN, &*VOUCHERS_SECKILL] {
         scripts::load(script, &mut conn).await?;
     }
     let now = chrono::Utc::now();

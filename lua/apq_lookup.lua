@@ -3,9 +3,10 @@
   evicted first (see apq_register.lua).
 
   Input:
-    KEYS[1] documents hash   {apq}:documents   field = SHA-256 hex, value = the query text
-    KEYS[2] recency zset     {apq}:recency     member = SHA-256 hex, score = last use, epoch ms
-    ARGV[1] SHA-256 hex   ARGV[2] now, epoch ms
+    KEYS[1] documents: hash   {apq}:documents   field = SHA-256 hex, value = the query text
+    KEYS[2] recency: zset     {apq}:recency     member = SHA-256 hex, score = last use, epoch ms
+    ARGV[1] hash: SHA-256 hex of the query
+    ARGV[2] now_ms: now, epoch ms
 
   Output: the query text, or nil when it is not stored
 ]]

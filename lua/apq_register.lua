@@ -5,11 +5,14 @@
   fill Redis.
 
   Input:
-    KEYS[1] documents hash   {apq}:documents   field = SHA-256 hex, value = the query text
-    KEYS[2] recency zset     {apq}:recency     member = SHA-256 hex, score = last use, epoch ms
-    KEYS[3] bytes counter    {apq}:bytes       what the stored documents count against the budget
-    ARGV[1] SHA-256 hex   ARGV[2] query text   ARGV[3] now, epoch ms
-    ARGV[4] budget, bytes   ARGV[5] a document unused this long (ms) is forgotten
+    KEYS[1] documents: hash   {apq}:documents   field = SHA-256 hex, value = the query text
+    KEYS[2] recency: zset     {apq}:recency     member = SHA-256 hex, score = last use, epoch ms
+    KEYS[3] bytes: counter    {apq}:bytes       what the stored documents count against the budget
+    ARGV[1] hash: SHA-256 hex of the query
+    ARGV[2] query: the query text
+    ARGV[3] now_ms: now, epoch ms
+    ARGV[4] budget: the store's budget, bytes
+    ARGV[5] unused_for_ms: a document unused this long (ms) is forgotten
 
   Output: { status, documents evicted }
     status (lua/include/status.lua) OK stored, ALREADY stored before (now marked used),

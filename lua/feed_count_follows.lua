@@ -6,10 +6,10 @@
   slot; the markers expire (see `Keys::follow_counted`).
 
   Input:
-    KEYS[1] follower counts            {feed}:follower-counts
-    KEYS[2..] per change, its marker   {feed}:counted:<change id>
-    ARGV[1] marker TTL seconds
-    ARGV[2..] per change, two arguments: followee id, delta
+    KEYS[1] counts: follower counts        {feed}:follower-counts
+    KEYS[2..] markers: per change, its marker   {feed}:counted:<change id>
+    ARGV[1] marker_ttl_seconds: marker TTL seconds
+    ARGV[2..] changes: per change, two arguments: followee id, delta
 
   Output: how many of the changes were counted now (the others had been before).
 ]]

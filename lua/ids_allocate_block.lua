@@ -2,9 +2,9 @@
   Reserves a block of sequence numbers for the global ID generator.
 
   Input:
-    KEYS[1] sequence key of one UTC day     e.g. engage:{ids}:seq:20261123
-    ARGV[1] block size (>= 1)
-    ARGV[2] lifetime of the day key in seconds (longer than a day, so that a
+    KEYS[1] sequence: sequence key of one UTC day     e.g. engage:{ids}:seq:20261123
+    ARGV[1] block_size: block size (>= 1)
+    ARGV[2] ttl_seconds: lifetime of the day key in seconds (longer than a day, so that a
             clock near midnight never sees a recreated key)
 
   Output:

@@ -3,9 +3,13 @@
   lease, so its completion afterwards changes nothing. The id may be scheduled again.
 
   Input:
-    KEYS[1] delay zset   KEYS[2] ready list   KEYS[3] in-flight zset   KEYS[4] job pool hash
-    KEYS[5] finished zset
-    ARGV[1] job id   ARGV[2] now, epoch ms
+    KEYS[1] delayed: delay zset
+    KEYS[2] ready: ready list
+    KEYS[3] running: in-flight zset
+    KEYS[4] pool: job pool hash
+    KEYS[5] finished: finished zset
+    ARGV[1] id: job id
+    ARGV[2] now_ms: now, epoch ms
 
   Output: {1, <JSON of the job>} cancelled (its JSON tells the caller which SQL record to
           remove), {0, ''} no such pending job (unknown, finished or already cancelled)

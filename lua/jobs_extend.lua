@@ -4,9 +4,11 @@
   a job cancelled or reclaimed meanwhile is not touched.
 
   Input:
-    KEYS[1] in-flight zset   {jobs:<topic>}:running   score = visibility deadline, ms
-    KEYS[2] job pool hash    {jobs:<topic>}:pool
-    ARGV[1] new deadline, epoch ms   ARGV[2] job id   ARGV[3] lease token
+    KEYS[1] running: in-flight zset   {jobs:<topic>}:running   score = visibility deadline, ms
+    KEYS[2] pool: job pool hash    {jobs:<topic>}:pool
+    ARGV[1] deadline_ms: new deadline, epoch ms
+    ARGV[2] id: job id
+    ARGV[3] lease: lease token
 
   Output: 1 extended, 0 the lease is no longer this delivery's
 ]]

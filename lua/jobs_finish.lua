@@ -5,10 +5,13 @@
   resurrect it.
 
   Input:
-    KEYS[1] in-flight zset   KEYS[2] delay zset   KEYS[3] job pool hash
-    KEYS[4] finished zset    {jobs:<topic>}:finished   score = finish time, ms
-    ARGV[1] now, epoch ms    ARGV[2] finished jobs kept per topic
-    ARGV[3..] five per delivery: job id, lease token, outcome (done | retry | dead),
+    KEYS[1] running: in-flight zset
+    KEYS[2] delayed: delay zset
+    KEYS[3] pool: job pool hash
+    KEYS[4] finished: finished zset    {jobs:<topic>}:finished   score = finish time, ms
+    ARGV[1] now_ms: now, epoch ms
+    ARGV[2] keep: finished jobs kept per topic
+    ARGV[3..] deliveries: five per delivery: job id, lease token, outcome (done | retry | dead),
                                  retry at (epoch ms), error text
 
   Output: one per delivery, in order: 1 applied, 0 the lease is no longer this delivery's

@@ -5,11 +5,11 @@
   jobs_reindex.lua). Called after a job reached its topic's keys, never before.
 
   Input:
-    KEYS[1] due zset       {jobs}:due        member = topic, score = next visit, epoch ms
-    KEYS[2] marks hash     {jobs}:marks      topic -> mark of the latest write
-    KEYS[3] mark counter   {jobs}:mark       marks are never reused, so a topic dropped and
+    KEYS[1] due: zset       {jobs}:due        member = topic, score = next visit, epoch ms
+    KEYS[2] marks: hash     {jobs}:marks      topic -> mark of the latest write
+    KEYS[3] mark: counter   {jobs}:mark       marks are never reused, so a topic dropped and
                                              indexed again never shows an old mark
-    ARGV[1..] two per topic: topic, due at (epoch ms)
+    ARGV[1..] topics: two per topic: topic, due at (epoch ms)
 
   Output: 0
 ]]

@@ -6,11 +6,12 @@
   every instance may run it on every tick without a lock and no job moves twice.
 
   Input:
-    KEYS[1] delay zset        {jobs:<topic>}:delayed
-    KEYS[2] ready list        {jobs:<topic>}:ready
-    KEYS[3] in-flight zset    {jobs:<topic>}:running   score = visibility deadline, ms
-    KEYS[4] job pool hash     {jobs:<topic>}:pool
-    ARGV[1] now, epoch ms   ARGV[2] most jobs to move
+    KEYS[1] delayed: delay zset        {jobs:<topic>}:delayed
+    KEYS[2] ready: ready list        {jobs:<topic>}:ready
+    KEYS[3] running: in-flight zset    {jobs:<topic>}:running   score = visibility deadline, ms
+    KEYS[4] pool: job pool hash     {jobs:<topic>}:pool
+    ARGV[1] now_ms: now, epoch ms
+    ARGV[2] limit: most jobs to move
 
   Output: { promoted, reclaimed, ready list length, next visit, run-at of each promoted
             job... }; next visit = when the topic needs promoting again: now while jobs are

@@ -5,8 +5,9 @@
   topic then keeps its visit (at most the new job's due time) and is walked again.
 
   Input:
-    KEYS[1] due zset   {jobs}:due   KEYS[2] marks hash   {jobs}:marks
-    ARGV[1..] three per topic: topic, mark the walk read ('' none), next visit (epoch ms;
+    KEYS[1] due: zset   {jobs}:due
+    KEYS[2] marks: hash   {jobs}:marks
+    ARGV[1..] topics: three per topic: topic, mark the walk read ('' none), next visit (epoch ms;
                                -1 = nothing pending)
 
   Output: how many topics were moved or dropped

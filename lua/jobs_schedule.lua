@@ -5,12 +5,12 @@
   again, and the new job replaces what the pool remembered of the old one.
 
   Input:
-    KEYS[1] job pool hash    {jobs:<topic>}:pool   fields <id> (JSON), <id>/attempts,
+    KEYS[1] pool: job pool hash    {jobs:<topic>}:pool   fields <id> (JSON), <id>/attempts,
                                                    <id>/error, <id>/lease, <id>/stalls,
                                                    <id>/status
-    KEYS[2] delay zset       {jobs:<topic>}:delayed    score = run at, epoch ms
-    KEYS[3] finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
-    ARGV[1..] four per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new)
+    KEYS[2] delayed: delay zset       {jobs:<topic>}:delayed    score = run at, epoch ms
+    KEYS[3] finished: finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
+    ARGV[1..] jobs: four per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new)
 
   Output: two per job, in order (statuses of lua/include/status.lua): OK, '' added;
           TAKEN, <JSON of the pending job> refused (a job with this id is pending; the

@@ -4,9 +4,12 @@
   deliverer extends the deadline while the handler runs).
 
   Input:
-    KEYS[1] ready list   KEYS[2] in-flight zset   KEYS[3] job pool hash
-    ARGV[1] visibility deadline, epoch ms   ARGV[2] lease token prefix of this take
-    ARGV[3] most jobs to take
+    KEYS[1] ready: ready list
+    KEYS[2] running: in-flight zset
+    KEYS[3] pool: job pool hash
+    ARGV[1] deadline_ms: visibility deadline, epoch ms
+    ARGV[2] lease_prefix: lease token prefix of this take
+    ARGV[3] most: most jobs to take
 
   Output: { id, job JSON, attempts (this one included), lease, stalls, ... } - five per job;
           stalls = deliveries of the job whose lease ran out (the caller buries a job that

@@ -5,10 +5,10 @@
   and, for users of other parts, how many of its members are ahead of them.
 
   Input:
-    KEYS[1] a part of a season board   {points:B}:board:<YYYYMM>
-    KEYS[2] its change counter         {points:B}:board:<YYYYMM>:changes
-    ARGV[1] how many users of the part follow
-    ARGV[2..] those users, then pairs for users of other parts: score, user
+    KEYS[1] board: a part of a season board   {points:B}:board:<YYYYMM>
+    KEYS[2] changes: its change counter         {points:B}:board:<YYYYMM>:changes
+    ARGV[1] own: how many users of the part follow
+    ARGV[2..] users: those users, then pairs for users of other parts: score, user
 
   Output: { change counter (0: never changed),
             per user of the part: score (nil: not on the board), rank within the part (nil),

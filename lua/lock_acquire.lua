@@ -2,9 +2,10 @@
   Takes a lock if nobody holds it, and hands out the next fencing number.
 
   Input:
-    KEYS[1] the lock          {lock:<name>}:owner
-    KEYS[2] fencing counter   {lock:<name>}:fence
-    ARGV[1] owner token (unique per acquisition)   ARGV[2] lease, milliseconds
+    KEYS[1] owner: the lock          {lock:<name>}:owner
+    KEYS[2] fence: fencing counter   {lock:<name>}:fence
+    ARGV[1] token: owner token (unique per acquisition)
+    ARGV[2] lease_ms: lease, milliseconds
 
   Output: the fencing number (> 0) when taken, 0 when someone else holds the lock.
 

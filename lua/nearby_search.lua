@@ -5,9 +5,12 @@
   nearest at most).
 
   Input:
-    KEYS[1] item locations (GEO set)   {geo}:items
-    ARGV[1] longitude   ARGV[2] latitude   ARGV[3] radius, km
-    ARGV[4] items to skip   ARGV[5] items to return
+    KEYS[1] locations: item locations (GEO set)   {geo}:items
+    ARGV[1] lng: longitude
+    ARGV[2] lat: latitude
+    ARGV[3] radius_km: radius, km
+    ARGV[4] skip: items to skip
+    ARGV[5] take: items to return
 
   Output: { more (1 when items follow the page, else 0), { {id, distance km}, ... } }
 ]]

@@ -6,17 +6,21 @@
   awards in batches: one call per batch instead of one per award.
 
   Input:
-    KEYS[1] season board          {points:B}:board:<YYYYMM>
-    KEYS[2] points stream         {points:B}:events
-    KEYS[3] rebuild hold          {points:B}:rebuilding
-    KEYS[4] the board's changes   {points:B}:board:<YYYYMM>:changes
-    KEYS[5..] per award, two keys: today's points hash {points:B}:daily:<user>:<YYYYMMDD>
+    KEYS[1] board: season board          {points:B}:board:<YYYYMM>
+    KEYS[2] events: points stream         {points:B}:events
+    KEYS[3] hold: rebuild hold          {points:B}:rebuilding
+    KEYS[4] changes: the board's changes   {points:B}:board:<YYYYMM>:changes
+    KEYS[5..] awards: per award, two keys: today's points hash {points:B}:daily:<user>:<YYYYMMDD>
               and its idempotency marker {points:B}:award:<user>:<key>
-    ARGV[1] now, epoch ms   ARGV[2] seconds since the season began   ARGV[3] season id
-    ARGV[4] board channel   ARGV[5] marker TTL seconds   ARGV[6] daily hash TTL seconds
-    ARGV[7] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
-    ARGV[8..] per award, five arguments: user id, type, requested points, daily cap (-1: none),
-              idempotency key
+    ARGV[1] now_ms: now, epoch ms
+    ARGV[2] season_seconds: seconds since the season began
+    ARGV[3] season: season id
+    ARGV[4] channel: board channel
+    ARGV[5] marker_ttl_seconds: marker TTL seconds
+    ARGV[6] daily_ttl_seconds: daily hash TTL seconds
+    ARGV[7] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[8..] awards: per award, five arguments: user id, type, requested points, daily cap
+              (-1: none), idempotency key
 
   Output: { OK, awarded_1, duplicate_1 (0/1), awarded_2, duplicate_2, ... } - a duplicate
           answers what its first award paid; { HELD } while a rebuild holds awards back

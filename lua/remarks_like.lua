@@ -2,22 +2,22 @@
   Likes a remark for a voter, at most once for ever.
 
   Input:
-    KEYS[1] remark info hash     {likes:S}:remark:<id>          fields likes, author, hydrated
-    KEYS[2] like relation        {likes:S}:remark:<id>:voter:<uid>   "1" liked, "0" not liked
-    KEYS[3] earliest likers zset {likes:S}:remark:<id>:likers
-    KEYS[4] vote stream          {likes:S}:events
-    ARGV[1] voter id
-    ARGV[2] remark id
-    ARGV[3] now, epoch ms
-    ARGV[4] relation TTL, seconds
-    ARGV[5] what is known when the relation key is missing:
+    KEYS[1] info: remark info hash     {likes:S}:remark:<id>          fields likes, author, hydrated
+    KEYS[2] relation: like relation        {likes:S}:remark:<id>:voter:<uid>   "1" liked, "0" not liked
+    KEYS[3] likers: earliest likers zset {likes:S}:remark:<id>:likers
+    KEYS[4] events: vote stream          {likes:S}:events
+    ARGV[1] voter: voter id
+    ARGV[2] remark: remark id
+    ARGV[3] now_ms: now, epoch ms
+    ARGV[4] relation_ttl_seconds: relation TTL, seconds
+    ARGV[5] known: what is known when the relation key is missing:
             young   - the remark is younger than the TTL, so no key means no vote
                       (unless the info hash was rebuilt after a Redis loss)
             unknown - ask the archive first
             liked / unliked / none - the archive's answer (none: no vote at all)
-    ARGV[6] live channel of the remark's count
-    ARGV[7] how many earliest likers to keep
-    ARGV[8] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[6] channel: live channel of the remark's count
+    ARGV[7] likers_kept: how many earliest likers to keep
+    ARGV[8] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, likes, liked, changed }
     status (lua/include/status.lua) OK done, MISSING remark info missing (the caller

@@ -2,10 +2,10 @@
   Replaces an item's cached "recommended remarks" list in one step.
 
   Input:
-    KEYS[1] the list              {rec:<item>}:list
-    KEYS[2] the proxy key         {rec:<item>}:proxy
-    ARGV[1] seconds until the next refresh (the proxy key's new lifetime)
-    ARGV[2..] remark ids, most liked first (none: the item has no remarks yet)
+    KEYS[1] list: the list              {rec:<item>}:list
+    KEYS[2] proxy: the proxy key         {rec:<item>}:proxy
+    ARGV[1] refresh_seconds: seconds until the next refresh (the proxy key's new lifetime)
+    ARGV[2..] remarks: remark ids, most liked first (none: the item has no remarks yet)
 
   Output: the new length of the list.
 

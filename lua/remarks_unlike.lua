@@ -1,7 +1,7 @@
 --[[
   Withdraws a voter's like of a remark.
 
-  Input: as remarks_like.lua (KEYS[1..4], ARGV[1..8]; ARGV[7] unused).
+  Input: as remarks_like.lua (its keys and arguments; likers_kept unused).
   Output: { status, likes, liked, changed } with the same status codes.
 
   Events: on a change, XADD a VoteEvent {remark, voter, author, voting=0, count, at, first=0}

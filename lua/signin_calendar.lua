@@ -2,13 +2,16 @@
   Reads a month of a user's sign-ins, with the user's current streak.
 
   Input:
-    KEYS[1] the shown month's bitmap
-    KEYS[2] this month's bitmap   KEYS[3] the previous month's bitmap   KEYS[4] streak hash
-    KEYS[5] the shown month's make-up counter
-    ARGV[1] days of the shown month to read (up to today for this month)
-    ARGV[2] today's day of month
-    ARGV[3] days in the previous month
-    ARGV[4] previous month YYYYMM   ARGV[5] the month before it YYYYMM
+    KEYS[1] shown: the shown month's bitmap
+    KEYS[2] this_month: this month's bitmap
+    KEYS[3] previous_month: the previous month's bitmap
+    KEYS[4] streak: streak hash
+    KEYS[5] make_ups: the shown month's make-up counter
+    ARGV[1] days: days of the shown month to read (up to today for this month)
+    ARGV[2] today: today's day of month
+    ARGV[3] previous_month_days: days in the previous month
+    ARGV[4] previous_month: previous month YYYYMM
+    ARGV[5] month_before: the month before it YYYYMM
 
   Output: { bits of the shown days (day 1 most significant), streak, make-ups used,
             signed today (0/1) }

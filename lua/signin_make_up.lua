@@ -3,19 +3,27 @@
   point only (no streak bonus).
 
   Input:
-    KEYS[1..6] as signin_sign.lua   KEYS[7] make-up counter {points:B}:makeups:<user>:<YYYYMM>
-    KEYS[8] rebuild hold {points:B}:rebuilding
-    KEYS[9] the board's changes {points:B}:board:<YYYYMM>:changes
-    ARGV[1] user id     ARGV[2] the missed day (before today)   ARGV[3] today's day
-    ARGV[4] days in the previous month
-    ARGV[5] previous month YYYYMM   ARGV[6] the month before it YYYYMM
-    ARGV[7] make-ups allowed per month
-    ARGV[8] now, epoch ms   ARGV[9] seconds since the season began
-    ARGV[10] season id      ARGV[11] board channel
-    ARGV[12] daily hash TTL seconds   ARGV[13] counter TTL seconds
-    ARGV[14] base points    ARGV[15] idempotency text for the event
-    ARGV[16] the missed day, YYYYMMDD (the sign_ins row the archive writes from the event)
-    ARGV[17] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    KEYS[1..6] this_month, previous_month, streak, daily, board, events: as signin_sign.lua
+    KEYS[7] make_ups: make-up counter {points:B}:makeups:<user>:<YYYYMM>
+    KEYS[8] hold: rebuild hold {points:B}:rebuilding
+    KEYS[9] changes: the board's changes {points:B}:board:<YYYYMM>:changes
+    ARGV[1] user: user id
+    ARGV[2] day: the missed day (before today)
+    ARGV[3] today: today's day
+    ARGV[4] previous_month_days: days in the previous month
+    ARGV[5] previous_month: previous month YYYYMM
+    ARGV[6] month_before: the month before it YYYYMM
+    ARGV[7] make_ups_allowed: make-ups allowed per month
+    ARGV[8] now_ms: now, epoch ms
+    ARGV[9] season_seconds: seconds since the season began
+    ARGV[10] season: season id
+    ARGV[11] channel: board channel
+    ARGV[12] daily_ttl_seconds: daily hash TTL seconds
+    ARGV[13] counter_ttl_seconds: counter TTL seconds
+    ARGV[14] base_points: base points
+    ARGV[15] idempotency: idempotency text for the event
+    ARGV[16] day_number: the missed day, YYYYMMDD (the sign_ins row the archive writes from the event)
+    ARGV[17] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, streak, points_awarded, make_ups_left }
     status (lua/include/status.lua) OK made up, ALREADY the day is signed already,

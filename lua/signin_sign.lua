@@ -3,24 +3,30 @@
   computes the streak and awards SIGN_IN points with the streak bonus.
 
   Input:
-    KEYS[1] this month's bitmap      {points:B}:sign:<user>:<YYYYMM>
-    KEYS[2] previous month's bitmap  {points:B}:sign:<user>:<YYYYMM-1>
-    KEYS[3] streak hash              {points:B}:streak:<user>
-    KEYS[4] today's points hash      {points:B}:daily:<user>:<YYYYMMDD>
-    KEYS[5] season board             {points:B}:board:<YYYYMM>
-    KEYS[6] points stream            {points:B}:events
-    KEYS[7] rebuild hold             {points:B}:rebuilding
-    KEYS[8] the board's changes      {points:B}:board:<YYYYMM>:changes
-    ARGV[1] user id          ARGV[2] day of month (1..31)
-    ARGV[3] days in the previous month
-    ARGV[4] previous month YYYYMM    ARGV[5] the month before it YYYYMM
-    ARGV[6] now, epoch ms    ARGV[7] seconds since the season began
-    ARGV[8] season id        ARGV[9] board channel
-    ARGV[10] daily hash TTL seconds  ARGV[11] bitmap TTL seconds
-    ARGV[12] base points     ARGV[13] bonuses "streak:points,..." e.g. "7:10,14:20,28:40"
-    ARGV[14] idempotency text for the event (signin:<user>:<date>)
-    ARGV[15] today, YYYYMMDD (the sign_ins row the archive writes from the event)
-    ARGV[16] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    KEYS[1] this_month: this month's bitmap      {points:B}:sign:<user>:<YYYYMM>
+    KEYS[2] previous_month: previous month's bitmap  {points:B}:sign:<user>:<YYYYMM-1>
+    KEYS[3] streak: streak hash              {points:B}:streak:<user>
+    KEYS[4] daily: today's points hash      {points:B}:daily:<user>:<YYYYMMDD>
+    KEYS[5] board: season board             {points:B}:board:<YYYYMM>
+    KEYS[6] events: points stream            {points:B}:events
+    KEYS[7] hold: rebuild hold             {points:B}:rebuilding
+    KEYS[8] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
+    ARGV[1] user: user id
+    ARGV[2] day: day of month (1..31)
+    ARGV[3] previous_month_days: days in the previous month
+    ARGV[4] previous_month: previous month YYYYMM
+    ARGV[5] month_before: the month before it YYYYMM
+    ARGV[6] now_ms: now, epoch ms
+    ARGV[7] season_seconds: seconds since the season began
+    ARGV[8] season: season id
+    ARGV[9] channel: board channel
+    ARGV[10] daily_ttl_seconds: daily hash TTL seconds
+    ARGV[11] bitmap_ttl_seconds: bitmap TTL seconds
+    ARGV[12] base_points: base points
+    ARGV[13] bonuses: bonuses "streak:points,..." e.g. "7:10,14:20,28:40"
+    ARGV[14] idempotency: idempotency text for the event (signin:<user>:<date>)
+    ARGV[15] day_number: today, YYYYMMDD (the sign_ins row the archive writes from the event)
+    ARGV[16] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, streak, points_awarded }
     status (lua/include/status.lua) OK signed, ALREADY signed today before, HELD while a

@@ -5,11 +5,13 @@
   is above it, and renews what it keeps.
 
   Input:
-    KEYS[1] the live instances        {leases:<consumer>}:members (zset: instance -> expiry ms)
-    KEYS[2] the leases                 {leases:<consumer>}:holders (hash: stream -> "<instance> <expiry ms>")
-    ARGV[1] this instance   ARGV[2] now, ms   ARGV[3] lease time, ms
-    ARGV[4] 1 when the instance leaves (gives back everything), 0 otherwise
-    ARGV[5..] every stream of the consumer, in one order for every instance
+    KEYS[1] members: the live instances        {leases:<consumer>}:members (zset: instance -> expiry ms)
+    KEYS[2] holders: the leases                 {leases:<consumer>}:holders (hash: stream -> "<instance> <expiry ms>")
+    ARGV[1] instance: this instance
+    ARGV[2] now_ms: now, ms
+    ARGV[3] lease_ms: lease time, ms
+    ARGV[4] leaving: 1 when the instance leaves (gives back everything), 0 otherwise
+    ARGV[5..] streams: every stream of the consumer, in one order for every instance
 
   Output: the streams this instance holds now.
 ]]

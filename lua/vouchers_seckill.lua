@@ -4,13 +4,16 @@
   to its Redis Cluster slot).
 
   Input:
-    KEYS[1] voucher hash   {sale:S}:voucher:<id>   fields stock, begins, ends, pay_within
-    KEYS[2] buyers set     {sale:S}:voucher:<id>:buyers   (live orders only)
-    KEYS[3] order hash     {sale:S}:order:<order id>
-    KEYS[4] order stream   {sale:S}:orders
-    ARGV[1] voucher id   ARGV[2] buyer id   ARGV[3] order id (allocated before the call)
-    ARGV[4] now, epoch ms (the server's clock, not Redis's)   ARGV[5] stock channel
-    ARGV[6] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    KEYS[1] voucher: voucher hash   {sale:S}:voucher:<id>   fields stock, begins, ends, pay_within
+    KEYS[2] buyers: buyers set     {sale:S}:voucher:<id>:buyers   (live orders only)
+    KEYS[3] order: order hash     {sale:S}:order:<order id>
+    KEYS[4] events: order stream   {sale:S}:orders
+    ARGV[1] voucher: voucher id
+    ARGV[2] buyer: buyer id
+    ARGV[3] order: order id (allocated before the call)
+    ARGV[4] now_ms: now, epoch ms (the server's clock, not Redis's)
+    ARGV[5] channel: stock channel
+    ARGV[6] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, stock left, pay by (epoch ms) }
     status (lua/include/status.lua) OK ordered, MISSING voucher unknown here (the caller

@@ -4,12 +4,17 @@
   order again, once.
 
   Input:
-    KEYS[1] order hash   KEYS[2] voucher hash   KEYS[3] buyers set   KEYS[4] order stream
+    KEYS[1] order: order hash
+    KEYS[2] voucher: voucher hash
+    KEYS[3] buyers: buyers set
+    KEYS[4] events: order stream
     ARGV[1] outcome: PAID | CANCELLED | EXPIRED
-    ARGV[2] now, epoch ms
-    ARGV[3] acting buyer id ("" for the expiry job)
-    ARGV[4] stock channel   ARGV[5] order id   ARGV[6] seconds to keep the order hash
-    ARGV[7] the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[2] now_ms: now, epoch ms
+    ARGV[3] buyer: acting buyer id ("" for the expiry job)
+    ARGV[4] channel: stock channel
+    ARGV[5] order: order id
+    ARGV[6] keep_seconds: seconds to keep the order hash
+    ARGV[7] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, order status now }
     status (lua/include/status.lua) OK changed, ALREADY settled before (order status

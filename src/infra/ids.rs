@@ -21,7 +21,10 @@ use tokio::sync::Mutex;
 use crate::infra::{
     clock::Clock,
     error::{AppError, AppResult},
-    redis::{scripts, Keys, RedisPool},
+    redis::{
+        scripts::{IdsAllocateBlock, IdsAllocateBlockArgs, Replies, Scripts},
+        Keys, RedisPool,
+    },
 };
 
 /// 2023-01-01T00:00:00Z.
@@ -115,16 +118,20 @@ impl IdGenerator {
     }
 
     async fn reserve(&self, day: NaiveDate) -> AppResult<u64> {
-        let mut conn = self.redis.get().await?;
-        let last: u64 = scripts::IDS_ALLOCATE_BLOCK
-            .call(
-                [self.keys.id_sequence(day)],
-                (self.block_size, DAY_KEY_TTL_SECONDS),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
-        Ok(last)
+        let sequence = IdsAllocateBlock {
+            sequence: self.keys.id_sequence(day),
+        };
+        let args = IdsAllocateBlockArgs {
+            block_size: self.block_size,
+            ttl_seconds: DAY_KEY_TTL_SECONDS,
+        };
+        Scripts::on(&self.redis).call(&sequence, &args).await
     }
+}
+
+/// The last number of the block reserved.
+impl Replies for IdsAllocateBlock {
+    type Reply = u64;
 }
 
 /// Parses an ID (decimal text), answering `BAD_USER_INPUT` otherwise.

@@ -13,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 use crate::infra::{
     error::AppResult,
     redis::{
-        scripts::{LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW},
+        scripts::{
+            LockAcquire, LockAcquireArgs, LockRelease, LockReleaseArgs, LockRenew, LockRenewArgs,
+            Replies,
+        },
         Keys,
     },
     Infra,
@@ -53,16 +56,19 @@ where
     let owner_key = infra.keys.lock_owner(name);
     let token = format!("{}:{}", infra.instance.id, uuid::Uuid::new_v4().simple());
     let lease_ms = lease.as_millis() as u64;
-    let fence: i64 = {
-        let mut conn = infra.redis.get().await?;
-        LOCK_ACQUIRE
-            .call(
-                [owner_key.clone(), infra.keys.lock_fence(name)],
-                (&token, lease_ms),
-            )
-            .invoke_async(&mut *conn)
-            .await?
-    };
+    let fence = infra
+        .scripts()
+        .call(
+            &LockAcquire {
+                owner: owner_key.clone(),
+                fence: infra.keys.lock_fence(name),
+            },
+            &LockAcquireArgs {
+                token: &token,
+                lease_ms,
+            },
+        )
+        .await?;
     if fence == 0 {
         return Ok(None);
     }
@@ -88,14 +94,18 @@ where
                     () = done.cancelled() => return,
                     _ = every.tick() => {}
                 }
-                let renewed: AppResult<i64> = async {
-                    let mut conn = infra.redis.get().await?;
-                    Ok(LOCK_RENEW
-                        .call([owner_key.clone()], (&token, lease_ms))
-                        .invoke_async(&mut *conn)
-                        .await?)
-                }
-                .await;
+                let renewed = infra
+                    .scripts()
+                    .call(
+                        &LockRenew {
+                            owner: owner_key.clone(),
+                        },
+                        &LockRenewArgs {
+                            token: &token,
+                            lease_ms,
+                        },
+                    )
+                    .await;
                 if !matches!(renewed, Ok(1)) {
                     tracing::warn!(lock = owner_key, "lock lease lost");
                     lost.cancel();
@@ -108,10 +118,29 @@ where
     let result = work(held).await;
     done.cancel();
     let _ = renewer.await;
-    let mut conn = infra.redis.get().await?;
-    let _: i64 = LOCK_RELEASE
-        .call([owner_key.clone()], (&token,))
-        .invoke_async(&mut *conn)
+    let _released = infra
+        .scripts()
+        .call(
+            &LockRelease {
+                owner: owner_key.clone(),
+            },
+            &LockReleaseArgs { token: &token },
+        )
         .await?;
     Ok(Some(result))
+}
+
+/// The fencing number, or 0 when someone else holds the lock.
+impl Replies for LockAcquire {
+    type Reply = i64;
+}
+
+/// 1 extended, 0 no longer ours.
+impl Replies for LockRenew {
+    type Reply = i64;
+}
+
+/// 1 released, 0 not ours.
+impl Replies for LockRelease {
+    type Reply = i64;
 }

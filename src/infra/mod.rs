@@ -53,6 +53,21 @@ pub struct Infra {
     pub instance: Instance,
 }
 
+impl Infra {
+    /// Runs scripts whose writes need no replica (or that only read).
+    pub fn scripts(&self) -> redis::scripts::Scripts<'_> {
+        redis::scripts::Scripts::on(&self.redis)
+    }
+
+    /// Runs scripts that write `kind`, which may wait for replicas.
+    pub fn durable_scripts(
+        &self,
+        kind: redis::durability::DurableWrite,
+    ) -> redis::scripts::Scripts<'_> {
+        redis::scripts::Scripts::durable(&self.redis, &self.durability, kind)
+    }
+}
+
 /// This instance among the others: its name, its background tasks and the signal that
 /// stops them (mini-redis's shutdown: one token every task listens to, and a tracker to
 /// wait for them once told).

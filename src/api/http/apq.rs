@@ -33,7 +33,7 @@ use crate::{
     api::http::Gateway,
     infra::{
         error::{AppError, ErrorCode},
-        redis::scripts::{APQ_LOOKUP, APQ_REGISTER},
+        redis::scripts::{ApqLookup, ApqLookupArgs, ApqRegister, ApqRegisterArgs, Replies},
     },
 };
 
@@ -135,17 +135,15 @@ pub async fn resolve(
             })
         }
         None => {
-            let mut conn = gateway.infra.redis.get().await?;
-            let stored: Option<String> = APQ_LOOKUP
-                .call(
-                    [
-                        gateway.infra.keys.persisted_queries(),
-                        gateway.infra.keys.persisted_query_recency(),
-                    ],
-                    (&hash, gateway.infra.clock.now_ms()),
-                )
-                .invoke_async(&mut *conn)
-                .await?;
+            let documents = ApqLookup {
+                documents: gateway.infra.keys.persisted_queries(),
+                recency: gateway.infra.keys.persisted_query_recency(),
+            };
+            let args = ApqLookupArgs {
+                hash: &hash,
+                now_ms: gateway.infra.clock.now_ms(),
+            };
+            let stored = gateway.infra.scripts().call(&documents, &args).await?;
             stored
                 .map(|query| Resolved {
                     query,
@@ -157,29 +155,34 @@ pub async fn resolve(
     }
 }
 
+/// The query text, or nil when it is not stored.
+impl Replies for ApqLookup {
+    type Reply = Option<String>;
+}
+
+/// `{ status, documents evicted }`.
+impl Replies for ApqRegister {
+    type Reply = (i64, u64);
+}
+
 /// Stores a query that has run under its hash (one that [`resolve`] marked for it); older
 /// queries may be evicted to make room.
 pub async fn register(gateway: &Gateway, hash: &str, query: &str) -> Result<(), AppError> {
     let config = &gateway.config;
     let keys = &gateway.infra.keys;
-    let mut conn = gateway.infra.redis.get().await?;
-    let (_stored, evicted): (i64, u64) = APQ_REGISTER
-        .call(
-            [
-                keys.persisted_queries(),
-                keys.persisted_query_recency(),
-                keys.persisted_query_bytes(),
-            ],
-            (
-                hash,
-                query,
-                gateway.infra.clock.now_ms(),
-                config.apq_max_bytes,
-                UNUSED_FOR_MS,
-            ),
-        )
-        .invoke_async(&mut *conn)
-        .await?;
+    let documents = ApqRegister {
+        documents: keys.persisted_queries(),
+        recency: keys.persisted_query_recency(),
+        bytes: keys.persisted_query_bytes(),
+    };
+    let args = ApqRegisterArgs {
+        hash,
+        query,
+        now_ms: gateway.infra.clock.now_ms(),
+        budget: config.apq_max_bytes,
+        unused_for_ms: UNUSED_FOR_MS,
+    };
+    let (_stored, evicted) = gateway.infra.scripts().call(&documents, &args).await?;
     if evicted > 0 {
         metrics::counter!("engage_persisted_queries_evicted_total").increment(evicted);
     }

@@ -35,7 +35,10 @@ use super::Feed;
 use crate::infra::{
     error::AppResult,
     outbox::{self, Outbox},
-    redis::{scripts::FEED_COUNT_FOLLOWS, Keys},
+    redis::{
+        scripts::{FeedCountFollows, FeedCountFollowsArgs, Replies},
+        Keys,
+    },
     Infra,
 };
 
@@ -99,14 +102,18 @@ impl Outbox for FollowChanges {
     async fn deliver(&self, changes: &[FollowChange]) -> AppResult<()> {
         let feed = &self.0;
         let keys = &feed.infra.keys;
-        let mut call = FEED_COUNT_FOLLOWS.call([keys.follower_counts()], (COUNTED_TTL_SECONDS,));
-        for change in changes {
-            call.key(keys.follow_counted(change.id));
-            call.arg(change.followee).arg(change.delta);
-        }
-        let mut conn = feed.infra.redis.get().await?;
-        let _counted: i64 = call.invoke_async(&mut *conn).await?;
-        drop(conn);
+        let counts = FeedCountFollows {
+            counts: keys.follower_counts(),
+            markers: changes.iter().map(|c| keys.follow_counted(c.id)).collect(),
+        };
+        let args = FeedCountFollowsArgs {
+            marker_ttl_seconds: COUNTED_TTL_SECONDS,
+            changes: changes
+                .iter()
+                .map(|c| (c.followee, c.delta))
+                .collect::<Vec<_>>(),
+        };
+        let _counted = feed.infra.scripts().call(&counts, &args).await?;
         let relations: BTreeSet<(i64, i64)> = changes
             .iter()
             .map(|change| (change.follower, change.followee))
@@ -233,4 +240,9 @@ impl Feed {
             .map(|row| Ok((row.try_get("follower_id")?, row.try_get("followee_id")?)))
             .collect()
     }
+}
+
+/// How many of the changes were counted now (the others had been before).
+impl Replies for FeedCountFollows {
+    type Reply = i64;
 }

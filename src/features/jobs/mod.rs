@@ -39,7 +39,7 @@ use crate::infra::{
     metrics::BoundedLabel,
     redis::status::Status,
     redis::{
-        scripts::{JOBS_CANCEL, JOBS_SCHEDULE},
+        scripts::{JobsCancel, JobsCancelArgs, JobsSchedule, JobsScheduleArgs, Replies},
         Keys,
     },
     Infra,
@@ -441,44 +441,37 @@ impl Jobs {
         }
         let mut placed: Vec<Option<Placed>> = records.iter().map(|_| None).collect();
         let mut due = Vec::new();
-        let mut conn = self.infra.redis.get().await?;
         for (topic, indices) in &by_topic {
-            let mut call = JOBS_SCHEDULE.call(
-                [
-                    keys.job_pool(topic),
-                    keys.jobs_delayed(topic),
-                    keys.jobs_finished(topic),
-                ],
-                (),
-            );
+            let mut jobs = Vec::with_capacity(indices.len());
             for &index in indices {
                 let record = &records[index];
                 let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
-                call.arg(&record.id)
-                    .arg(json)
-                    .arg(record.spec.run_at_ms)
-                    .arg(record.attempts);
+                jobs.push((&record.id, json, record.spec.run_at_ms, record.attempts));
             }
-            let replies: Vec<RedisValue> = call.invoke_async(&mut *conn).await?;
+            let schedule = JobsSchedule {
+                pool: keys.job_pool(topic),
+                delayed: keys.jobs_delayed(topic),
+                finished: keys.jobs_finished(topic),
+            };
+            let replies = self
+                .infra
+                .scripts()
+                .call(&schedule, &JobsScheduleArgs { jobs })
+                .await?;
             let mut earliest = None;
-            for (&index, reply) in indices.iter().zip(replies.chunks_exact(2)) {
-                let added: i64 = redis::FromRedisValue::from_redis_value(reply[0].clone())
-                    .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
-                placed[index] = Some(if Status::of(JOBS_SCHEDULE.name, added)? == Status::Ok {
+            for (&index, (status, pending)) in indices.iter().zip(replies) {
+                placed[index] = Some(if status == Status::Ok {
                     let run_at = records[index].spec.run_at_ms;
                     earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
                     Placed::Added
                 } else {
-                    let json: String = redis::FromRedisValue::from_redis_value(reply[1].clone())
-                        .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
-                    Placed::Pending(serde_json::from_str(&json).ok())
+                    Placed::Pending(serde_json::from_str(&pending).ok())
                 });
             }
             if let Some(at) = earliest {
                 due.push((topic.to_string(), at));
             }
         }
-        drop(conn);
         self.index(&due).await?;
         placed
             .into_iter()
@@ -518,21 +511,18 @@ impl Jobs {
             return Ok(false);
         }
         let keys = &self.infra.keys;
-        let mut conn = self.infra.redis.get().await?;
-        let (cancelled, json): (i64, String) = JOBS_CANCEL
-            .call(
-                [
-                    keys.jobs_delayed(topic),
-                    keys.jobs_ready(topic),
-                    keys.jobs_running(topic),
-                    keys.job_pool(topic),
-                    keys.jobs_finished(topic),
-                ],
-                (id, self.infra.clock.now_ms()),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
-        drop(conn);
+        let job = JobsCancel {
+            delayed: keys.jobs_delayed(topic),
+            ready: keys.jobs_ready(topic),
+            running: keys.jobs_running(topic),
+            pool: keys.job_pool(topic),
+            finished: keys.jobs_finished(topic),
+        };
+        let args = JobsCancelArgs {
+            id,
+            now_ms: self.infra.clock.now_ms(),
+        };
+        let (cancelled, json) = self.infra.scripts().call(&job, &args).await?;
         if cancelled != 1 {
             return Ok(false);
         }
@@ -740,4 +730,14 @@ impl Jobs {
             .await?;
         Ok(view)
     }
+}
+
+/// Two per job, in order: OK and '', or TAKEN and the JSON of the job pending by that id.
+impl Replies for JobsSchedule {
+    type Reply = Vec<(Status, String)>;
+}
+
+/// 1 and the JSON of the job cancelled, or 0 and '' when no such job was pending.
+impl Replies for JobsCancel {
+    type Reply = (i64, String);
 }

@@ -23,7 +23,7 @@ use crate::{
     infra::{
         error::AppResult,
         redis::{
-            scripts::{JOBS_INDEX, JOBS_REINDEX},
+            scripts::{JobsIndex, JobsIndexArgs, JobsReindex, JobsReindexArgs, Replies},
             Keys,
         },
     },
@@ -65,19 +65,16 @@ impl Jobs {
             return Ok(());
         }
         let keys = &self.infra.keys;
-        let mut call = JOBS_INDEX.call(
-            [
-                keys.jobs_due_topics(),
-                keys.jobs_due_marks(),
-                keys.jobs_due_mark_counter(),
-            ],
-            (),
-        );
-        for (topic, at) in due {
-            call.arg(topic).arg(*at);
-        }
-        let mut conn = self.infra.redis.get().await?;
-        let _: i64 = call.invoke_async(&mut *conn).await?;
+        let index = JobsIndex {
+            due: keys.jobs_due_topics(),
+            marks: keys.jobs_due_marks(),
+            mark: keys.jobs_due_mark_counter(),
+        };
+        let _zero = self
+            .infra
+            .scripts()
+            .call(&index, &JobsIndexArgs { topics: due })
+            .await?;
         Ok(())
     }
 
@@ -121,14 +118,19 @@ impl Jobs {
             return Ok(());
         }
         let keys = &self.infra.keys;
-        let mut call = JOBS_REINDEX.call([keys.jobs_due_topics(), keys.jobs_due_marks()], ());
-        for (visit, next) in visited {
-            call.arg(&visit.topic)
-                .arg(&visit.mark)
-                .arg(next.unwrap_or(-1));
-        }
-        let mut conn = self.infra.redis.get().await?;
-        let _: i64 = call.invoke_async(&mut *conn).await?;
+        let index = JobsReindex {
+            due: keys.jobs_due_topics(),
+            marks: keys.jobs_due_marks(),
+        };
+        let topics: Vec<_> = visited
+            .iter()
+            .map(|(visit, next)| (&visit.topic, &visit.mark, next.unwrap_or(-1)))
+            .collect();
+        let _moved = self
+            .infra
+            .scripts()
+            .call(&index, &JobsReindexArgs { topics })
+            .await?;
         Ok(())
     }
 
@@ -174,4 +176,14 @@ impl Jobs {
             .await?;
         Ok(scores.into_iter().map(|score| score.is_some()).collect())
     }
+}
+
+/// 0.
+impl Replies for JobsIndex {
+    type Reply = i64;
+}
+
+/// How many topics were moved or dropped.
+impl Replies for JobsReindex {
+    type Reply = i64;
 }

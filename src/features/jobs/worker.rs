@@ -26,7 +26,10 @@ use crate::{
     features::jobs::Jobs,
     infra::{
         error::{AppError, AppResult},
-        redis::scripts::{self, JOBS_EXTEND, JOBS_FINISH, JOBS_PROMOTE, JOBS_TAKE},
+        redis::scripts::{
+            JobsExtend, JobsExtendArgs, JobsFinish, JobsFinishArgs, JobsPromote, JobsPromoteArgs,
+            JobsTake, JobsTakeArgs, Replies,
+        },
     },
 };
 
@@ -368,19 +371,17 @@ impl Jobs {
 
     async fn promote(&self, topic: &str, now: i64) -> AppResult<Promotion> {
         let keys = &self.infra.keys;
-        let mut conn = self.infra.redis.get().await?;
-        let moved: Vec<i64> = JOBS_PROMOTE
-            .call(
-                [
-                    keys.jobs_delayed(topic),
-                    keys.jobs_ready(topic),
-                    keys.jobs_running(topic),
-                    keys.job_pool(topic),
-                ],
-                (now, PROMOTE_BATCH),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
+        let promotion = JobsPromote {
+            delayed: keys.jobs_delayed(topic),
+            ready: keys.jobs_ready(topic),
+            running: keys.jobs_running(topic),
+            pool: keys.job_pool(topic),
+        };
+        let args = JobsPromoteArgs {
+            now_ms: now,
+            limit: PROMOTE_BATCH,
+        };
+        let moved = self.infra.scripts().call(&promotion, &args).await?;
         let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
         let (promoted, reclaimed) = (reply(0), reply(1));
         if promoted > 0 {
@@ -407,22 +408,17 @@ impl Jobs {
         let keys = &self.infra.keys;
         let lease = uuid::Uuid::new_v4().simple().to_string();
         let policy = self.registry.policy(topic);
-        let mut conn = self.infra.redis.get().await?;
-        let taken: Vec<String> = JOBS_TAKE
-            .call(
-                [
-                    keys.jobs_ready(topic),
-                    keys.jobs_running(topic),
-                    keys.job_pool(topic),
-                ],
-                (
-                    self.infra.clock.now_ms() + policy.visibility.as_millis() as i64,
-                    &lease,
-                    count,
-                ),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
+        let take = JobsTake {
+            ready: keys.jobs_ready(topic),
+            running: keys.jobs_running(topic),
+            pool: keys.job_pool(topic),
+        };
+        let args = JobsTakeArgs {
+            deadline_ms: self.infra.clock.now_ms() + policy.visibility.as_millis() as i64,
+            lease_prefix: &lease,
+            most: count,
+        };
+        let taken = self.infra.scripts().call(&take, &args).await?;
         let taken = taken
             .chunks_exact(5)
             .map(|job| {
@@ -509,21 +505,16 @@ impl Jobs {
         visibility: Duration,
     ) -> AppResult<bool> {
         let keys = &self.infra.keys;
-        let mut conn = self.infra.redis.get().await?;
-        let extended: i64 = JOBS_EXTEND
-            .call(
-                [
-                    keys.jobs_running(&delivery.topic),
-                    keys.job_pool(&delivery.topic),
-                ],
-                (
-                    self.infra.clock.now_ms() + visibility.as_millis() as i64,
-                    &delivery.id,
-                    lease,
-                ),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
+        let running = JobsExtend {
+            running: keys.jobs_running(&delivery.topic),
+            pool: keys.job_pool(&delivery.topic),
+        };
+        let args = JobsExtendArgs {
+            deadline_ms: self.infra.clock.now_ms() + visibility.as_millis() as i64,
+            id: &delivery.id,
+            lease,
+        };
+        let extended = self.infra.scripts().call(&running, &args).await?;
         Ok(extended == 1)
     }
 
@@ -539,43 +530,36 @@ impl Jobs {
             }
             let keys = &self.infra.keys;
             let now = self.infra.clock.now_ms();
-            let mut pipe = redis::pipe();
-            for (topic, ends) in &by_topic {
-                let mut call = JOBS_FINISH.call(
-                    [
-                        keys.jobs_running(topic),
-                        keys.jobs_delayed(topic),
-                        keys.job_pool(topic),
-                        keys.jobs_finished(topic),
-                    ],
-                    (now, super::FINISHED_KEPT),
-                );
-                for end in ends {
-                    call.arg(&end.job_id)
-                        .arg(&end.lease)
-                        .arg(end.outcome)
-                        .arg(end.retry_at)
-                        .arg(&end.error);
-                }
-                pipe.invoke_script(&call);
-            }
-            let applied: AppResult<Vec<Vec<i64>>> = async {
-                let mut conn = self.infra.redis.get().await?;
-                match pipe.query_async(&mut *conn).await {
-                    // Inside a pipeline the `redis` crate does not reload a script Redis forgot
-                    // (a restart): load it and send again. Every call of the pipeline is this
-                    // one script, so none of them ran.
-                    Err(error)
-                        if error.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        scripts::load(&*JOBS_FINISH, &mut *conn).await?;
-                        Ok(pipe.query_async(&mut *conn).await?)
-                    }
-                    replies => Ok(replies?),
-                }
-            }
-            .await;
+            let calls: Vec<_> = by_topic
+                .iter()
+                .map(|(topic, ends)| {
+                    let finish = JobsFinish {
+                        running: keys.jobs_running(topic),
+                        delayed: keys.jobs_delayed(topic),
+                        pool: keys.job_pool(topic),
+                        finished: keys.jobs_finished(topic),
+                    };
+                    let deliveries: Vec<_> = ends
+                        .iter()
+                        .map(|end| {
+                            (
+                                &end.job_id,
+                                &end.lease,
+                                end.outcome,
+                                end.retry_at,
+                                &end.error,
+                            )
+                        })
+                        .collect();
+                    let args = JobsFinishArgs {
+                        now_ms: now,
+                        keep: super::FINISHED_KEPT,
+                        deliveries,
+                    };
+                    (finish, args)
+                })
+                .collect();
+            let applied = self.infra.scripts().call_many(&calls).await;
             let mut ended = Ended::default();
             for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
                 for (position, end) in ends.into_iter().enumerate() {
@@ -641,4 +625,24 @@ impl Jobs {
         }
         Ok(())
     }
+}
+
+/// `{ promoted, reclaimed, ready list length, next visit, run-at of each promoted job… }`.
+impl Replies for JobsPromote {
+    type Reply = Vec<i64>;
+}
+
+/// Five per job taken: id, JSON, attempts, lease, stalls.
+impl Replies for JobsTake {
+    type Reply = Vec<String>;
+}
+
+/// 1 extended, 0 the lease is no longer this delivery's.
+impl Replies for JobsExtend {
+    type Reply = i64;
+}
+
+/// One per delivery: 1 applied, 0 the lease is no longer this delivery's.
+impl Replies for JobsFinish {
+    type Reply = Vec<i64>;
 }

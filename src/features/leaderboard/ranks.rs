@@ -38,7 +38,7 @@ use super::{from_value, points_of, Leaderboards, RankEntry, SCORE_TIME_UNIT};
 use crate::infra::{
     clock::Month,
     error::{AppError, AppResult},
-    redis::scripts::{self, LEADERBOARD_RANKS},
+    redis::scripts::{LeaderboardRanks, LeaderboardRanksArgs, Replies},
 };
 
 /// Users read by one call of `lua/leaderboard_ranks.lua`: a larger read takes several calls,
@@ -184,25 +184,28 @@ impl Leaderboards {
         // Per user: score and members ahead (within its part first), and the numbers read.
         let mut read: HashMap<i64, Standing> = HashMap::new();
 
-        let mut pipe = redis::pipe();
-        let mut calls: Vec<(usize, Vec<i64>)> = Vec::new();
-        for (at, (part, counter)) in parts.iter().zip(&counters).enumerate() {
+        let part_keys = |at: usize| LeaderboardRanks {
+            board: parts[at].clone(),
+            changes: counters[at].clone(),
+        };
+        let mut calls = Vec::new();
+        let mut asked: Vec<(usize, Vec<i64>)> = Vec::new();
+        for at in 0..parts.len() {
             let own: Vec<i64> = users
                 .iter()
                 .copied()
                 .filter(|u| part_of(*u) == at)
                 .collect();
             for chunk in own.chunks(USERS_PER_CALL) {
-                let mut call =
-                    LEADERBOARD_RANKS.call([part.clone(), counter.clone()], (chunk.len(),));
-                for user in chunk {
-                    call.arg(user);
-                }
-                pipe.invoke_script(&call);
-                calls.push((at, chunk.to_vec()));
+                let args = LeaderboardRanksArgs {
+                    own: chunk.len(),
+                    users: chunk.to_vec(),
+                };
+                calls.push((part_keys(at), args));
+                asked.push((at, chunk.to_vec()));
             }
         }
-        for ((at, chunk), reply) in calls.iter().zip(self.ranks_calls(&pipe).await?) {
+        for ((at, chunk), reply) in asked.iter().zip(self.ranks_calls(&calls).await?) {
             let mut reply = reply.into_iter();
             let number = counter_of(reply.next())?;
             for &user in chunk {
@@ -222,24 +225,27 @@ impl Leaderboards {
         }
 
         if parts.len() > 1 {
-            let mut pipe = redis::pipe();
-            let mut calls: Vec<(usize, Vec<i64>)> = Vec::new();
-            for (at, (part, counter)) in parts.iter().zip(&counters).enumerate() {
+            let mut calls = Vec::new();
+            let mut asked: Vec<(usize, Vec<i64>)> = Vec::new();
+            for at in 0..parts.len() {
                 let others: Vec<(i64, i64)> = users
                     .iter()
                     .filter(|u| part_of(**u) != at)
                     .filter_map(|u| read[u].place.map(|(score, _)| (*u, score)))
                     .collect();
                 for chunk in others.chunks(USERS_PER_CALL) {
-                    let mut call = LEADERBOARD_RANKS.call([part.clone(), counter.clone()], (0,));
-                    for (user, score) in chunk {
-                        call.arg(score).arg(user);
-                    }
-                    pipe.invoke_script(&call);
-                    calls.push((at, chunk.iter().map(|(user, _)| *user).collect()));
+                    let args = LeaderboardRanksArgs {
+                        own: 0,
+                        users: chunk
+                            .iter()
+                            .map(|&(user, score)| (score, user))
+                            .collect::<Vec<_>>(),
+                    };
+                    calls.push((part_keys(at), args));
+                    asked.push((at, chunk.iter().map(|(user, _)| *user).collect()));
                 }
             }
-            for ((at, chunk), reply) in calls.iter().zip(self.ranks_calls(&pipe).await?) {
+            for ((at, chunk), reply) in asked.iter().zip(self.ranks_calls(&calls).await?) {
                 let mut reply = reply.into_iter();
                 let number = counter_of(reply.next())?;
                 for user in chunk {
@@ -272,28 +278,18 @@ impl Leaderboards {
             .collect())
     }
 
-    /// Sends a pipeline of `lua/leaderboard_ranks.lua` calls; each reply as a list.
-    async fn ranks_calls(&self, pipe: &redis::Pipeline) -> AppResult<Vec<Vec<Value>>> {
-        if pipe.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.infra.redis.get().await?;
-        let replies: Vec<Value> = match pipe.query_async(&mut *conn).await {
-            // Inside a pipeline the `redis` crate does not reload a script Redis forgot (a
-            // restart): load it and send again. The script only reads.
-            Err(error)
-                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                scripts::load(&*LEADERBOARD_RANKS, &mut *conn).await?;
-                pipe.query_async(&mut *conn).await?
-            }
-            replies => replies?,
-        };
-        replies
-            .into_iter()
-            .map(|reply| from_value(Some(reply)))
-            .collect()
+    /// Sends `lua/leaderboard_ranks.lua` calls in one pipeline; each reply as a list.
+    async fn ranks_calls<A: redis::ToRedisArgs>(
+        &self,
+        calls: &[(LeaderboardRanks, LeaderboardRanksArgs<usize, A>)],
+    ) -> AppResult<Vec<Vec<Value>>> {
+        self.infra.scripts().call_many(calls).await
     }
+}
+
+/// Per call, the change counter and what it read of each user (see the script's header).
+impl Replies for LeaderboardRanks {
+    type Reply = Vec<Value>;
 }
 
 /// The change counter that opens a reply of `lua/leaderboard_ranks.lua`.

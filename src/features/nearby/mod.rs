@@ -13,7 +13,10 @@ pub mod recovery;
 use crate::infra::page::PageArgs;
 use crate::infra::{
     error::{AppError, AppResult},
-    redis::{scripts::NEARBY_SEARCH, Keys},
+    redis::{
+        scripts::{NearbySearch, NearbySearchArgs, Replies},
+        Keys,
+    },
     Infra,
 };
 
@@ -110,16 +113,24 @@ impl Nearby {
         if first == 0 {
             return Ok((Vec::new(), false));
         }
-        let mut conn = self.infra.redis.get().await?;
-        let (more, found): (i64, Vec<(i64, f64)>) = NEARBY_SEARCH
-            .call(
-                [self.infra.keys.item_locations()],
-                (from.lng, from.lat, radius_km, offset, first),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
+        let locations = NearbySearch {
+            locations: self.infra.keys.item_locations(),
+        };
+        let args = NearbySearchArgs {
+            lng: from.lng,
+            lat: from.lat,
+            radius_km,
+            skip: offset,
+            take: first,
+        };
+        let (more, found) = self.infra.scripts().call(&locations, &args).await?;
         // The window's end is the end of the list, whatever lies beyond it.
         let more = more == 1 && offset + first < MAX_RESULTS;
         Ok((found, more))
     }
+}
+
+/// `{ more (1 when items follow the page), { {id, distance km}, ... } }`.
+impl Replies for NearbySearch {
+    type Reply = (i64, Vec<(i64, f64)>);
 }

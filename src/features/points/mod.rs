@@ -13,10 +13,7 @@ pub mod events;
 pub mod recovery;
 pub mod rules;
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 use sqlx::Row;
@@ -33,7 +30,10 @@ use crate::infra::{
     config::Config,
     error::{AppError, AppResult},
     redis::status::Status,
-    redis::{scripts::POINTS_AWARD, Keys},
+    redis::{
+        scripts::{PointsAward, PointsAwardArgs, Replies, Reply},
+        Keys,
+    },
     Infra,
 };
 
@@ -201,46 +201,6 @@ pub fn service_key(key: &str) -> AppResult<String> {
     Ok(format!("service:{key}"))
 }
 
-impl Points {
-    /// Waits for replicas to hold a points write (`ENGAGE_REDIS_WAIT_WRITES=points`), unless
-    /// the script answered that a rebuild held it back.
-    pub(crate) async fn confirm_unless_held(&self, status: i64, key: &str) -> AppResult<()> {
-        if status == Status::Held.code() {
-            return Ok(());
-        }
-        self.infra
-            .durability
-            .confirm(DurableWrite::Points, &self.infra.redis, key)
-            .await
-    }
-}
-
-/// How long a points write waits for a rebuild to lift its hold before it answers
-/// UNAVAILABLE (the hold lasts the seconds a rebuild needs to catch up, see `recovery`).
-const HOLD_WAIT: Duration = Duration::from_secs(10);
-
-/// Runs a points script, again while a rebuild holds points writes back (`status` reads the
-/// reply's first element).
-pub async fn unless_held<T, F, Fut>(mut run: F, status: impl Fn(&T) -> i64) -> AppResult<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = AppResult<T>>,
-{
-    let started = Instant::now();
-    loop {
-        let reply = run().await?;
-        if status(&reply) != Status::Held.code() {
-            return Ok(reply);
-        }
-        if started.elapsed() > HOLD_WAIT {
-            return Err(AppError::Unavailable(
-                "points are being rebuilt from SQL".into(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// An award pays between 1 and [`MAX_AWARD`] points.
 pub(super) fn check_amount(points: i64) -> AppResult<()> {
     if (1..=MAX_AWARD).contains(&points) {
@@ -323,52 +283,48 @@ impl Points {
             self.infra.keys.points_bucket(user) == self.infra.keys.points_bucket(first)
         }));
         let keys = &self.infra.keys;
-        let reply: Vec<i64> = unless_held(
-            || async move {
+        let requests: Vec<_> = awards
+            .iter()
+            .map(|&(user_id, kind, points, key)| {
+                let cap = self.settings.rules.rule(kind).daily_cap.unwrap_or(-1);
+                (user_id, kind.as_str(), points, cap, key)
+            })
+            .collect();
+        let reply = self
+            .infra
+            .durable_scripts(DurableWrite::Points)
+            .run_while_held(|| {
                 let (season, season_seconds) = self.season_now();
                 let today = self.infra.clock.today();
-                let board = keys.season_board_of(season, first);
-                let mut call = POINTS_AWARD.call(
-                    [
-                        board.clone(),
-                        keys.points_stream_of(first),
-                        keys.points_hold_of(first),
-                        keys.board_changes_of(season, first),
-                    ],
-                    (
-                        self.infra.clock.now_ms(),
-                        season_seconds,
-                        season.id(),
-                        keys.board_channel_of(season, first),
-                        IDEMPOTENCY_TTL_SECONDS,
-                        DAILY_TTL_SECONDS,
-                        keys.publish_command(),
-                    ),
-                );
-                for &(user_id, kind, points, key) in awards {
-                    call.key(keys.points_today(user_id, today))
-                        .key(keys.points_award_marker(user_id, key));
-                    call.arg(user_id)
-                        .arg(kind.as_str())
-                        .arg(points)
-                        .arg(self.settings.rules.rule(kind).daily_cap.unwrap_or(-1))
-                        .arg(key);
-                }
-                let mut conn = self
-                    .infra
-                    .durability
-                    .connection(DurableWrite::Points, &self.infra.redis)
-                    .await?;
-                let reply: Vec<i64> = call.invoke_async(&mut *conn).await?;
-                drop(conn);
-                let status = reply.first().copied().unwrap_or_default();
-                self.confirm_unless_held(status, &board).await?;
-                Ok(reply)
-            },
-            |reply| reply.first().copied().unwrap_or_default(),
-        )
-        .await?;
-        let paid = reply.get(1..).unwrap_or_default();
+                let award = PointsAward {
+                    board: keys.season_board_of(season, first),
+                    events: keys.points_stream_of(first),
+                    hold: keys.points_hold_of(first),
+                    changes: keys.board_changes_of(season, first),
+                    awards: awards
+                        .iter()
+                        .flat_map(|&(user_id, _, _, key)| {
+                            [
+                                keys.points_today(user_id, today),
+                                keys.points_award_marker(user_id, key),
+                            ]
+                        })
+                        .collect(),
+                };
+                let args = PointsAwardArgs {
+                    now_ms: self.infra.clock.now_ms(),
+                    season_seconds,
+                    season: season.id(),
+                    channel: keys.board_channel_of(season, first),
+                    marker_ttl_seconds: IDEMPOTENCY_TTL_SECONDS,
+                    daily_ttl_seconds: DAILY_TTL_SECONDS,
+                    publish: keys.publish_command(),
+                    awards: &requests,
+                };
+                (award, args)
+            })
+            .await?;
+        let paid = reply.paid;
         if paid.len() != 2 * awards.len() {
             return Err(AppError::internal(anyhow::anyhow!(
                 "points_award answered {} values for {} awards",
@@ -505,6 +461,40 @@ impl Points {
             })
             .await
     }
+}
+
+/// What an award answers: `{ OK, awarded_1, duplicate_1, awarded_2, … }`, or `{ HELD }`
+/// while a rebuild holds awards back.
+pub struct AwardReply {
+    status: Status,
+    paid: Vec<i64>,
+}
+
+impl redis::FromRedisValue for AwardReply {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        let mut values = Vec::<redis::Value>::from_redis_value(value)?.into_iter();
+        Ok(Self {
+            status: Status::from_redis_value(values.next().unwrap_or(redis::Value::Nil))?,
+            paid: values
+                .map(i64::from_redis_value)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl Reply for AwardReply {
+    fn status(&self) -> Status {
+        self.status
+    }
+
+    /// Every answer but HELD recorded its awards' events.
+    fn wrote(&self) -> bool {
+        self.status != Status::Held
+    }
+}
+
+impl Replies for PointsAward {
+    type Reply = AwardReply;
 }
 
 #[cfg(test)]

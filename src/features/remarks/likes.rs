@@ -1,7 +1,7 @@
 //! Likes: one atomic Lua script per vote, a like counted once per user per remark for ever,
 //! and the like info of a page merged in one Redis round trip.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Mutex};
 
 use async_graphql::dataloader::Loader;
 use sqlx::Row;
@@ -14,7 +14,7 @@ use crate::{
         error::{AppError, AppResult},
         ids,
         redis::{
-            scripts::{REMARKS_LIKE, REMARKS_UNLIKE},
+            scripts::{RemarksLike, RemarksLikeArgs, RemarksUnlike, Replies, Reply},
             status::Status,
         },
     },
@@ -27,6 +27,46 @@ pub const LIKERS_KEPT: usize = 20;
 pub enum Vote {
     Like,
     Unlike,
+}
+
+/// What a like or an unlike answers: `{ status, likes, liked, changed }`.
+pub struct VoteReply {
+    status: Status,
+    likes: i64,
+    liked: bool,
+    changed: bool,
+}
+
+impl redis::FromRedisValue for VoteReply {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (status, likes, liked, changed): (Status, i64, i64, i64) =
+            redis::FromRedisValue::from_redis_value(value)?;
+        Ok(Self {
+            status,
+            likes,
+            liked: liked == 1,
+            changed: changed == 1,
+        })
+    }
+}
+
+impl Reply for VoteReply {
+    fn status(&self) -> Status {
+        self.status
+    }
+
+    /// Only a changed vote waits for replicas.
+    fn wrote(&self) -> bool {
+        self.status == Status::Ok && self.changed
+    }
+}
+
+impl Replies for RemarksLike {
+    type Reply = VoteReply;
+}
+
+impl Replies for RemarksUnlike {
+    type Reply = VoteReply;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,75 +158,66 @@ impl Remarks {
     pub async fn vote(&self, voter_id: i64, remark_id: i64, vote: Vote) -> AppResult<VoteOutcome> {
         let settings = &self.settings;
         let age_ms = self.infra.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
-        let mut known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
+        let known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
             Known::Young
         } else {
             Known::Unknown
         };
         // At most: rebuild the counter, then ask the archive, then vote.
-        for _ in 0..4 {
-            let script = match vote {
-                Vote::Like => &REMARKS_LIKE,
-                Vote::Unlike => &REMARKS_UNLIKE,
+        // Asked of the archive between calls: shared by the call and the recovery.
+        let known = &Mutex::new(known);
+        let keys = &self.infra.keys;
+        let likes = self.infra.durable_scripts(DurableWrite::Likes);
+        let vote_call = || {
+            let remark = RemarksLike {
+                info: keys.remark_info(remark_id, settings.shards),
+                relation: keys.like_relation(remark_id, voter_id, settings.shards),
+                likers: keys.remark_likers(remark_id, settings.shards),
+                events: keys.vote_stream_of(remark_id, settings.shards),
             };
-            let keys = &self.infra.keys;
-            let mut conn = self
-                .infra
-                .durability
-                .connection(DurableWrite::Likes, &self.infra.redis)
-                .await?;
-            let (status, likes, liked, changed): (i64, i64, i64, i64) = script
-                .call(
-                    [
-                        keys.remark_info(remark_id, settings.shards),
-                        keys.like_relation(remark_id, voter_id, settings.shards),
-                        keys.remark_likers(remark_id, settings.shards),
-                        keys.vote_stream_of(remark_id, settings.shards),
-                    ],
-                    (
-                        voter_id,
-                        remark_id,
-                        self.infra.clock.now_ms(),
-                        settings.relation_ttl_seconds,
-                        known.as_arg(),
-                        keys.like_count_channel(remark_id, settings.shards),
-                        LIKERS_KEPT,
-                        keys.publish_command(),
-                    ),
-                )
-                .invoke_async(&mut *conn)
-                .await?;
-            let status = Status::of(script.name, status)?;
-            if status == Status::Ok && changed == 1 {
-                let counter = keys.remark_info(remark_id, settings.shards);
-                self.infra
-                    .durability
-                    .confirm(DurableWrite::Likes, &self.infra.redis, &counter)
-                    .await?;
-            }
-            drop(conn);
+            let args = RemarksLikeArgs {
+                voter: voter_id,
+                remark: remark_id,
+                now_ms: self.infra.clock.now_ms(),
+                relation_ttl_seconds: settings.relation_ttl_seconds,
+                known: known.lock().expect("poisoned").as_arg(),
+                channel: keys.like_count_channel(remark_id, settings.shards),
+                likers_kept: LIKERS_KEPT,
+                publish: keys.publish_command(),
+            };
+            (remark, args)
+        };
+        let recover = |status| async move {
             match status {
-                Status::Ok => {
-                    return Ok(VoteOutcome {
-                        remark_id,
-                        like_count: likes,
-                        liked: liked == 1,
-                        changed: changed == 1,
-                    })
-                }
-                Status::Missing => self.rebuild_counter(remark_id).await?,
-                Status::AskArchive => known = self.archived_relation(voter_id, remark_id).await?,
-                other => {
-                    return Err(AppError::internal(anyhow::anyhow!(
-                        "{} answered {other:?}",
-                        script.name
-                    )))
+                Status::Missing => self.rebuild_counter(remark_id).await,
+                _ => {
+                    let archived = self.archived_relation(voter_id, remark_id).await?;
+                    *known.lock().expect("poisoned") = archived;
+                    Ok(())
                 }
             }
+        };
+        let reply = match vote {
+            Vote::Like => likes.run(vote_call, recover).await?,
+            Vote::Unlike => {
+                let unlike = || {
+                    let (remark, args) = vote_call();
+                    (RemarksUnlike(remark), args)
+                };
+                likes.run(unlike, recover).await?
+            }
+        };
+        match reply.status {
+            Status::Ok => Ok(VoteOutcome {
+                remark_id,
+                like_count: reply.likes,
+                liked: reply.liked,
+                changed: reply.changed,
+            }),
+            other => Err(AppError::internal(anyhow::anyhow!(
+                "a vote answered {other:?}"
+            ))),
         }
-        Err(AppError::internal(anyhow::anyhow!(
-            "like of remark {remark_id} did not settle"
-        )))
     }
 
     /// Creates the counter of a new remark (zero likes).

@@ -14,7 +14,10 @@ use sqlx::Row;
 
 use crate::{
     features::remarks::Remarks,
-    infra::{error::AppResult, redis::scripts::REMARKS_REPLACE_RECOMMENDED},
+    infra::{
+        error::AppResult,
+        redis::scripts::{RemarksReplaceRecommended, RemarksReplaceRecommendedArgs, Replies},
+    },
 };
 
 /// Remarks kept per list; `recommendedRemarks(first)` serves at most this many.
@@ -65,16 +68,20 @@ impl Remarks {
             .iter()
             .map(|row| row.try_get::<i64, _>("id"))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut conn = self.infra.redis.get().await?;
-        let mut call = REMARKS_REPLACE_RECOMMENDED.call(
-            [
-                self.infra.keys.recommended_list(item_id),
-                self.infra.keys.recommended_proxy(item_id),
-            ],
-            (self.settings.recommended_refresh_seconds,),
-        );
-        call.arg(ids);
-        let _: i64 = call.invoke_async(&mut *conn).await?;
+        let recommended = RemarksReplaceRecommended {
+            list: self.infra.keys.recommended_list(item_id),
+            proxy: self.infra.keys.recommended_proxy(item_id),
+        };
+        let args = RemarksReplaceRecommendedArgs {
+            refresh_seconds: self.settings.recommended_refresh_seconds,
+            remarks: ids,
+        };
+        let _length = self.infra.scripts().call(&recommended, &args).await?;
         Ok(())
     }
+}
+
+/// The new length of the list.
+impl Replies for RemarksReplaceRecommended {
+    type Reply = i64;
 }

@@ -5,16 +5,20 @@
 pub mod recovery;
 
 use chrono::{Datelike, NaiveDate};
+use redis::FromRedisValue;
 use sqlx::Row;
 
 use crate::{
-    features::points::{self, Points, PointsType, DAILY_TTL_SECONDS},
+    features::points::{Points, PointsType, DAILY_TTL_SECONDS},
     infra::{
         clock::{day_number, Month},
         error::{AppError, AppResult, ErrorCode},
         redis::{
             durability::DurableWrite,
-            scripts::{SIGNIN_CALENDAR, SIGNIN_MAKE_UP, SIGNIN_SIGN},
+            scripts::{
+                Replies, Reply, SigninCalendar, SigninCalendarArgs, SigninMakeUp, SigninMakeUpArgs,
+                SigninSign, SigninSignArgs,
+            },
             status::Status,
             Keys,
         },
@@ -90,68 +94,136 @@ impl Calendar {
     }
 }
 
+/// What a sign-in and a make-up pass alike, read anew for each call (the clock moves while
+/// a rebuild holds points back): the user's keys of this month and the award's season.
+struct Signing {
+    user_id: i64,
+    today: NaiveDate,
+    month: Month,
+    season: Month,
+    season_seconds: i64,
+    now_ms: i64,
+}
+
+/// A sign-in's or a make-up's call, run again while a rebuild holds points back: the keys
+/// and arguments both scripts take (their headers name them alike), listed once here, with
+/// those of `$keys` and `$args` of its own.
+macro_rules! signing_call {
+    ($sign_in:expr, $user:expr, $today:expr, $keys:ident { $($key:ident: $key_value:expr),* $(,)? },
+     $args:ident { $($arg:ident: $arg_value:expr),* $(,)? } $(,)?) => {{
+        let sign_in: &SignIn = $sign_in;
+        sign_in
+            .infra
+            .durable_scripts(DurableWrite::Points)
+            .run_while_held(|| {
+                let signing = sign_in.signing($user, $today);
+                let (keys, user, month, today) =
+                    (&sign_in.infra.keys, signing.user_id, signing.month, signing.today);
+                (
+                    $keys {
+                        this_month: keys.sign_bitmap(user, month),
+                        previous_month: keys.sign_bitmap(user, month.previous()),
+                        streak: keys.sign_streak(user),
+                        daily: keys.points_today(user, today),
+                        board: keys.season_board_of(signing.season, user),
+                        events: keys.points_stream_of(user),
+                        hold: keys.points_hold_of(user),
+                        changes: keys.board_changes_of(signing.season, user),
+                        $($key: $key_value),*
+                    },
+                    $args {
+                        user,
+                        previous_month_days: month.previous().days(),
+                        previous_month: month.previous().id(),
+                        month_before: month.previous().previous().id(),
+                        now_ms: signing.now_ms,
+                        season_seconds: signing.season_seconds,
+                        season: signing.season.id(),
+                        channel: keys.board_channel_of(signing.season, user),
+                        daily_ttl_seconds: DAILY_TTL_SECONDS,
+                        base_points: sign_in.points.settings.rules.rule(PointsType::SignIn).points,
+                        publish: keys.publish_command(),
+                        $($arg: $arg_value),*
+                    },
+                )
+            })
+    }};
+}
+
+/// What a sign-in or a make-up answers: `{ status, streak, points_awarded }` (a make-up's
+/// make-ups left follow, unread: the calendar tells them).
+pub struct SignReply {
+    status: Status,
+    streak: i64,
+    awarded: i64,
+}
+
+impl FromRedisValue for SignReply {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        let mut values = Vec::<redis::Value>::from_redis_value(value)?.into_iter();
+        let mut next = || values.next().unwrap_or(redis::Value::Nil);
+        Ok(Self {
+            status: Status::from_redis_value(next())?,
+            streak: i64::from_redis_value(next())?,
+            awarded: i64::from_redis_value(next())?,
+        })
+    }
+}
+
+impl Reply for SignReply {
+    fn status(&self) -> Status {
+        self.status
+    }
+
+    /// Every answer but HELD recorded the sign-in's event.
+    fn wrote(&self) -> bool {
+        self.status != Status::Held
+    }
+}
+
+impl Replies for SigninSign {
+    type Reply = SignReply;
+}
+
+impl Replies for SigninMakeUp {
+    type Reply = SignReply;
+}
+
 impl SignIn {
+    fn signing(&self, user_id: i64, today: NaiveDate) -> Signing {
+        let (season, season_seconds) = self.points.season_now();
+        Signing {
+            user_id,
+            today,
+            month: Month::of(today),
+            season,
+            season_seconds,
+            now_ms: self.infra.clock.now_ms(),
+        }
+    }
+
     /// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
     pub async fn sign_in(&self, user_id: i64) -> AppResult<SignInOutcome> {
         let today = self.infra.clock.today();
-        let month = Month::of(today);
-        let rules = &self.points.settings.rules;
-        let keys = &self.infra.keys;
-        let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
-            || async move {
-                let (season, season_seconds) = self.points.season_now();
-                let mut conn = self
-                    .infra
-                    .durability
-                    .connection(DurableWrite::Points, &self.infra.redis)
-                    .await?;
-                let reply: (i64, i64, i64) = SIGNIN_SIGN
-                    .call(
-                        [
-                            keys.sign_bitmap(user_id, month),
-                            keys.sign_bitmap(user_id, month.previous()),
-                            keys.sign_streak(user_id),
-                            keys.points_today(user_id, today),
-                            keys.season_board_of(season, user_id),
-                            keys.points_stream_of(user_id),
-                            keys.points_hold_of(user_id),
-                            keys.board_changes_of(season, user_id),
-                        ],
-                        (
-                            user_id,
-                            today.day(),
-                            month.previous().days(),
-                            month.previous().id(),
-                            month.previous().previous().id(),
-                            self.infra.clock.now_ms(),
-                            season_seconds,
-                            season.id(),
-                            keys.board_channel_of(season, user_id),
-                            DAILY_TTL_SECONDS,
-                            BITMAP_TTL_SECONDS,
-                            rules.rule(PointsType::SignIn).points,
-                            rules.bonuses_arg(),
-                            format!("signin:{user_id}:{today}"),
-                            day_number(today),
-                            keys.publish_command(),
-                        ),
-                    )
-                    .invoke_async(&mut *conn)
-                    .await?;
-                drop(conn);
-                self.points
-                    .confirm_unless_held(reply.0, &keys.season_board_of(season, user_id))
-                    .await?;
-                Ok(reply)
+        let reply = signing_call!(
+            self,
+            user_id,
+            today,
+            SigninSign {},
+            SigninSignArgs {
+                day: today.day(),
+                bitmap_ttl_seconds: BITMAP_TTL_SECONDS,
+                bonuses: self.points.settings.rules.bonuses_arg(),
+                idempotency: format!("signin:{user_id}:{today}"),
+                day_number: day_number(today),
             },
-            |(already, _, _)| *already,
         )
         .await?;
         Ok(SignInOutcome {
             date: today,
-            streak,
-            points_awarded: awarded,
-            already_signed: Status::of(SIGNIN_SIGN.name, already)? == Status::Already,
+            streak: reply.streak,
+            points_awarded: reply.awarded,
+            already_signed: reply.status == Status::Already,
         })
     }
 
@@ -167,69 +239,33 @@ impl SignIn {
                 today.pred_opt().unwrap_or(today)
             )));
         }
-        let keys = &self.infra.keys;
-        let (status, streak, awarded, _left): (i64, i64, i64, i64) = points::unless_held(
-            || async move {
-                let (season, season_seconds) = self.points.season_now();
-                let mut conn = self
-                    .infra
-                    .durability
-                    .connection(DurableWrite::Points, &self.infra.redis)
-                    .await?;
-                let reply: (i64, i64, i64, i64) = SIGNIN_MAKE_UP
-                    .call(
-                        [
-                            keys.sign_bitmap(user_id, month),
-                            keys.sign_bitmap(user_id, month.previous()),
-                            keys.sign_streak(user_id),
-                            keys.points_today(user_id, today),
-                            keys.season_board_of(season, user_id),
-                            keys.points_stream_of(user_id),
-                            keys.sign_make_ups(user_id, month),
-                            keys.points_hold_of(user_id),
-                            keys.board_changes_of(season, user_id),
-                        ],
-                        (
-                            user_id,
-                            date.day(),
-                            today.day(),
-                            month.previous().days(),
-                            month.previous().id(),
-                            month.previous().previous().id(),
-                            self.points.settings.make_ups_per_month,
-                            self.infra.clock.now_ms(),
-                            season_seconds,
-                            season.id(),
-                            keys.board_channel_of(season, user_id),
-                            DAILY_TTL_SECONDS,
-                            MAKE_UP_COUNTER_TTL_SECONDS,
-                            self.points.settings.rules.rule(PointsType::SignIn).points,
-                            format!("makeup:{user_id}:{date}"),
-                            day_number(date),
-                            keys.publish_command(),
-                        ),
-                    )
-                    .invoke_async(&mut *conn)
-                    .await?;
-                drop(conn);
-                self.points
-                    .confirm_unless_held(reply.0, &keys.season_board_of(season, user_id))
-                    .await?;
-                Ok(reply)
+        let reply = signing_call!(
+            self,
+            user_id,
+            today,
+            SigninMakeUp {
+                make_ups: self.infra.keys.sign_make_ups(user_id, month),
             },
-            |(status, _, _, _)| *status,
+            SigninMakeUpArgs {
+                day: date.day(),
+                today: today.day(),
+                make_ups_allowed: self.points.settings.make_ups_per_month,
+                counter_ttl_seconds: MAKE_UP_COUNTER_TTL_SECONDS,
+                idempotency: format!("makeup:{user_id}:{date}"),
+                day_number: day_number(date),
+            },
         )
         .await?;
-        match Status::of(SIGNIN_MAKE_UP.name, status)? {
+        match reply.status {
             Status::Ok => Ok(SignInOutcome {
                 date,
-                streak,
-                points_awarded: awarded,
+                streak: reply.streak,
+                points_awarded: reply.awarded,
                 already_signed: false,
             }),
             Status::Already => Ok(SignInOutcome {
                 date,
-                streak,
+                streak: reply.streak,
                 points_awarded: 0,
                 already_signed: true,
             }),
@@ -260,26 +296,22 @@ impl SignIn {
             shown.days()
         };
         let keys = &self.infra.keys;
-        let mut conn = self.infra.redis.get().await?;
-        let (bits, streak, make_ups_used, signed_today): (u64, i64, u32, i64) = SIGNIN_CALENDAR
-            .call(
-                [
-                    keys.sign_bitmap(user_id, shown),
-                    keys.sign_bitmap(user_id, current),
-                    keys.sign_bitmap(user_id, current.previous()),
-                    keys.sign_streak(user_id),
-                    keys.sign_make_ups(user_id, shown),
-                ],
-                (
-                    days,
-                    today.day(),
-                    current.previous().days(),
-                    current.previous().id(),
-                    current.previous().previous().id(),
-                ),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
+        let calendar = SigninCalendar {
+            shown: keys.sign_bitmap(user_id, shown),
+            this_month: keys.sign_bitmap(user_id, current),
+            previous_month: keys.sign_bitmap(user_id, current.previous()),
+            streak: keys.sign_streak(user_id),
+            make_ups: keys.sign_make_ups(user_id, shown),
+        };
+        let args = SigninCalendarArgs {
+            days,
+            today: today.day(),
+            previous_month_days: current.previous().days(),
+            previous_month: current.previous().id(),
+            month_before: current.previous().previous().id(),
+        };
+        let (bits, streak, make_ups_used, signed_today) =
+            self.infra.scripts().call(&calendar, &args).await?;
         let days = (0..days)
             .map(|day| bits >> (days - 1 - day) & 1 == 1)
             .collect();
@@ -329,4 +361,9 @@ impl SignIn {
         }
         Ok(days)
     }
+}
+
+/// `{ bits of the shown days (day 1 most significant), streak, make-ups used, signed today }`.
+impl Replies for SigninCalendar {
+    type Reply = (u64, i64, u32, i64);
 }

@@ -45,7 +45,11 @@ use crate::{
         config::Config,
         error::{AppError, AppResult, ErrorCode},
         outbox::{self, Outbox},
-        redis::{scripts::VOUCHERS_SECKILL, status::Status, Keys},
+        redis::{
+            scripts::{Replies, Reply, VouchersSeckill, VouchersSeckillArgs},
+            status::Status,
+            Keys,
+        },
         Infra,
     },
 };
@@ -445,73 +449,70 @@ impl Vouchers {
     /// One attempt to buy a voucher.
     pub async fn seckill(&self, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
         let order_id = self.infra.ids.next_id().await?;
-        for _ in 0..2 {
-            let now = self.infra.clock.now_ms();
-            let keys = &self.infra.keys;
-            let mut conn = self
-                .infra
-                .durability
-                .connection(DurableWrite::Orders, &self.infra.redis)
-                .await?;
-            let (status, _stock, pay_by): (i64, i64, i64) = VOUCHERS_SECKILL
-                .call(
-                    [
-                        keys.voucher(voucher_id, self.shards()),
-                        keys.voucher_buyers(voucher_id, self.shards()),
-                        keys.order(voucher_id, order_id, self.shards()),
-                        keys.order_stream_of(voucher_id, self.shards()),
-                    ],
-                    (
-                        voucher_id,
-                        buyer_id,
-                        order_id,
-                        now,
-                        keys.voucher_stock_channel(voucher_id, self.shards()),
-                        keys.publish_command(),
-                    ),
-                )
-                .invoke_async(&mut *conn)
-                .await?;
-            let status = Status::of(VOUCHERS_SECKILL.name, status)?;
-            if status == Status::Ok {
-                let voucher = keys.voucher(voucher_id, self.shards());
-                self.infra
-                    .durability
-                    .confirm(DurableWrite::Orders, &self.infra.redis, &voucher)
-                    .await?;
-            }
-            drop(conn);
-            match status {
-                Status::Ok => {
-                    let order = NewOrder {
-                        order_id,
-                        voucher_id,
-                        created_at_ms: now,
-                        pay_by_ms: pay_by,
-                    };
-                    self.remember_voucher_of(&order).await;
-                    // The order consumer schedules the expiry too (durably); this is the fast path.
-                    if let Err(error) = self.schedule_expiry(&order).await {
-                        tracing::warn!(order = order_id, %error, "expiry not scheduled yet; the order consumer will");
-                    }
-                    return Ok(order);
-                }
-                Status::Missing => self.rebuild_voucher(voucher_id).await?,
-                refused @ Status::NotYet => return Err(refused.refusal("the sale has not started")),
-                refused @ Status::Ended => return Err(refused.refusal("the sale has ended")),
-                refused @ Status::Taken => {
-                    return Err(refused.refusal("you already have an order for this voucher"))
-                }
-                refused @ Status::SoldOut => return Err(refused.refusal("sold out")),
-                other => {
-                    return Err(AppError::internal(anyhow::anyhow!(
-                        "{} answered {other:?}",
-                        VOUCHERS_SECKILL.name
-                    )))
+        let keys = &self.infra.keys;
+        let shards = self.shards();
+        // The time of the last attempt, which the order records as its creation.
+        let mut now = 0;
+        let order = || {
+            now = self.infra.clock.now_ms();
+            let sale = VouchersSeckill {
+                voucher: keys.voucher(voucher_id, shards),
+                buyers: keys.voucher_buyers(voucher_id, shards),
+                order: keys.order(voucher_id, order_id, shards),
+                events: keys.order_stream_of(voucher_id, shards),
+            };
+            let args = VouchersSeckillArgs {
+                voucher: voucher_id,
+                buyer: buyer_id,
+                order: order_id,
+                now_ms: now,
+                channel: keys.voucher_stock_channel(voucher_id, shards),
+                publish: keys.publish_command(),
+            };
+            (sale, args)
+        };
+        // Once: rebuild the voucher from SQL (NOT_FOUND when SQL has none either).
+        let mut rebuilt = false;
+        let rebuild = |_missing| {
+            let first = !std::mem::replace(&mut rebuilt, true);
+            async move {
+                if first {
+                    self.rebuild_voucher(voucher_id).await
+                } else {
+                    Err(AppError::not_found(format!("no voucher {voucher_id}")))
                 }
             }
+        };
+        let reply = self
+            .infra
+            .durable_scripts(DurableWrite::Orders)
+            .run(order, rebuild)
+            .await?;
+        match reply.status {
+            Status::Ok => {
+                let order = NewOrder {
+                    order_id,
+                    voucher_id,
+                    created_at_ms: now,
+                    pay_by_ms: reply.pay_by,
+                };
+                self.remember_voucher_of(&order).await;
+                // The order consumer schedules the expiry too (durably); this is the fast path.
+                if let Err(error) = self.schedule_expiry(&order).await {
+                    tracing::warn!(order = order_id, %error, "expiry not scheduled yet; the order consumer will");
+                }
+                Ok(order)
+            }
+            refused @ Status::NotYet => Err(refused.refusal("the sale has not started")),
+            refused @ Status::Ended => Err(refused.refusal("the sale has ended")),
+            refused @ Status::Taken => {
+                Err(refused.refusal("you already have an order for this voucher"))
+            }
+            refused @ Status::SoldOut => Err(refused.refusal("sold out")),
+            other => Err(AppError::internal(anyhow::anyhow!(
+                "vouchers_seckill answered {other:?}"
+            ))),
         }
-        Err(AppError::not_found(format!("no voucher {voucher_id}")))
     }
 
     /// Records which voucher an order belongs to, so that the buyer can pay or cancel before
@@ -628,4 +629,32 @@ impl Vouchers {
             .map(|(order, _)| *order)
             .collect())
     }
+}
+
+/// What a flash-sale attempt answers: `{ status, stock left, pay by (epoch ms) }`.
+pub struct SeckillReply {
+    status: Status,
+    pay_by: i64,
+}
+
+impl redis::FromRedisValue for SeckillReply {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (status, _stock, pay_by): (Status, i64, i64) =
+            redis::FromRedisValue::from_redis_value(value)?;
+        Ok(Self { status, pay_by })
+    }
+}
+
+impl Reply for SeckillReply {
+    fn status(&self) -> Status {
+        self.status
+    }
+
+    fn wrote(&self) -> bool {
+        self.status == Status::Ok
+    }
+}
+
+impl Replies for VouchersSeckill {
+    type Reply = SeckillReply;
 }

@@ -17,7 +17,10 @@ use crate::{
     },
     infra::{
         error::{AppError, AppResult, ErrorCode},
-        redis::{scripts::VOUCHERS_SETTLE, status::Status},
+        redis::{
+            scripts::{Replies, Reply, VouchersSettle, VouchersSettleArgs},
+            status::Status,
+        },
     },
 };
 
@@ -187,78 +190,52 @@ impl Vouchers {
         outcome: OrderStatus,
         buyer: Option<i64>,
     ) -> AppResult<(bool, OrderStatus)> {
-        if let Some(settled) = self
-            .settle_in_redis(voucher_id, order_id, outcome, buyer)
-            .await?
-        {
-            return Ok(settled);
-        }
-        if self.restore_from_sql(voucher_id, order_id).await? {
-            if let Some(settled) = self
-                .settle_in_redis(voucher_id, order_id, outcome, buyer)
-                .await?
-            {
-                return Ok(settled);
-            }
-        }
-        Err(no_such_order(order_id))
-    }
-
-    /// One run of the settle script; `None` when Redis does not know the order.
-    async fn settle_in_redis(
-        &self,
-        voucher_id: i64,
-        order_id: i64,
-        outcome: OrderStatus,
-        buyer: Option<i64>,
-    ) -> AppResult<Option<(bool, OrderStatus)>> {
         let keys = &self.infra.keys;
         let shards = self.shards();
-        let mut conn = self
+        let settle = || {
+            let order = VouchersSettle {
+                order: keys.order(voucher_id, order_id, shards),
+                voucher: keys.voucher(voucher_id, shards),
+                buyers: keys.voucher_buyers(voucher_id, shards),
+                events: keys.order_stream_of(voucher_id, shards),
+            };
+            let args = VouchersSettleArgs {
+                outcome: outcome.as_str(),
+                now_ms: self.infra.clock.now_ms(),
+                buyer: buyer.map(|b| b.to_string()).unwrap_or_default(),
+                channel: keys.voucher_stock_channel(voucher_id, shards),
+                order: order_id,
+                keep_seconds: KEEP_SETTLED_SECONDS,
+                publish: keys.publish_command(),
+            };
+            (order, args)
+        };
+        // Once: restore the order from SQL, where it is live; else there is no such order.
+        let mut restored = false;
+        let restore = |_missing| {
+            let first = !std::mem::replace(&mut restored, true);
+            async move {
+                if first && self.restore_from_sql(voucher_id, order_id).await? {
+                    Ok(())
+                } else {
+                    Err(no_such_order(order_id))
+                }
+            }
+        };
+        let reply = self
             .infra
-            .durability
-            .connection(DurableWrite::Orders, &self.infra.redis)
+            .durable_scripts(DurableWrite::Orders)
+            .run(settle, restore)
             .await?;
-        let (status, now): (i64, String) = VOUCHERS_SETTLE
-            .call(
-                [
-                    keys.order(voucher_id, order_id, shards),
-                    keys.voucher(voucher_id, shards),
-                    keys.voucher_buyers(voucher_id, shards),
-                    keys.order_stream_of(voucher_id, shards),
-                ],
-                (
-                    outcome.as_str(),
-                    self.infra.clock.now_ms(),
-                    buyer.map(|b| b.to_string()).unwrap_or_default(),
-                    keys.voucher_stock_channel(voucher_id, shards),
-                    order_id,
-                    KEEP_SETTLED_SECONDS,
-                    keys.publish_command(),
-                ),
-            )
-            .invoke_async(&mut *conn)
-            .await?;
-        let status = Status::of(VOUCHERS_SETTLE.name, status)?;
-        if status == Status::Ok {
-            let order = keys.order(voucher_id, order_id, shards);
-            self.infra
-                .durability
-                .confirm(DurableWrite::Orders, &self.infra.redis, &order)
-                .await?;
-        }
-        let now = OrderStatus::parse(&now);
-        match (status, now) {
-            (Status::Ok, Some(now)) => Ok(Some((true, now))),
-            (Status::Already, Some(now)) => Ok(Some((false, now))),
-            (Status::Missing, _) => Ok(None),
+        match (reply.status, OrderStatus::parse(&reply.now)) {
+            (Status::Ok, Some(now)) => Ok((true, now)),
+            (Status::Already, Some(now)) => Ok((false, now)),
             (Status::NotFound, _) => Err(no_such_order(order_id)),
             (refused @ Status::NotYet, _) => {
                 Err(refused.refusal("the order is not due to expire yet"))
             }
             (other, now) => Err(AppError::internal(anyhow::anyhow!(
-                "{} answered {other:?} with the order {now:?}",
-                VOUCHERS_SETTLE.name
+                "vouchers_settle answered {other:?} with the order {now:?}"
             ))),
         }
     }
@@ -387,4 +364,31 @@ impl Vouchers {
             Some(policy),
         );
     }
+}
+
+/// What a settlement answers: `{ status, order status now }`.
+pub struct SettleReply {
+    status: Status,
+    now: String,
+}
+
+impl redis::FromRedisValue for SettleReply {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (status, now) = redis::FromRedisValue::from_redis_value(value)?;
+        Ok(Self { status, now })
+    }
+}
+
+impl Reply for SettleReply {
+    fn status(&self) -> Status {
+        self.status
+    }
+
+    fn wrote(&self) -> bool {
+        self.status == Status::Ok
+    }
+}
+
+impl Replies for VouchersSettle {
+    type Reply = SettleReply;
 }

@@ -92,7 +92,7 @@ fn first_word(label: &str) -> &str {
 static SCRIPTS: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| {
     scripts::all()
         .into_iter()
-        .map(|script| (script.script().get_hash().to_string(), script.name()))
+        .map(|script| (script.hash().to_string(), script.name))
         .collect()
 });
 

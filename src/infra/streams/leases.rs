@@ -15,7 +15,11 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::infra::{
     error::AppResult,
-    redis::{counting::CountedConnection, scripts::STREAMS_LEASE, Keys},
+    redis::{
+        counting::CountedConnection,
+        scripts::{self, Replies, StreamsLease, StreamsLeaseArgs},
+        Keys,
+    },
     Infra,
 };
 
@@ -47,19 +51,23 @@ pub async fn balance(
     leaving: bool,
 ) -> AppResult<Vec<String>> {
     let keys = &infra.keys;
-    let mut call = STREAMS_LEASE.call(
-        [keys.lease_members(consumer), keys.lease_holders(consumer)],
-        (
-            &*infra.instance.id,
-            infra.clock.now_ms(),
-            LEASE_TIME.as_millis() as u64,
-            i64::from(leaving),
-        ),
-    );
-    for stream in all {
-        call.arg(stream);
-    }
-    Ok(call.invoke_async(conn).await?)
+    let leases = StreamsLease {
+        members: keys.lease_members(consumer),
+        holders: keys.lease_holders(consumer),
+    };
+    let args = StreamsLeaseArgs {
+        instance: &*infra.instance.id,
+        now_ms: infra.clock.now_ms(),
+        lease_ms: LEASE_TIME.as_millis() as u64,
+        leaving: i64::from(leaving),
+        streams: all,
+    };
+    scripts::invoke(conn, &leases, &args).await
+}
+
+/// The streams this instance holds now.
+impl Replies for StreamsLease {
+    type Reply = Vec<String>;
 }
 
 /// Which instance holds each of a consumer's streams (leases that lapsed included).
