@@ -482,7 +482,10 @@ async fn registering_persisted_queries_is_rate_counted() {
     let ordinary = codes_of_eight(Via::Post).await;
     assert!(ordinary.iter().all(|c| c == "ok"), "{ordinary:?}");
     let registrations = codes_of_eight(Via::PersistedQuery).await;
-    assert!(registrations.iter().any(|c| c == "RATE_LIMITED"), "{registrations:?}");
+    assert!(
+        registrations.iter().any(|c| c == "RATE_LIMITED"),
+        "{registrations:?}"
+    );
 }
 
 #[tokio::test]
