@@ -50,9 +50,6 @@ use crate::infra::{
     Instance,
 };
 
-// ---------------------------------------------------------------------------------------
-// Slots
-
 /// How many subscriptions one connection holds; shared by all of its operations. Present
 /// in the connection's data on WebSockets only (a request over HTTP holds none).
 #[derive(Clone)]
@@ -121,9 +118,6 @@ impl Drop for SubscriptionSlot {
         }
     }
 }
-
-// ---------------------------------------------------------------------------------------
-// Direct delivery
 
 /// A subscription whose updates are written straight to its socket.
 pub struct Direct {
@@ -197,8 +191,8 @@ impl Envelope {
 /// yields and holds what the subscription holds.
 pub type Payloads = BoxStream<'static, String>;
 
-/// What the resolver of one WebSocket operation may use to deliver directly. Present in
-/// the operation's data on WebSockets only.
+/// What the transport gives one WebSocket operation, in its data, so that its resolver may
+/// deliver directly ([`Direct`]). Absent from every other transport's operations.
 #[derive(Clone)]
 pub struct DirectOutlet {
     socket: Arc<dyn Socket>,
@@ -208,6 +202,8 @@ pub struct DirectOutlet {
 }
 
 impl DirectOutlet {
+    /// The outlet of an operation whose results go to `socket` in `envelope`; `renderings`
+    /// are shared by every subscriber of the instance.
     pub fn new(socket: Arc<dyn Socket>, envelope: Envelope, renderings: Arc<Renderings>) -> Self {
         Self {
             socket,
@@ -307,16 +303,6 @@ impl CounterWatcher for DirectWatcher {
 fn deferred() {
     metrics::counter!("engage_ws_deferred_updates_total").increment(1);
 }
-
-// ---------------------------------------------------------------------------------------
-// Templates
-//
-// The follower of a counter hands each change to all of its subscribers in turn. Rendered
-// per subscriber, each update read that subscriber's own copy of the template (a few small
-// allocations, cold in the cache at thousands of subscribers) and wrote the same bytes
-// again. `Renderings` gives equal templates one `Rendering`, which keeps the last message
-// it wrote: the subscribers after the first share it (a reference count, not a copy), or,
-// with another envelope (another operation id), reuse its rendered payload.
 
 /// The fields of one object type that a template can write: how each writes its value for
 /// counter `id` at `value`. The same for every subscriber, which is what lets them share a
@@ -463,6 +449,13 @@ impl<F: Fields> Render for Rendering<F> {
 }
 
 /// The renderings of the templates some subscriber holds, one for equal templates.
+///
+/// The follower of a counter hands each change to all of its subscribers in turn. Rendered
+/// per subscriber, each update read that subscriber's own copy of the template (a few
+/// small allocations, cold in the cache at thousands of subscribers) and wrote the same
+/// bytes again. Equal templates share one rendering here, which keeps the last message it
+/// wrote: the subscribers after the first share it (a reference count, not a copy), or,
+/// in another envelope (another operation id), reuse its rendered payload.
 #[derive(Default)]
 pub struct Renderings {
     /// By the fields' type and the template as written by `Debug` (its whole content); each
