@@ -1,7 +1,10 @@
 //! What clients see: the GraphQL schema (types in [`schema`], root fields in [`resolvers`],
-//! one file per feature in each) and the transports that carry it ([`http`]: POST, GET,
-//! persisted queries and both WebSocket protocols, behind one admission path).
+//! one file per feature in each), how subscriptions deliver their updates ([`live`]), and
+//! the transports that carry it all ([`http`]: POST, GET, persisted queries and both
+//! WebSocket protocols, behind one admission path). The transports import the rest, never
+//! the other way round.
 
 pub mod http;
+pub mod live;
 pub mod resolvers;
 pub mod schema;

@@ -50,12 +50,10 @@ use async_graphql::{
     Name, Positioned,
 };
 
-use crate::infra::error::{AppError, AppResult, ErrorCode};
-
-/// The deepest nesting of brackets a document may have, and the deepest a selection may
-/// reach with its fragments inlined. `ENGAGE_MAX_DEPTH` (far lower) then gives the precise
-/// validation error for selections.
-pub const MAX_NESTING: usize = 64;
+use crate::{
+    api::schema::{MAX_NESTING, PUBLIC_READS},
+    infra::error::{AppError, AppResult, ErrorCode},
+};
 
 /// Selections a document may hold as written, and its operations together once their
 /// fragments are inlined: beyond this, validation itself would be the cost. The largest operations of
@@ -99,7 +97,7 @@ pub struct OperationShape {
     /// The name of the first root field (metrics label it by the schema's names).
     pub first_root_field: Option<Name>,
     /// Every root field is one of the schema's public reads
-    /// ([`crate::api::schema::PUBLIC_READS`]): the same answer for every anonymous viewer.
+    /// ([`PUBLIC_READS`]): the same answer for every anonymous viewer.
     pub public_reads_only: bool,
 }
 
@@ -446,8 +444,7 @@ impl<'a> Inliner<'a> {
                     let name = &field.node.name.node;
                     roots.count += 1;
                     roots.first.get_or_insert_with(|| name.clone());
-                    roots.public_reads_only &=
-                        crate::api::schema::PUBLIC_READS.contains(&name.as_str());
+                    roots.public_reads_only &= PUBLIC_READS.contains(&name.as_str());
                 }
                 Selection::InlineFragment(inline) => {
                     self.root_fields(&inline.node.selection_set, roots, level + 1)?

@@ -34,6 +34,7 @@ use serde_json::json;
 use crate::{
     api::{
         http::{rate_limit::RateLimits, trusted::TrustedDocuments},
+        live::Renderings,
         schema::AppSchema,
     },
     features::{remarks::Remarks, users::UserDirectory},
@@ -63,7 +64,7 @@ pub struct HttpState {
     pub gateway: Arc<Gateway>,
     pub schema: AppSchema,
     /// Direct subscriptions' responses, shared by the subscribers of equal selections.
-    pub renderings: Arc<ws::Renderings>,
+    pub renderings: Arc<Renderings>,
 }
 
 pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {

@@ -5,7 +5,7 @@ use futures::{Stream, StreamExt};
 
 use crate::{
     api::{
-        http::ws::SubscriptionSlot,
+        live::SubscriptionSlot,
         schema::{
             id::SeasonId,
             leaderboard::{
@@ -138,13 +138,12 @@ impl LeaderboardSubscription {
             .transpose()?;
         let slot = SubscriptionSlot::acquire(ctx)?;
         let snapshots = boards.board_changes(season, top).await?;
-        Ok(snapshots.map(move |(season, top)| {
-            let _held = &slot;
-            LeaderboardSnapshot {
+        Ok(slot
+            .hold(snapshots)
+            .map(move |(season, top)| LeaderboardSnapshot {
                 season: Season(boards.season_info(season)),
                 entries: entries(top),
-            }
-        }))
+            }))
     }
 
     /// The viewer's rank in the current season now (once ranked), then each change.
@@ -158,9 +157,6 @@ impl LeaderboardSubscription {
             .feature::<Leaderboards>()
             .my_current_rank_changes(viewer.user_id)
             .await?;
-        Ok(changes.map(move |entry| {
-            let _held = &slot;
-            RankEntry::new(entry)
-        }))
+        Ok(slot.hold(changes).map(RankEntry::new))
     }
 }

@@ -7,7 +7,7 @@ use futures::{Stream, StreamExt};
 use crate::{
     api::schema::id::{ItemId, RemarkId},
     api::{
-        http::ws::{DirectOutlet, SubscriptionSlot},
+        live::{Direct, SubscriptionSlot},
         schema::{
             connection::Connection,
             page::{Limit, PageArgs, PAGE},
@@ -142,17 +142,11 @@ impl RemarkSubscription {
         // On a WebSocket, a plain selection's updates are written to the socket by the
         // instance's one follower of each count, without executing the selection: at
         // thousands of subscribers that was most of a delivery's cost.
-        if let (Some(outlet), Some(template)) = (DirectOutlet::of(ctx), LikeCount::template(ctx)) {
-            let watch = remarks
-                .watch_like_counts(ids, outlet.watcher(template))
-                .await?;
-            outlet.hold((watch, slot));
-            return Ok(futures::stream::pending().left_stream());
+        if let Some(direct) = Direct::of(ctx, LikeCount::template) {
+            let watch = remarks.watch_like_counts(ids, direct.watcher()).await?;
+            return Ok(direct.hold((watch, slot)).left_stream());
         }
-        let changes = remarks.like_count_changes(ids).await?.map(move |change| {
-            let _held = &slot;
-            change
-        });
-        Ok(changes.map(LikeCount::from).right_stream())
+        let changes = remarks.like_count_changes(ids).await?;
+        Ok(slot.hold(changes).map(LikeCount::from).right_stream())
     }
 }

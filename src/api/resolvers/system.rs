@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 
 use crate::{
     api::{
-        http::ws::SubscriptionSlot,
+        live::SubscriptionSlot,
         schema::{scalars::DateTime, ContextExt},
     },
     infra::{
@@ -54,10 +54,9 @@ impl SystemSubscription {
         let clock = ctx.clock().clone();
         let shutdown = ctx.feature::<Instance>().shutdown.clone();
         let ticks = tokio_stream_interval(Duration::from_secs(every_seconds as u64));
-        Ok(ticks.take_until(shutdown.cancelled_owned()).map(move |()| {
-            let _held = &slot;
-            DateTime(clock.now())
-        }))
+        Ok(slot
+            .hold(ticks.take_until(shutdown.cancelled_owned()))
+            .map(move |()| DateTime(clock.now())))
     }
 }
 

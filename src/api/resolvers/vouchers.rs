@@ -7,7 +7,7 @@ use futures::{Stream, StreamExt};
 use crate::{
     api::schema::id::{ItemId, OrderId, VoucherId},
     api::{
-        http::ws::SubscriptionSlot,
+        live::SubscriptionSlot,
         schema::{
             connection::Connection,
             page::{list_cost, PageArgs, PAGE},
@@ -161,12 +161,9 @@ impl VoucherSubscription {
         }
         let slot = SubscriptionSlot::acquire(ctx)?;
         let changes = vouchers.stock_changes(voucher_id).await?;
-        Ok(changes.map(move |(id, remaining)| {
-            let _held = &slot;
-            VoucherStock {
-                voucher_id: VoucherId::new(id),
-                remaining,
-            }
+        Ok(slot.hold(changes).map(|(id, remaining)| VoucherStock {
+            voucher_id: VoucherId::new(id),
+            remaining,
         }))
     }
 }

@@ -91,6 +91,13 @@ pub struct SubscriptionRoot(
 
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
+/// The deepest nesting of brackets a document may have, and the deepest a selection may
+/// reach with its fragments inlined: admission refuses deeper documents before they are
+/// parsed or validated (`api::http::document`), and the schema's own recursion limit is
+/// the same, a second line. `ENGAGE_MAX_DEPTH` (far lower) then gives the precise
+/// validation error for selections.
+pub const MAX_NESTING: usize = 64;
+
 /// The fields of the `Subscription` type.
 pub fn subscription_fields() -> Vec<String> {
     let mut registry = async_graphql::registry::Registry::default();
@@ -118,10 +125,10 @@ pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
         MutationRoot::default(),
         SubscriptionRoot::default(),
     )
-    // Admission refuses documents nested deeper than this before they reach the schema
-    // (`http::document`); the schema's own check stays as a second line. `limit_depth`
-    // (far lower) then gives the precise validation error.
-    .limit_recursive_depth(crate::api::http::document::MAX_NESTING);
+    // Admission refuses documents nested deeper than this before they reach the schema;
+    // the schema's own check stays as a second line. `limit_depth` (far lower) then gives
+    // the precise validation error.
+    .limit_recursive_depth(MAX_NESTING);
     if let Some((config, infra, features)) = instance {
         infra.instance.open.known_fields(subscription_fields());
         // Each resolver takes the one feature context it calls (`ContextExt::feature`).

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     api::{
-        http::ws::{Fields, Template},
+        live::{Fields, Template},
         schema::id::{ItemId, RemarkId},
     },
     features::{

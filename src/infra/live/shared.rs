@@ -5,7 +5,7 @@
 //!
 //! Per-subscriber streams made every change wake each subscriber's task and run its own
 //! coalescing, on the way to the same bytes. Here a change costs one wake per channel,
-//! and the watchers (WebSocket subscribers, see `api::http::ws::direct`) write it out
+//! and the watchers (WebSocket subscribers, see `api::live`) write it out
 //! without waiting: a watcher whose socket cannot take it keeps the latest value per id and
 //! sends it once the socket drained, so a slow client holds one value per watched counter,
 //! never a queue.

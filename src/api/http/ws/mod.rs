@@ -19,13 +19,16 @@
 //! - Every operation goes through the same admission as an HTTP request (rates, size,
 //!   parse, cost): see `operations.rs`. One that fails before its first result (refused,
 //!   not valid, its subscription resolver failed) is answered with the protocol's `error`
-//!   and no `complete`. A subscription resolver may have its updates written
-//!   straight to the socket instead of through async-graphql: see `direct.rs`.
+//!   and no `complete`. A subscription resolver may have its updates written straight to
+//!   the socket instead of through async-graphql ([`crate::api::live`]): the session gives
+//!   each operation a [`DirectOutlet`](crate::api::live::DirectOutlet), the socket's
+//!   sending half (`writer.rs`) and its result message's envelope (`protocol.rs`).
 //! - The conversation itself (both protocols' messages, operations by id, close codes) is
 //!   `session.rs`'s.
 //! - Messages larger than `ENGAGE_MAX_BODY_BYTES` close the socket (1009). One socket may
 //!   have `ENGAGE_WS_MAX_OPERATIONS` operations running and hold `ENGAGE_MAX_SUBSCRIPTIONS`
-//!   subscriptions; each operation counts against the per-IP and per-user rates.
+//!   subscriptions (its [`SubscriptionSlots`](crate::api::live::SubscriptionSlots)); each
+//!   operation counts against the per-IP and per-user rates.
 //! - On shutdown every connection is closed with 1001 (going away) so that clients
 //!   reconnect to another instance.
 
@@ -50,19 +53,13 @@ use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
 mod credentials;
-mod direct;
 mod operations;
 mod protocol;
 mod session;
-mod slots;
-mod template;
 mod writer;
 
-pub use direct::DirectOutlet;
 use operations::Connection;
 use session::Session;
-pub use slots::{SubscriptionSlot, SubscriptionSlots};
-pub use template::{Fields, Renderings, Template};
 use writer::SocketWriter;
 
 use super::{client_ip, server::ConnectionSlot, HttpState};

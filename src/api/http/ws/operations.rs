@@ -1,7 +1,8 @@
 //! The operations of one WebSocket: what they share ([`Connection`]) and how each
 //! `subscribe` runs ([`Admitter`]): the same [`admission`] as an HTTP request first (token
 //! still valid, rates, size, parse, cost), a cap on the operations running at once, then
-//! the schema, until the resolver delivers directly (see [`DirectOutlet::hold`]).
+//! the schema, until the resolver delivers directly (see
+//! [`Direct::hold`](crate::api::live::Direct::hold)).
 //!
 //! An operation answers with results ([`Reply::Next`]) or, when it fails before its first
 //! result, with its errors ([`Reply::Error`], the protocol's `error`): when nothing ran
@@ -20,12 +21,12 @@ use std::{
 use async_graphql::{parser::types::OperationType, Data, Request, Response, ServerError};
 use futures::{stream::BoxStream, StreamExt};
 
-use super::direct::{DirectOutlet, Payloads};
 use crate::{
     api::http::{
         admission::{self, Caller, RawOperation, Transport},
         apq, Gateway, HttpState,
     },
+    api::live::{DirectOutlet, Payloads},
     api::schema::errors::assign_codes,
     infra::{
         error::{AppError, AppResult, ErrorCode},
@@ -191,7 +192,8 @@ impl Admitter {
 }
 
 /// An admitted operation: async-graphql's responses, until the resolver delivers directly;
-/// from then on what [`DirectOutlet::hold`] was given, kept until the operation ends.
+/// from then on what [`Direct::hold`](crate::api::live::Direct::hold) was given, kept until
+/// the operation ends.
 struct Operation {
     graphql: Option<BoxStream<'static, Response>>,
     direct: Option<Payloads>,

@@ -79,31 +79,35 @@ pub fn quoted(id: &str) -> String {
 
 /// One result of an operation: `payload` is a GraphQL response in JSON.
 pub fn next(protocol: WebSocketProtocols, quoted_id: &str, payload: &str) -> Outgoing {
-    Outgoing::Text(next_with(protocol, quoted_id, payload.len(), |text| {
-        text.push_str(payload)
-    }))
+    let mut text = String::with_capacity(payload.len() + quoted_id.len() + 32);
+    write_next_head(protocol, quoted_id, &mut text);
+    text.push_str(payload);
+    text.push_str(NEXT_TAIL);
+    Outgoing::Text(text)
 }
 
-/// The text of a result message whose payload `write` appends (about `size` bytes).
-pub fn next_with(
-    protocol: WebSocketProtocols,
-    quoted_id: &str,
-    size: usize,
-    write: impl FnOnce(&mut String),
-) -> String {
+/// What comes before the payload in each result message of operation `quoted_id`, written
+/// once per operation for the results delivered directly (the head of its
+/// [`Envelope`](crate::api::live::Envelope)); [`NEXT_TAIL`] comes after it.
+pub fn next_head(protocol: WebSocketProtocols, quoted_id: &str) -> String {
+    let mut head = String::with_capacity(quoted_id.len() + 32);
+    write_next_head(protocol, quoted_id, &mut head);
+    head
+}
+
+/// What comes after the payload in a result message.
+pub const NEXT_TAIL: &str = "}";
+
+fn write_next_head(protocol: WebSocketProtocols, quoted_id: &str, text: &mut String) {
     let kind = match protocol {
         WebSocketProtocols::GraphQLWS => "next",
         WebSocketProtocols::SubscriptionsTransportWS => "data",
     };
-    let mut text = String::with_capacity(size + quoted_id.len() + 32);
     text.push_str(r#"{"type":""#);
     text.push_str(kind);
     text.push_str(r#"","id":"#);
     text.push_str(quoted_id);
     text.push_str(r#","payload":"#);
-    write(&mut text);
-    text.push('}');
-    text
 }
 
 /// The end of an operation that failed before its first result; no `complete` follows.
@@ -140,6 +144,19 @@ mod tests {
             parsed,
             serde_json::json!({ "type": "next", "id": "a\"1", "payload": { "data": {} } })
         );
+    }
+
+    #[test]
+    fn a_result_written_directly_is_the_same_message_as_next() {
+        let id = quoted("7");
+        for protocol in [
+            WebSocketProtocols::GraphQLWS,
+            WebSocketProtocols::SubscriptionsTransportWS,
+        ] {
+            let payload = r#"{"data":{"n":1}}"#;
+            let direct = format!("{}{payload}{NEXT_TAIL}", next_head(protocol, &id));
+            assert_eq!(next(protocol, &id, payload), Outgoing::Text(direct));
+        }
     }
 
     #[test]

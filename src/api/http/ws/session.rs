@@ -22,14 +22,16 @@ use tokio::{sync::mpsc, time::Instant};
 
 use super::{
     credentials,
-    direct::DirectOutlet,
     operations::{Admitter, Connection, Reply},
     protocol::{self, ClientMessage, Outgoing},
     writer::SocketWriter,
-    Inbound, SubscriptionSlots, INIT_TIMEOUT, MAX_OPERATION_ID,
+    Inbound, INIT_TIMEOUT, MAX_OPERATION_ID,
 };
 use crate::{
-    api::http::{admission, caps::Held, HttpState},
+    api::{
+        http::{admission, caps::Held, HttpState},
+        live::{DirectOutlet, Envelope, SubscriptionSlots},
+    },
     infra::error::{AppError, ErrorCode},
 };
 
@@ -391,8 +393,10 @@ impl Session {
         let quoted: Arc<str> = protocol::quoted(&id).into();
         let outlet = DirectOutlet::new(
             self.writer.clone(),
-            self.protocol,
-            quoted.clone(),
+            Envelope::new(
+                protocol::next_head(self.protocol, &quoted),
+                protocol::NEXT_TAIL,
+            ),
             self.http.renderings.clone(),
         );
         let results = self.admitter.run(request, data, outlet);

@@ -1,9 +1,10 @@
 //! The sending half of one WebSocket, shared by its session and by the tasks that follow
-//! counters for its subscriptions (see [`super::direct`]). The session waits for the socket
-//! as any writer would; the counter tasks never wait: they write if the socket takes the
-//! message now, and otherwise leave it to the session to drain the socket and then call
-//! them back ([`SocketWriter::catch_up`]). At most one message beyond what the kernel took
-//! is ever buffered for a client that does not read.
+//! counters for its subscriptions (the [`Socket`] of their direct delivery, see
+//! [`crate::api::live`]). The session waits for the socket as any writer would; the counter
+//! tasks never wait: they write if the socket takes the message now, and otherwise leave it
+//! to the session to drain the socket and then call them back ([`SocketWriter::catch_up`]).
+//! At most one message beyond what the kernel took is ever buffered for a client that does
+//! not read.
 
 use std::{
     future::poll_fn,
@@ -11,11 +12,11 @@ use std::{
     task::{Context, Poll},
 };
 
-use axum::extract::ws::{Message, WebSocket};
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket};
 use futures::{stream::SplitSink, Sink};
 use tokio::sync::Notify;
 
-use super::direct::DirectWatcher;
+use crate::api::live::{DirectWatcher, Socket};
 
 pub(super) struct SocketWriter {
     state: Mutex<WriterState>,
@@ -48,33 +49,6 @@ impl SocketWriter {
             stalled: Notify::new(),
             behind: Mutex::new(Vec::new()),
         }
-    }
-
-    /// Sends `message` if the socket takes it now; false (and nothing sent) if it cannot.
-    /// A message the kernel did not take at once stays buffered and counts as sent: the
-    /// session writes it out.
-    pub(super) fn try_send(&self, message: impl FnOnce() -> Message) -> bool {
-        let mut state = self.state.lock().expect("poisoned");
-        if state.broken {
-            return true; // the session is ending: nothing to keep for later
-        }
-        if state.stalled {
-            return false;
-        }
-        // Whoever waits on the socket is the session (see `drain`), never this caller.
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        match state.offer(&mut cx, message) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(Broken)) => return true,
-            Poll::Pending => {
-                self.stalled.notify_one();
-                return false;
-            }
-        }
-        if state.poll_out(&mut cx).is_pending() {
-            self.stalled.notify_one();
-        }
-        true
     }
 
     /// Sends `message` once the socket takes it (the session's own messages).
@@ -116,13 +90,6 @@ impl SocketWriter {
         .await;
     }
 
-    /// Remembers a watcher that could not send, for [`Self::catch_up`].
-    pub(super) fn wait_for_drain(&self, watcher: Weak<DirectWatcher>) {
-        self.behind.lock().expect("poisoned").push(watcher);
-        // It may have drained meanwhile: make sure the session looks.
-        self.stalled.notify_one();
-    }
-
     /// Hands the watchers that could not send another try.
     fn catch_up(&self) {
         let behind = std::mem::take(&mut *self.behind.lock().expect("poisoned"));
@@ -131,6 +98,41 @@ impl SocketWriter {
                 watcher.catch_up();
             }
         }
+    }
+}
+
+impl Socket for SocketWriter {
+    /// A message the kernel did not take at once stays buffered and counts as sent: the
+    /// session writes it out.
+    fn try_send(&self, message: &dyn Fn() -> Utf8Bytes) -> bool {
+        let mut state = self.state.lock().expect("poisoned");
+        if state.broken {
+            return true; // the session is ending: nothing to keep for later
+        }
+        if state.stalled {
+            return false;
+        }
+        // Whoever waits on the socket is the session (see `drain`), never this caller.
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        match state.offer(&mut cx, || Message::Text(message())) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(Broken)) => return true,
+            Poll::Pending => {
+                self.stalled.notify_one();
+                return false;
+            }
+        }
+        if state.poll_out(&mut cx).is_pending() {
+            self.stalled.notify_one();
+        }
+        true
+    }
+
+    /// Remembers a watcher that could not send, for [`SocketWriter::catch_up`].
+    fn wait_for_drain(&self, watcher: Weak<DirectWatcher>) {
+        self.behind.lock().expect("poisoned").push(watcher);
+        // It may have drained meanwhile: make sure the session looks.
+        self.stalled.notify_one();
     }
 }
 
