@@ -22,7 +22,8 @@ use crate::infra::{
     clock::Clock,
     error::{AppError, AppResult},
     redis::{
-        scripts::{IdsAllocateBlock, IdsAllocateBlockArgs, Replies, Scripts},
+        runner::Scripts,
+        scripts::{IdsAllocateBlock, IdsAllocateBlockArgs, Replies},
         Keys, RedisPool,
     },
 };

@@ -55,16 +55,16 @@ pub struct Infra {
 
 impl Infra {
     /// Runs scripts whose writes need no replica (or that only read).
-    pub fn scripts(&self) -> redis::scripts::Scripts<'_> {
-        redis::scripts::Scripts::on(&self.redis)
+    pub fn scripts(&self) -> redis::runner::Scripts<'_> {
+        redis::runner::Scripts::on(&self.redis)
     }
 
     /// Runs scripts that write `kind`, which may wait for replicas.
     pub fn durable_scripts(
         &self,
         kind: redis::durability::DurableWrite,
-    ) -> redis::scripts::Scripts<'_> {
-        redis::scripts::Scripts::durable(&self.redis, &self.durability, kind)
+    ) -> redis::runner::Scripts<'_> {
+        redis::runner::Scripts::durable(&self.redis, &self.durability, kind)
     }
 }
 

@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod counting;
 pub mod durability;
 pub mod keys;
+pub mod runner;
 pub mod scripts;
 pub mod spans;
 pub mod status;
