@@ -164,6 +164,6 @@ if (token) {
     const entry = data?.myRankChanged;
     if (!entry) return;
     $('me').dataset.rank = String(entry.rank);
-    $('me').textContent = `You: rank ${entry.rank}, ${entry.points} points`;
+    $('me').textContent = `You: rank ${entry.rank}, ${entry.points} ${entry.points === 1 ? 'point' : 'points'}`;
   });
 }

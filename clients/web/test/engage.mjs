@@ -3,7 +3,7 @@
 // other settings on the same port and data. The pattern of e2e/dashboard.test.mjs.
 
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -51,6 +51,9 @@ export class Engage {
       RUST_LOG: env.RUST_LOG || 'warn',
       ...settings,
     });
+    if (!existsSync(binary)) {
+      throw new Error(`no engage binary at ${binary}: run \`cargo build\` (with the same CARGO_TARGET_DIR) or set ENGAGE_BIN`);
+    }
     const log = openSync(join(this.workDir, 'server.log'), 'a');
     const server = spawn(binary, ['serve'], { env, stdio: ['ignore', log, log] });
     this.process = server;

@@ -244,7 +244,7 @@ test('signing in marks today in the calendar and puts the viewer on the live boa
   // The viewer's own entry, followed apart from the board, agrees with it.
   const rank = (await text(`#board li[data-user-id="${viewerId}"] span`)).split('.')[0];
   await page.waitForSelector(`#me[data-rank="${rank}"]`, { timeout: 5000 });
-  assert.equal(await text('#me'), `You: rank ${rank}, ${points} points`);
+  assert.equal(await text('#me'), `You: rank ${rank}, ${points} ${points === '1' ? 'point' : 'points'}`);
   await screenshot('example-after-sign-in.png');
 });
 
