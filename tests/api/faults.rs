@@ -57,7 +57,7 @@ pub(crate) async fn unpluggable_app() -> (Plug, TestApp) {
     (plug, app)
 }
 
-fn unlimited(config: &mut engage::infra::config::Config) {
+fn unlimited(config: &mut engage::app::settings::Settings) {
     config.max_connections_per_ip = 0;
     config.rate_limit_per_ip = 0;
     config.rate_limit_per_user = 0;
