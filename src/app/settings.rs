@@ -11,13 +11,18 @@ use std::ops::{Deref, DerefMut};
 
 use clap::Args;
 
-use crate::infra::config::Config;
+use crate::{
+    features::{remarks::RemarkSettings, FeatureSettings},
+    infra::config::Config,
+};
 
 /// Every setting, read once at start.
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
     #[command(flatten)]
     pub infra: Config,
+    #[command(flatten)]
+    pub remarks: RemarkSettings,
 }
 
 impl Settings {
@@ -25,6 +30,13 @@ impl Settings {
     /// (each part says which).
     pub fn check(&self) -> anyhow::Result<()> {
         self.infra.check()
+    }
+
+    /// The features' part, for [`crate::features::Features::new`].
+    pub fn features(&self) -> FeatureSettings<'_> {
+        FeatureSettings {
+            remarks: &self.remarks,
+        }
     }
 }
 

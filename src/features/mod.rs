@@ -18,8 +18,14 @@ use std::sync::Arc;
 
 use crate::infra::{config::Config, metrics::BoundedLabel, Infra};
 
+/// Each feature's settings, as read at start (each declared in its feature's `settings.rs`):
+/// the wiring lends them to [`Features::new`].
+pub struct FeatureSettings<'a> {
+    pub remarks: &'a remarks::RemarkSettings,
+}
+
 /// Every feature's context of one instance, built once from the shared infrastructure and
-/// the configuration. The wiring hands each part to whoever needs it (a resolver receives
+/// the features' settings. The wiring hands each part to whoever needs it (a resolver receives
 /// one feature's context, a background task one feature's), never the whole.
 pub struct Features {
     pub users: Arc<users::UserDirectory>,
@@ -35,7 +41,8 @@ pub struct Features {
 }
 
 impl Features {
-    pub fn new(infra: &Infra, config: &Config) -> anyhow::Result<Self> {
+    pub fn new(infra: &Infra, config: &Config, settings: FeatureSettings) -> anyhow::Result<Self> {
+        let mode = infra.instance.redis.mode;
         let users = Arc::new(users::UserDirectory::new(infra.clone()));
         let nearby = nearby::Nearby {
             infra: infra.clone(),
@@ -68,7 +75,10 @@ impl Features {
             },
             remarks: remarks::Remarks {
                 infra: infra.clone(),
-                settings: Arc::new(remarks::RemarkSettings::from_config(config)),
+                caches: Arc::new(remarks::RemarkCaches::new(
+                    settings.remarks.page_cache_ttl(),
+                )),
+                settings: Arc::new(settings.remarks.clone().for_redis(mode)),
                 items: items.clone(),
                 like_counts: Arc::default(),
             },

@@ -308,33 +308,12 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64)]
     pub id_block_size: u32,
 
-    /// Like streams (and the hash tags of remark keys): more shards spread likes over more
-    /// Redis Cluster slots and more archive workers. Unset: 4 on one Redis node, 16 on a
-    /// cluster.
-    #[arg(long, env = "ENGAGE_LIKE_SHARDS")]
-    pub like_shards: Option<u32>,
-
     /// User buckets of the points keys (daily totals, sign-ins, the season board's parts):
     /// each bucket is one Redis Cluster slot, so more buckets spread points over more
     /// nodes. Unset: 1 on one Redis node, 16 on a cluster. Changing it moves users to other
     /// buckets: run `engage rebuild` after a change.
     #[arg(long, env = "ENGAGE_POINTS_BUCKETS")]
     pub points_buckets: Option<u32>,
-
-    /// Days a like relation stays in Redis after its last change; older ones are answered
-    /// by the SQL archive (so memory stays bounded and a like still counts once).
-    #[arg(long, env = "ENGAGE_LIKE_RELATION_TTL_DAYS", default_value_t = 10)]
-    pub like_relation_ttl_days: u32,
-
-    /// Seconds between refreshes of a cached "recommended remarks" list.
-    #[arg(long, env = "ENGAGE_RECOMMENDED_REFRESH_SECONDS", default_value_t = 60)]
-    pub recommended_refresh_seconds: u64,
-
-    /// How long a page of remarks (with authors) is served from the instance's memory, in
-    /// milliseconds; 0 reads SQL every time. A new remark shows at once on the instance that
-    /// took it, on others within this time.
-    #[arg(long, env = "ENGAGE_REMARK_PAGE_CACHE_MS", default_value_t = 1000)]
-    pub remark_page_cache_ms: u64,
 
     /// Longest pause of a stream consumer while SQL fails, in milliseconds.
     #[arg(long, env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS", default_value_t = 30_000)]
@@ -453,11 +432,6 @@ impl Config {
     /// The points buckets in effect: as set, or what suits the Redis mode.
     pub fn points_buckets(&self) -> u32 {
         self.points_buckets.unwrap_or(self.by_mode(1, 16))
-    }
-
-    /// The like shards in effect: as set, or what suits the Redis mode.
-    pub fn like_shards(&self) -> u32 {
-        self.like_shards.unwrap_or(self.by_mode(4, 16)).max(1)
     }
 
     /// The sale shards in effect: as set, or what suits the Redis mode.

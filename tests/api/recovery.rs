@@ -39,7 +39,7 @@ async fn in_buckets(buckets: Option<u32>) -> TestApp {
 /// Every consumer of every stream has handled everything: SQL holds all that Redis does.
 async fn settled(app: &TestApp) {
     let keys = &app.state.infra.keys;
-    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards)
+    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards())
         .map(|s| keys.vote_stream(s))
         .collect();
     let orders: Vec<String> = (0..app.state.config.sale_shards())
@@ -473,7 +473,7 @@ async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_t
         .await
         .unwrap();
     let keys = &app.state.infra.keys;
-    let shards = app.state.features.remarks.settings.shards;
+    let shards = app.state.features.remarks.settings.shards();
     let lost = voters[17_000];
     let mut conn = app.state.infra.redis.get().await.unwrap();
     let _: () = redis::cmd("HSET")

@@ -118,7 +118,7 @@ impl Remarks {
     pub async fn vote(&self, voter_id: i64, remark_id: i64, vote: Vote) -> AppResult<VoteOutcome> {
         let settings = &self.settings;
         let age_ms = self.infra.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
-        let mut known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
+        let mut known = if age_ms < (settings.relation_ttl_seconds() as i64 - 3600) * 1000 {
             Known::Young
         } else {
             Known::Unknown
@@ -138,18 +138,18 @@ impl Remarks {
             let (status, likes, liked, changed): (i64, i64, i64, i64) = script
                 .call(
                     [
-                        keys.remark_info(remark_id, settings.shards),
-                        keys.like_relation(remark_id, voter_id, settings.shards),
-                        keys.remark_likers(remark_id, settings.shards),
-                        keys.vote_stream_of(remark_id, settings.shards),
+                        keys.remark_info(remark_id, settings.shards()),
+                        keys.like_relation(remark_id, voter_id, settings.shards()),
+                        keys.remark_likers(remark_id, settings.shards()),
+                        keys.vote_stream_of(remark_id, settings.shards()),
                     ],
                     (
                         voter_id,
                         remark_id,
                         self.infra.clock.now_ms(),
-                        settings.relation_ttl_seconds,
+                        settings.relation_ttl_seconds(),
                         known.as_arg(),
-                        keys.like_count_channel(remark_id, settings.shards),
+                        keys.like_count_channel(remark_id, settings.shards()),
                         LIKERS_KEPT,
                         keys.publish_command(),
                     ),
@@ -158,7 +158,7 @@ impl Remarks {
                 .await?;
             let status = Status::of(script.name, status)?;
             if status == Status::Ok && changed == 1 {
-                let counter = keys.remark_info(remark_id, settings.shards);
+                let counter = keys.remark_info(remark_id, settings.shards());
                 self.infra
                     .durability
                     .confirm(DurableWrite::Likes, &self.infra.redis, &counter)
@@ -193,7 +193,11 @@ impl Remarks {
     pub async fn prepare_counter(&self, remark_id: i64, author_id: i64) -> AppResult<()> {
         let mut conn = self.infra.redis.get().await?;
         let () = redis::cmd("HSET")
-            .arg(self.infra.keys.remark_info(remark_id, self.settings.shards))
+            .arg(
+                self.infra
+                    .keys
+                    .remark_info(remark_id, self.settings.shards()),
+            )
             .arg("likes")
             .arg(0)
             .arg("author")
@@ -220,7 +224,10 @@ impl Remarks {
         .try_get("likes")?;
         let mut conn = self.infra.redis.get().await?;
         // HSETNX: a concurrent rebuild or a vote that got there first wins.
-        let key = self.infra.keys.remark_info(remark_id, self.settings.shards);
+        let key = self
+            .infra
+            .keys
+            .remark_info(remark_id, self.settings.shards());
         let () = redis::pipe()
             .cmd("HSETNX")
             .arg(&key)
@@ -267,7 +274,7 @@ impl Remarks {
         if remark_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let (keys, shards) = (&self.infra.keys, self.settings.shards);
+        let (keys, shards) = (&self.infra.keys, self.settings.shards());
         let mut pipe = redis::pipe();
         for &id in remark_ids {
             pipe.cmd("HMGET")
@@ -286,7 +293,7 @@ impl Remarks {
         let mut missing_counts = Vec::new();
         let mut ask_archive = Vec::new();
         let mut replies = replies.into_iter();
-        let ttl_ms = self.settings.relation_ttl_seconds as i64 * 1000;
+        let ttl_ms = self.settings.relation_ttl_seconds() as i64 * 1000;
         for &id in remark_ids {
             let (likes, hydrated): (Option<i64>, Option<i64>) =
                 redis::FromRedisValue::from_redis_value(
@@ -367,7 +374,7 @@ impl Remarks {
         let key = self
             .infra
             .keys
-            .remark_likers(remark_id, self.settings.shards);
+            .remark_likers(remark_id, self.settings.shards());
         let mut conn = self.infra.redis.get().await?;
         let (likers, count): (Vec<i64>, Option<i64>) = redis::pipe()
             .cmd("ZRANGE")
@@ -375,7 +382,11 @@ impl Remarks {
             .arg(0)
             .arg(first as i64 - 1)
             .cmd("HGET")
-            .arg(self.infra.keys.remark_info(remark_id, self.settings.shards))
+            .arg(
+                self.infra
+                    .keys
+                    .remark_info(remark_id, self.settings.shards()),
+            )
             .arg("likes")
             .query_async(&mut *conn)
             .await?;
@@ -408,7 +419,7 @@ impl Remarks {
                 .map(|(voter, _)| {
                     self.infra
                         .keys
-                        .like_relation(remark_id, *voter, self.settings.shards)
+                        .like_relation(remark_id, *voter, self.settings.shards())
                 })
                 .collect();
             let mut conn = self.infra.redis.get().await?;

@@ -51,7 +51,7 @@ impl Remarks {
     }
 
     async fn refresh_recommended(&self, item_id: i64) -> AppResult<()> {
-        self.settings
+        self.caches
             .recommended_refreshes
             .fetch_add(1, Ordering::Relaxed);
         let rows = sqlx::query(
@@ -71,7 +71,7 @@ impl Remarks {
                 self.infra.keys.recommended_list(item_id),
                 self.infra.keys.recommended_proxy(item_id),
             ],
-            (self.settings.recommended_refresh_seconds,),
+            (self.settings.recommended_refresh(),),
         );
         call.arg(ids);
         let _: i64 = call.invoke_async(&mut *conn).await?;
