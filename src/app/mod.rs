@@ -83,7 +83,7 @@ impl Services {
 
         let keys = Keys::new(config.redis_prefix.clone())
             .on_cluster(target.is_cluster())
-            .with_points_buckets(config.points_buckets());
+            .with_points_buckets(config.points.buckets(config.redis_mode));
         let clock = Clock::new(config.timezone);
         let ids = IdGenerator::new(
             redis.clone(),

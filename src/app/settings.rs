@@ -12,7 +12,9 @@ use std::ops::{Deref, DerefMut};
 use clap::Args;
 
 use crate::{
-    features::{remarks::RemarkSettings, FeatureSettings},
+    features::{
+        points::PointsSettings, remarks::RemarkSettings, signin::SignInSettings, FeatureSettings,
+    },
     infra::config::Config,
 };
 
@@ -22,6 +24,10 @@ pub struct Settings {
     #[command(flatten)]
     pub infra: Config,
     #[command(flatten)]
+    pub points: PointsSettings,
+    #[command(flatten)]
+    pub signin: SignInSettings,
+    #[command(flatten)]
     pub remarks: RemarkSettings,
 }
 
@@ -29,6 +35,7 @@ impl Settings {
     /// Refuses settings that would leave the service open or would not do what they say
     /// (each part says which).
     pub fn check(&self) -> anyhow::Result<()> {
+        self.points.check(self.infra.redis_mode)?;
         self.infra.check()
     }
 
@@ -36,6 +43,8 @@ impl Settings {
     pub fn features(&self) -> FeatureSettings<'_> {
         FeatureSettings {
             remarks: &self.remarks,
+            points: &self.points,
+            signin: &self.signin,
         }
     }
 }

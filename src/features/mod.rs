@@ -22,6 +22,8 @@ use crate::infra::{config::Config, metrics::BoundedLabel, Infra};
 /// the wiring lends them to [`Features::new`].
 pub struct FeatureSettings<'a> {
     pub remarks: &'a remarks::RemarkSettings,
+    pub points: &'a points::PointsSettings,
+    pub signin: &'a signin::SignInSettings,
 }
 
 /// Every feature's context of one instance, built once from the shared infrastructure and
@@ -53,7 +55,7 @@ impl Features {
         };
         let points = points::Points {
             infra: infra.clone(),
-            settings: Arc::new(points::PointsSettings::from_config(config)?),
+            rules: Arc::new(settings.points.rules()?),
         };
         let jobs = jobs::Jobs {
             infra: infra.clone(),
@@ -65,6 +67,7 @@ impl Features {
             signin: signin::SignIn {
                 infra: infra.clone(),
                 points: points.clone(),
+                settings: *settings.signin,
             },
             leaderboard: leaderboard::Leaderboards {
                 infra: infra.clone(),

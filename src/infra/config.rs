@@ -308,24 +308,9 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64)]
     pub id_block_size: u32,
 
-    /// User buckets of the points keys (daily totals, sign-ins, the season board's parts):
-    /// each bucket is one Redis Cluster slot, so more buckets spread points over more
-    /// nodes. Unset: 1 on one Redis node, 16 on a cluster. Changing it moves users to other
-    /// buckets: run `engage rebuild` after a change.
-    #[arg(long, env = "ENGAGE_POINTS_BUCKETS")]
-    pub points_buckets: Option<u32>,
-
     /// Longest pause of a stream consumer while SQL fails, in milliseconds.
     #[arg(long, env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS", default_value_t = 30_000)]
     pub consumer_max_backoff_ms: u64,
-
-    /// Make-up sign-ins a user may use per month.
-    #[arg(long, env = "ENGAGE_MAKEUP_PER_MONTH", default_value_t = 2)]
-    pub make_ups_per_month: u32,
-
-    /// A TOML file of points rules (see points-rules.example.toml); unset: the defaults.
-    #[arg(long, env = "ENGAGE_POINTS_RULES")]
-    pub points_rules: Option<String>,
 
     /// Seconds between checks for finished seasons to archive.
     #[arg(long, env = "ENGAGE_ROLLOVER_CHECK_SECONDS", default_value_t = 60)]
@@ -425,15 +410,8 @@ pub struct Config {
 
 /// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
 pub const MIN_JWT_SECRET_BYTES: usize = 32;
-/// A board read asks every bucket, so buckets are bounded by what one read may ask.
-pub const MAX_POINTS_BUCKETS: u32 = 1024;
 
 impl Config {
-    /// The points buckets in effect: as set, or what suits the Redis mode.
-    pub fn points_buckets(&self) -> u32 {
-        self.points_buckets.unwrap_or(self.by_mode(1, 16))
-    }
-
     /// The sale shards in effect: as set, or what suits the Redis mode.
     pub fn sale_shards(&self) -> u32 {
         self.sale_shards.unwrap_or(self.by_mode(4, 16)).max(1)
@@ -456,12 +434,6 @@ impl Config {
     /// origin allowed in production) or would not do what they say (waiting for replicas
     /// through a pool, an allowed origin that is not an origin, a batch of no operations).
     pub fn check(&self) -> anyhow::Result<()> {
-        if !(1..=MAX_POINTS_BUCKETS).contains(&self.points_buckets()) {
-            anyhow::bail!(
-                "ENGAGE_POINTS_BUCKETS must be between 1 and {MAX_POINTS_BUCKETS}, got {}",
-                self.points_buckets()
-            );
-        }
         self.check_tokens()?;
         if self.trusted_documents_only && self.trusted_documents.is_none() {
             anyhow::bail!(

@@ -649,7 +649,7 @@ async fn a_board_in_parts_reads_and_archives_as_one_board() {
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.rollover_check_seconds = 3600;
-        config.points_buckets = Some(5);
+        config.points.points_buckets = Some(5);
     })
     .await;
     let keys = &app.state.infra.keys;
@@ -887,7 +887,7 @@ async fn app_with_a_board_in_parts() -> TestApp {
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.rollover_check_seconds = 3600;
-        config.points_buckets = Some(3);
+        config.points.points_buckets = Some(3);
     })
     .await;
     let season = app.state.infra.clock.current_month();

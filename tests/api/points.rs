@@ -410,7 +410,7 @@ async fn a_batch_of_awards_across_buckets_pays_each_key_once_within_the_cap() {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.points_buckets = Some(3);
+        config.points.points_buckets = Some(3);
     })
     .await;
     let users = [60, 61, 62, 63];

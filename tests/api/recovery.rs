@@ -30,7 +30,7 @@ async fn in_buckets(buckets: Option<u32>) -> TestApp {
         config.rate_limit_per_user = 0;
         config.consumer_max_backoff_ms = 200;
         if buckets.is_some() {
-            config.points_buckets = buckets;
+            config.points.points_buckets = buckets;
         }
     })
     .await

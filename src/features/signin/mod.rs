@@ -3,6 +3,7 @@
 //! points with the streak bonus, all in one Lua script per action.
 
 pub mod recovery;
+pub mod settings;
 
 use chrono::{Datelike, NaiveDate};
 use sqlx::Row;
@@ -43,7 +44,10 @@ impl Keys {
 pub struct SignIn {
     pub infra: Infra,
     pub points: Points,
+    pub settings: SignInSettings,
 }
+
+pub use settings::SignInSettings;
 
 /// Bitmaps are kept for a little over a year (calendars of past months).
 pub const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
@@ -95,7 +99,7 @@ impl SignIn {
     pub async fn sign_in(&self, user_id: i64) -> AppResult<SignInOutcome> {
         let today = self.infra.clock.today();
         let month = Month::of(today);
-        let rules = &self.points.settings.rules;
+        let rules = &self.points.rules;
         let keys = &self.infra.keys;
         let (already, streak, awarded): (i64, i64, i64) = points::unless_held(
             || async move {
@@ -196,14 +200,14 @@ impl SignIn {
                             month.previous().days(),
                             month.previous().id(),
                             month.previous().previous().id(),
-                            self.points.settings.make_ups_per_month,
+                            self.settings.make_ups_per_month,
                             self.infra.clock.now_ms(),
                             season_seconds,
                             season.id(),
                             keys.board_channel_of(season, user_id),
                             DAILY_TTL_SECONDS,
                             MAKE_UP_COUNTER_TTL_SECONDS,
-                            self.points.settings.rules.rule(PointsType::SignIn).points,
+                            self.points.rules.rule(PointsType::SignIn).points,
                             format!("makeup:{user_id}:{date}"),
                             day_number(date),
                             keys.publish_command(),
@@ -239,7 +243,7 @@ impl SignIn {
                 ErrorCode::MakeupLimit,
                 format!(
                     "no make-up sign-ins left this month (at most {})",
-                    self.points.settings.make_ups_per_month
+                    self.settings.make_ups_per_month
                 ),
             )),
             refused => Err(refused.refusal("make-up sign-in refused")),
@@ -284,8 +288,7 @@ impl SignIn {
             .map(|day| bits >> (days - 1 - day) & 1 == 1)
             .collect();
         let make_ups_left = if shown == current {
-            self.points
-                .settings
+            self.settings
                 .make_ups_per_month
                 .saturating_sub(make_ups_used)
         } else {
