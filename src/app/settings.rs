@@ -13,7 +13,8 @@ use clap::Args;
 
 use crate::{
     features::{
-        points::PointsSettings, remarks::RemarkSettings, signin::SignInSettings, FeatureSettings,
+        leaderboard::settings::LeaderboardSettings, points::PointsSettings,
+        remarks::RemarkSettings, signin::SignInSettings, FeatureSettings,
     },
     infra::config::Config,
 };
@@ -27,6 +28,8 @@ pub struct Settings {
     pub points: PointsSettings,
     #[command(flatten)]
     pub signin: SignInSettings,
+    #[command(flatten)]
+    pub leaderboard: LeaderboardSettings,
     #[command(flatten)]
     pub remarks: RemarkSettings,
 }
@@ -45,6 +48,7 @@ impl Settings {
             remarks: &self.remarks,
             points: &self.points,
             signin: &self.signin,
+            leaderboard: &self.leaderboard,
         }
     }
 }

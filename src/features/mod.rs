@@ -24,6 +24,7 @@ pub struct FeatureSettings<'a> {
     pub remarks: &'a remarks::RemarkSettings,
     pub points: &'a points::PointsSettings,
     pub signin: &'a signin::SignInSettings,
+    pub leaderboard: &'a leaderboard::settings::LeaderboardSettings,
 }
 
 /// Every feature's context of one instance, built once from the shared infrastructure and
@@ -72,9 +73,7 @@ impl Features {
             leaderboard: leaderboard::Leaderboards {
                 infra: infra.clone(),
                 boards: Arc::default(),
-                rollover_check: std::time::Duration::from_secs(
-                    config.rollover_check_seconds.max(1),
-                ),
+                rollover_check: settings.leaderboard.rollover_check(),
             },
             remarks: remarks::Remarks {
                 infra: infra.clone(),

@@ -312,10 +312,6 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS", default_value_t = 30_000)]
     pub consumer_max_backoff_ms: u64,
 
-    /// Seconds between checks for finished seasons to archive.
-    #[arg(long, env = "ENGAGE_ROLLOVER_CHECK_SECONDS", default_value_t = 60)]
-    pub rollover_check_seconds: u64,
-
     /// Seconds between sweeps for unpaid orders past their pay-by time whose expiry job was
     /// lost (one instance sweeps at a time).
     #[arg(long, env = "ENGAGE_ORDER_SWEEP_SECONDS", default_value_t = 60)]

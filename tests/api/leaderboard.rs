@@ -27,7 +27,7 @@ async fn app() -> TestApp {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
+        config.leaderboard.rollover_check_seconds = 3600;
     })
     .await
 }
@@ -339,7 +339,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
+        config.leaderboard.rollover_check_seconds = 3600;
         config.jobs_tick_ms = 600_000;
     })
     .await;
@@ -648,7 +648,7 @@ async fn a_board_in_parts_reads_and_archives_as_one_board() {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
+        config.leaderboard.rollover_check_seconds = 3600;
         config.points.points_buckets = Some(5);
     })
     .await;
@@ -886,7 +886,7 @@ async fn app_with_a_board_in_parts() -> TestApp {
     let app = TestApp::spawn_with(|config| {
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
+        config.leaderboard.rollover_check_seconds = 3600;
         config.points.points_buckets = Some(3);
     })
     .await;

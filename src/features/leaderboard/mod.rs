@@ -13,6 +13,7 @@ pub mod live;
 pub mod parts;
 pub mod ranks;
 pub mod rollover;
+pub mod settings;
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -31,6 +32,7 @@ use crate::infra::{
 pub struct Leaderboards {
     pub infra: Infra,
     pub boards: Arc<live::SharedBoards>,
+    /// From [`settings::LeaderboardSettings::rollover_check`].
     pub rollover_check: Duration,
 }
 
