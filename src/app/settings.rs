@@ -14,7 +14,8 @@ use clap::Args;
 use crate::{
     features::{
         leaderboard::settings::LeaderboardSettings, points::PointsSettings,
-        remarks::RemarkSettings, signin::SignInSettings, FeatureSettings,
+        remarks::RemarkSettings, signin::SignInSettings, vouchers::VoucherSettings,
+        FeatureSettings,
     },
     infra::config::Config,
 };
@@ -32,6 +33,8 @@ pub struct Settings {
     pub leaderboard: LeaderboardSettings,
     #[command(flatten)]
     pub remarks: RemarkSettings,
+    #[command(flatten)]
+    pub vouchers: VoucherSettings,
 }
 
 impl Settings {
@@ -49,6 +52,7 @@ impl Settings {
             points: &self.points,
             signin: &self.signin,
             leaderboard: &self.leaderboard,
+            vouchers: &self.vouchers,
         }
     }
 }

@@ -25,6 +25,7 @@ pub struct FeatureSettings<'a> {
     pub points: &'a points::PointsSettings,
     pub signin: &'a signin::SignInSettings,
     pub leaderboard: &'a leaderboard::settings::LeaderboardSettings,
+    pub vouchers: &'a vouchers::VoucherSettings,
 }
 
 /// Every feature's context of one instance, built once from the shared infrastructure and
@@ -93,7 +94,7 @@ impl Features {
                 infra: infra.clone(),
                 items: items.clone(),
                 jobs: jobs.clone(),
-                settings: vouchers::VoucherSettings::from_config(config),
+                settings: settings.vouchers.for_redis(mode),
             },
             users,
             items,

@@ -312,11 +312,6 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS", default_value_t = 30_000)]
     pub consumer_max_backoff_ms: u64,
 
-    /// Seconds between sweeps for unpaid orders past their pay-by time whose expiry job was
-    /// lost (one instance sweeps at a time).
-    #[arg(long, env = "ENGAGE_ORDER_SWEEP_SECONDS", default_value_t = 60)]
-    pub order_sweep_seconds: u64,
-
     /// Authors with more followers than this are not pushed to inboxes: their remarks are
     /// pulled from their outbox when a follower reads the feed.
     #[arg(long, env = "ENGAGE_FEED_PUSH_LIMIT", default_value_t = 1000)]
@@ -325,11 +320,6 @@ pub struct Config {
     /// Entries kept per inbox and per outbox (the oldest are trimmed).
     #[arg(long, env = "ENGAGE_FEED_INBOX_SIZE", default_value_t = 800)]
     pub feed_inbox_size: u64,
-
-    /// Order streams of the flash sale (and hash-tag groups of voucher keys). Unset: 4 on
-    /// one Redis node, 16 on a cluster.
-    #[arg(long, env = "ENGAGE_SALE_SHARDS")]
-    pub sale_shards: Option<u32>,
 
     /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
     /// link-local and private addresses are refused unless listed.
@@ -408,21 +398,6 @@ pub struct Config {
 pub const MIN_JWT_SECRET_BYTES: usize = 32;
 
 impl Config {
-    /// The sale shards in effect: as set, or what suits the Redis mode.
-    pub fn sale_shards(&self) -> u32 {
-        self.sale_shards.unwrap_or(self.by_mode(4, 16)).max(1)
-    }
-
-    /// One value for one Redis node, another for a cluster, where each shard or bucket is a
-    /// slot the cluster can place on any node: 16 spread a feature over the masters of any
-    /// cluster up to 16 masters (4 would leave a master of a 5-node cluster without it).
-    fn by_mode(&self, single: u32, cluster: u32) -> u32 {
-        match self.redis_mode {
-            crate::infra::redis::RedisMode::Cluster => cluster,
-            _ => single,
-        }
-    }
-
     /// Refuses settings that would leave the service open (no real token issuer in
     /// production, a short secret, a guessable one or a key set over plain HTTP in
     /// production, the development secret and with it `/dev/token` on an address other

@@ -42,7 +42,7 @@ async fn settled(app: &TestApp) {
     let votes: Vec<String> = (0..app.state.features.remarks.settings.shards())
         .map(|s| keys.vote_stream(s))
         .collect();
-    let orders: Vec<String> = (0..app.state.config.sale_shards())
+    let orders: Vec<String> = (0..app.state.features.vouchers.settings.shards())
         .map(|s| keys.order_stream(s))
         .collect();
     streams_settled(app, &votes, "archive").await;
