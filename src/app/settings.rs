@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::{
     features::{
-        leaderboard::settings::LeaderboardSettings, points::PointsSettings,
+        feed::FeedSettings, leaderboard::settings::LeaderboardSettings, points::PointsSettings,
         remarks::RemarkSettings, signin::SignInSettings, vouchers::VoucherSettings,
         FeatureSettings,
     },
@@ -34,6 +34,8 @@ pub struct Settings {
     #[command(flatten)]
     pub remarks: RemarkSettings,
     #[command(flatten)]
+    pub feed: FeedSettings,
+    #[command(flatten)]
     pub vouchers: VoucherSettings,
 }
 
@@ -53,6 +55,7 @@ impl Settings {
             signin: &self.signin,
             leaderboard: &self.leaderboard,
             vouchers: &self.vouchers,
+            feed: &self.feed,
         }
     }
 }

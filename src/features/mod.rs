@@ -26,6 +26,7 @@ pub struct FeatureSettings<'a> {
     pub signin: &'a signin::SignInSettings,
     pub leaderboard: &'a leaderboard::settings::LeaderboardSettings,
     pub vouchers: &'a vouchers::VoucherSettings,
+    pub feed: &'a feed::FeedSettings,
 }
 
 /// Every feature's context of one instance, built once from the shared infrastructure and
@@ -88,7 +89,7 @@ impl Features {
             feed: feed::Feed {
                 infra: infra.clone(),
                 users: users.clone(),
-                settings: feed::FeedSettings::from_config(config),
+                settings: *settings.feed,
             },
             vouchers: vouchers::Vouchers {
                 infra: infra.clone(),

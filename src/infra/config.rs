@@ -312,15 +312,6 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS", default_value_t = 30_000)]
     pub consumer_max_backoff_ms: u64,
 
-    /// Authors with more followers than this are not pushed to inboxes: their remarks are
-    /// pulled from their outbox when a follower reads the feed.
-    #[arg(long, env = "ENGAGE_FEED_PUSH_LIMIT", default_value_t = 1000)]
-    pub feed_push_limit: u64,
-
-    /// Entries kept per inbox and per outbox (the oldest are trimmed).
-    #[arg(long, env = "ENGAGE_FEED_INBOX_SIZE", default_value_t = 800)]
-    pub feed_inbox_size: u64,
-
     /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
     /// link-local and private addresses are refused unless listed.
     #[arg(long, env = "ENGAGE_CALLBACK_HOSTS", default_value = "")]
