@@ -121,7 +121,7 @@ impl Services {
                 open: Default::default(),
             },
         };
-        let features = Features::new(&infra, &config, config.features())?;
+        let features = Features::new(&infra, config.features())?;
         let gateway = Arc::new(Gateway {
             config: config.infra.clone(),
             infra: infra.clone(),

@@ -13,9 +13,9 @@ use clap::Args;
 
 use crate::{
     features::{
-        feed::FeedSettings, leaderboard::settings::LeaderboardSettings, points::PointsSettings,
-        remarks::RemarkSettings, signin::SignInSettings, vouchers::VoucherSettings,
-        FeatureSettings,
+        feed::FeedSettings, jobs::JobsSettings, leaderboard::settings::LeaderboardSettings,
+        points::PointsSettings, remarks::RemarkSettings, signin::SignInSettings,
+        vouchers::VoucherSettings, FeatureSettings,
     },
     infra::config::Config,
 };
@@ -37,6 +37,8 @@ pub struct Settings {
     pub feed: FeedSettings,
     #[command(flatten)]
     pub vouchers: VoucherSettings,
+    #[command(flatten)]
+    pub jobs: JobsSettings,
 }
 
 impl Settings {
@@ -56,6 +58,7 @@ impl Settings {
             leaderboard: &self.leaderboard,
             vouchers: &self.vouchers,
             feed: &self.feed,
+            jobs: &self.jobs,
         }
     }
 }

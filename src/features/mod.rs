@@ -16,7 +16,7 @@ pub mod vouchers;
 
 use std::sync::Arc;
 
-use crate::infra::{config::Config, metrics::BoundedLabel, Infra};
+use crate::infra::{metrics::BoundedLabel, Infra};
 
 /// Each feature's settings, as read at start (each declared in its feature's `settings.rs`):
 /// the wiring lends them to [`Features::new`].
@@ -27,6 +27,7 @@ pub struct FeatureSettings<'a> {
     pub leaderboard: &'a leaderboard::settings::LeaderboardSettings,
     pub vouchers: &'a vouchers::VoucherSettings,
     pub feed: &'a feed::FeedSettings,
+    pub jobs: &'a jobs::JobsSettings,
 }
 
 /// Every feature's context of one instance, built once from the shared infrastructure and
@@ -46,7 +47,7 @@ pub struct Features {
 }
 
 impl Features {
-    pub fn new(infra: &Infra, config: &Config, settings: FeatureSettings) -> anyhow::Result<Self> {
+    pub fn new(infra: &Infra, settings: FeatureSettings) -> anyhow::Result<Self> {
         let mode = infra.instance.redis.mode;
         let users = Arc::new(users::UserDirectory::new(infra.clone()));
         let nearby = nearby::Nearby {
@@ -62,8 +63,8 @@ impl Features {
         };
         let jobs = jobs::Jobs {
             infra: infra.clone(),
-            registry: Arc::new(jobs::JobRegistry::from_config(config)),
-            settings: jobs::JobsSettings::from_config(config),
+            registry: Arc::new(jobs::JobRegistry::new(settings.jobs)),
+            settings: Arc::new(settings.jobs.clone()),
             topic_labels: Arc::new(BoundedLabel::new(jobs::TOPIC_LABELS)),
         };
         Ok(Self {

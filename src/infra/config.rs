@@ -312,29 +312,6 @@ pub struct Config {
     #[arg(long, env = "ENGAGE_CONSUMER_MAX_BACKOFF_MS", default_value_t = 30_000)]
     pub consumer_max_backoff_ms: u64,
 
-    /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
-    /// link-local and private addresses are refused unless listed.
-    #[arg(long, env = "ENGAGE_CALLBACK_HOSTS", default_value = "")]
-    pub callback_hosts: String,
-
-    /// Seconds a job callback may take.
-    #[arg(long, env = "ENGAGE_CALLBACK_TIMEOUT_SECONDS", default_value_t = 10)]
-    pub callback_timeout_seconds: u64,
-
-    /// Milliseconds between delay-queue ticks (promotion and taking jobs).
-    #[arg(long, env = "ENGAGE_JOBS_TICK_MS", default_value_t = 100)]
-    pub jobs_tick_ms: u64,
-
-    /// Jobs one instance runs at once. Handlers are async (in-process code or an HTTP
-    /// callback), so many can wait at once; a take hands out at most as many jobs as there
-    /// are free slots, and at 32 a burst of 100,000 due jobs took more than 5 s to deliver.
-    #[arg(long, env = "ENGAGE_JOBS_CONCURRENCY", default_value_t = 128)]
-    pub jobs_concurrency: usize,
-
-    /// Seconds a taken job stays invisible before it is handed out again.
-    #[arg(long, env = "ENGAGE_JOBS_VISIBILITY_SECONDS", default_value_t = 60)]
-    pub jobs_visibility_seconds: u64,
-
     /// How long an archive (a stream consumer that writes SQL) lets a short batch gather
     /// before it writes: fewer, larger transactions cost SQL less per event; the archive lag
     /// grows by as much.

@@ -340,7 +340,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.leaderboard.rollover_check_seconds = 3600;
-        config.jobs_tick_ms = 600_000;
+        config.jobs.jobs_tick_ms = 600_000;
     })
     .await;
     award(&app, 91, 50).await;

@@ -184,7 +184,7 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     // Periodic background work (delay-queue ticks, the season check) shares the pool: slow
     // it down so that only the page is counted.
     let app = TestApp::spawn_with(|config| {
-        config.jobs_tick_ms = 600_000;
+        config.jobs.jobs_tick_ms = 600_000;
         config.leaderboard.rollover_check_seconds = 3600;
     })
     .await;

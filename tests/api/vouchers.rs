@@ -21,7 +21,7 @@ async fn busy_app() -> TestApp {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.jobs_concurrency = 64;
+        config.jobs.jobs_concurrency = 64;
     })
     .await
 }
