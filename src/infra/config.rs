@@ -1,6 +1,10 @@
-//! Runtime configuration, read once from environment variables (and a `.env` file, loaded
+//! The infrastructure's settings (Redis, SQL, the HTTP server and its limits, tokens,
+//! metrics, logs, shutdown), read once from environment variables (and a `.env` file, loaded
 //! before parsing) by clap. Every setting has a default so that `cargo run` works on a fresh
 //! machine; every setting is listed in docs/configuration.md.
+//!
+//! A feature's settings are the feature's own (`src/features/<name>/settings.rs`); the
+//! command line puts the two together (`app::settings`).
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -20,6 +24,7 @@ pub enum Environment {
     Production,
 }
 
+/// What the infrastructure and the transports may be told at start.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
     /// Address the HTTP server listens on.
