@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::{
     features::{
-        feed::FeedSettings, jobs::JobsSettings, leaderboard::settings::LeaderboardSettings,
+        feed::FeedSettings, jobs::JobsSettings, leaderboard::LeaderboardSettings,
         points::PointsSettings, remarks::RemarkSettings, signin::SignInSettings,
         vouchers::VoucherSettings, FeatureSettings,
     },
@@ -52,12 +52,12 @@ impl Settings {
     /// The features' part, for [`crate::features::Features::new`].
     pub fn features(&self) -> FeatureSettings<'_> {
         FeatureSettings {
-            remarks: &self.remarks,
             points: &self.points,
             signin: &self.signin,
             leaderboard: &self.leaderboard,
-            vouchers: &self.vouchers,
+            remarks: &self.remarks,
             feed: &self.feed,
+            vouchers: &self.vouchers,
             jobs: &self.jobs,
         }
     }

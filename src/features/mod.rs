@@ -21,12 +21,12 @@ use crate::infra::{metrics::BoundedLabel, Infra};
 /// Each feature's settings, as read at start (each declared in its feature's `settings.rs`):
 /// the wiring lends them to [`Features::new`].
 pub struct FeatureSettings<'a> {
-    pub remarks: &'a remarks::RemarkSettings,
     pub points: &'a points::PointsSettings,
     pub signin: &'a signin::SignInSettings,
-    pub leaderboard: &'a leaderboard::settings::LeaderboardSettings,
-    pub vouchers: &'a vouchers::VoucherSettings,
+    pub leaderboard: &'a leaderboard::LeaderboardSettings,
+    pub remarks: &'a remarks::RemarkSettings,
     pub feed: &'a feed::FeedSettings,
+    pub vouchers: &'a vouchers::VoucherSettings,
     pub jobs: &'a jobs::JobsSettings,
 }
 

@@ -32,9 +32,11 @@ use crate::infra::{
 pub struct Leaderboards {
     pub infra: Infra,
     pub boards: Arc<live::SharedBoards>,
-    /// From [`settings::LeaderboardSettings::rollover_check`].
+    /// From [`LeaderboardSettings::rollover_check`].
     pub rollover_check: Duration,
 }
+
+pub use settings::LeaderboardSettings;
 
 /// The unit of points in a board score (2^22): the Lua side's `lua/include/leaderboard_score.lua`
 /// writes scores with the same encoding.
