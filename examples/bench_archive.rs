@@ -183,7 +183,7 @@ async fn unacknowledged(state: &AppState) -> anyhow::Result<(u64, i64)> {
     let mut conn = state.infra.redis.get().await?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let (mut count, mut oldest_ms) = (0u64, now_ms);
-    for shard in 0..state.features.remarks.settings.shards {
+    for shard in 0..state.features.remarks.settings.shards() {
         let stream = state.infra.keys.vote_stream(shard);
         let groups: Vec<redis::Value> = redis::cmd("XINFO")
             .arg("GROUPS")

@@ -55,9 +55,9 @@ async fn main() -> anyhow::Result<()> {
     config.database_url = format!("sqlite://{}/bench.db", dir.display());
     config.redis_prefix = format!("bench-jobs-{}:", std::process::id());
     if let Some(concurrency) = args.concurrency {
-        config.jobs_concurrency = concurrency;
+        config.jobs.jobs_concurrency = concurrency;
     }
-    let concurrency = config.jobs_concurrency;
+    let concurrency = config.jobs.jobs_concurrency;
     let app = App::start(config).await?;
     let state = app.state.clone();
     let seen = Arc::new(Mutex::new(Vec::with_capacity(args.jobs)));

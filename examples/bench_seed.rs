@@ -237,10 +237,10 @@ async fn member_rows(
 /// voter (`__rand_int__`) on one remark, with the server's keys and default settings.
 fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
     let config = engage::app::cli::Cli::try_parse_from(["engage"])?.config;
-    let settings = RemarkSettings::from_config(&config);
+    let settings: RemarkSettings = config.remarks.clone().for_redis(config.redis_mode);
     let keys = Keys::new(args.prefix.clone());
     let remark: i64 = support::local_id(remark)?;
-    let shards = settings.shards;
+    let shards = settings.shards();
     Ok([
         "EVALSHA".to_string(),
         REMARKS_LIKE.hash().to_string(),
@@ -253,7 +253,7 @@ fn like_script_call(args: &Args, remark: &str) -> anyhow::Result<String> {
         "__rand_int__".into(),
         remark.to_string(),
         chrono::Utc::now().timestamp_millis().to_string(),
-        settings.relation_ttl_seconds.to_string(),
+        settings.relation_ttl_seconds().to_string(),
         "young".into(),
         keys.like_count_channel(remark, shards),
         engage::features::remarks::likes::LIKERS_KEPT.to_string(),

@@ -4,10 +4,9 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     api::schema,
-    app::{self, App, Services},
+    app::{self, settings::Settings, App, Services},
     infra::{
         auth::{Role, Tokens},
-        config::Config,
         db::Db,
     },
 };
@@ -16,11 +15,14 @@ use crate::{
 #[command(
     name = "engage",
     version,
-    about = "GraphQL backend for engagement features"
+    about = "GraphQL backend for engagement features",
+    // Every setting is accepted after a subcommand too (`engage serve --bind …`): said once
+    // here for all of them, since clap has no `global` for a flattened group of settings.
+    mut_args(|setting| setting.global(true))
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub config: Config,
+    pub config: Settings,
 
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -78,7 +80,7 @@ pub enum SeasonCommand {
 /// Where the instance answers, said through the logger (stderr, and one JSON object a line
 /// with `ENGAGE_LOG_FORMAT=json`, so that a collector reads every line it writes). The
 /// playground is named only where it is served.
-fn banner(config: &Config, address: std::net::SocketAddr) {
+fn banner(config: &Settings, address: std::net::SocketAddr) {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         commit = env!("ENGAGE_COMMIT"),

@@ -9,6 +9,7 @@
 pub mod background;
 pub mod cli;
 pub mod demo;
+pub mod settings;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -21,11 +22,11 @@ use crate::{
         http::{self, caps::Caps, rate_limit::RateLimits, trusted::TrustedDocuments, Gateway},
         schema::{self, AppSchema},
     },
+    app::settings::Settings,
     features::Features,
     infra::{
         auth::Tokens,
         clock::Clock,
-        config::Config,
         db::Db,
         ids::IdGenerator,
         live::LiveHub,
@@ -38,7 +39,7 @@ use crate::{
 /// the transports share. The wiring is the only code that sees all three; everything else
 /// receives the part it uses.
 pub struct Services {
-    pub config: Config,
+    pub config: Settings,
     pub infra: Infra,
     pub features: Features,
     pub gateway: Arc<Gateway>,
@@ -49,7 +50,7 @@ pub type AppState = Arc<Services>;
 impl Services {
     /// Connects to Redis and SQL, applies migrations, loads the Lua scripts and builds every
     /// feature's context.
-    pub async fn start(config: Config) -> anyhow::Result<AppState> {
+    pub async fn start(config: Settings) -> anyhow::Result<AppState> {
         if config.uses_dev_secret() {
             tracing::warn!(
                 "!!! Neither ENGAGE_JWT_SECRET nor ENGAGE_JWT_JWKS_URL is set: using the \
@@ -82,7 +83,7 @@ impl Services {
 
         let keys = Keys::new(config.redis_prefix.clone())
             .on_cluster(target.is_cluster())
-            .with_points_buckets(config.points_buckets());
+            .with_points_buckets(config.points.buckets(config.redis_mode));
         let clock = Clock::new(config.timezone);
         let ids = IdGenerator::new(
             redis.clone(),
@@ -120,9 +121,9 @@ impl Services {
                 open: Default::default(),
             },
         };
-        let features = Features::new(&infra, &config)?;
+        let features = Features::new(&infra, config.features())?;
         let gateway = Arc::new(Gateway {
-            config: config.clone(),
+            config: config.infra.clone(),
             infra: infra.clone(),
             tokens: Tokens::from_config(&config).await,
             rate_limits: RateLimits::new(config.rate_limit_per_ip, config.rate_limit_per_user)
@@ -152,7 +153,7 @@ pub struct App {
 }
 
 impl App {
-    pub async fn start(config: Config) -> anyhow::Result<Self> {
+    pub async fn start(config: Settings) -> anyhow::Result<Self> {
         config.check()?;
         let listener = TcpListener::bind(config.bind)
             .await
@@ -165,7 +166,7 @@ impl App {
                 None => None,
             };
         let state = Services::start(config).await?;
-        let schema = schema::build(Some((&state.config, &state.infra, &state.features)));
+        let schema = schema::build(Some((&state.config.infra, &state.infra, &state.features)));
         crate::app::background::spawn_all(&state);
         Ok(Self {
             state,

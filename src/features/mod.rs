@@ -16,10 +16,22 @@ pub mod vouchers;
 
 use std::sync::Arc;
 
-use crate::infra::{config::Config, metrics::BoundedLabel, Infra};
+use crate::infra::{metrics::BoundedLabel, Infra};
+
+/// Each feature's settings, as read at start (each declared in its feature's `settings.rs`):
+/// the wiring lends them to [`Features::new`].
+pub struct FeatureSettings<'a> {
+    pub points: &'a points::PointsSettings,
+    pub signin: &'a signin::SignInSettings,
+    pub leaderboard: &'a leaderboard::LeaderboardSettings,
+    pub remarks: &'a remarks::RemarkSettings,
+    pub feed: &'a feed::FeedSettings,
+    pub vouchers: &'a vouchers::VoucherSettings,
+    pub jobs: &'a jobs::JobsSettings,
+}
 
 /// Every feature's context of one instance, built once from the shared infrastructure and
-/// the configuration. The wiring hands each part to whoever needs it (a resolver receives
+/// the features' settings. The wiring hands each part to whoever needs it (a resolver receives
 /// one feature's context, a background task one feature's), never the whole.
 pub struct Features {
     pub users: Arc<users::UserDirectory>,
@@ -35,7 +47,8 @@ pub struct Features {
 }
 
 impl Features {
-    pub fn new(infra: &Infra, config: &Config) -> anyhow::Result<Self> {
+    pub fn new(infra: &Infra, settings: FeatureSettings) -> anyhow::Result<Self> {
+        let mode = infra.instance.redis.mode;
         let users = Arc::new(users::UserDirectory::new(infra.clone()));
         let nearby = nearby::Nearby {
             infra: infra.clone(),
@@ -46,42 +59,44 @@ impl Features {
         };
         let points = points::Points {
             infra: infra.clone(),
-            settings: Arc::new(points::PointsSettings::from_config(config)?),
+            rules: Arc::new(settings.points.rules()?),
         };
         let jobs = jobs::Jobs {
             infra: infra.clone(),
-            registry: Arc::new(jobs::JobRegistry::from_config(config)),
-            settings: jobs::JobsSettings::from_config(config),
+            registry: Arc::new(jobs::JobRegistry::new(settings.jobs)),
+            settings: Arc::new(settings.jobs.clone()),
             topic_labels: Arc::new(BoundedLabel::new(jobs::TOPIC_LABELS)),
         };
         Ok(Self {
             signin: signin::SignIn {
                 infra: infra.clone(),
                 points: points.clone(),
+                settings: *settings.signin,
             },
             leaderboard: leaderboard::Leaderboards {
                 infra: infra.clone(),
                 boards: Arc::default(),
-                rollover_check: std::time::Duration::from_secs(
-                    config.rollover_check_seconds.max(1),
-                ),
+                rollover_check: settings.leaderboard.rollover_check(),
             },
             remarks: remarks::Remarks {
                 infra: infra.clone(),
-                settings: Arc::new(remarks::RemarkSettings::from_config(config)),
+                caches: Arc::new(remarks::RemarkCaches::new(
+                    settings.remarks.page_cache_ttl(),
+                )),
+                settings: Arc::new(settings.remarks.clone().for_redis(mode)),
                 items: items.clone(),
                 like_counts: Arc::default(),
             },
             feed: feed::Feed {
                 infra: infra.clone(),
                 users: users.clone(),
-                settings: feed::FeedSettings::from_config(config),
+                settings: *settings.feed,
             },
             vouchers: vouchers::Vouchers {
                 infra: infra.clone(),
                 items: items.clone(),
                 jobs: jobs.clone(),
-                settings: vouchers::VoucherSettings::from_config(config),
+                settings: settings.vouchers.for_redis(mode),
             },
             users,
             items,

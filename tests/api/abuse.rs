@@ -356,7 +356,7 @@ async fn a_callback_redirect_from_a_listed_host_to_an_unlisted_one_is_not_follow
     tokio::spawn(async move { axum::serve(listener, redirector).await });
 
     let app = TestApp::spawn_with(move |config| {
-        config.callback_hosts = format!("127.0.0.1:{redirector_port}")
+        config.jobs.callback_hosts = format!("127.0.0.1:{redirector_port}")
     })
     .await;
     let input = json!({ "id": "hop", "topic": "hooks", "body": "{}", "delaySeconds": 0, "maxAttempts": 1,
@@ -509,7 +509,7 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
 
 #[tokio::test]
 async fn hostile_strings_in_content_names_keys_and_ids_never_change_which_keys_are_touched() {
-    let app = TestApp::spawn_with(|config| config.callback_hosts = "127.0.0.1:9".into()).await;
+    let app = TestApp::spawn_with(|config| config.jobs.callback_hosts = "127.0.0.1:9".into()).await;
     let prefix = app.state.config.redis_prefix.clone();
     let families = |keys: &[String]| -> BTreeSet<String> {
         keys.iter().map(|key| family(&prefix, key)).collect()

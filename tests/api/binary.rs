@@ -180,7 +180,7 @@ impl Engage {
         // and removed after it, and a plain client cannot reach every node's keys.
         let config = crate::harness::base_config();
         let client = (config.redis_mode != engage::infra::redis::RedisMode::Cluster)
-            .then(|| redis::Client::open(config.redis_url).unwrap());
+            .then(|| redis::Client::open(config.infra.redis_url).unwrap());
         let conn = match &client {
             Some(client) => client.get_multiplexed_async_connection().await.ok(),
             None => None,

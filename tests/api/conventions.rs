@@ -5,8 +5,8 @@
 use std::io::Read;
 
 use engage::{
-    app::App,
-    infra::config::{Config, Environment},
+    app::{settings::Settings, App},
+    infra::config::Environment,
 };
 use reqwest::{header, Method, StatusCode};
 use serde_json::{json, Value};
@@ -298,7 +298,7 @@ async fn production_sends_no_cors_headers_unless_origins_are_listed() {
 #[tokio::test]
 async fn production_refuses_to_start_with_any_origin_or_with_what_is_not_an_origin() {
     let refusal = async |environment: Environment, origins: &str| {
-        let mut config: Config = base_config();
+        let mut config: Settings = base_config();
         config.bind = "127.0.0.1:0".parse().unwrap();
         config.environment = environment;
         config.metrics_public = Some(true);

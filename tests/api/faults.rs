@@ -57,7 +57,7 @@ pub(crate) async fn unpluggable_app() -> (Plug, TestApp) {
     (plug, app)
 }
 
-fn unlimited(config: &mut engage::infra::config::Config) {
+fn unlimited(config: &mut engage::app::settings::Settings) {
     config.max_connections_per_ip = 0;
     config.rate_limit_per_ip = 0;
     config.rate_limit_per_user = 0;
@@ -104,7 +104,7 @@ async fn vote_log_counts(app: &TestApp) -> (i64, i64) {
 }
 
 async fn archive_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards)
+    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards())
         .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     streams_settled(app, &streams, "archive").await;
@@ -220,7 +220,7 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
     plug.plug_in();
     let channel = app.state.infra.keys.like_count_channel(
         local_id(&remark),
-        app.state.features.remarks.settings.shards,
+        app.state.features.remarks.settings.shards(),
     );
     let client = redis::Client::open(shared.as_str()).unwrap();
     eventually("the hub subscribed again", Duration::from_secs(2), || {
@@ -416,7 +416,7 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
         .state
         .infra
         .keys
-        .like_count_channel(remark_id, app.state.features.remarks.settings.shards);
+        .like_count_channel(remark_id, app.state.features.remarks.settings.shards());
     let mut conn = crate::harness::redis(&app).await;
     let published: Vec<i64> = (1_000..11_000).collect();
     for chunk in published.chunks(1_000) {
@@ -525,10 +525,10 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
     let channels: Vec<String> = remarks
         .iter()
         .map(|remark| {
-            app.state
-                .infra
-                .keys
-                .like_count_channel(local_id(remark), app.state.features.remarks.settings.shards)
+            app.state.infra.keys.like_count_channel(
+                local_id(remark),
+                app.state.features.remarks.settings.shards(),
+            )
         })
         .collect();
     let conn = crate::harness::redis(&app).await;
@@ -585,7 +585,7 @@ async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.like_shards = Some(4);
+        config.remarks.like_shards = Some(4);
     })
     .await;
     let mut second = first.spawn_sibling().await;
@@ -676,7 +676,7 @@ async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other
 async fn a_backlog_in_sixteen_streams_is_archived_in_batches_sql_accepts() {
     use engage::{features::remarks::events::VoteEvent, infra::streams::Event};
     let app = TestApp::spawn_with(|config| {
-        config.like_shards = Some(16);
+        config.remarks.like_shards = Some(16);
     })
     .await;
     let keys = &app.state.infra.keys;

@@ -14,8 +14,8 @@ async fn app(push_limit: u64, inbox: u64) -> TestApp {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.feed_push_limit = push_limit;
-        config.feed_inbox_size = inbox;
+        config.feed.feed_push_limit = push_limit;
+        config.feed.feed_inbox_size = inbox;
     })
     .await
 }

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use engage::{
-    app::{cli::Cli, App, AppState},
+    app::{cli::Cli, settings::Settings, App, AppState},
     infra::{
         auth::{Role, Tokens},
-        config::Config,
         redis::{counting::CountedConnection, RedisMode, RedisTarget},
     },
 };
@@ -34,7 +33,7 @@ struct Cleanup {
 }
 
 /// A configuration with the defaults and environment of a real start.
-pub fn base_config() -> Config {
+pub fn base_config() -> Settings {
     Cli::try_parse_from(["engage"])
         .expect("defaults parse")
         .config
@@ -48,7 +47,7 @@ pub fn node_redis_url() -> String {
         RedisMode::Cluster => {
             std::env::var("TEST_NODE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
         }
-        _ => config.redis_url,
+        _ => config.infra.redis_url,
     }
 }
 
@@ -57,7 +56,7 @@ impl TestApp {
         Self::spawn_with(|_| {}).await
     }
 
-    pub async fn spawn_with(adjust: impl FnOnce(&mut Config)) -> Self {
+    pub async fn spawn_with(adjust: impl FnOnce(&mut Settings)) -> Self {
         // Logs of the app under test, shown for failing tests (RUST_LOG, default: warnings).
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -122,7 +121,7 @@ impl TestApp {
     }
 
     async fn start(
-        config: Config,
+        config: Settings,
         cleanup: Option<Cleanup>,
         sqlite_dir: Option<tempfile::TempDir>,
     ) -> Self {

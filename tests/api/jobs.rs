@@ -315,7 +315,7 @@ impl JobHandler for Gate {
 
 #[tokio::test]
 async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
-    let app = TestApp::spawn_with(|config| config.jobs_concurrency = 1).await;
+    let app = TestApp::spawn_with(|config| config.jobs.jobs_concurrency = 1).await;
     let gate = Gate::default();
     app.state.features.jobs.registry.register(
         "gated",
@@ -460,7 +460,7 @@ async fn settled(app: &TestApp, id: &str) -> Value {
 async fn callbacks_reach_only_listed_hosts_and_never_unlisted_internal_addresses() {
     let (port, hits) = callback_target().await;
     let app = TestApp::spawn_with(move |config| {
-        config.callback_hosts = format!("localhost:{port},127.0.0.1:{}", port)
+        config.jobs.callback_hosts = format!("localhost:{port},127.0.0.1:{}", port)
     })
     .await;
     let unlisted = TestApp::spawn().await;
@@ -488,7 +488,7 @@ async fn callbacks_reach_only_listed_hosts_and_never_unlisted_internal_addresses
 
     // A listed name that resolves to loopback is refused: only the address itself may be listed.
     let named =
-        TestApp::spawn_with(move |config| config.callback_hosts = format!("localhost:{port}"))
+        TestApp::spawn_with(move |config| config.jobs.callback_hosts = format!("localhost:{port}"))
             .await;
     schedule_callback(&named, "rebound", &format!("http://localhost:{port}/hook")).await;
     let rebound = settled(&named, "rebound").await;

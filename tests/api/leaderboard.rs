@@ -27,7 +27,7 @@ async fn app() -> TestApp {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
+        config.leaderboard.rollover_check_seconds = 3600;
     })
     .await
 }
@@ -339,8 +339,8 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
-        config.jobs_tick_ms = 600_000;
+        config.leaderboard.rollover_check_seconds = 3600;
+        config.jobs.jobs_tick_ms = 600_000;
     })
     .await;
     award(&app, 91, 50).await;
@@ -648,8 +648,8 @@ async fn a_board_in_parts_reads_and_archives_as_one_board() {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
-        config.points_buckets = Some(5);
+        config.leaderboard.rollover_check_seconds = 3600;
+        config.points.points_buckets = Some(5);
     })
     .await;
     let keys = &app.state.infra.keys;
@@ -886,8 +886,8 @@ async fn app_with_a_board_in_parts() -> TestApp {
     let app = TestApp::spawn_with(|config| {
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
-        config.points_buckets = Some(3);
+        config.leaderboard.rollover_check_seconds = 3600;
+        config.points.points_buckets = Some(3);
     })
     .await;
     let season = app.state.infra.clock.current_month();

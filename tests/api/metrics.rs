@@ -108,7 +108,7 @@ impl JobHandler for Gate {
 #[tokio::test]
 async fn jobs_are_counted_per_topic_and_state() {
     // One worker slot: the first due job runs and holds it, the other due ones stay ready.
-    let app = TestApp::spawn_with(|config| config.jobs_concurrency = 1).await;
+    let app = TestApp::spawn_with(|config| config.jobs.jobs_concurrency = 1).await;
     let gate = Arc::new(Semaphore::new(0));
     let jobs = &app.state.features.jobs;
     jobs.registry

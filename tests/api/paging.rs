@@ -299,7 +299,7 @@ async fn feed_app() -> TestApp {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.feed_push_limit = 1;
+        config.feed.feed_push_limit = 1;
     })
     .await
 }

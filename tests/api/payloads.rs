@@ -90,8 +90,8 @@ async fn like_and_unlike_answer_the_remark_as_a_fresh_query_reads_it() {
 async fn the_liked_remark_costs_no_redis_round_trip_beyond_the_vote() {
     // Periodic background work shares the pool: slow it down so that only the votes count.
     let app = TestApp::spawn_with(|config| {
-        config.jobs_tick_ms = 600_000;
-        config.rollover_check_seconds = 3600;
+        config.jobs.jobs_tick_ms = 600_000;
+        config.leaderboard.rollover_check_seconds = 3600;
     })
     .await;
     let item = app.create_item().await;

@@ -269,7 +269,7 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     drop(conn);
     app.data(Some(&liker), unlike, json!({ "r": remark })).await;
     app.data(Some(&liker), like, json!({ "r": remark })).await;
-    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards)
+    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards())
         .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     crate::harness::streams_settled(&app, &votes, "points").await;
@@ -290,7 +290,7 @@ async fn first_votes(app: &TestApp, remark: &str) -> Vec<(i64, bool, bool)> {
         .state
         .infra
         .keys
-        .vote_stream_of(id, app.state.features.remarks.settings.shards);
+        .vote_stream_of(id, app.state.features.remarks.settings.shards());
     streams::range(&app.state.infra, &stream)
         .await
         .unwrap()
@@ -312,7 +312,7 @@ async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid()
         .await;
     app.data(Some(&app.user_token(46)), unlike, json!({ "r": remark }))
         .await;
-    let shards = app.state.features.remarks.settings.shards;
+    let shards = app.state.features.remarks.settings.shards();
     let votes: Vec<String> = (0..shards)
         .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
@@ -410,7 +410,7 @@ async fn a_batch_of_awards_across_buckets_pays_each_key_once_within_the_cap() {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.points_buckets = Some(3);
+        config.points.points_buckets = Some(3);
     })
     .await;
     let users = [60, 61, 62, 63];

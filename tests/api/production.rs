@@ -3,8 +3,8 @@
 //! unless asked for one by one.
 
 use engage::{
-    app::App,
-    infra::config::{Config, Environment, DEV_JWT_SECRET},
+    app::{settings::Settings, App},
+    infra::config::{Environment, DEV_JWT_SECRET},
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -13,7 +13,7 @@ use crate::harness::{base_config, first_code, global_id, TestApp};
 
 const INTROSPECTION: &str = "{ __schema { queryType { name } } }";
 
-async fn production_app(adjust: impl FnOnce(&mut Config)) -> TestApp {
+async fn production_app(adjust: impl FnOnce(&mut Settings)) -> TestApp {
     TestApp::spawn_with(|config| {
         config.environment = Environment::Production;
         // Production needs an answer on where metrics go (hostile::probes tests it).
@@ -25,7 +25,7 @@ async fn production_app(adjust: impl FnOnce(&mut Config)) -> TestApp {
 
 #[tokio::test]
 async fn production_refuses_to_start_without_a_real_token_issuer() {
-    let refusal = |adjust: fn(&mut Config)| async move {
+    let refusal = |adjust: fn(&mut Settings)| async move {
         let mut config = base_config();
         config.bind = "127.0.0.1:0".parse().unwrap();
         config.environment = Environment::Production;

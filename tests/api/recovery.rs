@@ -30,7 +30,7 @@ async fn in_buckets(buckets: Option<u32>) -> TestApp {
         config.rate_limit_per_user = 0;
         config.consumer_max_backoff_ms = 200;
         if buckets.is_some() {
-            config.points_buckets = buckets;
+            config.points.points_buckets = buckets;
         }
     })
     .await
@@ -39,10 +39,10 @@ async fn in_buckets(buckets: Option<u32>) -> TestApp {
 /// Every consumer of every stream has handled everything: SQL holds all that Redis does.
 async fn settled(app: &TestApp) {
     let keys = &app.state.infra.keys;
-    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards)
+    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards())
         .map(|s| keys.vote_stream(s))
         .collect();
-    let orders: Vec<String> = (0..app.state.config.sale_shards())
+    let orders: Vec<String> = (0..app.state.features.vouchers.settings.shards())
         .map(|s| keys.order_stream(s))
         .collect();
     streams_settled(app, &votes, "archive").await;
@@ -473,7 +473,7 @@ async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_t
         .await
         .unwrap();
     let keys = &app.state.infra.keys;
-    let shards = app.state.features.remarks.settings.shards;
+    let shards = app.state.features.remarks.settings.shards();
     let lost = voters[17_000];
     let mut conn = app.state.infra.redis.get().await.unwrap();
     let _: () = redis::cmd("HSET")

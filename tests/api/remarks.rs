@@ -61,7 +61,7 @@ async fn vote_log_rows(app: &TestApp) -> i64 {
 
 /// Waits until every vote stream's archive group has nothing pending or undelivered.
 async fn archive_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards)
+    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards())
         .map(|s| app.state.infra.keys.vote_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
@@ -184,8 +184,8 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     // Periodic background work (delay-queue ticks, the season check) shares the pool: slow
     // it down so that only the page is counted.
     let app = TestApp::spawn_with(|config| {
-        config.jobs_tick_ms = 600_000;
-        config.rollover_check_seconds = 3600;
+        config.jobs.jobs_tick_ms = 600_000;
+        config.leaderboard.rollover_check_seconds = 3600;
     })
     .await;
     let item = create_item(&app).await;
@@ -215,7 +215,7 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
 
 #[tokio::test]
 async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
-    let app = TestApp::spawn_with(|config| config.remark_page_cache_ms = 60_000).await;
+    let app = TestApp::spawn_with(|config| config.remarks.remark_page_cache_ms = 60_000).await;
     let item = create_item(&app).await;
     let first = create_remark(&app, 11, &item).await;
     let second = create_remark(&app, 12, &item).await;
@@ -224,7 +224,7 @@ async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
         app.state
             .features
             .remarks
-            .settings
+            .caches
             .page_reads
             .load(Ordering::SeqCst)
     };
@@ -334,7 +334,7 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
                 state
                     .infra
                     .keys
-                    .remark_info(id, state.features.remarks.settings.shards),
+                    .remark_info(id, state.features.remarks.settings.shards()),
             )
             .arg("likes")
             .query_async(&mut *conn)
@@ -346,7 +346,7 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
                 .arg(state.infra.keys.like_relation(
                     id,
                     user,
-                    state.features.remarks.settings.shards,
+                    state.features.remarks.settings.shards(),
                 ))
                 .query_async(&mut *conn)
                 .await
@@ -365,7 +365,7 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
 
     // Replaying the streams from the start inserts nothing twice.
     let mut conn = state.infra.redis.get().await.unwrap();
-    for shard in 0..state.features.remarks.settings.shards {
+    for shard in 0..state.features.remarks.settings.shards() {
         let _: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("SETID")
             .arg(state.infra.keys.vote_stream(shard))
@@ -397,7 +397,7 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
             state
                 .infra
                 .keys
-                .like_relation(id, 2, state.features.remarks.settings.shards),
+                .like_relation(id, 2, state.features.remarks.settings.shards()),
         )
         .query_async(&mut *conn)
         .await
@@ -416,7 +416,7 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
             state
                 .infra
                 .keys
-                .like_relation(id, 2, state.features.remarks.settings.shards),
+                .like_relation(id, 2, state.features.remarks.settings.shards()),
         )
         .query_async(&mut *conn)
         .await
@@ -487,7 +487,7 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
     }
     let channel = app.state.infra.keys.like_count_channel(
         local_id(&remark),
-        app.state.features.remarks.settings.shards,
+        app.state.features.remarks.settings.shards(),
     );
     assert_eq!(
         crate::harness::listeners(&app, &channel).await,
@@ -676,7 +676,7 @@ async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channe
                 .state
                 .infra
                 .keys
-                .like_count_channel(local_id(id), app.state.features.remarks.settings.shards);
+                .like_count_channel(local_id(id), app.state.features.remarks.settings.shards());
             assert_eq!(app.state.infra.live.local_subscribers(&channel), 0, "{id}");
             assert_eq!(crate::harness::listeners(&app, &channel).await, 0, "{id}");
         }
@@ -717,7 +717,7 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
         .state
         .features
         .remarks
-        .settings
+        .caches
         .recommended_refreshes
         .load(Ordering::SeqCst);
     let mut conn = app.state.infra.redis.get().await.unwrap();
@@ -750,7 +750,7 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
         app.state
             .features
             .remarks
-            .settings
+            .caches
             .recommended_refreshes
             .load(Ordering::SeqCst),
         refreshes + 1
@@ -775,7 +775,7 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
     let remark = create_remark(&app, 1, &item).await;
     let stream = app.state.infra.keys.vote_stream_of(
         local_id(&remark),
-        app.state.features.remarks.settings.shards,
+        app.state.features.remarks.settings.shards(),
     );
     let mut conn = app.state.infra.redis.get().await.unwrap();
     let poison: String = redis::cmd("XADD")
@@ -815,7 +815,7 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
     let remark = create_remark(&app, 1, &item).await;
     let stream = app.state.infra.keys.vote_stream_of(
         local_id(&remark),
-        app.state.features.remarks.settings.shards,
+        app.state.features.remarks.settings.shards(),
     );
     archive_settled(&app).await;
 

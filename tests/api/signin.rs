@@ -79,7 +79,7 @@ async fn a_streak_goes_on_across_month_boundaries() {
 
 #[tokio::test]
 async fn a_make_up_past_the_months_allowance_answers_makeup_limit_and_next_month_allows_again() {
-    let app = TestApp::spawn_with(|config| config.make_ups_per_month = 1).await;
+    let app = TestApp::spawn_with(|config| config.signin.make_ups_per_month = 1).await;
     let token = app.user_token(34);
     sign_in_on(&app, &token, NaiveDate::from_ymd_opt(2026, 3, 10).unwrap()).await;
     let first = app

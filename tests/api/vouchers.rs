@@ -21,7 +21,7 @@ async fn busy_app() -> TestApp {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.jobs_concurrency = 64;
+        config.jobs.jobs_concurrency = 64;
     })
     .await
 }
@@ -55,7 +55,7 @@ async fn buy(app: &TestApp, token: &str, voucher: &str) -> String {
 
 /// The stock checks once the order consumer has caught up; they must all agree.
 async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck> {
-    let streams: Vec<String> = (0..app.state.config.sale_shards())
+    let streams: Vec<String> = (0..app.state.features.vouchers.settings.shards())
         .map(|s| app.state.infra.keys.order_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
@@ -385,7 +385,7 @@ async fn replaying_the_order_stream_inserts_nothing_twice() {
     }
     consistent(&app).await;
     let mut conn = app.state.infra.redis.get().await.unwrap();
-    for shard in 0..app.state.config.sale_shards() {
+    for shard in 0..app.state.features.vouchers.settings.shards() {
         let _: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("SETID")
             .arg(app.state.infra.keys.order_stream(shard))
@@ -614,7 +614,7 @@ async fn order_events(app: &TestApp, voucher: i64, events: &[Vec<(&str, String)>
         .state
         .infra
         .keys
-        .order_stream_of(voucher, app.state.config.sale_shards());
+        .order_stream_of(voucher, app.state.features.vouchers.settings.shards());
     for fields in events {
         let add = pipe.cmd("XADD").arg(&stream).arg("*");
         for (name, value) in fields {
@@ -665,7 +665,7 @@ async fn rebought(
 }
 
 async fn orders_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.config.sale_shards())
+    let streams: Vec<String> = (0..app.state.features.vouchers.settings.shards())
         .map(|s| app.state.infra.keys.order_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
@@ -698,7 +698,7 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
         .state
         .infra
         .keys
-        .order_stream_of(voucher, app.state.config.sale_shards());
+        .order_stream_of(voucher, app.state.features.vouchers.settings.shards());
     let mut pipe = redis::pipe();
     pipe.atomic();
     let add = pipe.cmd("XADD").arg(&stream).arg("*");
@@ -768,7 +768,7 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.order_sweep_seconds = 1;
+        config.vouchers.order_sweep_seconds = 1;
     })
     .await;
     let voucher = voucher(&app, 1, 60).await;

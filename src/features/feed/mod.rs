@@ -23,12 +23,12 @@ use sqlx::Row;
 
 pub mod changes;
 pub mod recovery;
+pub mod settings;
 
 use crate::infra::page::PageArgs;
 use crate::{
     features::{remarks::events::RemarkCreated, users::UserDirectory},
     infra::{
-        config::Config,
         error::{AppError, AppResult},
         redis::Keys,
         streams::{self, Event, HandleError, Handler, RedisHandler, StreamEntry},
@@ -44,22 +44,7 @@ pub struct Feed {
     pub settings: FeedSettings,
 }
 
-#[derive(Clone, Copy)]
-pub struct FeedSettings {
-    /// Authors with more followers than this are pulled by their followers, not pushed.
-    pub push_limit: i64,
-    /// Entries an inbox keeps.
-    pub inbox_size: i64,
-}
-
-impl FeedSettings {
-    pub fn from_config(config: &Config) -> Self {
-        Self {
-            push_limit: config.feed_push_limit as i64,
-            inbox_size: config.feed_inbox_size.max(1) as i64,
-        }
-    }
-}
+pub use settings::FeedSettings;
 
 impl Keys {
     pub fn feed_inbox(&self, user_id: i64) -> String {
@@ -204,7 +189,7 @@ impl Feed {
             "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 ORDER BY id DESC LIMIT $2",
         )
         .bind(author)
-        .bind(self.settings.inbox_size)
+        .bind(self.settings.inbox_size())
         .fetch_all(&self.infra.db.pool)
         .await?;
         let mut remarks = Vec::with_capacity(rows.len());
@@ -242,7 +227,7 @@ impl Feed {
         if remarks.is_empty() {
             return;
         }
-        let keep = self.settings.inbox_size;
+        let keep = self.settings.inbox_size();
         let add = pipe.cmd("ZADD").arg(key);
         for &(remark, created) in remarks {
             add.arg(created).arg(member(remark, author));
@@ -364,7 +349,7 @@ impl Feed {
             .arg(author)
             .query_async(&mut *conn)
             .await?;
-        Ok(followers.unwrap_or(0) > self.settings.push_limit)
+        Ok(followers.unwrap_or(0) > self.settings.push_limit())
     }
 
     /// Of the followed authors, those whose outbox the reader pulls: above the push limit now,
@@ -386,7 +371,7 @@ impl Feed {
             .arg(authors)
             .query_async(&mut **conn)
             .await?;
-        let limit = self.settings.push_limit;
+        let limit = self.settings.push_limit();
         Ok(authors
             .iter()
             .zip(counts.iter().zip(pulled))

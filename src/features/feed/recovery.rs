@@ -209,7 +209,7 @@ impl Feed {
     pub async fn rebuild_feeds(&self, run: &Rebuild<'_>) -> AppResult<()> {
         run.expect_count("SELECT COUNT(DISTINCT author_id) AS n FROM remarks")
             .await?;
-        let limit = self.settings.push_limit;
+        let limit = self.settings.push_limit();
         let mut after = run.resume_from().await?;
         loop {
             let authors =

@@ -17,11 +17,8 @@ use std::{
 
 use reqwest::Url;
 
-use super::{JobSpec, DEFAULT_LADDER};
-use crate::infra::{
-    config::Config,
-    error::{AppError, AppResult},
-};
+use super::{JobSpec, JobsSettings, DEFAULT_LADDER};
+use crate::infra::error::{AppError, AppResult};
 
 /// One delivery of a job to a handler.
 #[derive(Debug, Clone)]
@@ -112,7 +109,7 @@ pub struct JobRegistry {
 }
 
 impl JobRegistry {
-    pub fn from_config(config: &Config) -> Self {
+    pub fn new(settings: &JobsSettings) -> Self {
         Self {
             handlers: RwLock::new(HashMap::new()),
             default_policy: TopicPolicy::new(
@@ -120,9 +117,9 @@ impl JobRegistry {
                     .iter()
                     .map(|s| Duration::from_secs(*s))
                     .collect(),
-                Duration::from_secs(config.jobs_visibility_seconds.max(1)),
+                settings.visibility(),
             ),
-            callbacks: Callbacks::from_config(config),
+            callbacks: Callbacks::new(settings),
         }
     }
 
@@ -188,15 +185,15 @@ struct Callbacks {
 }
 
 impl Callbacks {
-    fn from_config(config: &Config) -> Self {
+    fn new(settings: &JobsSettings) -> Self {
         Self {
-            allowed: config
+            allowed: settings
                 .callback_hosts
                 .split(',')
                 .map(|h| h.trim().to_ascii_lowercase())
                 .filter(|h| !h.is_empty())
                 .collect(),
-            timeout: Duration::from_secs(config.callback_timeout_seconds.max(1)),
+            timeout: settings.callback_timeout(),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod gauges;
 pub mod handlers;
 mod pending;
 pub mod recovery;
+pub mod settings;
 mod topics;
 pub mod worker;
 
@@ -34,7 +35,6 @@ use std::sync::Arc;
 
 use crate::infra::page::PageArgs;
 use crate::infra::{
-    config::Config,
     error::{AppError, AppResult, ErrorCode},
     metrics::BoundedLabel,
     redis::status::Status,
@@ -50,27 +50,12 @@ use crate::infra::{
 pub struct Jobs {
     pub infra: Infra,
     pub registry: Arc<JobRegistry>,
-    pub settings: JobsSettings,
+    pub settings: Arc<JobsSettings>,
     /// The `topic` label of the delay queue's metrics ([`Jobs::topic_label`]).
     pub topic_labels: Arc<BoundedLabel>,
 }
 
-#[derive(Clone, Copy)]
-pub struct JobsSettings {
-    /// How often due jobs are promoted.
-    pub tick: Duration,
-    /// Jobs this instance runs at once.
-    pub concurrency: usize,
-}
-
-impl JobsSettings {
-    pub fn from_config(config: &Config) -> Self {
-        Self {
-            tick: Duration::from_millis(config.jobs_tick_ms.max(10)),
-            concurrency: config.jobs_concurrency.max(1),
-        }
-    }
-}
+pub use settings::JobsSettings;
 
 pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
 

@@ -41,7 +41,7 @@ const TOPICS_PER_TICK: usize = 1000;
 const TAKE_BATCH: usize = 100;
 
 pub async fn run(ctx: Jobs) {
-    let capacity = ctx.settings.concurrency;
+    let capacity = ctx.settings.concurrency();
     let permits = Arc::new(Semaphore::new(capacity));
     let ready_topics = Mutex::new(Vec::new());
     let promoted = Notify::new();
@@ -268,7 +268,7 @@ impl Jobs {
     /// Every tick: promote due jobs of the topics due by now, move each topic to its next
     /// visit, and hand the topics with ready jobs to the taker.
     async fn promote_loop(&self, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
-        let mut every = tokio::time::interval(self.settings.tick);
+        let mut every = tokio::time::interval(self.settings.tick());
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut adopted = false;
         loop {
@@ -363,7 +363,7 @@ impl Jobs {
                 tokio::select! {
                     () = self.infra.instance.shutdown.cancelled() => return,
                     () = promoted.notified() => {}
-                    () = tokio::time::sleep(self.settings.tick) => {}
+                    () = tokio::time::sleep(self.settings.tick()) => {}
                 }
             }
         }

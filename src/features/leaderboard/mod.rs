@@ -13,6 +13,7 @@ pub mod live;
 pub mod parts;
 pub mod ranks;
 pub mod rollover;
+pub mod settings;
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -31,8 +32,11 @@ use crate::infra::{
 pub struct Leaderboards {
     pub infra: Infra,
     pub boards: Arc<live::SharedBoards>,
+    /// From [`LeaderboardSettings::rollover_check`].
     pub rollover_check: Duration,
 }
+
+pub use settings::LeaderboardSettings;
 
 /// The unit of points in a board score (2^22): the Lua side's `lua/include/leaderboard_score.lua`
 /// writes scores with the same encoding.

@@ -168,7 +168,7 @@ struct LikePoints(Points);
 #[async_trait::async_trait]
 impl RedisHandler for LikePoints {
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
-        let points = self.0.settings.rules.rule(PointsType::LikeReceived).points;
+        let points = self.0.rules.rule(PointsType::LikeReceived).points;
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
             let vote = VoteEvent::from_entry(entry)?;
@@ -193,7 +193,7 @@ struct RemarkPoints(Points);
 #[async_trait::async_trait]
 impl RedisHandler for RemarkPoints {
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
-        let points = self.0.settings.rules.rule(PointsType::Remark).points;
+        let points = self.0.rules.rule(PointsType::Remark).points;
         let mut awards = Vec::with_capacity(entries.len());
         for entry in entries {
             let remark = RemarkCreated::from_entry(entry)?;

@@ -12,6 +12,7 @@ pub mod archive;
 pub mod events;
 pub mod recovery;
 pub mod rules;
+pub mod settings;
 
 use std::collections::HashMap;
 
@@ -21,13 +22,13 @@ use sqlx::Row;
 use crate::infra::redis::durability::DurableWrite;
 
 pub use rules::{PointsRules, PointsType};
+pub use settings::PointsSettings;
 
 use std::sync::Arc;
 
 use crate::infra::page::{KeyRange, PageArgs};
 use crate::infra::{
     clock::Month,
-    config::Config,
     error::{AppError, AppResult},
     redis::status::Status,
     redis::{
@@ -37,11 +38,12 @@ use crate::infra::{
     Infra,
 };
 
-/// What points work with: the rules and caps of each kind of award.
+/// What points work with: the rules and caps of each kind of award (loaded at start from
+/// `ENGAGE_POINTS_RULES`).
 #[derive(Clone)]
 pub struct Points {
     pub infra: Infra,
-    pub settings: Arc<PointsSettings>,
+    pub rules: Arc<PointsRules>,
 }
 
 /// Daily totals outlive their day a little, for readers near midnight.
@@ -50,20 +52,6 @@ pub const DAILY_TTL_SECONDS: u64 = 2 * 24 * 3600;
 pub const IDEMPOTENCY_TTL_SECONDS: u64 = 7 * 24 * 3600;
 pub const MAX_AWARD: i64 = 10_000;
 pub const MAX_KEY_CHARS: usize = 128;
-
-pub struct PointsSettings {
-    pub rules: PointsRules,
-    pub make_ups_per_month: u32,
-}
-
-impl PointsSettings {
-    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
-        Ok(Self {
-            rules: PointsRules::load(config.points_rules.as_deref())?,
-            make_ups_per_month: config.make_ups_per_month,
-        })
-    }
-}
 
 /// The hash tag of the points keys. With more than one bucket each bucket has its own,
 /// `{points:<bucket>}`; with one, all share `{points}`.
@@ -286,7 +274,7 @@ impl Points {
         let requests: Vec<_> = awards
             .iter()
             .map(|&(user_id, kind, points, key)| {
-                let cap = self.settings.rules.rule(kind).daily_cap.unwrap_or(-1);
+                let cap = self.rules.rule(kind).daily_cap.unwrap_or(-1);
                 (user_id, kind.as_str(), points, cap, key)
             })
             .collect();
@@ -428,7 +416,7 @@ impl Points {
         TodayByType {
             kind,
             points: total.unwrap_or(0),
-            cap: self.settings.rules.rule(kind).daily_cap,
+            cap: self.rules.rule(kind).daily_cap,
         }
     }
 

@@ -158,7 +158,7 @@ impl Remarks {
     pub async fn vote(&self, voter_id: i64, remark_id: i64, vote: Vote) -> AppResult<VoteOutcome> {
         let settings = &self.settings;
         let age_ms = self.infra.clock.now_ms() - ids::timestamp_of(remark_id).timestamp_millis();
-        let known = if age_ms < (settings.relation_ttl_seconds as i64 - 3600) * 1000 {
+        let known = if age_ms < (settings.relation_ttl_seconds() as i64 - 3600) * 1000 {
             Known::Young
         } else {
             Known::Unknown
@@ -170,18 +170,18 @@ impl Remarks {
         let likes = self.infra.durable_scripts(DurableWrite::Likes);
         let vote_call = || {
             let remark = RemarksLike {
-                info: keys.remark_info(remark_id, settings.shards),
-                relation: keys.like_relation(remark_id, voter_id, settings.shards),
-                likers: keys.remark_likers(remark_id, settings.shards),
-                events: keys.vote_stream_of(remark_id, settings.shards),
+                info: keys.remark_info(remark_id, settings.shards()),
+                relation: keys.like_relation(remark_id, voter_id, settings.shards()),
+                likers: keys.remark_likers(remark_id, settings.shards()),
+                events: keys.vote_stream_of(remark_id, settings.shards()),
             };
             let args = RemarksLikeArgs {
                 voter: voter_id,
                 remark: remark_id,
                 now_ms: self.infra.clock.now_ms(),
-                relation_ttl_seconds: settings.relation_ttl_seconds,
+                relation_ttl_seconds: settings.relation_ttl_seconds(),
                 known: known.lock().expect("poisoned").as_arg(),
-                channel: keys.like_count_channel(remark_id, settings.shards),
+                channel: keys.like_count_channel(remark_id, settings.shards()),
                 likers_kept: LIKERS_KEPT,
                 publish: keys.publish_command(),
             };
@@ -224,7 +224,11 @@ impl Remarks {
     pub async fn prepare_counter(&self, remark_id: i64, author_id: i64) -> AppResult<()> {
         let mut conn = self.infra.redis.get().await?;
         let () = redis::cmd("HSET")
-            .arg(self.infra.keys.remark_info(remark_id, self.settings.shards))
+            .arg(
+                self.infra
+                    .keys
+                    .remark_info(remark_id, self.settings.shards()),
+            )
             .arg("likes")
             .arg(0)
             .arg("author")
@@ -251,7 +255,10 @@ impl Remarks {
         .try_get("likes")?;
         let mut conn = self.infra.redis.get().await?;
         // HSETNX: a concurrent rebuild or a vote that got there first wins.
-        let key = self.infra.keys.remark_info(remark_id, self.settings.shards);
+        let key = self
+            .infra
+            .keys
+            .remark_info(remark_id, self.settings.shards());
         let () = redis::pipe()
             .cmd("HSETNX")
             .arg(&key)
@@ -298,7 +305,7 @@ impl Remarks {
         if remark_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let (keys, shards) = (&self.infra.keys, self.settings.shards);
+        let (keys, shards) = (&self.infra.keys, self.settings.shards());
         let mut pipe = redis::pipe();
         for &id in remark_ids {
             pipe.cmd("HMGET")
@@ -317,7 +324,7 @@ impl Remarks {
         let mut missing_counts = Vec::new();
         let mut ask_archive = Vec::new();
         let mut replies = replies.into_iter();
-        let ttl_ms = self.settings.relation_ttl_seconds as i64 * 1000;
+        let ttl_ms = self.settings.relation_ttl_seconds() as i64 * 1000;
         for &id in remark_ids {
             let (likes, hydrated): (Option<i64>, Option<i64>) =
                 redis::FromRedisValue::from_redis_value(
@@ -398,7 +405,7 @@ impl Remarks {
         let key = self
             .infra
             .keys
-            .remark_likers(remark_id, self.settings.shards);
+            .remark_likers(remark_id, self.settings.shards());
         let mut conn = self.infra.redis.get().await?;
         let (likers, count): (Vec<i64>, Option<i64>) = redis::pipe()
             .cmd("ZRANGE")
@@ -406,7 +413,11 @@ impl Remarks {
             .arg(0)
             .arg(first as i64 - 1)
             .cmd("HGET")
-            .arg(self.infra.keys.remark_info(remark_id, self.settings.shards))
+            .arg(
+                self.infra
+                    .keys
+                    .remark_info(remark_id, self.settings.shards()),
+            )
             .arg("likes")
             .query_async(&mut *conn)
             .await?;
@@ -439,7 +450,7 @@ impl Remarks {
                 .map(|(voter, _)| {
                     self.infra
                         .keys
-                        .like_relation(remark_id, *voter, self.settings.shards)
+                        .like_relation(remark_id, *voter, self.settings.shards())
                 })
                 .collect();
             let mut conn = self.infra.redis.get().await?;

@@ -107,7 +107,7 @@ impl Remarks {
 
     fn like_count_channel(&self) -> impl Fn(i64) -> String {
         let keys = self.infra.keys.clone();
-        let shards = self.settings.shards;
+        let shards = self.settings.shards();
         move |id| keys.like_count_channel(id, shards)
     }
 

@@ -17,10 +17,11 @@ pub mod likes;
 pub mod live;
 pub mod recommended;
 pub mod recovery;
+pub mod settings;
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::Arc,
+    sync::{atomic::AtomicU64, Arc},
     time::Duration,
 };
 
@@ -31,7 +32,6 @@ use crate::{
     features::{items::Items, remarks::events::RemarkCreated, users::UserRecord},
     infra::{
         cache::TtlCache,
-        config::Config,
         error::{AppError, AppResult, ResultExt},
         live::SharedCounters,
         outbox,
@@ -47,36 +47,35 @@ pub struct Remarks {
     pub infra: Infra,
     pub settings: Arc<RemarkSettings>,
     pub items: Items,
+    /// What this instance keeps in memory, shared by its requests.
+    pub caches: Arc<RemarkCaches>,
     /// The like counts this instance follows for direct `likeCountChanged` subscribers.
     pub like_counts: Arc<SharedCounters>,
 }
+
+pub use settings::RemarkSettings;
 
 pub const MAX_CONTENT_CHARS: usize = 2000;
 pub const MAX_IMAGES: usize = 9;
 pub const MAX_IMAGE_URL_CHARS: usize = 500;
 
-/// Settings of the feature, read once from the configuration.
-pub struct RemarkSettings {
-    pub shards: u32,
-    pub relation_ttl_seconds: u64,
-    pub recommended_refresh_seconds: u64,
-    /// Refreshes of recommended lists started by this instance (tests count them).
-    pub recommended_refreshes: std::sync::atomic::AtomicU64,
+/// What one instance keeps of remarks in memory, and counts of its work that tests read.
+pub struct RemarkCaches {
     /// Pages of remarks with their authors, shared by the requests of this instance.
     pub pages: TtlCache<PageKey, RemarkPage>,
     /// Pages read from SQL by this instance (tests count them).
-    pub page_reads: std::sync::atomic::AtomicU64,
+    pub page_reads: AtomicU64,
+    /// Refreshes of recommended lists started by this instance (tests count them).
+    pub recommended_refreshes: AtomicU64,
 }
 
-impl RemarkSettings {
-    pub fn from_config(config: &Config) -> Self {
+impl RemarkCaches {
+    /// Pages cached for `page_ttl` (nothing cached at zero).
+    pub fn new(page_ttl: Duration) -> Self {
         Self {
-            shards: config.like_shards(),
-            relation_ttl_seconds: u64::from(config.like_relation_ttl_days.max(1)) * 24 * 3600,
-            recommended_refresh_seconds: config.recommended_refresh_seconds.max(1),
-            recommended_refreshes: Default::default(),
-            page_reads: Default::default(),
-            pages: TtlCache::new(Duration::from_millis(config.remark_page_cache_ms), 10_000),
+            pages: TtlCache::new(page_ttl, 10_000),
+            page_reads: AtomicU64::default(),
+            recommended_refreshes: AtomicU64::default(),
         }
     }
 }
@@ -236,7 +235,7 @@ pub struct RemarkPage {
 impl Remarks {
     /// The vote streams, one per shard: the archive and the points for likes read them.
     pub fn vote_streams(&self) -> Vec<String> {
-        (0..self.settings.shards)
+        (0..self.settings.shards())
             .map(|shard| self.infra.keys.vote_stream(shard))
             .collect()
     }
@@ -281,7 +280,7 @@ impl Remarks {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        self.settings
+        self.caches
             .pages
             .forget(|page| page.item_id == remark.item_id);
 
@@ -338,10 +337,10 @@ impl Remarks {
             first: page.first,
             range: page.after,
         };
-        if let Some(page) = self.settings.pages.get(&key) {
+        if let Some(page) = self.caches.pages.get(&key) {
             return Ok(page);
         }
-        self.settings
+        self.caches
             .page_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let columns = COLUMNS
@@ -389,7 +388,7 @@ impl Remarks {
             authors,
             more,
         });
-        self.settings.pages.insert(key, page.clone());
+        self.caches.pages.insert(key, page.clone());
         Ok(page)
     }
 }

@@ -54,7 +54,7 @@ impl Remarks {
     }
 
     async fn refresh_recommended(&self, item_id: i64) -> AppResult<()> {
-        self.settings
+        self.caches
             .recommended_refreshes
             .fetch_add(1, Ordering::Relaxed);
         let rows = sqlx::query(
@@ -73,7 +73,7 @@ impl Remarks {
             proxy: self.infra.keys.recommended_proxy(item_id),
         };
         let args = RemarksReplaceRecommendedArgs {
-            refresh_seconds: self.settings.recommended_refresh_seconds,
+            refresh_seconds: self.settings.recommended_refresh(),
             remarks: ids,
         };
         let _length = self.infra.scripts().call(&recommended, &args).await?;

@@ -70,7 +70,7 @@ impl Remarks {
     /// either in Redis as a like or left to the archive (the counter is `hydrated`).
     pub async fn verify(&self) -> AppResult<Report> {
         let mut report = Report::new("likes");
-        let shards = self.settings.shards;
+        let shards = self.settings.shards();
         let mut after = 0;
         loop {
             let remarks = self.remarks_after(after).await?;
@@ -137,7 +137,7 @@ impl Remarks {
     pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
         run.expect_count("SELECT COUNT(*) AS n FROM remarks")
             .await?;
-        let shards = self.settings.shards;
+        let shards = self.settings.shards();
         let mut after = run.resume_from().await?;
         loop {
             let remarks = self.remarks_after(after).await?;

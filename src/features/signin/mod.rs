@@ -3,6 +3,7 @@
 //! points with the streak bonus, all in one Lua script per action.
 
 pub mod recovery;
+pub mod settings;
 
 use chrono::{Datelike, NaiveDate};
 use redis::FromRedisValue;
@@ -47,7 +48,10 @@ impl Keys {
 pub struct SignIn {
     pub infra: Infra,
     pub points: Points,
+    pub settings: SignInSettings,
 }
+
+pub use settings::SignInSettings;
 
 /// Bitmaps are kept for a little over a year (calendars of past months).
 pub const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
@@ -141,7 +145,7 @@ macro_rules! signing_call {
                         season: signing.season.id(),
                         channel: keys.board_channel_of(signing.season, user),
                         daily_ttl_seconds: DAILY_TTL_SECONDS,
-                        base_points: sign_in.points.settings.rules.rule(PointsType::SignIn).points,
+                        base_points: sign_in.points.rules.rule(PointsType::SignIn).points,
                         publish: keys.publish_command(),
                         $($arg: $arg_value),*
                     },
@@ -213,7 +217,7 @@ impl SignIn {
             SigninSignArgs {
                 day: today.day(),
                 bitmap_ttl_seconds: BITMAP_TTL_SECONDS,
-                bonuses: self.points.settings.rules.bonuses_arg(),
+                bonuses: self.points.rules.bonuses_arg(),
                 idempotency: format!("signin:{user_id}:{today}"),
                 day_number: day_number(today),
             },
@@ -249,7 +253,7 @@ impl SignIn {
             SigninMakeUpArgs {
                 day: date.day(),
                 today: today.day(),
-                make_ups_allowed: self.points.settings.make_ups_per_month,
+                make_ups_allowed: self.settings.make_ups_per_month,
                 counter_ttl_seconds: MAKE_UP_COUNTER_TTL_SECONDS,
                 idempotency: format!("makeup:{user_id}:{date}"),
                 day_number: day_number(date),
@@ -275,7 +279,7 @@ impl SignIn {
                 ErrorCode::MakeupLimit,
                 format!(
                     "no make-up sign-ins left this month (at most {})",
-                    self.points.settings.make_ups_per_month
+                    self.settings.make_ups_per_month
                 ),
             )),
             refused => Err(refused.refusal("make-up sign-in refused")),
@@ -316,8 +320,7 @@ impl SignIn {
             .map(|day| bits >> (days - 1 - day) & 1 == 1)
             .collect();
         let make_ups_left = if shown == current {
-            self.points
-                .settings
+            self.settings
                 .make_ups_per_month
                 .saturating_sub(make_ups_used)
         } else {

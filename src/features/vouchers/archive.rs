@@ -33,7 +33,7 @@ use crate::{
 
 impl Vouchers {
     pub fn spawn_archive(&self) {
-        let streams = (0..self.settings.shards)
+        let streams = (0..self.settings.shards())
             .map(|shard| self.infra.keys.order_stream(shard))
             .collect();
         streams::spawn(

@@ -24,6 +24,7 @@ pub mod archive;
 pub mod events;
 pub mod orders;
 pub mod recovery;
+pub mod settings;
 pub mod sweep;
 
 pub use recovery::StockCheck;
@@ -42,7 +43,6 @@ use crate::{
         vouchers::orders::OrderStatus,
     },
     infra::{
-        config::Config,
         error::{AppError, AppResult, ErrorCode},
         outbox::{self, Outbox},
         redis::{
@@ -64,22 +64,7 @@ pub struct Vouchers {
     pub settings: VoucherSettings,
 }
 
-#[derive(Clone, Copy)]
-pub struct VoucherSettings {
-    /// Stock shards of a voucher (and order streams).
-    pub shards: u32,
-    /// How often unpaid orders past their time are looked for.
-    pub sweep_every: Duration,
-}
-
-impl VoucherSettings {
-    pub fn from_config(config: &Config) -> Self {
-        Self {
-            shards: config.sale_shards(),
-            sweep_every: Duration::from_secs(config.order_sweep_seconds.max(1)),
-        }
-    }
-}
+pub use settings::VoucherSettings;
 
 /// The delay-queue topic of order expiry.
 pub const EXPIRY_TOPIC: &str = "order-expiry";
@@ -262,7 +247,7 @@ fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
 
 impl Vouchers {
     pub(crate) fn shards(&self) -> u32 {
-        self.settings.shards
+        self.settings.shards()
     }
 
     /// Stores a voucher and preloads its stock and window into Redis (the retrier does, when

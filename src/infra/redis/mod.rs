@@ -52,6 +52,19 @@ pub enum RedisMode {
     Cluster,
 }
 
+impl RedisMode {
+    /// A feature's number of shards or buckets by default: one value for one Redis node,
+    /// another for a cluster, where each shard or bucket is a slot the cluster can place on
+    /// any node: 16 spread a feature over the masters of any cluster up to 16 masters (4
+    /// would leave a master of a 5-node cluster without it).
+    pub fn spread(self, one_node: u32, cluster: u32) -> u32 {
+        match self {
+            RedisMode::Cluster => cluster,
+            RedisMode::Pool | RedisMode::Shared => one_node,
+        }
+    }
+}
+
 /// How the live hub's cluster connection (the `redis` crate's, for sharded pub/sub) connects.
 /// A subscription whose slot has no master (a failover under way) is retried with waits of
 /// 0.1 to 1 s; MOVED and ASK are followed at once.

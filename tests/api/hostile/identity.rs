@@ -22,9 +22,12 @@ use std::{
 
 use axum::{body::Body, routing::get, Router};
 use base64::{engine::general_purpose::STANDARD, Engine};
-use engage::infra::{
-    auth::{Claims, Role, Tokens},
-    config::{Config, Environment, DEV_JWT_SECRET},
+use engage::{
+    app::settings::Settings,
+    infra::{
+        auth::{Claims, Role, Tokens},
+        config::{Environment, DEV_JWT_SECRET},
+    },
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -275,7 +278,7 @@ async fn a_key_set_without_content_length_is_given_up_at_its_cap_not_read_whole(
     }
 }
 
-fn production(adjust: impl FnOnce(&mut Config)) -> anyhow::Result<()> {
+fn production(adjust: impl FnOnce(&mut Settings)) -> anyhow::Result<()> {
     let mut config = base_config();
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.environment = Environment::Production;

@@ -113,9 +113,9 @@ async fn a_scrape_flood_costs_redis_at_most_one_reading_a_second() {
     // Periodic background work shares the pool: slow it down so that scrapes alone count.
     let app = TestApp::spawn_with(|config| {
         config.probe_rate_per_ip = 0;
-        config.rollover_check_seconds = 3600;
-        config.order_sweep_seconds = 3600;
-        config.jobs_tick_ms = 600_000;
+        config.leaderboard.rollover_check_seconds = 3600;
+        config.vouchers.order_sweep_seconds = 3600;
+        config.jobs.jobs_tick_ms = 600_000;
     })
     .await;
     // A topic with work, so that the delay queue's gauges read something.
@@ -252,9 +252,9 @@ async fn an_award_costs_at_most_three_times_as_much_with_300_rank_subscribers() 
     let app = TestApp::spawn_with(|config| {
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
-        config.rollover_check_seconds = 3600;
-        config.order_sweep_seconds = 3600;
-        config.jobs_tick_ms = 600_000;
+        config.leaderboard.rollover_check_seconds = 3600;
+        config.vouchers.order_sweep_seconds = 3600;
+        config.jobs.jobs_tick_ms = 600_000;
     })
     .await;
     let service = app.token(999, Role::Service);

@@ -288,7 +288,7 @@ async fn a_voucher_created_while_redis_refused_its_stock_exists_once_and_sells_o
         .state
         .infra
         .keys
-        .voucher(id, app.state.config.sale_shards());
+        .voucher(id, app.state.features.vouchers.settings.shards());
     within_30s("the stock is preloaded", async || {
         let Ok(mut conn) = app.state.infra.redis.get().await else {
             return false;

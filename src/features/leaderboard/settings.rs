@@ -1,0 +1,23 @@
+//! The settings of the season leaderboards (`ENGAGE_ROLLOVER_*`), under their own heading in
+//! `engage --help`.
+
+use std::time::Duration;
+
+use clap::Args;
+
+/// What the leaderboards may be told at start, read once from the command line and the
+/// environment.
+#[derive(Debug, Clone, Copy, Args)]
+#[command(next_help_heading = "Leaderboard")]
+pub struct LeaderboardSettings {
+    /// Seconds between checks for finished seasons to archive.
+    #[arg(long, env = "ENGAGE_ROLLOVER_CHECK_SECONDS", default_value_t = 60)]
+    pub rollover_check_seconds: u64,
+}
+
+impl LeaderboardSettings {
+    /// How often this instance looks for a season to archive: at least every second.
+    pub fn rollover_check(&self) -> Duration {
+        Duration::from_secs(self.rollover_check_seconds.max(1))
+    }
+}
