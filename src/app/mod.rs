@@ -131,7 +131,6 @@ impl Services {
             websockets_per_user: Caps::new(config.ws_max_per_user, "websockets_per_user"),
             trusted,
             users: features.users.clone(),
-            remarks: features.remarks.clone(),
         });
         Ok(Arc::new(Services {
             config,
@@ -220,6 +219,12 @@ impl App {
             });
         }
         let router = http::router(state.gateway.clone(), schema);
+        // The bench route gets the one feature it drives, not a field on the gateway.
+        #[cfg(feature = "bench")]
+        let router = router.merge(http::bench::router(
+            state.gateway.clone(),
+            state.features.remarks.clone(),
+        ));
         tokio::spawn(drain(stop, instance.clone(), state.config.drain_window()));
 
         let config = &state.config;

@@ -37,7 +37,7 @@ use crate::{
         live::Renderings,
         schema::AppSchema,
     },
-    features::{remarks::Remarks, users::UserDirectory},
+    features::users::UserDirectory,
     infra::{auth::Tokens, config::Config, error::AppError, Infra},
 };
 
@@ -54,8 +54,6 @@ pub struct Gateway {
     /// The documents of `ENGAGE_TRUSTED_DOCUMENTS`, parsed once at start.
     pub trusted: TrustedDocuments,
     pub users: Arc<UserDirectory>,
-    /// The likes a `bench` build's `/bench/like` casts without GraphQL.
-    pub remarks: Remarks,
 }
 
 /// What every handler receives.
@@ -89,8 +87,6 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     } else {
         routes
     };
-    #[cfg(feature = "bench")]
-    let routes = routes.route("/bench/like", axum::routing::post(bench::like));
     routes
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(http)
