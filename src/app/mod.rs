@@ -6,9 +6,9 @@
 //! it, a drain window ([`App::serve`]): the instance reports itself not ready while it
 //! still serves, so a load balancer stops sending it clients before it refuses any.
 
-pub mod background;
+pub(crate) mod background;
 pub mod cli;
-pub mod demo;
+pub(crate) mod demo;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -144,7 +144,7 @@ impl Services {
 /// A started instance: its state, schema and listening sockets.
 pub struct App {
     pub state: AppState,
-    pub schema: AppSchema,
+    pub(crate) schema: AppSchema,
     listener: TcpListener,
     /// `ENGAGE_METRICS_BIND`'s, when metrics have an address of their own.
     metrics_listener: Option<TcpListener>,
@@ -291,7 +291,7 @@ async fn drain(stop: impl Future<Output = ()>, instance: Instance, window: Durat
 /// What `engage serve` stops on: resolves on the first Ctrl-C or SIGTERM, which begins the
 /// drain; a second one cancels `shutdown`, ending the drain window at once (a person at a
 /// terminal need not wait it out; a supervisor sends one signal and waits).
-pub async fn termination(shutdown: CancellationToken) {
+pub(crate) async fn termination(shutdown: CancellationToken) {
     shutdown_signal().await;
     tokio::spawn(async move {
         shutdown_signal().await;

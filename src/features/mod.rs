@@ -10,7 +10,7 @@ pub mod nearby;
 pub mod points;
 pub mod recovery;
 pub mod remarks;
-pub mod signin;
+pub(crate) mod signin;
 pub mod users;
 pub mod vouchers;
 
@@ -25,8 +25,8 @@ pub struct Features {
     pub users: Arc<users::UserDirectory>,
     pub items: items::Items,
     pub nearby: nearby::Nearby,
-    pub points: points::Points,
-    pub signin: signin::SignIn,
+    pub(crate) points: points::Points,
+    pub(crate) signin: signin::SignIn,
     pub leaderboard: leaderboard::Leaderboards,
     pub remarks: remarks::Remarks,
     pub feed: feed::Feed,
@@ -35,7 +35,7 @@ pub struct Features {
 }
 
 impl Features {
-    pub fn new(infra: &Infra, config: &Config) -> anyhow::Result<Self> {
+    pub(crate) fn new(infra: &Infra, config: &Config) -> anyhow::Result<Self> {
         let users = Arc::new(users::UserDirectory::new(infra.clone()));
         let nearby = nearby::Nearby {
             infra: infra.clone(),

@@ -31,13 +31,13 @@ use crate::{
 /// likes it casts. Its own handle, so that the gateway every transport shares carries no
 /// feature only this route needs.
 #[derive(Clone)]
-pub struct BenchLikes {
+pub(crate) struct BenchLikes {
     gateway: Arc<Gateway>,
     remarks: Remarks,
 }
 
 /// `POST /bench/like`, with the body limit of every other route.
-pub fn router(gateway: Arc<Gateway>, remarks: Remarks) -> Router {
+pub(crate) fn router(gateway: Arc<Gateway>, remarks: Remarks) -> Router {
     let max_body = gateway.config.max_body_bytes;
     Router::new()
         .route("/bench/like", post(like))
@@ -46,12 +46,12 @@ pub fn router(gateway: Arc<Gateway>, remarks: Remarks) -> Router {
 }
 
 #[derive(Deserialize)]
-pub struct LikeBody {
+pub(crate) struct LikeBody {
     #[serde(rename = "remarkId")]
     remark_id: String,
 }
 
-pub async fn like(
+pub(crate) async fn like(
     State(bench): State<BenchLikes>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,

@@ -22,7 +22,7 @@ use std::{collections::HashSet, sync::Arc};
 use sqlx::Row;
 
 pub mod changes;
-pub mod recovery;
+pub(crate) mod recovery;
 
 use crate::infra::page::PageArgs;
 use crate::{
@@ -39,21 +39,21 @@ use crate::{
 /// What the follow feed works with: follows name known users.
 #[derive(Clone)]
 pub struct Feed {
-    pub infra: Infra,
-    pub users: Arc<UserDirectory>,
-    pub settings: FeedSettings,
+    pub(crate) infra: Infra,
+    pub(crate) users: Arc<UserDirectory>,
+    pub(crate) settings: FeedSettings,
 }
 
 #[derive(Clone, Copy)]
-pub struct FeedSettings {
+pub(crate) struct FeedSettings {
     /// Authors with more followers than this are pulled by their followers, not pushed.
-    pub push_limit: i64,
+    pub(crate) push_limit: i64,
     /// Entries an inbox keeps.
-    pub inbox_size: i64,
+    pub(crate) inbox_size: i64,
 }
 
 impl FeedSettings {
-    pub fn from_config(config: &Config) -> Self {
+    pub(crate) fn from_config(config: &Config) -> Self {
         Self {
             push_limit: config.feed_push_limit as i64,
             inbox_size: config.feed_inbox_size.max(1) as i64,
@@ -70,7 +70,7 @@ impl Keys {
         self.tagged(format_args!("feed:{user_id}"), "outbox")
     }
 
-    pub fn following(&self, user_id: i64) -> String {
+    pub(crate) fn following(&self, user_id: i64) -> String {
         self.tagged(format_args!("feed:{user_id}"), "following")
     }
 
@@ -81,7 +81,7 @@ impl Keys {
     /// Authors whose followers pull their outbox: every author who ever had more than
     /// `ENGAGE_FEED_PUSH_LIMIT` followers. Once pulled, always pulled: what they posted
     /// while big is only in their outbox, so falling back under the limit must not hide it.
-    pub fn pulled_authors(&self) -> String {
+    pub(crate) fn pulled_authors(&self) -> String {
         self.tagged("feed", "pulled")
     }
 }
@@ -122,18 +122,18 @@ fn unavailable(error: AppError) -> HandleError {
 
 /// An entry's place in the feed, its score and member: the cursor of its edge.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedCursor {
-    pub score: i64,
-    pub member: String,
+pub(crate) struct FeedCursor {
+    pub(crate) score: i64,
+    pub(crate) member: String,
 }
 
 /// Where a page of the feed lies: the entries below `after` and above `before` (either may
 /// be absent), read from `after` down, or from `before` up when `backward` (a `last` page).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FeedRange {
-    pub after: Option<FeedCursor>,
-    pub before: Option<FeedCursor>,
-    pub backward: bool,
+pub(crate) struct FeedRange {
+    pub(crate) after: Option<FeedCursor>,
+    pub(crate) before: Option<FeedCursor>,
+    pub(crate) backward: bool,
 }
 
 impl FeedRange {
@@ -151,11 +151,11 @@ impl FeedRange {
 }
 
 impl FeedCursor {
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         format!("{}|{}", self.score, self.member)
     }
 
-    pub fn decode(text: &str) -> AppResult<Self> {
+    pub(crate) fn decode(text: &str) -> AppResult<Self> {
         let bad = || AppError::bad_input("not a cursor of the feed");
         let (score, member) = text.split_once('|').ok_or_else(bad)?;
         parse_member(member).ok_or_else(bad)?;
@@ -169,7 +169,7 @@ impl FeedCursor {
 impl Feed {
     /// Follows `followee`; `true` when this call created the follow. Acknowledged once SQL
     /// holds it: its Redis side follows, at once or from the retrier ([`changes`]).
-    pub async fn follow(&self, follower: i64, followee: i64) -> AppResult<bool> {
+    pub(crate) async fn follow(&self, follower: i64, followee: i64) -> AppResult<bool> {
         if follower == followee {
             return Err(AppError::bad_input("you cannot follow yourself"));
         }
@@ -257,7 +257,7 @@ impl Feed {
 
     /// Stops following; the author's entries leave the inbox. `true` when a follow ended.
     /// Acknowledged once SQL holds it, as [`Feed::follow`].
-    pub async fn unfollow(&self, follower: i64, followee: i64) -> AppResult<bool> {
+    pub(crate) async fn unfollow(&self, follower: i64, followee: i64) -> AppResult<bool> {
         if follower == followee {
             return Err(AppError::bad_input("you cannot unfollow yourself"));
         }
@@ -292,7 +292,7 @@ impl Feed {
     }
 
     /// How many users follow `user_id`.
-    pub async fn follower_count(&self, user_id: i64) -> AppResult<i64> {
+    pub(crate) async fn follower_count(&self, user_id: i64) -> AppResult<i64> {
         let mut conn = self.infra.redis.get().await?;
         let count: Option<i64> = redis::cmd("HGET")
             .arg(self.infra.keys.follower_counts())
@@ -303,7 +303,7 @@ impl Feed {
     }
 
     /// How many users `user_id` follows.
-    pub async fn following_count(&self, user_id: i64) -> AppResult<i64> {
+    pub(crate) async fn following_count(&self, user_id: i64) -> AppResult<i64> {
         let mut conn = self.infra.redis.get().await?;
         Ok(redis::cmd("SCARD")
             .arg(self.infra.keys.following(user_id))
@@ -311,7 +311,7 @@ impl Feed {
             .await?)
     }
 
-    pub fn spawn_fan_out(&self) {
+    pub(crate) fn spawn_fan_out(&self) {
         streams::spawn(
             &self.infra,
             "feed-fanout",
@@ -398,7 +398,7 @@ impl Feed {
     /// A page of the reader's feed, newest first: remark ids with their cursors. A page lies
     /// below `after` and above `before` (in the order of score, then member), read from
     /// `after` down, or from `before` up when backward.
-    pub async fn page(
+    pub(crate) async fn page(
         &self,
         reader: i64,
         page: PageArgs<FeedRange>,

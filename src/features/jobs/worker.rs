@@ -40,7 +40,7 @@ const TOPICS_PER_TICK: usize = 1000;
 /// Most jobs one take hands out.
 const TAKE_BATCH: usize = 100;
 
-pub async fn run(ctx: Jobs) {
+pub(crate) async fn run(ctx: Jobs) {
     let capacity = ctx.settings.concurrency;
     let permits = Arc::new(Semaphore::new(capacity));
     let ready_topics = Mutex::new(Vec::new());

@@ -32,7 +32,7 @@ use crate::{
 };
 
 impl Vouchers {
-    pub fn spawn_archive(&self) {
+    pub(crate) fn spawn_archive(&self) {
         let streams = (0..self.settings.shards)
             .map(|shard| self.infra.keys.order_stream(shard))
             .collect();

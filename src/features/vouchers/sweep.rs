@@ -31,7 +31,7 @@ const PAGE: i64 = 200;
 const LOCK: &str = "order-expiry-sweep";
 const LOCK_LEASE: Duration = Duration::from_secs(30);
 
-pub async fn run(ctx: Vouchers) {
+pub(crate) async fn run(ctx: Vouchers) {
     let mut every = tokio::time::interval(ctx.settings.sweep_every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
