@@ -186,7 +186,7 @@ pub struct Config {
 
     /// Deepest accepted selection nesting.
     #[arg(long, env = "ENGAGE_MAX_DEPTH", default_value_t = 16, global = true)]
-    pub(crate) max_depth: usize,
+    pub max_depth: usize,
 
     /// Highest accepted query complexity (one per field, lists multiply by `first`).
     #[arg(
@@ -249,7 +249,7 @@ pub struct Config {
     /// charged as a request of its own, and the batch's mutation fields together count
     /// against `ENGAGE_MAX_MUTATIONS_PER_REQUEST`. 1 turns batches of more than one away.
     #[arg(long, env = "ENGAGE_MAX_BATCH", default_value_t = 10, global = true)]
-    pub(crate) max_batch: usize,
+    pub max_batch: usize,
 
     /// The web origins (`https://app.example.com`, comma-separated) whose pages may call
     /// the API from a browser; `*` for any (development only). Unset: `*` in development,
@@ -413,7 +413,7 @@ pub struct Config {
 
     /// Sequence numbers the ID generator reserves per Redis round trip.
     #[arg(long, env = "ENGAGE_ID_BLOCK", default_value_t = 64, global = true)]
-    pub(crate) id_block_size: u32,
+    pub id_block_size: u32,
 
     /// Like streams (and the hash tags of remark keys): more shards spread likes over more
     /// Redis Cluster slots and more archive workers. Unset: 4 on one Redis node, 16 on a
@@ -436,7 +436,7 @@ pub struct Config {
         default_value_t = 10,
         global = true
     )]
-    pub(crate) like_relation_ttl_days: u32,
+    pub like_relation_ttl_days: u32,
 
     /// Seconds between refreshes of a cached "recommended remarks" list.
     #[arg(
@@ -445,7 +445,7 @@ pub struct Config {
         default_value_t = 60,
         global = true
     )]
-    pub(crate) recommended_refresh_seconds: u64,
+    pub recommended_refresh_seconds: u64,
 
     /// How long a page of remarks (with authors) is served from the instance's memory, in
     /// milliseconds; 0 reads SQL every time. A new remark shows at once on the instance that
@@ -478,7 +478,7 @@ pub struct Config {
 
     /// A TOML file of points rules (see points-rules.example.toml); unset: the defaults.
     #[arg(long, env = "ENGAGE_POINTS_RULES", global = true)]
-    pub(crate) points_rules: Option<String>,
+    pub points_rules: Option<String>,
 
     /// Seconds between checks for finished seasons to archive.
     #[arg(
@@ -521,7 +521,7 @@ pub struct Config {
     /// Order streams of the flash sale (and hash-tag groups of voucher keys). Unset: 4 on
     /// one Redis node, 16 on a cluster.
     #[arg(long, env = "ENGAGE_SALE_SHARDS", global = true)]
-    pub(crate) sale_shards: Option<u32>,
+    pub sale_shards: Option<u32>,
 
     /// Hosts (`host` or `host:port`, comma separated) that job callbacks may call. Loopback,
     /// link-local and private addresses are refused unless listed.
@@ -535,7 +535,7 @@ pub struct Config {
         default_value_t = 10,
         global = true
     )]
-    pub(crate) callback_timeout_seconds: u64,
+    pub callback_timeout_seconds: u64,
 
     /// Milliseconds between delay-queue ticks (promotion and taking jobs).
     #[arg(
@@ -564,7 +564,7 @@ pub struct Config {
         default_value_t = 60,
         global = true
     )]
-    pub(crate) jobs_visibility_seconds: u64,
+    pub jobs_visibility_seconds: u64,
 
     /// How long an archive (a stream consumer that writes SQL) lets a short batch gather
     /// before it writes: fewer, larger transactions cost SQL less per event; the archive lag
@@ -638,18 +638,18 @@ pub struct Config {
 }
 
 /// The shortest secret accepted: HS256 keys shorter than its 256-bit output are guessable.
-pub(crate) const MIN_JWT_SECRET_BYTES: usize = 32;
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
 /// A board read asks every bucket, so buckets are bounded by what one read may ask.
-pub(crate) const MAX_POINTS_BUCKETS: u32 = 1024;
+pub const MAX_POINTS_BUCKETS: u32 = 1024;
 
 impl Config {
     /// The points buckets in effect: as set, or what suits the Redis mode.
-    pub(crate) fn points_buckets(&self) -> u32 {
+    pub fn points_buckets(&self) -> u32 {
         self.points_buckets.unwrap_or(self.by_mode(1, 16))
     }
 
     /// The like shards in effect: as set, or what suits the Redis mode.
-    pub(crate) fn like_shards(&self) -> u32 {
+    pub fn like_shards(&self) -> u32 {
         self.like_shards.unwrap_or(self.by_mode(4, 16)).max(1)
     }
 
@@ -760,7 +760,7 @@ impl Config {
 
     /// The origins allowed to call from a browser: `None` for any, else the list (empty:
     /// same-origin only), from `ENGAGE_CORS_ORIGINS` or the environment's default.
-    pub(crate) fn cors_origins(&self) -> Option<Vec<String>> {
+    pub fn cors_origins(&self) -> Option<Vec<String>> {
         let origins = match &self.cors_origins {
             Some(list) => comma_separated(Some(list)),
             None if self.is_production() => Vec::new(),
@@ -840,7 +840,7 @@ impl Config {
         Ok(())
     }
 
-    pub(crate) fn is_production(&self) -> bool {
+    pub fn is_production(&self) -> bool {
         self.environment == Environment::Production
     }
 
@@ -855,41 +855,41 @@ impl Config {
     }
 
     /// Tokens are signed with the development secret (and `/dev/token` mints them).
-    pub(crate) fn uses_dev_secret(&self) -> bool {
+    pub fn uses_dev_secret(&self) -> bool {
         self.jwt_secret.is_none() && self.jwt_jwks_url.is_none() && !self.is_production()
     }
 
     /// The audiences a token may name, from the comma-separated setting.
-    pub(crate) fn jwt_audiences(&self) -> Vec<String> {
+    pub fn jwt_audiences(&self) -> Vec<String> {
         comma_separated(self.jwt_audience.as_deref())
     }
 
     /// The issuers whose numeric subjects are engage ids, from the comma-separated setting.
-    pub(crate) fn jwt_numeric_subject_issuers(&self) -> Vec<String> {
+    pub fn jwt_numeric_subject_issuers(&self) -> Vec<String> {
         comma_separated(self.jwt_numeric_subject_issuers.as_deref())
     }
 
     /// The playground at `/`: as set, else only in development.
-    pub(crate) fn playground_enabled(&self) -> bool {
+    pub fn playground_enabled(&self) -> bool {
         self.playground.unwrap_or(!self.is_production())
     }
 
     /// `/metrics` on the public listener: as set, else only without an address of its own
     /// (production without one does not start, [`Config::check`]).
-    pub(crate) fn metrics_public(&self) -> bool {
+    pub fn metrics_public(&self) -> bool {
         self.metrics_public.unwrap_or(self.metrics_bind.is_none())
     }
 
     /// Introspection queries: as set, else only in development.
-    pub(crate) fn introspection_enabled(&self) -> bool {
+    pub fn introspection_enabled(&self) -> bool {
         self.introspection.unwrap_or(!self.is_production())
     }
 
-    pub(crate) fn shutdown_grace(&self) -> Duration {
+    pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_seconds)
     }
 
-    pub(crate) fn drain_window(&self) -> Duration {
+    pub fn drain_window(&self) -> Duration {
         Duration::from_secs(self.drain_seconds)
     }
 }
