@@ -53,13 +53,13 @@ use crate::infra::{
 /// How many subscriptions one connection holds; shared by all of its operations. Present
 /// in the connection's data on WebSockets only (a request over HTTP holds none).
 #[derive(Clone)]
-pub struct SubscriptionSlots {
+pub(crate) struct SubscriptionSlots {
     held: Arc<AtomicUsize>,
     max: usize,
 }
 
 impl SubscriptionSlots {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             held: Arc::new(AtomicUsize::new(0)),
             max,
@@ -69,7 +69,7 @@ impl SubscriptionSlots {
 
 /// One held subscription; dropping it (when the stream ends or the client stops it)
 /// frees the slot. Every subscription resolver takes one before returning its stream.
-pub struct SubscriptionSlot {
+pub(crate) struct SubscriptionSlot {
     slots: Option<SubscriptionSlots>,
     /// Counts it in `engage_subscriptions_active` while held.
     _active: Option<Held>,
@@ -78,7 +78,7 @@ pub struct SubscriptionSlot {
 impl SubscriptionSlot {
     /// The slot of the subscription being resolved; `RATE_LIMITED` when its connection
     /// holds as many as it may.
-    pub fn acquire(ctx: &Context<'_>) -> AppResult<Self> {
+    pub(crate) fn acquire(ctx: &Context<'_>) -> AppResult<Self> {
         let Some(slots) = ctx.data_opt::<SubscriptionSlots>() else {
             return Ok(Self {
                 slots: None,
@@ -103,7 +103,7 @@ impl SubscriptionSlot {
 
     /// `changes` delivered through async-graphql, holding the slot until the stream ends
     /// or the client stops it.
-    pub fn hold<S: Stream>(self, changes: S) -> impl Stream<Item = S::Item> {
+    pub(crate) fn hold<S: Stream>(self, changes: S) -> impl Stream<Item = S::Item> {
         changes.map(move |change| {
             let _held = &self;
             change
@@ -120,7 +120,7 @@ impl Drop for SubscriptionSlot {
 }
 
 /// A subscription whose updates are written straight to its socket.
-pub struct Direct {
+pub(crate) struct Direct {
     outlet: DirectOutlet,
     watcher: Arc<DirectWatcher>,
 }
@@ -129,7 +129,7 @@ impl Direct {
     /// Direct delivery for the field being resolved, if it runs on a WebSocket and
     /// `template` can render its selection (see [`Template::of`]); `None` leaves it to
     /// async-graphql.
-    pub fn of<F: Fields>(
+    pub(crate) fn of<F: Fields>(
         ctx: &Context<'_>,
         template: impl FnOnce(&Context<'_>) -> Option<Template<F>>,
     ) -> Option<Self> {
@@ -143,7 +143,7 @@ impl Direct {
 
     /// Who writes each counter's value to the socket: to be handed to the feature's shared
     /// counters.
-    pub fn watcher(&self) -> Arc<dyn CounterWatcher> {
+    pub(crate) fn watcher(&self) -> Arc<dyn CounterWatcher> {
         self.watcher.clone()
     }
 
@@ -151,7 +151,7 @@ impl Direct {
     /// the watcher, for as long as the operation keeps `held` (the feature's watch and the
     /// [`SubscriptionSlot`]), until the client stops it or the socket closes. The stream to
     /// return from the resolver, which never yields.
-    pub fn hold<T>(self, held: impl Send + 'static) -> impl Stream<Item = T> {
+    pub(crate) fn hold<T>(self, held: impl Send + 'static) -> impl Stream<Item = T> {
         *self.outlet.held.lock().expect("poisoned") = Some(Box::pin(Holding(held)));
         futures::stream::pending()
     }
@@ -160,7 +160,7 @@ impl Direct {
 /// The sending half of the socket an operation's results go to, as the transport gives it.
 /// A watcher never waits for it: it writes if the socket takes the message now, and
 /// otherwise is called back once the socket drained.
-pub trait Socket: Send + Sync + 'static {
+pub(crate) trait Socket: Send + Sync + 'static {
     /// Sends the message `message` gives if the socket takes it now; false (and
     /// `message` not called, nothing sent) if it cannot.
     fn try_send(&self, message: &dyn Fn() -> Utf8Bytes) -> bool;
@@ -173,13 +173,13 @@ pub trait Socket: Send + Sync + 'static {
 /// response in JSON, `tail` (on a WebSocket the protocol's result message, which names the
 /// operation's id).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     head: Arc<str>,
     tail: &'static str,
 }
 
 impl Envelope {
-    pub fn new(head: impl Into<Arc<str>>, tail: &'static str) -> Self {
+    pub(crate) fn new(head: impl Into<Arc<str>>, tail: &'static str) -> Self {
         Self {
             head: head.into(),
             tail,
@@ -189,12 +189,12 @@ impl Envelope {
 
 /// An operation's results as GraphQL responses in JSON; a direct subscription's never
 /// yields and holds what the subscription holds.
-pub type Payloads = BoxStream<'static, String>;
+pub(crate) type Payloads = BoxStream<'static, String>;
 
 /// What the transport gives one WebSocket operation, in its data, so that its resolver may
 /// deliver directly ([`Direct`]). Absent from every other transport's operations.
 #[derive(Clone)]
-pub struct DirectOutlet {
+pub(crate) struct DirectOutlet {
     socket: Arc<dyn Socket>,
     envelope: Envelope,
     renderings: Arc<Renderings>,
@@ -204,7 +204,11 @@ pub struct DirectOutlet {
 impl DirectOutlet {
     /// The outlet of an operation whose results go to `socket` in `envelope`; `renderings`
     /// are shared by every subscriber of the instance.
-    pub fn new(socket: Arc<dyn Socket>, envelope: Envelope, renderings: Arc<Renderings>) -> Self {
+    pub(crate) fn new(
+        socket: Arc<dyn Socket>,
+        envelope: Envelope,
+        renderings: Arc<Renderings>,
+    ) -> Self {
         Self {
             socket,
             envelope,
@@ -232,7 +236,7 @@ impl DirectOutlet {
 
     /// What the resolver handed over to be held ([`Direct::hold`]), once: the operation's
     /// results from then on, in place of async-graphql's.
-    pub fn take(&self) -> Option<Payloads> {
+    pub(crate) fn take(&self) -> Option<Payloads> {
         self.held.lock().expect("poisoned").take()
     }
 }
@@ -252,7 +256,7 @@ impl<T> futures::Stream for Holding<T> {
 }
 
 /// One direct subscription's side of the shared counters.
-pub struct DirectWatcher {
+pub(crate) struct DirectWatcher {
     me: Weak<DirectWatcher>,
     socket: Arc<dyn Socket>,
     envelope: Envelope,
@@ -269,7 +273,7 @@ impl DirectWatcher {
 
     /// Sends what the socket could not take before, now that it drained (the socket calls
     /// this, see [`Socket::wait_for_drain`]).
-    pub fn catch_up(&self) {
+    pub(crate) fn catch_up(&self) {
         let mut missed = self.missed.lock().expect("poisoned");
         let ids: Vec<i64> = missed.keys().copied().collect();
         for id in ids {
@@ -307,7 +311,7 @@ fn deferred() {
 /// The fields of one object type that a template can write: how each writes its value for
 /// counter `id` at `value`. The same for every subscriber, which is what lets them share a
 /// rendering.
-pub trait Fields: Copy + Eq + Debug + Send + Sync + 'static {
+pub(crate) trait Fields: Copy + Eq + Debug + Send + Sync + 'static {
     /// Appends this field's value as JSON.
     fn write(self, id: i64, value: i64, out: &mut String);
 }
@@ -322,7 +326,7 @@ enum Slot<F> {
 /// The response of a subscription field whose selection is only plain fields of one object
 /// type: each update is the fields' values written between fixed pieces of JSON.
 #[derive(Debug)]
-pub struct Template<F> {
+pub(crate) struct Template<F> {
     /// `{"data":{"<root>":{`
     head: String,
     /// `"<key>":` and what goes after it, in the selection's order.
@@ -335,7 +339,7 @@ impl<F: Fields> Template<F> {
     /// The template of the field being resolved, if its selection is only fields that
     /// `field` knows, without arguments, directives, sub-selections or fragments (the rest
     /// of GraphQL is left to async-graphql). `typename` is the object type's name.
-    pub fn of(
+    pub(crate) fn of(
         ctx: &Context<'_>,
         typename: &str,
         field: impl Fn(&str) -> Option<F>,
@@ -457,7 +461,7 @@ impl<F: Fields> Render for Rendering<F> {
 /// wrote: the subscribers after the first share it (a reference count, not a copy), or,
 /// in another envelope (another operation id), reuse its rendered payload.
 #[derive(Default)]
-pub struct Renderings {
+pub(crate) struct Renderings {
     /// By the fields' type and the template as written by `Debug` (its whole content); each
     /// lives as long as a subscriber holds it.
     interned: Mutex<WeakMap<(TypeId, String), dyn Render>>,

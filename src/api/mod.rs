@@ -4,7 +4,7 @@
 //! WebSocket protocols, behind one admission path). The transports import the rest, never
 //! the other way round.
 
-pub mod http;
-pub mod live;
-pub mod resolvers;
+pub(crate) mod http;
+pub(crate) mod live;
+pub(crate) mod resolvers;
 pub mod schema;

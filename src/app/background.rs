@@ -9,7 +9,7 @@ use crate::{
     infra::{live, outbox},
 };
 
-pub fn spawn_all(services: &Services) {
+pub(crate) fn spawn_all(services: &Services) {
     let (infra, features) = (&services.infra, &services.features);
     // Registrations first: consumers schedule jobs with their topics' policies.
     features.vouchers.register_expiry();

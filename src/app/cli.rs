@@ -25,11 +25,11 @@ pub struct Cli {
     pub config: Settings,
 
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub(crate) command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve the API, the playground and the background workers (the default).
     Serve,
     /// Apply the database migrations and exit.
@@ -68,7 +68,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum SeasonCommand {
+pub(crate) enum SeasonCommand {
     /// Copy a finished season's board to SQL (resumable), record its winners, unlink it.
     Archive {
         /// The season, `YYYYMM`.

@@ -32,7 +32,7 @@ const REVIEWS: &[&str] = &[
     "Great for a rainy afternoon.",
 ];
 
-pub async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
+pub(crate) async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
     let users = users.max(2);
     let steps = users as u64 + ITEMS.len() as u64 + users as u64 * 4;
     let bar = ProgressBar::new(steps).with_style(

@@ -6,7 +6,7 @@
 //! it, a drain window ([`App::serve`]): the instance reports itself not ready while it
 //! still serves, so a load balancer stops sending it clients before it refuses any.
 
-pub mod background;
+pub(crate) mod background;
 pub mod cli;
 pub mod demo;
 pub mod settings;
@@ -132,7 +132,6 @@ impl Services {
             websockets_per_user: Caps::new(config.ws_max_per_user, "websockets_per_user"),
             trusted,
             users: features.users.clone(),
-            remarks: features.remarks.clone(),
         });
         Ok(Arc::new(Services {
             config,
@@ -146,7 +145,7 @@ impl Services {
 /// A started instance: its state, schema and listening sockets.
 pub struct App {
     pub state: AppState,
-    pub schema: AppSchema,
+    pub(crate) schema: AppSchema,
     listener: TcpListener,
     /// `ENGAGE_METRICS_BIND`'s, when metrics have an address of their own.
     metrics_listener: Option<TcpListener>,
@@ -221,6 +220,12 @@ impl App {
             });
         }
         let router = http::router(state.gateway.clone(), schema);
+        // The bench route gets the one feature it drives, not a field on the gateway.
+        #[cfg(feature = "bench")]
+        let router = router.merge(http::bench::router(
+            state.gateway.clone(),
+            state.features.remarks.clone(),
+        ));
         tokio::spawn(drain(stop, instance.clone(), state.config.drain_window()));
 
         let config = &state.config;
@@ -287,7 +292,7 @@ async fn drain(stop: impl Future<Output = ()>, instance: Instance, window: Durat
 /// What `engage serve` stops on: resolves on the first Ctrl-C or SIGTERM, which begins the
 /// drain; a second one cancels `shutdown`, ending the drain window at once (a person at a
 /// terminal need not wait it out; a supervisor sends one signal and waits).
-pub async fn termination(shutdown: CancellationToken) {
+pub(crate) async fn termination(shutdown: CancellationToken) {
     shutdown_signal().await;
     tokio::spawn(async move {
         shutdown_signal().await;

@@ -23,24 +23,24 @@ use crate::{
 /// What the item catalogue works with: an item with a location is placed for search.
 #[derive(Clone)]
 pub struct Items {
-    pub infra: Infra,
-    pub nearby: Nearby,
+    pub(crate) infra: Infra,
+    pub(crate) nearby: Nearby,
 }
 
 #[derive(Debug, Clone)]
 pub struct ItemRecord {
     pub id: i64,
-    pub name: String,
-    pub location: Option<Location>,
-    pub created_at_ms: i64,
+    pub(crate) name: String,
+    pub(crate) location: Option<Location>,
+    pub(crate) created_at_ms: i64,
 }
 
 pub struct NewItem {
-    pub name: String,
-    pub location: Option<Location>,
+    pub(crate) name: String,
+    pub(crate) location: Option<Location>,
 }
 
-pub const MAX_NAME_CHARS: usize = 200;
+pub(crate) const MAX_NAME_CHARS: usize = 200;
 
 impl NewItem {
     pub fn new(name: &str, lat: Option<f64>, lng: Option<f64>) -> AppResult<Self> {
@@ -114,16 +114,16 @@ impl Items {
     }
 
     /// The outbox of placements on the map.
-    pub fn placements(&self) -> Placements {
+    pub(crate) fn placements(&self) -> Placements {
         Placements(self.clone())
     }
 
-    pub async fn find(&self, id: i64) -> AppResult<Option<ItemRecord>> {
+    pub(crate) async fn find(&self, id: i64) -> AppResult<Option<ItemRecord>> {
         Ok(self.find_many(&[id]).await?.pop())
     }
 
     /// Items by id (in no particular order).
-    pub async fn find_many(&self, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
+    pub(crate) async fn find_many(&self, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
         let select = "SELECT id, name, lat, lng, created_at_ms FROM items";
         self.infra.db.find_by_ids(select, ids, item_of).await
     }
@@ -142,7 +142,7 @@ fn item_of(row: &sqlx::any::AnyRow) -> Result<ItemRecord, sqlx::Error> {
 
 /// The outbox of items to place on the map: item ids.
 #[derive(Clone)]
-pub struct Placements(pub Items);
+pub(crate) struct Placements(pub Items);
 
 #[async_trait::async_trait]
 impl Outbox for Placements {

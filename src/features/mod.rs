@@ -10,7 +10,7 @@ pub mod nearby;
 pub mod points;
 pub mod recovery;
 pub mod remarks;
-pub mod signin;
+pub(crate) mod signin;
 pub mod users;
 pub mod vouchers;
 
@@ -37,8 +37,8 @@ pub struct Features {
     pub users: Arc<users::UserDirectory>,
     pub items: items::Items,
     pub nearby: nearby::Nearby,
-    pub points: points::Points,
-    pub signin: signin::SignIn,
+    pub(crate) points: points::Points,
+    pub(crate) signin: signin::SignIn,
     pub leaderboard: leaderboard::Leaderboards,
     pub remarks: remarks::Remarks,
     pub feed: feed::Feed,

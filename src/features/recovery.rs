@@ -12,7 +12,7 @@ use crate::{
 
 /// Every feature with state in Redis that SQL can restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Feature {
+pub(crate) enum Feature {
     Jobs,
     Likes,
     Calendars,
@@ -26,7 +26,7 @@ pub enum Feature {
 
 impl Feature {
     /// In rebuild order.
-    pub const ALL: [Feature; 9] = [
+    pub(crate) const ALL: [Feature; 9] = [
         Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
@@ -38,7 +38,7 @@ impl Feature {
         Feature::Vouchers,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Feature::Jobs => "delayed jobs",
             Feature::Likes => "likes",

@@ -6,20 +6,20 @@ use rand::Rng;
 
 /// `base` scaled by a random factor in [0.5, 1.5), so that instances that failed together
 /// do not retry together.
-pub fn jittered(base: Duration) -> Duration {
+pub(crate) fn jittered(base: Duration) -> Duration {
     base.mul_f64(rand::rng().random_range(0.5..1.5))
 }
 
 /// Doubling delays from `initial` up to `max`.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     current: Duration,
 }
 
 impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Self {
             initial,
             max,
@@ -28,13 +28,13 @@ impl Backoff {
     }
 
     /// The next delay (with jitter); each call doubles the base up to the maximum.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let delay = jittered(self.current);
         self.current = (self.current * 2).min(self.max);
         delay.min(self.max)
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.current = self.initial;
     }
 }

@@ -17,7 +17,7 @@ use std::{
 
 /// Entries that expire `ttl` after they were stored, at most `capacity` of them (see
 /// [`Generations`]): a burst of new keys pushes out the entries not read longest.
-pub struct TtlCache<K, V> {
+pub(crate) struct TtlCache<K, V> {
     ttl: Duration,
     entries: Mutex<Entries<K, V>>,
 }
@@ -31,7 +31,7 @@ struct Entries<K, V> {
 }
 
 impl<K: Eq + Hash, V> TtlCache<K, V> {
-    pub fn new(ttl: Duration, capacity: usize) -> Self {
+    pub(crate) fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
             ttl,
             entries: Mutex::new(Entries {
@@ -41,7 +41,7 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         }
     }
 
-    pub fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -51,7 +51,7 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         (stored_at.elapsed() < self.ttl).then(|| value.clone())
     }
 
-    pub fn insert(&self, key: K, value: Arc<V>) {
+    pub(crate) fn insert(&self, key: K, value: Arc<V>) {
         if self.ttl.is_zero() {
             return;
         }
@@ -67,7 +67,7 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
     }
 
     /// Forgets the entries `stale` picks (a write made them wrong).
-    pub fn forget(&self, stale: impl Fn(&K) -> bool) {
+    pub(crate) fn forget(&self, stale: impl Fn(&K) -> bool) {
         self.entries
             .lock()
             .expect("poisoned")
@@ -78,23 +78,23 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
 
 /// The keys inserted or found lately, at most `capacity` of them (see [`Generations`]): a
 /// burst of new keys forgets the keys not met longest first.
-pub struct RecentSet<K> {
+pub(crate) struct RecentSet<K> {
     kept: Generations<K, ()>,
 }
 
 impl<K: Eq + Hash> RecentSet<K> {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             kept: Generations::new(capacity),
         }
     }
 
     /// Whether `key` is remembered; it counts as met now.
-    pub fn contains(&mut self, key: &K) -> bool {
+    pub(crate) fn contains(&mut self, key: &K) -> bool {
         self.kept.get(key).is_some()
     }
 
-    pub fn insert(&mut self, key: K) {
+    pub(crate) fn insert(&mut self, key: K) {
         self.kept.insert(key, ());
     }
 }

@@ -18,7 +18,7 @@ pub fn day_number(date: NaiveDate) -> i64 {
 }
 
 /// The date of a `yyyymmdd` integer, if it is one.
-pub fn date_of_day_number(number: i64) -> Option<NaiveDate> {
+pub(crate) fn date_of_day_number(number: i64) -> Option<NaiveDate> {
     NaiveDate::from_ymd_opt(
         i32::try_from(number / 10_000).ok()?,
         u32::try_from(number / 100 % 100).ok()?,
@@ -34,7 +34,7 @@ pub struct Clock {
 }
 
 impl Clock {
-    pub fn new(tz: Tz) -> Self {
+    pub(crate) fn new(tz: Tz) -> Self {
         Self {
             tz,
             offset_ms: Arc::new(AtomicI64::new(0)),
@@ -74,7 +74,7 @@ impl Clock {
     }
 
     /// The local date of an instant given in epoch milliseconds (an event's `at`).
-    pub fn date_of_ms(&self, epoch_ms: i64) -> NaiveDate {
+    pub(crate) fn date_of_ms(&self, epoch_ms: i64) -> NaiveDate {
         self.date_of(DateTime::from_timestamp_millis(epoch_ms).unwrap_or_default())
     }
 
@@ -84,7 +84,7 @@ impl Clock {
 
     /// The instant a day begins in the configured zone (the first existing instant of the
     /// day where a daylight-saving jump skips midnight).
-    pub fn start_of(&self, date: NaiveDate) -> DateTime<Utc> {
+    pub(crate) fn start_of(&self, date: NaiveDate) -> DateTime<Utc> {
         (0..24)
             .find_map(|hour| {
                 self.tz
@@ -103,8 +103,8 @@ impl Clock {
 /// A calendar month (a season is one), identified as `YYYYMM`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Month {
-    pub year: i32,
-    pub month: u32,
+    pub(crate) year: i32,
+    pub(crate) month: u32,
 }
 
 impl Month {
@@ -133,7 +133,7 @@ impl Month {
     }
 
     /// Parses `YYYY-MM`.
-    pub fn parse_dashed(text: &str) -> Option<Self> {
+    pub(crate) fn parse_dashed(text: &str) -> Option<Self> {
         let (year, month) = text.split_once('-')?;
         if year.len() != 4 || month.len() != 2 {
             return None;
@@ -141,7 +141,7 @@ impl Month {
         Self::parse_id(&format!("{year}{month}"))
     }
 
-    pub fn dashed(self) -> String {
+    pub(crate) fn dashed(self) -> String {
         format!("{:04}-{:02}", self.year, self.month)
     }
 
@@ -159,7 +159,7 @@ impl Month {
         }
     }
 
-    pub fn next(self) -> Self {
+    pub(crate) fn next(self) -> Self {
         if self.month == 12 {
             Self {
                 year: self.year + 1,
@@ -173,7 +173,7 @@ impl Month {
         }
     }
 
-    pub fn first_day(self) -> NaiveDate {
+    pub(crate) fn first_day(self) -> NaiveDate {
         NaiveDate::from_ymd_opt(self.year, self.month, 1).unwrap_or_default()
     }
 
@@ -182,7 +182,7 @@ impl Month {
     }
 
     /// English name, e.g. "November 2026".
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         self.first_day().format("%B %Y").to_string()
     }
 }

@@ -64,7 +64,7 @@ pub enum Backend {
 
 impl Backend {
     /// The backend a connection (or a transaction, through `&**tx`) speaks.
-    pub fn of(conn: &AnyConnection) -> Self {
+    pub(crate) fn of(conn: &AnyConnection) -> Self {
         if conn.backend_name() == "SQLite" {
             Self::Sqlite
         } else {
@@ -73,7 +73,7 @@ impl Backend {
     }
 
     /// Its name in OpenTelemetry's `db.system.name`.
-    pub fn system_name(self) -> &'static str {
+    pub(crate) fn system_name(self) -> &'static str {
         match self {
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgresql",
@@ -82,7 +82,7 @@ impl Backend {
 
     /// The placeholder of the `n`th parameter (from 1) of a statement whose parameters are
     /// all bound in order: `$n`, or on SQLite an anonymous `?` (see [`values_placeholders`]).
-    pub fn param(self, n: usize) -> String {
+    pub(crate) fn param(self, n: usize) -> String {
         match self {
             Self::Sqlite => "?".into(),
             Self::Postgres => format!("${n}"),
@@ -98,7 +98,7 @@ impl Backend {
     /// statement changes, and an archive batch changes hundreds. With every constraint set to
     /// skip the row, nothing can abort and no journal is kept. The rows the archives write
     /// come from typed events, so a NULL it would skip cannot occur.
-    pub fn insert_new_rows(self, into: &str, values: &str) -> String {
+    pub(crate) fn insert_new_rows(self, into: &str, values: &str) -> String {
         match self {
             Self::Sqlite => format!("INSERT OR IGNORE INTO {into} VALUES {values}"),
             Self::Postgres => format!("INSERT INTO {into} VALUES {values} ON CONFLICT DO NOTHING"),
@@ -112,7 +112,7 @@ pub struct Db {
     /// Where the background writers (the stream consumers, the first sights of users) write
     /// their batches: on SQLite one connection of its own (see [`Db::connect`]), on
     /// PostgreSQL the same pool.
-    pub archive: AnyPool,
+    pub(crate) archive: AnyPool,
     pub backend: Backend,
 }
 
@@ -173,7 +173,7 @@ impl Db {
     }
 
     /// Applies the migrations of this backend that have not run yet.
-    pub async fn migrate(&self) -> anyhow::Result<()> {
+    pub(crate) async fn migrate(&self) -> anyhow::Result<()> {
         Migrator::new(Dialect(self.backend))
             .await
             .context("reading the migrations")?
@@ -184,19 +184,19 @@ impl Db {
     }
 
     /// Whether the database answers now (readiness).
-    pub async fn is_ready(&self) -> bool {
+    pub(crate) async fn is_ready(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
     }
 
     /// Pool usage, for `/metrics`.
-    pub fn pool_state(&self) -> (u32, u32) {
+    pub(crate) fn pool_state(&self) -> (u32, u32) {
         (self.pool.size(), self.pool.num_idle() as u32)
     }
 
     /// The rows of `select` (a statement without its WHERE, e.g. `SELECT id, name FROM
     /// items`) whose `id` is among `ids`, decoded by `decode`: one query however many ids, in
     /// no particular order (none for no ids).
-    pub async fn find_by_ids<T>(
+    pub(crate) async fn find_by_ids<T>(
         &self,
         select: &str,
         ids: &[i64],
@@ -216,7 +216,7 @@ impl Db {
     /// three, the bounds of the range (none: from the newest, or to the oldest) and one row
     /// more than it returns, which tells whether another page follows in the direction read
     /// (older rows forward, newer ones backward). The rows come back newest first.
-    pub async fn keyset_page<'q, T>(
+    pub(crate) async fn keyset_page<'q, T>(
         &self,
         query: Query<'q, Any, AnyArguments<'q>>,
         page: PageArgs<KeyRange>,

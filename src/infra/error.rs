@@ -83,7 +83,7 @@ impl ErrorCode {
     }
 
     /// The code written as `text` (`"NOT_FOUND"`), if it is one of ours.
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         Self::items()
             .iter()
             .find(|item| item.name == text)
@@ -137,28 +137,28 @@ pub enum AppError {
 pub type AppResult<T> = Result<T, AppError>;
 
 impl AppError {
-    pub fn client(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn client(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::Client {
             code,
             message: message.into(),
         }
     }
-    pub fn unauthenticated(message: impl Into<String>) -> Self {
+    pub(crate) fn unauthenticated(message: impl Into<String>) -> Self {
         Self::client(ErrorCode::Unauthenticated, message)
     }
-    pub fn forbidden(message: impl Into<String>) -> Self {
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
         Self::client(ErrorCode::Forbidden, message)
     }
-    pub fn bad_input(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_input(message: impl Into<String>) -> Self {
         Self::client(ErrorCode::BadUserInput, message)
     }
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::client(ErrorCode::NotFound, message)
     }
-    pub fn conflict(message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
         Self::client(ErrorCode::Conflict, message)
     }
-    pub fn internal(error: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn internal(error: impl Into<anyhow::Error>) -> Self {
         Self::Internal(std::sync::Arc::new(error.into()))
     }
 
@@ -172,7 +172,7 @@ impl AppError {
     }
 
     /// What a client may read: the message of client errors, a fixed sentence otherwise.
-    pub fn public_message(&self) -> String {
+    pub(crate) fn public_message(&self) -> String {
         match self {
             Self::Client { message, .. } => message.clone(),
             Self::RateLimited { .. } => self.to_string(),
@@ -182,12 +182,12 @@ impl AppError {
     }
 
     /// Whether the details must be logged because the client does not see them.
-    pub fn is_hidden(&self) -> bool {
+    pub(crate) fn is_hidden(&self) -> bool {
         matches!(self, Self::Unavailable(_) | Self::Internal(_))
     }
 
     /// Writes `code` (and `retryAfter` for rate limits) into GraphQL error extensions.
-    pub fn write_extensions(&self, extensions: &mut ErrorExtensionValues) {
+    pub(crate) fn write_extensions(&self, extensions: &mut ErrorExtensionValues) {
         extensions.set("code", self.code().as_str());
         if let Self::RateLimited { retry_after_secs } = self {
             extensions.set("retryAfter", *retry_after_secs);
@@ -257,7 +257,7 @@ impl From<bb8::RunError<redis::RedisError>> for AppError {
 
 /// Turns a unique-constraint violation into a client error, as realworld-axum-sqlx does,
 /// instead of letting it become an internal error.
-pub trait ResultExt<T> {
+pub(crate) trait ResultExt<T> {
     fn on_unique_violation(self, error: impl FnOnce() -> AppError) -> AppResult<T>;
 }
 

@@ -29,7 +29,7 @@ use crate::infra::{
 };
 
 /// 2023-01-01T00:00:00Z.
-pub const EPOCH_SECONDS: i64 = 1_672_531_200;
+pub(crate) const EPOCH_SECONDS: i64 = 1_672_531_200;
 const SEQUENCE_BITS: u32 = 32;
 /// Day keys live for two days, so a clock that lags near midnight still finds its key.
 const DAY_KEY_TTL_SECONDS: u64 = 2 * 24 * 3600;
@@ -37,7 +37,7 @@ const DAY_KEY_TTL_SECONDS: u64 = 2 * 24 * 3600;
 /// The parts of an ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdParts {
-    pub seconds_since_epoch: u32,
+    pub(crate) seconds_since_epoch: u32,
     pub sequence: u32,
 }
 
@@ -136,7 +136,7 @@ impl Replies for IdsAllocateBlock {
 }
 
 /// Parses an ID (decimal text), answering `BAD_USER_INPUT` otherwise.
-pub fn parse(id: &str, what: &str) -> AppResult<i64> {
+pub(crate) fn parse(id: &str, what: &str) -> AppResult<i64> {
     id.trim()
         .parse::<i64>()
         .ok()

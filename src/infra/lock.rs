@@ -27,7 +27,7 @@ impl Keys {
         self.tagged(format_args!("lock:{name}"), "owner")
     }
 
-    pub fn lock_fence(&self, name: &str) -> String {
+    pub(crate) fn lock_fence(&self, name: &str) -> String {
         self.tagged(format_args!("lock:{name}"), "fence")
     }
 }

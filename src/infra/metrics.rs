@@ -53,7 +53,7 @@ static PROCESS: LazyLock<metrics_process::Collector> =
     LazyLock::new(metrics_process::Collector::default);
 
 /// Installs the process-wide recorder (once; later calls reuse it).
-pub fn install() -> &'static PrometheusHandle {
+pub(crate) fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(
@@ -286,7 +286,7 @@ fn from_start() {
 }
 
 /// Exports the counters of the stream consumer `name` at 0, as it starts.
-pub fn consumer_counted(name: &'static str) {
+pub(crate) fn consumer_counted(name: &'static str) {
     install();
     for counter in PER_CONSUMER {
         metrics::counter!(counter, "consumer" => name).increment(0);
@@ -295,7 +295,7 @@ pub fn consumer_counted(name: &'static str) {
 
 /// Exports the counters of a job topic (its label, see [`BoundedLabel`]) at 0: those of
 /// the topics the code handles, as their handler is registered.
-pub fn topic_counted(label: String) {
+pub(crate) fn topic_counted(label: String) {
     install();
     for counter in PER_TOPIC {
         metrics::counter!(counter, "topic" => label.clone()).increment(0);
@@ -332,7 +332,7 @@ pub async fn render(infra: &Infra) -> String {
 
 /// `operation` is a name of the schema or one of a few fixed words (see
 /// `http::admission`), never a name a client made up: the label set stays bounded.
-pub fn record_request(operation: &'static str, elapsed: Duration) {
+pub(crate) fn record_request(operation: &'static str, elapsed: Duration) {
     metrics::counter!("engage_graphql_requests_total", "operation" => operation).increment(1);
     metrics::histogram!(
         "engage_graphql_request_duration_seconds",
@@ -342,28 +342,28 @@ pub fn record_request(operation: &'static str, elapsed: Duration) {
 }
 
 /// An error answered; the label is one of the fixed table of [`ErrorCode`].
-pub fn record_error(code: ErrorCode) {
+pub(crate) fn record_error(code: ErrorCode) {
     metrics::counter!("engage_graphql_errors_total", "code" => code.as_str()).increment(1);
 }
 
 /// How long the gauges read from Redis serve later scrapes: Prometheus scrapes every 15 s
 /// or so, so a second old is as current as it can tell, and a flood of scrapes costs Redis
 /// one reading a second.
-pub const SCRAPED_FOR: Duration = Duration::from_secs(1);
+pub(crate) const SCRAPED_FOR: Duration = Duration::from_secs(1);
 
 /// A gauge's value read for one scrape.
 #[derive(Clone)]
-pub struct Reading {
-    pub name: &'static str,
-    pub labels: Vec<(&'static str, String)>,
-    pub value: f64,
+pub(crate) struct Reading {
+    pub(crate) name: &'static str,
+    pub(crate) labels: Vec<(&'static str, String)>,
+    pub(crate) value: f64,
 }
 
 /// Gauges whose values live in Redis (a queue's depth, a consumer's lag), read when
 /// `/metrics` is scraped. Keeping them current instead would cost every write a counter
 /// update, and a counter that drifts (a crash between the write and its count) stays wrong.
 #[async_trait::async_trait]
-pub trait ScrapedGauges: Send + Sync + 'static {
+pub(crate) trait ScrapedGauges: Send + Sync + 'static {
     /// This scrape's values. `infra` is handed in rather than held, so that a source kept by
     /// the instance does not keep the instance alive.
     async fn read(&self, infra: &Infra) -> AppResult<Vec<Reading>>;
@@ -375,7 +375,7 @@ type Taken = (Instant, Arc<[Reading]>);
 /// The [`ScrapedGauges`] of one instance (the stream consumers add theirs as they start,
 /// the wiring adds the delay queue's), and their last reading.
 #[derive(Clone, Default)]
-pub struct Scraped {
+pub(crate) struct Scraped {
     sources: Arc<Mutex<Vec<Arc<dyn ScrapedGauges>>>>,
     /// The last reading and when it was taken. An async lock, held while Redis is read: the
     /// scrapes that come meanwhile wait for that reading instead of each starting one.
@@ -383,7 +383,7 @@ pub struct Scraped {
 }
 
 impl Scraped {
-    pub fn add(&self, gauges: impl ScrapedGauges) {
+    pub(crate) fn add(&self, gauges: impl ScrapedGauges) {
         self.sources
             .lock()
             .expect("poisoned")
@@ -454,7 +454,7 @@ fn render_scraped(readings: &[Reading]) -> String {
 /// (like the gauges read from Redis), not into the process's recorder, so that two
 /// instances in one process (the tests) each report their own.
 #[derive(Clone, Default)]
-pub struct Open(Arc<OpenCounts>);
+pub(crate) struct Open(Arc<OpenCounts>);
 
 #[derive(Default)]
 struct OpenCounts {
@@ -465,7 +465,7 @@ struct OpenCounts {
 
 impl Open {
     /// The subscription fields of the schema, exported at 0 before any is run.
-    pub fn known_fields(&self, fields: impl IntoIterator<Item = String>) {
+    pub(crate) fn known_fields(&self, fields: impl IntoIterator<Item = String>) {
         let mut subscriptions = self.0.subscriptions.lock().expect("poisoned");
         for field in fields {
             subscriptions.entry(field).or_insert(0);
@@ -473,7 +473,7 @@ impl Open {
     }
 
     /// Counts a WebSocket open until the guard is dropped.
-    pub fn websocket(&self) -> Held {
+    pub(crate) fn websocket(&self) -> Held {
         self.0.websockets.fetch_add(1, Ordering::Relaxed);
         Held {
             open: self.clone(),
@@ -482,7 +482,7 @@ impl Open {
     }
 
     /// Counts a subscription of `field` active until the guard is dropped.
-    pub fn subscription(&self, field: &str) -> Held {
+    pub(crate) fn subscription(&self, field: &str) -> Held {
         *self
             .0
             .subscriptions
@@ -513,7 +513,7 @@ impl Open {
 }
 
 /// One WebSocket or subscription counted by [`Open`]; dropping it counts it out.
-pub struct Held {
+pub(crate) struct Held {
     open: Open,
     field: Option<String>,
 }
@@ -541,7 +541,7 @@ impl Drop for Held {
 }
 
 /// The label value of any value past the first few of a [`BoundedLabel`].
-pub const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 
 /// A label whose values are not fixed in the code (job topics, which an admin names): the
 /// first `max` values an instance meets are named as themselves, any later one is `other`.
@@ -549,13 +549,13 @@ pub const OTHER: &str = "other";
 /// process; without a bound, a script that made up topics would grow the scrape without
 /// end. (Ranking by size instead, the largest topics named, would move a topic in and out
 /// of `other` between scrapes, and break its counters' rates each time.)
-pub struct BoundedLabel {
+pub(crate) struct BoundedLabel {
     max: usize,
     named: Mutex<HashSet<String>>,
 }
 
 impl BoundedLabel {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             max,
             named: Mutex::new(HashSet::new()),
@@ -563,7 +563,7 @@ impl BoundedLabel {
     }
 
     /// The label value for `value`.
-    pub fn of(&self, value: &str) -> String {
+    pub(crate) fn of(&self, value: &str) -> String {
         let mut named = self.named.lock().expect("poisoned");
         if named.contains(value) {
             return value.to_string();

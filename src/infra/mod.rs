@@ -4,24 +4,24 @@
 //! come, the strength of secrets, and logs and traces.
 
 pub mod auth;
-pub mod backoff;
-pub mod cache;
+pub(crate) mod backoff;
+pub(crate) mod cache;
 pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod ids;
-pub mod live;
+pub(crate) mod live;
 pub mod lock;
 pub mod metrics;
 pub mod outbox;
-pub mod page;
+pub(crate) mod page;
 pub mod recovery;
 pub mod redis;
-pub mod secrets;
+pub(crate) mod secrets;
 pub mod streams;
 pub mod telemetry;
-pub mod weak_map;
+pub(crate) mod weak_map;
 
 use std::{
     future::Future,
@@ -55,12 +55,12 @@ pub struct Infra {
 
 impl Infra {
     /// Runs scripts whose writes need no replica (or that only read).
-    pub fn scripts(&self) -> redis::runner::Scripts<'_> {
+    pub(crate) fn scripts(&self) -> redis::runner::Scripts<'_> {
         redis::runner::Scripts::on(&self.redis)
     }
 
     /// Runs scripts that write `kind`, which may wait for replicas.
-    pub fn durable_scripts(
+    pub(crate) fn durable_scripts(
         &self,
         kind: redis::durability::DurableWrite,
     ) -> redis::runner::Scripts<'_> {
@@ -78,38 +78,42 @@ pub struct Instance {
     /// Where dedicated connections (the live hub, blocking stream reads) connect.
     pub redis: redis::RedisTarget,
     /// How stream consumers wait: take-over of a dead consumer's entries, and back-off.
-    pub consumers: ConsumerTimings,
+    pub(crate) consumers: ConsumerTimings,
     /// Cancelled when the instance begins to shut down.
     pub shutdown: CancellationToken,
     /// Cancelled when the instance is told to stop (SIGTERM), before `shutdown`: from then
     /// on it reports itself not ready and asks keep-alive clients to reconnect elsewhere,
     /// while requests, WebSockets and background tasks go on until the drain window ends.
     /// A child of `shutdown`, so a shutdown that skips the window is draining too.
-    pub draining: CancellationToken,
+    pub(crate) draining: CancellationToken,
     /// Background tasks, awaited on shutdown.
     pub tasks: TaskTracker,
     /// Gauges read from Redis when `/metrics` is scraped (consumer lag, queue depths), and
     /// their last reading.
-    pub scraped: metrics::Scraped,
+    pub(crate) scraped: metrics::Scraped,
     /// The WebSockets and subscriptions open on this instance, for `/metrics`.
-    pub open: metrics::Open,
+    pub(crate) open: metrics::Open,
 }
 
 /// The configured times of every stream consumer.
 #[derive(Clone, Copy, Debug)]
-pub struct ConsumerTimings {
+pub(crate) struct ConsumerTimings {
     /// Pending entries idle this long belong to a dead consumer and are taken over.
-    pub claim_idle: Duration,
+    pub(crate) claim_idle: Duration,
     /// The longest back-off while SQL fails.
-    pub max_backoff: Duration,
+    pub(crate) max_backoff: Duration,
     /// How long the archives (the consumers that write SQL) let a short batch gather.
-    pub archive_linger: Duration,
+    pub(crate) archive_linger: Duration,
 }
 
 impl Instance {
     /// Runs a background task until shutdown; `task` must return soon after
     /// [`Instance::shutdown`] is cancelled.
-    pub fn spawn(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+    pub(crate) fn spawn(
+        &self,
+        name: &'static str,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
         self.tasks.spawn(async move {
             task.await;
             tracing::debug!(task = name, "background task stopped");

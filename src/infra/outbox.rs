@@ -78,7 +78,7 @@ pub async fn deliver<O: Outbox>(outbox: &O, entries: &[O::Entry]) -> AppResult<(
 
 /// What a request does once its transaction committed: delivers, or leaves the rows to the
 /// retrier when Redis (or SQL) refuses. The write stands either way, so this never fails.
-pub async fn deliver_or_leave<O: Outbox>(outbox: &O, entries: &[O::Entry]) {
+pub(crate) async fn deliver_or_leave<O: Outbox>(outbox: &O, entries: &[O::Entry]) {
     if let Err(error) = deliver(outbox, entries).await {
         tracing::warn!(kind = O::NAME, %error, "not delivered to Redis yet; the retrier will");
     }
@@ -86,7 +86,7 @@ pub async fn deliver_or_leave<O: Outbox>(outbox: &O, entries: &[O::Entry]) {
 
 /// The rows of `filter` (an SQL condition on the table, its `$n` taken from `binds`),
 /// oldest first, at most `PER_ROUND`.
-pub async fn pending<O: Outbox>(
+pub(crate) async fn pending<O: Outbox>(
     outbox: &O,
     filter: &str,
     binds: &[i64],
@@ -115,7 +115,7 @@ async fn left<O: Outbox>(outbox: &O) -> AppResult<Vec<O::Entry>> {
 /// delivery adds to what Redis holds (otherwise a change already in the SQL it rebuilds
 /// from would be added again). Rows stored meanwhile are their requests' to deliver, so a
 /// steady stream of writes does not keep it going. Returns the rows delivered.
-pub async fn drain<O: Outbox>(outbox: &O) -> AppResult<u64> {
+pub(crate) async fn drain<O: Outbox>(outbox: &O) -> AppResult<u64> {
     let until = outbox.infra().clock.now_ms();
     let mut delivered = 0;
     loop {
@@ -129,7 +129,7 @@ pub async fn drain<O: Outbox>(outbox: &O) -> AppResult<u64> {
 }
 
 /// Delivers what requests could not, until the instance shuts down.
-pub fn spawn_retrier<O: Outbox>(outbox: O) {
+pub(crate) fn spawn_retrier<O: Outbox>(outbox: O) {
     let instance = outbox.infra().instance.clone();
     let shutdown = instance.shutdown.clone();
     instance.spawn(O::NAME, async move {

@@ -4,9 +4,9 @@
 /// How many rows to read, and where the previous page ended: a key range ([`KeyRange`],
 /// keyset lists), a position (`usize`, offset lists) or a list's own cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PageArgs<After> {
-    pub first: usize,
-    pub after: After,
+pub(crate) struct PageArgs<After> {
+    pub(crate) first: usize,
+    pub(crate) after: After,
 }
 
 /// Where a page of a keyset list (newest first by an integer key) lies: the keys below
@@ -14,26 +14,18 @@ pub struct PageArgs<After> {
 /// newest end, or from the oldest end when `backward` (a `last` page: the rows just newer
 /// than `before`). Either way the rows come back newest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct KeyRange {
-    pub after: Option<i64>,
-    pub before: Option<i64>,
-    pub backward: bool,
+pub(crate) struct KeyRange {
+    pub(crate) after: Option<i64>,
+    pub(crate) before: Option<i64>,
+    pub(crate) backward: bool,
 }
 
 impl KeyRange {
-    /// The rows after `after`, read forward: what every keyset list served before `last`.
-    pub fn after(after: Option<i64>) -> Self {
-        Self {
-            after,
-            ..Self::default()
-        }
-    }
-
     /// The end of a keyset query over the column `key`, its parameters numbered from `$n`:
     /// `key < $n AND key > $n+1 ORDER BY key DESC LIMIT $n+2` (`ASC` when backward, so that
     /// the rows nearest `before` come first; [`crate::infra::db::Db::keyset_page`] binds
     /// the three and puts the rows back newest first). Both directions walk the same index.
-    pub fn sql_tail(&self, key: &str, n: usize) -> String {
+    pub(crate) fn sql_tail(&self, key: &str, n: usize) -> String {
         let order = if self.backward { "ASC" } else { "DESC" };
         format!(
             "{key} < ${n} AND {key} > ${} ORDER BY {key} {order} LIMIT ${}",
@@ -44,7 +36,7 @@ impl KeyRange {
 }
 
 /// A page read with `LIMIT first + 1`: the first `first` rows, and whether more follow.
-pub fn split_page<T>(mut rows: Vec<T>, first: usize) -> (Vec<T>, bool) {
+pub(crate) fn split_page<T>(mut rows: Vec<T>, first: usize) -> (Vec<T>, bool) {
     let more = rows.len() > first;
     rows.truncate(first);
     (rows, more)

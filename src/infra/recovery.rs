@@ -32,7 +32,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(feature: &'static str) -> Self {
+    pub(crate) fn new(feature: &'static str) -> Self {
         Self {
             feature,
             checked: 0,
@@ -42,7 +42,7 @@ impl Report {
     }
 
     /// Counts one comparison; `describe` says what differs when it is not `consistent`.
-    pub fn check(&mut self, consistent: bool, describe: impl FnOnce() -> String) {
+    pub(crate) fn check(&mut self, consistent: bool, describe: impl FnOnce() -> String) {
         self.checked += 1;
         if !consistent {
             self.drifted += 1;
@@ -59,7 +59,7 @@ impl Report {
 
 /// One feature's rebuild: where it resumes, and its progress on the terminal.
 pub struct Rebuild<'a> {
-    pub infra: &'a Infra,
+    pub(crate) infra: &'a Infra,
     feature: &'static str,
     bar: ProgressBar,
 }
@@ -67,12 +67,12 @@ pub struct Rebuild<'a> {
 impl Rebuild<'_> {
     /// The cursor a stopped run of this feature reached (0 when it starts over): the last
     /// id of the last chunk it finished.
-    pub async fn resume_from(&self) -> AppResult<i64> {
+    pub(crate) async fn resume_from(&self) -> AppResult<i64> {
         Ok(self.recall("").await?.unwrap_or(0))
     }
 
     /// Records that everything up to `cursor` is rebuilt, and moves the bar by `done`.
-    pub async fn finished_through(&self, cursor: i64, done: u64) -> AppResult<()> {
+    pub(crate) async fn finished_through(&self, cursor: i64, done: u64) -> AppResult<()> {
         self.remember("", cursor).await?;
         self.bar.inc(done);
         Ok(())
@@ -80,7 +80,7 @@ impl Rebuild<'_> {
 
     /// A value this feature's run remembered under `part` (a cursor of one of its parts, a
     /// snapshot position), if a stopped run left one.
-    pub async fn recall(&self, part: &str) -> AppResult<Option<i64>> {
+    pub(crate) async fn recall(&self, part: &str) -> AppResult<Option<i64>> {
         let mut conn = self.infra.redis.get().await?;
         Ok(redis::cmd("HGET")
             .arg(self.infra.keys.recovery_cursors())
@@ -90,7 +90,7 @@ impl Rebuild<'_> {
     }
 
     /// Remembers `value` under `part` until the whole rebuild has finished.
-    pub async fn remember(&self, part: &str, value: i64) -> AppResult<()> {
+    pub(crate) async fn remember(&self, part: &str, value: i64) -> AppResult<()> {
         let mut conn = self.infra.redis.get().await?;
         let () = redis::cmd("HSET")
             .arg(self.infra.keys.recovery_cursors())
@@ -102,12 +102,12 @@ impl Rebuild<'_> {
     }
 
     /// How many things (rows, members) the rebuild will write, for the bar.
-    pub fn expect(&self, total: u64) {
+    pub(crate) fn expect(&self, total: u64) {
         self.bar.set_length(total);
     }
 
     /// Sets the bar's length to what `count` (a `SELECT COUNT(…) AS n …`) answers.
-    pub async fn expect_count(&self, count: &str) -> AppResult<()> {
+    pub(crate) async fn expect_count(&self, count: &str) -> AppResult<()> {
         let total: i64 = sqlx::query(count)
             .fetch_one(&self.infra.db.pool)
             .await?
@@ -117,14 +117,14 @@ impl Rebuild<'_> {
     }
 
     /// Moves the bar for work that keeps no cursor.
-    pub fn advance(&self, done: u64) {
+    pub(crate) fn advance(&self, done: u64) {
         self.bar.inc(done);
     }
 }
 
 impl<'a> Rebuild<'a> {
     /// One feature's rebuild, showing its progress on `bar`.
-    pub fn new(infra: &'a Infra, feature: &'static str, bar: ProgressBar) -> Self {
+    pub(crate) fn new(infra: &'a Infra, feature: &'static str, bar: ProgressBar) -> Self {
         Self {
             infra,
             feature,
@@ -138,7 +138,7 @@ impl<'a> Rebuild<'a> {
     }
 
     /// Ends the bar; answers how many things the rebuild wrote.
-    pub fn finish(&self) -> u64 {
+    pub(crate) fn finish(&self) -> u64 {
         self.bar.finish();
         self.bar.position()
     }
@@ -152,7 +152,7 @@ impl crate::infra::redis::Keys {
 }
 
 /// Sends a pipeline of writes whose replies nobody reads; an empty one sends nothing.
-pub async fn write(infra: &Infra, pipe: &redis::Pipeline) -> AppResult<()> {
+pub(crate) async fn write(infra: &Infra, pipe: &redis::Pipeline) -> AppResult<()> {
     if pipe.is_empty() {
         return Ok(());
     }
@@ -166,7 +166,7 @@ pub async fn write(infra: &Infra, pipe: &redis::Pipeline) -> AppResult<()> {
 /// or followers in chunks. Read as plain ordered pages of the column's index and made
 /// distinct here: PostgreSQL plans `SELECT DISTINCT … LIMIT` on a table it has not
 /// analysed yet as a scan of the whole table, each time.
-pub async fn next_ids(
+pub(crate) async fn next_ids(
     infra: &Infra,
     table: &str,
     column: &str,
@@ -215,7 +215,7 @@ pub async fn next_ids(
 /// read a chunk's rows: a range its index reads directly, where PostgreSQL planned a long
 /// `IN (…)` list on a table it had not analysed yet as a scan of the whole table. Ids
 /// between the two that are not in the chunk are the caller's to skip.
-pub fn within(column: &str, ids: &[i64]) -> String {
+pub(crate) fn within(column: &str, ids: &[i64]) -> String {
     match (ids.first(), ids.last()) {
         (Some(first), Some(last)) => format!("{column} BETWEEN {first} AND {last}"),
         _ => "FALSE".to_string(),

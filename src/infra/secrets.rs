@@ -30,11 +30,11 @@ use std::collections::HashSet;
 
 /// What production wants a secret to be worth: HS256's security is at most its 256-bit
 /// output, and half of that is the usual floor for a symmetric key.
-pub const MIN_PRODUCTION_BITS: f64 = 128.0;
+pub(crate) const MIN_PRODUCTION_BITS: f64 = 128.0;
 
 /// What a letter of a typed word is worth: English text carries less than two bits a letter,
 /// and a passphrase of dictionary words about 2.6 (12.9 bits a word of five letters).
-pub const WORD_LETTER_BITS: f64 = 1.5;
+pub(crate) const WORD_LETTER_BITS: f64 = 1.5;
 
 /// Letters of one case in a row from which they count as a word.
 const WORD_LETTERS: usize = 4;
@@ -50,7 +50,7 @@ const SEQUENCES: [&str; 4] = [
 
 /// Why a secret is not good enough for production.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Weakness {
+pub(crate) enum Weakness {
     /// The published development secret, in any case and spacing.
     Development,
     /// Worth fewer bits than production wants.
@@ -59,7 +59,7 @@ pub enum Weakness {
 
 /// Whether `secret` is fit to sign production tokens; `development` is the published
 /// development secret, refused whatever its case and spacing and wherever it appears.
-pub fn weakness(secret: &str, development: &str) -> Option<Weakness> {
+pub(crate) fn weakness(secret: &str, development: &str) -> Option<Weakness> {
     let canonical = |text: &str| -> String {
         text.chars()
             .filter(|c| !c.is_whitespace())
@@ -74,7 +74,7 @@ pub fn weakness(secret: &str, development: &str) -> Option<Weakness> {
 }
 
 /// What `secret` is worth in bits, by the rules of the module's doc.
-pub fn estimated_bits(secret: &str) -> f64 {
+pub(crate) fn estimated_bits(secret: &str) -> f64 {
     let chars: Vec<char> = secret.chars().collect();
     let per_char = alphabet(&chars).log2();
     let in_word = words(&chars);

@@ -12,7 +12,7 @@ use std::{
 /// Weak references by key. Entries whose value is gone are swept out when the map has
 /// doubled since the last sweep, so that sweeping costs a constant per insertion and the map
 /// stays within twice the values held.
-pub struct WeakMap<K, V: ?Sized> {
+pub(crate) struct WeakMap<K, V: ?Sized> {
     entries: HashMap<K, Weak<V>>,
     sweep_at: usize,
 }
@@ -28,7 +28,7 @@ impl<K, V: ?Sized> Default for WeakMap<K, V> {
 
 impl<K: Eq + Hash, V: ?Sized> WeakMap<K, V> {
     /// The value under `key`, if someone still holds it.
-    pub fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
     where
         K: Borrow<Q>,
         Q: Eq + Hash + ?Sized,
@@ -37,7 +37,7 @@ impl<K: Eq + Hash, V: ?Sized> WeakMap<K, V> {
     }
 
     /// Puts `value` under `key` (without holding it).
-    pub fn insert(&mut self, key: K, value: &Arc<V>) {
+    pub(crate) fn insert(&mut self, key: K, value: &Arc<V>) {
         if self.entries.len() >= self.sweep_at {
             self.entries.retain(|_, value| value.strong_count() > 0);
             self.sweep_at = (self.entries.len() * 2).max(64);
@@ -46,7 +46,7 @@ impl<K: Eq + Hash, V: ?Sized> WeakMap<K, V> {
     }
 
     /// How many values someone still holds.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.entries
             .values()
             .filter(|value| value.strong_count() > 0)

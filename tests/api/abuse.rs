@@ -457,9 +457,9 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
         .to_string();
     // The remark reaches the author's outbox off the request path; wait for it, so that both
     // runs are compared with every key they will ever touch.
-    let outbox = app.state.infra.keys.feed_outbox(user);
+    let outbox = app.keys().feed_outbox(user);
     eventually(async || {
-        let mut conn = app.state.infra.redis.get().await.unwrap();
+        let mut conn = app.redis_connection().await;
         redis::cmd("EXISTS")
             .arg(&outbox)
             .query_async::<bool>(&mut *conn)
@@ -503,14 +503,14 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
     }
     // The users met here are written (their names too) off the request path, in batches:
     // wait for them as for the outbox.
-    let users = &app.state.features.users;
+    let users = app.users();
     eventually(async || users.first_sights_queued() == 0).await;
 }
 
 #[tokio::test]
 async fn hostile_strings_in_content_names_keys_and_ids_never_change_which_keys_are_touched() {
     let app = TestApp::spawn_with(|config| config.jobs.callback_hosts = "127.0.0.1:9".into()).await;
-    let prefix = app.state.config.redis_prefix.clone();
+    let prefix = app.config().redis_prefix.clone();
     let families = |keys: &[String]| -> BTreeSet<String> {
         keys.iter().map(|key| family(&prefix, key)).collect()
     };
@@ -548,7 +548,7 @@ async fn a_nul_character_in_any_text_postgresql_stores_is_bad_user_input_not_int
     }});
     let body = app.gql(Some(&app.admin_token()), query, input).await;
     // SQLite stores the character as it is; PostgreSQL's text cannot hold it.
-    match app.state.infra.db.backend {
+    match app.sql_backend() {
         engage::infra::db::Backend::Postgres => assert_eq!(first_code(&body), "BAD_USER_INPUT"),
         engage::infra::db::Backend::Sqlite => {
             assert_eq!(body["data"]["createVoucher"]["title"], "half\u{0}price")

@@ -38,7 +38,7 @@ async fn a_missing_token_is_unauthenticated_where_a_user_is_needed() {
 #[tokio::test]
 async fn expired_forged_and_unsigned_tokens_are_refused() {
     let app = TestApp::spawn().await;
-    let secret = app.state.config.jwt_secret().unwrap().to_string();
+    let secret = app.jwt_secret();
     let expired = engage::infra::auth::Tokens::new(&secret).mint(7, Role::Admin, -3600, None);
     let forged =
         engage::infra::auth::Tokens::new("someone-elses-secret").mint(7, Role::Admin, 3600, None);
@@ -88,7 +88,7 @@ async fn user_rows(app: &TestApp, low: i64, high: i64) -> i64 {
     sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users WHERE id BETWEEN $1 AND $2")
         .bind(low)
         .bind(high)
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
 }
@@ -123,19 +123,14 @@ async fn first_sights_gather_until_a_batch_is_full_or_the_instance_shuts_down() 
     // instance on the same database reads the rows).
     let sibling = app.spawn_sibling().await;
     app.shutdown().await.unwrap();
-    assert_eq!(app.state.features.users.first_sights_queued(), 0);
+    assert_eq!(app.users().first_sights_queued(), 0);
     assert_eq!(user_rows(&sibling, 9001, 10_300).await, 302);
 }
 
 #[tokio::test]
 async fn a_user_is_created_on_first_sight_with_the_name_claim() {
     let app = TestApp::spawn().await;
-    let token = engage::infra::auth::Tokens::signer(&app.state.config).mint(
-        42,
-        Role::User,
-        3600,
-        Some("Mei".into()),
-    );
+    let token = app.signer().mint(42, Role::User, 3600, Some("Mei".into()));
     let data = app
         .data(Some(&token), "{ viewer { id name avatarUrl } }", json!({}))
         .await;

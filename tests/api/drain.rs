@@ -148,7 +148,7 @@ async fn a_terminated_instance_drains_then_refuses_connections_answers_what_is_i
         "an upgrade is still accepted while draining"
     );
     assert!(
-        !app.state.infra.instance.shutdown.is_cancelled(),
+        !app.shutting_down(),
         "background tasks run through the window"
     );
 

@@ -97,15 +97,15 @@ async fn vote_log_counts(app: &TestApp) -> (i64, i64) {
     let row = sqlx::query(
         "SELECT COUNT(*) AS n, COUNT(DISTINCT event_id) AS distinct_events FROM vote_log",
     )
-    .fetch_one(&app.state.infra.db.pool)
+    .fetch_one(app.sql())
     .await
     .unwrap();
     (row.get("n"), row.get("distinct_events"))
 }
 
 async fn archive_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards())
-        .map(|s| app.state.infra.keys.vote_stream(s))
+    let streams: Vec<String> = (0..app.remark_shards())
+        .map(|s| app.keys().vote_stream(s))
         .collect();
     streams_settled(app, &streams, "archive").await;
 }
@@ -218,10 +218,9 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
     plug.unplug();
     tokio::time::sleep(Duration::from_secs(8)).await;
     plug.plug_in();
-    let channel = app.state.infra.keys.like_count_channel(
-        local_id(&remark),
-        app.state.features.remarks.settings.shards(),
-    );
+    let channel = app
+        .keys()
+        .like_count_channel(local_id(&remark), app.remark_shards());
     let client = redis::Client::open(shared.as_str()).unwrap();
     eventually("the hub subscribed again", Duration::from_secs(2), || {
         let (client, channel) = (client.clone(), channel.clone());
@@ -274,7 +273,7 @@ async fn during_an_sql_outage_likes_keep_answering_and_the_archive_catches_up_ex
     .await;
     let outage = match plug {
         Some(plug) => SqlOutage::Plug(plug),
-        None => SqlOutage::Sqlite(app.state.config.database_url.clone()),
+        None => SqlOutage::Sqlite(app.config().database_url.clone()),
     };
     let remark = create_remark(&app, 1).await;
     let voters: Vec<i64> = (100..140).collect();
@@ -388,7 +387,7 @@ async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() 
     assert_eq!(vote_log_counts(&first).await, (likes, likes));
     let delivered_to: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
         .bind(local_id(&remark))
-        .fetch_one(&first.state.infra.db.pool)
+        .fetch_one(first.sql())
         .await
         .unwrap()
         .get("like_count");
@@ -413,16 +412,14 @@ async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     // (made-up values; the pub/sub connection may be cut by Redis's output-buffer limit
     // meanwhile, then the hub resyncs from the real count) ...
     let channel = app
-        .state
-        .infra
-        .keys
-        .like_count_channel(remark_id, app.state.features.remarks.settings.shards());
+        .keys()
+        .like_count_channel(remark_id, app.remark_shards());
     let mut conn = crate::harness::redis(&app).await;
     let published: Vec<i64> = (1_000..11_000).collect();
     for chunk in published.chunks(1_000) {
         let mut pipe = redis::pipe();
         for value in chunk {
-            pipe.cmd(app.state.infra.keys.publish_command())
+            pipe.cmd(app.keys().publish_command())
                 .arg(&channel)
                 .arg(value)
                 .ignore();
@@ -525,10 +522,8 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
     let channels: Vec<String> = remarks
         .iter()
         .map(|remark| {
-            app.state.infra.keys.like_count_channel(
-                local_id(remark),
-                app.state.features.remarks.settings.shards(),
-            )
+            app.keys()
+                .like_count_channel(local_id(remark), app.remark_shards())
         })
         .collect();
     let conn = crate::harness::redis(&app).await;
@@ -536,7 +531,7 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
     let publish = |value: i64| {
         futures::future::join_all(channels.iter().map(|channel| {
             let mut conn = conn.clone();
-            let mut command = redis::cmd(app.state.infra.keys.publish_command());
+            let mut command = redis::cmd(app.keys().publish_command());
             command.arg(channel).arg(value);
             async move { command.query_async::<i64>(&mut conn).await.unwrap() }
         }))
@@ -590,14 +585,11 @@ async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other
     .await;
     let mut second = first.spawn_sibling().await;
     let holders = || async {
-        leases::holders(&first.state.infra, "vote-archive")
+        leases::holders(first.infra(), "vote-archive")
             .await
             .unwrap()
     };
-    let ids = (
-        first.state.infra.instance.id.to_string(),
-        second.state.infra.instance.id.to_string(),
-    );
+    let ids = (first.instance_id(), second.instance_id());
     // Within two rounds of balancing, each holds two of the four streams.
     let mut divided = false;
     for _ in 0..100 {
@@ -656,7 +648,7 @@ async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other
     }
     assert!(taken, "not taken over: {:?}", holders().await);
     let expected = 30 * remarks.len() as i64;
-    let pool = first.state.infra.db.pool.clone();
+    let pool = first.sql().clone();
     crate::harness::eventually(async || {
         let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT event_id) AS d FROM vote_log")
             .fetch_one(&pool)
@@ -679,7 +671,7 @@ async fn a_backlog_in_sixteen_streams_is_archived_in_batches_sql_accepts() {
         config.remarks.like_shards = Some(16);
     })
     .await;
-    let keys = &app.state.infra.keys;
+    let keys = &app.keys();
     let votes: i64 = 6_000;
     let mut pipe = redis::pipe();
     for voter in 0..votes {
@@ -690,7 +682,7 @@ async fn a_backlog_in_sixteen_streams_is_archived_in_batches_sql_accepts() {
             author_id: 1,
             liked: true,
             like_count: voter / 32 + 1,
-            at_ms: app.state.infra.clock.now_ms(),
+            at_ms: app.now_ms(),
             first_vote: true,
         };
         let add = pipe
@@ -704,7 +696,7 @@ async fn a_backlog_in_sixteen_streams_is_archived_in_batches_sql_accepts() {
     }
     let mut conn = crate::harness::redis(&app).await;
     let () = pipe.query_async(&mut conn).await.unwrap();
-    let pool = app.state.infra.db.pool.clone();
+    let pool = app.sql().clone();
     crate::harness::eventually(async || {
         let row = sqlx::query("SELECT COUNT(*) AS n FROM vote_log")
             .fetch_one(&pool)

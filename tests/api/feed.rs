@@ -51,7 +51,7 @@ async fn remarks_by(app: &TestApp, authors: &[i64]) -> Vec<String> {
             .await;
         ids.push(remark["createRemark"]["id"].as_str().unwrap().to_string());
     }
-    streams_settled(app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    streams_settled(app, &[app.keys().remark_stream()], "fanout").await;
     ids
 }
 
@@ -160,8 +160,8 @@ async fn equal_timestamps_keep_a_stable_order_across_pages() {
     meet(&app, &[1, 2]).await;
     follow(&app, 1, 2).await;
     // Five entries in the same millisecond, as a burst would give.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    let inbox = app.state.infra.keys.feed_inbox(1);
+    let mut conn = app.redis_connection().await;
+    let inbox = app.keys().feed_inbox(1);
     let ids = remarks_by(&app, &[2, 2, 2, 2, 2]).await;
     let () = redis::cmd("DEL")
         .arg(&inbox)
@@ -190,9 +190,9 @@ async fn inboxes_are_trimmed_to_their_size() {
     meet(&app, &[1, 2]).await;
     follow(&app, 1, 2).await;
     let ids = remarks_by(&app, &[2, 2, 2, 2, 2]).await;
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let size: i64 = redis::cmd("ZCARD")
-        .arg(app.state.infra.keys.feed_inbox(1))
+        .arg(app.keys().feed_inbox(1))
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -214,9 +214,9 @@ async fn a_big_authors_remarks_are_pulled_and_merged_at_read_time() {
     }
     follow(&app, 1, 5).await;
     let ids = remarks_by(&app, &[2, 5, 2, 5]).await;
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let inbox: Vec<String> = redis::cmd("ZRANGE")
-        .arg(app.state.infra.keys.feed_inbox(1))
+        .arg(app.keys().feed_inbox(1))
         .arg(0)
         .arg(-1)
         .query_async(&mut *conn)
@@ -358,7 +358,7 @@ async fn a_nearby_search_pages_through_its_1000_nearest_items_and_no_further() {
     // 1,100 places around one point, put straight into the GEO set.
     let mut conn = crate::harness::redis(&app).await;
     let mut add = redis::cmd("GEOADD");
-    add.arg(app.state.infra.keys.item_locations());
+    add.arg(app.keys().item_locations());
     for i in 1..=1100 {
         add.arg(121.4737 + f64::from(i) * 1e-5).arg(31.2304).arg(i);
     }
@@ -391,8 +391,8 @@ async fn a_hundred_remarks_of_one_millisecond_all_come_back_page_by_page() {
     follow(&app, 1, 2).await;
     let written = remarks_by(&app, &[2; 100]).await;
     // As if all hundred were written in the same millisecond.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    let inbox = app.state.infra.keys.feed_inbox(1);
+    let mut conn = app.redis_connection().await;
+    let inbox = app.keys().feed_inbox(1);
     let members: Vec<String> = redis::cmd("ZRANGE")
         .arg(&inbox)
         .arg(0)

@@ -8,16 +8,28 @@ use std::time::Duration;
 use clap::Parser;
 use engage::{
     app::{cli::Cli, settings::Settings, App, AppState},
+    features::{
+        feed::Feed, jobs::Jobs, leaderboard::Leaderboards, nearby::Nearby, recovery::Rebuilt,
+        remarks::Remarks, users::UserDirectory, vouchers::Vouchers,
+    },
     infra::{
         auth::{Role, Tokens},
-        redis::{counting::CountedConnection, RedisMode, RedisTarget},
+        clock::Month,
+        config::Config,
+        db::Backend,
+        error::AppResult,
+        recovery::Report,
+        redis::{counting::CountedConnection, Keys, RedisConn, RedisMode, RedisTarget},
+        Infra,
     },
 };
 use serde_json::{json, Value};
 
 pub struct TestApp {
     pub base: String,
-    pub state: AppState,
+    /// The started instance's state: reached only through the methods below, which name
+    /// what a test looks at or does behind the API's back.
+    state: AppState,
     pub http: reqwest::Client,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// What SIGTERM is to `engage serve`: the `stop` the server was started with.
@@ -183,7 +195,31 @@ impl TestApp {
     }
 
     pub fn token(&self, user_id: i64, role: Role) -> String {
-        Tokens::signer(&self.state.config).mint(user_id, role, 3600, None)
+        self.signer().mint(user_id, role, 3600, None)
+    }
+
+    /// What signs this app's tokens (the configured secret), for tokens a test shapes itself.
+    pub fn signer(&self) -> Tokens {
+        Tokens::signer(&self.state.config)
+    }
+
+    /// The shared secret tokens are signed with.
+    pub fn jwt_secret(&self) -> String {
+        self.state
+            .config
+            .jwt_secret()
+            .expect("a shared secret")
+            .to_string()
+    }
+
+    /// The token check the app runs (its identity provider's keys, when it has one).
+    pub fn tokens(&self) -> &Tokens {
+        &self.state.gateway.tokens
+    }
+
+    /// The configuration the app was started with.
+    pub fn config(&self) -> &Config {
+        &self.state.config
     }
 
     pub fn user_token(&self, user_id: i64) -> String {
@@ -217,6 +253,152 @@ impl TestApp {
         let body = self.gql(token, query, variables).await;
         assert!(body.get("errors").is_none(), "unexpected errors: {body}");
         body["data"].clone()
+    }
+
+    /// The app's database, to read what it wrote or to write behind its back.
+    pub fn sql(&self) -> &sqlx::AnyPool {
+        &self.state.infra.db.pool
+    }
+
+    /// Which SQL the app speaks.
+    pub fn sql_backend(&self) -> Backend {
+        self.state.infra.db.backend
+    }
+
+    /// A connection from the app's own Redis pool.
+    pub async fn redis_connection(&self) -> RedisConn<'_> {
+        self.state.infra.redis.get().await.expect("Redis answers")
+    }
+
+    /// [`TestApp::redis_connection`], or `None` while Redis does not answer.
+    pub async fn try_redis_connection(&self) -> Option<RedisConn<'_>> {
+        self.state.infra.redis.get().await.ok()
+    }
+
+    /// The app's key names (its prefix, its shards, its hash tags).
+    pub fn keys(&self) -> &Keys {
+        &self.state.infra.keys
+    }
+
+    /// The infrastructure, for the tests of its parts (locks, streams, recovery runs).
+    pub fn infra(&self) -> &Infra {
+        &self.state.infra
+    }
+
+    /// Whether Redis is a cluster.
+    pub fn on_cluster(&self) -> bool {
+        self.state.infra.instance.redis.is_cluster()
+    }
+
+    /// This instance's name among its siblings (its stream consumer's, its locks' owner).
+    pub fn instance_id(&self) -> String {
+        self.state.infra.instance.id.to_string()
+    }
+
+    /// Redis round trips the app has made so far.
+    pub fn redis_round_trips(&self) -> u64 {
+        self.state
+            .infra
+            .redis_round_trips
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Redis commands the app has sent so far (a script call is one).
+    pub fn redis_commands(&self) -> u64 {
+        self.state
+            .infra
+            .redis_commands
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many subscriptions of this instance listen on a live channel.
+    pub fn listeners_here(&self, channel: &str) -> usize {
+        self.state.infra.live.local_subscribers(channel)
+    }
+
+    /// A fresh id from the app's generator.
+    pub async fn next_id(&self) -> i64 {
+        self.state.infra.ids.next_id().await.expect("an id")
+    }
+
+    /// The app's time (which tests may move).
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.state.infra.clock.now()
+    }
+
+    /// [`TestApp::now`] in milliseconds since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.state.infra.clock.now_ms()
+    }
+
+    /// The month (the season) of the app's time.
+    pub fn current_month(&self) -> Month {
+        self.state.infra.clock.current_month()
+    }
+
+    /// Moves the app's time by `by` (backwards when negative).
+    pub fn advance_clock(&self, by: chrono::Duration) {
+        self.state.infra.clock.advance(by)
+    }
+
+    /// Sets the app's time to `at`.
+    pub fn set_clock(&self, at: chrono::DateTime<chrono::Utc>) {
+        self.state.infra.clock.set(at)
+    }
+
+    /// How many shards the likes of remarks are spread over.
+    pub fn remark_shards(&self) -> u32 {
+        self.state.features.remarks.settings.shards()
+    }
+
+    /// How many shards a sale's orders are spread over.
+    pub fn sale_shards(&self) -> u32 {
+        self.state.features.vouchers.shards()
+    }
+
+    /// What every feature's check of Redis against SQL finds.
+    pub async fn verify_all(&self) -> AppResult<Vec<Report>> {
+        self.state.features.verify().await
+    }
+
+    /// Rebuilds every feature's Redis state from SQL, as `engage rebuild` does.
+    pub async fn rebuild_from_sql(&self) -> AppResult<Vec<Rebuilt>> {
+        self.state.features.rebuild(&self.state.infra, false).await
+    }
+
+    /// The users seen so far (their records, the first sights still to write).
+    pub fn users(&self) -> &UserDirectory {
+        &self.state.features.users
+    }
+
+    /// The delayed jobs: their registry of handlers, scheduling, checks.
+    pub fn jobs(&self) -> &Jobs {
+        &self.state.features.jobs
+    }
+
+    pub fn remarks(&self) -> &Remarks {
+        &self.state.features.remarks
+    }
+
+    pub fn leaderboards(&self) -> &Leaderboards {
+        &self.state.features.leaderboard
+    }
+
+    pub fn vouchers(&self) -> &Vouchers {
+        &self.state.features.vouchers
+    }
+
+    pub fn feed(&self) -> &Feed {
+        &self.state.features.feed
+    }
+
+    pub fn nearby(&self) -> &Nearby {
+        &self.state.features.nearby
+    }
+
+    /// Whether the instance has begun to shut down.
+    pub fn shutting_down(&self) -> bool {
+        self.state.infra.instance.shutdown.is_cancelled()
     }
 
     /// Stops the server at once, without the drain window, and waits for it.

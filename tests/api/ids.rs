@@ -9,14 +9,13 @@ use crate::harness::TestApp;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_hundred_thousand_ids_from_four_generators_are_unique_and_time_ordered() {
     let app = TestApp::spawn().await;
-    let state = &app.state;
     let mut workers = Vec::new();
     for _ in 0..4 {
         // Four generators, as four instances would have, sharing one Redis.
         let generator = IdGenerator::new(
-            state.infra.redis.clone(),
-            state.infra.keys.clone(),
-            state.infra.clock.clone(),
+            app.infra().redis.clone(),
+            app.infra().keys.clone(),
+            app.infra().clock.clone(),
             64,
         );
         workers.push(tokio::spawn(async move {
@@ -52,7 +51,7 @@ async fn one_hundred_thousand_ids_from_four_generators_are_unique_and_time_order
 async fn an_id_decodes_to_its_time_and_sequence() {
     let app = TestApp::spawn().await;
     let now = chrono::Utc::now().timestamp();
-    let id = app.state.infra.ids.next_id().await.unwrap();
+    let id = app.next_id().await;
     let parts = ids::decompose(id);
     assert!(parts.sequence >= 1);
     assert!((ids::timestamp_of(id).timestamp() - now).abs() <= 1);

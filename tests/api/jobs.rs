@@ -81,18 +81,14 @@ async fn until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 async fn due_times_are_honoured_within_a_second() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .registry
         .register("due", Arc::new(recorder.clone()), None);
     let mut due = HashMap::new();
     for i in 0..20 {
         let delay = Duration::from_millis(500 + 100 * i);
         let view = app
-            .state
-            .features
-            .jobs
+            .jobs()
             .schedule(job(&format!("j{i}"), "due", delay))
             .await
             .unwrap();
@@ -117,29 +113,22 @@ async fn ten_thousand_jobs_due_together_are_delivered_once_by_two_instances() {
     let second = first.spawn_sibling().await;
     let recorder = Recorder::default();
     first
-        .state
-        .features
-        .jobs
+        .jobs()
         .registry
         .register("burst", Arc::new(recorder.clone()), None);
     second
-        .state
-        .features
-        .jobs
+        .jobs()
         .registry
         .register("burst", Arc::new(recorder.clone()), None);
 
-    let state = first.state.clone();
+    let jobs = first.jobs().clone();
     let scheduling: Vec<_> = (0..10)
         .map(|worker| {
-            let state = state.clone();
+            let jobs = jobs.clone();
             tokio::spawn(async move {
                 for i in 0..1000 {
                     let id = format!("b{worker}-{i}");
-                    state
-                        .features
-                        .jobs
-                        .schedule(job(&id, "burst", Duration::from_secs(2)))
+                    jobs.schedule(job(&id, "burst", Duration::from_secs(2)))
                         .await
                         .unwrap();
                 }
@@ -179,15 +168,13 @@ impl JobHandler for DiesOnFirstDelivery {
 async fn a_job_whose_worker_died_is_delivered_again_after_its_visibility_deadline() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state.features.jobs.registry.register(
+    app.jobs().registry.register(
         "fragile",
         Arc::new(DiesOnFirstDelivery(recorder.clone(), Default::default())),
         policy(&[60], 1000),
     );
     let started = Instant::now();
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("f1", "fragile", Duration::ZERO))
         .await
         .unwrap();
@@ -230,22 +217,17 @@ async fn job_status(app: &TestApp, topic: &str, id: &str) -> Value {
 #[tokio::test]
 async fn a_failing_job_climbs_the_ladder_dies_and_can_be_requeued() {
     let app = TestApp::spawn().await;
-    app.state.features.jobs.registry.register(
-        "flaky",
-        Arc::new(AlwaysFails),
-        policy(&[15, 180], 5000),
-    );
+    app.jobs()
+        .registry
+        .register("flaky", Arc::new(AlwaysFails), policy(&[15, 180], 5000));
     let mut new = job("x1", "flaky", Duration::ZERO);
     new.max_attempts = Some(3);
-    app.state.features.jobs.schedule(new).await.unwrap();
+    app.jobs().schedule(new).await.unwrap();
 
     let admin = app.admin_token();
     let mut seen = Vec::new();
     for (attempt, wait) in [(1, 0), (2, 16), (3, 181)] {
-        app.state
-            .infra
-            .clock
-            .advance(chrono::Duration::seconds(wait));
+        app.advance_clock(chrono::Duration::seconds(wait));
         let mut status = Value::Null;
         for _ in 0..200 {
             status = job_status(&app, "flaky", "x1").await;
@@ -317,35 +299,23 @@ impl JobHandler for Gate {
 async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
     let app = TestApp::spawn_with(|config| config.jobs.jobs_concurrency = 1).await;
     let gate = Gate::default();
-    app.state.features.jobs.registry.register(
-        "gated",
-        Arc::new(gate.clone()),
-        policy(&[1], 30_000),
-    );
+    app.jobs()
+        .registry
+        .register("gated", Arc::new(gate.clone()), policy(&[1], 30_000));
 
     // Before promotion: still delayed.
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("early", "gated", Duration::from_secs(30)))
         .await
         .unwrap();
-    assert!(app
-        .state
-        .features
-        .jobs
-        .cancel("gated", "early")
-        .await
-        .unwrap());
+    assert!(app.jobs().cancel("gated", "early").await.unwrap());
     assert_eq!(
         job_status(&app, "gated", "early").await["status"],
         "CANCELLED"
     );
 
     // During: the job is running when it is cancelled; its completion changes nothing.
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("during", "gated", Duration::ZERO))
         .await
         .unwrap();
@@ -358,9 +328,7 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
         "RUNNING"
     );
     // After promotion: ready, waiting for the single worker slot that "during" holds.
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("after", "gated", Duration::ZERO))
         .await
         .unwrap();
@@ -373,35 +341,15 @@ async fn a_cancelled_job_never_runs_after_cancel_returned_true() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(ready["status"], "READY");
-    assert!(app
-        .state
-        .features
-        .jobs
-        .cancel("gated", "after")
-        .await
-        .unwrap());
-    assert!(app
-        .state
-        .features
-        .jobs
-        .cancel("gated", "during")
-        .await
-        .unwrap());
+    assert!(app.jobs().cancel("gated", "after").await.unwrap());
+    assert!(app.jobs().cancel("gated", "during").await.unwrap());
     assert!(
-        !app.state
-            .features
-            .jobs
-            .cancel("gated", "during")
-            .await
-            .unwrap(),
+        !app.jobs().cancel("gated", "during").await.unwrap(),
         "a second cancel finds nothing"
     );
     gate.release.notify_waiters();
 
-    app.state
-        .infra
-        .clock
-        .advance(chrono::Duration::seconds(120));
+    app.advance_clock(chrono::Duration::seconds(120));
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(gate.recorder.count("early"), 0);
     assert_eq!(gate.recorder.count("after"), 0);
@@ -555,9 +503,7 @@ async fn job_ids_and_topics_with_colons_are_scheduled_run_and_cancelled_like_any
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
     let topic = "billing:eu";
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .registry
         .register(topic, Arc::new(recorder.clone()), None);
     // Ids that look like the pool's bookkeeping of the job "invoice".
@@ -569,9 +515,7 @@ async fn job_ids_and_topics_with_colons_are_scheduled_run_and_cancelled_like_any
         "invoice:error",
     ];
     for id in ids {
-        app.state
-            .features
-            .jobs
+        app.jobs()
             .schedule(job(id, topic, Duration::ZERO))
             .await
             .unwrap();
@@ -626,14 +570,12 @@ async fn job_ids_and_topics_with_colons_are_scheduled_run_and_cancelled_like_any
 async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .registry
         .register("mixed", Arc::new(recorder.clone()), None);
     // A pool entry that is not a job's JSON (left by an older layout, say), ready to take.
-    let keys = &app.state.infra.keys;
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let keys = &app.keys();
+    let mut conn = app.redis_connection().await;
     let () = redis::pipe()
         .cmd("HSET")
         .arg(keys.job_pool("mixed"))
@@ -648,9 +590,7 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
         .await
         .unwrap();
     drop(conn);
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("sound", "mixed", Duration::ZERO))
         .await
         .unwrap();
@@ -660,7 +600,7 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
     .await;
     for _ in 0..100 {
         // Until it is buried, its pool entry cannot be shown.
-        let found = app.state.features.jobs.find("mixed", "garbled").await;
+        let found = app.jobs().find("mixed", "garbled").await;
         if found.is_ok_and(|job| job.is_some_and(|job| job.status == jobs::JobStatus::Dead)) {
             break;
         }
@@ -688,7 +628,7 @@ async fn job_when(
 ) -> jobs::JobView {
     let started = Instant::now();
     loop {
-        let view = app.state.features.jobs.find(topic, id).await.unwrap();
+        let view = app.jobs().find(topic, id).await.unwrap();
         match view {
             Some(view) if done(&view) => return view,
             view => assert!(
@@ -717,14 +657,12 @@ async fn a_job_whose_handler_crashes_its_process_is_dead_lettered_after_max_stal
     let recorder = Recorder::default();
     let mut crashing = policy(&[1], 300).unwrap();
     crashing.max_stalls = 2;
-    app.state.features.jobs.registry.register(
+    app.jobs().registry.register(
         "crashing",
         Arc::new(CrashesItsProcess(recorder.clone())),
         Some(crashing),
     );
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("c1", "crashing", Duration::ZERO))
         .await
         .unwrap();
@@ -762,14 +700,12 @@ impl JobHandler for Slow {
 async fn a_handler_that_runs_longer_than_the_visibility_timeout_is_delivered_once() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state.features.jobs.registry.register(
+    app.jobs().registry.register(
         "slow",
         Arc::new(Slow(recorder.clone(), Duration::from_millis(2500))),
         policy(&[1], 600),
     );
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("s1", "slow", Duration::ZERO))
         .await
         .unwrap();
@@ -785,14 +721,10 @@ async fn a_handler_that_runs_longer_than_the_visibility_timeout_is_delivered_onc
 async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one_cannot() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .registry
         .register("again", Arc::new(recorder.clone()), None);
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("done", "again", Duration::ZERO))
         .await
         .unwrap();
@@ -804,25 +736,15 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
         job.status == jobs::JobStatus::Done
     })
     .await;
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("cancelled", "again", Duration::from_secs(60)))
         .await
         .unwrap();
-    assert!(app
-        .state
-        .features
-        .jobs
-        .cancel("again", "cancelled")
-        .await
-        .unwrap());
+    assert!(app.jobs().cancel("again", "cancelled").await.unwrap());
 
     for id in ["done", "cancelled"] {
         let view = app
-            .state
-            .features
-            .jobs
+            .jobs()
             .schedule(job(id, "again", Duration::ZERO))
             .await
             .unwrap_or_else(|e| panic!("{id} scheduled again: {e}"));
@@ -838,16 +760,12 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
         "attempts start over"
     );
 
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("waiting", "again", Duration::from_secs(60)))
         .await
         .unwrap();
     let twice = app
-        .state
-        .features
-        .jobs
+        .jobs()
         .schedule(job("waiting", "again", Duration::ZERO))
         .await;
     assert_eq!(
@@ -859,7 +777,7 @@ async fn a_finished_or_cancelled_job_id_can_be_scheduled_again_but_a_pending_one
 /// Whether any key of the jobs' shared slot still names `topic` (a set or zset member, a hash field).
 async fn topic_kept(app: &TestApp, topic: &str) -> bool {
     let mut conn = crate::harness::redis(app).await;
-    let pattern = format!("{}{{jobs}}:*", app.state.infra.keys.prefix());
+    let pattern = format!("{}{{jobs}}:*", app.keys().prefix());
     for key in crate::harness::scan(app, &pattern).await {
         let kind: String = redis::cmd("TYPE")
             .arg(&key)
@@ -899,20 +817,14 @@ async fn topic_kept(app: &TestApp, topic: &str) -> bool {
 async fn a_topic_whose_jobs_all_ended_is_no_longer_kept_or_walked() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .registry
         .register("once", Arc::new(recorder.clone()), None);
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("o1", "once", Duration::ZERO))
         .await
         .unwrap();
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("o2", "later", Duration::from_secs(3600)))
         .await
         .unwrap();
@@ -939,7 +851,7 @@ async fn pending_rows(app: &TestApp, topic: &str) -> Vec<(String, i64, i64, i64)
         "SELECT job_id, run_at_ms, attempts, seq FROM pending_job WHERE topic = $1 ORDER BY job_id",
     )
     .bind(topic)
-    .fetch_all(&app.state.infra.db.pool)
+    .fetch_all(app.sql())
     .await
     .unwrap()
     .iter()
@@ -973,12 +885,12 @@ impl JobHandler for FailsOne {
 async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state.features.jobs.registry.register(
+    app.jobs().registry.register(
         "kept",
         Arc::new(FailsOne(recorder.clone())),
         policy(&[600], 30_000),
     );
-    let now = app.state.infra.clock.now_ms();
+    let now = app.now_ms();
     for (id, delay) in [
         ("runs", 0),
         ("retried", 0),
@@ -986,9 +898,7 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
         ("cancelled", 60),
         ("waits", 60),
     ] {
-        app.state
-            .features
-            .jobs
+        app.jobs()
             .schedule(job(id, "kept", Duration::from_secs(delay)))
             .await
             .unwrap();
@@ -999,13 +909,7 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     assert!(rows.iter().all(|r| r.1 >= now && r.2 == 0), "{rows:?}");
     let first_seq = rows[3].3;
 
-    assert!(app
-        .state
-        .features
-        .jobs
-        .cancel("kept", "cancelled")
-        .await
-        .unwrap());
+    assert!(app.jobs().cancel("kept", "cancelled").await.unwrap());
     until("each due job ran", Duration::from_secs(5), || {
         ["runs", "retried", "dies"]
             .iter()
@@ -1031,9 +935,7 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     assert!(retried.1 >= now + 600_000, "and its due time: {retried:?}");
 
     // The id of a job that ended is scheduled again with a row of its own.
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("runs", "kept", Duration::from_secs(60)))
         .await
         .unwrap();
@@ -1045,20 +947,18 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
 #[tokio::test]
 async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
     let app = TestApp::spawn().await;
-    app.state.infra.db.pool.close().await;
+    app.sql().close().await;
     let refused = app
-        .state
-        .features
-        .jobs
+        .jobs()
         .schedule(job("j1", "nosql", Duration::ZERO))
         .await;
     assert_eq!(
         refused.map(|_| ()).unwrap_err().code(),
         engage::infra::error::ErrorCode::Unavailable
     );
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let pooled: bool = redis::cmd("HEXISTS")
-        .arg(app.state.infra.keys.job_pool("nosql"))
+        .arg(app.keys().job_pool("nosql"))
         .arg("j1")
         .query_async(&mut *conn)
         .await
@@ -1069,7 +969,7 @@ async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
 /// Deletes every key of this app's prefix, as a Redis that lost its data would have none.
 async fn lose_redis(app: &TestApp) {
     let mut conn = crate::harness::redis(app).await;
-    let pattern = format!("{}*", app.state.infra.keys.prefix());
+    let pattern = format!("{}*", app.keys().prefix());
     for key in crate::harness::scan(app, &pattern).await {
         let () = redis::cmd("DEL")
             .arg(&key)
@@ -1080,8 +980,8 @@ async fn lose_redis(app: &TestApp) {
 }
 
 async fn rebuild_jobs(app: &TestApp) {
-    let run = engage::infra::recovery::Rebuild::hidden(&app.state.infra, "delayed jobs");
-    app.state.features.jobs.rebuild(&run).await.unwrap();
+    let run = engage::infra::recovery::Rebuild::hidden(app.infra(), "delayed jobs");
+    app.jobs().rebuild(&run).await.unwrap();
 }
 
 #[tokio::test]
@@ -1089,15 +989,11 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
     for topic in ["rebuilt-a", "rebuilt-b"] {
-        app.state
-            .features
-            .jobs
+        app.jobs()
             .registry
             .register(topic, Arc::new(recorder.clone()), None);
     }
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("ran", "rebuilt-a", Duration::ZERO))
         .await
         .unwrap();
@@ -1108,25 +1004,17 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
         ("b1", "rebuilt-b", 90),
         ("gone", "rebuilt-b", 30),
     ] {
-        app.state
-            .features
-            .jobs
+        app.jobs()
             .schedule(job(id, topic, Duration::from_secs(delay)))
             .await
             .unwrap();
     }
-    assert!(app
-        .state
-        .features
-        .jobs
-        .cancel("rebuilt-b", "gone")
-        .await
-        .unwrap());
-    let before = app.state.features.jobs.verify().await.unwrap();
+    assert!(app.jobs().cancel("rebuilt-b", "gone").await.unwrap());
+    let before = app.jobs().verify().await.unwrap();
     assert!(before.is_clean(), "{before:?}");
 
     lose_redis(&app).await;
-    let lost = app.state.features.jobs.verify().await.unwrap();
+    let lost = app.jobs().verify().await.unwrap();
     assert_eq!(lost.drifted, 3, "{lost:?}");
     assert!(
         lost.examples
@@ -1136,27 +1024,27 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
     );
 
     rebuild_jobs(&app).await;
-    let rebuilt = app.state.features.jobs.verify().await.unwrap();
+    let rebuilt = app.jobs().verify().await.unwrap();
     assert!(rebuilt.is_clean(), "{rebuilt:?}");
     assert_eq!(rebuilt.checked, 5, "three jobs and two topics: {rebuilt:?}");
     // Starting over (no cursor) leaves the pending jobs alone.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let () = redis::cmd("DEL")
-        .arg(app.state.infra.keys.recovery_cursors())
+        .arg(app.keys().recovery_cursors())
         .query_async(&mut *conn)
         .await
         .unwrap();
     drop(conn);
     rebuild_jobs(&app).await;
-    assert!(app.state.features.jobs.verify().await.unwrap().is_clean());
+    assert!(app.jobs().verify().await.unwrap().is_clean());
 
-    app.state.infra.clock.advance(chrono::Duration::seconds(31));
+    app.advance_clock(chrono::Duration::seconds(31));
     until("a1 and a2 ran", Duration::from_secs(5), || {
         recorder.count("a1") == 1 && recorder.count("a2") == 1
     })
     .await;
     assert_eq!(recorder.count("b1"), 0, "not before its time");
-    app.state.infra.clock.advance(chrono::Duration::seconds(60));
+    app.advance_clock(chrono::Duration::seconds(60));
     until("b1 ran", Duration::from_secs(5), || {
         recorder.count("b1") == 1
     })
@@ -1177,14 +1065,10 @@ async fn pending_jobs_lost_with_redis_are_rebuilt_from_sql_and_still_run_on_time
 async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_again() {
     let app = TestApp::spawn().await;
     let recorder = Recorder::default();
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .registry
         .register("ended", Arc::new(recorder.clone()), None);
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("e1", "ended", Duration::ZERO))
         .await
         .unwrap();
@@ -1202,14 +1086,14 @@ async fn a_rebuild_removes_the_record_of_a_job_that_ended_instead_of_running_it_
     )
     .bind(rows[0].3)
     .bind(rows[0].1)
-    .execute(&app.state.infra.db.pool)
+    .execute(app.sql())
     .await
     .unwrap();
-    let stale = app.state.features.jobs.verify().await.unwrap();
+    let stale = app.jobs().verify().await.unwrap();
     assert_eq!(stale.drifted, 1, "{stale:?}");
 
     rebuild_jobs(&app).await;
-    assert!(app.state.features.jobs.verify().await.unwrap().is_clean());
+    assert!(app.jobs().verify().await.unwrap().is_clean());
     assert!(pending_rows(&app, "ended").await.is_empty());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(recorder.count("e1"), 1, "not run again");

@@ -6,11 +6,7 @@ use std::{collections::HashMap, time::Duration};
 use chrono::{TimeZone, Utc};
 use engage::{
     features::leaderboard::rollover::Options,
-    infra::{
-        auth::{Role, Tokens},
-        clock::Month,
-        lock,
-    },
+    infra::{auth::Role, clock::Month, lock},
 };
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -46,12 +42,12 @@ async fn award(app: &TestApp, user: i64, points: i64) {
 /// 2,500 more members of a season's board (users 1000 to 3499, under 90 points), written as
 /// the award script would, so that a copy of the board takes chunks.
 async fn many_members(app: &TestApp, season: Month) {
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let mut pipe = redis::pipe();
     for user in 1000..3500_i64 {
         let score = (user % 90) as f64 * 4_194_304.0 + (4_194_303 - user) as f64;
         pipe.cmd("ZADD")
-            .arg(app.state.infra.keys.season_board_of(season, user))
+            .arg(app.keys().season_board_of(season, user))
             .arg(score)
             .arg(user)
             .ignore();
@@ -79,23 +75,14 @@ fn ranks(board: &Value) -> Vec<(i64, i64, String)> {
 async fn the_board_orders_by_points_then_by_who_got_there_first() {
     let app = app().await;
     let start = Utc.with_ymd_and_hms(2026, 3, 5, 8, 0, 0).unwrap();
-    app.state.infra.clock.set(start);
+    app.set_clock(start);
     award(&app, 51, 30).await;
-    app.state
-        .infra
-        .clock
-        .set(start + chrono::Duration::seconds(5));
+    app.set_clock(start + chrono::Duration::seconds(5));
     award(&app, 52, 50).await;
-    app.state
-        .infra
-        .clock
-        .set(start + chrono::Duration::seconds(10));
+    app.set_clock(start + chrono::Duration::seconds(10));
     award(&app, 53, 20).await;
     award(&app, 54, 5).await;
-    app.state
-        .infra
-        .clock
-        .set(start + chrono::Duration::seconds(20));
+    app.set_clock(start + chrono::Duration::seconds(20));
     award(&app, 53, 10).await; // 53 reaches 30 after 51 did: 51 stays ahead
 
     let viewer = app.user_token(54);
@@ -165,10 +152,7 @@ async fn the_board_orders_by_points_then_by_who_got_there_first() {
 async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     let app = app().await;
     let march = Month::parse_id("202603").unwrap();
-    app.state
-        .infra
-        .clock
-        .set(Utc.with_ymd_and_hms(2026, 3, 20, 12, 0, 0).unwrap());
+    app.set_clock(Utc.with_ymd_and_hms(2026, 3, 20, 12, 0, 0).unwrap());
     for (user, points) in [(61, 300), (62, 200), (63, 100)] {
         award(&app, user, points).await;
     }
@@ -176,19 +160,14 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     let live = app.data(None, BOARD, json!({ "f": 100, "o": 0 })).await;
     let live_tail = app.data(None, BOARD, json!({ "f": 100, "o": 2400 })).await;
 
-    app.state
-        .infra
-        .clock
-        .set(Utc.with_ymd_and_hms(2026, 4, 2, 12, 0, 0).unwrap());
+    app.set_clock(Utc.with_ymd_and_hms(2026, 4, 2, 12, 0, 0).unwrap());
     // Another instance holds the lock: this one does nothing.
     let blocked = lock::with_lock(
-        &app.state.infra,
+        app.infra(),
         "rollover:202603",
         Duration::from_secs(10),
         |_| async {
-            app.state
-                .features
-                .leaderboard
+            app.leaderboards()
                 .archive_season(march, Options::default())
                 .await
                 .unwrap()
@@ -200,9 +179,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
 
     // Interrupted after one chunk, as a crash would, then resumed.
     let partial = app
-        .state
-        .features
-        .leaderboard
+        .leaderboards()
         .archive_season(
             march,
             Options {
@@ -215,9 +192,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
         .unwrap();
     assert_eq!((partial.copied, partial.done), (1000, false));
     let finished = app
-        .state
-        .features
-        .leaderboard
+        .leaderboards()
         .archive_season(march, Options::default())
         .await
         .unwrap()
@@ -238,8 +213,8 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     assert_eq!(archived["leaderboard"]["total"], 2503);
     assert_eq!(archived["leaderboard"]["season"]["current"], false);
 
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    for part in app.state.infra.keys.season_board_parts(march) {
+    let mut conn = app.redis_connection().await;
+    for part in app.keys().season_board_parts(march) {
         let exists: bool = redis::cmd("EXISTS")
             .arg(&part)
             .query_async(&mut *conn)
@@ -273,9 +248,7 @@ async fn rollover_copies_the_board_to_sql_resumably_and_only_once() {
     );
     // A repeat is a no-op.
     let again = app
-        .state
-        .features
-        .leaderboard
+        .leaderboards()
         .archive_season(march, Options::default())
         .await
         .unwrap()
@@ -348,7 +321,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     // depend on timing. Both users are named and in this instance's memory first, so that
     // the count below is the board's reads alone.
     let mut conn = crate::harness::redis(&app).await;
-    let keys = &app.state.infra.keys;
+    let keys = &app.keys();
     for id in [91, 92] {
         let card = engage::features::users::UserRecord {
             id,
@@ -364,7 +337,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
             .await
             .unwrap();
     }
-    let named = app.state.features.users.find_many(&[91, 92]).await.unwrap();
+    let named = app.users().find_many(&[91, 92]).await.unwrap();
     assert_eq!(named.len(), 2);
     let query =
         "subscription { leaderboardChanged(top: 5) { entries { rank points user { id } } } }";
@@ -378,26 +351,22 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
         );
         sockets.push(socket);
     }
-    crate::harness::streams_settled(&app, &app.state.infra.keys.points_streams(), "archive").await;
+    crate::harness::streams_settled(&app, &app.keys().points_streams(), "archive").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The board changes behind the app's back (as another instance's award would), so that
     // only the subscribers' reads are counted.
-    let season = app.state.infra.clock.current_month();
-    let before = app
-        .state
-        .infra
-        .redis_round_trips
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let season = app.current_month();
+    let before = app.redis_round_trips();
     let score = 60.0 * engage::features::leaderboard::SCORE_TIME_UNIT;
     let () = redis::pipe()
         .cmd("ZADD")
-        .arg(app.state.infra.keys.season_board_of(season, 92))
+        .arg(app.keys().season_board_of(season, 92))
         .arg(score)
         .arg(92)
         .ignore()
-        .cmd(app.state.infra.keys.publish_command())
-        .arg(app.state.infra.keys.board_channel_of(season, 92))
+        .cmd(app.keys().publish_command())
+        .arg(app.keys().board_channel_of(season, 92))
         .arg(92)
         .ignore()
         .query_async(&mut conn)
@@ -411,36 +380,31 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
             "{change}"
         );
     }
-    let reads = app
-        .state
-        .infra
-        .redis_round_trips
-        .load(std::sync::atomic::Ordering::SeqCst)
-        - before;
+    let reads = app.redis_round_trips() - before;
     // The board's one read; the rest is room for background work that may fall in the
     // window (the test's own write goes through a connection of its own).
     assert!(
         reads <= 3,
         "{reads} round trips for one change seen by 20 subscribers"
     );
-    assert_eq!(app.state.features.leaderboard.boards.readers(), 1);
+    assert_eq!(app.leaderboards().boards.readers(), 1);
 
     // The reader and its channel go with the last subscriber.
-    let channels = app.state.infra.keys.board_channels(season);
+    let channels = app.keys().board_channels(season);
     let listening = || {
         channels
             .iter()
-            .map(|channel| app.state.infra.live.local_subscribers(channel))
+            .map(|channel| app.listeners_here(channel))
             .sum::<usize>()
     };
     drop(sockets);
     for _ in 0..250 {
-        if app.state.features.leaderboard.boards.readers() == 0 && listening() == 0 {
+        if app.leaderboards().boards.readers() == 0 && listening() == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(app.state.features.leaderboard.boards.readers(), 0);
+    assert_eq!(app.leaderboards().boards.readers(), 0);
     assert_eq!(listening(), 0);
 }
 
@@ -448,7 +412,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
 async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
     let app = app().await;
     let before_midnight = Utc.with_ymd_and_hms(2031, 1, 31, 23, 59, 50).unwrap();
-    app.state.infra.clock.set(before_midnight);
+    app.set_clock(before_midnight);
     award(&app, 71, 40).await;
     let board = "subscription { leaderboardChanged(top: 5) { season { id } entries { points user { id } } } }";
     let mut board = subscribe(&app, None, board).await;
@@ -471,10 +435,7 @@ async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
     );
 
     // The month turns: the board moves to February's, empty until someone scores there.
-    app.state
-        .infra
-        .clock
-        .set(before_midnight + chrono::Duration::seconds(20));
+    app.set_clock(before_midnight + chrono::Duration::seconds(20));
     let turned = next_data(&mut board).await["leaderboardChanged"].clone();
     assert_eq!(
         turned,
@@ -497,22 +458,14 @@ async fn live_boards_without_a_season_follow_the_month_when_it_turns() {
 async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_once() {
     let app = app().await;
     let april = Month::parse_id("202604").unwrap();
-    app.state
-        .infra
-        .clock
-        .set(Utc.with_ymd_and_hms(2026, 4, 20, 12, 0, 0).unwrap());
+    app.set_clock(Utc.with_ymd_and_hms(2026, 4, 20, 12, 0, 0).unwrap());
     for (user, points) in [(71, 300), (72, 200)] {
         award(&app, user, points).await;
     }
     many_members(&app, april).await;
-    app.state
-        .infra
-        .clock
-        .set(Utc.with_ymd_and_hms(2026, 5, 1, 0, 1, 0).unwrap());
+    app.set_clock(Utc.with_ymd_and_hms(2026, 5, 1, 0, 1, 0).unwrap());
     let partial = app
-        .state
-        .features
-        .leaderboard
+        .leaderboards()
         .archive_season(
             april,
             Options {
@@ -526,9 +479,9 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
     assert_eq!(partial.copied, 1000);
 
     // An award that took its season before midnight lands now, at the top of the board.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let _: i64 = redis::cmd("ZADD")
-        .arg(app.state.infra.keys.season_board_of(april, 73))
+        .arg(app.keys().season_board_of(april, 73))
         .arg(500.0 * 4_194_304.0)
         .arg(73)
         .query_async(&mut *conn)
@@ -537,9 +490,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
     drop(conn);
 
     let finished = app
-        .state
-        .features
-        .leaderboard
+        .leaderboards()
         .archive_season(april, Options::default())
         .await
         .unwrap()
@@ -549,7 +500,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
         "SELECT COUNT(*) AS n, COUNT(DISTINCT user_id) AS users, MIN(rank) AS first, \
          MAX(rank) AS last FROM season_ranks WHERE season = 202604",
     )
-    .fetch_one(&app.state.infra.db.pool)
+    .fetch_one(app.sql())
     .await
     .unwrap();
     let count = |column: &str| rows.try_get::<i64, _>(column).unwrap();
@@ -584,7 +535,7 @@ async fn a_late_write_during_the_rollover_is_archived_once_with_every_member_onc
 #[tokio::test]
 async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_lacks() {
     let app = app().await;
-    let tokens = Tokens::signer(&app.state.config);
+    let tokens = app.signer();
     for (user, name) in [(11, "Ada"), (12, "Brian")] {
         let token = tokens.mint(user, Role::User, 3600, Some(name.into()));
         app.data(Some(&token), "{ viewer { id } }", json!({})).await;
@@ -592,12 +543,12 @@ async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_la
     for (user, points) in [(11, 30), (12, 20), (13, 10)] {
         award(&app, user, points).await;
     }
-    let keys = app.state.infra.keys.clone();
+    let keys = app.keys().clone();
     let name_in_redis = |user: i64| {
         let keys = keys.clone();
         let app = &app;
         async move {
-            let mut conn = app.state.infra.redis.get().await.unwrap();
+            let mut conn = app.redis_connection().await;
             redis::cmd("HEXISTS")
                 .arg(keys.user_names(user))
                 .arg(user)
@@ -621,13 +572,13 @@ async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_la
     // An instance that has seen no one: the names come from Redis; SQL is asked once, for
     // user 13, who never signed in (no row: shown by the placeholder name).
     let fresh = app.spawn_sibling().await;
-    let before = fresh.state.features.users.sql_reads();
+    let before = fresh.users().sql_reads();
     let board = fresh.data(None, NAMES, json!({})).await;
     assert_eq!(names(&board), ["Ada", "Brian", "user13"]);
-    assert_eq!(fresh.state.features.users.sql_reads() - before, 1);
+    assert_eq!(fresh.users().sql_reads() - before, 1);
 
     // A name Redis lost is read from SQL and written back.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let () = redis::cmd("HDEL")
         .arg(keys.user_names(11))
         .arg(11)
@@ -652,17 +603,14 @@ async fn a_board_in_parts_reads_and_archives_as_one_board() {
         config.points.points_buckets = Some(5);
     })
     .await;
-    let keys = &app.state.infra.keys;
+    let keys = &app.keys();
     assert_eq!(
         keys.season_board_parts(Month::parse_id("203005").unwrap())
             .len(),
         5
     );
-    app.state
-        .infra
-        .clock
-        .set(Utc.with_ymd_and_hms(2030, 5, 20, 12, 0, 0).unwrap());
-    let may = app.state.infra.clock.current_month();
+    app.set_clock(Utc.with_ymd_and_hms(2030, 5, 20, 12, 0, 0).unwrap());
+    let may = app.current_month();
 
     // 3,000 members, with runs of equal scores that span parts (users 9 and 10, 19 and 20, …
     // are in different buckets): Redis orders equals by member text, "9" before "10".
@@ -741,14 +689,9 @@ async fn a_board_in_parts_reads_and_archives_as_one_board() {
     }
 
     // The rollover copies the parts in rank order.
-    app.state
-        .infra
-        .clock
-        .set(Utc.with_ymd_and_hms(2030, 6, 2, 12, 0, 0).unwrap());
+    app.set_clock(Utc.with_ymd_and_hms(2030, 6, 2, 12, 0, 0).unwrap());
     let done = app
-        .state
-        .features
-        .leaderboard
+        .leaderboards()
         .archive_season(may, Options::default())
         .await
         .unwrap()
@@ -783,7 +726,7 @@ async fn a_board_in_parts_reads_and_archives_as_one_board() {
 async fn ranks_in_redis(app: &TestApp, season: Month) -> HashMap<i64, (i64, i64)> {
     let mut conn = crate::harness::redis(app).await;
     let mut members: Vec<(i64, f64)> = Vec::new();
-    for part in app.state.infra.keys.season_board_parts(season) {
+    for part in app.keys().season_board_parts(season) {
         let held: Vec<(i64, f64)> = redis::cmd("ZRANGE")
             .arg(part)
             .arg(0)
@@ -846,7 +789,7 @@ impl Viewer {
 /// against the board in Redis.
 async fn assert_exact(app: &TestApp, viewers: &mut [Viewer], after: &str) {
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let season = app.state.infra.clock.current_month();
+    let season = app.current_month();
     let expected = ranks_in_redis(app, season).await;
     for viewer in viewers.iter_mut() {
         viewer.settle().await;
@@ -890,8 +833,8 @@ async fn app_with_a_board_in_parts() -> TestApp {
         config.points.points_buckets = Some(3);
     })
     .await;
-    let season = app.state.infra.clock.current_month();
-    let keys = &app.state.infra.keys;
+    let season = app.current_month();
+    let keys = &app.keys();
     let mut conn = crate::harness::redis(&app).await;
     let mut pipe = redis::pipe();
     for user in 1..=30_i64 {
@@ -952,8 +895,8 @@ async fn viewers_read_again_what_they_cannot_apply_a_foreign_message_a_missed_ch
     award(&app, 82, 10).await;
     let mut viewers = vec![Viewer::join(&app, 82).await];
     assert_exact(&app, &mut viewers, "when it joined").await;
-    let season = app.state.infra.clock.current_month();
-    let keys = &app.state.infra.keys;
+    let season = app.current_month();
+    let keys = &app.keys();
     let mut conn = crate::harness::redis(&app).await;
     let score = |points| engage::features::leaderboard::score_of(points, 0);
 
@@ -1010,11 +953,7 @@ async fn viewers_read_again_what_they_cannot_apply_a_foreign_message_a_missed_ch
         .await
         .unwrap();
     crate::harness::streams_settled(&app, &keys.points_streams(), "archive").await;
-    app.state
-        .features
-        .rebuild(&app.state.infra, false)
-        .await
-        .expect("rebuild");
+    app.rebuild_from_sql().await.expect("rebuild");
     assert_exact(&app, &mut viewers, "after a rebuild").await;
     assert_eq!(
         viewers[0].last,

@@ -205,7 +205,7 @@ async fn run_persisted(app: &TestApp, query: &str) -> Result<(), String> {
 /// element counted).
 async fn persisted_query_memory(app: &TestApp) -> u64 {
     let mut conn = crate::harness::redis(app).await;
-    let pattern = format!("{}{{apq}}*", app.state.infra.keys.prefix());
+    let pattern = format!("{}{{apq}}*", app.keys().prefix());
     let keys = crate::harness::scan(app, &pattern).await;
     let mut total = 0;
     for key in keys {

@@ -15,13 +15,13 @@ use crate::harness::TestApp;
 #[tokio::test]
 async fn of_two_contenders_one_wins_and_the_loser_cannot_release_the_winners_lock() {
     let app = TestApp::spawn().await;
-    let state = app.state.clone();
+    let infra = app.infra().clone();
     let inside = Arc::new(AtomicUsize::new(0));
     let winner = {
-        let (state, inside) = (state.clone(), inside.clone());
+        let (infra, inside) = (infra.clone(), inside.clone());
         tokio::spawn(async move {
             with_lock(
-                &state.infra,
+                &infra,
                 "contested",
                 Duration::from_secs(5),
                 |held| async move {
@@ -35,30 +35,27 @@ async fn of_two_contenders_one_wins_and_the_loser_cannot_release_the_winners_loc
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let loser = with_lock(
-        &state.infra,
-        "contested",
-        Duration::from_secs(5),
-        |_| async { unreachable!() },
-    )
+    let loser = with_lock(&infra, "contested", Duration::from_secs(5), |_| async {
+        unreachable!()
+    })
     .await
     .unwrap();
     assert!(loser.is_none(), "the second contender does not get in");
 
     // The loser's attempt left the winner's lock alone.
-    let mut conn = state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let owner: Option<String> = redis::cmd("GET")
-        .arg(state.infra.keys.lock_owner("contested"))
+        .arg(app.keys().lock_owner("contested"))
         .query_async(&mut *conn)
         .await
         .unwrap();
-    assert!(owner.is_some_and(|o| o.starts_with(&*state.infra.instance.id)));
+    assert!(owner.is_some_and(|o| o.starts_with(&app.instance_id())));
     drop(conn);
     let first_fence = winner.await.unwrap().expect("the first contender won");
     assert_eq!(inside.load(Ordering::SeqCst), 1);
 
     let next_fence = with_lock(
-        &state.infra,
+        &infra,
         "contested",
         Duration::from_secs(5),
         |held| async move { held.fence },
@@ -74,12 +71,12 @@ async fn of_two_contenders_one_wins_and_the_loser_cannot_release_the_winners_loc
 #[tokio::test]
 async fn a_long_holder_keeps_its_lock_through_renewals() {
     let app = TestApp::spawn().await;
-    let state = app.state.clone();
+    let infra = app.infra().clone();
     let holder = {
-        let state = state.clone();
+        let infra = infra.clone();
         tokio::spawn(async move {
             with_lock(
-                &state.infra,
+                &infra,
                 "long-job",
                 Duration::from_millis(300),
                 |held| async move {
@@ -94,14 +91,9 @@ async fn a_long_holder_keeps_its_lock_through_renewals() {
     // Well past the 300 ms lease, the lock is still held.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let other = with_lock(
-            &state.infra,
-            "long-job",
-            Duration::from_millis(300),
-            |_| async {},
-        )
-        .await
-        .unwrap();
+        let other = with_lock(&infra, "long-job", Duration::from_millis(300), |_| async {})
+            .await
+            .unwrap();
         assert!(other.is_none(), "the lease was renewed");
     }
     assert_eq!(
@@ -109,13 +101,8 @@ async fn a_long_holder_keeps_its_lock_through_renewals() {
         Some(false),
         "the holder never lost it"
     );
-    let after = with_lock(
-        &state.infra,
-        "long-job",
-        Duration::from_millis(300),
-        |_| async {},
-    )
-    .await
-    .unwrap();
+    let after = with_lock(&infra, "long-job", Duration::from_millis(300), |_| async {})
+        .await
+        .unwrap();
     assert!(after.is_some(), "released when the work ended");
 }

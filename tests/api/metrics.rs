@@ -49,9 +49,7 @@ async fn every_metric_has_help_and_type_and_the_process_is_measured() {
     // Some traffic: an operation, an error, a job.
     app.gql(None, "{ __typename }", json!({})).await;
     app.gql(None, "{ noSuchField }", json!({})).await;
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(job("described", "later", Duration::from_secs(3600)))
         .await
         .unwrap();
@@ -110,7 +108,7 @@ async fn jobs_are_counted_per_topic_and_state() {
     // One worker slot: the first due job runs and holds it, the other due ones stay ready.
     let app = TestApp::spawn_with(|config| config.jobs.jobs_concurrency = 1).await;
     let gate = Arc::new(Semaphore::new(0));
-    let jobs = &app.state.features.jobs;
+    let jobs = app.jobs();
     jobs.registry
         .register("mail", Arc::new(Gate(gate.clone())), None);
     for id in ["a", "b"] {
@@ -468,7 +466,7 @@ async fn open_websockets_and_active_subscriptions_are_counted_until_they_end_how
     assert_eq!(open_now(&app).await, (1.0, 1.0, 0.0));
     let mut app = app;
     app.shutdown().await.unwrap();
-    let infra = &app.state.infra;
+    let infra = app.infra();
     eventually(async || {
         let text = engage::infra::metrics::render(infra).await;
         sample(&text, "engage_websockets_open") == Some(0.0)

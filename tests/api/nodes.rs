@@ -32,7 +32,7 @@ async fn remark(app: &TestApp, author: i64) -> (String, String) {
 /// A voucher on sale now and an order of it by `buyer`: (voucher id, order id).
 async fn order(app: &TestApp, buyer: i64) -> (String, String) {
     let item = app.create_item().await;
-    let now = app.state.infra.clock.now();
+    let now = app.now();
     let input = json!({
         "itemId": item, "title": "Half price", "stock": 5,
         "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
@@ -312,7 +312,7 @@ async fn arguments_take_global_ids_and_for_now_bare_local_ones() {
         .await;
     assert_eq!(read["item"]["id"], json!(item));
     let season = app.data(None, "{ seasons { id } }", json!({})).await["seasons"][0]["id"].clone();
-    let current = app.state.infra.clock.current_month().id();
+    let current = app.current_month().id();
     for given in [season.clone(), json!(current.to_string())] {
         let board = app
             .data(
@@ -395,7 +395,7 @@ async fn subscriptions_take_global_and_bare_ids_and_refuse_another_types_id() {
     );
 
     // A season by its bare `YYYYMM`, answered with its global id.
-    let current = app.state.infra.clock.current_month().id();
+    let current = app.current_month().id();
     let board = format!(
         "subscription {{ leaderboardChanged(seasonId: \"{current}\") {{ season {{ id }} }} }}"
     );

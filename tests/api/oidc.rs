@@ -194,7 +194,7 @@ async fn rs256_and_es256_tokens_of_a_provider_sign_in_its_users_under_stable_ids
         "SELECT user_id FROM user_subjects WHERE issuer = $1 AND subject = 'auth0|abc123'",
     )
     .bind(ISSUER)
-    .fetch_one(&app.state.infra.db.pool)
+    .fetch_one(app.sql())
     .await
     .unwrap()
     .get("user_id");
@@ -384,6 +384,6 @@ async fn a_rotated_key_is_fetched_when_first_seen_and_made_up_kids_do_not_flood_
         "{} fetches for 40 unknown kids",
         provider.fetches() - fetched_at_start
     );
-    let jwks = app.state.gateway.tokens.jwks().unwrap();
+    let jwks = app.tokens().jwks().unwrap();
     assert_eq!(jwks.fetches(), provider.fetches());
 }

@@ -351,7 +351,7 @@ async fn the_feed_pages_backward_through_its_inbox_and_outboxes_as_it_pages_forw
     for author in [11, 12, 12, 11, 12, 11, 11] {
         remark_by(&app, author).await;
     }
-    crate::harness::streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
     let reader = feed(&app, 1);
     reader.pages_both_ways(2, 7).await;
     reader.pages_both_ways(3, 7).await;
@@ -364,10 +364,10 @@ async fn feed_entries_of_one_millisecond_page_backward_in_their_forward_order() 
     let app = feed_app().await;
     follow(&app, 1, 21).await;
     let ids: Vec<String> = futures::future::join_all((0..5).map(|_| remark_by(&app, 21))).await;
-    crate::harness::streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
     // Five entries in the same millisecond, as a burst would give.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    let inbox = app.state.infra.keys.feed_inbox(1);
+    let mut conn = app.redis_connection().await;
+    let inbox = app.keys().feed_inbox(1);
     let () = redis::cmd("DEL")
         .arg(&inbox)
         .query_async(&mut *conn)
@@ -392,7 +392,7 @@ async fn my_orders_page_forward_and_backward_through_the_same_rows_in_the_same_o
     let app = unlimited().await;
     let admin = app.admin_token();
     let buyer = app.user_token(61);
-    let now = app.state.infra.clock.now();
+    let now = app.now();
     for _ in 0..5 {
         let input = json!({
             "itemId": app.create_item().await, "title": "Half price", "stock": 5,

@@ -2,8 +2,6 @@
 //! them after it, so that a client's normalised cache stays right; the fields they succeed
 //! still answer as before, marked deprecated.
 
-use std::sync::atomic::Ordering;
-
 use chrono::NaiveDate;
 use engage::infra::auth::Role;
 use serde_json::{json, Value};
@@ -98,10 +96,10 @@ async fn the_liked_remark_costs_no_redis_round_trip_beyond_the_vote() {
     let remark = remark_by(&app, &app.user_token(1), &item).await;
     let voter = app.user_token(2);
     vote(&app, &voter, &remark, true).await;
-    let users = &app.state.features.users;
+    let users = app.users();
     crate::harness::eventually(async || users.first_sights_queued() == 0).await;
-    streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
-    let streams = app.state.features.remarks.vote_streams();
+    streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
+    let streams = app.remarks().vote_streams();
     streams_settled(&app, &streams, "archive").await;
 
     // Repeated likes change nothing, so no consumer reacts while they are counted.
@@ -109,9 +107,9 @@ async fn the_liked_remark_costs_no_redis_round_trip_beyond_the_vote() {
     let round_trips = async |query: &str| {
         let mut fewest = u64::MAX;
         for _ in 0..3 {
-            let before = app.state.infra.redis_round_trips.load(Ordering::SeqCst);
+            let before = app.redis_round_trips();
             app.data(Some(&voter), query, json!({ "id": remark })).await;
-            let spent = app.state.infra.redis_round_trips.load(Ordering::SeqCst) - before;
+            let spent = app.redis_round_trips() - before;
             fewest = fewest.min(spent);
         }
         fewest
@@ -162,11 +160,10 @@ fn days(calendar: &Value) -> Vec<bool> {
 async fn sign_in_and_make_up_answer_the_months_calendar_after_the_call() {
     let app = TestApp::spawn().await;
     let token = app.user_token(4);
-    let clock = &app.state.infra.clock;
     let on = |day: u32| NaiveDate::from_ymd_opt(2026, 3, day).unwrap();
-    clock.set(on(9).and_hms_opt(10, 0, 0).unwrap().and_utc());
+    app.set_clock(on(9).and_hms_opt(10, 0, 0).unwrap().and_utc());
     app.data(Some(&token), &sign_in_query(), json!({})).await;
-    clock.set(on(10).and_hms_opt(10, 0, 0).unwrap().and_utc());
+    app.set_clock(on(10).and_hms_opt(10, 0, 0).unwrap().and_utc());
 
     let signed = app.data(Some(&token), &sign_in_query(), json!({})).await["signIn"].clone();
     assert_eq!(signed["calendar"], fresh_calendar(&app, &token).await);
@@ -429,7 +426,7 @@ const VOUCHER: &str = "query($v: ID!) { voucher(id: $v) { id remaining } }";
 
 async fn voucher(app: &TestApp, stock: i64) -> String {
     let item = app.create_item().await;
-    let now = app.state.infra.clock.now();
+    let now = app.now();
     let input = json!({
         "itemId": item, "title": "Half price", "stock": stock,
         "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),

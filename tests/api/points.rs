@@ -37,8 +37,8 @@ async fn intake(app: &TestApp, user: i64, points: i64, key: &str) {
         points,
         key: key.to_string(),
     };
-    let stream = app.state.infra.keys.points_intake_stream();
-    streams::publish(&app.state.infra, &stream, &asked)
+    let stream = app.keys().points_intake_stream();
+    streams::publish(app.infra(), &stream, &asked)
         .await
         .unwrap();
 }
@@ -254,11 +254,9 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     history_holds(&app, &author, 2).await;
 
     // A week later the Redis marker is gone; the liker unlikes and likes again.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let marker = app
-        .state
-        .infra
-        .keys
+        .keys()
         .points_award_marker(45, &format!("like:{}:46", local_id(&remark)));
     let removed: i64 = redis::cmd("DEL")
         .arg(&marker)
@@ -269,8 +267,8 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
     drop(conn);
     app.data(Some(&liker), unlike, json!({ "r": remark })).await;
     app.data(Some(&liker), like, json!({ "r": remark })).await;
-    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards())
-        .map(|s| app.state.infra.keys.vote_stream(s))
+    let votes: Vec<String> = (0..app.remark_shards())
+        .map(|s| app.keys().vote_stream(s))
         .collect();
     crate::harness::streams_settled(&app, &votes, "points").await;
     assert_eq!(
@@ -286,12 +284,8 @@ async fn a_like_received_award_is_paid_once_even_after_its_redis_marker_expired(
 /// Each vote event of a remark, in stream order: (voter, a like, the voter's first vote).
 async fn first_votes(app: &TestApp, remark: &str) -> Vec<(i64, bool, bool)> {
     let id: i64 = local_id(remark);
-    let stream = app
-        .state
-        .infra
-        .keys
-        .vote_stream_of(id, app.state.features.remarks.settings.shards());
-    streams::range(&app.state.infra, &stream)
+    let stream = app.keys().vote_stream_of(id, app.remark_shards());
+    streams::range(app.infra(), &stream)
         .await
         .unwrap()
         .iter()
@@ -312,10 +306,8 @@ async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid()
         .await;
     app.data(Some(&app.user_token(46)), unlike, json!({ "r": remark }))
         .await;
-    let shards = app.state.features.remarks.settings.shards();
-    let votes: Vec<String> = (0..shards)
-        .map(|s| app.state.infra.keys.vote_stream(s))
-        .collect();
+    let shards = app.remark_shards();
+    let votes: Vec<String> = (0..shards).map(|s| app.keys().vote_stream(s)).collect();
     crate::harness::streams_settled(&app, &votes, "archive").await;
     // The award (and the remark's) in SQL.
     history_holds(&app, &author, 2).await;
@@ -323,10 +315,10 @@ async fn only_a_likers_first_vote_skips_asking_sql_whether_its_author_was_paid()
     // Eleven days on the remark is older than its relation keys live, and Redis has let the
     // liker's relation key and the award's marker go: the archive answers for the relation,
     // and SQL alone knows the award was paid.
-    app.state.infra.clock.advance(chrono::Duration::days(11));
-    let keys = &app.state.infra.keys;
+    app.advance_clock(chrono::Duration::days(11));
+    let keys = &app.keys();
     let id: i64 = local_id(&remark);
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let () = redis::cmd("DEL")
         .arg(keys.like_relation(id, 46, shards))
         .arg(keys.points_award_marker(45, &format!("like:{}:46", local_id(&remark))))
@@ -366,12 +358,7 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
     let service = app.token(9, Role::Service);
     let award = "mutation($u: ID!, $k: String!) { awardPoints(userId: $u, type: LEARNING, points: 5, idempotencyKey: $k) { awarded duplicate } }";
     intake(&app, 44, 5, "lesson-9").await;
-    crate::harness::streams_settled(
-        &app,
-        &[app.state.infra.keys.points_intake_stream()],
-        "intake",
-    )
-    .await;
+    crate::harness::streams_settled(&app, &[app.keys().points_intake_stream()], "intake").await;
     let again = app
         .data(Some(&service), award, json!({ "u": "44", "k": "lesson-9" }))
         .await;
@@ -424,12 +411,7 @@ async fn a_batch_of_awards_across_buckets_pays_each_key_once_within_the_cap() {
             }
         }
     }
-    crate::harness::streams_settled(
-        &app,
-        &[app.state.infra.keys.points_intake_stream()],
-        "intake",
-    )
-    .await;
+    crate::harness::streams_settled(&app, &[app.keys().points_intake_stream()], "intake").await;
     let history = "{ pointsHistory(first: 20) { edges { node { type points } } } }";
     for user in users {
         let token = app.user_token(user);

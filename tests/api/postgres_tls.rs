@@ -176,12 +176,12 @@ async fn over_tls_with_a_private_authority_engage_migrates_and_serves_and_refuse
     app.create_item().await;
     let encrypted: bool =
         sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-            .fetch_one(&app.state.infra.db.pool)
+            .fetch_one(app.sql())
             .await
             .unwrap();
     assert!(encrypted);
     let items: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap();
     assert_eq!(items, 1);

@@ -38,11 +38,11 @@ async fn in_buckets(buckets: Option<u32>) -> TestApp {
 
 /// Every consumer of every stream has handled everything: SQL holds all that Redis does.
 async fn settled(app: &TestApp) {
-    let keys = &app.state.infra.keys;
-    let votes: Vec<String> = (0..app.state.features.remarks.settings.shards())
+    let keys = &app.keys();
+    let votes: Vec<String> = (0..app.remark_shards())
         .map(|s| keys.vote_stream(s))
         .collect();
-    let orders: Vec<String> = (0..app.state.features.vouchers.settings.shards())
+    let orders: Vec<String> = (0..app.sale_shards())
         .map(|s| keys.order_stream(s))
         .collect();
     streams_settled(app, &votes, "archive").await;
@@ -55,16 +55,14 @@ async fn settled(app: &TestApp) {
 
 /// Redis loses every key of this app; how many there were.
 async fn lose_everything(app: &TestApp) -> usize {
-    let keys = scan(app, &app.state.infra.keys.all_pattern()).await;
+    let keys = scan(app, &app.keys().all_pattern()).await;
     crate::harness::unlink(app, &keys).await;
     keys.len()
 }
 
 /// Features `verify` finds drift in.
 async fn drifted(app: &TestApp) -> Vec<String> {
-    app.state
-        .features
-        .verify()
+    app.verify_all()
         .await
         .expect("verify runs")
         .into_iter()
@@ -79,10 +77,7 @@ fn day(n: u32) -> NaiveDate {
 
 /// Sets the clock to 10:00 of a November day in the service's zone (Asia/Shanghai).
 fn at_day(app: &TestApp, n: u32) {
-    app.state
-        .infra
-        .clock
-        .set(Utc.with_ymd_and_hms(2026, 11, n, 2, 0, 0).unwrap());
+    app.set_clock(Utc.with_ymd_and_hms(2026, 11, n, 2, 0, 0).unwrap());
 }
 
 struct Seeded {
@@ -177,7 +172,7 @@ async fn seed(app: &TestApp) -> Seeded {
         )
         .await;
     }
-    let now = app.state.infra.clock.now();
+    let now = app.now();
     let voucher = app
         .data(
             Some(&admin),
@@ -274,11 +269,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         );
     }
 
-    app.state
-        .features
-        .rebuild(&app.state.infra, false)
-        .await
-        .expect("rebuild");
+    app.rebuild_from_sql().await.expect("rebuild");
     assert_eq!(
         drifted(&app).await,
         Vec::<String>::new(),
@@ -287,11 +278,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     assert_eq!(answers(&app, &seeded).await, before);
 
     // A second rebuild changes nothing.
-    app.state
-        .features
-        .rebuild(&app.state.infra, false)
-        .await
-        .expect("rebuild again");
+    app.rebuild_from_sql().await.expect("rebuild again");
     assert_eq!(answers(&app, &seeded).await, before);
 
     // Repeats are still repeats.
@@ -387,9 +374,9 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     assert_eq!(drifted(&app).await, Vec::<String>::new());
 
     // Redis failed after SQL committed a follow: the count never moved.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let _: i64 = redis::cmd("HINCRBY")
-        .arg(app.state.infra.keys.follower_counts())
+        .arg(app.keys().follower_counts())
         .arg(1)
         .arg(-1)
         .query_async(&mut *conn)
@@ -399,11 +386,7 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     let found = drifted(&app).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("follows"), "{found:?}");
-    app.state
-        .features
-        .rebuild(&app.state.infra, false)
-        .await
-        .unwrap();
+    app.rebuild_from_sql().await.unwrap();
     assert_eq!(drifted(&app).await, Vec::<String>::new());
     let viewer = app.data(Some(&app.user_token(1)), VIEWER, json!({})).await;
     assert_eq!(viewer["viewer"]["followers"], 2);
@@ -411,7 +394,7 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     // An order Redis sold that never reached SQL.
     sqlx::query("DELETE FROM orders WHERE id = $1")
         .bind(local_id(&seeded.orders[0].1))
-        .execute(&app.state.infra.db.pool)
+        .execute(app.sql())
         .await
         .unwrap();
     let found = drifted(&app).await;
@@ -434,7 +417,7 @@ async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_t
     let seeded = seed(&app).await;
     settled(&app).await;
     let remark: i64 = local_id(&seeded.remarks[1]);
-    let pool = &app.state.infra.db.pool;
+    let pool = app.sql();
     // The one archived like of the remark: its day has a partition wherever SQL needs one.
     let like = sqlx::query(
         "SELECT CAST(vote_date AS BIGINT) AS day, event_order FROM vote_log WHERE remark_id = $1",
@@ -449,7 +432,7 @@ async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_t
         let sql = format!(
             "INSERT INTO vote_log (event_id, remark_id, voter_id, voting, like_count, \
              voted_at_ms, vote_date, event_order) VALUES {}",
-            engage::infra::db::values_placeholders(app.state.infra.db.backend, chunk.len(), 8)
+            engage::infra::db::values_placeholders(app.sql_backend(), chunk.len(), 8)
         );
         let mut insert = sqlx::query(&sql);
         for (n, voter) in chunk.iter().enumerate() {
@@ -472,10 +455,10 @@ async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_t
         .execute(pool)
         .await
         .unwrap();
-    let keys = &app.state.infra.keys;
-    let shards = app.state.features.remarks.settings.shards();
+    let keys = &app.keys();
+    let shards = app.remark_shards();
     let lost = voters[17_000];
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let _: () = redis::cmd("HSET")
         .arg(keys.remark_info(remark, shards))
         .arg("likes")
@@ -495,7 +478,7 @@ async fn verify_checks_every_liker_of_a_remark_liked_more_often_than_one_round_t
     }
     drop(conn);
 
-    let reports = app.state.features.verify().await.expect("verify runs");
+    let reports = app.verify_all().await.expect("verify runs");
     let likes = reports.iter().find(|r| r.feature == "likes").unwrap();
     assert!(likes.checked > LIKERS as u64, "{}", likes.checked);
     assert_eq!(likes.drifted, 1, "{:?}", likes.examples);
@@ -525,29 +508,21 @@ async fn a_stopped_rebuild_goes_on_from_where_it_stopped_and_a_finished_one_star
     };
 
     // A run that stopped after the calendars of users 1 to 3.
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let _: i64 = redis::cmd("HSET")
-        .arg(app.state.infra.keys.recovery_cursors())
+        .arg(app.keys().recovery_cursors())
         .arg("sign-in calendars/")
         .arg(3)
         .query_async(&mut *conn)
         .await
         .unwrap();
     drop(conn);
-    app.state
-        .features
-        .rebuild(&app.state.infra, false)
-        .await
-        .unwrap();
+    app.rebuild_from_sql().await.unwrap();
     assert_eq!(signed(2).await, 0, "not redone");
     assert_eq!(signed(5).await, 11, "done by the run that went on");
 
     // The run finished: the next one starts over.
-    app.state
-        .features
-        .rebuild(&app.state.infra, false)
-        .await
-        .unwrap();
+    app.rebuild_from_sql().await.unwrap();
     assert_eq!(signed(2).await, 11);
     assert_eq!(drifted(&app).await, Vec::<String>::new());
 }
@@ -598,11 +573,7 @@ async fn awards_during_a_rebuild(buckets: Option<u32>) {
         })
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    app.state
-        .features
-        .rebuild(&app.state.infra, false)
-        .await
-        .unwrap();
+    app.rebuild_from_sql().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut awarded = 0;

@@ -113,7 +113,7 @@ async fn over_tls_with_a_private_authority_likes_count_and_reach_subscribers() {
     // The archive (a stream consumer on its own TLS connection) writes the like to SQL.
     crate::harness::eventually(async || {
         sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM vote_log")
-            .fetch_one(&app.state.infra.db.pool)
+            .fetch_one(app.sql())
             .await
             .is_ok_and(|n| n == 1)
     })

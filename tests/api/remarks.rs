@@ -53,7 +53,7 @@ async fn vote(app: &TestApp, voter: i64, remark: &str, like: bool) -> Value {
 
 async fn vote_log_rows(app: &TestApp) -> i64 {
     sqlx::query("SELECT COUNT(*) AS n FROM vote_log")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("n")
@@ -61,8 +61,8 @@ async fn vote_log_rows(app: &TestApp) -> i64 {
 
 /// Waits until every vote stream's archive group has nothing pending or undelivered.
 async fn archive_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.features.remarks.settings.shards())
-        .map(|s| app.state.infra.keys.vote_stream(s))
+    let streams: Vec<String> = (0..app.remark_shards())
+        .map(|s| app.keys().vote_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
 }
@@ -198,17 +198,17 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     // reads their names; it is the viewer's first sight. Background work of the instance
     // (the feed fan-out of the new remarks, the first sights) uses the same pool: let it
     // finish so that only the page is counted.
-    let users = &app.state.features.users;
+    let users = app.users();
     crate::harness::eventually(async || users.first_sights_queued() == 0).await;
     app.data(Some(&viewer), query, json!({ "item": item }))
         .await;
-    crate::harness::streams_settled(&app, &[app.state.infra.keys.remark_stream()], "fanout").await;
+    crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
     crate::harness::eventually(async || users.first_sights_queued() == 0).await;
-    let before = app.state.infra.redis_round_trips.load(Ordering::SeqCst);
+    let before = app.redis_round_trips();
     let page = app
         .data(Some(&viewer), query, json!({ "item": item }))
         .await;
-    let after = app.state.infra.redis_round_trips.load(Ordering::SeqCst);
+    let after = app.redis_round_trips();
     assert_eq!(page["remarks"]["edges"].as_array().unwrap().len(), 20);
     assert_eq!(after - before, 1, "one pipeline for the whole page");
 }
@@ -220,14 +220,7 @@ async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
     let first = create_remark(&app, 11, &item).await;
     let second = create_remark(&app, 12, &item).await;
     vote(&app, 13, &first, true).await;
-    let reads = || {
-        app.state
-            .features
-            .remarks
-            .caches
-            .page_reads
-            .load(Ordering::SeqCst)
-    };
+    let reads = || app.remarks().caches.page_reads.load(Ordering::SeqCst);
     let viewer = app.user_token(13);
     async fn page(app: &TestApp, viewer: &str, item: &str) -> Value {
         let query = "query($item: ID!) { remarks(itemId: $item) { edges { node { id likeCount likedByMe author { id } } } } }";
@@ -325,17 +318,11 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
     }
 
     // Every count equals the relations that say "liked".
-    let state = &app.state;
-    let mut conn = state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     for remark in &remarks {
         let id: i64 = local_id(remark);
         let count: i64 = redis::cmd("HGET")
-            .arg(
-                state
-                    .infra
-                    .keys
-                    .remark_info(id, state.features.remarks.settings.shards()),
-            )
+            .arg(app.keys().remark_info(id, app.remark_shards()))
             .arg("likes")
             .query_async(&mut *conn)
             .await
@@ -343,11 +330,7 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
         let mut liked = 0;
         for user in 1..=100 {
             let relation: Option<String> = redis::cmd("GET")
-                .arg(state.infra.keys.like_relation(
-                    id,
-                    user,
-                    state.features.remarks.settings.shards(),
-                ))
+                .arg(app.keys().like_relation(id, user, app.remark_shards()))
                 .query_async(&mut *conn)
                 .await
                 .unwrap();
@@ -364,11 +347,11 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
     assert_eq!(vote_log_rows(&app).await, changed);
 
     // Replaying the streams from the start inserts nothing twice.
-    let mut conn = state.infra.redis.get().await.unwrap();
-    for shard in 0..state.features.remarks.settings.shards() {
+    let mut conn = app.redis_connection().await;
+    for shard in 0..app.remark_shards() {
         let _: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("SETID")
-            .arg(state.infra.keys.vote_stream(shard))
+            .arg(app.keys().vote_stream(shard))
             .arg("archive")
             .arg("0")
             .query_async(&mut *conn)
@@ -389,16 +372,10 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
     archive_settled(&app).await;
 
     // Time passes beyond the relation TTL, and Redis lets the key go.
-    app.state.infra.clock.advance(chrono::Duration::days(11));
-    let state = &app.state;
-    let mut conn = state.infra.redis.get().await.unwrap();
+    app.advance_clock(chrono::Duration::days(11));
+    let mut conn = app.redis_connection().await;
     let () = redis::cmd("DEL")
-        .arg(
-            state
-                .infra
-                .keys
-                .like_relation(id, 2, state.features.remarks.settings.shards()),
-        )
+        .arg(app.keys().like_relation(id, 2, app.remark_shards()))
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -410,14 +387,9 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
         json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": false })
     );
     // The key is restored: the archive is asked only once.
-    let mut conn = state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let relation: Option<String> = redis::cmd("GET")
-        .arg(
-            state
-                .infra
-                .keys
-                .like_relation(id, 2, state.features.remarks.settings.shards()),
-        )
+        .arg(app.keys().like_relation(id, 2, app.remark_shards()))
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -435,7 +407,7 @@ async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
     archive_settled(&app).await;
 
     sqlx::query("ALTER TABLE vote_log RENAME TO vote_log_away")
-        .execute(&app.state.infra.db.pool)
+        .execute(app.sql())
         .await
         .unwrap();
     for voter in 3..=12 {
@@ -444,21 +416,21 @@ async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
     vote(&app, 3, &remark, false).await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // the consumer fails and backs off
     sqlx::query("ALTER TABLE vote_log_away RENAME TO vote_log")
-        .execute(&app.state.infra.db.pool)
+        .execute(app.sql())
         .await
         .unwrap();
 
     archive_settled(&app).await;
     assert_eq!(vote_log_rows(&app).await, 12);
     let dead: i64 = sqlx::query("SELECT COUNT(*) AS n FROM dead_letters")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("n");
     assert_eq!(dead, 0, "an outage is not poison");
     let rolled: i64 = sqlx::query("SELECT like_count FROM remarks WHERE id = $1")
         .bind(local_id(&remark))
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("like_count");
@@ -485,21 +457,20 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
         );
         sockets.push(socket);
     }
-    let channel = app.state.infra.keys.like_count_channel(
-        local_id(&remark),
-        app.state.features.remarks.settings.shards(),
-    );
+    let channel = app
+        .keys()
+        .like_count_channel(local_id(&remark), app.remark_shards());
     assert_eq!(
         crate::harness::listeners(&app, &channel).await,
         1,
         "one Redis subscription for 200 GraphQL subscribers"
     );
     assert_eq!(
-        app.state.infra.live.local_subscribers(&channel),
+        app.listeners_here(&channel),
         1,
         "one follower of the count in the instance, writing to all 200"
     );
-    assert_eq!(app.state.features.remarks.like_counts.followed().await, 1);
+    assert_eq!(app.remarks().like_counts.followed().await, 1);
 
     vote(&app, 3, &remark, true).await;
     for socket in &mut sockets {
@@ -522,8 +493,8 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
     // The last subscriber gone, the count is no longer followed, here or in Redis.
     drop(sockets);
     crate::harness::eventually(async || {
-        app.state.features.remarks.like_counts.followed().await == 0
-            && app.state.infra.live.local_subscribers(&channel) == 0
+        app.remarks().like_counts.followed().await == 0
+            && app.listeners_here(&channel) == 0
             && crate::harness::listeners(&app, &channel).await == 0
     })
     .await;
@@ -673,11 +644,9 @@ async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channe
         // connection stays open.
         for id in &ids {
             let channel = app
-                .state
-                .infra
-                .keys
-                .like_count_channel(local_id(id), app.state.features.remarks.settings.shards());
-            assert_eq!(app.state.infra.live.local_subscribers(&channel), 0, "{id}");
+                .keys()
+                .like_count_channel(local_id(id), app.remark_shards());
+            assert_eq!(app.listeners_here(&channel), 0, "{id}");
             assert_eq!(crate::harness::listeners(&app, &channel).await, 0, "{id}");
         }
     }
@@ -714,15 +683,13 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
 
     // The refresh interval passes: many readers at once, one refresh, nobody sees a gap.
     let refreshes = app
-        .state
-        .features
-        .remarks
+        .remarks()
         .caches
         .recommended_refreshes
         .load(Ordering::SeqCst);
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let () = redis::cmd("DEL")
-        .arg(app.state.infra.keys.recommended_proxy(local_id(&item)))
+        .arg(app.keys().recommended_proxy(local_id(&item)))
         .query_async(&mut *conn)
         .await
         .unwrap();
@@ -747,9 +714,7 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        app.state
-            .features
-            .remarks
+        app.remarks()
             .caches
             .recommended_refreshes
             .load(Ordering::SeqCst),
@@ -773,11 +738,10 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
     let app = busy_app().await;
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
-    let stream = app.state.infra.keys.vote_stream_of(
-        local_id(&remark),
-        app.state.features.remarks.settings.shards(),
-    );
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let stream = app
+        .keys()
+        .vote_stream_of(local_id(&remark), app.remark_shards());
+    let mut conn = app.redis_connection().await;
     let poison: String = redis::cmd("XADD")
         .arg(&stream)
         .arg("*")
@@ -792,7 +756,7 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
     archive_settled(&app).await;
     assert_eq!(vote_log_rows(&app).await, 1, "the good vote is archived");
     let row = sqlx::query("SELECT entry_id, error, attempts FROM dead_letters")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap();
     assert_eq!(row.get::<String, _>("entry_id"), poison);
@@ -813,10 +777,9 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
     .await;
     let item = create_item(&app).await;
     let remark = create_remark(&app, 1, &item).await;
-    let stream = app.state.infra.keys.vote_stream_of(
-        local_id(&remark),
-        app.state.features.remarks.settings.shards(),
-    );
+    let stream = app
+        .keys()
+        .vote_stream_of(local_id(&remark), app.remark_shards());
     archive_settled(&app).await;
 
     // A consumer reads three votes and dies before acknowledging them. MULTI makes the
@@ -873,23 +836,23 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
 #[tokio::test]
 async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_lettered() {
     let app = busy_app().await;
-    if app.state.infra.db.backend != engage::infra::db::Backend::Postgres {
+    if app.sql_backend() != engage::infra::db::Backend::Postgres {
         return; // SQLite has no partitions: vote_log is one table there.
     }
     let item = create_item(&app).await;
     let remark = create_remark(&app, 2_001, &item).await;
     // A table of this month's name that is not attached as a partition: creating the
     // partition is then a no-op, and the insert finds no partition for the row (23514).
-    let month = app.state.infra.clock.current_month().id();
+    let month = app.current_month().id();
     let blocker = format!("vote_log_{month}");
     sqlx::query(&format!("CREATE TABLE {blocker} (LIKE vote_log)"))
-        .execute(&app.state.infra.db.pool)
+        .execute(app.sql())
         .await
         .unwrap();
     vote(&app, 2_002, &remark, true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let dead: i64 = sqlx::query("SELECT COUNT(*) AS n FROM dead_letters")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("n");
@@ -898,7 +861,7 @@ async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_le
 
     // Once the table is out of the way, the waiting vote is archived.
     sqlx::query(&format!("DROP TABLE {blocker}"))
-        .execute(&app.state.infra.db.pool)
+        .execute(app.sql())
         .await
         .unwrap();
     archive_settled(&app).await;

@@ -59,7 +59,7 @@ async fn every_instant_is_answered_in_utc_with_milliseconds_and_z() {
         .await;
     let created = &item["createItem"]["createdAt"];
     assert!(is_utc_with_millis(created), "{created}");
-    let gap = instant(created) - app.state.infra.clock.now();
+    let gap = instant(created) - app.now();
     assert!(gap.num_seconds().abs() < 60, "{created} is not now");
 
     let seasons = app
@@ -81,7 +81,7 @@ async fn an_instant_with_an_offset_is_taken_and_answered_back_in_utc() {
     let item = app.create_item().await;
     let shanghai = FixedOffset::east_opt(8 * 3600).unwrap();
     // Six digits of fraction: any precision is taken, milliseconds are answered.
-    let begins = app.state.infra.clock.now() - Duration::minutes(1);
+    let begins = app.now() - Duration::minutes(1);
     let ends = begins + Duration::hours(2);
     let sent = |at: DateTime<Utc>| {
         at.with_timezone(&shanghai)
@@ -122,7 +122,7 @@ async fn a_time_without_an_offset_is_refused_with_bad_user_input() {
     let app = TestApp::spawn().await;
     let admin = app.admin_token();
     let item = app.create_item().await;
-    let ends = (app.state.infra.clock.now() + Duration::hours(1)).to_rfc3339();
+    let ends = (app.now() + Duration::hours(1)).to_rfc3339();
     for begins in ["2026-11-27T03:04:05", "2026-11-27", "soon", ""] {
         let refused = app
             .gql(
@@ -156,10 +156,7 @@ async fn make_up_sign_in_takes_a_real_calendar_day() {
     let app = TestApp::spawn().await;
     let token = app.user_token(4_101);
     let day = NaiveDate::from_ymd_opt(2026, 3, 10).unwrap();
-    app.state
-        .infra
-        .clock
-        .set(day.and_hms_opt(10, 0, 0).unwrap().and_utc());
+    app.set_clock(day.and_hms_opt(10, 0, 0).unwrap().and_utc());
     let signed = app
         .data(Some(&token), "mutation { signIn { date } }", json!({}))
         .await;
@@ -282,19 +279,13 @@ async fn a_past_months_calendar_has_no_today_and_the_current_one_has() {
     let token = app.user_token(4_102);
     for day in [27, 28] {
         let at = NaiveDate::from_ymd_opt(2026, 2, day).unwrap();
-        app.state
-            .infra
-            .clock
-            .set(at.and_hms_opt(10, 0, 0).unwrap().and_utc());
+        app.set_clock(at.and_hms_opt(10, 0, 0).unwrap().and_utc());
         app.data(Some(&token), "mutation { signIn { date } }", json!({}))
             .await;
     }
     // The 1st of March, not yet signed: the streak still ends yesterday.
     let first = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
-    app.state
-        .infra
-        .clock
-        .set(first.and_hms_opt(10, 0, 0).unwrap().and_utc());
+    app.set_clock(first.and_hms_opt(10, 0, 0).unwrap().and_utc());
 
     let february = app
         .data(Some(&token), CALENDAR, json!({ "m": "2026-02" }))

@@ -17,10 +17,7 @@ fn at(year: i32, month: u32, day: u32, hour: u32, minute: u32) -> DateTime<Utc> 
 }
 
 async fn sign_in_on(app: &TestApp, token: &str, day: NaiveDate) -> Value {
-    app.state
-        .infra
-        .clock
-        .set(day.and_hms_opt(10, 0, 0).unwrap().and_utc());
+    app.set_clock(day.and_hms_opt(10, 0, 0).unwrap().and_utc());
     app.data(Some(token), SIGN_IN, json!({})).await["signIn"].clone()
 }
 
@@ -181,7 +178,7 @@ async fn make_ups_fill_missed_days_of_this_month_up_to_the_limit() {
 async fn a_sign_in_at_2330_utc_counts_for_the_next_day_in_shanghai() {
     let app = TestApp::spawn_with(|config| config.timezone = chrono_tz::Asia::Shanghai).await;
     let token = app.user_token(34);
-    app.state.infra.clock.set(at(2026, 3, 10, 23, 30));
+    app.set_clock(at(2026, 3, 10, 23, 30));
     let result = app.data(Some(&token), SIGN_IN, json!({})).await["signIn"].clone();
     assert_eq!(result["date"], "2026-03-11");
     let calendar = app.data(Some(&token), CALENDAR, json!({})).await["signCalendar"].clone();

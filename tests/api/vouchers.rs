@@ -30,7 +30,7 @@ async fn busy_app() -> TestApp {
 async fn voucher(app: &TestApp, stock: i64, pay_within: i64) -> String {
     let admin = app.admin_token();
     let item = app.create_item().await;
-    let now = app.state.infra.clock.now();
+    let now = app.now();
     let input = json!({
         "itemId": item, "title": "Half price", "stock": stock,
         "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
@@ -55,12 +55,12 @@ async fn buy(app: &TestApp, token: &str, voucher: &str) -> String {
 
 /// The stock checks once the order consumer has caught up; they must all agree.
 async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck> {
-    let streams: Vec<String> = (0..app.state.features.vouchers.settings.shards())
-        .map(|s| app.state.infra.keys.order_stream(s))
+    let streams: Vec<String> = (0..app.sale_shards())
+        .map(|s| app.keys().order_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
     for _ in 0..300 {
-        let checks = app.state.features.vouchers.stock_checks().await.unwrap();
+        let checks = app.vouchers().stock_checks().await.unwrap();
         if checks.iter().all(|c| c.consistent()) {
             return checks;
         }
@@ -68,7 +68,7 @@ async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck
     }
     panic!(
         "Redis and SQL never agreed: {:?}",
-        app.state.features.vouchers.stock_checks().await.unwrap()
+        app.vouchers().stock_checks().await.unwrap()
     );
 }
 
@@ -117,7 +117,7 @@ async fn two_thousand_attempts_by_a_thousand_users_never_oversell_stock_of_100()
     );
     let rows = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT buyer_id) AS buyers FROM orders WHERE voucher_id = $1")
         .bind(local_id(&voucher))
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap();
     assert_eq!(rows.get::<i64, _>("n"), 100);
@@ -140,7 +140,7 @@ async fn the_window_is_checked_against_the_servers_clock() {
     let app = busy_app().await;
     let voucher = voucher(&app, 5, 600).await;
     let token = app.user_token(20);
-    app.state.infra.clock.advance(chrono::Duration::minutes(-5));
+    app.advance_clock(chrono::Duration::minutes(-5));
     assert_eq!(
         first_code(
             &app.gql(Some(&token), SECKILL, json!({ "v": voucher }))
@@ -148,7 +148,7 @@ async fn the_window_is_checked_against_the_servers_clock() {
         ),
         "NOT_STARTED"
     );
-    app.state.infra.clock.advance(chrono::Duration::hours(2));
+    app.advance_clock(chrono::Duration::hours(2));
     assert_eq!(
         first_code(
             &app.gql(Some(&token), SECKILL, json!({ "v": voucher }))
@@ -179,7 +179,7 @@ async fn paying_past_pay_by_answers_pay_window_over_and_a_settled_order_still_co
         .to_string();
     // Paid at once past pay-by: whether the expiry job or the payment ends the order, the
     // buyer is told the window is over, not that the sale ended.
-    app.state.infra.clock.advance(chrono::Duration::seconds(61));
+    app.advance_clock(chrono::Duration::seconds(61));
     let late = app.gql(Some(&late_buyer), PAY, json!({ "o": order })).await;
     assert_eq!(first_code(&late), "PAY_WINDOW_OVER", "{late}");
     let again = app.gql(Some(&late_buyer), PAY, json!({ "o": order })).await;
@@ -252,7 +252,7 @@ async fn an_unpaid_order_expires_at_pay_by_and_the_buyer_may_buy_again() {
         "ALREADY_ORDERED"
     );
 
-    app.state.infra.clock.advance(chrono::Duration::seconds(61));
+    app.advance_clock(chrono::Duration::seconds(61));
     let mut status = Value::Null;
     for _ in 0..200 {
         let orders = app
@@ -293,10 +293,7 @@ async fn paying_and_expiring_race_and_exactly_one_wins() {
         let token = app.user_token(100 + round);
         let order = buy(&app, &token, &voucher).await;
         // Right at pay-by: the expiry job and the payment go at the same moment.
-        app.state
-            .infra
-            .clock
-            .advance(chrono::Duration::milliseconds(5000));
+        app.advance_clock(chrono::Duration::milliseconds(5000));
         let (pay, cancel) = tokio::join!(
             app.gql(Some(&token), PAY, json!({ "o": order })),
             app.gql(Some(&token), CANCEL, json!({ "o": order })),
@@ -384,11 +381,11 @@ async fn replaying_the_order_stream_inserts_nothing_twice() {
         }
     }
     consistent(&app).await;
-    let mut conn = app.state.infra.redis.get().await.unwrap();
-    for shard in 0..app.state.features.vouchers.settings.shards() {
+    let mut conn = app.redis_connection().await;
+    for shard in 0..app.sale_shards() {
         let _: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("SETID")
-            .arg(app.state.infra.keys.order_stream(shard))
+            .arg(app.keys().order_stream(shard))
             .arg("archive")
             .arg("0")
             .query_async(&mut *conn)
@@ -403,7 +400,7 @@ async fn replaying_the_order_stream_inserts_nothing_twice() {
         .unwrap();
     assert_eq!((check.sql_stock, check.sql_live_orders), (6, 4));
     let orders: i64 = sqlx::query("SELECT COUNT(*) AS n FROM orders")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("n");
@@ -487,8 +484,8 @@ async fn pending_expiry(app: &TestApp, order: &str) -> Option<&'static str> {
     // The expiry job's id is the order's number.
     let order = local_id(order);
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
-    let keys = &app.state.infra.keys;
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let keys = &app.keys();
+    let mut conn = app.redis_connection().await;
     let (delayed, running, ready): (Option<f64>, Option<f64>, Option<i64>) = redis::pipe()
         .cmd("ZSCORE")
         .arg(keys.jobs_delayed(topic))
@@ -538,13 +535,11 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
         let late = engage::features::vouchers::NewOrder {
             order_id: local_id(&order),
             voucher_id: local_id(&voucher),
-            created_at_ms: app.state.infra.clock.now_ms(),
-            pay_by_ms: app.state.infra.clock.now_ms() + 86_400_000,
+            created_at_ms: app.now_ms(),
+            pay_by_ms: app.now_ms() + 86_400_000,
         };
-        let mut sql = app.state.infra.db.pool.acquire().await.unwrap();
-        app.state
-            .features
-            .vouchers
+        let mut sql = app.sql().acquire().await.unwrap();
+        app.vouchers()
             .ensure_expiries(&mut sql, &[late])
             .await
             .unwrap();
@@ -557,8 +552,8 @@ async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
 async fn forget_job(app: &TestApp, order: &str) {
     let id = local_id(order);
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
-    let keys = &app.state.infra.keys;
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let keys = &app.keys();
+    let mut conn = app.redis_connection().await;
     let () = redis::pipe()
         .cmd("HDEL")
         .arg(keys.job_pool(topic))
@@ -594,7 +589,7 @@ async fn archived_order(app: &TestApp, order: i64) -> (i64, i64, i64, String) {
         "SELECT voucher_id, created_at_ms, pay_by_ms, status FROM orders WHERE id = $1",
     )
     .bind(order)
-    .fetch_one(&app.state.infra.db.pool)
+    .fetch_one(app.sql())
     .await
     .unwrap();
     (
@@ -610,11 +605,7 @@ async fn archived_order(app: &TestApp, order: i64) -> (i64, i64, i64, String) {
 async fn order_events(app: &TestApp, voucher: i64, events: &[Vec<(&str, String)>]) {
     let mut pipe = redis::pipe();
     pipe.atomic();
-    let stream = app
-        .state
-        .infra
-        .keys
-        .order_stream_of(voucher, app.state.features.vouchers.settings.shards());
+    let stream = app.keys().order_stream_of(voucher, app.sale_shards());
     for fields in events {
         let add = pipe.cmd("XADD").arg(&stream).arg("*");
         for (name, value) in fields {
@@ -622,7 +613,7 @@ async fn order_events(app: &TestApp, voucher: i64, events: &[Vec<(&str, String)>
         }
         add.ignore();
     }
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let () = pipe.query_async(&mut *conn).await.unwrap();
 }
 
@@ -641,7 +632,7 @@ async fn rebought(
     consistent(app).await;
     let (voucher, created, pay_by, status) = archived_order(app, a).await;
     assert_eq!(status, "UNPAID");
-    let now = app.state.infra.clock.now_ms();
+    let now = app.now_ms();
     let settled = vec![
         ("type", "settled".to_string()),
         ("order", a.to_string()),
@@ -652,7 +643,7 @@ async fn rebought(
         ("created", created.to_string()),
         ("pay_by", pay_by.to_string()),
     ];
-    let b = app.state.infra.ids.next_id().await.unwrap();
+    let b = app.next_id().await;
     let bought = vec![
         ("type", "created".to_string()),
         ("order", b.to_string()),
@@ -665,8 +656,8 @@ async fn rebought(
 }
 
 async fn orders_settled(app: &TestApp) {
-    let streams: Vec<String> = (0..app.state.features.vouchers.settings.shards())
-        .map(|s| app.state.infra.keys.order_stream(s))
+    let streams: Vec<String> = (0..app.sale_shards())
+        .map(|s| app.keys().order_stream(s))
         .collect();
     crate::harness::streams_settled(app, &streams, "archive").await;
 }
@@ -681,7 +672,7 @@ async fn a_rebought_order_whose_predecessor_settles_in_the_same_batch_reaches_sq
     assert_eq!(status, "UNPAID");
     let remaining: i64 = sqlx::query("SELECT remaining FROM vouchers WHERE id = $1")
         .bind(voucher)
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("remaining");
@@ -694,11 +685,7 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
     let (voucher, settled, b, bought) = rebought(&app).await;
     // A's settlement is taken by another instance, which dies before it commits; B comes
     // to this one, and is archived first.
-    let stream = app
-        .state
-        .infra
-        .keys
-        .order_stream_of(voucher, app.state.features.vouchers.settings.shards());
+    let stream = app.keys().order_stream_of(voucher, app.sale_shards());
     let mut pipe = redis::pipe();
     pipe.atomic();
     let add = pipe.cmd("XADD").arg(&stream).arg("*");
@@ -716,7 +703,7 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
         .arg(&stream)
         .arg(">")
         .ignore();
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let () = pipe.query_async(&mut *conn).await.unwrap();
     drop(conn);
     order_events(&app, voucher, &[bought]).await;
@@ -735,14 +722,12 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
     let order = buy(&app, &app.user_token(80), &voucher).await;
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
     let job = app
-        .state
-        .features
-        .jobs
+        .jobs()
         .find(topic, &local_id(&order).to_string())
         .await
         .unwrap()
         .expect("the order's expiry job");
-    let policy = app.state.features.jobs.registry.policy(topic);
+    let policy = app.jobs().registry.policy(topic);
     let retrying: Duration = (1..job.max_attempts)
         .map(|attempt| policy.retry_delay(attempt))
         .sum();
@@ -756,7 +741,7 @@ async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
 async fn sql_status(app: &TestApp, order: &str) -> String {
     sqlx::query("SELECT status FROM orders WHERE id = $1")
         .bind(local_id(order))
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("status")
@@ -777,12 +762,10 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
     consistent(&app).await;
     assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
     // Redis loses the job (and nothing rebuilds it).
-    let mut conn = app.state.infra.redis.get().await.unwrap();
+    let mut conn = app.redis_connection().await;
     let () = redis::cmd("ZREM")
         .arg(
-            app.state
-                .infra
-                .keys
+            app.keys()
                 .jobs_delayed(engage::features::vouchers::EXPIRY_TOPIC),
         )
         .arg(local_id(&order))
@@ -794,11 +777,11 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
     assert_eq!(pending_expiry(&app, &order).await, None);
 
     // Just past pay-by the order is left to its job a little longer.
-    app.state.infra.clock.advance(chrono::Duration::seconds(61));
+    app.advance_clock(chrono::Duration::seconds(61));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(sql_status(&app, &order).await, "UNPAID");
 
-    app.state.infra.clock.advance(chrono::Duration::seconds(60));
+    app.advance_clock(chrono::Duration::seconds(60));
     crate::harness::eventually(async || sql_status(&app, &order).await == "EXPIRED").await;
     consistent(&app).await;
     assert_eq!(
@@ -831,7 +814,7 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     consistent(&app).await;
     let rows: Vec<String> = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1")
         .bind(engage::features::vouchers::EXPIRY_TOPIC)
-        .fetch_all(&app.state.infra.db.pool)
+        .fetch_all(app.sql())
         .await
         .unwrap()
         .iter()
@@ -841,7 +824,7 @@ async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     let mut rows = rows;
     rows.sort();
     assert_eq!(rows, orders, "each unpaid order's expiry job has its row");
-    let report = app.state.features.jobs.verify().await.unwrap();
+    let report = app.jobs().verify().await.unwrap();
     assert!(report.is_clean(), "{report:?}");
 }
 
@@ -891,7 +874,7 @@ async fn with_replicas_required_an_order_is_acknowledged_only_once_they_hold_it(
     }
 
     // On the cluster every master has one replica: WAIT 1 is met and the order answers.
-    if app.state.infra.instance.redis.is_cluster() {
+    if app.on_cluster() {
         let app = TestApp::spawn_with(|config| config.redis_wait_replicas = 1).await;
         let second = voucher(&app, 10, 60).await;
         buy(&app, &app.user_token(7), &second).await;

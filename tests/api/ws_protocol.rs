@@ -3,7 +3,7 @@
 //! query's field errors are (a result), and what `connection_init` accepts and refuses
 //! before any `connection_ack`.
 
-use engage::infra::auth::{Role, Tokens};
+use engage::infra::auth::Role;
 use serde_json::{json, Value};
 
 use crate::{
@@ -121,7 +121,7 @@ async fn an_operation_refused_by_admission_is_an_error_with_no_complete() {
     .await;
     let too_long = format!(
         "{{ __typename }}{}",
-        " ".repeat(app.state.config.max_query_bytes)
+        " ".repeat(app.config().max_query_bytes)
     );
     for via in BOTH {
         let mut socket = via::open(&app, via, None).await;
@@ -252,7 +252,7 @@ fn refused(via: Via, answer: &Value, code: u16) -> String {
 #[tokio::test]
 async fn an_expired_or_invalid_token_is_refused_before_any_ack() {
     let app = TestApp::spawn().await;
-    let signer = Tokens::signer(&app.state.config);
+    let signer = app.signer();
     // Expired a moment ago (within the leeway a request is given), and long ago.
     let just_expired = signer.mint(9, Role::User, -2, None);
     let long_expired = signer.mint(9, Role::User, -3600, None);

@@ -45,7 +45,7 @@ use crate::{
 
 /// The transports, for the rules that differ between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// POST and GET (the HTTP layer refuses anything but queries over GET, with 405).
     Http,
     WebSocket,
@@ -53,52 +53,52 @@ pub enum Transport {
 
 /// Who is calling, once identified.
 #[derive(Debug, Clone)]
-pub struct Caller {
-    pub ip: IpAddr,
-    pub viewer: Option<Viewer>,
+pub(crate) struct Caller {
+    pub(crate) ip: IpAddr,
+    pub(crate) viewer: Option<Viewer>,
     /// When the token stops authorising (seconds since the Unix epoch).
-    pub token_expires_at: Option<i64>,
+    pub(crate) token_expires_at: Option<i64>,
 }
 
 /// An operation as a transport received it.
 #[derive(Debug, Default)]
-pub struct RawOperation {
-    pub query: Option<String>,
-    pub operation_name: Option<String>,
-    pub variables: Variables,
-    pub extensions: Option<Value>,
+pub(crate) struct RawOperation {
+    pub(crate) query: Option<String>,
+    pub(crate) operation_name: Option<String>,
+    pub(crate) variables: Variables,
+    pub(crate) extensions: Option<Value>,
 }
 
 /// An operation that may run.
-pub struct Admitted {
-    pub request: async_graphql::Request,
+pub(crate) struct Admitted {
+    pub(crate) request: async_graphql::Request,
     /// The operation's type, when the document names one the request can run (GET may
     /// only run queries).
-    pub operation_type: Option<OperationType>,
+    pub(crate) operation_type: Option<OperationType>,
     /// Its metrics label: the name of its first root field, a name of the schema.
-    pub label: &'static str,
+    pub(crate) label: &'static str,
     /// The name the document gives its only operation (for its span, when the request
     /// does not name it).
-    pub document_name: Option<async_graphql::Name>,
+    pub(crate) document_name: Option<async_graphql::Name>,
     /// A persisted query to store, as (hash, document), once the operation has run without
     /// a request error.
-    pub register: Option<(String, String)>,
+    pub(crate) register: Option<(String, String)>,
     /// The mutation fields it runs (a batch's together count against
     /// `ENGAGE_MAX_MUTATIONS_PER_REQUEST`).
-    pub writes: usize,
+    pub(crate) writes: usize,
     /// A query of public reads only ([`crate::api::schema::PUBLIC_READS`]): asked
     /// anonymously, its answer is everyone's.
-    pub public_read: bool,
+    pub(crate) public_read: bool,
 }
 
 /// The label of requests refused before their document was read.
-pub const UNREAD: &str = "unread";
+pub(crate) const UNREAD: &str = "unread";
 
 /// The span of one operation (target `engage::graphql`, DEBUG: off unless traces are
 /// exported). An HTTP request's is a child of the request's span; a WebSocket's operations
 /// each begin a trace of their own (a socket lives for hours). [`record`] fills in what
 /// admission learnt.
-pub fn operation_span(transport: Transport) -> tracing::Span {
+pub(crate) fn operation_span(transport: Transport) -> tracing::Span {
     use tracing::field::Empty;
     match transport {
         Transport::Http => tracing::debug_span!(
@@ -123,7 +123,7 @@ pub fn operation_span(transport: Transport) -> tracing::Span {
 
 /// Records an admitted operation on its span: its label (as in `/metrics`), its type and
 /// the name the client gave it.
-pub fn record(span: &tracing::Span, admitted: &Admitted) {
+pub(crate) fn record(span: &tracing::Span, admitted: &Admitted) {
     if span.is_disabled() {
         return;
     }
@@ -138,13 +138,13 @@ pub fn record(span: &tracing::Span, admitted: &Admitted) {
 }
 
 /// Identifies the caller of an HTTP request or of a WebSocket `connection_init`.
-pub async fn identify(
+pub(crate) async fn identify(
     gateway: &Gateway,
     ip: IpAddr,
     authorization: Option<&str>,
 ) -> AppResult<Caller> {
     gateway.rate_limits.check_ip(ip)?;
-    let verified = gateway.tokens.from_header_value(authorization).await?;
+    let verified = gateway.tokens.verify_bearer(authorization).await?;
     let Some(Verified {
         subject,
         role,
@@ -179,7 +179,7 @@ pub async fn identify(
 /// verification's leeway for clock skew, but a WebSocket lives on after its token: one
 /// whose token expired already is refused at `connection_init`, not acknowledged only to
 /// be closed a moment later, and each of its operations is checked again.
-pub fn unexpired(caller: &Caller) -> AppResult<()> {
+pub(crate) fn unexpired(caller: &Caller) -> AppResult<()> {
     if caller
         .token_expires_at
         .is_some_and(|exp| exp <= chrono::Utc::now().timestamp())
@@ -190,7 +190,7 @@ pub fn unexpired(caller: &Caller) -> AppResult<()> {
 }
 
 /// Admits one operation of an identified caller.
-pub async fn admit(
+pub(crate) async fn admit(
     gateway: &Gateway,
     caller: &Caller,
     operation: RawOperation,
@@ -287,7 +287,7 @@ pub async fn admit(
 
 /// Whether a response is a parse or validation failure: nothing ran, so there is no `data`
 /// to show and no persisted query to store.
-pub fn is_request_error(response: &async_graphql::Response) -> bool {
+pub(crate) fn is_request_error(response: &async_graphql::Response) -> bool {
     response.errors.iter().any(|e| {
         code_of(e).is_some_and(|code| {
             code == ErrorCode::GraphqlParseFailed.as_str()
@@ -298,7 +298,7 @@ pub fn is_request_error(response: &async_graphql::Response) -> bool {
 
 /// Charges an operation of a batch after its first what a request pays: the first rode on
 /// the request's own charge in [`identify`], each further one is a request of its own.
-pub fn charge_batched(gateway: &Gateway, caller: &Caller) -> AppResult<()> {
+pub(crate) fn charge_batched(gateway: &Gateway, caller: &Caller) -> AppResult<()> {
     charge(gateway, caller, 1)
 }
 

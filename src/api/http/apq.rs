@@ -41,15 +41,15 @@ use crate::{
 const UNUSED_FOR_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// What a stored query counts besides its text, as `lua/apq_register.lua` counts it.
-pub const ENTRY_OVERHEAD_BYTES: usize = 256;
+pub(crate) const ENTRY_OVERHEAD_BYTES: usize = 256;
 
 /// The query to run, and the hash to register once it proves valid (only for texts the
 /// store takes, so that admission charges a registration only when one will happen).
-pub struct Resolved {
-    pub query: String,
-    pub register: Option<String>,
+pub(crate) struct Resolved {
+    pub(crate) query: String,
+    pub(crate) register: Option<String>,
     /// The parse of a trusted document, done at start.
-    pub trusted: Option<Arc<Parsed>>,
+    pub(crate) trusted: Option<Arc<Parsed>>,
 }
 
 fn not_trusted() -> AppError {
@@ -63,7 +63,7 @@ fn not_found() -> AppError {
     AppError::client(ErrorCode::PersistedQueryNotFound, "PersistedQueryNotFound")
 }
 
-pub async fn resolve(
+pub(crate) async fn resolve(
     gateway: &Gateway,
     query: Option<String>,
     extensions: Option<&Value>,
@@ -167,7 +167,7 @@ impl Replies for ApqRegister {
 
 /// Stores a query that has run under its hash (one that [`resolve`] marked for it); older
 /// queries may be evicted to make room.
-pub async fn register(gateway: &Gateway, hash: &str, query: &str) -> Result<(), AppError> {
+pub(crate) async fn register(gateway: &Gateway, hash: &str, query: &str) -> Result<(), AppError> {
     let config = &gateway.config;
     let keys = &gateway.infra.keys;
     let documents = ApqRegister {

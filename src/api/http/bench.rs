@@ -5,37 +5,59 @@
 //! document are left out. `bench/run` loads it beside `likeRemark` in one run, so the ratio
 //! of the two is what GraphQL costs on the hot path.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
-    extract::{ConnectInfo, State},
+    extract::{ConnectInfo, DefaultBodyLimit, State},
     http::{header, HeaderMap, StatusCode},
     response::{IntoResponse, Response},
-    Json,
+    routing::post,
+    Json, Router,
 };
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{admission, client_ip, HttpState};
+use super::{admission, client_ip, Gateway};
 use crate::{
     api::schema::id::RemarkId,
-    features::remarks::likes::{self, Vote},
+    features::remarks::{
+        likes::{self, Vote},
+        Remarks,
+    },
     infra::error::{AppError, AppResult},
 };
 
+/// What `/bench/like` uses: the gateway's admission of the caller, and the remarks whose
+/// likes it casts. Its own handle, so that the gateway every transport shares carries no
+/// feature only this route needs.
+#[derive(Clone)]
+pub(crate) struct BenchLikes {
+    gateway: Arc<Gateway>,
+    remarks: Remarks,
+}
+
+/// `POST /bench/like`, with the body limit of every other route.
+pub(crate) fn router(gateway: Arc<Gateway>, remarks: Remarks) -> Router {
+    let max_body = gateway.config.max_body_bytes;
+    Router::new()
+        .route("/bench/like", post(like))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(BenchLikes { gateway, remarks })
+}
+
 #[derive(Deserialize)]
-pub struct LikeBody {
+pub(crate) struct LikeBody {
     #[serde(rename = "remarkId")]
     remark_id: String,
 }
 
-pub async fn like(
-    State(http): State<HttpState>,
+pub(crate) async fn like(
+    State(bench): State<BenchLikes>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Json(body): Json<LikeBody>,
 ) -> Response {
-    match vote(&http, peer, &headers, &body).await {
+    match vote(&bench, peer, &headers, &body).await {
         Ok(outcome) => Json(json!({
             "remarkId": RemarkId::new(outcome.remark_id).encode(),
             "likeCount": outcome.like_count,
@@ -52,12 +74,12 @@ pub async fn like(
 }
 
 async fn vote(
-    http: &HttpState,
+    bench: &BenchLikes,
     peer: SocketAddr,
     headers: &HeaderMap,
     body: &LikeBody,
 ) -> AppResult<likes::VoteOutcome> {
-    let gateway = &http.gateway;
+    let gateway = &bench.gateway;
     let ip = client_ip(headers, peer, &gateway.config);
     let authorization = headers
         .get(header::AUTHORIZATION)
@@ -70,7 +92,7 @@ async fn vote(
     let remark_id = RemarkId::read(&body.remark_id)
         .map_err(|message| AppError::bad_input(format!("remarkId: {message}")))?
         .0;
-    gateway
+    bench
         .remarks
         .vote(viewer.user_id, remark_id, Vote::Like)
         .await

@@ -20,7 +20,7 @@ use std::{
 type Counts<K> = Arc<Mutex<HashMap<K, usize>>>;
 
 /// Counts of what each key holds, up to `max` each.
-pub struct Caps<K> {
+pub(crate) struct Caps<K> {
     /// 0: no cap (nothing is counted).
     max: usize,
     counts: Counts<K>,
@@ -29,12 +29,12 @@ pub struct Caps<K> {
 }
 
 /// One place held under a cap; dropping it frees the place.
-pub struct Held<K: Hash + Eq> {
+pub(crate) struct Held<K: Hash + Eq> {
     counted: Option<(Counts<K>, K)>,
 }
 
 impl<K: Hash + Eq + Clone> Caps<K> {
-    pub fn new(max: usize, label: &'static str) -> Self {
+    pub(crate) fn new(max: usize, label: &'static str) -> Self {
         Self {
             max,
             counts: Arc::default(),
@@ -42,12 +42,12 @@ impl<K: Hash + Eq + Clone> Caps<K> {
         }
     }
 
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max
     }
 
     /// A place for `key`, or `None` (counted as a refusal) when it holds `max` already.
-    pub fn try_hold(&self, key: K) -> Option<Held<K>> {
+    pub(crate) fn try_hold(&self, key: K) -> Option<Held<K>> {
         if self.max == 0 {
             return Some(Held { counted: None });
         }

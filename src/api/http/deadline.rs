@@ -31,19 +31,19 @@ use crate::infra::error::{AppError, ErrorCode};
 
 /// Whether a request's body ran out of time, for [`super::edge`] to answer 408.
 #[derive(Clone)]
-pub struct BodyWatch {
+pub(crate) struct BodyWatch {
     expired: Arc<AtomicBool>,
     limit: Duration,
 }
 
 impl BodyWatch {
-    pub fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         self.expired.load(Ordering::Acquire)
     }
 
     /// The answer to a request whose body did not arrive in time; the connection closes
     /// after it, since the rest of the body may still be on its way.
-    pub fn response(&self) -> Response {
+    pub(crate) fn response(&self) -> Response {
         let error = AppError::client(
             ErrorCode::BadRequest,
             format!(
@@ -61,7 +61,7 @@ impl BodyWatch {
 
 /// `body` with its deadline `limit` from now, and what tells whether it ran out. A request
 /// without a body is handed on as it is (no timer, no allocation).
-pub fn bound(body: Incoming, limit: Duration) -> (Body, Option<BodyWatch>) {
+pub(crate) fn bound(body: Incoming, limit: Duration) -> (Body, Option<BodyWatch>) {
     if body.is_end_stream() {
         return (Body::new(body), None);
     }
@@ -81,7 +81,7 @@ pub fn bound(body: Incoming, limit: Duration) -> (Body, Option<BodyWatch>) {
 /// The request body has been arriving for longer than its deadline.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body did not arrive in time")]
-pub struct BodyTimedOut;
+pub(crate) struct BodyTimedOut;
 
 struct DeadlineBody {
     inner: Incoming,

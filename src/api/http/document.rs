@@ -59,15 +59,15 @@ use crate::{
 /// fragments are inlined: beyond this, validation itself would be the cost. The largest operations of
 /// real clients (a home screen, GraphiQL's introspection query at some 200) hold a few
 /// hundred.
-pub const MAX_SELECTIONS: usize = 1_000;
+pub(crate) const MAX_SELECTIONS: usize = 1_000;
 
 /// Aliases a document may hold. Clients alias a field to ask for it twice with other
 /// arguments, a handful of times per operation; a request may run 20 aliased mutations.
-pub const MAX_ALIASES: usize = 50;
+pub(crate) const MAX_ALIASES: usize = 50;
 
 /// Variable definitions a document may hold (every operation's together); real
 /// operations define a few, the largest forms a few dozen.
-pub const MAX_VARIABLES: usize = 50;
+pub(crate) const MAX_VARIABLES: usize = 50;
 
 /// What a document's selections and variables cost: one request per this many.
 const SELECTIONS_PER_COST: usize = 50;
@@ -81,30 +81,30 @@ const STACK_PER_BYTE: usize = 1024;
 const STACK_BASE: usize = 256 * 1024;
 
 /// A parsed document with the shape of each of its operations.
-pub struct Parsed {
-    pub document: ExecutableDocument,
+pub(crate) struct Parsed {
+    pub(crate) document: ExecutableDocument,
     operations: Vec<(Option<Name>, OperationShape)>,
     /// What the document costs against the rates, in requests (see the module doc).
-    pub cost: u32,
+    pub(crate) cost: u32,
 }
 
 /// What admission needs to know about the operation a request runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OperationShape {
-    pub ty: OperationType,
+pub(crate) struct OperationShape {
+    pub(crate) ty: OperationType,
     /// Fields at the root once fragments are inlined; for a mutation, each one is a write.
-    pub root_fields: usize,
+    pub(crate) root_fields: usize,
     /// The name of the first root field (metrics label it by the schema's names).
-    pub first_root_field: Option<Name>,
+    pub(crate) first_root_field: Option<Name>,
     /// Every root field is one of the schema's public reads
     /// ([`PUBLIC_READS`]): the same answer for every anonymous viewer.
-    pub public_reads_only: bool,
+    pub(crate) public_reads_only: bool,
 }
 
 impl Parsed {
     /// The operation a request selects by name (or the only one), as GraphQL defines it;
     /// `None` when the name matches nothing (validation then says so).
-    pub fn operation(&self, name: Option<&str>) -> Option<&OperationShape> {
+    pub(crate) fn operation(&self, name: Option<&str>) -> Option<&OperationShape> {
         match name {
             Some(name) => self
                 .operations
@@ -120,7 +120,7 @@ impl Parsed {
 /// Parses a document, refusing it with `GRAPHQL_PARSE_FAILED` when it nests too deep or
 /// does not parse, and with `GRAPHQL_VALIDATION_FAILED` when its fragments form a cycle or
 /// inline to too deep or too large a selection.
-pub fn parse(query: &str) -> AppResult<Parsed> {
+pub(crate) fn parse(query: &str) -> AppResult<Parsed> {
     let parse_failed = |message: String| AppError::client(ErrorCode::GraphqlParseFailed, message);
     if nesting_depth(query) > MAX_NESTING {
         return Err(parse_failed(format!(
@@ -233,7 +233,7 @@ fn short(message: &str) -> String {
 ///
 /// Exact for documents that parse. Past a malformed string the parser fails, so what this
 /// counts after it cannot reach the parser's recursion; it only ever counts more, never less.
-pub fn nesting_depth(query: &str) -> usize {
+pub(crate) fn nesting_depth(query: &str) -> usize {
     let bytes = query.as_bytes();
     let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
     while i < bytes.len() {

@@ -45,7 +45,7 @@ use tracing::Instrument;
 use super::{deadline::BodyWatch, plain_error};
 use crate::infra::{config::Config, error::AppError, telemetry};
 
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The longest request id taken from a client; a longer or unprintable one is replaced.
 const MAX_CLIENT_REQUEST_ID: usize = 128;
@@ -68,13 +68,13 @@ tokio::task_local! {
 const NO_OPERATION: &str = "-";
 
 /// Notes the operation of the request being served (its label in `/metrics`).
-pub fn note_operation(label: &'static str) {
+pub(crate) fn note_operation(label: &'static str) {
     let _ = OPERATION.try_with(|operation| operation.set(label));
 }
 
 /// Serves one request through `router`. `body`, when the request has one, tells whether it
 /// ran out of time before the handler read it all: the answer is then 408.
-pub async fn handle(
+pub(crate) async fn handle(
     router: Router,
     cors: &Cors,
     mut request: Request<Body>,
@@ -139,7 +139,7 @@ pub async fn handle(
 
 /// Answers `request` with `response` without routing it (a client past its cap), with the
 /// headers and the access line every response has.
-pub fn refuse(cors: &Cors, mut request: Request<Body>, mut response: Response) -> Response {
+pub(crate) fn refuse(cors: &Cors, mut request: Request<Body>, mut response: Response) -> Response {
     let started = Instant::now();
     let request_id = take_request_id(request.headers_mut());
     let allow_origin = cors.allow(request.headers());
@@ -158,7 +158,7 @@ pub fn refuse(cors: &Cors, mut request: Request<Body>, mut response: Response) -
 
 /// The web origins whose pages may call the API (`ENGAGE_CORS_ORIGINS`).
 #[derive(Debug, Clone)]
-pub enum Cors {
+pub(crate) enum Cors {
     /// Any origin (development): `Access-Control-Allow-Origin: *`.
     Any,
     /// These origins only, each echoed back; none at all means same-origin pages only.
@@ -166,7 +166,7 @@ pub enum Cors {
 }
 
 impl Cors {
-    pub fn from_config(config: &Config) -> Self {
+    pub(crate) fn from_config(config: &Config) -> Self {
         match config.cors_origins() {
             None => Self::Any,
             Some(origins) => Self::Only(

@@ -24,7 +24,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 
 /// Bodies shorter than this go as they are: under a packet or two, compression saves no
 /// round trip and costs CPU on both ends.
-pub const MIN_BYTES: usize = 1024;
+pub(crate) const MIN_BYTES: usize = 1024;
 
 /// Bodies at least this long are compressed off the async workers.
 const BLOCKING_BYTES: usize = 64 * 1024;
@@ -37,7 +37,7 @@ const BROTLI_WINDOW: i32 = 18;
 
 /// A coding a response may be sent in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coding {
+pub(crate) enum Coding {
     Brotli,
     Gzip,
 }
@@ -55,7 +55,7 @@ impl Coding {
 /// q-values weigh each coding, `*` stands for those it does not name, `q=0` refuses one, br
 /// wins a tie, and an `identity` named with a higher q-value than both keeps the body as it
 /// is. No header (or none we speak): `None`.
-pub fn negotiate(headers: &HeaderMap) -> Option<Coding> {
+pub(crate) fn negotiate(headers: &HeaderMap) -> Option<Coding> {
     let mut br = None;
     let mut gzip = None;
     let mut identity = None;
@@ -100,7 +100,7 @@ pub fn negotiate(headers: &HeaderMap) -> Option<Coding> {
 
 /// `body` in the coding the request asks for, with its `Content-Encoding`; the body as it
 /// is when it is short or the client accepts no coding of ours.
-pub async fn compress(request: &HeaderMap, body: Vec<u8>) -> (Vec<u8>, Option<HeaderValue>) {
+pub(crate) async fn compress(request: &HeaderMap, body: Vec<u8>) -> (Vec<u8>, Option<HeaderValue>) {
     if body.len() < MIN_BYTES {
         return (body, None);
     }

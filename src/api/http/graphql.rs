@@ -180,7 +180,7 @@ impl Rejection {
     }
 }
 
-pub async fn post(
+pub(crate) async fn post(
     State(http): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -200,7 +200,7 @@ enum Posted {
 }
 
 /// `GET /graphql`: a WebSocket upgrade (subscriptions) or a query in the URL.
-pub async fn get(
+pub(crate) async fn get(
     State(http): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     RawQuery(raw_query): RawQuery,

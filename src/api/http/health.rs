@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::{client_ip, plain_error, HttpState};
 
-pub async fn healthz() -> impl IntoResponse {
+pub(crate) async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
@@ -40,7 +40,7 @@ fn refusal(http: &HttpState, headers: &HeaderMap, peer: SocketAddr) -> Option<Re
 /// SQL is back, so an instance whose SQL is down still serves, and is reported `degraded`.
 /// Were SQL to decide, a database outage would take every instance out of its load
 /// balancer at once, and with them the writes that would have worked.
-pub async fn readyz(
+pub(crate) async fn readyz(
     State(http): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -78,7 +78,7 @@ pub async fn readyz(
 
 /// The Prometheus text exposition; served on the public listener, or on
 /// `ENGAGE_METRICS_BIND` alone when that is set ([`super::metrics_router`]).
-pub async fn metrics(
+pub(crate) async fn metrics(
     State(http): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,

@@ -1,21 +1,21 @@
 //! The HTTP surface: routes, shared middleware and the small helpers the handlers share.
 
-pub mod admission;
-pub mod apq;
+pub(crate) mod admission;
+pub(crate) mod apq;
 #[cfg(feature = "bench")]
-pub mod bench;
-pub mod caps;
-pub mod deadline;
-pub mod document;
-pub mod edge;
-pub mod encoding;
-pub mod graphql;
-pub mod health;
-pub mod pages;
-pub mod rate_limit;
-pub mod server;
-pub mod trusted;
-pub mod ws;
+pub(crate) mod bench;
+pub(crate) mod caps;
+pub(crate) mod deadline;
+pub(crate) mod document;
+pub(crate) mod edge;
+pub(crate) mod encoding;
+pub(crate) mod graphql;
+pub(crate) mod health;
+pub(crate) mod pages;
+pub(crate) mod rate_limit;
+pub(crate) mod server;
+pub(crate) mod trusted;
+pub(crate) mod ws;
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -37,7 +37,7 @@ use crate::{
         live::Renderings,
         schema::AppSchema,
     },
-    features::{remarks::Remarks, users::UserDirectory},
+    features::users::UserDirectory,
     infra::{auth::Tokens, config::Config, error::AppError, Infra},
 };
 
@@ -45,29 +45,27 @@ use crate::{
 /// documents, the users seen so far, the WebSockets each user holds, and the infrastructure
 /// (persisted queries live in Redis; readiness asks Redis and SQL).
 pub struct Gateway {
-    pub config: Config,
-    pub infra: Infra,
+    pub(crate) config: Config,
+    pub(crate) infra: Infra,
     pub tokens: Tokens,
-    pub rate_limits: RateLimits,
+    pub(crate) rate_limits: RateLimits,
     /// Open WebSockets per signed-in user (`ENGAGE_WS_MAX_PER_USER`).
-    pub websockets_per_user: caps::Caps<i64>,
+    pub(crate) websockets_per_user: caps::Caps<i64>,
     /// The documents of `ENGAGE_TRUSTED_DOCUMENTS`, parsed once at start.
-    pub trusted: TrustedDocuments,
-    pub users: Arc<UserDirectory>,
-    /// The likes a `bench` build's `/bench/like` casts without GraphQL.
-    pub remarks: Remarks,
+    pub(crate) trusted: TrustedDocuments,
+    pub(crate) users: Arc<UserDirectory>,
 }
 
 /// What every handler receives.
 #[derive(Clone)]
-pub struct HttpState {
-    pub gateway: Arc<Gateway>,
-    pub schema: AppSchema,
+pub(crate) struct HttpState {
+    pub(crate) gateway: Arc<Gateway>,
+    pub(crate) schema: AppSchema,
     /// Direct subscriptions' responses, shared by the subscribers of equal selections.
-    pub renderings: Arc<Renderings>,
+    pub(crate) renderings: Arc<Renderings>,
 }
 
-pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
+pub(crate) fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     crate::infra::metrics::install();
     let max_body = gateway.config.max_body_bytes;
     let pages = pages::router(&gateway.config);
@@ -89,8 +87,6 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     } else {
         routes
     };
-    #[cfg(feature = "bench")]
-    let routes = routes.route("/bench/like", axum::routing::post(bench::like));
     routes
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(http)
@@ -99,7 +95,7 @@ pub fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
 /// `/metrics` alone, for the listener of `ENGAGE_METRICS_BIND`: an address that only the
 /// monitoring network reaches, so the public one need not answer what the instance is
 /// doing (its error rates, its queues, its memory).
-pub fn metrics_router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
+pub(crate) fn metrics_router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
     crate::infra::metrics::install();
     Router::new()
         .route("/metrics", get(health::metrics))
@@ -111,7 +107,7 @@ pub fn metrics_router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
 }
 
 /// The request id given by [`edge`] (or sent by the client).
-pub fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
     headers
         .get(edge::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
@@ -126,7 +122,7 @@ pub fn request_id(headers: &HeaderMap) -> String {
 /// are the trusted ones and everything to their left is whatever the client wrote. With
 /// `ENGAGE_TRUSTED_PROXY_HOPS` proxies the client is the entry that many places from the
 /// right. A header with fewer entries did not come through all of them: the peer is used.
-pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, config: &Config) -> IpAddr {
+pub(crate) fn client_ip(headers: &HeaderMap, peer: SocketAddr, config: &Config) -> IpAddr {
     forwarded_client(
         headers,
         peer,
@@ -136,7 +132,7 @@ pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, config: &Config) -> IpAd
 
 /// [`client_ip`] with `hops` trusted proxies in front (`None`: clients connect directly),
 /// for the listener, which counts connections per client before any handler runs.
-pub fn forwarded_client(headers: &HeaderMap, peer: SocketAddr, hops: Option<u32>) -> IpAddr {
+pub(crate) fn forwarded_client(headers: &HeaderMap, peer: SocketAddr, hops: Option<u32>) -> IpAddr {
     let Some(hops) = hops else {
         return peer.ip();
     };
@@ -156,7 +152,7 @@ pub fn forwarded_client(headers: &HeaderMap, peer: SocketAddr, hops: Option<u32>
 }
 
 /// A JSON error body outside GraphQL execution (panics, refused upgrades).
-pub fn plain_error(status: StatusCode, error: &AppError) -> Response {
+pub(crate) fn plain_error(status: StatusCode, error: &AppError) -> Response {
     let body = json!({ "errors": [{
         "message": error.public_message(),
         "extensions": { "code": error.code().as_str() },

@@ -32,7 +32,7 @@ include!(concat!(env!("OUT_DIR"), "/playground_operations.rs"));
 
 /// The routes of this module: the playground only where `config` allows it (not in
 /// production unless asked for), `/dev/token` only with the development secret.
-pub fn router(config: &Config) -> Router<HttpState> {
+pub(crate) fn router(config: &Config) -> Router<HttpState> {
     let mut router = Router::new()
         .route("/dashboard", get(dashboard))
         .route("/assets/{file}", get(asset));

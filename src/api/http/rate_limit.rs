@@ -25,7 +25,7 @@ use governor::{clock::Clock, clock::DefaultClock, DefaultKeyedRateLimiter, Quota
 
 use crate::{api::http::Gateway, infra::error::AppError};
 
-pub struct RateLimits {
+pub(crate) struct RateLimits {
     per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
     per_user: Option<DefaultKeyedRateLimiter<i64>>,
     probes_per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
@@ -34,7 +34,7 @@ pub struct RateLimits {
 
 impl RateLimits {
     /// Rates are sustained requests per second, with bursts of twice that; 0 disables.
-    pub fn new(per_ip: u32, per_user: u32) -> Self {
+    pub(crate) fn new(per_ip: u32, per_user: u32) -> Self {
         Self {
             per_ip: limiter(per_ip),
             per_user: limiter(per_user),
@@ -45,19 +45,19 @@ impl RateLimits {
 
     /// With `per_second` probes (`/readyz`, `/metrics`) allowed per client IP, bursts of
     /// twice that; 0 disables.
-    pub fn with_probes(mut self, per_second: u32) -> Self {
+    pub(crate) fn with_probes(mut self, per_second: u32) -> Self {
         self.probes_per_ip = limiter(per_second);
         self
     }
 
     /// A `/readyz` or `/metrics` request from a client IP.
-    pub fn check_probe(&self, ip: IpAddr) -> Result<(), AppError> {
+    pub(crate) fn check_probe(&self, ip: IpAddr) -> Result<(), AppError> {
         check_n(self.probes_per_ip.as_ref(), &ip, 1)
     }
 
     /// With a budget of persisted-query bytes one IP may register per minute (bursts of
     /// twice that; 0 disables).
-    pub fn with_registrations(mut self, bytes_per_minute: u32) -> Self {
+    pub(crate) fn with_registrations(mut self, bytes_per_minute: u32) -> Self {
         self.registered_per_ip = NonZeroU32::new(bytes_per_minute).map(|rate| {
             let burst = NonZeroU32::new(rate.get().saturating_mul(2)).unwrap_or(rate);
             RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst))
@@ -67,7 +67,7 @@ impl RateLimits {
 
     /// Whether an IP may register `bytes` more of persisted queries now (and if so, takes
     /// them from its budget).
-    pub fn may_register(&self, ip: IpAddr, bytes: usize) -> bool {
+    pub(crate) fn may_register(&self, ip: IpAddr, bytes: usize) -> bool {
         let Some(limiter) = &self.registered_per_ip else {
             return true;
         };
@@ -76,21 +76,21 @@ impl RateLimits {
         matches!(limiter.check_key_n(&ip, bytes), Ok(Ok(())))
     }
 
-    pub fn check_ip(&self, ip: IpAddr) -> Result<(), AppError> {
+    pub(crate) fn check_ip(&self, ip: IpAddr) -> Result<(), AppError> {
         check_n(self.per_ip.as_ref(), &ip, 1)
     }
 
-    pub fn check_user(&self, user_id: i64) -> Result<(), AppError> {
+    pub(crate) fn check_user(&self, user_id: i64) -> Result<(), AppError> {
         check_n(self.per_user.as_ref(), &user_id, 1)
     }
 
     /// Takes `cost` requests at once from a client IP's allowance (a request that writes
     /// many times pays for each write).
-    pub fn charge_ip(&self, ip: IpAddr, cost: u32) -> Result<(), AppError> {
+    pub(crate) fn charge_ip(&self, ip: IpAddr, cost: u32) -> Result<(), AppError> {
         check_n(self.per_ip.as_ref(), &ip, cost)
     }
 
-    pub fn charge_user(&self, user_id: i64, cost: u32) -> Result<(), AppError> {
+    pub(crate) fn charge_user(&self, user_id: i64, cost: u32) -> Result<(), AppError> {
         check_n(self.per_user.as_ref(), &user_id, cost)
     }
 
@@ -146,7 +146,7 @@ fn check_n<K: std::hash::Hash + Eq + Clone>(
 }
 
 /// Drops the state of clients that have been quiet, so memory follows active clients only.
-pub async fn sweep(gateway: Arc<Gateway>) {
+pub(crate) async fn sweep(gateway: Arc<Gateway>) {
     let mut every_minute = tokio::time::interval(Duration::from_secs(60));
     loop {
         tokio::select! {

@@ -72,28 +72,28 @@ const REQUEST_WAIT: Duration = Duration::from_millis(100);
 /// address's. A WebSocket outlives the HTTP exchange that upgraded it, so its handler keeps
 /// a share until the socket closes.
 #[derive(Clone)]
-pub struct ConnectionSlot {
+pub(crate) struct ConnectionSlot {
     _connection: Arc<OwnedSemaphorePermit>,
     /// The connection's own place under `ENGAGE_MAX_CONNECTIONS_PER_IP`, or behind a
     /// trusted proxy the request's.
     _client: Option<Arc<Held<IpAddr>>>,
 }
 
-pub struct Limits {
-    pub max_connections: usize,
-    pub max_connections_per_ip: usize,
-    pub header_read_timeout: Duration,
-    pub body_read_timeout: Duration,
+pub(crate) struct Limits {
+    pub(crate) max_connections: usize,
+    pub(crate) max_connections_per_ip: usize,
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) body_read_timeout: Duration,
     /// The largest request head, and so the connection's read buffer while it arrives.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// With trusted proxies in front, how many (the client address is then read from
     /// `X-Forwarded-For`); `None` when clients connect directly.
-    pub trusted_proxy_hops: Option<u32>,
+    pub(crate) trusted_proxy_hops: Option<u32>,
 }
 
 /// How many client connections this process may hold: the configured cap, lowered to stay
 /// below the descriptor limit (raised to its hard ceiling first, as most servers do).
-pub fn connection_cap(configured: usize) -> usize {
+pub(crate) fn connection_cap(configured: usize) -> usize {
     let descriptors = raise_descriptor_limit();
     let reserve = RESERVED_DESCRIPTORS.max(descriptors / 10);
     configured.min(descriptors.saturating_sub(reserve)).max(1)
@@ -126,7 +126,7 @@ fn raise_descriptor_limit() -> usize {
 /// Serves `router` on `listener` until `stop` is cancelled, then waits for the connections'
 /// requests in flight. From `draining` on, each response asks its client to close the
 /// connection.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,

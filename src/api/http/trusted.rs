@@ -23,22 +23,22 @@ use sha2::{Digest, Sha256};
 use super::document::{self, Parsed};
 
 /// One trusted document: its text and its parse.
-pub struct Trusted {
-    pub text: Arc<str>,
-    pub parsed: Arc<Parsed>,
+pub(crate) struct Trusted {
+    pub(crate) text: Arc<str>,
+    pub(crate) parsed: Arc<Parsed>,
 }
 
 /// The manifest as loaded (empty without `ENGAGE_TRUSTED_DOCUMENTS`).
 #[derive(Default)]
-pub struct TrustedDocuments {
+pub(crate) struct TrustedDocuments {
     by_hash: HashMap<String, Trusted>,
     /// Whether only these documents run.
-    pub only: bool,
+    pub(crate) only: bool,
 }
 
 impl TrustedDocuments {
     /// Loads the manifest a configuration names (none: an empty set that refuses nothing).
-    pub fn load(path: Option<&Path>, only: bool) -> anyhow::Result<Self> {
+    pub(crate) fn load(path: Option<&Path>, only: bool) -> anyhow::Result<Self> {
         let Some(path) = path else {
             return Ok(Self {
                 by_hash: HashMap::new(),
@@ -93,12 +93,12 @@ impl TrustedDocuments {
     }
 
     /// The document listed under a hash (lowercase hex).
-    pub fn by_hash(&self, hash: &str) -> Option<&Trusted> {
+    pub(crate) fn by_hash(&self, hash: &str) -> Option<&Trusted> {
         self.by_hash.get(hash)
     }
 
     /// The listed document with this text, if any (hashes it only when a manifest is loaded).
-    pub fn by_text(&self, text: &str) -> Option<&Trusted> {
+    pub(crate) fn by_text(&self, text: &str) -> Option<&Trusted> {
         if self.by_hash.is_empty() {
             return None;
         }

@@ -22,7 +22,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct FeedQuery;
+pub(crate) struct FeedQuery;
 
 #[Object]
 impl FeedQuery {
@@ -72,7 +72,7 @@ impl FeedQuery {
 }
 
 #[derive(Default)]
-pub struct FeedMutation;
+pub(crate) struct FeedMutation;
 
 #[Object]
 impl FeedMutation {

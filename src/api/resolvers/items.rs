@@ -16,7 +16,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct ItemQuery;
+pub(crate) struct ItemQuery;
 
 #[Object]
 impl ItemQuery {
@@ -27,7 +27,7 @@ impl ItemQuery {
 }
 
 #[derive(Default)]
-pub struct ItemMutation;
+pub(crate) struct ItemMutation;
 
 #[Object]
 impl ItemMutation {

@@ -20,7 +20,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct JobQuery;
+pub(crate) struct JobQuery;
 
 #[Object]
 impl JobQuery {
@@ -56,7 +56,7 @@ impl JobQuery {
 }
 
 #[derive(Default)]
-pub struct JobMutation;
+pub(crate) struct JobMutation;
 
 #[Object]
 impl JobMutation {

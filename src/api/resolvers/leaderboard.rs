@@ -23,7 +23,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct LeaderboardQuery;
+pub(crate) struct LeaderboardQuery;
 
 #[Object]
 impl LeaderboardQuery {
@@ -118,7 +118,7 @@ const SEASONS_PRICED: usize = 38;
 const TOP: Limit = Limit::new(10, 100);
 
 #[derive(Default)]
-pub struct LeaderboardSubscription;
+pub(crate) struct LeaderboardSubscription;
 
 #[Subscription]
 impl LeaderboardSubscription {

@@ -21,7 +21,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct NearbyQuery;
+pub(crate) struct NearbyQuery;
 
 #[Object]
 impl NearbyQuery {

@@ -13,7 +13,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct NodeQuery;
+pub(crate) struct NodeQuery;
 
 #[Object]
 impl NodeQuery {

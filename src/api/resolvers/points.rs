@@ -18,7 +18,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct PointsQuery;
+pub(crate) struct PointsQuery;
 
 #[Object]
 impl PointsQuery {
@@ -69,7 +69,7 @@ impl PointsQuery {
 }
 
 #[derive(Default)]
-pub struct PointsMutation;
+pub(crate) struct PointsMutation;
 
 #[Object]
 impl PointsMutation {

@@ -26,7 +26,7 @@ use crate::{
 const RECOMMENDED: Limit = Limit::new(10, recommended::LIST_LENGTH as i32);
 
 #[derive(Default)]
-pub struct RemarkQuery;
+pub(crate) struct RemarkQuery;
 
 #[Object]
 impl RemarkQuery {
@@ -74,7 +74,7 @@ impl RemarkQuery {
 }
 
 #[derive(Default)]
-pub struct RemarkMutation;
+pub(crate) struct RemarkMutation;
 
 #[Object]
 impl RemarkMutation {
@@ -122,7 +122,7 @@ async fn vote(ctx: &Context<'_>, remark_id: RemarkId, vote: Vote) -> AppResult<L
 }
 
 #[derive(Default)]
-pub struct RemarkSubscription;
+pub(crate) struct RemarkSubscription;
 
 #[Subscription]
 impl RemarkSubscription {

@@ -17,7 +17,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct SignInQuery;
+pub(crate) struct SignInQuery;
 
 #[Object]
 impl SignInQuery {
@@ -44,7 +44,7 @@ impl SignInQuery {
 }
 
 #[derive(Default)]
-pub struct SignInMutation;
+pub(crate) struct SignInMutation;
 
 #[Object]
 impl SignInMutation {

@@ -19,7 +19,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct SystemQuery;
+pub(crate) struct SystemQuery;
 
 #[Object]
 impl SystemQuery {
@@ -34,7 +34,7 @@ impl SystemQuery {
 }
 
 #[derive(Default)]
-pub struct SystemSubscription;
+pub(crate) struct SystemSubscription;
 
 #[Subscription]
 impl SystemSubscription {

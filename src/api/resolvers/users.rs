@@ -11,7 +11,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct UserQuery;
+pub(crate) struct UserQuery;
 
 #[Object]
 impl UserQuery {

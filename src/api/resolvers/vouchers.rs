@@ -26,7 +26,7 @@ use crate::{
 };
 
 #[derive(Default)]
-pub struct VoucherQuery;
+pub(crate) struct VoucherQuery;
 
 #[Object]
 impl VoucherQuery {
@@ -78,7 +78,7 @@ impl VoucherQuery {
 }
 
 #[derive(Default)]
-pub struct VoucherMutation;
+pub(crate) struct VoucherMutation;
 
 #[Object]
 impl VoucherMutation {
@@ -144,7 +144,7 @@ async fn act(ctx: &Context<'_>, order_id: OrderId, outcome: OrderStatus) -> AppR
 }
 
 #[derive(Default)]
-pub struct VoucherSubscription;
+pub(crate) struct VoucherSubscription;
 
 #[Subscription]
 impl VoucherSubscription {

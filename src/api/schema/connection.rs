@@ -22,12 +22,12 @@ use super::{
     concrete(name = "PointsRecordConnection", params(PointsEntry)),
     concrete(name = "RemarkConnection", params(Remark))
 )]
-pub struct Connection<Node: OutputType>
+pub(crate) struct Connection<Node: OutputType>
 where
     Edge<Node>: OutputType,
 {
-    pub edges: Vec<Edge<Node>>,
-    pub page_info: PageInfo,
+    pub(crate) edges: Vec<Edge<Node>>,
+    pub(crate) page_info: PageInfo,
 }
 
 #[derive(SimpleObject)]
@@ -38,9 +38,9 @@ where
     concrete(name = "PointsRecordEdge", params(PointsEntry)),
     concrete(name = "RemarkEdge", params(Remark))
 )]
-pub struct Edge<Node: OutputType> {
-    pub cursor: String,
-    pub node: Node,
+pub(crate) struct Edge<Node: OutputType> {
+    pub(crate) cursor: String,
+    pub(crate) node: Node,
 }
 
 impl<Node: OutputType> Connection<Node>
@@ -49,7 +49,11 @@ where
 {
     /// Edges that carry their own cursors: the first one's is where the previous page ends,
     /// the last one's where the next page starts.
-    pub fn new(edges: Vec<Edge<Node>>, has_next_page: bool, has_previous_page: bool) -> Self {
+    pub(crate) fn new(
+        edges: Vec<Edge<Node>>,
+        has_next_page: bool,
+        has_previous_page: bool,
+    ) -> Self {
         let end_cursor = edges.last().map(|edge| edge.cursor.clone());
         Self::with_end(edges, has_next_page, has_previous_page, end_cursor)
     }
@@ -74,7 +78,7 @@ where
 
     /// A keyset page: each node's cursor is its key. `more` says whether rows lie beyond
     /// the page in the direction it was read ([`cursor_sides`]).
-    pub fn keyset(
+    pub(crate) fn keyset(
         nodes: impl IntoIterator<Item = Node>,
         key: impl Fn(&Node) -> i64,
         page: &PageArgs<KeyRange>,
@@ -101,7 +105,7 @@ where
     /// position, and its cursor is the position after it. A row that vanished between the
     /// two reads leaves no edge, yet the next page still starts at `end`. Rows precede the
     /// page when it starts past position 0.
-    pub fn offset(
+    pub(crate) fn offset(
         nodes: impl IntoIterator<Item = (usize, Node)>,
         offset: usize,
         end: usize,

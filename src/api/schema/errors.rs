@@ -21,21 +21,21 @@ use async_graphql::{Response, ServerError};
 use crate::infra::error::{AppError, ErrorCode};
 
 /// Gives each error of a response its code (see the module's documentation).
-pub fn assign_codes(response: &mut Response, request_id: &str) {
+pub(crate) fn assign_codes(response: &mut Response, request_id: &str) {
     for error in &mut response.errors {
         assign_code(error, request_id);
     }
 }
 
 /// The code an error carries, if any.
-pub fn code_of(error: &ServerError) -> Option<&str> {
+pub(crate) fn code_of(error: &ServerError) -> Option<&str> {
     match error.extensions.as_ref()?.get("code")? {
         async_graphql::Value::String(code) => Some(code),
         _ => None,
     }
 }
 
-pub fn with_code(mut error: ServerError, code: ErrorCode) -> ServerError {
+pub(crate) fn with_code(mut error: ServerError, code: ErrorCode) -> ServerError {
     error
         .extensions
         .get_or_insert_with(Default::default)

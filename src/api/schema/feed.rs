@@ -9,13 +9,13 @@ use crate::infra::error::AppResult;
 /// `followers` and `following` are read when the payload is resolved, after the change.
 #[derive(SimpleObject)]
 #[graphql(complex)]
-pub struct FollowPayload {
+pub(crate) struct FollowPayload {
     #[graphql(skip)]
-    pub followee: i64,
+    pub(crate) followee: i64,
     #[graphql(skip)]
-    pub follower: i64,
+    pub(crate) follower: i64,
     /// Whether this call changed anything (false: already following, or not following).
-    pub changed: bool,
+    pub(crate) changed: bool,
 }
 
 #[ComplexObject]

@@ -28,7 +28,7 @@ use base64::{engine::general_purpose::STANDARD, Engine};
 use crate::infra::{clock::Month, ids};
 
 /// One kind of object with a global id: the GraphQL type it names and its local id.
-pub trait NodeKind: Send + Sync + 'static {
+pub(crate) trait NodeKind: Send + Sync + 'static {
     /// The GraphQL type, the `Type` of `Type:local`.
     const TYPE: &'static str;
     /// What tells apart the objects of this type.
@@ -45,13 +45,13 @@ pub trait NodeKind: Send + Sync + 'static {
 }
 
 /// The kinds of objects, named as their GraphQL types.
-pub mod kind {
+pub(crate) mod kind {
     use super::{ids, Month, NodeKind};
 
     macro_rules! numeric_kinds {
         ($($kind:ident),*) => {$(
             /// Identified by a positive 64-bit integer (`infra::ids`).
-            pub struct $kind;
+            pub(crate) struct $kind;
 
             impl NodeKind for $kind {
                 const TYPE: &'static str = stringify!($kind);
@@ -75,7 +75,7 @@ pub mod kind {
     numeric_kinds!(Item, Remark, User, Voucher, Order);
 
     /// A season: its month, `YYYYMM`.
-    pub struct Season;
+    pub(crate) struct Season;
 
     impl NodeKind for Season {
         const TYPE: &'static str = "Season";
@@ -96,13 +96,13 @@ pub mod kind {
 
     /// A job: its topic and the id it was scheduled with, unique among the topic's pending
     /// jobs only, hence the topic in the global id.
-    pub struct Job;
+    pub(crate) struct Job;
 
     /// A job's place: `<topic>/<jobId>`.
     #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct JobKey {
-        pub topic: String,
-        pub id: String,
+    pub(crate) struct JobKey {
+        pub(crate) topic: String,
+        pub(crate) id: String,
     }
 
     impl NodeKind for Job {
@@ -130,29 +130,29 @@ pub mod kind {
     }
 }
 
-pub type ItemId = NodeId<kind::Item>;
-pub type RemarkId = NodeId<kind::Remark>;
-pub type UserId = NodeId<kind::User>;
-pub type VoucherId = NodeId<kind::Voucher>;
-pub type OrderId = NodeId<kind::Order>;
-pub type SeasonId = NodeId<kind::Season>;
-pub type JobNodeId = NodeId<kind::Job>;
+pub(crate) type ItemId = NodeId<kind::Item>;
+pub(crate) type RemarkId = NodeId<kind::Remark>;
+pub(crate) type UserId = NodeId<kind::User>;
+pub(crate) type VoucherId = NodeId<kind::Voucher>;
+pub(crate) type OrderId = NodeId<kind::Order>;
+pub(crate) type SeasonId = NodeId<kind::Season>;
+pub(crate) type JobNodeId = NodeId<kind::Job>;
 
 /// The id of an object of kind `K`: its local id, written as the global id.
-pub struct NodeId<K: NodeKind>(pub K::Local);
+pub(crate) struct NodeId<K: NodeKind>(pub K::Local);
 
 impl<K: NodeKind> NodeId<K> {
-    pub fn new(local: K::Local) -> Self {
+    pub(crate) fn new(local: K::Local) -> Self {
         Self(local)
     }
 
     /// The global id.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         encode(K::TYPE, &K::write_local(&self.0))
     }
 
     /// Reads an argument: this kind's global id, or its bare local form (deprecated).
-    pub fn read(text: &str) -> Result<Self, String> {
+    pub(crate) fn read(text: &str) -> Result<Self, String> {
         if let Some((type_name, local)) = decode(text) {
             if type_name == K::TYPE {
                 return K::read_local(&local)
@@ -237,7 +237,7 @@ fn decode(text: &str) -> Option<(String, String)> {
 /// The id of an object of any kind, as `Query.node` takes it: only global ids, since a
 /// bare number names no type.
 #[derive(Debug, Clone, PartialEq)]
-pub enum AnyNodeId {
+pub(crate) enum AnyNodeId {
     Item(i64),
     Remark(i64),
     User(i64),
@@ -249,7 +249,7 @@ pub enum AnyNodeId {
 
 impl AnyNodeId {
     /// `None` unless `text` is a well-formed global id of a type with ids.
-    pub fn decode(text: &str) -> Option<Self> {
+    pub(crate) fn decode(text: &str) -> Option<Self> {
         fn local<K: NodeKind>(text: &str) -> Option<K::Local> {
             K::read_local(text)
         }

@@ -7,11 +7,11 @@ use crate::{
     features::items::ItemRecord,
 };
 
-pub struct Item(pub ItemRecord);
+pub(crate) struct Item(pub ItemRecord);
 
 #[Object]
 impl Item {
-    pub async fn id(&self) -> ItemId {
+    pub(crate) async fn id(&self) -> ItemId {
         ItemId::new(self.0.id)
     }
 
@@ -35,11 +35,11 @@ impl Item {
 }
 
 #[derive(InputObject)]
-pub struct CreateItemInput {
+pub(crate) struct CreateItemInput {
     /// 1 to 200 characters.
-    pub name: String,
+    pub(crate) name: String,
     /// Latitude in degrees; give with `lng`.
-    pub lat: Option<f64>,
+    pub(crate) lat: Option<f64>,
     /// Longitude in degrees; give with `lat`.
-    pub lng: Option<f64>,
+    pub(crate) lng: Option<f64>,
 }

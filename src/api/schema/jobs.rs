@@ -19,16 +19,16 @@ use crate::{
 const BODY_COST: usize = text_cost(jobs::MAX_BODY_BYTES);
 
 /// Who may read jobs: `job`, `jobs`, and `node` given a job's id.
-pub fn readers() -> RoleGuard {
+pub(crate) fn readers() -> RoleGuard {
     RoleGuard::admin()
 }
 
-pub struct Job(pub JobView);
+pub(crate) struct Job(pub JobView);
 
 #[Object]
 impl Job {
     /// The global id (of the topic and the job id together).
-    pub async fn id(&self) -> JobNodeId {
+    pub(crate) async fn id(&self) -> JobNodeId {
         JobNodeId::new(JobKey {
             topic: self.0.topic.clone(),
             id: self.0.id.clone(),
@@ -91,39 +91,39 @@ impl Job {
 }
 
 #[derive(InputObject)]
-pub struct ScheduleJobInput {
+pub(crate) struct ScheduleJobInput {
     /// Unique among the topic's pending jobs: 1 to 128 of A-Z a-z 0-9 _ - . :
-    pub id: ID,
+    pub(crate) id: ID,
     /// 1 to 64 of A-Z a-z 0-9 _ - . :
-    pub topic: String,
+    pub(crate) topic: String,
     /// The body as JSON text; give this or `data`, not both.
-    pub body: Option<String>,
+    pub(crate) body: Option<String>,
     /// The body as a JSON value; give this or `body`, not both. At most 64 KiB either way,
     /// as JSON text.
-    pub data: Option<Json>,
+    pub(crate) data: Option<Json>,
     /// 0 to 31,536,000.
-    pub delay_seconds: i32,
+    pub(crate) delay_seconds: i32,
     /// POSTed the body when due; its host must be on ENGAGE_CALLBACK_HOSTS.
-    pub callback_url: Option<String>,
+    pub(crate) callback_url: Option<String>,
     /// 1 to 25; default: the topic's (one per step of its retry ladder, plus one, unless
     /// the topic says otherwise).
-    pub max_attempts: Option<i32>,
+    pub(crate) max_attempts: Option<i32>,
 }
 
 /// What `cancelPendingJob` answers.
 #[derive(SimpleObject)]
-pub struct CancelJobPayload {
+pub(crate) struct CancelJobPayload {
     /// Whether this call cancelled the job (false: no pending job by that id).
-    pub cancelled: bool,
+    pub(crate) cancelled: bool,
     /// The job after the call (`CANCELLED` when this call cancelled it); null when there is
     /// no job by that id.
-    pub job: Option<Job>,
+    pub(crate) job: Option<Job>,
 }
 
 impl ScheduleJobInput {
     /// The body as JSON text, from whichever of `body` and `data` was given (the feature
     /// checks that it is JSON and measures it).
-    pub fn body_text(&self) -> AppResult<String> {
+    pub(crate) fn body_text(&self) -> AppResult<String> {
         match (&self.body, &self.data) {
             (Some(body), None) => Ok(body.clone()),
             (None, Some(data)) => Ok(data.to_text()),

@@ -22,14 +22,14 @@ use crate::{
 /// The winners an archived season keeps.
 const WINNERS: usize = 3;
 
-pub struct RankEntry {
+pub(crate) struct RankEntry {
     entry: Entry,
     /// The user, when the entry was read with its page's users ([`with_users`]).
     user: Option<UserRecord>,
 }
 
 impl RankEntry {
-    pub fn new(entry: Entry) -> Self {
+    pub(crate) fn new(entry: Entry) -> Self {
         Self { entry, user: None }
     }
 }
@@ -53,7 +53,7 @@ impl RankEntry {
     }
 }
 
-pub fn entries(entries: Vec<Entry>) -> Vec<RankEntry> {
+pub(crate) fn entries(entries: Vec<Entry>) -> Vec<RankEntry> {
     entries.into_iter().map(RankEntry::new).collect()
 }
 
@@ -61,7 +61,11 @@ pub fn entries(entries: Vec<Entry>) -> Vec<RankEntry> {
 /// lookup for a page, where each entry's `user` through the batch loader cost a task, a
 /// 1 ms batching window and a channel per entry, and was most of a page's time. When the
 /// lookup fails, each `user` field tries on its own and fails alone, as before.
-pub async fn with_users(ctx: &Context<'_>, entries: Vec<Entry>, wanted: bool) -> Vec<RankEntry> {
+pub(crate) async fn with_users(
+    ctx: &Context<'_>,
+    entries: Vec<Entry>,
+    wanted: bool,
+) -> Vec<RankEntry> {
     if !wanted {
         return self::entries(entries);
     }
@@ -84,11 +88,11 @@ pub async fn with_users(ctx: &Context<'_>, entries: Vec<Entry>, wanted: bool) ->
         .collect()
 }
 
-pub struct Season(pub SeasonInfo);
+pub(crate) struct Season(pub SeasonInfo);
 
 #[Object]
 impl Season {
-    pub async fn id(&self) -> SeasonId {
+    pub(crate) async fn id(&self) -> SeasonId {
         SeasonId::new(self.0.month)
     }
 
@@ -120,17 +124,17 @@ impl Season {
 }
 
 #[derive(SimpleObject)]
-pub struct Leaderboard {
-    pub season: Season,
+pub(crate) struct Leaderboard {
+    pub(crate) season: Season,
     /// The viewer's entry, even when it is not on this page; null if unranked.
-    pub me: Option<RankEntry>,
-    pub entries: Vec<RankEntry>,
+    pub(crate) me: Option<RankEntry>,
+    pub(crate) entries: Vec<RankEntry>,
     /// Members of the board.
-    pub total: i64,
+    pub(crate) total: i64,
 }
 
 #[derive(SimpleObject)]
-pub struct LeaderboardSnapshot {
-    pub season: Season,
-    pub entries: Vec<RankEntry>,
+pub(crate) struct LeaderboardSnapshot {
+    pub(crate) season: Season,
+    pub(crate) entries: Vec<RankEntry>,
 }

@@ -3,22 +3,22 @@
 //!
 //! Adding a feature means adding its files and naming its roots once in the tuples below.
 
-pub mod connection;
-pub mod errors;
-pub mod feed;
-pub mod id;
-pub mod items;
-pub mod jobs;
-pub mod leaderboard;
-pub mod nearby;
-pub mod node;
-pub mod page;
-pub mod points;
-pub mod remarks;
-pub mod scalars;
-pub mod signin;
-pub mod users;
-pub mod vouchers;
+pub(crate) mod connection;
+pub(crate) mod errors;
+pub(crate) mod feed;
+pub(crate) mod id;
+pub(crate) mod items;
+pub(crate) mod jobs;
+pub(crate) mod leaderboard;
+pub(crate) mod nearby;
+pub(crate) mod node;
+pub(crate) mod page;
+pub(crate) mod points;
+pub(crate) mod remarks;
+pub(crate) mod scalars;
+pub(crate) mod signin;
+pub(crate) mod users;
+pub(crate) mod vouchers;
 
 use async_graphql::{dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema};
 
@@ -38,7 +38,7 @@ use crate::{
 /// not worth a cache entry. `node` and `nodes` are left out too: given the right id they
 /// answer an order (to its buyer) or a job (to an admin), private data this list keeps out,
 /// even though an anonymous viewer is answered neither.
-pub const PUBLIC_READS: &[&str] = &[
+pub(crate) const PUBLIC_READS: &[&str] = &[
     "__typename",
     "item",
     "remarks",
@@ -53,7 +53,7 @@ pub const PUBLIC_READS: &[&str] = &[
 
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(
+pub(crate) struct QueryRoot(
     resolvers::users::UserQuery,
     resolvers::items::ItemQuery,
     resolvers::remarks::RemarkQuery,
@@ -70,7 +70,7 @@ pub struct QueryRoot(
 
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(
+pub(crate) struct MutationRoot(
     resolvers::items::ItemMutation,
     resolvers::remarks::RemarkMutation,
     resolvers::signin::SignInMutation,
@@ -82,24 +82,24 @@ pub struct MutationRoot(
 
 #[derive(MergedSubscription, Default)]
 #[graphql(name = "Subscription")]
-pub struct SubscriptionRoot(
+pub(crate) struct SubscriptionRoot(
     resolvers::system::SystemSubscription,
     resolvers::remarks::RemarkSubscription,
     resolvers::leaderboard::LeaderboardSubscription,
     resolvers::vouchers::VoucherSubscription,
 );
 
-pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
+pub(crate) type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
 /// The deepest nesting of brackets a document may have, and the deepest a selection may
 /// reach with its fragments inlined: admission refuses deeper documents before they are
 /// parsed or validated (`api::http::document`), and the schema's own recursion limit is
 /// the same, a second line. `ENGAGE_MAX_DEPTH` (far lower) then gives the precise
 /// validation error for selections.
-pub const MAX_NESTING: usize = 64;
+pub(crate) const MAX_NESTING: usize = 64;
 
 /// The fields of the `Subscription` type.
-pub fn subscription_fields() -> Vec<String> {
+pub(crate) fn subscription_fields() -> Vec<String> {
     let mut registry = async_graphql::registry::Registry::default();
     // The name of a type as a field's type: `Subscription!`.
     let name =
@@ -119,7 +119,7 @@ pub fn subscription_fields() -> Vec<String> {
 }
 
 /// Builds the schema. Without an instance it can only print its SDL (`engage schema`).
-pub fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
+pub(crate) fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
     let mut builder = Schema::build(
         QueryRoot::default(),
         MutationRoot::default(),
@@ -217,7 +217,7 @@ fn without_directive_definition(sdl: &str, name: &str) -> String {
 }
 
 /// What a resolver reads from the schema's data.
-pub trait ContextExt {
+pub(crate) trait ContextExt {
     /// One feature's context (or the user directory, or this instance), as [`build`] put it.
     fn feature<T: std::any::Any + Send + Sync>(&self) -> &T;
     /// The clock: now, and the calendar day in the service's time zone.

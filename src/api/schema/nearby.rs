@@ -5,7 +5,7 @@ use async_graphql::SimpleObject;
 use super::items::Item;
 
 #[derive(SimpleObject)]
-pub struct NearbyItem {
-    pub item: Item,
-    pub distance_km: f64,
+pub(crate) struct NearbyItem {
+    pub(crate) item: Item,
+    pub(crate) distance_km: f64,
 }

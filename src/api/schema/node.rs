@@ -35,12 +35,12 @@ use crate::{
 };
 
 /// The most ids `nodes` takes at once, as a page holds at most 100 rows.
-pub const MAX_NODES: usize = 100;
+pub(crate) const MAX_NODES: usize = 100;
 
 /// An object with an ID.
 #[derive(Interface)]
 #[graphql(field(name = "id", ty = "ID", desc = "The ID of the object."))]
-pub enum Node {
+pub(crate) enum Node {
     Item(Item),
     Remark(Remark),
     User(User),
@@ -54,7 +54,7 @@ pub enum Node {
 /// may see, or `Err` where it names a job the viewer lacks the role for. Items, remarks and
 /// users are read in one batch each (remarks' like counts then load through the request's
 /// batch loader, as on a page); vouchers, orders and jobs one by one, at once.
-pub async fn load(
+pub(crate) async fn load(
     ctx: &Context<'_>,
     ids: &[Option<AnyNodeId>],
 ) -> AppResult<Vec<async_graphql::Result<Option<Node>>>> {

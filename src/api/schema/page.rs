@@ -50,49 +50,53 @@
 use async_graphql::SimpleObject;
 
 use crate::infra::error::{AppError, AppResult};
-pub use crate::infra::page::{KeyRange, PageArgs};
+pub(crate) use crate::infra::page::{KeyRange, PageArgs};
 
 /// Bytes of text one unit of complexity stands for.
-pub const TEXT_BYTES_PER_COMPLEXITY: usize = 256;
+pub(crate) const TEXT_BYTES_PER_COMPLEXITY: usize = 256;
 
 /// The complexity of a text field that may hold up to `max_bytes`.
-pub const fn text_cost(max_bytes: usize) -> usize {
+pub(crate) const fn text_cost(max_bytes: usize) -> usize {
     max_bytes.div_ceil(TEXT_BYTES_PER_COMPLEXITY)
 }
 
 /// The complexity of a list that always returns at most `rows` of `child_complexity`.
-pub const fn list_cost(rows: usize, child_complexity: usize) -> usize {
+pub(crate) const fn list_cost(rows: usize, child_complexity: usize) -> usize {
     rows * child_complexity
 }
 
 /// How many rows a list field returns when asked for `first`.
 #[derive(Debug, Clone, Copy)]
-pub struct Limit {
+pub(crate) struct Limit {
     default: i32,
     max: i32,
 }
 
 /// Every paged list: 20 rows unless asked, at most 100.
-pub const PAGE: Limit = Limit::new(20, 100);
+pub(crate) const PAGE: Limit = Limit::new(20, 100);
 
 impl Limit {
-    pub const fn new(default: i32, max: i32) -> Self {
+    pub(crate) const fn new(default: i32, max: i32) -> Self {
         Self { default, max }
     }
 
     /// The argument's default, as `#[graphql(default_with = "…")]` wants it.
-    pub const fn default_first(&self) -> Option<i32> {
+    pub(crate) const fn default_first(&self) -> Option<i32> {
         Some(self.default)
     }
 
     /// `first` checked: 1 to `max`, the default when the client sends `null`.
-    pub fn first(&self, first: Option<i32>) -> AppResult<usize> {
+    pub(crate) fn first(&self, first: Option<i32>) -> AppResult<usize> {
         self.rows("first", first.unwrap_or(self.default))
     }
 
     /// `first` or `last` checked (one of them, never both): the rows asked, and whether they
     /// are read backward (`last`). Neither: the default, forward.
-    pub fn first_or_last(&self, first: Option<i32>, last: Option<i32>) -> AppResult<(usize, bool)> {
+    pub(crate) fn first_or_last(
+        &self,
+        first: Option<i32>,
+        last: Option<i32>,
+    ) -> AppResult<(usize, bool)> {
         match (first, last) {
             (Some(_), Some(_)) => Err(AppError::bad_input(
                 "give first or last, not both: first pages forward from after, last backward from before",
@@ -115,13 +119,13 @@ impl Limit {
 
     /// What a field returning up to `first` children costs against the complexity limit
     /// (priced at the largest page it may return, a refused `first` included).
-    pub fn cost(&self, first: Option<i32>, child_complexity: usize) -> usize {
+    pub(crate) fn cost(&self, first: Option<i32>, child_complexity: usize) -> usize {
         first.unwrap_or(self.default).clamp(1, self.max) as usize * child_complexity
     }
 
     /// [`Limit::cost`] of a list that pages both ways: `last` is priced like `first`, and
     /// both given (refused when run) at the larger.
-    pub fn cost_either(
+    pub(crate) fn cost_either(
         &self,
         first: Option<i32>,
         last: Option<i32>,
@@ -139,7 +143,7 @@ impl Limit {
 /// A keyset list's `first`/`after` and `last`/`before`, validated: the cursors are decoded
 /// to the keys bounding the page.
 impl PageArgs<KeyRange> {
-    pub fn keyset(
+    pub(crate) fn keyset(
         first: Option<i32>,
         after: Option<&str>,
         last: Option<i32>,
@@ -160,14 +164,14 @@ impl PageArgs<KeyRange> {
 impl PageArgs<usize> {
     /// An offset list's arguments: `after` is the position after the last row seen, at most
     /// `max` (the list serves its first `max` rows).
-    pub fn offset(first: Option<i32>, after: Option<&str>, max: usize) -> AppResult<Self> {
+    pub(crate) fn offset(first: Option<i32>, after: Option<&str>, max: usize) -> AppResult<Self> {
         Self::decoded(first, after, |after| decode_offset_cursor(after, max))
     }
 }
 
 impl<After> PageArgs<After> {
     /// Arguments whose cursor a list decodes in its own way.
-    pub fn decoded(
+    pub(crate) fn decoded(
         first: Option<i32>,
         after: Option<&str>,
         decode: impl FnOnce(Option<&str>) -> AppResult<After>,
@@ -182,7 +186,7 @@ impl<After> PageArgs<After> {
 /// `hasNextPage` and `hasPreviousPage` of a page of a list keyed by its cursors (a keyset
 /// list, the feed), read `backward` (`last`) or forward, with `more` rows beyond it in the
 /// direction read: that side is exact, the other is known from the cursor given there.
-pub fn cursor_sides(backward: bool, after: bool, before: bool, more: bool) -> (bool, bool) {
+pub(crate) fn cursor_sides(backward: bool, after: bool, before: bool, more: bool) -> (bool, bool) {
     if backward {
         (before, more)
     } else {
@@ -192,22 +196,22 @@ pub fn cursor_sides(backward: bool, after: bool, before: bool, more: bool) -> (b
 
 /// Where a page lies in its list (the Relay cursor connections specification's).
 #[derive(SimpleObject, Clone, Debug)]
-pub struct PageInfo {
+pub(crate) struct PageInfo {
     /// Rows follow the page: exact when paging forward (`first`); when paging backward,
     /// true when `before` was given.
-    pub has_next_page: bool,
+    pub(crate) has_next_page: bool,
     /// Rows precede the page: exact when paging backward (`last`); when paging forward,
     /// true when `after` was given (on `nearbyItems` and `jobs`: when it is past the start).
-    pub has_previous_page: bool,
+    pub(crate) has_previous_page: bool,
     /// The first edge's cursor; null without edges.
-    pub start_cursor: Option<String>,
+    pub(crate) start_cursor: Option<String>,
     /// The last edge's cursor; null without edges (on `nearbyItems` and `jobs`, the position
     /// the next page starts at, even when a row of this one vanished).
-    pub end_cursor: Option<String>,
+    pub(crate) end_cursor: Option<String>,
 }
 
 /// Cursors are opaque to clients; here they carry the id of the last row of a page.
-pub fn encode_cursor(id: i64) -> String {
+pub(crate) fn encode_cursor(id: i64) -> String {
     format!("c{id}")
 }
 
@@ -225,7 +229,7 @@ fn not_a_cursor(cursor: &str) -> AppError {
 }
 
 /// The id a keyset cursor carries.
-pub fn decode_cursor(cursor: Option<&str>) -> AppResult<Option<i64>> {
+pub(crate) fn decode_cursor(cursor: Option<&str>) -> AppResult<Option<i64>> {
     cursor
         .map(|c| {
             c.strip_prefix('c')
@@ -242,7 +246,7 @@ pub fn decode_cursor(cursor: Option<&str>) -> AppResult<Option<i64>> {
 /// The position an offset cursor carries (0 without one). Positions run from 0 to `max`:
 /// a list that pages by offset serves its first `max` rows only, so that a page's cost
 /// stays bounded however far a client pages.
-pub fn decode_offset_cursor(cursor: Option<&str>, max: usize) -> AppResult<usize> {
+pub(crate) fn decode_offset_cursor(cursor: Option<&str>, max: usize) -> AppResult<usize> {
     let (Some(text), Some(position)) = (cursor, decode_cursor(cursor)?) else {
         return Ok(0);
     };

@@ -13,12 +13,12 @@ use crate::{
 };
 
 #[derive(SimpleObject)]
-pub struct PointsByType {
+pub(crate) struct PointsByType {
     #[graphql(name = "type")]
-    pub kind: PointsType,
-    pub points: i64,
+    pub(crate) kind: PointsType,
+    pub(crate) points: i64,
     /// Null: uncapped.
-    pub cap: Option<i64>,
+    pub(crate) cap: Option<i64>,
 }
 
 impl From<TodayByType> for PointsByType {
@@ -34,20 +34,20 @@ impl From<TodayByType> for PointsByType {
 /// What an award answers, with the user it paid and their total of the type today.
 #[derive(SimpleObject)]
 #[graphql(complex)]
-pub struct AwardResult {
+pub(crate) struct AwardResult {
     #[graphql(skip)]
-    pub user_id: i64,
+    pub(crate) user_id: i64,
     #[graphql(skip)]
-    pub kind: PointsType,
-    pub awarded: i64,
+    pub(crate) kind: PointsType,
+    pub(crate) awarded: i64,
     /// Fewer points than asked were given because of the daily cap.
-    pub capped: bool,
+    pub(crate) capped: bool,
     /// The idempotency key was seen before; nothing more was given.
-    pub duplicate: bool,
+    pub(crate) duplicate: bool,
 }
 
 impl AwardResult {
-    pub fn new(user_id: i64, kind: PointsType, outcome: AwardOutcome) -> Self {
+    pub(crate) fn new(user_id: i64, kind: PointsType, outcome: AwardOutcome) -> Self {
         Self {
             user_id,
             kind,
@@ -75,7 +75,7 @@ impl AwardResult {
     }
 }
 
-pub struct PointsEntry(pub PointsRecord);
+pub(crate) struct PointsEntry(pub PointsRecord);
 
 #[Object(name = "PointsRecord")]
 impl PointsEntry {

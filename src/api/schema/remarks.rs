@@ -32,10 +32,10 @@ use crate::{
 
 /// A remark, with what its page already read: the author's record and the like info
 /// (when the query asked for them); otherwise fields load them through the batch loaders.
-pub struct Remark {
-    pub record: RemarkRecord,
-    pub author: Option<UserRecord>,
-    pub like: Option<LikeInfo>,
+pub(crate) struct Remark {
+    pub(crate) record: RemarkRecord,
+    pub(crate) author: Option<UserRecord>,
+    pub(crate) like: Option<LikeInfo>,
 }
 
 impl From<RemarkRecord> for Remark {
@@ -50,7 +50,7 @@ impl From<RemarkRecord> for Remark {
 
 #[Object]
 impl Remark {
-    pub async fn id(&self) -> RemarkId {
+    pub(crate) async fn id(&self) -> RemarkId {
         RemarkId::new(self.record.id)
     }
 
@@ -141,7 +141,7 @@ impl Remark {
 /// counts, the page's like info is read here in one Redis round trip and handed to each
 /// remark, rather than through one batch-loader call per field (which costs allocations and
 /// channel hops per remark); what the look-ahead misses still loads through the loader.
-pub async fn page_nodes(
+pub(crate) async fn page_nodes(
     ctx: &Context<'_>,
     nodes: async_graphql::Lookahead<'_>,
     page: &RemarkPage,
@@ -179,30 +179,30 @@ const IMAGES_COST: usize = text_cost(remarks::MAX_IMAGES * remarks::MAX_IMAGE_UR
 const LIKERS: Limit = Limit::new(5, likes::LIKERS_KEPT as i32);
 
 #[derive(InputObject)]
-pub struct CreateRemarkInput {
-    pub item_id: ItemId,
+pub(crate) struct CreateRemarkInput {
+    pub(crate) item_id: ItemId,
     /// 1 to 5.
-    pub score: i32,
+    pub(crate) score: i32,
     /// 1 to 2000 characters.
-    pub content: String,
+    pub(crate) content: String,
     /// Up to 9 http(s) image URLs.
-    pub images: Option<Vec<String>>,
+    pub(crate) images: Option<Vec<String>>,
 }
 
 /// What a like or an unlike answers: the remark as it is after the vote, so that a client's
 /// cache of the remark (its `likeCount`, its `likedByMe`) is right without a second query.
 #[derive(SimpleObject)]
 #[graphql(complex)]
-pub struct LikeResult {
+pub(crate) struct LikeResult {
     #[graphql(deprecation = "Use `remark { id }`.")]
-    pub remark_id: RemarkId,
+    pub(crate) remark_id: RemarkId,
     #[graphql(deprecation = "Use `remark { likeCount }`.")]
-    pub like_count: i64,
+    pub(crate) like_count: i64,
     /// Whether the viewer likes the remark now.
     #[graphql(deprecation = "Use `remark { likedByMe }`.")]
-    pub liked: bool,
+    pub(crate) liked: bool,
     /// Whether this call changed anything (false for a repeated like or unlike).
-    pub changed: bool,
+    pub(crate) changed: bool,
 }
 
 impl From<VoteOutcome> for LikeResult {
@@ -240,22 +240,22 @@ impl LikeResult {
 }
 
 #[derive(SimpleObject)]
-pub struct LikeCount {
-    pub remark_id: RemarkId,
-    pub like_count: i64,
+pub(crate) struct LikeCount {
+    pub(crate) remark_id: RemarkId,
+    pub(crate) like_count: i64,
 }
 
 /// `LikeCount`'s fields, for updates rendered without executing their selection (see
 /// [`Template`]); the names are the schema's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LikeCountField {
+pub(crate) enum LikeCountField {
     RemarkId,
     LikeCount,
 }
 
 impl LikeCount {
     /// The template of the `LikeCount` selection being resolved, if it is plain fields.
-    pub fn template(ctx: &Context<'_>) -> Option<Template<LikeCountField>> {
+    pub(crate) fn template(ctx: &Context<'_>) -> Option<Template<LikeCountField>> {
         Template::of(ctx, "LikeCount", |name| match name {
             "remarkId" => Some(LikeCountField::RemarkId),
             "likeCount" => Some(LikeCountField::LikeCount),

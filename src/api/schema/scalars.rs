@@ -19,24 +19,24 @@ use chrono::{NaiveDate, SecondsFormat, Utc};
 
 /// An instant: an RFC 3339 date-time with an offset, answered in UTC with milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct DateTime(pub chrono::DateTime<Utc>);
+pub(crate) struct DateTime(pub chrono::DateTime<Utc>);
 
 impl DateTime {
     /// An instant kept as epoch milliseconds (the form times take in SQL and Redis).
-    pub fn from_ms(epoch_ms: i64) -> Self {
+    pub(crate) fn from_ms(epoch_ms: i64) -> Self {
         Self(chrono::DateTime::from_timestamp_millis(epoch_ms).unwrap_or_default())
     }
 
     /// Reads an RFC 3339 date-time; an offset (`Z` or `±hh:mm`) is required, the fraction
     /// of a second may have any number of digits.
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         chrono::DateTime::parse_from_rfc3339(text)
             .ok()
             .map(|at| Self(at.with_timezone(&Utc)))
     }
 
     /// `2026-11-27T03:04:05.123Z`.
-    pub fn to_text(self) -> String {
+    pub(crate) fn to_text(self) -> String {
         self.0.to_rfc3339_opts(SecondsFormat::Millis, true)
     }
 }
@@ -69,12 +69,12 @@ impl ScalarType for DateTime {
 
 /// A calendar day, `YYYY-MM-DD`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Date(pub NaiveDate);
+pub(crate) struct Date(pub NaiveDate);
 
 impl Date {
     /// Reads `YYYY-MM-DD`: four digits, two and two, naming a day that exists (chrono alone
     /// would also take `2026-3-1` and `+2026-03-01`).
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         let shaped = text.len() == 10
             && text.bytes().enumerate().all(|(i, b)| match i {
                 4 | 7 => b == b'-',
@@ -113,16 +113,16 @@ impl ScalarType for Date {
 /// Any JSON value. Kept as a GraphQL value rather than `serde_json::Value`, whose objects
 /// would sort their keys: a job's body is answered with its keys in the order it was given.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Json(pub Value);
+pub(crate) struct Json(pub Value);
 
 impl Json {
     /// Reads JSON text.
-    pub fn from_text(text: &str) -> serde_json::Result<Self> {
+    pub(crate) fn from_text(text: &str) -> serde_json::Result<Self> {
         serde_json::from_str(text).map(Self)
     }
 
     /// The value as compact JSON text.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         // Serialising a value read from JSON or GraphQL cannot fail: its keys are strings and
         // its numbers finite.
         serde_json::to_string(&self.0).unwrap_or_default()

@@ -11,19 +11,19 @@ use crate::{
 /// What a sign-in or a make-up answers, with the calendar it changed.
 #[derive(SimpleObject)]
 #[graphql(complex)]
-pub struct SignInResult {
+pub(crate) struct SignInResult {
     #[graphql(skip)]
-    pub user_id: i64,
+    pub(crate) user_id: i64,
     /// The day signed, in the service's time zone.
-    pub date: Date,
+    pub(crate) date: Date,
     #[graphql(deprecation = "Use `calendar { today { streak } }`.")]
-    pub streak: i64,
-    pub points_awarded: i64,
-    pub already_signed: bool,
+    pub(crate) streak: i64,
+    pub(crate) points_awarded: i64,
+    pub(crate) already_signed: bool,
 }
 
 impl SignInResult {
-    pub fn new(user_id: i64, outcome: SignInOutcome) -> Self {
+    pub(crate) fn new(user_id: i64, outcome: SignInOutcome) -> Self {
         Self {
             user_id,
             date: Date(outcome.date),
@@ -49,36 +49,36 @@ impl SignInResult {
 /// A month of the viewer's sign-ins; `today` only when the month is the current one.
 #[derive(SimpleObject)]
 #[graphql(complex)]
-pub struct SignCalendar {
+pub(crate) struct SignCalendar {
     #[graphql(skip)]
-    pub user_id: i64,
+    pub(crate) user_id: i64,
     #[graphql(skip)]
-    pub shown: Month,
+    pub(crate) shown: Month,
     /// `YYYY-MM`.
-    pub month: String,
+    pub(crate) month: String,
     /// One per day from day 1: up to today for this month, the whole month for past ones.
-    pub days: Vec<bool>,
+    pub(crate) days: Vec<bool>,
     #[graphql(deprecation = "Use `today.signed`; `today` is null for a past month.")]
-    pub signed_today: bool,
+    pub(crate) signed_today: bool,
     /// The current streak (ending today, or yesterday while today is unsigned), whatever
     /// the month.
     #[graphql(deprecation = "Use `today.streak`; `today` is null for a past month.")]
-    pub streak: i64,
-    pub signed_days: i64,
+    pub(crate) streak: i64,
+    pub(crate) signed_days: i64,
     /// Make-up sign-ins left this month; always 0 for a past month, whose days can no
     /// longer be made up.
-    pub make_ups_left: i64,
+    pub(crate) make_ups_left: i64,
     /// Today's sign-in; null unless `month` is the current month.
-    pub today: Option<SignToday>,
+    pub(crate) today: Option<SignToday>,
 }
 
 /// Today's sign-in, in the service's time zone.
 #[derive(SimpleObject)]
-pub struct SignToday {
-    pub date: Date,
-    pub signed: bool,
+pub(crate) struct SignToday {
+    pub(crate) date: Date,
+    pub(crate) signed: bool,
     /// The current streak: ending today, or yesterday while today is unsigned.
-    pub streak: i64,
+    pub(crate) streak: i64,
 }
 
 impl From<Calendar> for SignCalendar {

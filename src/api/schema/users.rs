@@ -13,11 +13,11 @@ use crate::{
 };
 
 #[derive(Clone)]
-pub struct User(pub UserRecord);
+pub(crate) struct User(pub UserRecord);
 
 #[Object]
 impl User {
-    pub async fn id(&self) -> UserId {
+    pub(crate) async fn id(&self) -> UserId {
         UserId::new(self.0.id)
     }
 
@@ -41,7 +41,7 @@ impl User {
 }
 
 /// A user by id through the request's batch loader (a placeholder if the row is gone).
-pub async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User> {
+pub(crate) async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User> {
     let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
     let user = loader.load_one(user_id).await.map_err(|e| (*e).clone())?;
     Ok(User(

@@ -20,11 +20,11 @@ use crate::{
     infra::error::{AppError, AppResult},
 };
 
-pub struct Voucher(pub VoucherRecord);
+pub(crate) struct Voucher(pub VoucherRecord);
 
 #[Object]
 impl Voucher {
-    pub async fn id(&self) -> VoucherId {
+    pub(crate) async fn id(&self) -> VoucherId {
         VoucherId::new(self.0.id)
     }
 
@@ -69,7 +69,7 @@ impl Voucher {
 }
 
 /// Batches the live stock of the vouchers of one response.
-pub struct StockLoader(pub Vouchers);
+pub(crate) struct StockLoader(pub Vouchers);
 
 impl Loader<i64> for StockLoader {
     type Value = i64;
@@ -80,11 +80,11 @@ impl Loader<i64> for StockLoader {
     }
 }
 
-pub struct Order(pub OrderRecord);
+pub(crate) struct Order(pub OrderRecord);
 
 #[Object]
 impl Order {
-    pub async fn id(&self) -> OrderId {
+    pub(crate) async fn id(&self) -> OrderId {
         OrderId::new(self.0.id)
     }
 
@@ -111,22 +111,22 @@ impl Order {
 }
 
 #[derive(InputObject)]
-pub struct CreateVoucherInput {
-    pub item_id: ItemId,
+pub(crate) struct CreateVoucherInput {
+    pub(crate) item_id: ItemId,
     /// 1 to 100 characters.
-    pub title: String,
+    pub(crate) title: String,
     /// 1 to 1,000,000.
-    pub stock: i32,
+    pub(crate) stock: i32,
     /// When the sale opens, e.g. 2026-11-23T20:00:00+08:00.
-    pub begins_at: DateTime,
+    pub(crate) begins_at: DateTime,
     /// After beginsAt and in the future.
-    pub ends_at: DateTime,
+    pub(crate) ends_at: DateTime,
     /// 1 to 604,800: time a buyer has to pay before the order expires.
-    pub pay_within_seconds: i32,
+    pub(crate) pay_within_seconds: i32,
 }
 
 #[derive(SimpleObject)]
-pub struct VoucherStock {
-    pub voucher_id: VoucherId,
-    pub remaining: i64,
+pub(crate) struct VoucherStock {
+    pub(crate) voucher_id: VoucherId,
+    pub(crate) remaining: i64,
 }

@@ -54,7 +54,7 @@ const FORGOTTEN_TTL_SECONDS: u64 = 60;
 
 impl Keys {
     /// The marker of a follow change counted in the follower counts (in their slot).
-    pub fn follow_counted(&self, change_id: i64) -> String {
+    pub(crate) fn follow_counted(&self, change_id: i64) -> String {
         self.tagged("feed", format_args!("counted:{change_id}"))
     }
 }

@@ -39,9 +39,9 @@ use crate::{
 /// What the follow feed works with: follows name known users.
 #[derive(Clone)]
 pub struct Feed {
-    pub infra: Infra,
-    pub users: Arc<UserDirectory>,
-    pub settings: FeedSettings,
+    pub(crate) infra: Infra,
+    pub(crate) users: Arc<UserDirectory>,
+    pub(crate) settings: FeedSettings,
 }
 
 pub use settings::FeedSettings;
@@ -55,7 +55,7 @@ impl Keys {
         self.tagged(format_args!("feed:{user_id}"), "outbox")
     }
 
-    pub fn following(&self, user_id: i64) -> String {
+    pub(crate) fn following(&self, user_id: i64) -> String {
         self.tagged(format_args!("feed:{user_id}"), "following")
     }
 
@@ -66,7 +66,7 @@ impl Keys {
     /// Authors whose followers pull their outbox: every author who ever had more than
     /// `ENGAGE_FEED_PUSH_LIMIT` followers. Once pulled, always pulled: what they posted
     /// while big is only in their outbox, so falling back under the limit must not hide it.
-    pub fn pulled_authors(&self) -> String {
+    pub(crate) fn pulled_authors(&self) -> String {
         self.tagged("feed", "pulled")
     }
 }
@@ -107,18 +107,18 @@ fn unavailable(error: AppError) -> HandleError {
 
 /// An entry's place in the feed, its score and member: the cursor of its edge.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedCursor {
-    pub score: i64,
-    pub member: String,
+pub(crate) struct FeedCursor {
+    pub(crate) score: i64,
+    pub(crate) member: String,
 }
 
 /// Where a page of the feed lies: the entries below `after` and above `before` (either may
 /// be absent), read from `after` down, or from `before` up when `backward` (a `last` page).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FeedRange {
-    pub after: Option<FeedCursor>,
-    pub before: Option<FeedCursor>,
-    pub backward: bool,
+pub(crate) struct FeedRange {
+    pub(crate) after: Option<FeedCursor>,
+    pub(crate) before: Option<FeedCursor>,
+    pub(crate) backward: bool,
 }
 
 impl FeedRange {
@@ -136,11 +136,11 @@ impl FeedRange {
 }
 
 impl FeedCursor {
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         format!("{}|{}", self.score, self.member)
     }
 
-    pub fn decode(text: &str) -> AppResult<Self> {
+    pub(crate) fn decode(text: &str) -> AppResult<Self> {
         let bad = || AppError::bad_input("not a cursor of the feed");
         let (score, member) = text.split_once('|').ok_or_else(bad)?;
         parse_member(member).ok_or_else(bad)?;
@@ -154,7 +154,7 @@ impl FeedCursor {
 impl Feed {
     /// Follows `followee`; `true` when this call created the follow. Acknowledged once SQL
     /// holds it: its Redis side follows, at once or from the retrier ([`changes`]).
-    pub async fn follow(&self, follower: i64, followee: i64) -> AppResult<bool> {
+    pub(crate) async fn follow(&self, follower: i64, followee: i64) -> AppResult<bool> {
         if follower == followee {
             return Err(AppError::bad_input("you cannot follow yourself"));
         }
@@ -242,7 +242,7 @@ impl Feed {
 
     /// Stops following; the author's entries leave the inbox. `true` when a follow ended.
     /// Acknowledged once SQL holds it, as [`Feed::follow`].
-    pub async fn unfollow(&self, follower: i64, followee: i64) -> AppResult<bool> {
+    pub(crate) async fn unfollow(&self, follower: i64, followee: i64) -> AppResult<bool> {
         if follower == followee {
             return Err(AppError::bad_input("you cannot unfollow yourself"));
         }
@@ -277,7 +277,7 @@ impl Feed {
     }
 
     /// How many users follow `user_id`.
-    pub async fn follower_count(&self, user_id: i64) -> AppResult<i64> {
+    pub(crate) async fn follower_count(&self, user_id: i64) -> AppResult<i64> {
         let mut conn = self.infra.redis.get().await?;
         let count: Option<i64> = redis::cmd("HGET")
             .arg(self.infra.keys.follower_counts())
@@ -288,7 +288,7 @@ impl Feed {
     }
 
     /// How many users `user_id` follows.
-    pub async fn following_count(&self, user_id: i64) -> AppResult<i64> {
+    pub(crate) async fn following_count(&self, user_id: i64) -> AppResult<i64> {
         let mut conn = self.infra.redis.get().await?;
         Ok(redis::cmd("SCARD")
             .arg(self.infra.keys.following(user_id))
@@ -296,7 +296,7 @@ impl Feed {
             .await?)
     }
 
-    pub fn spawn_fan_out(&self) {
+    pub(crate) fn spawn_fan_out(&self) {
         streams::spawn(
             &self.infra,
             "feed-fanout",
@@ -383,7 +383,7 @@ impl Feed {
     /// A page of the reader's feed, newest first: remark ids with their cursors. A page lies
     /// below `after` and above `before` (in the order of score, then member), read from
     /// `after` down, or from `before` up when backward.
-    pub async fn page(
+    pub(crate) async fn page(
         &self,
         reader: i64,
         page: PageArgs<FeedRange>,

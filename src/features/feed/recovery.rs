@@ -118,7 +118,7 @@ impl Feed {
 
     /// Delivers the pending follow changes, then writes each follower's set (adding what SQL
     /// has, removing what SQL no longer has) and each followee's count.
-    pub async fn rebuild_follows(&self, run: &Rebuild<'_>) -> AppResult<()> {
+    pub(crate) async fn rebuild_follows(&self, run: &Rebuild<'_>) -> AppResult<()> {
         outbox::drain(&self.follow_changes()).await?;
         run.expect_count("SELECT COUNT(DISTINCT follower_id) AS n FROM follows")
             .await?;
@@ -166,7 +166,7 @@ impl Feed {
     }
 
     /// Each author's outbox holds their newest remark.
-    pub async fn verify_feeds(&self) -> AppResult<Report> {
+    pub(crate) async fn verify_feeds(&self) -> AppResult<Report> {
         let mut report = Report::new("feeds");
         let mut after = 0;
         loop {
@@ -206,7 +206,7 @@ impl Feed {
     /// Each author's newest remarks into their outbox and, unless their followers pull it
     /// (above the push limit), into each follower's inbox. Adding is idempotent and the
     /// inboxes stay capped, so fan-out running meanwhile is not held back.
-    pub async fn rebuild_feeds(&self, run: &Rebuild<'_>) -> AppResult<()> {
+    pub(crate) async fn rebuild_feeds(&self, run: &Rebuild<'_>) -> AppResult<()> {
         run.expect_count("SELECT COUNT(DISTINCT author_id) AS n FROM remarks")
             .await?;
         let limit = self.settings.push_limit();

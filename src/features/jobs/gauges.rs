@@ -25,13 +25,13 @@ const TOPICS_PER_SCRAPE: usize = 1000;
 
 /// The gauges' source. It holds the topic labels, not the [`Jobs`] context: the instance
 /// keeps its sources, and a context would keep the instance alive through its `Infra`.
-pub struct QueueDepths {
+pub(crate) struct QueueDepths {
     topics: Arc<BoundedLabel>,
 }
 
 impl Jobs {
     /// The source of the delay queue's gauges, to add to the instance's.
-    pub fn queue_depths(&self) -> QueueDepths {
+    pub(crate) fn queue_depths(&self) -> QueueDepths {
         QueueDepths {
             topics: self.topic_labels.clone(),
         }

@@ -49,28 +49,28 @@ pub trait JobHandler: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct TopicPolicy {
     /// Waits before the 2nd, 3rd, … delivery; the last step repeats.
-    pub ladder: Vec<Duration>,
+    pub(crate) ladder: Vec<Duration>,
     /// How long a taken job stays invisible to other workers unless its delivery reports
     /// back; while the handler runs, its deliverer extends it every third of itself.
-    pub visibility: Duration,
+    pub(crate) visibility: Duration,
     /// Deliveries whose lease ran out (the process running the handler died, or could not
     /// reach Redis for a whole visibility timeout) that a job survives; at the next one it
     /// goes to `dead_job` (BullMQ's `maxStalledCount`). A stall uses none of the attempts.
     pub max_stalls: u32,
     /// The longest a handler may run; the delivery then fails and is retried on the ladder.
     /// (The lease no longer bounds it: it is extended while the handler runs.)
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Attempts of a job that does not say (`maxAttempts`); `None`: one per ladder step,
     /// plus the first.
-    pub attempts: Option<u32>,
+    pub(crate) attempts: Option<u32>,
 }
 
 /// Three, not BullMQ's one: a Redis outage longer than the visibility timeout stalls every
 /// running delivery of every instance at once, and a healthy job should survive a few of
 /// those; a job that kills its process is still stopped after four runs.
-pub const DEFAULT_MAX_STALLS: u32 = 3;
+pub(crate) const DEFAULT_MAX_STALLS: u32 = 3;
 /// In-process handlers are short (callbacks have their own, shorter, timeout).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl TopicPolicy {
     /// A policy with this ladder and visibility timeout, and the default stall limit and
@@ -86,7 +86,7 @@ impl TopicPolicy {
     }
 
     /// Attempts of a job of this topic that does not say.
-    pub fn default_attempts(&self) -> u32 {
+    pub(crate) fn default_attempts(&self) -> u32 {
         self.attempts.unwrap_or(self.ladder.len() as u32 + 1)
     }
 
@@ -142,7 +142,7 @@ impl JobRegistry {
     }
 
     /// Runs one delivery with its topic's handler, or its callback.
-    pub async fn run(&self, delivery: &Delivery) -> Result<(), JobError> {
+    pub(crate) async fn run(&self, delivery: &Delivery) -> Result<(), JobError> {
         if let Some(url) = &delivery.spec.callback_url {
             return self.callbacks.post(url, delivery).await;
         }
@@ -163,7 +163,7 @@ impl JobRegistry {
 }
 
 /// A callback URL must be plain http(s) with a host and no credentials.
-pub fn check_callback_syntax(url: &str) -> AppResult<()> {
+pub(crate) fn check_callback_syntax(url: &str) -> AppResult<()> {
     let parsed = Url::parse(url).map_err(|_| AppError::bad_input("callbackUrl is not a URL"))?;
     let ok = matches!(parsed.scheme(), "http" | "https")
         && parsed.host_str().is_some()

@@ -17,13 +17,13 @@
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list;
 //! - [`gauges`]: the jobs per topic and state at `/metrics`.
 
-pub mod gauges;
+pub(crate) mod gauges;
 pub mod handlers;
 mod pending;
 pub mod recovery;
 pub mod settings;
 mod topics;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::time::Duration;
 
@@ -48,11 +48,11 @@ use crate::infra::{
 /// What the delay queue works with: the handlers of its topics, and its pace.
 #[derive(Clone)]
 pub struct Jobs {
-    pub infra: Infra,
+    pub(crate) infra: Infra,
     pub registry: Arc<JobRegistry>,
     pub settings: Arc<JobsSettings>,
     /// The `topic` label of the delay queue's metrics ([`Jobs::topic_label`]).
-    pub topic_labels: Arc<BoundedLabel>,
+    pub(crate) topic_labels: Arc<BoundedLabel>,
 }
 
 pub use settings::JobsSettings;
@@ -61,7 +61,7 @@ pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
 
 /// Topics an instance names in its metrics; any further topic is counted as `other`.
 /// Topics are whatever an admin schedules under, so their number has no bound of its own.
-pub const TOPIC_LABELS: usize = 50;
+pub(crate) const TOPIC_LABELS: usize = 50;
 
 impl Jobs {
     /// The `topic` label of a metric about `topic`.
@@ -71,7 +71,12 @@ impl Jobs {
 
     /// Registers the in-process handler of `topic` (see [`JobRegistry::register`]); the
     /// topic's counters are exported from now on, at 0 until they count.
-    pub fn register(&self, topic: &str, handler: Arc<dyn JobHandler>, policy: Option<TopicPolicy>) {
+    pub(crate) fn register(
+        &self,
+        topic: &str,
+        handler: Arc<dyn JobHandler>,
+        policy: Option<TopicPolicy>,
+    ) {
         self.registry.register(topic, handler, policy);
         crate::infra::metrics::topic_counted(self.topic_label(topic));
     }
@@ -79,14 +84,14 @@ impl Jobs {
 
 /// The default retry ladder, seconds before each retry: 15 s, 3 min, 10 min, 30 min, 30 min,
 /// 1 h, 2 h, 6 h, 15 h.
-pub const DEFAULT_LADDER: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21_600, 54_000];
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
-pub const MAX_DELAY_SECONDS: i64 = 365 * 24 * 3600;
+pub(crate) const DEFAULT_LADDER: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21_600, 54_000];
+pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_DELAY_SECONDS: i64 = 365 * 24 * 3600;
 /// Finished (done or cancelled) jobs remembered per topic for `job`/`jobs`.
-pub const FINISHED_KEPT: usize = 1000;
+pub(crate) const FINISHED_KEPT: usize = 1000;
 /// `jobs` pages through the first 100,000 jobs of a topic in one state (an admin view; the
 /// dead ones come from SQL by OFFSET, which grows with the position).
-pub const MAX_LIST_OFFSET: usize = 100_000;
+pub(crate) const MAX_LIST_OFFSET: usize = 100_000;
 
 impl Keys {
     fn jobs_tag(topic: &str) -> String {
@@ -117,16 +122,16 @@ impl Keys {
 /// What the pool stores of a job.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct JobSpec {
-    pub body: String,
+    pub(crate) body: String,
     pub run_at_ms: i64,
-    pub max_attempts: u32,
+    pub(crate) max_attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub callback_url: Option<String>,
-    pub created_at_ms: i64,
+    pub(crate) callback_url: Option<String>,
+    pub(crate) created_at_ms: i64,
     /// This scheduling's number (an id from [`crate::infra::ids`]), the key of its SQL row; 0 for a
     /// job scheduled before SQL recorded pending jobs.
     #[serde(default)]
-    pub seq: i64,
+    pub(crate) seq: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
@@ -142,14 +147,14 @@ pub enum JobStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobView {
     pub id: String,
-    pub topic: String,
-    pub body: String,
+    pub(crate) topic: String,
+    pub(crate) body: String,
     pub run_at_ms: i64,
     pub attempts: u32,
     pub max_attempts: u32,
     pub status: JobStatus,
     pub last_error: Option<String>,
-    pub callback_url: Option<String>,
+    pub(crate) callback_url: Option<String>,
 }
 
 /// A job to add.
@@ -197,7 +202,7 @@ fn is_job_id(id: &str) -> bool {
 
 /// Whether a topic and an id could name a job: a global id holding other strings names
 /// none, where `find` would refuse the topic.
-pub fn could_name_a_job(topic: &str, id: &str) -> bool {
+pub(crate) fn could_name_a_job(topic: &str, id: &str) -> bool {
     check_topic(topic).is_ok() && is_job_id(id)
 }
 
@@ -303,7 +308,7 @@ impl Jobs {
     /// job pending and records it): until then the job is as durable as what it belongs to, and
     /// the request that made it pays no SQL write. A seckill schedules its order's expiry so;
     /// the order consumer records it with the order.
-    pub async fn schedule_ahead_of_record(&self, job: NewJob) -> AppResult<JobView> {
+    pub(crate) async fn schedule_ahead_of_record(&self, job: NewJob) -> AppResult<JobView> {
         only_answer(self.schedule_jobs(None, vec![job]).await?)
     }
 
@@ -319,7 +324,7 @@ impl Jobs {
     /// an SQL outage, but a Redis lost meanwhile would take acknowledged jobs with it.) When
     /// Redis fails after SQL, the rows stay: the caller heard UNAVAILABLE (the job may or may
     /// not be scheduled), `engage verify` names them and a rebuild schedules them.
-    pub async fn schedule_in(
+    pub(crate) async fn schedule_in(
         &self,
         sql: &mut sqlx::AnyConnection,
         jobs: Vec<NewJob>,
@@ -475,7 +480,7 @@ impl Jobs {
     }
 
     /// [`Jobs::cancel`], then the job as it is after it (`None`: no job by that id).
-    pub async fn cancel_and_find(
+    pub(crate) async fn cancel_and_find(
         &self,
         topic: &str,
         id: &str,
@@ -485,7 +490,7 @@ impl Jobs {
     }
 
     /// [`Jobs::cancel`], removing the job's SQL row through `sql` (a caller's transaction).
-    pub async fn cancel_in(
+    pub(crate) async fn cancel_in(
         &self,
         sql: &mut sqlx::AnyConnection,
         topic: &str,
@@ -608,7 +613,7 @@ impl Jobs {
     }
 
     /// A page of a topic's jobs in one state (`offset` based: an admin view).
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         topic: &str,
         status: JobStatus,
@@ -692,7 +697,7 @@ impl Jobs {
     }
 
     /// Puts a dead job back in the queue (due now, attempts from zero).
-    pub async fn requeue_dead(&self, topic: &str, id: &str) -> AppResult<JobView> {
+    pub(crate) async fn requeue_dead(&self, topic: &str, id: &str) -> AppResult<JobView> {
         let dead = self
             .dead(topic, id)
             .await?

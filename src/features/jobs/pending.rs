@@ -22,12 +22,12 @@ use crate::infra::{
 
 /// A job as its row holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub topic: String,
-    pub id: String,
-    pub spec: JobSpec,
+pub(crate) struct Record {
+    pub(crate) topic: String,
+    pub(crate) id: String,
+    pub(crate) spec: JobSpec,
     /// Deliveries so far (0 for a new job; the attempts of its last retry otherwise).
-    pub attempts: u32,
+    pub(crate) attempts: u32,
 }
 
 /// Rows per statement: 9 parameters each, far below either backend's limit.
@@ -58,7 +58,10 @@ fn insert<'q>(
 }
 
 /// Writes the rows of new jobs whose (topic, id) has none; the seqs of those written.
-pub async fn insert_new(sql: &mut AnyConnection, records: &[Record]) -> AppResult<HashSet<i64>> {
+pub(crate) async fn insert_new(
+    sql: &mut AnyConnection,
+    records: &[Record],
+) -> AppResult<HashSet<i64>> {
     let mut written = HashSet::new();
     for chunk in records.chunks(ROWS_PER_STATEMENT) {
         let statement = format!(
@@ -74,7 +77,7 @@ pub async fn insert_new(sql: &mut AnyConnection, records: &[Record]) -> AppResul
 }
 
 /// Makes the rows of these jobs say what the records say, whatever they said before.
-pub async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResult<()> {
+pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResult<()> {
     // One row per (topic, id) and statement: PostgreSQL refuses to update a row twice in one.
     let mut seen = HashSet::new();
     let mut last_first: Vec<Record> = records
@@ -98,7 +101,7 @@ pub async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResult<()> {
 }
 
 /// Removes the rows of jobs that ended, by seq (0, a job from before this record, has none).
-pub async fn forget(sql: &mut AnyConnection, seqs: &[i64]) -> AppResult<()> {
+pub(crate) async fn forget(sql: &mut AnyConnection, seqs: &[i64]) -> AppResult<()> {
     let seqs: Vec<i64> = seqs.iter().copied().filter(|seq| *seq > 0).collect();
     for chunk in seqs.chunks(ROWS_PER_STATEMENT * 2) {
         sqlx::query(&format!(
@@ -113,14 +116,14 @@ pub async fn forget(sql: &mut AnyConnection, seqs: &[i64]) -> AppResult<()> {
 
 /// A retry of a job: when it is due again, and the attempts it used.
 #[derive(Debug, Clone, Copy)]
-pub struct Retry {
-    pub seq: i64,
-    pub run_at_ms: i64,
-    pub attempts: u32,
+pub(crate) struct Retry {
+    pub(crate) seq: i64,
+    pub(crate) run_at_ms: i64,
+    pub(crate) attempts: u32,
 }
 
 /// Writes the due time and attempts of retried jobs, one statement for all.
-pub async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -> AppResult<()> {
+pub(crate) async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -> AppResult<()> {
     let retries: Vec<&Retry> = retries.iter().filter(|r| r.seq > 0).collect();
     for chunk in retries.chunks(ROWS_PER_STATEMENT) {
         // Integers only, so inlined (as `id_list` does): one statement for any number.
@@ -162,7 +165,7 @@ fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
 }
 
 /// Rows after `seq`, in seq order: a rebuild's chunk.
-pub async fn after(pool: &AnyPool, seq: i64, limit: usize) -> AppResult<Vec<Record>> {
+pub(crate) async fn after(pool: &AnyPool, seq: i64, limit: usize) -> AppResult<Vec<Record>> {
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM pending_job WHERE seq > $1 ORDER BY seq LIMIT $2"
     ))
@@ -174,7 +177,7 @@ pub async fn after(pool: &AnyPool, seq: i64, limit: usize) -> AppResult<Vec<Reco
 }
 
 /// How many rows come after `seq`.
-pub async fn count_after(pool: &AnyPool, seq: i64) -> AppResult<u64> {
+pub(crate) async fn count_after(pool: &AnyPool, seq: i64) -> AppResult<u64> {
     let count: i64 = sqlx::query("SELECT COUNT(*) AS n FROM pending_job WHERE seq > $1")
         .bind(seq)
         .fetch_one(pool)
@@ -184,7 +187,7 @@ pub async fn count_after(pool: &AnyPool, seq: i64) -> AppResult<u64> {
 }
 
 /// Every topic with a pending job.
-pub async fn topics(pool: &AnyPool) -> AppResult<Vec<String>> {
+pub(crate) async fn topics(pool: &AnyPool) -> AppResult<Vec<String>> {
     let rows = sqlx::query("SELECT DISTINCT topic FROM pending_job ORDER BY topic")
         .fetch_all(pool)
         .await?;
@@ -192,7 +195,7 @@ pub async fn topics(pool: &AnyPool) -> AppResult<Vec<String>> {
 }
 
 /// The ids of a topic's pending jobs.
-pub async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<String>> {
+pub(crate) async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<String>> {
     let rows = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1 ORDER BY job_id")
         .bind(topic)
         .fetch_all(pool)

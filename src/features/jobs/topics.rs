@@ -31,7 +31,7 @@ use crate::{
 
 impl Keys {
     /// Topics with pending jobs, scored by their next visit (epoch ms).
-    pub fn jobs_due_topics(&self) -> String {
+    pub(crate) fn jobs_due_topics(&self) -> String {
         self.tagged("jobs", "due")
     }
 
@@ -53,7 +53,7 @@ impl Keys {
 
 /// A topic due for a visit, with the mark it had when the walk read it.
 pub(super) struct Visit {
-    pub topic: String,
+    pub(crate) topic: String,
     mark: String,
 }
 

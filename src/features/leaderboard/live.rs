@@ -45,7 +45,7 @@ use crate::{
     },
 };
 
-pub const COALESCE: Duration = Duration::from_millis(250);
+pub(crate) const COALESCE: Duration = Duration::from_millis(250);
 
 /// The current value of a channel, then each new one, holding `guard` while it lasts.
 fn snapshots<T, G>(mut receiver: watch::Receiver<T>, guard: G) -> impl Stream<Item = T>
@@ -308,7 +308,7 @@ async fn keep_ranks(
 
 /// Keeps [`SharedBoards`]' current season up to date: a look at the clock every second,
 /// one task per instance however many subscriptions follow the season.
-pub async fn watch_seasons(ctx: Leaderboards) {
+pub(crate) async fn watch_seasons(ctx: Leaderboards) {
     let mut every_second = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -505,7 +505,7 @@ impl SharedBoards {
 
 impl Leaderboards {
     /// Snapshots of a season's top `top`: the current one first, then each different one.
-    pub async fn top_changes(
+    pub(crate) async fn top_changes(
         &self,
         season: Month,
         top: usize,
@@ -517,7 +517,7 @@ impl Leaderboards {
 
     /// Snapshots of a season's top `top` with their season: of `season` when one is named, of
     /// the current season otherwise, moving to the new one when the month turns.
-    pub async fn board_changes(
+    pub(crate) async fn board_changes(
         &self,
         season: Option<Month>,
         top: usize,
@@ -539,7 +539,7 @@ impl Leaderboards {
 
     /// The viewer's entry in the current season (when ranked), then each change, moving to the
     /// new season when the month turns.
-    pub async fn my_current_rank_changes(
+    pub(crate) async fn my_current_rank_changes(
         &self,
         user_id: i64,
     ) -> AppResult<impl Stream<Item = RankEntry>> {

@@ -9,9 +9,9 @@
 //! first (to the second; within one second, by user id as Redis orders equal scores).
 //! Scores stay exact in a double up to 2^31 points per season.
 
-pub mod live;
-pub mod parts;
-pub mod ranks;
+pub(crate) mod live;
+pub(crate) mod parts;
+pub(crate) mod ranks;
 pub mod rollover;
 pub mod settings;
 
@@ -54,26 +54,26 @@ pub fn score_of(points: i64, season_seconds: i64) -> i64 {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeasonInfo {
-    pub month: Month,
-    pub begins: DateTime<Utc>,
-    pub ends: DateTime<Utc>,
-    pub current: bool,
+pub(crate) struct SeasonInfo {
+    pub(crate) month: Month,
+    pub(crate) begins: DateTime<Utc>,
+    pub(crate) ends: DateTime<Utc>,
+    pub(crate) current: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RankEntry {
-    pub rank: i64,
-    pub points: i64,
-    pub user_id: i64,
+pub(crate) struct RankEntry {
+    pub(crate) rank: i64,
+    pub(crate) points: i64,
+    pub(crate) user_id: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Board {
-    pub season: Month,
-    pub me: Option<RankEntry>,
-    pub entries: Vec<RankEntry>,
-    pub total: i64,
+pub(crate) struct Board {
+    pub(crate) season: Month,
+    pub(crate) me: Option<RankEntry>,
+    pub(crate) entries: Vec<RankEntry>,
+    pub(crate) total: i64,
 }
 
 fn from_value<T: redis::FromRedisValue>(value: Option<redis::Value>) -> AppResult<T> {
@@ -90,7 +90,7 @@ fn entry_of(row: &sqlx::any::AnyRow) -> Result<RankEntry, sqlx::Error> {
 }
 
 impl Leaderboards {
-    pub fn season_info(&self, month: Month) -> SeasonInfo {
+    pub(crate) fn season_info(&self, month: Month) -> SeasonInfo {
         SeasonInfo {
             month,
             begins: self.infra.clock.month_begins(month),
@@ -100,7 +100,7 @@ impl Leaderboards {
     }
 
     /// A season argument, a month up to now, or the current season.
-    pub fn season_or_current(&self, month: Option<Month>) -> AppResult<Month> {
+    pub(crate) fn season_or_current(&self, month: Option<Month>) -> AppResult<Month> {
         match month {
             None => Ok(self.infra.clock.current_month()),
             Some(month) => self
@@ -116,12 +116,12 @@ impl Leaderboards {
     }
 
     /// A season that has begun: every month up to now has a board, empty or not.
-    pub fn season(&self, month: Month) -> Option<SeasonInfo> {
+    pub(crate) fn season(&self, month: Month) -> Option<SeasonInfo> {
         (month <= self.infra.clock.current_month()).then(|| self.season_info(month))
     }
 
     /// The current season, the previous one, and every season archived, newest first.
-    pub async fn seasons(&self) -> AppResult<Vec<SeasonInfo>> {
+    pub(crate) async fn seasons(&self) -> AppResult<Vec<SeasonInfo>> {
         let current = self.infra.clock.current_month();
         let mut months = vec![current, current.previous()];
         let rows = sqlx::query("SELECT season FROM season_archives")
@@ -153,7 +153,7 @@ impl Leaderboards {
     }
 
     /// A page of a season's board (ranks `offset + 1 ..`), its size, and the viewer's entry.
-    pub async fn board(
+    pub(crate) async fn board(
         &self,
         season: Month,
         viewer: Option<i64>,
@@ -298,7 +298,7 @@ impl Leaderboards {
     }
 
     /// The entries just above and below the viewer (empty when the viewer is unranked).
-    pub async fn around(
+    pub(crate) async fn around(
         &self,
         season: Month,
         user_id: i64,
@@ -312,7 +312,7 @@ impl Leaderboards {
     }
 
     /// The top three of a finished season, recorded by its rollover.
-    pub async fn winners(&self, season: Month) -> AppResult<Vec<RankEntry>> {
+    pub(crate) async fn winners(&self, season: Month) -> AppResult<Vec<RankEntry>> {
         let rows = sqlx::query(
             "SELECT rank, points, user_id FROM season_winners WHERE season = $1 ORDER BY rank",
         )

@@ -27,15 +27,15 @@ use crate::infra::{
 };
 
 /// A board member: user id and score.
-pub type Member = (i64, f64);
+pub(crate) type Member = (i64, f64);
 
 /// Pages that end within this many ranks are read by merging each part's top.
-pub const SHALLOW: usize = 1000;
+pub(crate) const SHALLOW: usize = 1000;
 
 /// Most commands in one pipeline of a read of many users' ranks: the users of a larger
 /// read go in several round trips, so that neither its replies nor the commands one
 /// connection queues at once grow with the number of users.
-pub const PIPELINE_COMMANDS: usize = 4096;
+pub(crate) const PIPELINE_COMMANDS: usize = 4096;
 
 /// Sorts members into board order.
 fn sort(members: &mut [Member]) {
@@ -48,7 +48,7 @@ fn after_among_equals(a: i64, b: i64) -> bool {
 }
 
 /// The members at `skip..skip + take` of the merged lists.
-pub fn merge(lists: Vec<Vec<Member>>, skip: usize, take: usize) -> Vec<Member> {
+pub(crate) fn merge(lists: Vec<Vec<Member>>, skip: usize, take: usize) -> Vec<Member> {
     let mut all: Vec<Member> = lists.into_iter().flatten().collect();
     sort(&mut all);
     all.into_iter().skip(skip).take(take).collect()
@@ -78,7 +78,7 @@ fn bound(score: i64, exclusive: bool) -> String {
 }
 
 /// The members at `offset..offset + count` of the board, for a page past [`SHALLOW`].
-pub async fn deep_page(
+pub(crate) async fn deep_page(
     infra: &Infra,
     parts: &[String],
     offset: usize,
@@ -162,7 +162,7 @@ pub async fn deep_page(
 /// How many members of the other parts than its own come before each of `members` (a
 /// member and the part that holds it) on the board: per other part, a `ZCOUNT` and the
 /// members of its score, in pipelines of at most [`PIPELINE_COMMANDS`].
-pub async fn ahead_elsewhere(
+pub(crate) async fn ahead_elsewhere(
     infra: &Infra,
     parts: &[String],
     members: &[(&str, Member)],
@@ -214,7 +214,7 @@ pub async fn ahead_elsewhere(
 }
 
 /// The next `count` members of the board after `cursor` (from the top without one).
-pub async fn after(
+pub(crate) async fn after(
     infra: &Infra,
     parts: &[String],
     cursor: Option<Member>,

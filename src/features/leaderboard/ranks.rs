@@ -47,21 +47,21 @@ const USERS_PER_CALL: usize = 500;
 
 /// A change of one part of a board, as its script published it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Change {
+pub(crate) struct Change {
     /// The part, by bucket.
-    pub part: usize,
+    pub(crate) part: usize,
     /// The part's change counter after this change.
-    pub number: u64,
-    pub user: i64,
+    pub(crate) number: u64,
+    pub(crate) user: i64,
     /// The user's score before (`None`: not on the board) and after.
-    pub old: Option<i64>,
-    pub new: i64,
+    pub(crate) old: Option<i64>,
+    pub(crate) new: i64,
 }
 
 impl Change {
     /// A change published on the channel of `part`: `<change> <user> <old score or -> <new
     /// score>`; `None` for any other message.
-    pub fn parse(part: usize, payload: &str) -> Option<Self> {
+    pub(crate) fn parse(part: usize, payload: &str) -> Option<Self> {
         let mut fields = payload.split(' ');
         let number = fields.next()?.parse().ok()?;
         let user = fields.next()?.parse().ok()?;
@@ -91,7 +91,7 @@ fn ahead(a: (i64, i64), b: (i64, i64)) -> bool {
 
 /// What a change did to a viewer's standing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
+pub(crate) enum Applied {
     /// Nothing that the viewer sees (or the change was already read).
     Unchanged,
     /// The viewer's rank moved.
@@ -102,7 +102,7 @@ pub enum Applied {
 
 /// A viewer's place on the board as last read and moved since by changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Standing {
+pub(crate) struct Standing {
     /// Score and rank, when on the board.
     place: Option<(i64, i64)>,
     /// Per part, the number of the last change that this standing reflects (off the board,
@@ -112,7 +112,7 @@ pub struct Standing {
 
 impl Standing {
     /// The viewer's entry (`None`: not on the board).
-    pub fn entry(&self, user_id: i64) -> Option<RankEntry> {
+    pub(crate) fn entry(&self, user_id: i64) -> Option<RankEntry> {
         self.place.map(|(score, rank)| RankEntry {
             rank,
             points: points_of(score as f64),
@@ -121,7 +121,7 @@ impl Standing {
     }
 
     /// Moves `viewer`'s standing by a change of the board.
-    pub fn apply(&mut self, viewer: i64, change: &Change) -> Applied {
+    pub(crate) fn apply(&mut self, viewer: i64, change: &Change) -> Applied {
         let Some(last) = self
             .seen
             .as_mut()
@@ -165,7 +165,11 @@ impl Leaderboards {
     /// users (scores and ranks within it), then, with several parts, one per part for the
     /// users on the board of the others (members ahead of them there). Two round trips,
     /// however many users; one user on the board costs one call per part.
-    pub async fn standings_of(&self, season: Month, users: &[i64]) -> AppResult<Vec<Standing>> {
+    pub(crate) async fn standings_of(
+        &self,
+        season: Month,
+        users: &[i64],
+    ) -> AppResult<Vec<Standing>> {
         if self.archived(season).await? {
             let mut standings = Vec::with_capacity(users.len());
             for &user in users {

@@ -32,10 +32,10 @@ use crate::{
     },
 };
 
-pub const COPYING: &str = "copying";
-pub const VERIFIED: &str = "verified";
-pub const DONE: &str = "done";
-pub const CHUNK: usize = 1000;
+pub(crate) const COPYING: &str = "copying";
+pub(crate) const VERIFIED: &str = "verified";
+pub(crate) const DONE: &str = "done";
+pub(crate) const CHUNK: usize = 1000;
 const STEP_ATTEMPTS: u32 = 5;
 /// Fresh snapshots taken for late writes before a run gives up (and the next check
 /// tries again).
@@ -128,7 +128,7 @@ fn snapshot_of(part: &str) -> String {
 
 /// Archives finished seasons that still have a board in Redis or an unfinished archive,
 /// every `ENGAGE_ROLLOVER_CHECK_SECONDS`, in every instance (the lock picks one).
-pub async fn run_periodically(ctx: Leaderboards) {
+pub(crate) async fn run_periodically(ctx: Leaderboards) {
     let mut every = tokio::time::interval(ctx.rollover_check);
     loop {
         tokio::select! {

@@ -8,7 +8,7 @@
 //! sends back only the page and one more, not everything before it. Rejected: a cursor
 //! carrying the last distance, since GEOSEARCH has no inner radius to start from.
 
-pub mod recovery;
+pub(crate) mod recovery;
 
 use crate::infra::page::PageArgs;
 use crate::infra::{
@@ -22,14 +22,14 @@ use crate::infra::{
 
 /// A point on the map, as Redis GEO accepts it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Location {
-    pub lat: f64,
-    pub lng: f64,
+pub(crate) struct Location {
+    pub(crate) lat: f64,
+    pub(crate) lng: f64,
 }
 
 impl Location {
     /// Validates coordinates; both or neither must be given.
-    pub fn from_parts(lat: Option<f64>, lng: Option<f64>) -> AppResult<Option<Self>> {
+    pub(crate) fn from_parts(lat: Option<f64>, lng: Option<f64>) -> AppResult<Option<Self>> {
         match (lat, lng) {
             (None, None) => Ok(None),
             (Some(lat), Some(lng)) => Self::new(lat, lng).map(Some),
@@ -37,7 +37,7 @@ impl Location {
         }
     }
 
-    pub fn new(lat: f64, lng: f64) -> AppResult<Self> {
+    pub(crate) fn new(lat: f64, lng: f64) -> AppResult<Self> {
         // Redis GEO accepts latitudes up to ±85.05112878 only (Web Mercator).
         if !(lat.is_finite() && (-85.051_128_78..=85.051_128_78).contains(&lat)) {
             return Err(AppError::bad_input(
@@ -54,15 +54,15 @@ impl Location {
 /// What "near me" search works with.
 #[derive(Clone)]
 pub struct Nearby {
-    pub infra: Infra,
+    pub(crate) infra: Infra,
 }
 
 /// The widest search, in km (a sensible bound for "near", and for the cost of a search).
-pub const MAX_RADIUS_KM: f64 = 1000.0;
+pub(crate) const MAX_RADIUS_KM: f64 = 1000.0;
 
 /// The nearest items a search pages through, at most: the largest window GEOSEARCH is asked
 /// for (plus one, to know whether more follow).
-pub const MAX_RESULTS: usize = 1000;
+pub(crate) const MAX_RESULTS: usize = 1000;
 
 impl Keys {
     pub fn item_locations(&self) -> String {
@@ -72,7 +72,7 @@ impl Keys {
 
 impl Nearby {
     /// Adds or moves items on the map, in one command.
-    pub async fn place(&self, items: &[(i64, Location)]) -> AppResult<()> {
+    pub(crate) async fn place(&self, items: &[(i64, Location)]) -> AppResult<()> {
         if items.is_empty() {
             return Ok(());
         }
@@ -89,7 +89,7 @@ impl Nearby {
     /// Items within `radius_km` of a point, nearest first: `(item id, distance km)` from
     /// position `offset`, and whether more follow. The page ends at [`MAX_RESULTS`] at the
     /// latest; `offset` must not be beyond it.
-    pub async fn search(
+    pub(crate) async fn search(
         &self,
         from: Location,
         radius_km: f64,

@@ -80,7 +80,7 @@ impl Nearby {
 
     /// GEOADDs every placed item, a chunk a round trip. Adding is idempotent, and a concurrent
     /// `createItem` adds the same position, so nothing is held back.
-    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+    pub(crate) async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
         run.expect_count(
             "SELECT COUNT(*) AS n FROM items WHERE lat IS NOT NULL AND lng IS NOT NULL",
         )

@@ -224,7 +224,7 @@ impl Points {
     /// Points react to other features' events rather than being called by them: a remark is
     /// stored whether or not its points can be paid at that moment, and the consumer pays them
     /// once Redis answers (an award is idempotent on its key, so a replay pays nothing twice).
-    pub fn spawn_archive(&self, vote_streams: Vec<String>, remark_stream: String) {
+    pub(crate) fn spawn_archive(&self, vote_streams: Vec<String>, remark_stream: String) {
         streams::spawn(
             &self.infra,
             "points-archive",

@@ -9,25 +9,25 @@ use crate::{
 
 /// An award as a points script decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AwardEvent {
-    pub user_id: i64,
-    pub kind: PointsType,
+pub(crate) struct AwardEvent {
+    pub(crate) user_id: i64,
+    pub(crate) kind: PointsType,
     /// What was awarded (up to the daily cap; 0 when the cap was reached).
-    pub points: i64,
-    pub requested: i64,
-    pub idempotency_key: String,
+    pub(crate) points: i64,
+    pub(crate) requested: i64,
+    pub(crate) idempotency_key: String,
     /// The season (`YYYYMM`) whose board counted it.
-    pub season: i64,
-    pub at_ms: i64,
+    pub(crate) season: i64,
+    pub(crate) at_ms: i64,
     /// The day a sign-in award signed, when it is one.
-    pub sign_in: Option<SignedDay>,
+    pub(crate) sign_in: Option<SignedDay>,
 }
 
 /// The day (`YYYYMMDD`) a SIGN_IN award signed, and whether it was made up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SignedDay {
-    pub day: i64,
-    pub made_up: bool,
+pub(crate) struct SignedDay {
+    pub(crate) day: i64,
+    pub(crate) made_up: bool,
 }
 
 impl Event for AwardEvent {

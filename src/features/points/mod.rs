@@ -8,7 +8,7 @@
 //! the slots of different users live on different nodes. A board is read by merging its
 //! parts (`leaderboard::parts`).
 
-pub mod archive;
+pub(crate) mod archive;
 pub mod events;
 pub mod recovery;
 pub mod rules;
@@ -49,13 +49,13 @@ pub struct Points {
 /// Daily totals outlive their day a little, for readers near midnight.
 pub const DAILY_TTL_SECONDS: u64 = 2 * 24 * 3600;
 /// An idempotency key is remembered for a week.
-pub const IDEMPOTENCY_TTL_SECONDS: u64 = 7 * 24 * 3600;
-pub const MAX_AWARD: i64 = 10_000;
-pub const MAX_KEY_CHARS: usize = 128;
+pub(crate) const IDEMPOTENCY_TTL_SECONDS: u64 = 7 * 24 * 3600;
+pub(crate) const MAX_AWARD: i64 = 10_000;
+pub(crate) const MAX_KEY_CHARS: usize = 128;
 
 /// The hash tag of the points keys. With more than one bucket each bucket has its own,
 /// `{points:<bucket>}`; with one, all share `{points}`.
-pub const TAG: &str = "points";
+pub(crate) const TAG: &str = "points";
 
 /// A user's points keys (daily totals, award markers, sign-ins) and their part of each
 /// season board share the hash tag of the user's bucket, so an award or a sign-in stays one
@@ -63,7 +63,7 @@ pub const TAG: &str = "points";
 /// the same slot, for the same reason.
 impl Keys {
     /// The bucket of a user's points keys.
-    pub fn points_bucket(&self, user_id: i64) -> u32 {
+    pub(crate) fn points_bucket(&self, user_id: i64) -> u32 {
         user_id.rem_euclid(i64::from(self.points_buckets())) as u32
     }
 
@@ -113,7 +113,7 @@ impl Keys {
     }
 
     /// The change counters of every part of a season's board, in bucket order.
-    pub fn board_changes(&self, season: Month) -> Vec<String> {
+    pub(crate) fn board_changes(&self, season: Month) -> Vec<String> {
         self.per_points_bucket(&format!("board:{}:changes", season.id()))
     }
 
@@ -128,7 +128,7 @@ impl Keys {
     }
 
     /// The rebuild holds of every bucket.
-    pub fn points_holds(&self) -> Vec<String> {
+    pub(crate) fn points_holds(&self) -> Vec<String> {
         self.per_points_bucket("rebuilding")
     }
 
@@ -150,7 +150,7 @@ impl Keys {
 
     /// An award's `points_record.event_id`: its stream entry id, which is unique only within
     /// its stream, so with several buckets qualified by the bucket (`<bucket>/<entry id>`).
-    pub fn points_event_id(&self, user_id: i64, entry_id: &str) -> String {
+    pub(crate) fn points_event_id(&self, user_id: i64, entry_id: &str) -> String {
         if self.points_buckets() == 1 {
             entry_id.to_string()
         } else {
@@ -170,16 +170,16 @@ impl Keys {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AwardOutcome {
-    pub awarded: i64,
-    pub capped: bool,
-    pub duplicate: bool,
+pub(crate) struct AwardOutcome {
+    pub(crate) awarded: i64,
+    pub(crate) capped: bool,
+    pub(crate) duplicate: bool,
 }
 
 /// The idempotency key of an award for another service (`awardPoints`, the intake stream,
 /// which share it). Service keys live in their own namespace, so that none can collide
 /// with the keys of internal awards (`like:…`, `signin:…`, `makeup:…`).
-pub fn service_key(key: &str) -> AppResult<String> {
+pub(crate) fn service_key(key: &str) -> AppResult<String> {
     let key = key.trim();
     if key.is_empty() || key.chars().count() > MAX_KEY_CHARS {
         return Err(AppError::bad_input(format!(
@@ -201,25 +201,25 @@ pub(super) fn check_amount(points: i64) -> AppResult<()> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TodayByType {
-    pub kind: PointsType,
-    pub points: i64,
-    pub cap: Option<i64>,
+pub(crate) struct TodayByType {
+    pub(crate) kind: PointsType,
+    pub(crate) points: i64,
+    pub(crate) cap: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
-pub struct PointsRecord {
-    pub order: i64,
-    pub kind: PointsType,
-    pub points: i64,
-    pub season: u32,
-    pub awarded_at_ms: i64,
+pub(crate) struct PointsRecord {
+    pub(crate) order: i64,
+    pub(crate) kind: PointsType,
+    pub(crate) points: i64,
+    pub(crate) season: u32,
+    pub(crate) awarded_at_ms: i64,
 }
 
 impl Points {
     /// The season an award made now belongs to, and the seconds since it began (the board's
     /// tie-breaker).
-    pub fn season_now(&self) -> (Month, i64) {
+    pub(crate) fn season_now(&self) -> (Month, i64) {
         let now = self.infra.clock.now();
         let season = Month::of(self.infra.clock.date_of(now));
         let seconds = (now - self.infra.clock.month_begins(season))
@@ -230,7 +230,7 @@ impl Points {
 
     /// Awards points once per `(user, idempotency key)`, within the type's daily cap. The Redis
     /// marker answers repeats for a week; after that `points_record` (unique on the pair) does.
-    pub async fn award(
+    pub(crate) async fn award(
         &self,
         user_id: i64,
         kind: PointsType,
@@ -381,7 +381,7 @@ impl Points {
     }
 
     /// Today's points of a user per type, with each type's cap.
-    pub async fn today(&self, user_id: i64) -> AppResult<Vec<TodayByType>> {
+    pub(crate) async fn today(&self, user_id: i64) -> AppResult<Vec<TodayByType>> {
         let mut conn = self.infra.redis.get().await?;
         let totals: HashMap<String, i64> = redis::cmd("HGETALL")
             .arg(
@@ -398,7 +398,7 @@ impl Points {
     }
 
     /// Today's points of a user of one type, with its cap.
-    pub async fn today_of(&self, user_id: i64, kind: PointsType) -> AppResult<TodayByType> {
+    pub(crate) async fn today_of(&self, user_id: i64, kind: PointsType) -> AppResult<TodayByType> {
         let mut conn = self.infra.redis.get().await?;
         let total: Option<i64> = redis::cmd("HGET")
             .arg(
@@ -422,7 +422,7 @@ impl Points {
 
     /// A page of a user's archived awards, newest first, within `page.after` (a range of
     /// event orders).
-    pub async fn history(
+    pub(crate) async fn history(
         &self,
         user_id: i64,
         page: PageArgs<KeyRange>,
@@ -453,7 +453,7 @@ impl Points {
 
 /// What an award answers: `{ OK, awarded_1, duplicate_1, awarded_2, … }`, or `{ HELD }`
 /// while a rebuild holds awards back.
-pub struct AwardReply {
+pub(crate) struct AwardReply {
     status: Status,
     paid: Vec<i64>,
 }

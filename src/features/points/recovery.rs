@@ -37,7 +37,7 @@ use crate::{
 /// Board members read and written per round trip.
 const CHUNK: usize = 5000;
 /// What a rebuild publishes on a board's channels once it swapped the board in.
-pub const REBUILT: &str = "rebuilt";
+pub(crate) const REBUILT: &str = "rebuilt";
 /// How long the hold lasts at most if the rebuild dies holding it.
 const HOLD_SECONDS: u64 = 60;
 /// How long the rebuild waits for the archive to catch up with the stream.
@@ -130,7 +130,7 @@ impl Points {
     }
 
     /// Each live season's board holds every user with points, with SQL's points.
-    pub async fn verify_boards(&self) -> AppResult<Report> {
+    pub(crate) async fn verify_boards(&self) -> AppResult<Report> {
         let mut report = Report::new("season boards");
         for season in self.live_seasons().await? {
             let mut after = 0;
@@ -204,7 +204,7 @@ impl Points {
     }
 
     /// Today's totals per user and type (what the daily caps count) agree with SQL.
-    pub async fn verify_daily(&self) -> AppResult<Report> {
+    pub(crate) async fn verify_daily(&self) -> AppResult<Report> {
         let mut report = Report::new("daily caps");
         let today = self.infra.clock.today();
         let totals = self.todays_totals().await?;
@@ -232,7 +232,7 @@ impl Points {
 
     /// Rebuilds every live season's board, then today's totals and this month's make-up
     /// counters (see the module's comment for what is held back, and when).
-    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+    pub(crate) async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
         let seasons = self.live_seasons().await?;
         let members: i64 = if seasons.is_empty() {
             0

@@ -17,7 +17,7 @@ pub enum PointsType {
 }
 
 impl PointsType {
-    pub const ALL: [PointsType; 6] = [
+    pub(crate) const ALL: [PointsType; 6] = [
         Self::SignIn,
         Self::Remark,
         Self::LikeReceived,
@@ -27,7 +27,7 @@ impl PointsType {
     ];
 
     /// The name used in Redis, SQL and the rules file.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::SignIn => "SIGN_IN",
             Self::Remark => "REMARK",
@@ -38,7 +38,7 @@ impl PointsType {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.as_str() == text)
     }
 }
@@ -48,14 +48,14 @@ pub struct Rule {
     /// Points of one action (for `SIGN_IN`, the base point of a day).
     pub points: i64,
     /// Most points of this type a user earns in one day; `None` = no cap.
-    pub daily_cap: Option<i64>,
+    pub(crate) daily_cap: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
 pub struct PointsRules {
     rules: HashMap<PointsType, Rule>,
     /// Extra sign-in points when the streak reaches a length: (length, points).
-    pub sign_in_bonuses: Vec<(u32, i64)>,
+    pub(crate) sign_in_bonuses: Vec<(u32, i64)>,
 }
 
 impl Default for PointsRules {
@@ -90,7 +90,7 @@ impl PointsRules {
     }
 
     /// The rules of a TOML file: a table per type, every field optional (defaults apply).
-    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
+    pub(crate) fn from_toml(text: &str) -> anyhow::Result<Self> {
         let file: HashMap<String, RuleFile> = toml::from_str(text)?;
         let mut rules = Self::default();
         for (name, entry) in file {

@@ -20,7 +20,7 @@ use crate::infra::{error::AppResult, outbox::Outbox, streams, Infra};
 
 /// The outbox of remark announcements.
 #[derive(Clone)]
-pub struct Announcements(pub Remarks);
+pub(crate) struct Announcements(pub Remarks);
 
 #[async_trait::async_trait]
 impl Outbox for Announcements {
@@ -55,7 +55,7 @@ impl Outbox for Announcements {
 
 impl Remarks {
     /// The outbox of this feature's announcements.
-    pub fn announcements(&self) -> Announcements {
+    pub(crate) fn announcements(&self) -> Announcements {
         Announcements(self.clone())
     }
 }

@@ -49,10 +49,10 @@ impl Event for VoteEvent {
 
 /// A remark was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemarkCreated {
-    pub remark_id: i64,
-    pub author_id: i64,
-    pub created_at_ms: i64,
+pub(crate) struct RemarkCreated {
+    pub(crate) remark_id: i64,
+    pub(crate) author_id: i64,
+    pub(crate) created_at_ms: i64,
 }
 
 impl Event for RemarkCreated {

@@ -30,7 +30,7 @@ pub enum Vote {
 }
 
 /// What a like or an unlike answers: `{ status, likes, liked, changed }`.
-pub struct VoteReply {
+pub(crate) struct VoteReply {
     status: Status,
     likes: i64,
     liked: bool,
@@ -71,10 +71,10 @@ impl Replies for RemarksUnlike {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VoteOutcome {
-    pub remark_id: i64,
-    pub like_count: i64,
-    pub liked: bool,
-    pub changed: bool,
+    pub(crate) remark_id: i64,
+    pub(crate) like_count: i64,
+    pub(crate) liked: bool,
+    pub(crate) changed: bool,
 }
 
 /// What the archive says of a voter's relation to a remark when Redis no longer knows.
@@ -110,20 +110,20 @@ pub(super) const CURRENT_LIKE: &str = "v.voting = 1 AND v.event_order = \
 
 /// The like count of a remark and whether the viewer likes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LikeInfo {
-    pub count: i64,
-    pub liked_by_viewer: bool,
+pub(crate) struct LikeInfo {
+    pub(crate) count: i64,
+    pub(crate) liked_by_viewer: bool,
 }
 
 /// Batches the like info of one GraphQL response: every `likeCount` and `likedByMe` of a
 /// page becomes one call of [`Remarks::like_infos`], so one Redis round trip.
-pub struct LikeInfoLoader(pub Remarks);
+pub(crate) struct LikeInfoLoader(pub Remarks);
 
 /// A remark seen by a viewer (or anonymously).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LikeInfoKey {
-    pub remark_id: i64,
-    pub viewer: Option<i64>,
+pub(crate) struct LikeInfoKey {
+    pub(crate) remark_id: i64,
+    pub(crate) viewer: Option<i64>,
 }
 
 impl Loader<LikeInfoKey> for LikeInfoLoader {
@@ -221,7 +221,7 @@ impl Remarks {
     }
 
     /// Creates the counter of a new remark (zero likes).
-    pub async fn prepare_counter(&self, remark_id: i64, author_id: i64) -> AppResult<()> {
+    pub(crate) async fn prepare_counter(&self, remark_id: i64, author_id: i64) -> AppResult<()> {
         let mut conn = self.infra.redis.get().await?;
         let () = redis::cmd("HSET")
             .arg(
@@ -297,7 +297,7 @@ impl Remarks {
     /// Like info of many remarks for one viewer (or none): one Redis pipeline, whatever the
     /// count. Remarks whose Redis state is missing fall back to SQL (the rolled-up count, the
     /// archive for the viewer's relation), which costs no further Redis round trip.
-    pub async fn like_infos(
+    pub(crate) async fn like_infos(
         &self,
         viewer: Option<i64>,
         remark_ids: &[i64],
@@ -400,7 +400,11 @@ impl Remarks {
     /// The earliest current likers of a remark, oldest first. Redis keeps the first
     /// [`LIKERS_KEPT`]; when unlikes thinned that set below what is asked, it is refilled from
     /// the archive.
-    pub async fn earliest_likers(&self, remark_id: i64, first: usize) -> AppResult<Vec<i64>> {
+    pub(crate) async fn earliest_likers(
+        &self,
+        remark_id: i64,
+        first: usize,
+    ) -> AppResult<Vec<i64>> {
         let first = first.min(LIKERS_KEPT);
         let key = self
             .infra

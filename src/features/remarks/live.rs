@@ -26,18 +26,18 @@ use crate::{
 };
 
 /// Distinct remarks one subscription may watch.
-pub const MAX_REMARKS: usize = 100;
+pub(crate) const MAX_REMARKS: usize = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CountChange {
-    pub remark_id: i64,
-    pub like_count: i64,
+pub(crate) struct CountChange {
+    pub(crate) remark_id: i64,
+    pub(crate) like_count: i64,
 }
 
 impl Remarks {
     /// The current counts, then their changes (see [`crate::infra::live::counter_changes`]), of
     /// remarks that all exist (`NOT_FOUND` otherwise, and nothing is subscribed).
-    pub async fn like_count_changes(
+    pub(crate) async fn like_count_changes(
         &self,
         remark_ids: Vec<i64>,
     ) -> AppResult<impl Stream<Item = CountChange>> {
@@ -57,7 +57,7 @@ impl Remarks {
 
     /// The same as [`Self::like_count_changes`], handed to `watcher` by the instance's one
     /// follower of each remark's count ([`crate::infra::live::SharedCounters`]) for as long as the watch is kept.
-    pub async fn watch_like_counts(
+    pub(crate) async fn watch_like_counts(
         &self,
         remark_ids: Vec<i64>,
         watcher: Arc<dyn CounterWatcher>,

@@ -10,7 +10,7 @@
 //!
 //! Static remark content lives in SQL; counts and relations live in Redis.
 
-pub mod announcements;
+pub(crate) mod announcements;
 pub mod archive;
 pub mod events;
 pub mod likes;
@@ -44,7 +44,7 @@ use crate::{
 /// place in followers' feeds follow from its announcement: [`RemarkCreated`].)
 #[derive(Clone)]
 pub struct Remarks {
-    pub infra: Infra,
+    pub(crate) infra: Infra,
     pub settings: Arc<RemarkSettings>,
     pub items: Items,
     /// What this instance keeps in memory, shared by its requests.
@@ -62,7 +62,7 @@ pub const MAX_IMAGE_URL_CHARS: usize = 500;
 /// What one instance keeps of remarks in memory, and counts of its work that tests read.
 pub struct RemarkCaches {
     /// Pages of remarks with their authors, shared by the requests of this instance.
-    pub pages: TtlCache<PageKey, RemarkPage>,
+    pub(crate) pages: TtlCache<PageKey, RemarkPage>,
     /// Pages read from SQL by this instance (tests count them).
     pub page_reads: AtomicU64,
     /// Refreshes of recommended lists started by this instance (tests count them).
@@ -131,7 +131,7 @@ impl Keys {
         self.in_likes_shard(remark_id, shards, format_args!("live:likes:{remark_id}"))
     }
 
-    pub fn recommended_list(&self, item_id: i64) -> String {
+    pub(crate) fn recommended_list(&self, item_id: i64) -> String {
         self.tagged(format_args!("rec:{item_id}"), "list")
     }
 
@@ -143,12 +143,12 @@ impl Keys {
 #[derive(Debug, Clone)]
 pub struct RemarkRecord {
     pub id: i64,
-    pub item_id: i64,
-    pub author_id: i64,
-    pub score: i32,
-    pub content: String,
-    pub images: Vec<String>,
-    pub created_at_ms: i64,
+    pub(crate) item_id: i64,
+    pub(crate) author_id: i64,
+    pub(crate) score: i32,
+    pub(crate) content: String,
+    pub(crate) images: Vec<String>,
+    pub(crate) created_at_ms: i64,
 }
 
 impl RemarkRecord {
@@ -170,10 +170,10 @@ const COLUMNS: &str = "id, item_id, author_id, score, content, images, created_a
 
 /// A validated remark, ready to store.
 pub struct NewRemark {
-    pub item_id: i64,
-    pub score: i32,
-    pub content: String,
-    pub images: Vec<String>,
+    pub(crate) item_id: i64,
+    pub(crate) score: i32,
+    pub(crate) content: String,
+    pub(crate) images: Vec<String>,
 }
 
 impl NewRemark {
@@ -217,19 +217,19 @@ impl NewRemark {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PageKey {
+pub(crate) struct PageKey {
     item_id: i64,
     first: usize,
     range: KeyRange,
 }
 
 /// A page of an item's remarks, newest first, with the authors' user records.
-pub struct RemarkPage {
-    pub remarks: Vec<RemarkRecord>,
-    pub authors: HashMap<i64, UserRecord>,
+pub(crate) struct RemarkPage {
+    pub(crate) remarks: Vec<RemarkRecord>,
+    pub(crate) authors: HashMap<i64, UserRecord>,
     /// Whether more remarks follow in the direction read (older ones forward, newer ones
     /// backward).
-    pub more: bool,
+    pub(crate) more: bool,
 }
 
 impl Remarks {
@@ -300,11 +300,11 @@ impl Remarks {
         })
     }
 
-    pub async fn find(&self, id: i64) -> AppResult<Option<RemarkRecord>> {
+    pub(crate) async fn find(&self, id: i64) -> AppResult<Option<RemarkRecord>> {
         Ok(self.find_many(&[id]).await?.remove(&id))
     }
 
-    pub async fn find_many(&self, ids: &[i64]) -> AppResult<HashMap<i64, RemarkRecord>> {
+    pub(crate) async fn find_many(&self, ids: &[i64]) -> AppResult<HashMap<i64, RemarkRecord>> {
         let select = format!("SELECT {COLUMNS} FROM remarks");
         let remarks = self
             .infra
@@ -315,7 +315,7 @@ impl Remarks {
     }
 
     /// Which of these remarks exist: one SQL query.
-    pub async fn existing(&self, ids: &[i64]) -> AppResult<HashSet<i64>> {
+    pub(crate) async fn existing(&self, ids: &[i64]) -> AppResult<HashSet<i64>> {
         let found = self
             .infra
             .db
@@ -331,7 +331,11 @@ impl Remarks {
     /// new remark (the newest id) changes only the pages open at the newest end (the first
     /// page, and `last` pages with no `after`): this instance forgets its cached pages of the
     /// item at once, other instances within `ENGAGE_REMARK_PAGE_CACHE_MS`.
-    pub async fn page(&self, item_id: i64, page: PageArgs<KeyRange>) -> AppResult<Arc<RemarkPage>> {
+    pub(crate) async fn page(
+        &self,
+        item_id: i64,
+        page: PageArgs<KeyRange>,
+    ) -> AppResult<Arc<RemarkPage>> {
         let key = PageKey {
             item_id,
             first: page.first,

@@ -21,13 +21,13 @@ use crate::{
 };
 
 /// Remarks kept per list; `recommendedRemarks(first)` serves at most this many.
-pub const LIST_LENGTH: usize = 50;
+pub(crate) const LIST_LENGTH: usize = 50;
 /// How long a refresher holds the proxy key before the refresh must have finished.
 const REFRESH_LEASE_SECONDS: u64 = 5;
 
 impl Remarks {
     /// The ids of the most liked remarks of an item, most liked first.
-    pub async fn recommended(&self, item_id: i64, first: usize) -> AppResult<Vec<i64>> {
+    pub(crate) async fn recommended(&self, item_id: i64, first: usize) -> AppResult<Vec<i64>> {
         let mut conn = self.infra.redis.get().await?;
         let (ids, won): (Vec<i64>, Option<String>) = redis::pipe()
             .cmd("LRANGE")

@@ -68,7 +68,7 @@ impl Remarks {
 
     /// Each remark's counter equals the archived count, and each current liker's relation is
     /// either in Redis as a like or left to the archive (the counter is `hydrated`).
-    pub async fn verify(&self) -> AppResult<Report> {
+    pub(crate) async fn verify(&self) -> AppResult<Report> {
         let mut report = Report::new("likes");
         let shards = self.settings.shards();
         let mut after = 0;
@@ -134,7 +134,7 @@ impl Remarks {
     }
 
     /// Restores each remark's counter where Redis lacks it, marked `hydrated`.
-    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+    pub(crate) async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
         run.expect_count("SELECT COUNT(*) AS n FROM remarks")
             .await?;
         let shards = self.settings.shards();

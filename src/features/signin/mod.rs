@@ -38,7 +38,7 @@ impl Keys {
         self.of_points_user(user_id, &format!("streak:{user_id}"))
     }
 
-    pub fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
+    pub(crate) fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
         self.of_points_user(user_id, &format!("makeups:{user_id}:{}", month.id()))
     }
 }
@@ -54,46 +54,46 @@ pub struct SignIn {
 pub use settings::SignInSettings;
 
 /// Bitmaps are kept for a little over a year (calendars of past months).
-pub const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
+pub(crate) const BITMAP_TTL_SECONDS: u64 = 400 * 24 * 3600;
 /// A month's make-up counter outlives the month a little.
-pub const MAKE_UP_COUNTER_TTL_SECONDS: u64 = 40 * 24 * 3600;
+pub(crate) const MAKE_UP_COUNTER_TTL_SECONDS: u64 = 40 * 24 * 3600;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SignInOutcome {
-    pub date: NaiveDate,
-    pub streak: i64,
-    pub points_awarded: i64,
-    pub already_signed: bool,
+pub(crate) struct SignInOutcome {
+    pub(crate) date: NaiveDate,
+    pub(crate) streak: i64,
+    pub(crate) points_awarded: i64,
+    pub(crate) already_signed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Calendar {
-    pub user_id: i64,
-    pub month: Month,
+pub(crate) struct Calendar {
+    pub(crate) user_id: i64,
+    pub(crate) month: Month,
     /// Day 1 first; up to today for this month, the whole month for past ones.
-    pub days: Vec<bool>,
+    pub(crate) days: Vec<bool>,
     /// Left this month; 0 for a past month, whose days can no longer be made up.
-    pub make_ups_left: u32,
+    pub(crate) make_ups_left: u32,
     /// Today's sign-in, read with any month (the same script reads both).
-    pub today: Today,
+    pub(crate) today: Today,
 }
 
 /// Today's sign-in and the streak it is part of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Today {
-    pub date: NaiveDate,
-    pub signed: bool,
+pub(crate) struct Today {
+    pub(crate) date: NaiveDate,
+    pub(crate) signed: bool,
     /// The current streak (ending today, or yesterday while today is unsigned).
-    pub streak: i64,
+    pub(crate) streak: i64,
 }
 
 impl Calendar {
-    pub fn signed_days(&self) -> usize {
+    pub(crate) fn signed_days(&self) -> usize {
         self.days.iter().filter(|d| **d).count()
     }
 
     /// Whether the month shown is the one today is in.
-    pub fn is_current(&self) -> bool {
+    pub(crate) fn is_current(&self) -> bool {
         Month::of(self.today.date) == self.month
     }
 }
@@ -156,7 +156,7 @@ macro_rules! signing_call {
 
 /// What a sign-in or a make-up answers: `{ status, streak, points_awarded }` (a make-up's
 /// make-ups left follow, unread: the calendar tells them).
-pub struct SignReply {
+pub(crate) struct SignReply {
     status: Status,
     streak: i64,
     awarded: i64,
@@ -207,7 +207,7 @@ impl SignIn {
     }
 
     /// Signs the user in for today (in `ENGAGE_TIMEZONE`); a repeat awards nothing.
-    pub async fn sign_in(&self, user_id: i64) -> AppResult<SignInOutcome> {
+    pub(crate) async fn sign_in(&self, user_id: i64) -> AppResult<SignInOutcome> {
         let today = self.infra.clock.today();
         let reply = signing_call!(
             self,
@@ -233,7 +233,7 @@ impl SignIn {
 
     /// Signs in a missed day of this month before today, at most `ENGAGE_MAKEUP_PER_MONTH`
     /// times a month, for the base point only.
-    pub async fn make_up(&self, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
+    pub(crate) async fn make_up(&self, user_id: i64, date: NaiveDate) -> AppResult<SignInOutcome> {
         let today = self.infra.clock.today();
         let month = Month::of(today);
         if Month::of(date) != month || date >= today {
@@ -287,7 +287,7 @@ impl SignIn {
     }
 
     /// A month's sign-ins (default: this month); months after this one are an input error.
-    pub async fn calendar(&self, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
+    pub(crate) async fn calendar(&self, user_id: i64, month: Option<Month>) -> AppResult<Calendar> {
         let today = self.infra.clock.today();
         let current = Month::of(today);
         let shown = month.unwrap_or(current);
@@ -343,12 +343,16 @@ impl SignIn {
     /// of the calendar script. Rejected: have the sign-in scripts answer the month's bits and
     /// make-ups too, which would widen both scripts' keys and replies for a field that most
     /// clients of a sign-in never ask for.
-    pub async fn calendar_of_day(&self, user_id: i64, day: NaiveDate) -> AppResult<Calendar> {
+    pub(crate) async fn calendar_of_day(
+        &self,
+        user_id: i64,
+        day: NaiveDate,
+    ) -> AppResult<Calendar> {
         self.calendar(user_id, Some(Month::of(day))).await
     }
 
     /// The days of a month a user signed by a make-up, from `sign_ins`.
-    pub async fn made_up_days(&self, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
+    pub(crate) async fn made_up_days(&self, user_id: i64, month: Month) -> AppResult<Vec<u32>> {
         let rows = sqlx::query(
             "SELECT day FROM sign_ins WHERE user_id = $1 AND made_up = 1 AND day >= $2 AND day < $3 \
              ORDER BY day",

@@ -73,7 +73,7 @@ impl SignIn {
     }
 
     /// Each kept month's bitmap of each user holds exactly the days SQL has.
-    pub async fn verify(&self) -> AppResult<Report> {
+    pub(crate) async fn verify(&self) -> AppResult<Report> {
         let mut report = Report::new("sign-in calendars");
         let months = self.kept_months();
         let mut after = 0;
@@ -116,7 +116,7 @@ impl SignIn {
 
     /// Sets each user's bits of the kept months and records the streak through the previous
     /// month.
-    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+    pub(crate) async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
         run.expect_count("SELECT COUNT(DISTINCT user_id) AS n FROM sign_ins")
             .await?;
         let months = self.kept_months();

@@ -46,7 +46,7 @@ impl UserRecord {
 
     /// What is shown of a user without a row (awarded points by another service before
     /// ever signing in here, or deleted).
-    pub fn placeholder(id: i64) -> Self {
+    pub(crate) fn placeholder(id: i64) -> Self {
         Self {
             id,
             name: format!("user{id}"),
@@ -139,7 +139,7 @@ impl Keys {
 
 impl UserDirectory {
     /// Must be called within the runtime: it starts the batch writer.
-    pub fn new(infra: Infra) -> Self {
+    pub(crate) fn new(infra: Infra) -> Self {
         let (registrar, queue) = mpsc::channel(QUEUED_KEPT);
         let known = Arc::new(Mutex::new(Known {
             written: RecentSet::new(WRITTEN_KEPT),
@@ -199,7 +199,7 @@ impl UserDirectory {
         }
     }
 
-    pub async fn find(&self, user_id: i64) -> Result<Option<UserRecord>, AppError> {
+    pub(crate) async fn find(&self, user_id: i64) -> Result<Option<UserRecord>, AppError> {
         Ok(self.find_many(&[user_id]).await?.remove(&user_id))
     }
 
@@ -457,7 +457,7 @@ fn take_queued(queue: &mut mpsc::Receiver<FirstSight>, batch: &mut Vec<FirstSigh
 }
 
 /// Batches the users of one GraphQL response into one SQL query.
-pub struct UserLoader(pub Arc<UserDirectory>);
+pub(crate) struct UserLoader(pub Arc<UserDirectory>);
 
 impl Loader<i64> for UserLoader {
     type Value = UserRecord;

@@ -14,7 +14,7 @@ use crate::infra::error::AppResult;
 
 impl UserDirectory {
     /// The user id of a provider's subject, created at first sight.
-    pub async fn user_for_subject(&self, issuer: &str, subject: &str) -> AppResult<i64> {
+    pub(crate) async fn user_for_subject(&self, issuer: &str, subject: &str) -> AppResult<i64> {
         let key = (issuer.to_string(), subject.to_string());
         if let Some(user_id) = self.subjects.get(&key) {
             return Ok(*user_id);

@@ -10,14 +10,14 @@ use crate::{
 /// Something that happened to an order. Each carries the whole order: a `settled` entry
 /// may be archived before its `created` one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OrderEvent {
-    pub order: NewOrder,
-    pub buyer_id: i64,
-    pub happened: OrderChange,
+pub(crate) struct OrderEvent {
+    pub(crate) order: NewOrder,
+    pub(crate) buyer_id: i64,
+    pub(crate) happened: OrderChange,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OrderChange {
+pub(crate) enum OrderChange {
     Created,
     /// Paid, cancelled or expired (never back to unpaid), at epoch ms.
     Settled {

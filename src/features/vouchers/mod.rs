@@ -58,20 +58,20 @@ use crate::{
 /// expires through the delay queue.
 #[derive(Clone)]
 pub struct Vouchers {
-    pub infra: Infra,
-    pub items: Items,
-    pub jobs: Jobs,
-    pub settings: VoucherSettings,
+    pub(crate) infra: Infra,
+    pub(crate) items: Items,
+    pub(crate) jobs: Jobs,
+    pub(crate) settings: VoucherSettings,
 }
 
 pub use settings::VoucherSettings;
 
 /// The delay-queue topic of order expiry.
 pub const EXPIRY_TOPIC: &str = "order-expiry";
-pub const MAX_STOCK: i64 = 1_000_000;
+pub(crate) const MAX_STOCK: i64 = 1_000_000;
 
 /// The vouchers of an item a listing returns (the newest).
-pub const VOUCHERS_PER_ITEM: usize = 100;
+pub(crate) const VOUCHERS_PER_ITEM: usize = 100;
 
 /// The slots the order → voucher keys spread over.
 const ORDER_VOUCHER_BUCKETS: i64 = 1024;
@@ -114,7 +114,7 @@ impl Keys {
     /// Which voucher an order belongs to (its keys live in the voucher's slot). One key per
     /// order, spread over 1024 slots by order id: no script touches two of them, and one
     /// slot would put every order's key on one node.
-    pub fn order_voucher(&self, order_id: i64) -> String {
+    pub(crate) fn order_voucher(&self, order_id: i64) -> String {
         self.tagged(
             format_args!("orders:{}", order_id.rem_euclid(ORDER_VOUCHER_BUCKETS)),
             format_args!("voucher-of:{order_id}"),
@@ -131,23 +131,23 @@ impl Keys {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VoucherRecord {
-    pub id: i64,
-    pub item_id: i64,
-    pub title: String,
-    pub stock: i64,
-    pub begins_at_ms: i64,
-    pub ends_at_ms: i64,
-    pub pay_within_seconds: i64,
+pub(crate) struct VoucherRecord {
+    pub(crate) id: i64,
+    pub(crate) item_id: i64,
+    pub(crate) title: String,
+    pub(crate) stock: i64,
+    pub(crate) begins_at_ms: i64,
+    pub(crate) ends_at_ms: i64,
+    pub(crate) pay_within_seconds: i64,
 }
 
-pub struct NewVoucher {
-    pub item_id: i64,
-    pub title: String,
-    pub stock: i64,
-    pub begins_at: DateTime<Utc>,
-    pub ends_at: DateTime<Utc>,
-    pub pay_within_seconds: i64,
+pub(crate) struct NewVoucher {
+    pub(crate) item_id: i64,
+    pub(crate) title: String,
+    pub(crate) stock: i64,
+    pub(crate) begins_at: DateTime<Utc>,
+    pub(crate) ends_at: DateTime<Utc>,
+    pub(crate) pay_within_seconds: i64,
 }
 
 impl NewVoucher {
@@ -200,7 +200,7 @@ pub struct NewOrder {
 
 /// The outbox of new vouchers to preload into Redis: voucher ids.
 #[derive(Clone)]
-pub struct Preloads(pub Vouchers);
+pub(crate) struct Preloads(pub Vouchers);
 
 #[async_trait::async_trait]
 impl Outbox for Preloads {
@@ -246,13 +246,13 @@ fn scheduled_or_pending(answer: AppResult<jobs::JobView>) -> AppResult<()> {
 }
 
 impl Vouchers {
-    pub(crate) fn shards(&self) -> u32 {
+    pub fn shards(&self) -> u32 {
         self.settings.shards()
     }
 
     /// Stores a voucher and preloads its stock and window into Redis (the retrier does, when
     /// Redis refuses).
-    pub async fn create(&self, voucher: NewVoucher) -> AppResult<VoucherRecord> {
+    pub(crate) async fn create(&self, voucher: NewVoucher) -> AppResult<VoucherRecord> {
         voucher.validate(self.infra.clock.now())?;
         if self.items.find(voucher.item_id).await?.is_none() {
             return Err(AppError::not_found(format!("no item {}", voucher.item_id)));
@@ -293,7 +293,7 @@ impl Vouchers {
     }
 
     /// The outbox of preloads of new vouchers.
-    pub fn preloads(&self) -> Preloads {
+    pub(crate) fn preloads(&self) -> Preloads {
         Preloads(self.clone())
     }
 
@@ -352,7 +352,7 @@ impl Vouchers {
         self.preload(&voucher, remaining, &buyers).await
     }
 
-    pub async fn find(&self, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
+    pub(crate) async fn find(&self, voucher_id: i64) -> AppResult<Option<VoucherRecord>> {
         let row = sqlx::query(&format!("SELECT {COLUMNS} FROM vouchers WHERE id = $1"))
             .bind(voucher_id)
             .fetch_optional(&self.infra.db.pool)
@@ -360,7 +360,7 @@ impl Vouchers {
         Ok(row.map(|row| record_of(&row)).transpose()?)
     }
 
-    pub async fn for_item(&self, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
+    pub(crate) async fn for_item(&self, item_id: i64) -> AppResult<Vec<VoucherRecord>> {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM vouchers WHERE item_id = $1 ORDER BY id DESC \
              LIMIT {VOUCHERS_PER_ITEM}"
@@ -375,7 +375,7 @@ impl Vouchers {
     }
 
     /// A voucher's stock now, then each change (coalesced; read again after a lag).
-    pub async fn stock_changes(
+    pub(crate) async fn stock_changes(
         &self,
         voucher_id: i64,
     ) -> AppResult<impl futures::Stream<Item = (i64, i64)>> {
@@ -432,7 +432,7 @@ impl Vouchers {
     }
 
     /// One attempt to buy a voucher.
-    pub async fn seckill(&self, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
+    pub(crate) async fn seckill(&self, buyer_id: i64, voucher_id: i64) -> AppResult<NewOrder> {
         let order_id = self.infra.ids.next_id().await?;
         let keys = &self.infra.keys;
         let shards = self.shards();
@@ -502,7 +502,7 @@ impl Vouchers {
 
     /// Records which voucher an order belongs to, so that the buyer can pay or cancel before
     /// the order reaches SQL. Best effort: SQL answers once the consumer archived the order.
-    pub async fn remember_voucher_of(&self, order: &NewOrder) {
+    pub(crate) async fn remember_voucher_of(&self, order: &NewOrder) {
         let written: AppResult<()> = async {
             let mut conn = self.infra.redis.get().await?;
             let () = redis::cmd("SET")
@@ -537,7 +537,7 @@ impl Vouchers {
 
     /// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
     /// record (the order consumer records the job with the order); an existing job is fine.
-    pub async fn schedule_expiry(&self, order: &NewOrder) -> AppResult<()> {
+    pub(crate) async fn schedule_expiry(&self, order: &NewOrder) -> AppResult<()> {
         scheduled_or_pending(
             self.jobs
                 .schedule_ahead_of_record(self.expiry_job(order))
@@ -548,7 +548,7 @@ impl Vouchers {
     /// Takes the expiry job of a settled order off the delay queue (otherwise it would wait
     /// there until the pay-by time, to find nothing to do). Best effort: a job left behind
     /// finds the order settled and ends.
-    pub async fn cancel_expiry(&self, order_id: i64) {
+    pub(crate) async fn cancel_expiry(&self, order_id: i64) {
         if let Err(error) = self.jobs.cancel(EXPIRY_TOPIC, &order_id.to_string()).await {
             tracing::warn!(order = order_id, %error, "expiry job of a settled order not cancelled");
         }
@@ -617,7 +617,7 @@ impl Vouchers {
 }
 
 /// What a flash-sale attempt answers: `{ status, stock left, pay by (epoch ms) }`.
-pub struct SeckillReply {
+pub(crate) struct SeckillReply {
     status: Status,
     pay_by: i64,
 }

@@ -28,7 +28,7 @@ use crate::{
 const KEEP_SETTLED_SECONDS: u64 = 30 * 24 * 3600;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
-pub enum OrderStatus {
+pub(crate) enum OrderStatus {
     Unpaid,
     Paid,
     Cancelled,
@@ -36,7 +36,7 @@ pub enum OrderStatus {
 }
 
 impl OrderStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Unpaid => "UNPAID",
             Self::Paid => "PAID",
@@ -45,7 +45,7 @@ impl OrderStatus {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         [Self::Unpaid, Self::Paid, Self::Cancelled, Self::Expired]
             .into_iter()
             .find(|s| s.as_str() == text)
@@ -53,13 +53,13 @@ impl OrderStatus {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderRecord {
-    pub id: i64,
-    pub voucher_id: i64,
-    pub buyer_id: i64,
-    pub status: OrderStatus,
-    pub created_at_ms: i64,
-    pub pay_by_ms: i64,
+pub(crate) struct OrderRecord {
+    pub(crate) id: i64,
+    pub(crate) voucher_id: i64,
+    pub(crate) buyer_id: i64,
+    pub(crate) status: OrderStatus,
+    pub(crate) created_at_ms: i64,
+    pub(crate) pay_by_ms: i64,
 }
 
 pub(crate) fn record_of(row: &sqlx::any::AnyRow) -> Result<OrderRecord, sqlx::Error> {
@@ -82,7 +82,7 @@ fn no_such_order(order_id: i64) -> AppError {
 }
 
 /// The expiry job of an order: settles it as expired if it is still unpaid.
-pub struct ExpireOrder(pub Vouchers);
+pub(crate) struct ExpireOrder(pub Vouchers);
 
 #[async_trait::async_trait]
 impl JobHandler for ExpireOrder {
@@ -103,7 +103,7 @@ impl JobHandler for ExpireOrder {
 
 /// What [`Vouchers::expire_order`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
+pub(crate) enum Expiry {
     Expired,
     /// Paid, cancelled or expired before.
     Settled,
@@ -122,7 +122,7 @@ const EXPIRY_ATTEMPTS: u32 = 25;
 impl Vouchers {
     /// An order as its buyer sees it: from Redis while it is there (fresh, and available before
     /// the consumer archived it), from SQL otherwise.
-    pub async fn find_order(&self, order_id: i64) -> AppResult<Option<OrderRecord>> {
+    pub(crate) async fn find_order(&self, order_id: i64) -> AppResult<Option<OrderRecord>> {
         let mut conn = self.infra.redis.get().await?;
         let voucher: Option<i64> = redis::cmd("GET")
             .arg(self.infra.keys.order_voucher(order_id))
@@ -166,7 +166,7 @@ impl Vouchers {
     }
 
     /// A page of a buyer's orders, newest first, within `page.after` (a range of order ids).
-    pub async fn orders_of(
+    pub(crate) async fn orders_of(
         &self,
         buyer_id: i64,
         page: PageArgs<KeyRange>,
@@ -183,7 +183,7 @@ impl Vouchers {
     /// Where an order must go; `buyer` is the acting user (`None` for the expiry job). An order
     /// Redis does not know but SQL holds live (Redis lost it and was not rebuilt yet) is
     /// restored from SQL first: it stays payable, cancellable and expirable.
-    pub async fn settle_order(
+    pub(crate) async fn settle_order(
         &self,
         voucher_id: i64,
         order_id: i64,
@@ -262,7 +262,7 @@ impl Vouchers {
 
     /// Writes live orders into Redis where it lacks them (field by field with HSETNX, so an
     /// order a script changed meanwhile keeps its state), with the index of their voucher.
-    pub async fn restore_orders(&self, orders: &[OrderRecord]) -> AppResult<()> {
+    pub(crate) async fn restore_orders(&self, orders: &[OrderRecord]) -> AppResult<()> {
         if orders.is_empty() {
             return Ok(());
         }
@@ -305,7 +305,7 @@ impl Vouchers {
     /// `PAY_WINDOW_OVER`; anything else on a settled order (paying a cancelled one, cancelling
     /// a paid or expired one) is a `CONFLICT`. Once settled, the order's expiry job leaves the
     /// delay queue.
-    pub async fn act_on_order(
+    pub(crate) async fn act_on_order(
         &self,
         buyer_id: i64,
         order_id: i64,
@@ -337,7 +337,7 @@ impl Vouchers {
 
     /// Expires an order if it is still unpaid and its pay-by time has passed (`NOT_STARTED`
     /// before). The one path of the expiry job and of the sweep ([`super::sweep`]).
-    pub async fn expire_order(&self, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
+    pub(crate) async fn expire_order(&self, voucher_id: i64, order_id: i64) -> AppResult<Expiry> {
         match self
             .settle_order(voucher_id, order_id, OrderStatus::Expired, None)
             .await
@@ -351,7 +351,7 @@ impl Vouchers {
 
     /// Registers the expiry job's handler and retry policy. Before any consumer starts: the
     /// order consumer schedules expiry jobs with the topic's attempts.
-    pub fn register_expiry(&self) {
+    pub(crate) fn register_expiry(&self) {
         let mut policy = self.jobs.registry.policy(EXPIRY_TOPIC);
         policy.ladder = EXPIRY_LADDER_SECONDS
             .iter()
@@ -367,7 +367,7 @@ impl Vouchers {
 }
 
 /// What a settlement answers: `{ status, order status now }`.
-pub struct SettleReply {
+pub(crate) struct SettleReply {
     status: Status,
     now: String,
 }

@@ -27,9 +27,9 @@ const CHUNK: i64 = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StockCheck {
     pub voucher_id: i64,
-    pub initial: i64,
+    pub(crate) initial: i64,
     pub redis_stock: i64,
-    pub redis_live_orders: i64,
+    pub(crate) redis_live_orders: i64,
     pub sql_stock: i64,
     pub sql_live_orders: i64,
 }
@@ -127,7 +127,7 @@ impl Vouchers {
     /// Per voucher: Redis holds it, its stock agrees with SQL, its buyers set is exactly the
     /// buyers of SQL's live orders (a live order Redis has and SQL lacks is drift too), and
     /// each live order is in Redis with SQL's status.
-    pub async fn verify(&self) -> AppResult<Report> {
+    pub(crate) async fn verify(&self) -> AppResult<Report> {
         let mut report = Report::new("vouchers and orders");
         let mut after = 0;
         loop {
@@ -210,7 +210,7 @@ impl Vouchers {
     /// overwritten), its buyers, and its live orders (only those Redis lacks). Everything is
     /// written only where missing, so a sale or a payment running meanwhile is never undone
     /// and nothing is held back.
-    pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+    pub(crate) async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
         run.expect_count("SELECT COUNT(*) AS n FROM vouchers")
             .await?;
         let mut after = run.resume_from().await?;

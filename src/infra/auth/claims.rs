@@ -15,7 +15,7 @@ use crate::infra::error::{AppError, AppResult};
 
 /// The longest `sub` accepted: providers' subjects are well under this, and each distinct
 /// one becomes a row.
-pub const MAX_SUBJECT_BYTES: usize = 255;
+pub(crate) const MAX_SUBJECT_BYTES: usize = 255;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
@@ -49,9 +49,9 @@ pub enum Subject {
 /// A token whose signature, issuer, audience and times were checked.
 #[derive(Debug, Clone)]
 pub struct Verified {
-    pub subject: Subject,
-    pub role: Role,
-    pub claims: Claims,
+    pub(crate) subject: Subject,
+    pub(crate) role: Role,
+    pub(crate) claims: Claims,
 }
 
 /// Whose numeric subjects are engage user ids.
@@ -77,7 +77,7 @@ impl SubjectIds<'_> {
 }
 
 /// The longest name kept from a token, in characters.
-pub const MAX_NAME_CHARS: usize = 64;
+pub(crate) const MAX_NAME_CHARS: usize = 64;
 
 /// A name as it may be shown and stored: control characters (NUL, line breaks, escapes)
 /// taken out, trimmed, at most [`MAX_NAME_CHARS`]; `None` when nothing is left. Stripped
@@ -93,7 +93,7 @@ fn shown_name(name: Option<String>) -> Option<String> {
 
 /// Reads a token's payload: the standard claims, and the role from `role_claim`; `ids` says
 /// whether a numeric `sub` is an engage user id.
-pub fn read(
+pub(crate) fn read(
     payload: Map<String, Value>,
     role_claim: &str,
     ids: SubjectIds<'_>,
@@ -166,7 +166,7 @@ fn as_seconds(value: &Value) -> Option<i64> {
 /// `https://engage.example/role` included), else that dotted path (`realm_access.roles`).
 /// A string is one role, a list grants the highest role it names; unknown names count for
 /// nothing, and no role at all means `user`.
-pub fn role_in(payload: &Map<String, Value>, role_claim: &str) -> Role {
+pub(crate) fn role_in(payload: &Map<String, Value>, role_claim: &str) -> Role {
     let value = payload.get(role_claim).or_else(|| {
         let mut parts = role_claim.split('.');
         let first = payload.get(parts.next()?)?;

@@ -43,9 +43,9 @@ const MAX_KEYS: usize = 64;
 
 /// One verification key of the set, with the one algorithm it may verify.
 #[derive(Clone)]
-pub struct SigningKey {
-    pub algorithm: Algorithm,
-    pub decoding: DecodingKey,
+pub(crate) struct SigningKey {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) decoding: DecodingKey,
 }
 
 #[derive(Default)]
@@ -71,7 +71,7 @@ pub struct Jwks {
 impl Jwks {
     /// A key set at `url`, fetched once now. A provider that does not answer at start does
     /// not stop the service: the fetch is tried again when a token arrives.
-    pub async fn new(url: String) -> Arc<Self> {
+    pub(crate) async fn new(url: String) -> Arc<Self> {
         let client = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
             .build()
@@ -93,7 +93,7 @@ impl Jwks {
     }
 
     /// The keys that may have signed a token with this `kid` and algorithm.
-    pub async fn keys_for(
+    pub(crate) async fn keys_for(
         self: &Arc<Self>,
         kid: Option<&str>,
         algorithm: Algorithm,

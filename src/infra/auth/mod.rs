@@ -8,7 +8,7 @@
 //! provider's public key) is refused.
 
 mod claims;
-pub mod jwks;
+pub(crate) mod jwks;
 
 use std::{fmt, sync::Arc, time::Duration};
 
@@ -59,9 +59,9 @@ impl std::str::FromStr for Role {
 
 /// Who is making a request: present only when a valid token came with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Viewer {
-    pub user_id: i64,
-    pub role: Role,
+pub(crate) struct Viewer {
+    pub(crate) user_id: i64,
+    pub(crate) role: Role,
 }
 
 /// The claims of a token this server signs.
@@ -151,7 +151,7 @@ impl Tokens {
     }
 
     /// The tokens `config` accepts; fetches the provider's key set when one is configured.
-    pub async fn from_config(config: &Config) -> Self {
+    pub(crate) async fn from_config(config: &Config) -> Self {
         let mut tokens = Self::signer(config);
         if let Some(url) = &config.jwt_jwks_url {
             tokens.jwks = Some(Jwks::new(url.clone()).await);
@@ -161,7 +161,8 @@ impl Tokens {
 
     /// Refuses tokens that claim to live longer than `seconds` (from now, and from `iat`
     /// when they carry it): a leaked long-lived token stays usable for its whole life.
-    pub fn with_max_ttl(mut self, seconds: Option<u64>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_max_ttl(mut self, seconds: Option<u64>) -> Self {
         Arc::make_mut(&mut self.policy).max_ttl_seconds =
             seconds.map(|s| i64::try_from(s).unwrap_or(i64::MAX));
         self
@@ -173,7 +174,7 @@ impl Tokens {
     }
 
     /// There is an HS256 secret to sign tokens with.
-    pub fn can_mint(&self) -> bool {
+    pub(crate) fn can_mint(&self) -> bool {
         self.hs256.is_some()
     }
 
@@ -201,7 +202,7 @@ impl Tokens {
     }
 
     /// Verifies a token; `UNAUTHENTICATED` with the reason otherwise.
-    pub async fn verify(&self, token: &str) -> AppResult<Verified> {
+    pub(crate) async fn verify(&self, token: &str) -> AppResult<Verified> {
         if let Some(verified) = self.verified.get(token) {
             self.check_times(&verified.claims)?;
             return Ok(verified.as_ref().clone());
@@ -316,7 +317,7 @@ impl Tokens {
 
     /// Reads `Bearer <token>` (the form of both the HTTP header and the WebSocket
     /// `connection_init` payload). `Ok(None)` when there is no token at all.
-    pub async fn from_header_value(&self, value: Option<&str>) -> AppResult<Option<Verified>> {
+    pub(crate) async fn verify_bearer(&self, value: Option<&str>) -> AppResult<Option<Verified>> {
         let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
             return Ok(None);
         };
@@ -354,35 +355,35 @@ fn refusal(error: Option<jsonwebtoken::errors::Error>) -> AppError {
 }
 
 /// The viewer of the current GraphQL operation, if signed in.
-pub fn viewer<'a>(ctx: &'a Context<'_>) -> Option<&'a Viewer> {
+pub(crate) fn viewer<'a>(ctx: &'a Context<'_>) -> Option<&'a Viewer> {
     ctx.data_opt::<Viewer>()
 }
 
 /// The viewer, or `UNAUTHENTICATED`.
-pub fn require_viewer<'a>(ctx: &'a Context<'_>) -> AppResult<&'a Viewer> {
+pub(crate) fn require_viewer<'a>(ctx: &'a Context<'_>) -> AppResult<&'a Viewer> {
     viewer(ctx).ok_or_else(|| AppError::unauthenticated("sign in first"))
 }
 
 /// Field guard: the viewer must hold one of the roles.
 /// `#[graphql(guard = "RoleGuard::admin()")]`
-pub struct RoleGuard {
+pub(crate) struct RoleGuard {
     allowed: &'static [Role],
 }
 
 impl RoleGuard {
-    pub fn admin() -> Self {
+    pub(crate) fn admin() -> Self {
         Self {
             allowed: &[Role::Admin],
         }
     }
 
-    pub fn service_or_admin() -> Self {
+    pub(crate) fn service_or_admin() -> Self {
         Self {
             allowed: &[Role::Service, Role::Admin],
         }
     }
 
-    pub fn signed_in() -> Self {
+    pub(crate) fn signed_in() -> Self {
         Self {
             allowed: &[Role::User, Role::Service, Role::Admin],
         }

@@ -35,7 +35,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 mod shared;
 
-pub use shared::{CounterWatcher, SharedCounters, Watch};
+pub(crate) use shared::{CounterWatcher, SharedCounters, Watch};
 
 use crate::infra::{
     error::AppResult,
@@ -47,7 +47,7 @@ use crate::infra::{
 const CHANNEL_CAPACITY: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LiveMessage {
+pub(crate) enum LiveMessage {
     /// A published payload.
     Payload(Arc<str>),
     /// Messages may have been missed: re-read the current state.
@@ -73,7 +73,7 @@ pub struct LiveHub {
 }
 
 impl LiveHub {
-    pub fn new(target: RedisTarget) -> Arc<Self> {
+    pub(crate) fn new(target: RedisTarget) -> Arc<Self> {
         Arc::new(Self {
             target,
             topics: Mutex::new(HashMap::new()),
@@ -87,7 +87,7 @@ impl LiveHub {
     /// Subscribes to a channel. Returns once Redis confirmed the subscription (or at once
     /// when this instance already listens to it), so that a state read after this call
     /// cannot miss a change published after the read.
-    pub async fn subscribe(self: &Arc<Self>, channel: String) -> LiveSubscription {
+    pub(crate) async fn subscribe(self: &Arc<Self>, channel: String) -> LiveSubscription {
         let (receiver, first) = {
             let mut topics = self.topics.lock().expect("poisoned");
             let topic = topics.entry(channel.clone()).or_insert_with(|| Topic {
@@ -178,7 +178,7 @@ impl LiveHub {
     }
 }
 
-pub struct LiveSubscription {
+pub(crate) struct LiveSubscription {
     hub: Arc<LiveHub>,
     channel: String,
     receiver: broadcast::Receiver<LiveMessage>,
@@ -186,7 +186,7 @@ pub struct LiveSubscription {
 
 impl LiveSubscription {
     /// The next message; `None` when the hub is gone.
-    pub async fn recv(&mut self) -> Option<LiveMessage> {
+    pub(crate) async fn recv(&mut self) -> Option<LiveMessage> {
         match self.receiver.recv().await {
             Ok(message) => Some(message),
             Err(broadcast::error::RecvError::Lagged(_)) => Some(LiveMessage::Resync),
@@ -208,7 +208,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// Changes of published counters arriving within this window of the previous update are
 /// sent as one update (the first change after a quiet window is sent at once).
-pub const COALESCE: Duration = Duration::from_millis(100);
+pub(crate) const COALESCE: Duration = Duration::from_millis(100);
 
 /// Counters that scripts PUBLISH on a channel per id (like counts, voucher stock): the
 /// current values first, then every change, coalesced to the latest value per id within
@@ -220,7 +220,7 @@ pub const COALESCE: Duration = Duration::from_millis(100);
 /// as it arrives; at 10,000 subscribers those hops were most of the cost of a delivery). A
 /// subscriber that stops reading is not buffered for: its channels lag, and once it reads
 /// again it is sent the values read afresh.
-pub async fn counter_changes<R, Fut>(
+pub(crate) async fn counter_changes<R, Fut>(
     infra: &Infra,
     ids: Vec<i64>,
     channel: impl Fn(i64) -> String,
@@ -412,7 +412,7 @@ async fn within_time(
 /// Keeps the hub's connection up until shutdown: connects, subscribes every wanted channel,
 /// dispatches messages, and after a loss reconnects with back-off and tells every
 /// subscriber to resync.
-pub async fn run(infra: Infra) {
+pub(crate) async fn run(infra: Infra) {
     if infra.live.target.is_cluster() {
         return run_on_cluster(infra).await;
     }

@@ -23,7 +23,7 @@ use super::counter_changes;
 use crate::infra::{error::AppResult, weak_map::WeakMap, Infra};
 
 /// Who is handed a channel's values.
-pub trait CounterWatcher: Send + Sync + 'static {
+pub(crate) trait CounterWatcher: Send + Sync + 'static {
     /// Counter `id`'s value, in the order they came; must not wait.
     fn deliver(&self, id: i64, value: i64);
 }
@@ -85,7 +85,7 @@ impl Channel {
 
 /// A watcher's places in the channels it watches; dropping it leaves them, and a channel
 /// left by its last watcher is no longer followed.
-pub struct Watch {
+pub(crate) struct Watch {
     places: Vec<(Arc<Channel>, u64)>,
 }
 
@@ -101,7 +101,7 @@ impl SharedCounters {
     /// Hands `watcher` the current value of each counter, then every change. `channel` names
     /// a counter's channel and `read` reads current values (both used for counters not
     /// followed yet); a failed first read is the error.
-    pub async fn watch<R, Fut>(
+    pub(crate) async fn watch<R, Fut>(
         &self,
         infra: &Infra,
         ids: &[i64],
@@ -162,7 +162,7 @@ impl SharedCounters {
     }
 
     /// Which of these counters are followed now.
-    pub async fn followed_among(&self, ids: &[i64]) -> HashSet<i64> {
+    pub(crate) async fn followed_among(&self, ids: &[i64]) -> HashSet<i64> {
         let channels = self.channels.lock().await;
         ids.iter()
             .copied()

@@ -25,8 +25,8 @@ use redis::{
 /// What connections count: round trips, and the commands sent in them.
 #[derive(Clone, Default)]
 pub struct Tally {
-    pub round_trips: Arc<AtomicU64>,
-    pub commands: Arc<AtomicU64>,
+    pub(crate) round_trips: Arc<AtomicU64>,
+    pub(crate) commands: Arc<AtomicU64>,
 }
 
 impl Tally {
@@ -46,7 +46,7 @@ pub struct CountingManager {
 impl CountingManager {
     /// Connections of the pool are made by `client` with `config` (timeouts), not the
     /// crate's defaults.
-    pub fn new(
+    pub(crate) fn new(
         client: redis::Client,
         config: AsyncConnectionConfig,
         tally: Tally,
@@ -106,7 +106,7 @@ enum Link {
 
 impl CountedConnection {
     /// The connection every request shares (`ENGAGE_REDIS_MODE=shared`).
-    pub fn shared(inner: ConnectionManager, tally: Tally) -> Self {
+    pub(crate) fn shared(inner: ConnectionManager, tally: Tally) -> Self {
         Self {
             inner: Link::Shared(inner),
             tally,
@@ -114,7 +114,7 @@ impl CountedConnection {
     }
 
     /// A connection of its own to one node.
-    pub fn own(inner: MultiplexedConnection, tally: Tally) -> Self {
+    pub(crate) fn own(inner: MultiplexedConnection, tally: Tally) -> Self {
         Self {
             inner: Link::Pooled(inner),
             tally,
@@ -122,7 +122,7 @@ impl CountedConnection {
     }
 
     /// The connection to a cluster every request shares (`ENGAGE_REDIS_MODE=cluster`).
-    pub fn cluster(inner: Cluster, tally: Tally) -> Self {
+    pub(crate) fn cluster(inner: Cluster, tally: Tally) -> Self {
         Self {
             inner: Link::Cluster(inner),
             tally,

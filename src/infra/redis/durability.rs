@@ -68,7 +68,7 @@ struct Rounds {
 }
 
 impl Durability {
-    pub fn new(replicas: u32, timeout: Duration, writes: Vec<DurableWrite>) -> Self {
+    pub(crate) fn new(replicas: u32, timeout: Duration, writes: Vec<DurableWrite>) -> Self {
         Self {
             replicas,
             timeout,
@@ -83,13 +83,13 @@ impl Durability {
     }
 
     /// Whether writes of `kind` wait for replicas.
-    pub fn waits_for(&self, kind: DurableWrite) -> bool {
+    pub(crate) fn waits_for(&self, kind: DurableWrite) -> bool {
         self.replicas > 0 && self.writes.contains(&kind)
     }
 
     /// The connection to write `kind` on: the one kept for writes that wait, when they do
     /// (see [`RedisPool`]).
-    pub async fn connection<'a>(
+    pub(crate) async fn connection<'a>(
         &self,
         kind: DurableWrite,
         redis: &'a RedisPool,
@@ -103,7 +103,12 @@ impl Durability {
 
     /// After a write of `kind` in `key`'s slot was acknowledged: waits until the configured
     /// number of replicas have it, or answers UNAVAILABLE.
-    pub async fn confirm(&self, kind: DurableWrite, redis: &RedisPool, key: &str) -> AppResult<()> {
+    pub(crate) async fn confirm(
+        &self,
+        kind: DurableWrite,
+        redis: &RedisPool,
+        key: &str,
+    ) -> AppResult<()> {
         if !self.waits_for(kind) {
             return Ok(());
         }

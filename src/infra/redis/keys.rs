@@ -39,7 +39,7 @@ impl Keys {
     }
 
     /// How many user buckets the points keys are spread over.
-    pub fn points_buckets(&self) -> u32 {
+    pub(crate) fn points_buckets(&self) -> u32 {
         self.points_buckets
     }
 
@@ -65,29 +65,29 @@ impl Keys {
     /// `<prefix>{<tag>}:<rest>`: the one shape of every key. The parts are anything that
     /// displays, so that a hot path passes `format_args!` and builds its key in one string
     /// (a like builds five keys; three `format!`s each were a few per cent of its CPU).
-    pub fn tagged(&self, tag: impl Display, rest: impl Display) -> String {
+    pub(crate) fn tagged(&self, tag: impl Display, rest: impl Display) -> String {
         let mut key = String::with_capacity(self.prefix.len() + 40);
         write!(key, "{}{{{tag}}}:{rest}", self.prefix).expect("writing to a String cannot fail");
         key
     }
 
     /// The ID generator's sequence counter for one UTC day.
-    pub fn id_sequence(&self, day: NaiveDate) -> String {
+    pub(crate) fn id_sequence(&self, day: NaiveDate) -> String {
         self.tagged("ids", format_args!("seq:{}", day.format("%Y%m%d")))
     }
 
     /// The Automatic Persisted Queries: their texts by the SHA-256 of each.
-    pub fn persisted_queries(&self) -> String {
+    pub(crate) fn persisted_queries(&self) -> String {
         self.tagged("apq", "documents")
     }
 
     /// When each persisted query was last used (its eviction order).
-    pub fn persisted_query_recency(&self) -> String {
+    pub(crate) fn persisted_query_recency(&self) -> String {
         self.tagged("apq", "recency")
     }
 
     /// What the persisted queries count against their byte budget.
-    pub fn persisted_query_bytes(&self) -> String {
+    pub(crate) fn persisted_query_bytes(&self) -> String {
         self.tagged("apq", "bytes")
     }
 

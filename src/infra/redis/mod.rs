@@ -1,14 +1,14 @@
 //! Redis access: the connection pool, the key builder and the embedded Lua scripts.
 
-pub mod cluster;
+pub(crate) mod cluster;
 pub mod counting;
 pub mod durability;
-pub mod keys;
-pub mod runner;
+pub(crate) mod keys;
+pub(crate) mod runner;
 pub mod scripts;
-pub mod spans;
-pub mod status;
-pub mod target;
+pub(crate) mod spans;
+pub(crate) mod status;
+pub(crate) mod target;
 
 use std::{net::ToSocketAddrs, process::Command, time::Duration};
 
@@ -68,7 +68,7 @@ impl RedisMode {
 /// How the live hub's cluster connection (the `redis` crate's, for sharded pub/sub) connects.
 /// A subscription whose slot has no master (a failover under way) is retried with waits of
 /// 0.1 to 1 s; MOVED and ASK are followed at once.
-pub fn cluster_builder(target: &RedisTarget) -> redis::cluster::ClusterClientBuilder {
+pub(crate) fn cluster_builder(target: &RedisTarget) -> redis::cluster::ClusterClientBuilder {
     target
         .cluster()
         .connection_timeout(CONNECTION_TIMEOUT)
@@ -133,7 +133,9 @@ impl RedisPool {
     }
 
     /// The connection for writes that wait for replicas, and for their `WAIT`.
-    pub async fn get_durable(&self) -> Result<RedisConn<'_>, bb8::RunError<redis::RedisError>> {
+    pub(crate) async fn get_durable(
+        &self,
+    ) -> Result<RedisConn<'_>, bb8::RunError<redis::RedisError>> {
         match self {
             Self::Pool(_) => self.get().await,
             Self::Shared { durable, .. } | Self::Cluster { durable, .. } => {
@@ -151,7 +153,7 @@ impl RedisPool {
 }
 
 /// Every key matching `pattern` that `conn` reaches: its node's, or every master's.
-pub async fn scan(
+pub(crate) async fn scan(
     conn: &mut counting::CountedConnection,
     pattern: &str,
 ) -> redis::RedisResult<Vec<String>> {
@@ -440,7 +442,7 @@ fn start_local_server(port: u16) -> anyhow::Result<bool> {
 }
 
 /// Pool usage, for `/metrics`.
-pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
+pub(crate) fn pool_state(pool: &RedisPool) -> (u32, u32) {
     match pool {
         RedisPool::Pool(pool) => {
             let state = pool.state();
@@ -451,7 +453,7 @@ pub fn pool_state(pool: &RedisPool) -> (u32, u32) {
 }
 
 /// Whether Redis answers now (readiness).
-pub async fn is_ready(pool: &RedisPool) -> bool {
+pub(crate) async fn is_ready(pool: &RedisPool) -> bool {
     let Ok(mut conn) = pool.get().await else {
         return false;
     };

@@ -29,14 +29,14 @@ const RECOVERIES: usize = 3;
 /// Runs scripts through the request pool, and for a durable kind of write, on the
 /// connection of durable writes, waiting for replicas once a call wrote.
 #[derive(Clone, Copy)]
-pub struct Scripts<'a> {
+pub(crate) struct Scripts<'a> {
     redis: &'a RedisPool,
     durable: Option<(&'a Durability, DurableWrite)>,
 }
 
 impl<'a> Scripts<'a> {
     /// Calls whose writes need no replica (or that only read).
-    pub fn on(redis: &'a RedisPool) -> Self {
+    pub(crate) fn on(redis: &'a RedisPool) -> Self {
         Self {
             redis,
             durable: None,
@@ -44,7 +44,11 @@ impl<'a> Scripts<'a> {
     }
 
     /// Calls that write `kind`, which may wait for replicas (`ENGAGE_REDIS_WAIT_WRITES`).
-    pub fn durable(redis: &'a RedisPool, durability: &'a Durability, kind: DurableWrite) -> Self {
+    pub(crate) fn durable(
+        redis: &'a RedisPool,
+        durability: &'a Durability,
+        kind: DurableWrite,
+    ) -> Self {
         Self {
             redis,
             durable: Some((durability, kind)),
@@ -52,7 +56,7 @@ impl<'a> Scripts<'a> {
     }
 
     /// One call: connect, run, and wait for replicas when the reply says it wrote.
-    pub async fn call<S: Replies>(
+    pub(crate) async fn call<S: Replies>(
         &self,
         keys: &S,
         args: &impl ScriptArgs<S>,
@@ -76,7 +80,7 @@ impl<'a> Scripts<'a> {
     /// Inside a pipeline the `redis` crate does not reload a script Redis forgot (a
     /// restart): every call of the pipeline is this one script, so on NOSCRIPT none of them
     /// ran, and it is loaded and the pipeline sent again.
-    pub async fn call_many<S: Replies, A: ScriptArgs<S>>(
+    pub(crate) async fn call_many<S: Replies, A: ScriptArgs<S>>(
         &self,
         calls: &[(S, A)],
     ) -> AppResult<Vec<S::Reply>> {
@@ -116,7 +120,7 @@ impl<'a> Scripts<'a> {
     /// while a rebuild holds writes back (`HELD`), and again after `recover` acted on a
     /// `MISSING` (restore from SQL what Redis lacks) or an `ASK_ARCHIVE` (ask SQL). Any other
     /// status is the reply's, for the caller to read.
-    pub async fn run<S, A, R>(
+    pub(crate) async fn run<S, A, R>(
         &self,
         mut build: impl FnMut() -> (S, A),
         mut recover: impl FnMut(Status) -> R,
@@ -154,7 +158,10 @@ impl<'a> Scripts<'a> {
     }
 
     /// [`Scripts::run`] for a script that never answers `MISSING` nor `ASK_ARCHIVE`.
-    pub async fn run_while_held<S, A>(&self, build: impl FnMut() -> (S, A)) -> AppResult<S::Reply>
+    pub(crate) async fn run_while_held<S, A>(
+        &self,
+        build: impl FnMut() -> (S, A),
+    ) -> AppResult<S::Reply>
     where
         S: Replies,
         A: ScriptArgs<S>,

@@ -16,7 +16,7 @@ use crate::infra::telemetry;
 const MAX_LISTED: usize = 8;
 
 /// `reply`, inside the span `span()` makes when a trace is being recorded.
-pub fn traced<'a, T: Send + 'a>(
+pub(crate) fn traced<'a, T: Send + 'a>(
     reply: RedisFuture<'a, T>,
     span: impl FnOnce() -> tracing::Span,
 ) -> RedisFuture<'a, T> {
@@ -27,7 +27,7 @@ pub fn traced<'a, T: Send + 'a>(
 }
 
 /// The span of one command.
-pub fn command(cmd: &Cmd) -> tracing::Span {
+pub(crate) fn command(cmd: &Cmd) -> tracing::Span {
     let name = label(cmd);
     tracing::debug_span!(
         target: telemetry::REDIS,
@@ -40,7 +40,7 @@ pub fn command(cmd: &Cmd) -> tracing::Span {
 }
 
 /// The span of one pipeline.
-pub fn pipeline(pipeline: &Pipeline) -> tracing::Span {
+pub(crate) fn pipeline(pipeline: &Pipeline) -> tracing::Span {
     let mut listed = String::new();
     let mut count = 0;
     for cmd in pipeline.cmd_iter() {

@@ -8,7 +8,7 @@
 use crate::infra::error::{AppError, AppResult, ErrorCode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// Done, as asked.
     Ok,
     /// Done before: nothing changed (signed in today, order settled, document stored).
@@ -35,7 +35,7 @@ pub enum Status {
 
 impl Status {
     /// The status of a script's code; a code outside the vocabulary is a bug of `script`.
-    pub fn of(script: &str, code: i64) -> AppResult<Self> {
+    pub(crate) fn of(script: &str, code: i64) -> AppResult<Self> {
         Ok(match code {
             0 => Self::Ok,
             1 => Self::Already,
@@ -57,7 +57,8 @@ impl Status {
     }
 
     /// The code the scripts write for this status.
-    pub fn code(self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn code(self) -> i64 {
         match self {
             Self::Ok => 0,
             Self::Already => 1,
@@ -76,7 +77,7 @@ impl Status {
     /// The error a client sees when a script refused with this status, in the caller's
     /// words. The statuses that are not refusals (done, or a step the caller takes before
     /// calling again) reaching here are a bug of the caller.
-    pub fn refusal(self, message: impl Into<String>) -> AppError {
+    pub(crate) fn refusal(self, message: impl Into<String>) -> AppError {
         let code = match self {
             Self::NotYet => ErrorCode::NotStarted,
             Self::Ended => ErrorCode::Ended,

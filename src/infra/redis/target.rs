@@ -11,9 +11,9 @@ use super::RedisMode;
 
 #[derive(Clone)]
 pub struct RedisTarget {
-    pub mode: RedisMode,
+    pub(crate) mode: RedisMode,
     /// The one node's URL, or a cluster's seed nodes.
-    pub urls: Vec<String>,
+    pub(crate) urls: Vec<String>,
     /// A private certificate authority (PEM, `ENGAGE_REDIS_CA_FILE`).
     ca: Option<Arc<Vec<u8>>>,
 }
@@ -64,7 +64,7 @@ impl RedisTarget {
     }
 
     /// A client of the one node (the standalone modes).
-    pub fn client(&self) -> redis::RedisResult<redis::Client> {
+    pub(crate) fn client(&self) -> redis::RedisResult<redis::Client> {
         let url = self.urls[0].as_str();
         match &self.ca {
             Some(ca) => redis::Client::build_with_tls(url, certificates(ca)),
@@ -74,7 +74,7 @@ impl RedisTarget {
 
     /// A client of one node of the cluster, `host:port`, made as the first seed's is
     /// (credentials, TLS, the configured authority).
-    pub fn node_client(&self, addr: &str) -> redis::RedisResult<redis::Client> {
+    pub(crate) fn node_client(&self, addr: &str) -> redis::RedisResult<redis::Client> {
         let (host, port) = addr
             .rsplit_once(':')
             .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
@@ -107,7 +107,7 @@ impl RedisTarget {
     }
 
     /// The seeds' addresses, `host:port`.
-    pub fn seed_addrs(&self) -> Vec<String> {
+    pub(crate) fn seed_addrs(&self) -> Vec<String> {
         self.urls
             .iter()
             .filter_map(
@@ -122,12 +122,12 @@ impl RedisTarget {
     }
 
     /// Whether the nodes speak TLS (`rediss://`).
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         self.ca.is_some() || self.urls[0].starts_with("rediss://")
     }
 
     /// A builder of cluster clients, seeded and trusting the configured authority.
-    pub fn cluster(&self) -> ClusterClientBuilder {
+    pub(crate) fn cluster(&self) -> ClusterClientBuilder {
         let builder = ClusterClientBuilder::new(self.urls.clone());
         match &self.ca {
             Some(ca) => builder.certs(certificates(ca)),
@@ -136,7 +136,7 @@ impl RedisTarget {
     }
 
     /// The URLs as configured, for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.urls.join(",")
     }
 }

@@ -27,9 +27,9 @@ use crate::infra::{
 
 /// One consumer's streams and group: what its gauges read.
 pub(super) struct Backlog {
-    pub consumer: &'static str,
-    pub group: &'static str,
-    pub streams: Vec<String>,
+    pub(crate) consumer: &'static str,
+    pub(crate) group: &'static str,
+    pub(crate) streams: Vec<String>,
 }
 
 #[async_trait::async_trait]

@@ -53,22 +53,22 @@ use crate::infra::{
 const CLUSTER_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Clone)]
-pub struct ConsumerSpec {
+pub(crate) struct ConsumerSpec {
     /// For logs and metrics, e.g. `vote-archive`.
-    pub name: &'static str,
-    pub group: &'static str,
+    pub(crate) name: &'static str,
+    pub(crate) group: &'static str,
     /// Most entries read from each stream at a time.
-    pub batch_size: usize,
-    pub max_attempts: u32,
+    pub(crate) batch_size: usize,
+    pub(crate) max_attempts: u32,
     /// Pending entries idle this long belong to a dead consumer and are taken over.
-    pub claim_idle: Duration,
+    pub(crate) claim_idle: Duration,
     /// How long one read waits for new entries.
-    pub block: Duration,
+    pub(crate) block: Duration,
     /// After a batch short of `batch_size`, how long entries gather before the next read. A
     /// full batch reads on at once, so a backlog drains at full speed.
-    pub linger: Duration,
+    pub(crate) linger: Duration,
     /// The longest back-off while SQL fails.
-    pub max_backoff: Duration,
+    pub(crate) max_backoff: Duration,
 }
 
 impl ConsumerSpec {
@@ -102,7 +102,7 @@ impl ConsumerSpec {
 
 /// Runs one worker of the consumer group `group` over `streams` until shutdown, and reports
 /// its backlog at `/metrics`. `name` names it in logs and metrics (e.g. `vote-archive`).
-pub fn spawn(
+pub(crate) fn spawn(
     infra: &Infra,
     name: &'static str,
     group: &'static str,

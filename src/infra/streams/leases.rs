@@ -24,9 +24,9 @@ use crate::infra::{
 };
 
 /// How long a lease lasts unless renewed.
-pub const LEASE_TIME: Duration = Duration::from_secs(10);
+pub(crate) const LEASE_TIME: Duration = Duration::from_secs(10);
 /// How often an instance renews its leases and rebalances.
-pub const BALANCE_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const BALANCE_EVERY: Duration = Duration::from_secs(2);
 
 impl Keys {
     /// The instances that run a consumer, with when each is presumed gone.
@@ -43,7 +43,7 @@ impl Keys {
 /// The streams of `all` this instance holds for `consumer` after a round of balancing;
 /// `leaving` gives every lease back. Sent on the worker's connection `conn`, with its
 /// reads (not counted with the requests' round trips).
-pub async fn balance(
+pub(crate) async fn balance(
     infra: &Infra,
     conn: &mut CountedConnection,
     consumer: &str,

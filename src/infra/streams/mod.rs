@@ -26,15 +26,15 @@ use redis::{
 };
 use sqlx::{Any, Transaction};
 
-pub use consumer::spawn;
+pub(crate) use consumer::spawn;
 
 use crate::infra::{error::AppResult, Infra};
 
 /// One stream entry, its fields decoded as strings.
 #[derive(Debug, Clone)]
 pub struct StreamEntry {
-    pub stream: String,
-    pub id: String,
+    pub(crate) stream: String,
+    pub(crate) id: String,
     /// The field/value pairs as XADD wrote them (one for a packed entry). A list, not a map:
     /// an event has a handful of fields, and building, hashing and dropping a map for each
     /// entry read by every consumer cost more than comparing a few short names.
@@ -54,7 +54,7 @@ impl StreamEntry {
     /// The fields in the order XADD wrote them, a packed entry's read in place: its names
     /// split at each space, its values at as many spaces less one, so the last value keeps
     /// its own. A value short is a field missing, which the event's reader reports.
-    pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
         let (packed, plain) = match self.pairs.as_slice() {
             [(names, values)] if names.contains(' ') => (Some((names, values)), &[][..]),
             pairs => (None, pairs),
@@ -72,21 +72,21 @@ impl StreamEntry {
     }
 
     /// A field, if the entry has it.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.fields()
             .find(|(field, _)| *field == name)
             .map(|(_, value)| value)
     }
 
     /// A field, or a poison error naming it.
-    pub fn field(&self, name: &str) -> Result<&str, HandleError> {
+    pub(crate) fn field(&self, name: &str) -> Result<&str, HandleError> {
         self.get(name).ok_or_else(|| {
             HandleError::Poison(format!("entry {} lacks the field {name:?}", self.id))
         })
     }
 
     /// A numeric field, or a poison error.
-    pub fn number(&self, name: &str) -> Result<i64, HandleError> {
+    pub(crate) fn number(&self, name: &str) -> Result<i64, HandleError> {
         let text = self.field(name)?;
         text.parse().map_err(|_| {
             HandleError::Poison(format!(
@@ -97,13 +97,13 @@ impl StreamEntry {
     }
 
     /// `<ms>-<seq>` as numbers, for ordering entries of one stream in SQL.
-    pub fn id_parts(&self) -> (i64, i64) {
+    pub(crate) fn id_parts(&self) -> (i64, i64) {
         let (ms, seq) = self.id.split_once('-').unwrap_or((&self.id, "0"));
         (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
     }
 
     /// The entry's place in its stream as one number, as SQL stores it (`event_order`).
-    pub fn event_order(&self) -> i64 {
+    pub(crate) fn event_order(&self) -> i64 {
         let (ms, seq) = self.id_parts();
         event_order((ms as u64, seq as u64))
     }
@@ -122,7 +122,8 @@ pub trait Event: Sized {
 
 impl StreamEntry {
     /// The entry XADD would make of `event` (for tests and tools that read events back).
-    pub fn of_event(stream: &str, id: &str, event: &impl Event) -> Self {
+    #[cfg(test)]
+    pub(crate) fn of_event(stream: &str, id: &str, event: &impl Event) -> Self {
         let pairs = event
             .to_fields()
             .into_iter()
@@ -145,7 +146,11 @@ pub async fn publish(infra: &Infra, stream: &str, event: &impl Event) -> AppResu
 }
 
 /// XADDs `events` to `stream` in order, in one round trip.
-pub async fn publish_all<E: Event>(infra: &Infra, stream: &str, events: &[E]) -> AppResult<()> {
+pub(crate) async fn publish_all<E: Event>(
+    infra: &Infra,
+    stream: &str,
+    events: &[E],
+) -> AppResult<()> {
     let mut pipe = redis::pipe();
     for event in events {
         pipe.cmd("XADD")
@@ -192,7 +197,7 @@ impl HandleError {
 
 /// What a feature provides to archive its stream into SQL.
 #[async_trait::async_trait]
-pub trait StreamHandler: Send + Sync + 'static {
+pub(crate) trait StreamHandler: Send + Sync + 'static {
     /// Writes the entries inside `tx` (committed by the caller). Must be idempotent on
     /// `StreamEntry::id`: the same entry may come again after a crash.
     async fn handle(
@@ -204,7 +209,7 @@ pub trait StreamHandler: Send + Sync + 'static {
 
 /// What a feature provides to act on its stream in Redis alone (awards, fan-out).
 #[async_trait::async_trait]
-pub trait RedisHandler: Send + Sync + 'static {
+pub(crate) trait RedisHandler: Send + Sync + 'static {
     /// Acts on the entries. Must be idempotent on `StreamEntry::id`, as above.
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError>;
 }
@@ -213,20 +218,20 @@ pub trait RedisHandler: Send + Sync + 'static {
 /// connection; one that works in Redis alone gets none, so that it neither holds that
 /// connection while it waits on Redis nor costs the database a transaction per batch.
 #[derive(Clone)]
-pub enum Handler {
+pub(crate) enum Handler {
     Archive(Arc<dyn StreamHandler>),
     Redis(Arc<dyn RedisHandler>),
 }
 
 /// A stream position `(ms, seq)` as one number that orders like it: `ms * 10^6 + seq`
 /// (a millisecond never holds a million entries; a larger seq stands for "the whole ms").
-pub fn event_order((ms, seq): (u64, u64)) -> i64 {
+pub(crate) fn event_order((ms, seq): (u64, u64)) -> i64 {
     ms as i64 * 1_000_000 + seq.min(999_999) as i64
 }
 
 /// A stream position no entry added from now on can precede: Redis's clock as an entry id
 /// (ids are Redis's time in ms, never below the last one).
-pub async fn position_now(infra: &Infra) -> AppResult<(u64, u64)> {
+pub(crate) async fn position_now(infra: &Infra) -> AppResult<(u64, u64)> {
     let mut conn = infra.redis.get().await?;
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut *conn).await?;
     Ok((seconds * 1000 + micros / 1000, u64::MAX))
@@ -234,7 +239,7 @@ pub async fn position_now(infra: &Infra) -> AppResult<(u64, u64)> {
 
 /// Whether `group` has handled (its handler committed and acknowledged) every entry of
 /// `stream` up to `through`. A stream or group that does not exist has nothing waiting.
-pub async fn handled_through(
+pub(crate) async fn handled_through(
     infra: &Infra,
     stream: &str,
     group: &str,

@@ -28,7 +28,7 @@ use tracing_subscriber::{
 };
 
 /// The event formatter of the JSON log.
-pub struct JsonLines;
+pub(crate) struct JsonLines;
 
 /// The field of the request span that every line written inside it carries.
 const REQUEST_ID: &str = "request_id";

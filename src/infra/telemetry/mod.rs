@@ -57,18 +57,18 @@ pub enum LogFormat {
 }
 
 /// The access log: a line per HTTP request (info; probes at debug).
-pub const ACCESS: &str = "engage::access";
+pub(crate) const ACCESS: &str = "engage::access";
 /// The targets of this crate's spans, all at DEBUG.
-pub const REQUEST: &str = "engage::request";
-pub const GRAPHQL: &str = "engage::graphql";
-pub const REDIS: &str = "engage::redis";
-pub const SQL: &str = "engage::sql";
-pub const STREAM: &str = "engage::stream";
-pub const SPAN_TARGETS: [&str; 5] = [REQUEST, GRAPHQL, REDIS, SQL, STREAM];
+pub(crate) const REQUEST: &str = "engage::request";
+pub(crate) const GRAPHQL: &str = "engage::graphql";
+pub(crate) const REDIS: &str = "engage::redis";
+pub(crate) const SQL: &str = "engage::sql";
+pub(crate) const STREAM: &str = "engage::stream";
+pub(crate) const SPAN_TARGETS: [&str; 5] = [REQUEST, GRAPHQL, REDIS, SQL, STREAM];
 
 /// The filter when `RUST_LOG` is unset. The exporter's own complaints (a collector that
 /// does not answer) come under `opentelemetry`.
-pub const DEFAULT_FILTER: &str = "engage=info,tower_http=warn,opentelemetry=warn";
+pub(crate) const DEFAULT_FILTER: &str = "engage=info,tower_http=warn,opentelemetry=warn";
 
 /// Whether spans are exported (set once, by [`init`]).
 static EXPORTING: AtomicBool = AtomicBool::new(false);
@@ -228,7 +228,7 @@ fn resource() -> Resource {
 }
 
 /// Whether spans are exported at all.
-pub fn exporting() -> bool {
+pub(crate) fn exporting() -> bool {
     EXPORTING.load(Ordering::Relaxed)
 }
 
@@ -236,12 +236,12 @@ pub fn exporting() -> bool {
 /// and SQL spans are only worth building then (a stream worker's idle polls, or a request
 /// the sampler left out, are not).
 #[inline]
-pub fn in_trace() -> bool {
+pub(crate) fn in_trace() -> bool {
     exporting() && Context::map_current(|cx| cx.span().span_context().is_sampled())
 }
 
 /// Makes `span` continue the trace of the caller's W3C `traceparent`, if it sent one.
-pub fn continue_trace(span: &tracing::Span, carrier: &dyn Extractor) {
+pub(crate) fn continue_trace(span: &tracing::Span, carrier: &dyn Extractor) {
     if !exporting() || span.is_disabled() || carrier.get("traceparent").is_none() {
         return;
     }
@@ -255,7 +255,7 @@ pub fn continue_trace(span: &tracing::Span, carrier: &dyn Extractor) {
 }
 
 /// Notes the SQL backend for the statement spans.
-pub fn set_sql_system(system: &'static str) {
+pub(crate) fn set_sql_system(system: &'static str) {
     let _ = SQL_SYSTEM.set(system);
 }
 

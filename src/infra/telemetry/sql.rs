@@ -28,12 +28,12 @@ use tracing_subscriber::{layer::Context as LayerContext, Layer};
 /// placeholders hundreds of times.
 const MAX_TEXT: usize = 1024;
 
-pub struct StatementSpans {
+pub(crate) struct StatementSpans {
     tracer: SdkTracer,
 }
 
 impl StatementSpans {
-    pub fn new(tracer: SdkTracer) -> Self {
+    pub(crate) fn new(tracer: SdkTracer) -> Self {
         Self { tracer }
     }
 }

@@ -22,12 +22,10 @@ use std::{
 
 use axum::{body::Body, routing::get, Router};
 use base64::{engine::general_purpose::STANDARD, Engine};
-use engage::{
-    app::settings::Settings,
-    infra::{
-        auth::{Claims, Role, Tokens},
-        config::{Environment, DEV_JWT_SECRET},
-    },
+use engage::app::settings::Settings;
+use engage::infra::{
+    auth::{Claims, Role},
+    config::{Environment, DEV_JWT_SECRET},
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -48,14 +46,15 @@ async fn rows_of(app: &TestApp, ids: &[i64]) -> Vec<(i64, String)> {
         "SELECT id, name FROM users WHERE id IN ({}) ORDER BY id",
         list.join(", ")
     ))
-    .fetch_all(&app.state.infra.db.pool)
+    .fetch_all(app.sql())
     .await
     .unwrap();
     rows.iter().map(|r| (r.get("id"), r.get("name"))).collect()
 }
 
 fn named_token(app: &TestApp, user_id: i64, name: &str) -> String {
-    Tokens::signer(&app.state.config).mint(user_id, Role::User, 3600, Some(name.into()))
+    app.signer()
+        .mint(user_id, Role::User, 3600, Some(name.into()))
 }
 
 #[tokio::test]
@@ -126,8 +125,8 @@ async fn one_bad_name_never_keeps_twenty_new_users_from_their_rows() {
     // Past the token's cleaning, straight into the batch writer: a row SQL refuses
     // (PostgreSQL refuses NUL; SQLite stores it) is written alone, and the twenty users of
     // its batch get their rows all the same.
-    let users = &app.state.features.users;
-    let now = app.state.infra.clock.now_ms();
+    let users = app.users();
+    let now = app.now_ms();
     let claims = |name: &str| Claims {
         sub: String::new(),
         exp: i64::MAX,
@@ -145,7 +144,7 @@ async fn one_bad_name_never_keeps_twenty_new_users_from_their_rows() {
     }
     eventually(async || users.first_sights_queued() == 0).await;
     assert_eq!(rows_of(&app, &batch).await.len(), 20);
-    if app.state.infra.db.backend == engage::infra::db::Backend::Postgres {
+    if app.sql_backend() == engage::infra::db::Backend::Postgres {
         assert!(rows_of(&app, &[700]).await.is_empty());
         // Forgotten, not marked written: a later request of the user (with a name SQL
         // takes) writes the row.
@@ -206,7 +205,7 @@ async fn a_numeric_subject_names_an_engage_id_only_from_a_listed_issuer() {
         "SELECT COUNT(*) AS n FROM user_subjects WHERE subject = '7' AND issuer IN \
          ('https://attacker.test/', '')",
     )
-    .fetch_one(&app.state.infra.db.pool)
+    .fetch_one(app.sql())
     .await
     .unwrap()
     .get("n");
@@ -411,7 +410,7 @@ async fn a_remark_acknowledged_while_redis_refused_its_announcement_is_announced
         .await;
     let stored: i64 = sqlx::query("SELECT COUNT(*) AS n FROM remarks WHERE author_id = $1")
         .bind(author)
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("n");
@@ -424,7 +423,7 @@ async fn a_remark_acknowledged_while_redis_refused_its_announcement_is_announced
     let second = second.to_string();
     assert_eq!(stored, 2, "{answer}");
     let pending: i64 = sqlx::query("SELECT COUNT(*) AS n FROM remark_announcements")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("n");
@@ -461,7 +460,7 @@ async fn a_remark_acknowledged_while_redis_refused_its_announcement_is_announced
     })
     .await;
     let pending: i64 = sqlx::query("SELECT COUNT(*) AS n FROM remark_announcements")
-        .fetch_one(&app.state.infra.db.pool)
+        .fetch_one(app.sql())
         .await
         .unwrap()
         .get("n");

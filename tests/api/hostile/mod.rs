@@ -12,7 +12,7 @@ mod writes;
 
 use std::time::{Duration, Instant};
 
-use engage::infra::auth::{Role, Tokens};
+use engage::infra::auth::Role;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -243,7 +243,7 @@ async fn get_refuses_mutations_before_running_them() {
 #[tokio::test]
 async fn a_socket_closes_with_4403_when_its_token_expires_and_refuses_operations() {
     let app = TestApp::spawn().await;
-    let tokens = Tokens::signer(&app.state.config);
+    let tokens = app.signer();
     for via in [Via::TransportWs, Via::LegacyWs] {
         // Expires in 2 s (the validation leeway lets it through at init).
         let token = tokens.mint(9_300, Role::User, 2, None);
@@ -491,7 +491,7 @@ async fn registering_persisted_queries_is_rate_counted() {
 #[tokio::test]
 async fn tokens_not_valid_yet_or_living_too_long_are_refused() {
     let app = TestApp::spawn_with(|config| config.jwt_max_ttl_seconds = Some(3600)).await;
-    let secret = app.state.config.jwt_secret().unwrap().to_string();
+    let secret = app.jwt_secret();
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes());
     let now = chrono::Utc::now().timestamp();
     let sign = |claims: Value| {

@@ -11,7 +11,6 @@
 
 use std::{
     net::SocketAddr,
-    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
@@ -35,12 +34,12 @@ fn free_address() -> SocketAddr {
 
 /// Round trips the app made to Redis through its pool so far.
 fn round_trips(app: &TestApp) -> u64 {
-    app.state.infra.redis_round_trips.load(Ordering::SeqCst)
+    app.redis_round_trips()
 }
 
 /// The Redis commands the app sent so far (a script call counts one).
 fn commands(app: &TestApp) -> u64 {
-    app.state.infra.redis_commands.load(Ordering::SeqCst)
+    app.redis_commands()
 }
 
 #[tokio::test]
@@ -119,9 +118,7 @@ async fn a_scrape_flood_costs_redis_at_most_one_reading_a_second() {
     })
     .await;
     // A topic with work, so that the delay queue's gauges read something.
-    app.state
-        .features
-        .jobs
+    app.jobs()
         .schedule(crate::jobs::job(
             "flooded",
             "later",
@@ -185,7 +182,7 @@ async fn until_refused(client: &reqwest::Client, url: &str) -> (usize, reqwest::
 #[tokio::test]
 async fn readyz_and_metrics_are_refused_past_their_rate_per_address_but_healthz_is_free() {
     let app = TestApp::spawn().await;
-    let rate = app.state.config.probe_rate_per_ip;
+    let rate = app.config().probe_rate_per_ip;
     assert!(rate >= 10, "the default leaves room for polling: {rate}");
     let prober = client_from("127.0.0.1");
 
@@ -291,7 +288,7 @@ async fn an_award_costs_at_most_three_times_as_much_with_300_rank_subscribers() 
         );
         sockets.push(socket);
     }
-    assert_eq!(app.state.features.leaderboard.boards.readers(), 1);
+    assert_eq!(app.leaderboards().boards.readers(), 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Another user passes everyone: every viewer moves down one, and is told so, without
@@ -334,8 +331,8 @@ async fn an_award_costs_at_most_three_times_as_much_with_300_rank_subscribers() 
     }
     // The viewer's one read: a script call per part of the board, however many viewers.
     let own = commands(&app) - before;
-    let season = app.state.infra.clock.current_month();
-    let parts = app.state.infra.keys.season_board_parts(season).len() as u64;
+    let season = app.current_month();
+    let parts = app.keys().season_board_parts(season).len() as u64;
     assert!(
         own <= 3 * alone + parts,
         "{own} commands for a viewer's award with {VIEWERS} viewers, {alone} without"

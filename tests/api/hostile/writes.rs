@@ -46,11 +46,7 @@ async fn count(app: &TestApp, sql: &str, bind: Option<i64>) -> i64 {
     if let Some(value) = bind {
         query = query.bind(value);
     }
-    query
-        .fetch_one(&app.state.infra.db.pool)
-        .await
-        .unwrap()
-        .get("n")
+    query.fetch_one(app.sql()).await.unwrap().get("n")
 }
 
 /// Waits up to 30 s for `check` (the retrier takes rows after 5 s, then every second).
@@ -151,7 +147,7 @@ async fn follows_acknowledged_while_redis_refused_them_count_once_with_or_withou
         counts_of(&app, star).await.0,
         followers_in_sql(&app, star).await
     );
-    let report = app.state.features.feed.verify_follows().await.unwrap();
+    let report = app.feed().verify_follows().await.unwrap();
     assert!(report.is_clean(), "{report:?}");
 }
 
@@ -162,7 +158,7 @@ async fn a_follow_change_delivered_twice_is_counted_once() {
     meet(&app, &[star, fan]).await;
     // A follow as it stands once SQL committed it and Redis was told nothing yet.
     let change = FollowChange {
-        id: app.state.infra.ids.next_id().await.unwrap(),
+        id: app.next_id().await,
         follower: fan,
         followee: star,
         delta: 1,
@@ -170,10 +166,10 @@ async fn a_follow_change_delivered_twice_is_counted_once() {
     sqlx::query("INSERT INTO follows (follower_id, followee_id, created_at_ms) VALUES ($1, $2, 0)")
         .bind(fan)
         .bind(star)
-        .execute(&app.state.infra.db.pool)
+        .execute(app.sql())
         .await
         .unwrap();
-    let changes = app.state.features.feed.follow_changes();
+    let changes = app.feed().follow_changes();
     // Delivered, then delivered again: a reply lost, a row whose delete failed, a request and
     // the retrier at once.
     for _ in 0..3 {
@@ -196,17 +192,13 @@ async fn a_rebuild_run_while_follow_changes_wait_counts_each_once() {
     plug.plug_in();
     // The rebuild an operator runs after an outage, before the retrier's round.
     within_30s("the rebuild runs once Redis is back", async || {
-        app.state
-            .features
-            .rebuild(&app.state.infra, false)
-            .await
-            .is_ok()
+        app.rebuild_from_sql().await.is_ok()
     })
     .await;
     assert_eq!(pending_follow_changes(&app).await, 0, "delivered first");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(counts_of(&app, star).await.0, 2);
-    let report = app.state.features.feed.verify_follows().await.unwrap();
+    let report = app.feed().verify_follows().await.unwrap();
     assert!(report.is_clean(), "{report:?}");
 }
 
@@ -248,7 +240,7 @@ async fn an_item_created_while_redis_refused_its_place_exists_once_and_is_placed
     })
     .await;
     assert_eq!(count(&app, named, None).await, 1);
-    let report = app.state.features.nearby.verify().await.unwrap();
+    let report = app.nearby().verify().await.unwrap();
     assert!(report.is_clean(), "{report:?}");
 }
 
@@ -260,7 +252,7 @@ async fn a_voucher_created_while_redis_refused_its_stock_exists_once_and_sells_o
     let item = app.create_item().await;
     let buyer = app.user_token(71);
     meet(&app, &[71]).await;
-    let now = app.state.infra.clock.now();
+    let now = app.now();
     let input = json!({
         "itemId": item, "title": "Two for one", "stock": 5,
         "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
@@ -284,13 +276,9 @@ async fn a_voucher_created_while_redis_refused_its_stock_exists_once_and_sells_o
 
     plug.plug_in();
     // The retrier preloads it, before any sale asks for it.
-    let stock_key = app
-        .state
-        .infra
-        .keys
-        .voucher(id, app.state.features.vouchers.settings.shards());
+    let stock_key = app.keys().voucher(id, app.sale_shards());
     within_30s("the stock is preloaded", async || {
-        let Ok(mut conn) = app.state.infra.redis.get().await else {
+        let Some(mut conn) = app.try_redis_connection().await else {
             return false;
         };
         let stock: Option<i64> = redis::cmd("HGET")
@@ -311,6 +299,6 @@ async fn a_voucher_created_while_redis_refused_its_stock_exists_once_and_sells_o
         .gql(Some(&buyer), SECKILL, json!({ "v": id.to_string() }))
         .await;
     assert!(order["data"]["seckillVoucher"]["id"].is_string(), "{order}");
-    let remaining = app.state.features.vouchers.remaining(&[id]).await.unwrap();
+    let remaining = app.vouchers().remaining(&[id]).await.unwrap();
     assert_eq!(remaining[&id], 4);
 }

@@ -25,7 +25,7 @@ const ACCEPTED: &str =
 
 /// The `Authorization` value (`Bearer <token>`) a `connection_init` payload carries, `None`
 /// for an anonymous connection; an error (`BAD_REQUEST`) for a credential in another shape.
-pub fn authorization_in(payload: &Value) -> Result<Option<String>, AppError> {
+pub(crate) fn authorization_in(payload: &Value) -> Result<Option<String>, AppError> {
     let object = match payload {
         Value::Null => return Ok(None),
         Value::Object(object) => object,

@@ -65,19 +65,19 @@ use writer::SocketWriter;
 use super::{client_ip, server::ConnectionSlot, HttpState};
 
 /// How long a socket may stay open without `connection_init` (the protocol's example value).
-pub const INIT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest operation id, in bytes: a UUID is 36, clients' counters a few.
-pub const MAX_OPERATION_ID: usize = 128;
+pub(crate) const MAX_OPERATION_ID: usize = 128;
 
-pub fn is_upgrade(headers: &HeaderMap) -> bool {
+pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
     headers
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
-pub fn upgrade(
+pub(crate) fn upgrade(
     http: HttpState,
     peer: SocketAddr,
     headers: &HeaderMap,

@@ -7,40 +7,40 @@
 //! - `graphql-ws` (the legacy `subscriptions-transport-ws`): `connection_ack`, `data`,
 //!   `error`, `complete`, and `connection_error` where the newer protocol closes the socket.
 
-pub use async_graphql::http::ClientMessage;
+pub(crate) use async_graphql::http::ClientMessage;
 use async_graphql::{http::WebSocketProtocols, ServerError};
 
 /// Close code of `graphql-transport-ws` for a message it cannot read.
-pub const BAD_REQUEST: u16 = 4400;
+pub(crate) const BAD_REQUEST: u16 = 4400;
 /// Close code of `graphql-transport-ws` for a `subscribe` before `connection_ack`.
-pub const UNAUTHORIZED: u16 = 4401;
+pub(crate) const UNAUTHORIZED: u16 = 4401;
 /// Close code of `graphql-transport-ws` for a refused `connection_init` or an expired token.
-pub const FORBIDDEN: u16 = 4403;
+pub(crate) const FORBIDDEN: u16 = 4403;
 /// Close code of `graphql-transport-ws` when `connection_init` does not come in time.
-pub const INIT_TIMED_OUT: u16 = 4408;
+pub(crate) const INIT_TIMED_OUT: u16 = 4408;
 /// Close code of `graphql-transport-ws` for a `subscribe` reusing a running operation's id.
-pub const DUPLICATE_ID: u16 = 4409;
+pub(crate) const DUPLICATE_ID: u16 = 4409;
 /// Close code of `graphql-transport-ws` for a second `connection_init`.
-pub const TOO_MANY_INITS: u16 = 4429;
+pub(crate) const TOO_MANY_INITS: u16 = 4429;
 /// The same code for a `connection_init` past the client's rate or its cap of sockets (on
 /// both protocols): `graphql-ws` clients do not retry it at once.
-pub const TOO_MANY_REQUESTS: u16 = 4429;
+pub(crate) const TOO_MANY_REQUESTS: u16 = 4429;
 /// The WebSocket close code for a protocol error (the legacy protocol's only one).
-pub const PROTOCOL_ERROR: u16 = 1002;
+pub(crate) const PROTOCOL_ERROR: u16 = 1002;
 
 /// The longest close reason a frame carries (125 bytes of payload, 2 of them the code).
 const MAX_REASON: usize = 123;
 
 /// What the server writes: a text message, or a close frame (after which nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outgoing {
+pub(crate) enum Outgoing {
     Text(String),
     Close(u16, String),
 }
 
 /// A protocol rule the client broke: how the socket ends. The newer protocol closes it with
 /// `code`; the legacy one has no codes of its own and sends `connection_error` first.
-pub fn violation(protocol: WebSocketProtocols, code: u16, reason: &str) -> Vec<Outgoing> {
+pub(crate) fn violation(protocol: WebSocketProtocols, code: u16, reason: &str) -> Vec<Outgoing> {
     match protocol {
         WebSocketProtocols::GraphQLWS => vec![close(code, reason)],
         WebSocketProtocols::SubscriptionsTransportWS => {
@@ -49,7 +49,7 @@ pub fn violation(protocol: WebSocketProtocols, code: u16, reason: &str) -> Vec<O
     }
 }
 
-pub fn close(code: u16, reason: &str) -> Outgoing {
+pub(crate) fn close(code: u16, reason: &str) -> Outgoing {
     let mut end = reason.len().min(MAX_REASON);
     while !reason.is_char_boundary(end) {
         end -= 1;
@@ -57,28 +57,28 @@ pub fn close(code: u16, reason: &str) -> Outgoing {
     Outgoing::Close(code, reason[..end].to_string())
 }
 
-pub fn connection_ack() -> Outgoing {
+pub(crate) fn connection_ack() -> Outgoing {
     Outgoing::Text(r#"{"type":"connection_ack"}"#.to_string())
 }
 
-pub fn connection_error(message: &str) -> Outgoing {
+pub(crate) fn connection_error(message: &str) -> Outgoing {
     Outgoing::Text(
         serde_json::json!({ "type": "connection_error", "payload": { "message": message } })
             .to_string(),
     )
 }
 
-pub fn pong() -> Outgoing {
+pub(crate) fn pong() -> Outgoing {
     Outgoing::Text(r#"{"type":"pong"}"#.to_string())
 }
 
 /// An operation's id as a JSON string, written once per operation into each message.
-pub fn quoted(id: &str) -> String {
+pub(crate) fn quoted(id: &str) -> String {
     serde_json::to_string(id).expect("a string serialises")
 }
 
 /// One result of an operation: `payload` is a GraphQL response in JSON.
-pub fn next(protocol: WebSocketProtocols, quoted_id: &str, payload: &str) -> Outgoing {
+pub(crate) fn next(protocol: WebSocketProtocols, quoted_id: &str, payload: &str) -> Outgoing {
     let mut text = String::with_capacity(payload.len() + quoted_id.len() + 32);
     write_next_head(protocol, quoted_id, &mut text);
     text.push_str(payload);
@@ -89,14 +89,14 @@ pub fn next(protocol: WebSocketProtocols, quoted_id: &str, payload: &str) -> Out
 /// What comes before the payload in each result message of operation `quoted_id`, written
 /// once per operation for the results delivered directly (the head of its
 /// [`Envelope`](crate::api::live::Envelope)); [`NEXT_TAIL`] comes after it.
-pub fn next_head(protocol: WebSocketProtocols, quoted_id: &str) -> String {
+pub(crate) fn next_head(protocol: WebSocketProtocols, quoted_id: &str) -> String {
     let mut head = String::with_capacity(quoted_id.len() + 32);
     write_next_head(protocol, quoted_id, &mut head);
     head
 }
 
 /// What comes after the payload in a result message.
-pub const NEXT_TAIL: &str = "}";
+pub(crate) const NEXT_TAIL: &str = "}";
 
 fn write_next_head(protocol: WebSocketProtocols, quoted_id: &str, text: &mut String) {
     let kind = match protocol {
@@ -113,7 +113,11 @@ fn write_next_head(protocol: WebSocketProtocols, quoted_id: &str, text: &mut Str
 /// The end of an operation that failed before its first result; no `complete` follows.
 /// `graphql-transport-ws`'s `payload` is the list of errors; the legacy protocol's
 /// (`GQL_ERROR`) is one error, the first.
-pub fn error(protocol: WebSocketProtocols, quoted_id: &str, errors: &[ServerError]) -> Outgoing {
+pub(crate) fn error(
+    protocol: WebSocketProtocols,
+    quoted_id: &str,
+    errors: &[ServerError],
+) -> Outgoing {
     let payload = match protocol {
         WebSocketProtocols::GraphQLWS => serde_json::to_string(errors),
         WebSocketProtocols::SubscriptionsTransportWS => serde_json::to_string(&errors.first()),
@@ -124,7 +128,7 @@ pub fn error(protocol: WebSocketProtocols, quoted_id: &str, errors: &[ServerErro
     ))
 }
 
-pub fn complete(quoted_id: &str) -> Outgoing {
+pub(crate) fn complete(quoted_id: &str) -> Outgoing {
     Outgoing::Text(format!(r#"{{"type":"complete","id":{quoted_id}}}"#))
 }
 

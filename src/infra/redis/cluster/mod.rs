@@ -42,9 +42,9 @@ use redis::{
 };
 use tokio::sync::OnceCell;
 
-pub use routes::slot_of;
+pub(crate) use routes::slot_of;
 use routes::{route_of, split_by_slot, Route};
-pub use topology::Addr;
+pub(crate) use topology::Addr;
 use topology::{parse_shards, Topology};
 
 use super::RedisTarget;
@@ -103,7 +103,10 @@ enum Next {
 
 impl Cluster {
     /// Learns the slots from the first seed that answers.
-    pub async fn connect(target: &RedisTarget, config: AsyncConnectionConfig) -> RedisResult<Self> {
+    pub(crate) async fn connect(
+        target: &RedisTarget,
+        config: AsyncConnectionConfig,
+    ) -> RedisResult<Self> {
         let cluster = Self {
             inner: Arc::new(Inner {
                 target: target.clone(),
@@ -120,7 +123,7 @@ impl Cluster {
 
     /// The same client, sending on connections of its own, for the writes that wait for
     /// replicas.
-    pub fn durable_lane(&self) -> Self {
+    pub(crate) fn durable_lane(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             lane: Lane::Durable,
@@ -128,7 +131,7 @@ impl Cluster {
     }
 
     /// Every master, as last learnt.
-    pub fn masters(&self) -> Vec<Addr> {
+    pub(crate) fn masters(&self) -> Vec<Addr> {
         self.inner.topology.lock().expect("poisoned").masters()
     }
 
@@ -139,12 +142,12 @@ impl Cluster {
     }
 
     /// The master of `key`'s slot, as last learnt.
-    pub fn master_of_key(&self, key: &str) -> Option<Addr> {
+    pub(crate) fn master_of_key(&self, key: &str) -> Option<Addr> {
         self.master_of(Some(slot_of(key.as_bytes()))).ok()
     }
 
     /// Sends `cmd` to one node (SCAN of each master).
-    pub async fn query_on(&self, addr: &str, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn query_on(&self, addr: &str, cmd: &Cmd) -> RedisResult<Value> {
         let (_, mut conn) = self.connection(addr).await?;
         reply_of(conn.req_packed_command(cmd).await)
     }

@@ -4,11 +4,11 @@
 use redis::{Arg, Cmd};
 
 /// The number of hash slots of a Redis Cluster.
-pub const SLOTS: u16 = 16384;
+pub(crate) const SLOTS: u16 = 16384;
 
 /// The slot of `key`: CRC16 of its hash tag (the text between the first `{` and the next
 /// `}`, when not empty) or of the whole key.
-pub fn slot_of(key: &[u8]) -> u16 {
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
     let tag = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;
@@ -18,7 +18,7 @@ pub fn slot_of(key: &[u8]) -> u16 {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Route {
+pub(crate) enum Route {
     /// The master of this slot.
     Slot(u16),
     /// Any master: the command names no key (PING, INFO, TIME, a keyless script).
@@ -31,7 +31,7 @@ pub enum Route {
 /// The command's route, by its first key. This knows where the commands engage sends carry
 /// their keys; any other command goes by its first argument, and a wrong guess costs one
 /// MOVED redirection, never a wrong answer.
-pub fn route_of(cmd: &Cmd) -> Route {
+pub(crate) fn route_of(cmd: &Cmd) -> Route {
     let args = args_of(cmd);
     let Some(name) = args.first().map(|name| name.to_ascii_uppercase()) else {
         return Route::AnyMaster;
@@ -72,7 +72,7 @@ pub fn route_of(cmd: &Cmd) -> Route {
 
 /// How the replies of a command split per slot are put back together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Join {
+pub(crate) enum Join {
     /// MGET: one value per key, in the order of the keys.
     Values,
     /// DEL, UNLINK, EXISTS, TOUCH: the sum of the counts.
@@ -80,12 +80,12 @@ pub enum Join {
 }
 
 /// One slot's part of a split command, with the positions of its keys in the whole.
-pub type Part = (Cmd, Vec<usize>);
+pub(crate) type Part = (Cmd, Vec<usize>);
 
 /// A command whose every argument is a key, split into one command per slot when its keys
 /// live in more than one: the parts and how to join their replies. `None` when the command
 /// goes to one slot as it is.
-pub fn split_by_slot(cmd: &Cmd) -> Option<(Join, Vec<Part>)> {
+pub(crate) fn split_by_slot(cmd: &Cmd) -> Option<(Join, Vec<Part>)> {
     let args = args_of(cmd);
     let name = args.first()?.to_ascii_uppercase();
     let join = match name.as_slice() {

@@ -6,9 +6,9 @@ use redis::{FromRedisValue, Value};
 use super::routes::SLOTS;
 
 /// A node's address, `host:port`, as the cluster names it.
-pub type Addr = String;
+pub(crate) type Addr = String;
 
-pub struct Topology {
+pub(crate) struct Topology {
     /// Per slot, the index of its master in `nodes`.
     owners: Vec<Option<u16>>,
     nodes: Vec<Addr>,
@@ -17,26 +17,26 @@ pub struct Topology {
 /// One shard of a `CLUSTER SHARDS` reply: its slot ranges and its online master, if it has
 /// one (during a failover it has none until a replica is promoted).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Shard {
-    pub ranges: Vec<(u16, u16)>,
-    pub master: Option<Addr>,
+pub(crate) struct Shard {
+    pub(crate) ranges: Vec<(u16, u16)>,
+    pub(crate) master: Option<Addr>,
 }
 
 impl Topology {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             owners: vec![None; usize::from(SLOTS)],
             nodes: Vec::new(),
         }
     }
 
-    pub fn master_of(&self, slot: u16) -> Option<&Addr> {
+    pub(crate) fn master_of(&self, slot: u16) -> Option<&Addr> {
         let owner = (*self.owners.get(usize::from(slot))?)?;
         self.nodes.get(usize::from(owner))
     }
 
     /// Every node that masters at least one slot.
-    pub fn masters(&self) -> Vec<Addr> {
+    pub(crate) fn masters(&self) -> Vec<Addr> {
         let mut owning = vec![false; self.nodes.len()];
         for owner in self.owners.iter().flatten() {
             owning[usize::from(*owner)] = true;
@@ -50,7 +50,7 @@ impl Topology {
     }
 
     /// `slot` is now mastered by `addr` (a MOVED reply).
-    pub fn set(&mut self, slot: u16, addr: &str) {
+    pub(crate) fn set(&mut self, slot: u16, addr: &str) {
         let node = self.node(addr);
         if let Some(owner) = self.owners.get_mut(usize::from(slot)) {
             *owner = Some(node);
@@ -59,7 +59,7 @@ impl Topology {
 
     /// Takes in a fresh view of the shards. A shard without an online master keeps its
     /// slots where they were: a request there fails and is retried until one is promoted.
-    pub fn update(&mut self, shards: &[Shard]) {
+    pub(crate) fn update(&mut self, shards: &[Shard]) {
         for shard in shards {
             let Some(master) = &shard.master else {
                 continue;
@@ -86,7 +86,7 @@ impl Topology {
 
 /// The shards of a `CLUSTER SHARDS` reply (RESP2 arrays of pairs, or RESP3 maps). `asked` is
 /// the node that answered, for a node whose address it does not know itself.
-pub fn parse_shards(reply: &Value, asked: &str, tls: bool) -> Vec<Shard> {
+pub(crate) fn parse_shards(reply: &Value, asked: &str, tls: bool) -> Vec<Shard> {
     let Value::Array(shards) = reply else {
         return Vec::new();
     };
