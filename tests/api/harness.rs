@@ -174,6 +174,36 @@ impl TestApp {
             .to_string()
     }
 
+    /// A voucher on a new item, on sale from a minute ago for an hour, with `stock` and
+    /// `pay_within` seconds to pay; its id.
+    pub async fn create_voucher(&self, stock: i64, pay_within: i64) -> String {
+        let now = self.now();
+        let input = json!({
+            "itemId": self.create_item().await, "title": "Half price", "stock": stock,
+            "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+            "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
+            "payWithinSeconds": pay_within,
+        });
+        let query = "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id } }";
+        let data = self
+            .data(Some(&self.admin_token()), query, json!({ "input": input }))
+            .await;
+        data["createVoucher"]["id"]
+            .as_str()
+            .expect("a voucher id")
+            .to_string()
+    }
+
+    /// A flash-sale attempt by the holder of `token` that must succeed; the order's id.
+    pub async fn seckill(&self, token: &str, voucher: &str) -> String {
+        let query = "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } }";
+        let data = self.data(Some(token), query, json!({ "v": voucher })).await;
+        data["seckillVoucher"]["id"]
+            .as_str()
+            .expect("an order id")
+            .to_string()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

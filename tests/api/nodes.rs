@@ -31,34 +31,8 @@ async fn remark(app: &TestApp, author: i64) -> (String, String) {
 
 /// A voucher on sale now and an order of it by `buyer`: (voucher id, order id).
 async fn order(app: &TestApp, buyer: i64) -> (String, String) {
-    let item = app.create_item().await;
-    let now = app.now();
-    let input = json!({
-        "itemId": item, "title": "Half price", "stock": 5,
-        "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
-        "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
-        "payWithinSeconds": 600,
-    });
-    let voucher = app
-        .data(
-            Some(&app.admin_token()),
-            "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id } }",
-            json!({ "input": input }),
-        )
-        .await["createVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let order = app
-        .data(
-            Some(&app.user_token(buyer)),
-            "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } }",
-            json!({ "v": voucher }),
-        )
-        .await["seckillVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let voucher = app.create_voucher(5, 600).await;
+    let order = app.seckill(&app.user_token(buyer), &voucher).await;
     (voucher, order)
 }
 

@@ -390,30 +390,10 @@ async fn feed_entries_of_one_millisecond_page_backward_in_their_forward_order() 
 #[tokio::test]
 async fn my_orders_page_forward_and_backward_through_the_same_rows_in_the_same_order() {
     let app = unlimited().await;
-    let admin = app.admin_token();
     let buyer = app.user_token(61);
-    let now = app.now();
     for _ in 0..5 {
-        let input = json!({
-            "itemId": app.create_item().await, "title": "Half price", "stock": 5,
-            "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
-            "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
-            "payWithinSeconds": 600,
-        });
-        let voucher = app
-            .data(
-                Some(&admin),
-                "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id } }",
-                json!({ "input": input }),
-            )
-            .await["createVoucher"]["id"]
-            .clone();
-        app.data(
-            Some(&buyer),
-            "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } }",
-            json!({ "v": voucher }),
-        )
-        .await;
+        let voucher = app.create_voucher(5, 600).await;
+        app.seckill(&buyer, &voucher).await;
     }
     let orders = List {
         app: &app,

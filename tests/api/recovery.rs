@@ -1,7 +1,7 @@
 //! SQL is the system of record: `verify` finds every feature's drift (a Redis that lost
 //! everything included), and `rebuild` brings back every answer the API gave before.
 
-use chrono::{Duration, NaiveDate, TimeZone, Utc};
+use chrono::{NaiveDate, TimeZone, Utc};
 use serde_json::{json, Value};
 
 use crate::harness::{first_code, local_id, scan, streams_settled, TestApp};
@@ -172,34 +172,10 @@ async fn seed(app: &TestApp) -> Seeded {
         )
         .await;
     }
-    let now = app.now();
-    let voucher = app
-        .data(
-            Some(&admin),
-            "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id } }",
-            json!({ "input": {
-                "itemId": items[0], "title": "Half price", "stock": 10,
-                "beginsAt": (now - Duration::minutes(1)).to_rfc3339(),
-                "endsAt": (now + Duration::hours(1)).to_rfc3339(),
-                "payWithinSeconds": 3600,
-            } }),
-        )
-        .await["createVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let voucher = app.create_voucher(10, 3600).await;
     let mut orders = Vec::new();
     for buyer in [4, 5] {
-        let order = app
-            .data(
-                Some(&app.user_token(buyer)),
-                "mutation($v: ID!) { seckillVoucher(voucherId: $v) { id } }",
-                json!({ "v": voucher }),
-            )
-            .await["seckillVoucher"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let order = app.seckill(&app.user_token(buyer), &voucher).await;
         orders.push((buyer, order));
     }
     app.data(

@@ -26,33 +26,6 @@ async fn busy_app() -> TestApp {
     .await
 }
 
-/// A voucher on a new item, its window open from a minute ago for an hour.
-async fn voucher(app: &TestApp, stock: i64, pay_within: i64) -> String {
-    let admin = app.admin_token();
-    let item = app.create_item().await;
-    let now = app.now();
-    let input = json!({
-        "itemId": item, "title": "Half price", "stock": stock,
-        "beginsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
-        "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
-        "payWithinSeconds": pay_within,
-    });
-    app.data(Some(&admin), CREATE, json!({ "input": input }))
-        .await["createVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-/// One attempt by the holder of `token` that must succeed; the order's id.
-async fn buy(app: &TestApp, token: &str, voucher: &str) -> String {
-    app.data(Some(token), SECKILL, json!({ "v": voucher }))
-        .await["seckillVoucher"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 /// The stock checks once the order consumer has caught up; they must all agree.
 async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck> {
     let streams: Vec<String> = (0..app.sale_shards())
@@ -75,7 +48,7 @@ async fn consistent(app: &TestApp) -> Vec<engage::features::vouchers::StockCheck
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_attempts_by_a_thousand_users_never_oversell_stock_of_100() {
     let app = Arc::new(busy_app().await);
-    let voucher = voucher(&app, 100, 600).await;
+    let voucher = app.create_voucher(100, 600).await;
     let attempts: Vec<_> = (0..2000)
         .map(|n| {
             let (app, voucher) = (app.clone(), voucher.clone());
@@ -138,7 +111,7 @@ async fn two_thousand_attempts_by_a_thousand_users_never_oversell_stock_of_100()
 #[tokio::test]
 async fn the_window_is_checked_against_the_servers_clock() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 5, 600).await;
+    let voucher = app.create_voucher(5, 600).await;
     let token = app.user_token(20);
     app.advance_clock(chrono::Duration::minutes(-5));
     assert_eq!(
@@ -169,7 +142,7 @@ async fn the_window_is_checked_against_the_servers_clock() {
 #[tokio::test]
 async fn paying_past_pay_by_answers_pay_window_over_and_a_settled_order_still_conflicts() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 3, 60).await;
+    let voucher = app.create_voucher(3, 60).await;
     let late_buyer = app.user_token(40);
     let order = app
         .data(Some(&late_buyer), SECKILL, json!({ "v": voucher }))
@@ -229,7 +202,7 @@ async fn paying_past_pay_by_answers_pay_window_over_and_a_settled_order_still_co
 #[tokio::test]
 async fn an_unpaid_order_expires_at_pay_by_and_the_buyer_may_buy_again() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 1, 60).await;
+    let voucher = app.create_voucher(1, 60).await;
     let token = app.user_token(30);
     let order = app
         .data(Some(&token), SECKILL, json!({ "v": voucher }))
@@ -289,9 +262,9 @@ async fn an_unpaid_order_expires_at_pay_by_and_the_buyer_may_buy_again() {
 async fn paying_and_expiring_race_and_exactly_one_wins() {
     let app = Arc::new(busy_app().await);
     for round in 0..20 {
-        let voucher = voucher(&app, 1, 5).await;
+        let voucher = app.create_voucher(1, 5).await;
         let token = app.user_token(100 + round);
-        let order = buy(&app, &token, &voucher).await;
+        let order = app.seckill(&token, &voucher).await;
         // Right at pay-by: the expiry job and the payment go at the same moment.
         app.advance_clock(chrono::Duration::milliseconds(5000));
         let (pay, cancel) = tokio::join!(
@@ -311,7 +284,7 @@ async fn paying_and_expiring_race_and_exactly_one_wins() {
 #[tokio::test]
 async fn pay_and_cancel_are_idempotent_and_only_for_the_buyer() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 3, 600).await;
+    let voucher = app.create_voucher(3, 600).await;
     let token = app.user_token(40);
     let order = app
         .data(Some(&token), SECKILL, json!({ "v": voucher }))
@@ -365,7 +338,7 @@ async fn pay_and_cancel_are_idempotent_and_only_for_the_buyer() {
 #[tokio::test]
 async fn replaying_the_order_stream_inserts_nothing_twice() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 10, 600).await;
+    let voucher = app.create_voucher(10, 600).await;
     for buyer in 0..5 {
         let order = app
             .data(
@@ -446,8 +419,8 @@ async fn only_admins_create_vouchers_with_checked_input() {
 #[tokio::test]
 async fn someone_elses_order_and_a_missing_one_are_both_not_found() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 3, 600).await;
-    let order = buy(&app, &app.user_token(50), &voucher).await;
+    let voucher = app.create_voucher(3, 600).await;
+    let order = app.seckill(&app.user_token(50), &voucher).await;
     let missing = global_id("Order", local_id(&order) + 1000);
     let stranger = app.user_token(51);
     for mutation in [PAY, CANCEL] {
@@ -511,10 +484,10 @@ async fn pending_expiry(app: &TestApp, order: &str) -> Option<&'static str> {
 async fn a_cancelled_or_paid_order_leaves_no_expiry_job_behind() {
     let app = busy_app().await;
     // A day to pay: a job left behind would wait that long.
-    let voucher = voucher(&app, 5, 86_400).await;
+    let voucher = app.create_voucher(5, 86_400).await;
     for (buyer, settle, field) in [(60, CANCEL, "cancelOrder"), (61, PAY, "payOrder")] {
         let token = app.user_token(buyer);
-        let order = buy(&app, &token, &voucher).await;
+        let order = app.seckill(&token, &voucher).await;
         assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
         let settled = app.data(Some(&token), settle, json!({ "o": order })).await;
         assert!(settled[field]["status"].is_string(), "{settled}");
@@ -627,8 +600,8 @@ async fn rebought(
     i64,
     Vec<(&'static str, String)>,
 ) {
-    let voucher = voucher(app, 5, 600).await;
-    let a: i64 = local_id(&buy(app, &app.user_token(40), &voucher).await);
+    let voucher = app.create_voucher(5, 600).await;
+    let a: i64 = local_id(&app.seckill(&app.user_token(40), &voucher).await);
     consistent(app).await;
     let (voucher, created, pay_by, status) = archived_order(app, a).await;
     assert_eq!(status, "UNPAID");
@@ -718,8 +691,8 @@ async fn a_rebought_order_archived_before_its_predecessor_settles_waits_for_it()
 #[tokio::test]
 async fn an_order_expiry_job_keeps_trying_for_hours_before_it_gives_up() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 1, 600).await;
-    let order = buy(&app, &app.user_token(80), &voucher).await;
+    let voucher = app.create_voucher(1, 600).await;
+    let order = app.seckill(&app.user_token(80), &voucher).await;
     let topic = engage::features::vouchers::EXPIRY_TOPIC;
     let job = app
         .jobs()
@@ -756,9 +729,9 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
         config.vouchers.order_sweep_seconds = 1;
     })
     .await;
-    let voucher = voucher(&app, 1, 60).await;
+    let voucher = app.create_voucher(1, 60).await;
     let token = app.user_token(90);
-    let order = buy(&app, &token, &voucher).await;
+    let order = app.seckill(&token, &voucher).await;
     consistent(&app).await;
     assert_eq!(pending_expiry(&app, &order).await, Some("delayed"));
     // Redis loses the job (and nothing rebuilds it).
@@ -795,7 +768,7 @@ async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after
 #[tokio::test]
 async fn an_orders_expiry_job_is_recorded_in_sql_with_the_order() {
     let app = busy_app().await;
-    let voucher = voucher(&app, 5, 600).await;
+    let voucher = app.create_voucher(5, 600).await;
     let mut orders = Vec::new();
     for buyer in 0..3 {
         let order = app
@@ -843,7 +816,7 @@ async fn with_replicas_required_an_order_is_acknowledged_only_once_they_hold_it(
         }
     })
     .await;
-    let first = voucher(&app, 10, 60).await;
+    let first = app.create_voucher(10, 60).await;
     let token = app.user_token(7);
     let response = app.gql(Some(&token), SECKILL, json!({ "v": first })).await;
     assert_eq!(first_code(&response), "UNAVAILABLE", "{response}");
@@ -853,7 +826,7 @@ async fn with_replicas_required_an_order_is_acknowledged_only_once_they_hold_it(
     // Concurrent orders share their WAITs: one in flight per master, the others join the
     // next, so a replica that never answers costs each order about one timeout rather than
     // one per order queued ahead of it; each order is still taken exactly once.
-    let crowd = voucher(&app, 100, 60).await;
+    let crowd = app.create_voucher(100, 60).await;
     let rounds_before = metric(&app, "engage_redis_wait_rounds_total").await;
     let orders = (100..140).map(|buyer| {
         let token = app.user_token(buyer);
@@ -876,8 +849,8 @@ async fn with_replicas_required_an_order_is_acknowledged_only_once_they_hold_it(
     // On the cluster every master has one replica: WAIT 1 is met and the order answers.
     if app.on_cluster() {
         let app = TestApp::spawn_with(|config| config.redis_wait_replicas = 1).await;
-        let second = voucher(&app, 10, 60).await;
-        buy(&app, &app.user_token(7), &second).await;
+        let second = app.create_voucher(10, 60).await;
+        app.seckill(&app.user_token(7), &second).await;
     }
 
     // A pool cannot wait: WAIT would ask about another connection's writes.
