@@ -2,7 +2,8 @@
   Revokes one award once: adds what it paid to the user's revoked points (the balance may
   go below zero by that much, no more) and takes it off the part of the award's season
   board that holds the user, keeping the user's tie-breaker; a user left with no points
-  leaves the board. The revoke is XADDed like an award, with the award's type, negative
+  leaves the board. A season the rollover archived has no board in Redis any more: its
+  archived ranks stay as they were. The revoke is XADDed like an award, with the award's type, negative
   points and its reason, and archived to `points_record`.
 
   The board's change is published as lua/include/points_award.lua publishes an award's,
@@ -44,6 +45,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   return {ALREADY, earned, spent, revoked}
 end
 local amount = tonumber(ARGV[3])
+local taken = 0 - amount -- never -0, which Lua would write as such
 if amount > 0 then
   revoked = redis.call('HINCRBY', KEYS[1], 'revoked', amount)
   local old = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -62,8 +64,8 @@ if amount > 0 then
     redis.call(ARGV[7], ARGV[6], table.concat({change, ARGV[1], string.format('%.0f', old), new}, ' '))
   end
 end
-redis.call('SET', KEYS[2], -amount, 'EX', ARGV[8])
+redis.call('SET', KEYS[2], taken, 'EX', ARGV[8])
 -- Unpacked (src/infra/streams/mod.rs): two values are the caller's free text.
-redis.call('XADD', KEYS[5], '*', 'user', ARGV[1], 'type', ARGV[2], 'points', -amount,
+redis.call('XADD', KEYS[5], '*', 'user', ARGV[1], 'type', ARGV[2], 'points', taken,
   'requested', amount, 'season', ARGV[4], 'at', ARGV[5], 'key', ARGV[9], 'reason', ARGV[10])
 return {OK, earned, spent, revoked}

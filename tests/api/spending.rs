@@ -21,10 +21,18 @@ const HISTORY: &str =
 const BOARD: &str = "{ leaderboard { total entries { rank points user { id } } } }";
 
 async fn unlimited() -> TestApp {
+    in_buckets(None).await
+}
+
+/// With the points keys in `buckets` buckets (the default without).
+async fn in_buckets(buckets: Option<u32>) -> TestApp {
     TestApp::spawn_with(|config| {
         config.max_connections_per_ip = 0;
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
+        if buckets.is_some() {
+            config.points.points_buckets = buckets;
+        }
     })
     .await
 }
@@ -358,7 +366,17 @@ async fn a_revoke_takes_the_award_off_the_balance_and_the_season_board_once() {
 
 #[tokio::test]
 async fn balances_and_boards_are_rebuilt_from_sql_after_redis_lost_them() {
-    let app = unlimited().await;
+    rebuilt_after_a_loss(None).await;
+}
+
+/// The same with the points keys in seven buckets: each user's balance is in their bucket.
+#[tokio::test]
+async fn balances_in_seven_buckets_are_rebuilt_from_sql_after_redis_lost_them() {
+    rebuilt_after_a_loss(Some(7)).await;
+}
+
+async fn rebuilt_after_a_loss(buckets: Option<u32>) {
+    let app = in_buckets(buckets).await;
     for user in 71..=74 {
         award(&app, user, 10 * user, "first").await;
         award(&app, user, 5, "second").await;
@@ -414,4 +432,40 @@ async fn balances_and_boards_are_rebuilt_from_sql_after_redis_lost_them() {
     assert_eq!(numbers(&replay["data"]["spendPoints"]), (715, 30, 0, 685));
     let short = spend(&app, 71, 686, "a plane", "plane").await;
     assert_eq!(first_code(&short), "INSUFFICIENT_POINTS");
+}
+
+/// Spends made while a rebuild runs (before its snapshot, between it and the hold, held
+/// back during the hold, after it) are all in the rebuilt balance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spends_made_while_a_rebuild_runs_are_all_in_the_rebuilt_balance() {
+    let app = std::sync::Arc::new(unlimited().await);
+    award(&app, 81, 5000, "grant").await;
+    archived(&app).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spender = {
+        let (app, stop) = (app.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut accepted = 0;
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let body = spend(&app, 81, 2, "a sticker", &format!("during-{n}")).await;
+                assert!(body["errors"].is_null(), "{body}");
+                accepted += 1;
+            }
+            accepted
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    app.rebuild_from_sql().await.expect("rebuild");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let accepted = spender.await.unwrap();
+    assert!(accepted > 0);
+    assert_eq!(
+        balance_of(&app, 81).await,
+        (5000, 2 * accepted, 0, 5000 - 2 * accepted)
+    );
+    archived(&app).await;
+    assert_eq!(drifted(&app).await, Vec::<String>::new());
 }
