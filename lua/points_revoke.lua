@@ -11,7 +11,7 @@
   change they can apply (they read the board afresh).
 
   Input:
-    KEYS[1] balance: the user's balance hash           {points:B}:balance:<user>
+    KEYS[1] balances: the bucket's balances            {points:B}:balances
     KEYS[2] marker: the revoke's idempotency marker    {points:B}:award:<user>:<revoke key>
     KEYS[3] board: the award's season board (the user's part) {points:B}:board:<YYYYMM>
     KEYS[4] changes: that part's change counter        {points:B}:board:<YYYYMM>:changes
@@ -40,14 +40,14 @@ if held(KEYS[6]) then
   return {HELD, 0, 0, 0}
 end
 
-local earned, spent, revoked = balance_of(KEYS[1])
+local earned, spent, revoked = balance_of(KEYS[1], ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {ALREADY, earned, spent, revoked}
 end
 local amount = tonumber(ARGV[3])
 local taken = 0 - amount -- never -0, which Lua would write as such
 if amount > 0 then
-  revoked = redis.call('HINCRBY', KEYS[1], 'revoked', amount)
+  revoked = redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':revoked', amount)
   local old = redis.call('ZSCORE', KEYS[3], ARGV[1])
   if old then
     old = tonumber(old)

@@ -6,7 +6,7 @@
   points and its reason, and archived to `points_record`; no board counts it.
 
   Input:
-    KEYS[1] balance: the user's balance hash        {points:B}:balance:<user>
+    KEYS[1] balances: the bucket's balances         {points:B}:balances
     KEYS[2] marker: the spend's idempotency marker  {points:B}:award:<user>:<key>
     KEYS[3] events: points stream                   {points:B}:events
     KEYS[4] hold: rebuild hold                      {points:B}:rebuilding
@@ -31,7 +31,7 @@ if held(KEYS[4]) then
   return {HELD, 0, 0, 0}
 end
 
-local earned, spent, revoked = balance_of(KEYS[1])
+local earned, spent, revoked = balance_of(KEYS[1], ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {ALREADY, earned, spent, revoked}
 end
@@ -39,7 +39,7 @@ local amount = tonumber(ARGV[2])
 if earned - spent - revoked < amount then
   return {OVER_LIMIT, earned, spent, revoked}
 end
-spent = redis.call('HINCRBY', KEYS[1], 'spent', amount)
+spent = redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':spent', amount)
 redis.call('SET', KEYS[2], -amount, 'EX', ARGV[5])
 -- Unpacked (src/infra/streams/mod.rs): two values are the caller's free text.
 redis.call('XADD', KEYS[3], '*', 'user', ARGV[1], 'type', 'SPEND', 'points', -amount,

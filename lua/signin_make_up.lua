@@ -7,7 +7,7 @@
     KEYS[7] make_ups: make-up counter {points:B}:makeups:<user>:<YYYYMM>
     KEYS[8] hold: rebuild hold {points:B}:rebuilding
     KEYS[9] changes: the board's changes {points:B}:board:<YYYYMM>:changes
-    KEYS[10] balance: the user's points balance {points:B}:balance:<user>
+    KEYS[10] balances: the bucket's points balances {points:B}:balances
     ARGV[1] user: user id
     ARGV[2] day: the missed day (before today)
     ARGV[3] today: today's day

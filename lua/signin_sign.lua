@@ -11,7 +11,7 @@
     KEYS[6] events: points stream            {points:B}:events
     KEYS[7] hold: rebuild hold             {points:B}:rebuilding
     KEYS[8] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
-    KEYS[9] balance: the user's points balance {points:B}:balance:<user>
+    KEYS[9] balances: the bucket's points balances {points:B}:balances
     ARGV[1] user: user id
     ARGV[2] day: day of month (1..31)
     ARGV[3] previous_month_days: days in the previous month

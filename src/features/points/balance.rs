@@ -1,9 +1,10 @@
 //! Points as currency: each user's balance (earned, spent, revoked), spending against it and
 //! revoking an award.
 //!
-//! The balance lives in Redis, one hash per user in the user's points bucket
-//! (`{points:B}:balance:<user>`), so that an award (which earns), a spend and a revoke each
-//! change it in the one script that decides them: a spend checks the balance and takes from
+//! The balance lives in Redis, in the hash of the balances of the user's points bucket
+//! (`{points:B}:balances`, fields `<user>:earned`, `<user>:spent`, `<user>:revoked`), so
+//! that an award (which earns), a spend and a revoke each change it in the one script that
+//! decides them: a spend checks the balance and takes from
 //! it atomically (`lua/points_spend.lua`), and no two spends can both take the last points.
 //! SQL is its record: spends and revokes are `points_record` rows with negative points, and
 //! `engage rebuild` writes every balance back from them (`recovery`).
@@ -35,10 +36,20 @@ pub(crate) const MAX_REASON_CHARS: usize = 200;
 const ARCHIVE_WAIT: Duration = Duration::from_secs(10);
 
 impl Keys {
-    /// A user's balance: earned, spent and revoked points.
-    pub fn points_balance(&self, user_id: i64) -> String {
-        self.of_points_user(user_id, &format!("balance:{user_id}"))
+    /// The balances of the users of a user's bucket (`lua/include/points_balance.lua`).
+    pub fn points_balances_of(&self, user_id: i64) -> String {
+        self.of_points_user(user_id, "balances")
     }
+
+    /// The balances of every bucket, in bucket order.
+    pub(crate) fn points_balances(&self) -> Vec<String> {
+        self.per_points_bucket("balances")
+    }
+}
+
+/// The fields of a user's balance in their bucket's hash: earned, spent, revoked.
+pub(crate) fn balance_fields(user_id: i64) -> [String; 3] {
+    ["earned", "spent", "revoked"].map(|what| format!("{user_id}:{what}"))
 }
 
 /// What a user earned, spent and had revoked; the balance is what is left.
@@ -111,10 +122,8 @@ impl Points {
     pub(crate) async fn balance(&self, user_id: i64) -> AppResult<Balance> {
         let mut conn = self.infra.redis.get().await?;
         let (earned, spent, revoked): (Option<i64>, Option<i64>, Option<i64>) = redis::cmd("HMGET")
-            .arg(self.infra.keys.points_balance(user_id))
-            .arg("earned")
-            .arg("spent")
-            .arg("revoked")
+            .arg(self.infra.keys.points_balances_of(user_id))
+            .arg(&balance_fields(user_id))
             .query_async(&mut *conn)
             .await?;
         Ok(Balance {
@@ -160,7 +169,7 @@ impl Points {
                 let (season, _) = self.season_now();
                 (
                     PointsSpend {
-                        balance: keys.points_balance(user_id),
+                        balances: keys.points_balances_of(user_id),
                         marker: keys.points_award_marker(user_id, key),
                         events: keys.points_stream_of(user_id),
                         hold: keys.points_hold_of(user_id),
@@ -215,7 +224,7 @@ impl Points {
             .run_while_held(|| {
                 (
                     PointsRevoke {
-                        balance: keys.points_balance(user_id),
+                        balances: keys.points_balances_of(user_id),
                         marker: keys.points_award_marker(user_id, &revoke_key),
                         board: keys.season_board_of(award.season, user_id),
                         changes: keys.board_changes_of(award.season, user_id),

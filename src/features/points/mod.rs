@@ -304,13 +304,13 @@ impl Points {
                     events: keys.points_stream_of(first),
                     hold: keys.points_hold_of(first),
                     changes: keys.board_changes_of(season, first),
+                    balances: keys.points_balances_of(first),
                     awards: awards
                         .iter()
                         .flat_map(|&(user_id, _, _, key)| {
                             [
                                 keys.points_today(user_id, today),
                                 keys.points_award_marker(user_id, key),
-                                keys.points_balance(user_id),
                             ]
                         })
                         .collect(),

@@ -15,16 +15,19 @@
 //!    make-up counters, and lets go. That takes as long as the archive needs for the last
 //!    moments' awards.
 //!
-//! Balances go the same way: each user's balance up to the snapshot into a side key first,
-//! then under the hold the users with records since, and the side keys swapped in. A
-//! balance is earned (the positive rows), spent (the rows of kind SPEND) and revoked (the
-//! other negative rows).
+//! Balances go the same way: each user's balance up to the snapshot into the side key of
+//! their bucket's balances first, then under the hold the users with records since, and
+//! each bucket's side key swapped in. A balance is earned (the positive rows), spent (the
+//! rows of kind SPEND) and revoked (the other negative rows).
 
 use std::{collections::HashMap, time::Duration};
 
 use sqlx::Row;
 
-use super::{balance::Balance, PointsType, DAILY_TTL_SECONDS};
+use super::{
+    balance::{balance_fields, Balance},
+    PointsType, DAILY_TTL_SECONDS,
+};
 use crate::{
     features::{
         leaderboard::{points_of, rollover::DONE, score_of},
@@ -499,10 +502,8 @@ impl Points {
             let mut pipe = redis::pipe();
             for (user, _) in &balances {
                 pipe.cmd("HMGET")
-                    .arg(self.infra.keys.points_balance(*user))
-                    .arg("earned")
-                    .arg("spent")
-                    .arg("revoked");
+                    .arg(self.infra.keys.points_balances_of(*user))
+                    .arg(&balance_fields(*user));
             }
             let mut conn = self.infra.redis.get().await?;
             let held: Vec<(Option<i64>, Option<i64>, Option<i64>)> =
@@ -522,25 +523,29 @@ impl Points {
         Ok(report)
     }
 
-    /// Writes balances into the side keys of their users' balances.
+    /// Writes balances into the side keys of their buckets' balances (none for a user
+    /// whose records moved no points).
     fn side_balances(&self, balances: &[(i64, Balance)]) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         for (user, balance) in balances {
-            let side = Self::side_key(&self.infra.keys.points_balance(*user));
+            if *balance == Balance::default() {
+                continue;
+            }
+            let [earned, spent, revoked] = balance_fields(*user);
             pipe.cmd("HSET")
-                .arg(&side)
-                .arg("earned")
+                .arg(Self::side_key(&self.infra.keys.points_balances_of(*user)))
+                .arg(earned)
                 .arg(balance.earned)
-                .arg("spent")
+                .arg(spent)
                 .arg(balance.spent)
-                .arg("revoked")
+                .arg(revoked)
                 .arg(balance.revoked)
                 .ignore();
         }
         pipe
     }
 
-    /// Writes every balance up to the snapshot into its side key, resumably.
+    /// Writes every balance up to the snapshot into the side key of its bucket, resumably.
     async fn copy_balances(&self, run: &Rebuild<'_>, snapshot: i64) -> AppResult<()> {
         let mut after = run.recall("balances").await?.unwrap_or(0);
         while let Some(users) = self.next_holders(after).await? {
@@ -554,9 +559,8 @@ impl Points {
     }
 
     /// Under the hold, caught up: writes the balances of the users with records since the
-    /// snapshot into their side keys, then swaps every side key in. A user whose side key is
-    /// gone (Redis lost it while a stopped rebuild waited to resume) is written from SQL
-    /// directly.
+    /// snapshot into their buckets' side keys, then swaps each bucket's side key in (a
+    /// bucket without one has no user with a balance).
     async fn swap_balances(&self, snapshot: i64) -> AppResult<()> {
         let rows = sqlx::query(&format!(
             "{BALANCES} WHERE user_id IN (SELECT user_id FROM points_record \
@@ -567,38 +571,18 @@ impl Points {
         .await?;
         let since = balances_of(&rows)?;
         crate::infra::recovery::write(&self.infra, &self.side_balances(&since)).await?;
-        let mut after = 0;
-        while let Some(users) = self.next_holders(after).await? {
-            after = *users.last().expect("not empty");
-            let keys: Vec<String> = users
-                .iter()
-                .map(|user| self.infra.keys.points_balance(*user))
-                .collect();
-            let mut pipe = redis::pipe();
-            for key in &keys {
-                pipe.cmd("EXISTS").arg(Self::side_key(key));
+        let mut conn = self.infra.redis.get().await?;
+        for live in self.infra.keys.points_balances() {
+            let side = Self::side_key(&live);
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&side)
+                .query_async(&mut *conn)
+                .await?;
+            let mut swap = redis::cmd(if exists { "RENAME" } else { "UNLINK" });
+            if exists {
+                swap.arg(&side);
             }
-            let mut conn = self.infra.redis.get().await?;
-            let sided: Vec<bool> = pipe.query_async(&mut *conn).await?;
-            drop(conn);
-            let lost: Vec<i64> = users
-                .iter()
-                .zip(&sided)
-                .filter(|(_, sided)| !**sided)
-                .map(|(user, _)| *user)
-                .collect();
-            if !lost.is_empty() {
-                let balances = self.balances(&lost, i64::MAX).await?;
-                crate::infra::recovery::write(&self.infra, &self.side_balances(&balances)).await?;
-            }
-            let mut pipe = redis::pipe();
-            for key in &keys {
-                pipe.cmd("RENAME")
-                    .arg(Self::side_key(key))
-                    .arg(key)
-                    .ignore();
-            }
-            crate::infra::recovery::write(&self.infra, &pipe).await?;
+            let _: redis::Value = swap.arg(&live).query_async(&mut *conn).await?;
         }
         Ok(())
     }
