@@ -42,8 +42,8 @@ struct SignInRow {
 #[async_trait::async_trait]
 impl StreamHandler for PointsArchive {
     /// Awards, spends and revokes go to `points_record` once per event and once per (user,
-    /// idempotency key): a repeat whose Redis marker had expired is not archived a second time. Sign-ins go to
-    /// `sign_ins` once per user and day.
+    /// idempotency key): a repeat whose Redis marker had expired is not archived a second
+    /// time. Sign-ins go to `sign_ins` once per user and day.
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Any>,

@@ -4,8 +4,9 @@
 //! The balance lives in Redis, in the hash of the balances of the user's points bucket
 //! (`{points:B}:balances`, fields `<user>:earned`, `<user>:spent`, `<user>:revoked`), so
 //! that an award (which earns), a spend and a revoke each change it in the one script that
-//! decides them: a spend checks the balance and takes from
-//! it atomically (`lua/points_spend.lua`), and no two spends can both take the last points.
+//! decides them: a spend checks the balance and takes from it atomically
+//! (`lua/points_spend.lua`), and no two spends can both take the last points. One hash per
+//! bucket rather than per user, so that a rebuild swaps a bucket's balances in at once.
 //! SQL is its record: spends and revokes are `points_record` rows with negative points, and
 //! `engage rebuild` writes every balance back from them (`recovery`).
 //!
@@ -37,7 +38,7 @@ const ARCHIVE_WAIT: Duration = Duration::from_secs(10);
 
 impl Keys {
     /// The balances of the users of a user's bucket (`lua/include/points_balance.lua`).
-    pub fn points_balances_of(&self, user_id: i64) -> String {
+    pub(crate) fn points_balances_of(&self, user_id: i64) -> String {
         self.of_points_user(user_id, "balances")
     }
 

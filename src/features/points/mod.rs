@@ -3,11 +3,11 @@
 //! `points_record`; spends and revokes against the balance (`balance`).
 //!
 //! Points keys go by user bucket (`ENGAGE_POINTS_BUCKETS`): a user's sign-in bitmaps, daily
-//! totals and award markers, and the part of each season board that holds the user, carry
-//! the hash tag `{points:<bucket>}`. An award touches the daily total, the marker and the
-//! board in one script, which can only be atomic within one Redis Cluster slot; buckets let
-//! the slots of different users live on different nodes. A board is read by merging its
-//! parts (`leaderboard::parts`).
+//! totals and award markers, the balances of the bucket's users, and the part of each
+//! season board that holds the user, carry the hash tag `{points:<bucket>}`. An award
+//! touches the daily total, the marker, the balance and the board in one script, which can
+//! only be atomic within one Redis Cluster slot; buckets let the slots of different users
+//! live on different nodes. A board is read by merging its parts (`leaderboard::parts`).
 
 pub(crate) mod archive;
 pub(crate) mod balance;
