@@ -156,11 +156,19 @@ impl Points {
                 "a spend's key must be namespaced: {key:?}"
             )));
         }
-        if self.archived_once(user_id, key).await? {
-            return Ok(Spent {
-                balance: self.balance(user_id).await?,
-                duplicate: true,
-            });
+        // As for awards: while SQL cannot be read the Redis marker alone decides (it covers
+        // a week), so that spending keeps working through an outage.
+        match self.archived_once(user_id, key).await {
+            Ok(true) => {
+                return Ok(Spent {
+                    balance: self.balance(user_id).await?,
+                    duplicate: true,
+                })
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%error, "archived spends not read; the Redis marker decides")
+            }
         }
         let keys = &self.infra.keys;
         let reply = self
