@@ -10,7 +10,8 @@
     KEYS[2] events: points stream         {points:B}:events
     KEYS[3] hold: rebuild hold          {points:B}:rebuilding
     KEYS[4] changes: the board's changes   {points:B}:board:<YYYYMM>:changes
-    KEYS[5..] awards: per award, two keys: today's points hash {points:B}:daily:<user>:<YYYYMMDD>
+    KEYS[5] balances: the bucket's balances  {points:B}:balances
+    KEYS[6..] awards: per award, two keys: today's points hash {points:B}:daily:<user>:<YYYYMMDD>
               and its idempotency marker {points:B}:award:<user>:<key>
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] season_seconds: seconds since the season began
@@ -38,14 +39,14 @@ local awards = (#ARGV - FIXED_ARGS) / 5
 local live = {ARGV[7], ARGV[4], KEYS[4]}
 local reply = {OK}
 for i = 0, awards - 1 do
-  local daily_key, marker_key = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
+  local daily_key, marker_key = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
   local at = FIXED_ARGS + 5 * i
   local prior = redis.call('GET', marker_key)
   if prior then
     reply[#reply + 1] = tonumber(prior)
     reply[#reply + 1] = 1
   else
-    local awarded = award(daily_key, KEYS[1], KEYS[2], ARGV[at + 1], ARGV[at + 2],
+    local awarded = award(daily_key, KEYS[5], KEYS[1], KEYS[2], ARGV[at + 1], ARGV[at + 2],
       tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), ARGV[1], tonumber(ARGV[2]), ARGV[3], live,
       ARGV[at + 5], ARGV[6])
     redis.call('SET', marker_key, awarded, 'EX', ARGV[5])

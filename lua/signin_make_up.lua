@@ -7,6 +7,7 @@
     KEYS[7] make_ups: make-up counter {points:B}:makeups:<user>:<YYYYMM>
     KEYS[8] hold: rebuild hold {points:B}:rebuilding
     KEYS[9] changes: the board's changes {points:B}:board:<YYYYMM>:changes
+    KEYS[10] balances: the bucket's points balances {points:B}:balances
     ARGV[1] user: user id
     ARGV[2] day: the missed day (before today)
     ARGV[3] today: today's day
@@ -56,7 +57,7 @@ end
 redis.call('SETBIT', KEYS[1], day - 1, 1)
 redis.call('INCR', KEYS[7])
 redis.call('EXPIRE', KEYS[7], ARGV[13])
-local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]), -1,
+local awarded = award(KEYS[4], KEYS[10], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]), -1,
   ARGV[8], tonumber(ARGV[9]), ARGV[10], {ARGV[17], ARGV[11], KEYS[9]}, ARGV[15], ARGV[12],
   {'day', ARGV[16], 'made_up', 1})
 return {OK, current_streak(), awarded, allowed - used - 1}

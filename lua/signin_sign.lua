@@ -11,6 +11,7 @@
     KEYS[6] events: points stream            {points:B}:events
     KEYS[7] hold: rebuild hold             {points:B}:rebuilding
     KEYS[8] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
+    KEYS[9] balances: the bucket's points balances {points:B}:balances
     ARGV[1] user: user id
     ARGV[2] day: day of month (1..31)
     ARGV[3] previous_month_days: days in the previous month
@@ -54,6 +55,6 @@ for rule in string.gmatch(ARGV[13], '[^,]+') do
     points = points + tonumber(bonus)
   end
 end
-local awarded = award(KEYS[4], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
+local awarded = award(KEYS[4], KEYS[9], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
   tonumber(ARGV[7]), ARGV[8], {ARGV[16], ARGV[9], KEYS[8]}, ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
 return {OK, streak, awarded}

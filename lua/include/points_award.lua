@@ -19,9 +19,11 @@ end
 
 -- Every decision is XADDed, a zero award too, as an AwardEvent (src/features/points/events.rs):
 -- SQL then knows each idempotency key that was used, and each sign-in. `extra` (optional)
--- is a list of more field/value pairs (a sign-in's `day` and `made_up`).
-local function award(daily_key, board_key, stream_key, user, kind, requested, cap, now_ms,
-                     season_seconds, season, live, idempotency, day_ttl, extra)
+-- is a list of more field/value pairs (a sign-in's `day` and `made_up`). What is awarded is
+-- also earned on the user's balance (`balances_key`, the bucket's balances: see
+-- lua/include/points_balance.lua).
+local function award(daily_key, balances_key, board_key, stream_key, user, kind, requested, cap,
+                     now_ms, season_seconds, season, live, idempotency, day_ttl, extra)
   local allowed = requested
   if cap >= 0 then
     local today = tonumber(redis.call('HGET', daily_key, kind) or '0')
@@ -30,6 +32,7 @@ local function award(daily_key, board_key, stream_key, user, kind, requested, ca
   if allowed > 0 then
     redis.call('HINCRBY', daily_key, kind, allowed)
     redis.call('EXPIRE', daily_key, day_ttl)
+    redis.call('HINCRBY', balances_key, user .. ':earned', allowed)
     local old = redis.call('ZSCORE', board_key, user)
     local points = board_points(tonumber(old or '0')) + allowed
     local score = string.format('%.0f', board_score(points, season_seconds))

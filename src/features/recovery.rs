@@ -18,6 +18,7 @@ pub(crate) enum Feature {
     Calendars,
     Boards,
     DailyCaps,
+    Balances,
     Follows,
     Feeds,
     Nearby,
@@ -26,12 +27,13 @@ pub(crate) enum Feature {
 
 impl Feature {
     /// In rebuild order.
-    pub(crate) const ALL: [Feature; 9] = [
+    pub(crate) const ALL: [Feature; 10] = [
         Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
         Feature::Boards,
         Feature::DailyCaps,
+        Feature::Balances,
         Feature::Follows,
         Feature::Feeds,
         Feature::Nearby,
@@ -45,6 +47,7 @@ impl Feature {
             Feature::Calendars => "sign-in calendars",
             Feature::Boards => "season boards",
             Feature::DailyCaps => "daily caps",
+            Feature::Balances => "points balances",
             Feature::Follows => "follows",
             Feature::Feeds => "feeds",
             Feature::Nearby => "items near me",
@@ -59,6 +62,7 @@ impl Feature {
             Feature::Calendars => features.signin.verify().await,
             Feature::Boards => features.points.verify_boards().await,
             Feature::DailyCaps => features.points.verify_daily().await,
+            Feature::Balances => features.points.verify_balances().await,
             Feature::Follows => features.feed.verify_follows().await,
             Feature::Feeds => features.feed.verify_feeds().await,
             Feature::Nearby => features.nearby.verify().await,
@@ -71,10 +75,10 @@ impl Feature {
             Feature::Jobs => features.jobs.rebuild(run).await,
             Feature::Likes => features.remarks.rebuild(run).await,
             Feature::Calendars => features.signin.rebuild(run).await,
-            // Boards, daily totals and make-up counters change together in one award, so
-            // they are rebuilt together, under one hold.
+            // Boards, daily totals, balances and make-up counters change together in one
+            // award, so they are rebuilt together, under one hold.
             Feature::Boards => features.points.rebuild(run).await,
-            Feature::DailyCaps => Ok(()),
+            Feature::DailyCaps | Feature::Balances => Ok(()),
             Feature::Follows => features.feed.rebuild_follows(run).await,
             Feature::Feeds => features.feed.rebuild_feeds(run).await,
             Feature::Nearby => features.nearby.rebuild(run).await,

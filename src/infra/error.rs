@@ -74,6 +74,9 @@ pub enum ErrorCode {
     /// `payOrder`: the order's pay-by time has passed; it is expired and its stock given
     /// back. The buyer may order again while the sale lasts.
     PayWindowOver,
+    /// `spendPoints`: the balance is short of the amount; nothing was spent, and the
+    /// idempotency key stays free for a later try.
+    InsufficientPoints,
 }
 
 impl ErrorCode {

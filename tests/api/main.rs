@@ -39,6 +39,7 @@ mod redis_tls;
 mod remarks;
 mod scalars;
 mod signin;
+mod spending;
 mod via;
 mod vouchers;
 mod websocket;

@@ -234,6 +234,7 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
         "sign-in calendars",
         "season boards",
         "daily caps",
+        "points balances",
         "follows",
         "feeds",
         "items near me",

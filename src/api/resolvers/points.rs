@@ -1,4 +1,4 @@
-//! `pointsToday`, `pointsHistory`, `awardPoints`.
+//! `pointsToday`, `pointsHistory`, `awardPoints`, `spendPoints`, `revokeAward`.
 
 use async_graphql::{Context, Object};
 
@@ -7,7 +7,7 @@ use crate::{
     api::schema::{
         connection::Connection,
         page::{list_cost, PageArgs, PAGE},
-        points::{AwardResult, PointsByType, PointsEntry},
+        points::{AwardResult, PointsBalance, PointsByType, PointsEntry},
         ContextExt,
     },
     features::points::{self, Points, PointsType},
@@ -38,8 +38,9 @@ impl PointsQuery {
             .collect())
     }
 
-    /// The viewer's archived awards, newest first: `first` (1 to 100; 20 when neither is
-    /// given) after `after`, or `last` (1 to 100) before `before`, not both.
+    /// The viewer's archived awards, spends and revokes, newest first: `first` (1 to 100;
+    /// 20 when neither is given) after `after`, or `last` (1 to 100) before `before`, not
+    /// both.
     #[graphql(
         guard = "RoleGuard::signed_in()",
         complexity = "PAGE.cost_either(first, last, child_complexity)"
@@ -95,5 +96,49 @@ impl PointsMutation {
             )
             .await?;
         Ok(AwardResult::new(user_id, kind, outcome))
+    }
+
+    /// Spends the viewer's points, once per idempotency key (a repeat spends nothing and
+    /// answers the balance), atomically against the balance: `INSUFFICIENT_POINTS` when it
+    /// is short, and nothing is spent. `amount` more than 0; `reason` 1 to 200 characters;
+    /// `idempotencyKey` 1 to 128.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn spend_points(
+        &self,
+        ctx: &Context<'_>,
+        amount: i32,
+        reason: String,
+        idempotency_key: String,
+    ) -> AppResult<PointsBalance> {
+        let viewer = auth::require_viewer(ctx)?;
+        let spent = ctx
+            .feature::<Points>()
+            .spend(
+                viewer.user_id,
+                i64::from(amount),
+                &reason,
+                &points::balance::spend_key(&idempotency_key)?,
+            )
+            .await?;
+        Ok(PointsBalance(spent.balance))
+    }
+
+    /// Revokes (admin) the award a user was given under `idempotencyKey` (the key as
+    /// `awardPoints` was given it, or an internal award's): its points come off the user's
+    /// balance, which may go below zero by that much, and off its season's board. Once: a
+    /// repeat changes nothing. `NOT_FOUND` for a key the user has no award under.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn revoke_award(
+        &self,
+        ctx: &Context<'_>,
+        user_id: UserId,
+        idempotency_key: String,
+        reason: String,
+    ) -> AppResult<PointsBalance> {
+        Ok(PointsBalance(
+            ctx.feature::<Points>()
+                .revoke(user_id.0, &idempotency_key, &reason)
+                .await?,
+        ))
     }
 }

@@ -8,7 +8,9 @@ use super::{
     ContextExt,
 };
 use crate::{
-    features::points::{AwardOutcome, Points, PointsRecord, PointsType, TodayByType},
+    features::points::{
+        balance::Balance, AwardOutcome, Points, PointsRecord, PointsType, TodayByType,
+    },
     infra::error::AppResult,
 };
 
@@ -77,15 +79,30 @@ impl AwardResult {
 
 pub(crate) struct PointsEntry(pub PointsRecord);
 
+/// An award (positive points), a spend or a revoke (negative points).
 #[Object(name = "PointsRecord")]
 impl PointsEntry {
+    /// The award's type; a revoke's is the revoked award's; null for a spend.
     #[graphql(name = "type")]
-    async fn kind(&self) -> PointsType {
+    async fn kind(&self) -> Option<PointsType> {
         self.0.kind
     }
 
+    /// Negative for a spend or a revoke.
     async fn points(&self) -> i64 {
         self.0.points
+    }
+
+    /// Why points were spent or revoked; null for an award.
+    async fn reason(&self) -> Option<&str> {
+        self.0.reason.as_deref()
+    }
+
+    /// Where the points came from or went: the namespace of the record's idempotency key
+    /// (`signin`, `makeup`, `remark`, `like`, `service` for `awardPoints`, `reward`, `spend`
+    /// for `spendPoints`, `revoke` for `revokeAward`, …).
+    async fn source(&self) -> Option<&str> {
+        self.0.source()
     }
 
     /// The season (`YYYYMM`) the points counted for.
@@ -95,5 +112,31 @@ impl PointsEntry {
 
     async fn awarded_at(&self) -> DateTime {
         DateTime::from_ms(self.0.awarded_at_ms)
+    }
+}
+
+pub(crate) struct PointsBalance(pub Balance);
+
+/// A user's points as currency: what they earned, spent and had revoked, and what is left.
+#[Object]
+impl PointsBalance {
+    /// Every point awarded, revoked ones included.
+    async fn earned(&self) -> i64 {
+        self.0.earned
+    }
+
+    async fn spent(&self) -> i64 {
+        self.0.spent
+    }
+
+    /// Points of awards revoked.
+    async fn revoked(&self) -> i64 {
+        self.0.revoked
+    }
+
+    /// `earned - spent - revoked`: what can be spent. Below zero only by what was revoked
+    /// after it was spent.
+    async fn balance(&self) -> i64 {
+        self.0.balance()
     }
 }

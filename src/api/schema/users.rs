@@ -4,12 +4,16 @@ use async_graphql::{dataloader::DataLoader, Context, Object};
 
 use super::ContextExt;
 use crate::{
-    api::schema::id::UserId,
+    api::schema::{id::UserId, points::PointsBalance},
     features::{
         feed::Feed,
+        points::Points,
         users::{UserLoader, UserRecord},
     },
-    infra::error::AppResult,
+    infra::{
+        auth::{self, Role},
+        error::{AppError, AppResult},
+    },
 };
 
 #[derive(Clone)]
@@ -37,6 +41,20 @@ impl User {
     /// How many users this one follows.
     async fn following(&self, ctx: &Context<'_>) -> AppResult<i64> {
         ctx.feature::<Feed>().following_count(self.0.id).await
+    }
+
+    /// The user's points balance: the viewer's own, or any with an admin token
+    /// (`FORBIDDEN` otherwise).
+    async fn points_balance(&self, ctx: &Context<'_>) -> AppResult<PointsBalance> {
+        let viewer = auth::require_viewer(ctx)?;
+        if viewer.user_id != self.0.id && viewer.role != Role::Admin {
+            return Err(AppError::forbidden(
+                "a points balance is its user's own, or an admin's to see",
+            ));
+        }
+        Ok(PointsBalance(
+            ctx.feature::<Points>().balance(self.0.id).await?,
+        ))
     }
 }
 

@@ -1,5 +1,6 @@
 //! The consumers of the points feature (all on the shared stream consumer):
-//! - `points-archive`: every award into `points_record` (idempotent on the event id);
+//! - `points-archive`: every award, spend and revoke into `points_record` (idempotent on the
+//!   event id, and once per user and idempotency key);
 //! - `points-intake`: awards other services XADD to `{points}:intake` as
 //!   `{user, type, points, key}`, idempotent on their key like `awardPoints`;
 //! - `like-points`: a second consumer group on the vote streams of the likes feature that
@@ -40,9 +41,9 @@ struct SignInRow {
 
 #[async_trait::async_trait]
 impl StreamHandler for PointsArchive {
-    /// Awards go to `points_record` once per event and once per (user, idempotency key): a
-    /// repeat whose Redis marker had expired is not archived a second time. Sign-ins go to
-    /// `sign_ins` once per user and day.
+    /// Awards, spends and revokes go to `points_record` once per event and once per (user,
+    /// idempotency key): a repeat whose Redis marker had expired is not archived a second
+    /// time. Sign-ins go to `sign_ins` once per user and day.
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Any>,
@@ -54,8 +55,8 @@ impl StreamHandler for PointsArchive {
         let backend = Backend::of(tx);
         let sql = backend.insert_new_rows(
             "points_record (event_id, user_id, kind, points, requested, idempotency_key, \
-             season, awarded_at_ms, award_date, event_order)",
-            &values_placeholders(backend, entries.len(), 10),
+             season, awarded_at_ms, award_date, event_order, reason)",
+            &values_placeholders(backend, entries.len(), 11),
         );
         let mut insert = sqlx::query(&sql);
         let mut sign_ins = Vec::new();
@@ -65,14 +66,15 @@ impl StreamHandler for PointsArchive {
             insert = insert
                 .bind(self.0.infra.keys.points_event_id(award.user_id, &entry.id))
                 .bind(award.user_id)
-                .bind(award.kind.as_str())
+                .bind(award.kind_text())
                 .bind(award.points)
                 .bind(award.requested)
                 .bind(award.idempotency_key)
                 .bind(award.season)
                 .bind(award.at_ms)
                 .bind(day_number(date))
-                .bind(entry.event_order());
+                .bind(entry.event_order())
+                .bind(award.reason);
             if let Some(signed) = award.sign_in {
                 sign_ins.push(SignInRow {
                     user_id: award.user_id,

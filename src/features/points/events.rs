@@ -1,18 +1,24 @@
 //! The events of points: an award decided by a points script (XADDed by the `award`
-//! helper of `lua/include/points_award.lua`, a zero award too), which the archive writes to
-//! SQL; and an award asked for by another service on the intake stream.
+//! helper of `lua/include/points_award.lua`, a zero award too), a spend
+//! (`lua/points_spend.lua`) or a revoke (`lua/points_revoke.lua`), which the archive writes
+//! to SQL; and an award asked for by another service on the intake stream.
 
 use crate::{
     features::points::PointsType,
     infra::streams::{Event, HandleError, StreamEntry},
 };
 
-/// An award as a points script decided it.
+/// The type a spend is recorded with (`points_record.kind`): it is no award's.
+pub(crate) const SPEND: &str = "SPEND";
+
+/// An award, a spend or a revoke as a points script decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AwardEvent {
     pub(crate) user_id: i64,
-    pub(crate) kind: PointsType,
-    /// What was awarded (up to the daily cap; 0 when the cap was reached).
+    /// The award's type (a revoke's: the revoked award's); `None` for a spend.
+    pub(crate) kind: Option<PointsType>,
+    /// What was awarded (up to the daily cap; 0 when the cap was reached); what a spend or a
+    /// revoke took, negative.
     pub(crate) points: i64,
     pub(crate) requested: i64,
     pub(crate) idempotency_key: String,
@@ -21,6 +27,15 @@ pub(crate) struct AwardEvent {
     pub(crate) at_ms: i64,
     /// The day a sign-in award signed, when it is one.
     pub(crate) sign_in: Option<SignedDay>,
+    /// Why, for a spend or a revoke.
+    pub(crate) reason: Option<String>,
+}
+
+impl AwardEvent {
+    /// The type's text in SQL.
+    pub(crate) fn kind_text(&self) -> &'static str {
+        self.kind.map_or(SPEND, PointsType::as_str)
+    }
 }
 
 /// The day (`YYYYMMDD`) a SIGN_IN award signed, and whether it was made up.
@@ -40,22 +55,27 @@ impl Event for AwardEvent {
         } else {
             None
         };
+        let kind = match entry.field("type")? {
+            SPEND => None,
+            _ => Some(kind_of(entry)?),
+        };
         Ok(Self {
             user_id: entry.number("user")?,
-            kind: kind_of(entry)?,
+            kind,
             points: entry.number("points")?,
             requested: entry.number("requested")?,
             idempotency_key: entry.field("key")?.to_string(),
             season: entry.number("season")?,
             at_ms: entry.number("at")?,
             sign_in,
+            reason: entry.get("reason").map(str::to_string),
         })
     }
 
     fn to_fields(&self) -> Vec<(&'static str, String)> {
         let mut fields = vec![
             ("user", self.user_id.to_string()),
-            ("type", self.kind.as_str().to_string()),
+            ("type", self.kind_text().to_string()),
             ("points", self.points.to_string()),
             ("requested", self.requested.to_string()),
             ("key", self.idempotency_key.clone()),
@@ -65,6 +85,9 @@ impl Event for AwardEvent {
         if let Some(signed) = self.sign_in {
             fields.push(("day", signed.day.to_string()));
             fields.push(("made_up", i64::from(signed.made_up).to_string()));
+        }
+        if let Some(reason) = &self.reason {
+            fields.push(("reason", reason.clone()));
         }
         fields
     }
@@ -115,7 +138,7 @@ mod tests {
     fn events_read_back_what_they_write() {
         let award = AwardEvent {
             user_id: 1,
-            kind: PointsType::SignIn,
+            kind: Some(PointsType::SignIn),
             points: 5,
             requested: 7,
             idempotency_key: "signin:1:2026-11-23".into(),
@@ -125,9 +148,21 @@ mod tests {
                 day: 20261123,
                 made_up: true,
             }),
+            reason: None,
         };
         let entry = StreamEntry::of_event("awards", "1-0", &award);
         assert_eq!(AwardEvent::from_entry(&entry).unwrap(), award);
+        let spend = AwardEvent {
+            kind: None,
+            points: -4,
+            requested: 4,
+            idempotency_key: "spend:a b".into(),
+            sign_in: None,
+            reason: Some("a hat, blue".into()),
+            ..award
+        };
+        let entry = StreamEntry::of_event("awards", "2-0", &spend);
+        assert_eq!(AwardEvent::from_entry(&entry).unwrap(), spend);
         let asked = IntakeAward {
             user_id: 1,
             kind: PointsType::Answer,

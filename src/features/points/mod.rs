@@ -1,14 +1,16 @@
 //! Points: awards within daily caps, enforced atomically in Lua, idempotent on a
-//! key, added to the season's leaderboard and archived to `points_record`.
+//! key, added to the season's leaderboard and to the user's balance, and archived to
+//! `points_record`; spends and revokes against the balance (`balance`).
 //!
 //! Points keys go by user bucket (`ENGAGE_POINTS_BUCKETS`): a user's sign-in bitmaps, daily
-//! totals and award markers, and the part of each season board that holds the user, carry
-//! the hash tag `{points:<bucket>}`. An award touches the daily total, the marker and the
-//! board in one script, which can only be atomic within one Redis Cluster slot; buckets let
-//! the slots of different users live on different nodes. A board is read by merging its
-//! parts (`leaderboard::parts`).
+//! totals and award markers, the balances of the bucket's users, and the part of each
+//! season board that holds the user, carry the hash tag `{points:<bucket>}`. An award
+//! touches the daily total, the marker, the balance and the board in one script, which can
+//! only be atomic within one Redis Cluster slot; buckets let the slots of different users
+//! live on different nodes. A board is read by merging its parts (`leaderboard::parts`).
 
 pub(crate) mod archive;
+pub(crate) mod balance;
 pub mod events;
 pub mod recovery;
 pub mod rules;
@@ -207,13 +209,26 @@ pub(crate) struct TodayByType {
     pub(crate) cap: Option<i64>,
 }
 
+/// A row of a user's points history: an award, a spend or a revoke.
 #[derive(Debug, Clone)]
 pub(crate) struct PointsRecord {
     pub(crate) order: i64,
-    pub(crate) kind: PointsType,
+    /// The award's type (a revoke's: the revoked award's); `None` for a spend.
+    pub(crate) kind: Option<PointsType>,
+    /// Negative for a spend or a revoke.
     pub(crate) points: i64,
     pub(crate) season: u32,
     pub(crate) awarded_at_ms: i64,
+    pub(crate) idempotency_key: String,
+    pub(crate) reason: Option<String>,
+}
+
+impl PointsRecord {
+    /// Where the points came from or went: the key's namespace (`signin`, `service`,
+    /// `spend`, `revoke`, `reward`, …).
+    pub(crate) fn source(&self) -> Option<&str> {
+        balance::source_of(&self.idempotency_key)
+    }
 }
 
 impl Points {
@@ -289,6 +304,7 @@ impl Points {
                     events: keys.points_stream_of(first),
                     hold: keys.points_hold_of(first),
                     changes: keys.board_changes_of(season, first),
+                    balances: keys.points_balances_of(first),
                     awards: awards
                         .iter()
                         .flat_map(|&(user_id, _, _, key)| {
@@ -420,16 +436,16 @@ impl Points {
         }
     }
 
-    /// A page of a user's archived awards, newest first, within `page.after` (a range of
-    /// event orders).
+    /// A page of a user's archived awards, spends and revokes (those that moved points),
+    /// newest first, within `page.after` (a range of event orders).
     pub(crate) async fn history(
         &self,
         user_id: i64,
         page: PageArgs<KeyRange>,
     ) -> AppResult<(Vec<PointsRecord>, bool)> {
         let sql = format!(
-            "SELECT event_order, kind, points, season, awarded_at_ms FROM points_record \
-             WHERE user_id = $1 AND points > 0 AND {}",
+            "SELECT event_order, kind, points, season, awarded_at_ms, idempotency_key, reason \
+             FROM points_record WHERE user_id = $1 AND points <> 0 AND {}",
             page.after.sql_tail("event_order", 2)
         );
         let query = sqlx::query(&sql).bind(user_id);
@@ -437,14 +453,20 @@ impl Points {
             .db
             .keyset_page(query, page, |row| {
                 let kind: String = row.try_get("kind")?;
+                let kind = match kind.as_str() {
+                    events::SPEND => None,
+                    other => Some(PointsType::parse(other).ok_or_else(|| {
+                        sqlx::Error::Decode(format!("unknown points type {kind}").into())
+                    })?),
+                };
                 Ok(PointsRecord {
                     order: row.try_get("event_order")?,
-                    kind: PointsType::parse(&kind).ok_or_else(|| {
-                        sqlx::Error::Decode(format!("unknown points type {kind}").into())
-                    })?,
+                    kind,
                     points: row.try_get("points")?,
                     season: row.try_get::<i64, _>("season")? as u32,
                     awarded_at_ms: row.try_get("awarded_at_ms")?,
+                    idempotency_key: row.try_get("idempotency_key")?,
+                    reason: row.try_get("reason")?,
                 })
             })
             .await

@@ -1,4 +1,5 @@
-//! Season boards and daily totals, from `points_record`; make-up counters, from `sign_ins`.
+//! Season boards, daily totals and balances, from `points_record`; make-up counters, from
+//! `sign_ins`.
 //!
 //! A board is the sum of a season's archived awards per user, ranked as the award script
 //! ranks: `points * 2^22 + (2^22 - 1 - seconds from the season's start to the user's last
@@ -13,12 +14,20 @@
 //!    since the snapshot, swaps the side keys in, writes today's totals and this month's
 //!    make-up counters, and lets go. That takes as long as the archive needs for the last
 //!    moments' awards.
+//!
+//! Balances go the same way: each user's balance up to the snapshot into the side key of
+//! their bucket's balances first, then under the hold the users with records since, and
+//! each bucket's side key swapped in. A balance is earned (the positive rows), spent (the
+//! rows of kind SPEND) and revoked (the other negative rows).
 
 use std::{collections::HashMap, time::Duration};
 
 use sqlx::Row;
 
-use super::{PointsType, DAILY_TTL_SECONDS};
+use super::{
+    balance::{balance_fields, Balance},
+    PointsType, DAILY_TTL_SECONDS,
+};
 use crate::{
     features::{
         leaderboard::{points_of, rollover::DONE, score_of},
@@ -29,7 +38,7 @@ use crate::{
         clock::{day_number, Month},
         db::id_list,
         error::{AppError, AppResult},
-        recovery::{next_ids, Rebuild, Report},
+        recovery::{next_ids, within, Rebuild, Report},
         streams,
     },
 };
@@ -71,9 +80,34 @@ fn standings_of(rows: &[sqlx::any::AnyRow]) -> AppResult<Vec<Standing>> {
     Ok(standings)
 }
 
+/// A season's standings: spends are on no board (revokes are, taking off what they revoke).
 const STANDING: &str = "SELECT user_id, CAST(SUM(points) AS BIGINT) AS points, \
      MAX(CASE WHEN points > 0 THEN awarded_at_ms ELSE 0 END) AS last_award_ms \
      FROM points_record";
+/// Leaves spends out of a season's standings.
+const NO_SPENDS: &str = "kind <> 'SPEND'";
+
+/// Users' balances, grouped by user.
+const BALANCES: &str = "SELECT user_id, \
+     CAST(SUM(CASE WHEN points > 0 THEN points ELSE 0 END) AS BIGINT) AS earned, \
+     CAST(SUM(CASE WHEN kind = 'SPEND' THEN -points ELSE 0 END) AS BIGINT) AS spent, \
+     CAST(SUM(CASE WHEN points < 0 AND kind <> 'SPEND' THEN -points ELSE 0 END) AS BIGINT) \
+     AS revoked FROM points_record";
+
+fn balances_of(rows: &[sqlx::any::AnyRow]) -> AppResult<Vec<(i64, Balance)>> {
+    let mut balances = Vec::with_capacity(rows.len());
+    for row in rows {
+        balances.push((
+            row.try_get("user_id")?,
+            Balance {
+                earned: row.try_get("earned")?,
+                spent: row.try_get("spent")?,
+                revoked: row.try_get("revoked")?,
+            },
+        ));
+    }
+    Ok(balances)
+}
 
 impl Points {
     /// Seasons whose board lives in Redis: those with awards that the rollover has not moved to
@@ -118,7 +152,7 @@ impl Points {
         };
         let rows = sqlx::query(&format!(
             "{STANDING} WHERE season = $1 AND user_id > $2 AND user_id <= $3 AND event_order <= $4 \
-             GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id"
+             AND {NO_SPENDS} GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id"
         ))
         .bind(season)
         .bind(after)
@@ -185,10 +219,11 @@ impl Points {
 
     /// Today's totals per user and type, in SQL.
     async fn todays_totals(&self) -> AppResult<HashMap<i64, Vec<(String, i64)>>> {
+        // What was awarded today, revoked or not: a revoke gives no allowance back.
         let rows = sqlx::query(
             "SELECT user_id, kind, CAST(SUM(points) AS BIGINT) AS points FROM points_record \
-             WHERE award_date = $1 \
-             GROUP BY user_id, kind HAVING SUM(points) > 0",
+             WHERE award_date = $1 AND points > 0 \
+             GROUP BY user_id, kind",
         )
         .bind(day_number(self.infra.clock.today()))
         .fetch_all(&self.infra.db.pool)
@@ -250,7 +285,11 @@ impl Points {
             .await?
             .try_get("n")?
         };
-        run.expect(members.max(0) as u64);
+        let holders: i64 = sqlx::query("SELECT COUNT(DISTINCT user_id) AS n FROM points_record")
+            .fetch_one(&self.infra.db.pool)
+            .await?
+            .try_get("n")?;
+        run.expect((members.max(0) + holders.max(0)) as u64);
 
         // 1. Up to a snapshot, without holding anything back.
         let snapshot = match run.recall("snapshot").await? {
@@ -266,6 +305,7 @@ impl Points {
         for season in &seasons {
             self.copy_board(run, *season, snapshot).await?;
         }
+        self.copy_balances(run, snapshot).await?;
 
         // 2. The last moments, holding writes back.
         self.hold(true).await?;
@@ -356,7 +396,8 @@ impl Points {
         for &season in seasons {
             let rows = sqlx::query(&format!(
                 "{STANDING} WHERE season = $1 AND user_id IN (SELECT user_id FROM points_record \
-                 WHERE season = $1 AND event_order > $2) GROUP BY user_id HAVING SUM(points) > 0"
+                 WHERE season = $1 AND event_order > $2) AND {NO_SPENDS} \
+                 GROUP BY user_id HAVING SUM(points) > 0"
             ))
             .bind(i64::from(season.id()))
             .bind(snapshot)
@@ -422,6 +463,127 @@ impl Points {
                 .ignore();
         }
         crate::infra::recovery::write(&self.infra, &pipe).await?;
+        self.swap_balances(snapshot).await
+    }
+
+    /// The next chunk of users with points records, above `after`; `None` when none is left.
+    async fn next_holders(&self, after: i64) -> AppResult<Option<Vec<i64>>> {
+        let users = next_ids(
+            &self.infra,
+            "points_record",
+            "user_id",
+            "1 = 1",
+            after,
+            CHUNK,
+        )
+        .await?;
+        Ok((!users.is_empty()).then_some(users))
+    }
+
+    /// The balances of a chunk of users (ascending), from their records up to `through`.
+    async fn balances(&self, users: &[i64], through: i64) -> AppResult<Vec<(i64, Balance)>> {
+        let rows = sqlx::query(&format!(
+            "{BALANCES} WHERE {} AND event_order <= $1 GROUP BY user_id ORDER BY user_id",
+            within("user_id", users)
+        ))
+        .bind(through)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        balances_of(&rows)
+    }
+
+    /// Each user's balance agrees with SQL's.
+    pub(crate) async fn verify_balances(&self) -> AppResult<Report> {
+        let mut report = Report::new("points balances");
+        let mut after = 0;
+        while let Some(users) = self.next_holders(after).await? {
+            after = *users.last().expect("not empty");
+            let balances = self.balances(&users, i64::MAX).await?;
+            let mut pipe = redis::pipe();
+            for (user, _) in &balances {
+                pipe.cmd("HMGET")
+                    .arg(self.infra.keys.points_balances_of(*user))
+                    .arg(&balance_fields(*user));
+            }
+            let mut conn = self.infra.redis.get().await?;
+            let held: Vec<(Option<i64>, Option<i64>, Option<i64>)> =
+                pipe.query_async(&mut *conn).await?;
+            drop(conn);
+            for ((user, sql), (earned, spent, revoked)) in balances.iter().zip(held) {
+                let redis = Balance {
+                    earned: earned.unwrap_or(0),
+                    spent: spent.unwrap_or(0),
+                    revoked: revoked.unwrap_or(0),
+                };
+                report.check(redis == *sql, || {
+                    format!("user {user}: {sql:?} in SQL, {redis:?} in Redis")
+                });
+            }
+        }
+        Ok(report)
+    }
+
+    /// Writes balances into the side keys of their buckets' balances (none for a user
+    /// whose records moved no points).
+    fn side_balances(&self, balances: &[(i64, Balance)]) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for (user, balance) in balances {
+            if *balance == Balance::default() {
+                continue;
+            }
+            let [earned, spent, revoked] = balance_fields(*user);
+            pipe.cmd("HSET")
+                .arg(Self::side_key(&self.infra.keys.points_balances_of(*user)))
+                .arg(earned)
+                .arg(balance.earned)
+                .arg(spent)
+                .arg(balance.spent)
+                .arg(revoked)
+                .arg(balance.revoked)
+                .ignore();
+        }
+        pipe
+    }
+
+    /// Writes every balance up to the snapshot into the side key of its bucket, resumably.
+    async fn copy_balances(&self, run: &Rebuild<'_>, snapshot: i64) -> AppResult<()> {
+        let mut after = run.recall("balances").await?.unwrap_or(0);
+        while let Some(users) = self.next_holders(after).await? {
+            let balances = self.balances(&users, snapshot).await?;
+            crate::infra::recovery::write(&self.infra, &self.side_balances(&balances)).await?;
+            after = *users.last().expect("not empty");
+            run.remember("balances", after).await?;
+            run.advance(users.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// Under the hold, caught up: writes the balances of the users with records since the
+    /// snapshot into their buckets' side keys, then swaps each bucket's side key in (a
+    /// bucket without one has no user with a balance).
+    async fn swap_balances(&self, snapshot: i64) -> AppResult<()> {
+        let rows = sqlx::query(&format!(
+            "{BALANCES} WHERE user_id IN (SELECT user_id FROM points_record \
+             WHERE event_order > $1) GROUP BY user_id"
+        ))
+        .bind(snapshot)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let since = balances_of(&rows)?;
+        crate::infra::recovery::write(&self.infra, &self.side_balances(&since)).await?;
+        let mut conn = self.infra.redis.get().await?;
+        for live in self.infra.keys.points_balances() {
+            let side = Self::side_key(&live);
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&side)
+                .query_async(&mut *conn)
+                .await?;
+            let mut swap = redis::cmd(if exists { "RENAME" } else { "UNLINK" });
+            if exists {
+                swap.arg(&side);
+            }
+            let _: redis::Value = swap.arg(&live).query_async(&mut *conn).await?;
+        }
         Ok(())
     }
 }

@@ -133,6 +133,7 @@ macro_rules! signing_call {
                         events: keys.points_stream_of(user),
                         hold: keys.points_hold_of(user),
                         changes: keys.board_changes_of(signing.season, user),
+                        balances: keys.points_balances_of(user),
                         $($key: $key_value),*
                     },
                     $args {
