@@ -39,6 +39,7 @@ mod redis_tls;
 mod remarks;
 mod scalars;
 mod signin;
+mod streaks;
 mod via;
 mod vouchers;
 mod websocket;
