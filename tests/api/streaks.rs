@@ -462,3 +462,38 @@ async fn reports_drift(app: &TestApp) -> usize {
         .find(|r| r.feature == "sign-in calendars")
         .map_or(0, |r| r.drifted as usize)
 }
+
+#[tokio::test]
+async fn the_playgrounds_sign_in_examples_run() {
+    let app = TestApp::spawn().await;
+    let token = app.user_token(4881);
+    let examples = std::fs::read_to_string("playground/operations/10_sign_in.graphql").unwrap();
+    sign_days(&app, &token, date(2026, 11, 1), 1).await;
+    app.set_clock(at(2026, 11, 5, 12, 0));
+    for name in [
+        "SignIn",
+        "Streak",
+        "Calendar",
+        "CalendarYear",
+        "RepairDay",
+        "SetTimeZone",
+    ] {
+        let body = app
+            .http
+            .post(app.url("/graphql"))
+            .bearer_auth(&token)
+            .json(&json!({ "query": examples, "operationName": name }))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        assert!(body.get("errors").is_none(), "{name}: {body}");
+    }
+    let november = states(&month(&app, &token, "2026-11").await);
+    assert_eq!(
+        &november[..5],
+        ["SIGNED", "MADE_UP", "MISSED", "MISSED", "SIGNED"]
+    );
+}

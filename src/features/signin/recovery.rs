@@ -126,6 +126,7 @@ impl SignIn {
         loop {
             let users = next_ids(&self.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
             let Some(&last) = users.last() else {
+                self.verify_zones(&mut report).await?;
                 return Ok(report);
             };
             let days = self.days_of(&users).await?;
@@ -191,6 +192,71 @@ impl SignIn {
         }
     }
 
+    /// Each user's zone in Redis is the latest change SQL records.
+    async fn verify_zones(&self, report: &mut Report) -> AppResult<()> {
+        let mut after = 0;
+        loop {
+            let users = next_ids(
+                &self.infra,
+                "sign_in_zones",
+                "user_id",
+                "TRUE",
+                after,
+                CHUNK,
+            )
+            .await?;
+            let Some(&last) = users.last() else {
+                return Ok(());
+            };
+            let zones = self.recorded_zones(&within("user_id", &users)).await?;
+            let mut pipe = redis::pipe();
+            for user in zones.keys() {
+                pipe.cmd("HMGET")
+                    .arg(self.infra.keys.sign_zone(*user))
+                    .arg("zone")
+                    .arg("changed_ms");
+            }
+            let mut conn = self.infra.redis.get().await?;
+            let held: Vec<(Option<String>, Option<i64>)> = pipe.query_async(&mut *conn).await?;
+            drop(conn);
+            for ((user, zone), (name, changed)) in zones.iter().zip(held) {
+                let same =
+                    name.as_deref() == Some(zone.zone.name()) && changed == Some(zone.changed_ms);
+                report.check(same, || {
+                    format!(
+                        "user {user}: time zone {} in SQL, {} in Redis",
+                        zone.zone.name(),
+                        name.as_deref().unwrap_or("none")
+                    )
+                });
+            }
+            after = last;
+        }
+    }
+
+    /// Writes each user's latest zone change SQL records.
+    async fn rebuild_zones(&self) -> AppResult<()> {
+        let mut after = 0;
+        loop {
+            let users = next_ids(
+                &self.infra,
+                "sign_in_zones",
+                "user_id",
+                "TRUE",
+                after,
+                CHUNK,
+            )
+            .await?;
+            let Some(&last) = users.last() else {
+                return Ok(());
+            };
+            for (user, zone) in self.recorded_zones(&within("user_id", &users)).await? {
+                self.deliver_zone(user, &zone).await?;
+            }
+            after = last;
+        }
+    }
+
     /// Sets each user's bits of the kept months and writes the streak hash anew: the runs
     /// through the months that no longer change, the longest streak, the freezes, the first
     /// day and the milestones paid for the latest streak; and the user's zone.
@@ -211,7 +277,7 @@ impl SignIn {
         loop {
             let users = next_ids(&self.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
             let Some(&last) = users.last() else {
-                return Ok(());
+                return self.rebuild_zones().await;
             };
             let days = self.days_of(&users).await?;
             let keys = &self.infra.keys;
@@ -262,11 +328,6 @@ impl SignIn {
                 fields.ignore();
             }
             crate::infra::recovery::write(&self.infra, &pipe).await?;
-            for &user in days.keys() {
-                if let Some(zone) = self.recorded_zone(user).await? {
-                    self.deliver_zone(user, &zone).await?;
-                }
-            }
             run.finished_through(last, users.len() as u64).await?;
             after = last;
         }

@@ -169,23 +169,45 @@ impl SignIn {
     /// The latest change SQL records.
     pub(crate) async fn recorded_zone(&self, user_id: i64) -> AppResult<Option<UserZone>> {
         let row = sqlx::query(
-            "SELECT zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
+            "SELECT user_id, zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
              WHERE user_id = $1 ORDER BY changed_at_ms DESC LIMIT 1",
         )
         .bind(user_id)
         .fetch_optional(&self.infra.db.pool)
         .await?;
-        let Some(row) = row else { return Ok(None) };
+        row.map(|row| self.zone_of_row(&row)).transpose()
+    }
+
+    /// The latest change SQL records of each user of a range (`where`: a condition on
+    /// `user_id`).
+    pub(crate) async fn recorded_zones(
+        &self,
+        range: &str,
+    ) -> AppResult<std::collections::BTreeMap<i64, UserZone>> {
+        let rows = sqlx::query(&format!(
+            "SELECT user_id, zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
+             WHERE {range} ORDER BY changed_at_ms"
+        ))
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        let mut zones = std::collections::BTreeMap::new();
+        for row in &rows {
+            zones.insert(row.try_get("user_id")?, self.zone_of_row(row)?);
+        }
+        Ok(zones)
+    }
+
+    fn zone_of_row(&self, row: &sqlx::any::AnyRow) -> AppResult<UserZone> {
         let zone: String = row.try_get("zone")?;
         let previous: Option<String> = row.try_get("previous_zone")?;
         let from: Option<i64> = row.try_get("from_day")?;
-        Ok(Some(UserZone {
+        Ok(UserZone {
             zone: zone.parse().unwrap_or(self.infra.clock.zone()),
             previous: previous.and_then(|p| p.parse().ok()),
             from_day: from.and_then(date_of_day_number),
             changed_ms: row.try_get("changed_at_ms")?,
             recorded: true,
-        }))
+        })
     }
 
     /// The user's zone, recorded if it was the default (the first sign-in does this), so
