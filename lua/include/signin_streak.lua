@@ -178,6 +178,24 @@ local function note_longest(c, length)
   end
 end
 
+-- A new streak begins: forget the streaks that ended more than a repair window ago (no
+-- repair can join them to another any more) and the runs of months no script reads.
+local function forget_old(c, start)
+  for _, name in ipairs(redis.call('HKEYS', c.streak)) do
+    local began = tonumber(string.match(name, '^paid:(%d+)$') or '')
+    if began and began ~= start then
+      local length = tonumber(redis.call('HGET', c.streak, name) or '0')
+      if began + length + 30 < start then
+        redis.call('HDEL', c.streak, name)
+      end
+    end
+    local month = tonumber(string.match(name, '^run:(%d+)$') or '')
+    if month and month < c.months[4] then
+      redis.call('HDEL', c.streak, name)
+    end
+  end
+end
+
 -- Pays the milestones the streak ending `offset` days from today (of `length` days) has
 -- passed and earns its freezes, once per streak: the streak is known by its first day.
 -- milestones: "days:points,…" ascending; every, every_points: past the list, each multiple
@@ -187,10 +205,14 @@ local function reward(c, length, offset, milestones, every, every_points, freeze
   if length <= 0 then
     return 0, 0
   end
-  local field = 'paid:' .. (c.epoch + offset - length + 1)
+  local start = c.epoch + offset - length + 1
+  local field = 'paid:' .. start
   local paid = tonumber(redis.call('HGET', c.streak, field) or '0')
   if length <= paid then
     return 0, 0
+  end
+  if paid == 0 then
+    forget_old(c, start)
   end
   local bonus = 0
   for rule in string.gmatch(milestones, '[^,]+') do

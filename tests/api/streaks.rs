@@ -383,7 +383,12 @@ async fn a_year_view_and_past_months_carry_no_today() {
     let token = app.user_token(4861);
     sign_days(&app, &token, date(2026, 2, 27), 3).await;
     app.set_clock(at(2026, 3, 3, 12, 0));
+    let before = app.redis_round_trips();
     let year = app.data(Some(&token), YEAR, json!({ "y": 2026 })).await["calendarYear"].clone();
+    let trips = app.redis_round_trips() - before;
+    // The user's zone, then the months in one pipeline; the rest is room for background
+    // work in the window. A read per month would be twelve.
+    assert!(trips <= 5, "{trips} round trips for a year");
     let months = year.as_array().unwrap();
     assert_eq!(months.len(), 12);
     assert_eq!(months[0]["month"], "2026-01");

@@ -524,13 +524,12 @@ impl SignIn {
 
     /// Months of a user's days (none after this month): the months Redis keeps in one
     /// round trip, older ones from `sign_ins`.
-    pub(crate) async fn months(
+    async fn months(
         &self,
         user_id: i64,
-        claim: Option<Tz>,
+        today: NaiveDate,
         months: &[Month],
     ) -> AppResult<Vec<MonthDays>> {
-        let today = self.today_of(user_id, claim).await?;
         let current = Month::of(today);
         let mut oldest_kept = current;
         for _ in 0..KEPT_MONTHS {
@@ -641,12 +640,13 @@ impl SignIn {
         claim: Option<Tz>,
         month: Option<Month>,
     ) -> AppResult<MonthDays> {
-        let current = Month::of(self.today_of(user_id, claim).await?);
+        let today = self.today_of(user_id, claim).await?;
+        let current = Month::of(today);
         let shown = month.unwrap_or(current);
         if shown > current {
             return Err(AppError::bad_input("that month has not begun"));
         }
-        let mut months = self.months(user_id, claim, &[shown]).await?;
+        let mut months = self.months(user_id, today, &[shown]).await?;
         months
             .pop()
             .ok_or_else(|| AppError::internal(anyhow::anyhow!("a month without its days")))
@@ -668,7 +668,7 @@ impl SignIn {
             )));
         }
         let months: Vec<Month> = (1..=12).map(|month| Month { year, month }).collect();
-        self.months(user_id, claim, &months).await
+        self.months(user_id, today, &months).await
     }
 
     /// A month's sign-ins for `signCalendar` (deprecated): default this month; months
@@ -685,7 +685,7 @@ impl SignIn {
         if shown > current {
             return Err(AppError::bad_input("that month has not begun"));
         }
-        let days = self.months(user_id, claim, &[shown]).await?;
+        let days = self.months(user_id, status.today, &[shown]).await?;
         let shown_days = if shown == current {
             status.today.day() as usize
         } else {

@@ -159,7 +159,11 @@ impl SignIn {
             });
         }
         match self.recorded_zone(user_id).await? {
-            Some(recorded) => Ok(recorded),
+            Some(recorded) => {
+                // Redis lost it (before a rebuild): it is restored here.
+                self.deliver_zone(user_id, &recorded).await?;
+                Ok(recorded)
+            }
             None => Ok(UserZone::default_of(
                 claim.unwrap_or_else(|| self.infra.clock.zone()),
             )),
@@ -219,7 +223,6 @@ impl SignIn {
     ) -> AppResult<UserZone> {
         let zone = self.zone_of(user_id, claim).await?;
         if zone.recorded {
-            self.deliver_zone(user_id, &zone).await?;
             return Ok(zone);
         }
         let first = UserZone {
