@@ -502,3 +502,26 @@ async fn the_playgrounds_sign_in_examples_run() {
         ["SIGNED", "MADE_UP", "MISSED", "MISSED", "SIGNED"]
     );
 }
+
+#[tokio::test]
+async fn a_frozen_day_that_carries_a_streak_past_a_milestone_pays_it_once_and_freezes_stop_at_the_most(
+) {
+    let app = TestApp::spawn().await;
+    let token = app.user_token(4891);
+    sign_days(&app, &token, date(2026, 8, 1), 13).await;
+    assert_eq!(streak(&app, &token).await["freezesHeld"], 1);
+    // The 14th missed: the sign-in on the 15th freezes it and passes 14 days.
+    let fifteenth = sign_days(&app, &token, date(2026, 8, 15), 1).await;
+    assert_eq!(fifteenth[0]["streak"], 15);
+    assert_eq!(fifteenth[0]["pointsAwarded"], 21, "1 + the 14-day bonus");
+    let held = streak(&app, &token).await;
+    assert_eq!(
+        held["freezesHeld"], 1,
+        "one used, one earned by the second week"
+    );
+    let more = sign_days(&app, &token, date(2026, 8, 16), 13).await;
+    assert!(more.iter().all(|a| a["pointsAwarded"] != 21), "paid once");
+    let month_end = streak(&app, &token).await;
+    assert_eq!(month_end["current"], 28);
+    assert_eq!(month_end["freezesHeld"], 2, "at most ENGAGE_FREEZES_MAX");
+}

@@ -108,7 +108,7 @@ pub(crate) struct SignInResult {
     pub(crate) user_id: i64,
     /// The day signed, in the viewer's time zone.
     pub(crate) date: Date,
-    #[graphql(deprecation = "Use `calendar { today { streak } }`.")]
+    #[graphql(deprecation = "Use `streak { current }`.")]
     pub(crate) streak: i64,
     pub(crate) points_awarded: i64,
     pub(crate) already_signed: bool,
