@@ -54,20 +54,23 @@ fn streak_before(days: &BTreeSet<NaiveDate>, month: Month) -> i64 {
     run
 }
 
-/// The longest run of counted days, and the latest run's first day and length.
-fn runs(days: &BTreeSet<NaiveDate>) -> (i64, Option<(NaiveDate, i64)>) {
-    let mut longest = 0;
-    let mut latest: Option<(NaiveDate, i64)> = None;
+/// The longest run of counted days, and the runs that ended within a month of the latest
+/// one's end (a repair may still join them), each as its first day and length.
+fn runs(days: &BTreeSet<NaiveDate>) -> (i64, Vec<(NaiveDate, i64)>) {
+    let mut all: Vec<(NaiveDate, i64)> = Vec::new();
     for &day in days {
-        latest = match latest {
-            Some((start, length)) if start + Duration::days(length) == day => {
-                Some((start, length + 1))
-            }
-            _ => Some((day, 1)),
-        };
-        longest = longest.max(latest.map_or(0, |(_, length)| length));
+        match all.last_mut() {
+            Some((start, length)) if *start + Duration::days(*length) == day => *length += 1,
+            _ => all.push((day, 1)),
+        }
     }
-    (longest, latest)
+    let longest = all.iter().map(|(_, length)| *length).max().unwrap_or(0);
+    let last_day = days.last().copied().unwrap_or_default();
+    let recent = all
+        .into_iter()
+        .filter(|(start, length)| *start + Duration::days(*length + 31) > last_day)
+        .collect();
+    (longest, recent)
 }
 
 impl SignIn {
@@ -307,7 +310,7 @@ impl SignIn {
                 }
                 let streak = keys.sign_streak(*user);
                 pipe.cmd("DEL").arg(&streak).ignore();
-                let (longest, latest) = runs(&signed.counted);
+                let (longest, recent) = runs(&signed.counted);
                 let fields = pipe.cmd("HSET").arg(&streak);
                 fields
                     .arg("longest")
@@ -317,7 +320,8 @@ impl SignIn {
                 if let Some(first) = signed.counted.first() {
                     fields.arg("joined").arg(day_number(*first));
                 }
-                if let Some((start, length)) = latest {
+                // Their milestones were paid and their freezes earned through their length.
+                for (start, length) in recent {
                     fields.arg(format!("paid:{}", epoch_day(start))).arg(length);
                 }
                 for &month in months.iter().filter(|m| **m <= settled) {
@@ -355,6 +359,9 @@ mod tests {
         assert_eq!(streak_before(&days, october), 1);
         assert_eq!(day_number(day("2026-10-31")), 20261031);
         assert_eq!(date_of_day_number(20261031), Some(day("2026-10-31")));
-        assert_eq!(runs(&days), (2, Some((day("2026-10-30"), 2))));
+        assert_eq!(
+            runs(&days),
+            (2, vec![(day("2026-09-30"), 2), (day("2026-10-30"), 2)])
+        );
     }
 }
