@@ -525,3 +525,16 @@ async fn a_frozen_day_that_carries_a_streak_past_a_milestone_pays_it_once_and_fr
     assert_eq!(month_end["current"], 28);
     assert_eq!(month_end["freezesHeld"], 2, "at most ENGAGE_FREEZES_MAX");
 }
+
+#[tokio::test]
+async fn a_zone_redis_lost_is_read_from_sql_and_a_claim_that_is_no_zone_is_ignored() {
+    let app = TestApp::spawn().await;
+    let token = app.user_token(4895);
+    app.set_clock(at(2026, 9, 1, 12, 0));
+    app.data(Some(&token), SET_ZONE, json!({ "z": "Asia/Kolkata" }))
+        .await;
+    unlink(&app, &[app.keys().sign_zone(4895)]).await;
+    assert_eq!(streak(&app, &token).await["timeZone"], "Asia/Kolkata");
+    let nowhere = token_in(&app, 4896, "Nowhere/Land");
+    assert_eq!(streak(&app, &nowhere).await["timeZone"], "UTC");
+}

@@ -45,7 +45,7 @@ use crate::infra::{
 
 impl Keys {
     /// A user's time zone: `{ zone, previous, from, changed_ms }`.
-    pub(crate) fn sign_zone(&self, user_id: i64) -> String {
+    pub fn sign_zone(&self, user_id: i64) -> String {
         self.of_points_user(user_id, &format!("zone:{user_id}"))
     }
 }
