@@ -1,60 +1,86 @@
 --[[
-  Signs a user in for today: sets the day's bit, and on the first sign-in of the day
-  computes the streak and awards SIGN_IN points with the streak bonus.
+  Signs a user in for today (the user's day): covers a gap before today with the freezes
+  held, sets the day's bit, and on the first sign-in of the day computes the streak, pays
+  SIGN_IN points with the bonus of each milestone the streak passed (once per streak) and
+  earns its freezes.
 
   Input:
     KEYS[1] this_month: this month's bitmap      {points:B}:sign:<user>:<YYYYMM>
     KEYS[2] previous_month: previous month's bitmap  {points:B}:sign:<user>:<YYYYMM-1>
-    KEYS[3] streak: streak hash              {points:B}:streak:<user>
-    KEYS[4] daily: today's points hash      {points:B}:daily:<user>:<YYYYMMDD>
-    KEYS[5] board: season board             {points:B}:board:<YYYYMM>
-    KEYS[6] events: points stream            {points:B}:events
-    KEYS[7] hold: rebuild hold             {points:B}:rebuilding
-    KEYS[8] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
-    KEYS[9] balances: the bucket's points balances {points:B}:balances
+    KEYS[3] month_before: the month before's bitmap  {points:B}:sign:<user>:<YYYYMM-2>
+    KEYS[4] streak: streak hash              {points:B}:streak:<user>
+    KEYS[5] frozen_this: this month's frozen days     {points:B}:frozen:<user>:<YYYYMM>
+    KEYS[6] frozen_previous: the previous month's frozen days
+    KEYS[7] daily: today's points hash      {points:B}:daily:<user>:<YYYYMMDD>
+    KEYS[8] board: season board             {points:B}:board:<YYYYMM>
+    KEYS[9] events: points stream            {points:B}:events
+    KEYS[10] hold: rebuild hold             {points:B}:rebuilding
+    KEYS[11] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
+    KEYS[12] balances: the bucket's points balances {points:B}:balances
     ARGV[1] user: user id
-    ARGV[2] day: day of month (1..31)
-    ARGV[3] previous_month_days: days in the previous month
-    ARGV[4] previous_month: previous month YYYYMM
-    ARGV[5] month_before: the month before it YYYYMM
-    ARGV[6] now_ms: now, epoch ms
-    ARGV[7] season_seconds: seconds since the season began
-    ARGV[8] season: season id
-    ARGV[9] channel: board channel
-    ARGV[10] daily_ttl_seconds: daily hash TTL seconds
-    ARGV[11] bitmap_ttl_seconds: bitmap TTL seconds
-    ARGV[12] base_points: base points
-    ARGV[13] bonuses: bonuses "streak:points,..." e.g. "7:10,14:20,28:40"
-    ARGV[14] idempotency: idempotency text for the event (signin:<user>:<date>)
-    ARGV[15] day_number: today, YYYYMMDD (the sign_ins row the archive writes from the event)
-    ARGV[16] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[2] month: the user's month YYYYMM
+    ARGV[3] day: the user's day of month (1..31)
+    ARGV[4] epoch_day: the user's day, days since 1970-01-01
+    ARGV[5] now_ms: now, epoch ms
+    ARGV[6] season_seconds: seconds since the season began
+    ARGV[7] season: season id
+    ARGV[8] channel: board channel
+    ARGV[9] daily_ttl_seconds: daily hash TTL seconds
+    ARGV[10] bitmap_ttl_seconds: bitmap TTL seconds
+    ARGV[11] base_points: base points
+    ARGV[12] milestones: milestones "days:points,..." e.g. "7:10,14:20,30:40"
+    ARGV[13] every: past the milestones, each multiple of this pays (the last milestone)
+    ARGV[14] every_points: what each such multiple pays
+    ARGV[15] freezes_max: freezes a user may hold
+    ARGV[16] idempotency: idempotency text for the event (signin:<user>:<date>)
+    ARGV[17] day_number: today, YYYYMMDD (the sign_ins row the archive writes from the event)
+    ARGV[18] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
-  Output: { status, streak, points_awarded }
+  Output: { status, streak, points_awarded, days_frozen }
     status (lua/include/status.lua) OK signed, ALREADY signed today before, HELD while a
            rebuild holds sign-ins back
+
+  A gap of missed days right before today is covered when the freezes held reach across
+  it and a streak precedes it: each day is counted and marked frozen, one freeze used per
+  day. The script runs alone, so two instances signing the same user at once cover a gap
+  once: the second finds today signed (ALREADY) or the gap's days counted.
 ]]
 -- @include status.lua
 -- @include points_award.lua
 -- @include signin_streak.lua
 
-if held(KEYS[7]) then
-  return {HELD, 0, 0}
+if held(KEYS[10]) then
+  return {HELD, 0, 0, 0}
 end
 
-local day = tonumber(ARGV[2])
-local was = redis.call('SETBIT', KEYS[1], day - 1, 1)
-redis.call('EXPIRE', KEYS[1], ARGV[11])
-local streak = streak_ending(KEYS[1], KEYS[2], KEYS[3], day, tonumber(ARGV[3]), ARGV[4], ARGV[5])
-if was == 1 then
-  return {ALREADY, streak, 0}
+local c = streak_context({KEYS[1], KEYS[2], KEYS[3]}, {KEYS[5], KEYS[6]}, KEYS[4],
+  tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+local ttl = ARGV[10]
+if is_counted(c, 0) then
+  return {ALREADY, streak_at(c, 0), 0, 0}
 end
-local points = tonumber(ARGV[12])
-for rule in string.gmatch(ARGV[13], '[^,]+') do
-  local at, bonus = string.match(rule, '(%d+):(%d+)')
-  if tonumber(at) == streak then
-    points = points + tonumber(bonus)
+
+local frozen = {}
+local gap = coverable_gap(c)
+if gap > 0 then
+  for offset = -gap, -1 do
+    count_day(c, offset, ttl)
+    frozen[#frozen + 1] = day_number_at(c, offset)
   end
+  redis.call('HINCRBY', KEYS[4], 'freezes', -gap)
 end
-local awarded = award(KEYS[4], KEYS[9], KEYS[5], KEYS[6], ARGV[1], 'SIGN_IN', points, -1, ARGV[6],
-  tonumber(ARGV[7]), ARGV[8], {ARGV[16], ARGV[9], KEYS[8]}, ARGV[14], ARGV[10], {'day', ARGV[15], 'made_up', 0})
-return {OK, streak, awarded}
+
+redis.call('SETBIT', KEYS[1], c.today - 1, 1)
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('HSETNX', KEYS[4], 'joined', ARGV[17])
+local streak = streak_at(c, 0)
+local bonus, earned = reward(c, streak, 0, ARGV[12], tonumber(ARGV[13]), tonumber(ARGV[14]),
+  tonumber(ARGV[15]))
+local frozen_days = '-'
+if #frozen > 0 then
+  frozen_days = table.concat(frozen, ',')
+end
+local awarded = award(KEYS[7], KEYS[12], KEYS[8], KEYS[9], ARGV[1], 'SIGN_IN', tonumber(ARGV[11]) + bonus,
+  -1, ARGV[5], tonumber(ARGV[6]), ARGV[7], {ARGV[18], ARGV[8], KEYS[11]}, ARGV[16], ARGV[9],
+  {'day', ARGV[17], 'made_up', 0, 'frozen', frozen_days, 'earned', earned})
+return {OK, streak, awarded, #frozen}

@@ -136,7 +136,7 @@ pub(crate) async fn seed(state: &AppState, users: i64) -> anyhow::Result<()> {
         state
             .features
             .signin
-            .sign_in(user)
+            .sign_in(user, None)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let extra: i64 = rand::rng().random_range(0..40);

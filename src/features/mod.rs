@@ -71,7 +71,7 @@ impl Features {
             signin: signin::SignIn {
                 infra: infra.clone(),
                 points: points.clone(),
-                settings: *settings.signin,
+                settings: settings.signin.clone(),
             },
             leaderboard: leaderboard::Leaderboards {
                 infra: infra.clone(),

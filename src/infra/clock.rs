@@ -85,19 +85,34 @@ impl Clock {
     /// The instant a day begins in the configured zone (the first existing instant of the
     /// day where a daylight-saving jump skips midnight).
     pub(crate) fn start_of(&self, date: NaiveDate) -> DateTime<Utc> {
-        (0..24)
-            .find_map(|hour| {
-                self.tz
-                    .from_local_datetime(&date.and_hms_opt(hour, 0, 0)?)
-                    .earliest()
-            })
-            .map(|local| local.with_timezone(&Utc))
-            .unwrap_or_else(|| date.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
+        start_of_in(self.tz, date)
+    }
+
+    /// The configured zone (`ENGAGE_TIMEZONE`).
+    pub(crate) fn zone(&self) -> Tz {
+        self.tz
     }
 
     pub fn month_begins(&self, month: Month) -> DateTime<Utc> {
         self.start_of(month.first_day())
     }
+}
+
+/// The instant a day begins in a zone (the first existing instant of the day where a
+/// daylight-saving jump skips midnight).
+pub(crate) fn start_of_in(tz: Tz, date: NaiveDate) -> DateTime<Utc> {
+    (0..24)
+        .find_map(|hour| {
+            tz.from_local_datetime(&date.and_hms_opt(hour, 0, 0)?)
+                .earliest()
+        })
+        .map(|local| local.with_timezone(&Utc))
+        .unwrap_or_else(|| date.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
+}
+
+/// The calendar date of an instant in a zone.
+pub(crate) fn date_in(tz: Tz, at: DateTime<Utc>) -> NaiveDate {
+    at.with_timezone(&tz).date_naive()
 }
 
 /// A calendar month (a season is one), identified as `YYYYMM`.

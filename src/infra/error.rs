@@ -68,8 +68,8 @@ pub enum ErrorCode {
     /// Before execution: the HTTP request or WebSocket message itself is malformed (no
     /// query, a bad body, a deadline header out of range).
     BadRequest,
-    /// `makeUpSignIn`: no make-up sign-ins left this month (`ENGAGE_MAKEUP_PER_MONTH` a
-    /// month); a new allowance starts on the first of next month.
+    /// `repairDay`, `makeUpSignIn`: no repairs left this month (`ENGAGE_REPAIRS_PER_MONTH`,
+    /// `ENGAGE_MAKEUP_PER_MONTH` a month); a new allowance starts on the first of next month.
     MakeupLimit,
     /// `payOrder`: the order's pay-by time has passed; it is expired and its stock given
     /// back. The buyer may order again while the sale lasts.

@@ -40,6 +40,7 @@ mod remarks;
 mod scalars;
 mod signin;
 mod spending;
+mod streaks;
 mod via;
 mod vouchers;
 mod websocket;

@@ -512,7 +512,8 @@ async fn the_superseded_fields_are_deprecated_and_name_their_successors() {
         ("likeResult", "remarkId", "remark"),
         ("likeResult", "likeCount", "remark"),
         ("likeResult", "liked", "remark"),
-        ("signInResult", "streak", "calendar"),
+        ("signInResult", "streak", "streak { current }"),
+        ("mutationRoot", "makeUpSignIn", "repairDay"),
         ("mutationRoot", "follow", "followUser"),
         ("mutationRoot", "unfollow", "unfollowUser"),
         ("mutationRoot", "cancelJob", "cancelPendingJob"),
@@ -524,6 +525,7 @@ async fn the_superseded_fields_are_deprecated_and_name_their_successors() {
         ("likeResult", "changed"),
         ("likeResult", "remark"),
         ("signInResult", "calendar"),
+        ("mutationRoot", "repairDay"),
         ("mutationRoot", "followUser"),
         ("mutationRoot", "cancelPendingJob"),
     ] {

@@ -22,29 +22,31 @@ async fn sign_in_on(app: &TestApp, token: &str, day: NaiveDate) -> Value {
 }
 
 #[tokio::test]
-async fn streak_bonuses_at_7_14_and_28_days_and_a_gap_resets() {
+async fn streak_bonuses_at_7_14_and_30_days_and_a_gap_resets() {
     let app = TestApp::spawn().await;
     let token = app.user_token(31);
     let start = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
     let mut awarded = Vec::new();
-    for offset in 0..29 {
+    for offset in 0..30 {
         let result = sign_in_on(&app, &token, start + Duration::days(offset)).await;
         assert_eq!(result["streak"], offset + 1);
         awarded.push(result["pointsAwarded"].as_i64().unwrap());
     }
     assert_eq!(awarded[6], 11, "day 7: 1 + 10");
     assert_eq!(awarded[13], 21, "day 14: 1 + 20");
-    assert_eq!(awarded[27], 41, "day 28: 1 + 40");
-    assert_eq!(awarded.iter().filter(|p| **p == 1).count(), 26);
+    // The milestone of 30 days pays the bonus of the rules' longest length up to it (28).
+    assert_eq!(awarded[29], 41, "day 30: 1 + 40");
+    assert_eq!(awarded.iter().filter(|p| **p == 1).count(), 27);
 
     let again = app.data(Some(&token), SIGN_IN, json!({})).await["signIn"].clone();
     assert_eq!(
         again,
-        json!({ "date": "2026-03-29", "streak": 29, "pointsAwarded": 0, "alreadySigned": true })
+        json!({ "date": "2026-03-30", "streak": 30, "pointsAwarded": 0, "alreadySigned": true })
     );
 
-    // Skip the 30th: the streak starts over.
-    let after_gap = sign_in_on(&app, &token, NaiveDate::from_ymd_opt(2026, 3, 31).unwrap()).await;
+    // Skip three days, one more than the two freezes the streak earned would cover: the
+    // streak starts over.
+    let after_gap = sign_in_on(&app, &token, NaiveDate::from_ymd_opt(2026, 4, 3).unwrap()).await;
     assert_eq!(after_gap["streak"], 1);
     assert_eq!(after_gap["pointsAwarded"], 1);
 }

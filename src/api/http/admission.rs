@@ -170,7 +170,11 @@ pub(crate) async fn identify(
         .await;
     Ok(Caller {
         ip,
-        viewer: Some(Viewer { user_id, role }),
+        viewer: Some(Viewer {
+            user_id,
+            role,
+            zone: claims.zoneinfo.as_deref().and_then(|z| z.parse().ok()),
+        }),
         token_expires_at: Some(claims.exp),
     })
 }

@@ -5,8 +5,8 @@
 //! Instants are written in UTC (`2026-11-27T03:04:05.123Z`, JavaScript's `toISOString`), not
 //! in `ENGAGE_TIMEZONE`: a client compares and sorts them as text and parses them with any
 //! ISO 8601 parser, and moving the service to another zone changes none of them. The zone
-//! still decides which calendar day an instant belongs to (`infra::clock`); a [`Date`] is that
-//! day, with no zone written.
+//! still decides which calendar day an instant belongs to (`infra::clock`; for sign-in, the
+//! user's zone); a [`Date`] is that day, with no zone written.
 //!
 //! A value that does not parse is refused during execution with a message naming the scalar,
 //! and `api::schema::errors` codes it `BAD_USER_INPUT`, as any other bad argument. Not
@@ -92,7 +92,7 @@ impl Date {
     specified_by_url = "https://scalars.graphql.org/andimarek/local-date.html"
 )]
 /// A calendar day, `YYYY-MM-DD` (RFC 3339's full-date), with no time and no zone: the days of
-/// sign-in are the days of the service's time zone.
+/// sign-in are the days of the user's time zone (`User.timeZone`).
 impl ScalarType for Date {
     fn parse(value: Value) -> InputValueResult<Self> {
         match &value {

@@ -1,12 +1,104 @@
 //! GraphQL types of sign-in.
 
-use async_graphql::{ComplexObject, Context, SimpleObject};
+use async_graphql::{ComplexObject, Context, Enum, SimpleObject};
 
 use crate::{
     api::schema::{scalars::Date, ContextExt},
-    features::signin::{Calendar, SignIn, SignInOutcome},
-    infra::{clock::Month, error::AppResult},
+    features::signin::{self, Calendar, MonthDays, SignIn, SignInOutcome},
+    infra::{auth, clock::Month, error::AppResult},
 };
+
+/// What a day of a calendar was for the user, in the user's time zone.
+#[derive(Enum, Copy, Clone, Eq, PartialEq)]
+pub(crate) enum DayState {
+    /// Signed on the day.
+    Signed,
+    /// Repaired later (`repairDay`, or the deprecated `makeUpSignIn`).
+    MadeUp,
+    /// Missed, and kept by a streak freeze.
+    Frozen,
+    Missed,
+    /// After today; also today while it is not signed yet.
+    Future,
+    /// Before the user's first sign-in.
+    BeforeJoining,
+}
+
+impl From<signin::DayState> for DayState {
+    fn from(state: signin::DayState) -> Self {
+        match state {
+            signin::DayState::Signed => Self::Signed,
+            signin::DayState::MadeUp => Self::MadeUp,
+            signin::DayState::Frozen => Self::Frozen,
+            signin::DayState::Missed => Self::Missed,
+            signin::DayState::Future => Self::Future,
+            signin::DayState::BeforeJoining => Self::BeforeJoining,
+        }
+    }
+}
+
+/// A month of the viewer's days; it says nothing of today (see `streak`).
+#[derive(SimpleObject)]
+pub(crate) struct MonthCalendar {
+    /// `YYYY-MM`.
+    pub(crate) month: String,
+    /// One per day of the month, day 1 first.
+    pub(crate) days: Vec<DayState>,
+    /// Days signed, on the day or by a repair.
+    pub(crate) signed_days: i64,
+}
+
+impl From<MonthDays> for MonthCalendar {
+    fn from(month: MonthDays) -> Self {
+        Self {
+            month: month.month.dashed(),
+            signed_days: month.signed_days() as i64,
+            days: month.days.into_iter().map(DayState::from).collect(),
+        }
+    }
+}
+
+/// The viewer's streak as of the viewer's today.
+#[derive(SimpleObject)]
+pub(crate) struct StreakStatus {
+    /// Days in a row ending today, or yesterday while today is unsigned, or before a gap
+    /// that the freezes held will cover at the next sign-in.
+    pub(crate) current: i64,
+    /// The longest streak ever.
+    pub(crate) longest: i64,
+    pub(crate) freezes_held: i64,
+    pub(crate) freezes_max: i64,
+    pub(crate) signed_today: bool,
+    /// No sign-in yet today and no freeze left.
+    pub(crate) at_risk: bool,
+    /// The viewer's today, in the viewer's time zone.
+    pub(crate) today: Date,
+    pub(crate) time_zone: String,
+    /// The next streak length that pays a bonus.
+    pub(crate) next_milestone: Option<i64>,
+    /// Repairs left this month.
+    pub(crate) make_ups_left: i64,
+    /// Days back (yesterday is 1) that `repairDay` reaches.
+    pub(crate) make_up_window_days: i64,
+}
+
+impl From<signin::StreakStatus> for StreakStatus {
+    fn from(status: signin::StreakStatus) -> Self {
+        Self {
+            current: status.current,
+            longest: status.longest,
+            freezes_held: status.freezes_held,
+            freezes_max: status.freezes_max,
+            signed_today: status.signed_today,
+            at_risk: status.at_risk(),
+            today: Date(status.today),
+            time_zone: status.time_zone.name().to_string(),
+            next_milestone: Some(status.next_milestone),
+            make_ups_left: status.make_ups_left,
+            make_up_window_days: status.make_up_window_days,
+        }
+    }
+}
 
 /// What a sign-in or a make-up answers, with the calendar it changed.
 #[derive(SimpleObject)]
@@ -14,9 +106,9 @@ use crate::{
 pub(crate) struct SignInResult {
     #[graphql(skip)]
     pub(crate) user_id: i64,
-    /// The day signed, in the service's time zone.
+    /// The day signed, in the viewer's time zone.
     pub(crate) date: Date,
-    #[graphql(deprecation = "Use `calendar { today { streak } }`.")]
+    #[graphql(deprecation = "Use `streak { current }`.")]
     pub(crate) streak: i64,
     pub(crate) points_awarded: i64,
     pub(crate) already_signed: bool,
@@ -38,9 +130,10 @@ impl SignInResult {
 impl SignInResult {
     /// The calendar of the signed day's month after this call.
     async fn calendar(&self, ctx: &Context<'_>) -> AppResult<SignCalendar> {
+        let claim = auth::viewer(ctx).and_then(|viewer| viewer.zone);
         Ok(ctx
             .feature::<SignIn>()
-            .calendar_of_day(self.user_id, self.date.0)
+            .calendar_of_day(self.user_id, claim, self.date.0)
             .await?
             .into())
     }
@@ -72,7 +165,7 @@ pub(crate) struct SignCalendar {
     pub(crate) today: Option<SignToday>,
 }
 
-/// Today's sign-in, in the service's time zone.
+/// Today's sign-in, in the viewer's time zone.
 #[derive(SimpleObject)]
 pub(crate) struct SignToday {
     pub(crate) date: Date,

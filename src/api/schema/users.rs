@@ -33,6 +33,20 @@ impl User {
         self.0.avatar_url.as_deref()
     }
 
+    /// The user's IANA time zone, which the user's days and streak follow.
+    async fn time_zone(&self, ctx: &Context<'_>) -> AppResult<String> {
+        let claim = crate::infra::auth::viewer(ctx)
+            .filter(|viewer| viewer.user_id == self.0.id)
+            .and_then(|viewer| viewer.zone);
+        Ok(ctx
+            .feature::<crate::features::signin::SignIn>()
+            .zone_of(self.0.id, claim)
+            .await?
+            .zone
+            .name()
+            .to_string())
+    }
+
     /// How many users follow this one.
     async fn followers(&self, ctx: &Context<'_>) -> AppResult<i64> {
         ctx.feature::<Feed>().follower_count(self.0.id).await

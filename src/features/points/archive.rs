@@ -31,19 +31,31 @@ use crate::{
 
 struct PointsArchive(Points);
 
-/// A sign-in or make-up carried by a SIGN_IN award (its `day` and `made_up` fields).
+/// A sign-in, repair or frozen day carried by a SIGN_IN award (its `day`, `made_up` and
+/// `frozen` fields).
 struct SignInRow {
     user_id: i64,
     day: i64,
     made_up: i64,
+    frozen: i64,
     signed_at_ms: i64,
+}
+
+/// A streak freeze earned (on the day signed) or used (on the day it kept).
+struct FreezeRow {
+    user_id: i64,
+    day: i64,
+    reason: &'static str,
+    delta: i64,
+    at_ms: i64,
 }
 
 #[async_trait::async_trait]
 impl StreamHandler for PointsArchive {
     /// Awards, spends and revokes go to `points_record` once per event and once per (user,
     /// idempotency key): a repeat whose Redis marker had expired is not archived a second
-    /// time. Sign-ins go to `sign_ins` once per user and day.
+    /// time. Sign-ins go to `sign_ins` once per user and day, with the freezes earned and
+    /// used (`streak_freezes`, once per user, day and reason).
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Any>,
@@ -60,6 +72,7 @@ impl StreamHandler for PointsArchive {
         );
         let mut insert = sqlx::query(&sql);
         let mut sign_ins = Vec::new();
+        let mut freezes = Vec::new();
         for entry in entries {
             let award = AwardEvent::from_entry(entry)?;
             let date = self.0.infra.clock.date_of_ms(award.at_ms);
@@ -80,15 +93,41 @@ impl StreamHandler for PointsArchive {
                     user_id: award.user_id,
                     day: signed.day,
                     made_up: i64::from(signed.made_up),
+                    frozen: 0,
                     signed_at_ms: award.at_ms,
                 });
+                for &day in &signed.frozen {
+                    sign_ins.push(SignInRow {
+                        user_id: award.user_id,
+                        day,
+                        made_up: 0,
+                        frozen: 1,
+                        signed_at_ms: award.at_ms,
+                    });
+                    freezes.push(FreezeRow {
+                        user_id: award.user_id,
+                        day,
+                        reason: "USED",
+                        delta: -1,
+                        at_ms: award.at_ms,
+                    });
+                }
+                if signed.freezes_earned > 0 {
+                    freezes.push(FreezeRow {
+                        user_id: award.user_id,
+                        day: signed.day,
+                        reason: "EARNED",
+                        delta: signed.freezes_earned,
+                        at_ms: award.at_ms,
+                    });
+                }
             }
         }
         insert.execute(&mut **tx).await?;
         if !sign_ins.is_empty() {
             let sql = backend.insert_new_rows(
-                "sign_ins (user_id, day, made_up, signed_at_ms)",
-                &values_placeholders(backend, sign_ins.len(), 4),
+                "sign_ins (user_id, day, made_up, frozen, signed_at_ms)",
+                &values_placeholders(backend, sign_ins.len(), 5),
             );
             let mut insert = sqlx::query(&sql);
             for row in &sign_ins {
@@ -96,7 +135,24 @@ impl StreamHandler for PointsArchive {
                     .bind(row.user_id)
                     .bind(row.day)
                     .bind(row.made_up)
+                    .bind(row.frozen)
                     .bind(row.signed_at_ms);
+            }
+            insert.execute(&mut **tx).await?;
+        }
+        if !freezes.is_empty() {
+            let sql = backend.insert_new_rows(
+                "streak_freezes (user_id, day, reason, delta, at_ms)",
+                &values_placeholders(backend, freezes.len(), 5),
+            );
+            let mut insert = sqlx::query(&sql);
+            for row in &freezes {
+                insert = insert
+                    .bind(row.user_id)
+                    .bind(row.day)
+                    .bind(row.reason)
+                    .bind(row.delta)
+                    .bind(row.at_ms);
             }
             insert.execute(&mut **tx).await?;
         }

@@ -38,11 +38,14 @@ impl AwardEvent {
     }
 }
 
-/// The day (`YYYYMMDD`) a SIGN_IN award signed, and whether it was made up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The day (`YYYYMMDD`) a SIGN_IN award signed, and whether it was made up; the days a
+/// streak freeze kept before it, and the freezes its streak earned.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SignedDay {
     pub(crate) day: i64,
     pub(crate) made_up: bool,
+    pub(crate) frozen: Vec<i64>,
+    pub(crate) freezes_earned: i64,
 }
 
 impl Event for AwardEvent {
@@ -51,6 +54,23 @@ impl Event for AwardEvent {
             Some(SignedDay {
                 day: entry.number("day")?,
                 made_up: entry.number("made_up")? == 1,
+                // Absent from the awards of earlier versions.
+                frozen: match entry.get("frozen") {
+                    Some(days) if days != "-" => days
+                        .split(',')
+                        .map(|day| {
+                            day.parse().map_err(|_| {
+                                HandleError::Poison(format!("entry {}: frozen {days}", entry.id))
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
+                    _ => Vec::new(),
+                },
+                freezes_earned: if entry.get("earned").is_some() {
+                    entry.number("earned")?
+                } else {
+                    0
+                },
             })
         } else {
             None
@@ -82,9 +102,19 @@ impl Event for AwardEvent {
             ("season", self.season.to_string()),
             ("at", self.at_ms.to_string()),
         ];
-        if let Some(signed) = self.sign_in {
+        if let Some(signed) = &self.sign_in {
             fields.push(("day", signed.day.to_string()));
             fields.push(("made_up", i64::from(signed.made_up).to_string()));
+            let frozen: Vec<String> = signed.frozen.iter().map(i64::to_string).collect();
+            fields.push((
+                "frozen",
+                if frozen.is_empty() {
+                    "-".into()
+                } else {
+                    frozen.join(",")
+                },
+            ));
+            fields.push(("earned", signed.freezes_earned.to_string()));
         }
         if let Some(reason) = &self.reason {
             fields.push(("reason", reason.clone()));
@@ -147,6 +177,8 @@ mod tests {
             sign_in: Some(SignedDay {
                 day: 20261123,
                 made_up: true,
+                frozen: vec![20261121, 20261122],
+                freezes_earned: 1,
             }),
             reason: None,
         };

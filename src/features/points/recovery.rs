@@ -442,12 +442,12 @@ impl Points {
             pipe.cmd("EXPIRE").arg(&key).arg(DAILY_TTL_SECONDS).ignore();
         }
         let month = self.infra.clock.current_month();
+        // Repairs count in the month they were made, which may be after the repaired day's.
         let make_ups = sqlx::query(
-            "SELECT user_id, COUNT(*) AS n FROM sign_ins WHERE made_up = 1 AND day >= $1 \
-             AND day <= $2 GROUP BY user_id",
+            "SELECT user_id, COUNT(*) AS n FROM sign_ins WHERE made_up = 1 AND signed_at_ms >= $1 \
+             GROUP BY user_id",
         )
-        .bind(day_number(month.first_day()))
-        .bind(day_number(month.next().first_day()) - 1)
+        .bind(self.infra.clock.month_begins(month).timestamp_millis())
         .fetch_all(&self.infra.db.pool)
         .await?;
         for row in &make_ups {

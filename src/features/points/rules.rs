@@ -54,7 +54,8 @@ pub struct Rule {
 #[derive(Debug, Clone)]
 pub struct PointsRules {
     rules: HashMap<PointsType, Rule>,
-    /// Extra sign-in points when the streak reaches a length: (length, points).
+    /// Extra sign-in points by streak length: (length, points). A streak milestone pays the
+    /// bonus of the longest length up to it (`features::signin`).
     pub(crate) sign_in_bonuses: Vec<(u32, i64)>,
 }
 

@@ -33,6 +33,10 @@ pub struct Claims {
     /// Display name used when the user is first seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The user's IANA time zone (OpenID Connect's `zoneinfo`): the zone a user's sign-in
+    /// days start in, until the user sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zoneinfo: Option<String>,
 }
 
 /// Who a token speaks for.
@@ -131,6 +135,7 @@ pub(crate) fn read(
         nbf: seconds("nbf"),
         iat: seconds("iat"),
         name: shown_name(text("name")).or_else(|| shown_name(text("preferred_username"))),
+        zoneinfo: text("zoneinfo").filter(|zone| zone.len() <= 64),
         iss,
         sub,
     };

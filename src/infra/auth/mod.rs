@@ -62,6 +62,8 @@ impl std::str::FromStr for Role {
 pub(crate) struct Viewer {
     pub(crate) user_id: i64,
     pub(crate) role: Role,
+    /// The token's `zoneinfo`, when it names an IANA zone.
+    pub(crate) zone: Option<chrono_tz::Tz>,
 }
 
 /// The claims of a token this server signs.

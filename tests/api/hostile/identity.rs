@@ -134,6 +134,7 @@ async fn one_bad_name_never_keeps_twenty_new_users_from_their_rows() {
         iat: None,
         iss: None,
         name: Some(name.into()),
+        zoneinfo: None,
     };
     users.ensure(700, &claims("raw\u{0}name"), now).await;
     let batch: Vec<i64> = (701..=720).collect();
