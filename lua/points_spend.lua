@@ -31,17 +31,5 @@ if held(KEYS[4]) then
   return {HELD, 0, 0, 0}
 end
 
-local earned, spent, revoked = balance_of(KEYS[1], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return {ALREADY, earned, spent, revoked}
-end
-local amount = tonumber(ARGV[2])
-if earned - spent - revoked < amount then
-  return {OVER_LIMIT, earned, spent, revoked}
-end
-spent = redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':spent', amount)
-redis.call('SET', KEYS[2], -amount, 'EX', ARGV[5])
--- Unpacked (src/infra/streams/mod.rs): two values are the caller's free text.
-redis.call('XADD', KEYS[3], '*', 'user', ARGV[1], 'type', 'SPEND', 'points', -amount,
-  'requested', amount, 'season', ARGV[4], 'at', ARGV[3], 'key', ARGV[6], 'reason', ARGV[7])
-return {OK, earned, spent, revoked}
+return spend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5],
+  ARGV[6], ARGV[7])

@@ -538,3 +538,84 @@ async fn a_zone_redis_lost_is_read_from_sql_and_a_claim_that_is_no_zone_is_ignor
     let nowhere = token_in(&app, 4896, "Nowhere/Land");
     assert_eq!(streak(&app, &nowhere).await["timeZone"], "UTC");
 }
+
+const BUY: &str = "mutation($k: String!) { buyStreakFreeze(idempotencyKey: $k) { freezesHeld } }";
+const BALANCE: &str = "{ viewer { pointsBalance { spent balance } } }";
+
+#[tokio::test]
+async fn freezes_bought_with_points_never_pass_the_most_held_nor_spend_twice_and_come_back_after_a_rebuild(
+) {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.max_connections_per_ip = 0;
+    })
+    .await;
+    let token = app.user_token(4901);
+    let service = app.token(900, engage::infra::auth::Role::Service);
+    let award = "mutation($u: ID!) {
+        awardPoints(userId: $u, type: SIGN_IN, points: 120, idempotencyKey: \"gift\") { awarded } }";
+    app.data(Some(&service), award, json!({ "u": "4901" }))
+        .await;
+
+    // 50 purchases at once under 50 keys: the balance (120) pays for two, and two is the most
+    // a user may hold; each refusal is coded, and none spends.
+    let attempts = futures::future::join_all((0..50).map(|i| {
+        let (app, token) = (&app, &token);
+        async move {
+            app.gql(Some(token), BUY, json!({ "k": format!("k{i}") }))
+                .await
+        }
+    }))
+    .await;
+    let bought = attempts.iter().filter(|a| a["errors"].is_null()).count();
+    assert_eq!(bought, 2, "{attempts:?}");
+    for refused in attempts.iter().filter(|a| !a["errors"].is_null()) {
+        assert!(
+            ["CONFLICT", "INSUFFICIENT_POINTS"].contains(&first_code(refused)),
+            "{refused}"
+        );
+    }
+    let balance = app.data(Some(&token), BALANCE, json!({})).await;
+    assert_eq!(balance["viewer"]["pointsBalance"]["spent"], 100);
+    assert_eq!(balance["viewer"]["pointsBalance"]["balance"], 20);
+    assert_eq!(streak(&app, &token).await["freezesHeld"], 2);
+
+    // A replay of a key that bought changes nothing, even at the most held.
+    let first_key = attempts.iter().position(|a| a["errors"].is_null()).unwrap();
+    let replay = app
+        .data(Some(&token), BUY, json!({ "k": format!("k{first_key}") }))
+        .await;
+    assert_eq!(replay["buyStreakFreeze"]["freezesHeld"], 2);
+    streams_settled(&app, &app.keys().points_streams(), "archive").await;
+    let history = app
+        .data(
+            Some(&token),
+            "{ pointsHistory(first: 5) { edges { node { points reason source } } } }",
+            json!({}),
+        )
+        .await;
+    let spends: Vec<&Value> = history["pointsHistory"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["node"]["source"] == "freeze")
+        .collect();
+    assert_eq!(spends.len(), 2, "{history}");
+    assert_eq!(spends[0]["node"]["points"], -50);
+    assert_eq!(spends[0]["node"]["reason"], "streak freeze");
+
+    // A user with no points buys none.
+    let shanghai = token_in(&app, 4902, "Asia/Shanghai");
+    let none = app.gql(Some(&shanghai), BUY, json!({ "k": "a" })).await;
+    assert_eq!(first_code(&none), "INSUFFICIENT_POINTS");
+
+    assert_eq!(reports_drift(&app).await, 0);
+    let keys = scan(&app, &app.keys().all_pattern()).await;
+    unlink(&app, &keys).await;
+    app.rebuild_from_sql().await.unwrap();
+    assert_eq!(streak(&app, &token).await["freezesHeld"], 2);
+    let balance = app.data(Some(&token), BALANCE, json!({})).await;
+    assert_eq!(balance["viewer"]["pointsBalance"]["balance"], 20);
+    assert_eq!(reports_drift(&app).await, 0);
+}

@@ -128,6 +128,23 @@ impl SignInMutation {
         Ok(signin.status(viewer.user_id, viewer.zone).await?.into())
     }
 
+    /// Buys a streak freeze with `ENGAGE_FREEZE_COST` points of the viewer's balance, once
+    /// per `idempotencyKey` (a repeat changes nothing): INSUFFICIENT_POINTS when the balance
+    /// is short, CONFLICT when the viewer holds the most freezes already (nothing spent).
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn buy_streak_freeze(
+        &self,
+        ctx: &Context<'_>,
+        idempotency_key: String,
+    ) -> AppResult<StreakStatus> {
+        let viewer = auth::require_viewer(ctx)?;
+        let status = ctx
+            .feature::<SignIn>()
+            .buy_freeze(viewer.user_id, viewer.zone, &idempotency_key)
+            .await?;
+        Ok(status.into())
+    }
+
     /// Sets the viewer's time zone (an IANA name; BAD_USER_INPUT otherwise), at most once a
     /// day (CONFLICT). The day running goes on; the new zone counts from the next day that
     /// has begun in neither zone.

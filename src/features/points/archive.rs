@@ -41,11 +41,12 @@ struct SignInRow {
     signed_at_ms: i64,
 }
 
-/// A streak freeze earned (on the day signed) or used (on the day it kept).
+/// A streak freeze earned (on the day signed), used (on the day it kept) or bought (on the
+/// user's day of the purchase: `BOUGHT <key>`, a row per purchase).
 struct FreezeRow {
     user_id: i64,
     day: i64,
-    reason: &'static str,
+    reason: String,
     delta: i64,
     at_ms: i64,
 }
@@ -76,6 +77,15 @@ impl StreamHandler for PointsArchive {
         for entry in entries {
             let award = AwardEvent::from_entry(entry)?;
             let date = self.0.infra.clock.date_of_ms(award.at_ms);
+            if let Some(day) = award.freeze_bought_on {
+                freezes.push(FreezeRow {
+                    user_id: award.user_id,
+                    day,
+                    reason: format!("BOUGHT {}", award.idempotency_key),
+                    delta: 1,
+                    at_ms: award.at_ms,
+                });
+            }
             insert = insert
                 .bind(self.0.infra.keys.points_event_id(award.user_id, &entry.id))
                 .bind(award.user_id)
@@ -107,7 +117,7 @@ impl StreamHandler for PointsArchive {
                     freezes.push(FreezeRow {
                         user_id: award.user_id,
                         day,
-                        reason: "USED",
+                        reason: "USED".into(),
                         delta: -1,
                         at_ms: award.at_ms,
                     });
@@ -116,7 +126,7 @@ impl StreamHandler for PointsArchive {
                     freezes.push(FreezeRow {
                         user_id: award.user_id,
                         day: signed.day,
-                        reason: "EARNED",
+                        reason: "EARNED".into(),
                         delta: signed.freezes_earned,
                         at_ms: award.at_ms,
                     });
@@ -150,7 +160,7 @@ impl StreamHandler for PointsArchive {
                 insert = insert
                     .bind(row.user_id)
                     .bind(row.day)
-                    .bind(row.reason)
+                    .bind(&row.reason)
                     .bind(row.delta)
                     .bind(row.at_ms);
             }

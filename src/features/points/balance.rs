@@ -78,7 +78,13 @@ pub(crate) struct Spent {
 /// The idempotency key of a spend asked for through the API: in its own namespace, so that
 /// it can meet no award's key nor a spend of another feature.
 pub(crate) fn spend_key(key: &str) -> AppResult<String> {
-    Ok(format!("spend:{}", checked_key(key)?))
+    namespaced_key("spend", key)
+}
+
+/// A caller's idempotency key, checked, in a feature's own namespace (`freeze:<key>`): the
+/// namespace is the record's source.
+pub(crate) fn namespaced_key(namespace: &str, key: &str) -> AppResult<String> {
+    Ok(format!("{namespace}:{}", checked_key(key)?))
 }
 
 /// A key as a caller gave it, trimmed: 1 to [`MAX_KEY_CHARS`] characters.
@@ -264,7 +270,7 @@ impl Points {
     }
 
     /// Whether SQL archived a record of the user under `key`.
-    async fn archived_once(&self, user_id: i64, key: &str) -> AppResult<bool> {
+    pub(crate) async fn archived_once(&self, user_id: i64, key: &str) -> AppResult<bool> {
         Ok(sqlx::query(
             "SELECT 1 AS found FROM points_record WHERE user_id = $1 AND idempotency_key = $2",
         )

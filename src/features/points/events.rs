@@ -29,6 +29,8 @@ pub(crate) struct AwardEvent {
     pub(crate) sign_in: Option<SignedDay>,
     /// Why, for a spend or a revoke.
     pub(crate) reason: Option<String>,
+    /// The user's day (`YYYYMMDD`) a spend bought a streak freeze on, when it did.
+    pub(crate) freeze_bought_on: Option<i64>,
 }
 
 impl AwardEvent {
@@ -89,6 +91,10 @@ impl Event for AwardEvent {
             at_ms: entry.number("at")?,
             sign_in,
             reason: entry.get("reason").map(str::to_string),
+            freeze_bought_on: match entry.get("bought") {
+                Some(_) => Some(entry.number("bought")?),
+                None => None,
+            },
         })
     }
 
@@ -118,6 +124,9 @@ impl Event for AwardEvent {
         }
         if let Some(reason) = &self.reason {
             fields.push(("reason", reason.clone()));
+        }
+        if let Some(day) = self.freeze_bought_on {
+            fields.push(("bought", day.to_string()));
         }
         fields
     }
@@ -181,6 +190,7 @@ mod tests {
                 freezes_earned: 1,
             }),
             reason: None,
+            freeze_bought_on: None,
         };
         let entry = StreamEntry::of_event("awards", "1-0", &award);
         assert_eq!(AwardEvent::from_entry(&entry).unwrap(), award);
@@ -191,6 +201,7 @@ mod tests {
             idempotency_key: "spend:a b".into(),
             sign_in: None,
             reason: Some("a hat, blue".into()),
+            freeze_bought_on: Some(20261127),
             ..award
         };
         let entry = StreamEntry::of_event("awards", "2-0", &spend);

@@ -8,6 +8,7 @@
 //! Days are the user's own (`zones`): what the scripts are given as today is the user's
 //! date, while the season and the points' daily totals stay in `ENGAGE_TIMEZONE`.
 
+mod freezes;
 pub mod recovery;
 pub mod settings;
 pub(crate) mod zones;
@@ -353,8 +354,11 @@ impl SignIn {
     ) -> AppResult<SignInOutcome> {
         let zone = self.settled_zone(user_id, claim).await?;
         let mut signed = None;
-        let reply = signing_call!(self, user_id, &zone, |signing, keys, user, month, today|
-            SigninSign {
+        let reply = signing_call!(
+            self,
+            user_id,
+            &zone,
+            |signing, keys, user, month, today| SigninSign {
                 frozen_this: keys.sign_frozen(user, month),
                 frozen_previous: keys.sign_frozen(user, month.previous()),
             },
@@ -428,8 +432,11 @@ impl SignIn {
         allowed: u32,
         make_up: bool,
     ) -> AppResult<SignInOutcome> {
-        let reply = signing_call!(self, user_id, zone, |signing, keys, user, month, today|
-            SigninRepair {
+        let reply = signing_call!(
+            self,
+            user_id,
+            zone,
+            |signing, keys, user, month, today| SigninRepair {
                 made_this: keys.sign_made_up(user, month),
                 made_previous: keys.sign_made_up(user, month.previous()),
                 make_ups: keys.sign_make_ups(user, month),

@@ -86,6 +86,27 @@ impl SignIn {
         months
     }
 
+    /// The next users after `after` with a streak to check or rebuild: those who signed in,
+    /// and those who only bought freezes so far.
+    async fn streak_users(&self, after: i64) -> AppResult<Vec<i64>> {
+        let mut users = next_ids(&self.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
+        users.extend(
+            next_ids(
+                &self.infra,
+                "streak_freezes",
+                "user_id",
+                "TRUE",
+                after,
+                CHUNK,
+            )
+            .await?,
+        );
+        users.sort_unstable();
+        users.dedup();
+        users.truncate(CHUNK);
+        Ok(users)
+    }
+
     /// Every day each of `users` counted (signed, made up, frozen), with the freezes held.
     async fn days_of(&self, users: &[i64]) -> AppResult<BTreeMap<i64, Days>> {
         let rows = sqlx::query(&format!(
@@ -127,7 +148,7 @@ impl SignIn {
         let months = self.kept_months();
         let mut after = 0;
         loop {
-            let users = next_ids(&self.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
+            let users = self.streak_users(after).await?;
             let Some(&last) = users.last() else {
                 self.verify_zones(&mut report).await?;
                 return Ok(report);
@@ -278,7 +299,7 @@ impl SignIn {
             .previous();
         let mut after = run.resume_from().await?;
         loop {
-            let users = next_ids(&self.infra, "sign_ins", "user_id", "TRUE", after, CHUNK).await?;
+            let users = self.streak_users(after).await?;
             let Some(&last) = users.last() else {
                 return self.rebuild_zones().await;
             };

@@ -27,6 +27,11 @@ pub struct SignInSettings {
           value_parser = clap::value_parser!(u32).range(0..=7))]
     pub freezes_max: u32,
 
+    /// Points a streak freeze costs (`buyStreakFreeze`), spent from the user's balance.
+    #[arg(long, env = "ENGAGE_FREEZE_COST", default_value_t = 50,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub freeze_cost: i64,
+
     /// Streak lengths that pay a bonus once per streak, ascending; after the last, every
     /// multiple of the last one does too (365, 730, …).
     #[arg(long, env = "ENGAGE_STREAK_MILESTONES", default_value = "7,14,30,50,100,180,365",
