@@ -2,6 +2,7 @@
 //! consumers, live streams and recovery. A feature imports infra and, where one feature is
 //! built on another, that feature (sign-in awards points); never the API or the wiring.
 
+pub mod boards;
 pub mod feed;
 pub mod items;
 pub mod jobs;
@@ -40,6 +41,7 @@ pub struct Features {
     pub(crate) points: points::Points,
     pub(crate) signin: signin::SignIn,
     pub leaderboard: leaderboard::Leaderboards,
+    pub boards: boards::Boards,
     pub remarks: remarks::Remarks,
     pub feed: feed::Feed,
     pub jobs: jobs::Jobs,
@@ -73,10 +75,17 @@ impl Features {
                 points: points.clone(),
                 settings: *settings.signin,
             },
+            boards: boards::Boards::new(
+                infra.clone(),
+                points.clone(),
+                settings.leaderboard.rollover_check(),
+            ),
             leaderboard: leaderboard::Leaderboards {
                 infra: infra.clone(),
                 boards: Arc::default(),
                 rollover_check: settings.leaderboard.rollover_check(),
+                points: points.clone(),
+                season_rewards: Arc::new(settings.leaderboard.season_rewards()?),
             },
             remarks: remarks::Remarks {
                 infra: infra.clone(),

@@ -17,6 +17,7 @@ pub(crate) enum Feature {
     Likes,
     Calendars,
     Boards,
+    ManyBoards,
     DailyCaps,
     Follows,
     Feeds,
@@ -26,11 +27,12 @@ pub(crate) enum Feature {
 
 impl Feature {
     /// In rebuild order.
-    pub(crate) const ALL: [Feature; 9] = [
+    pub(crate) const ALL: [Feature; 10] = [
         Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
         Feature::Boards,
+        Feature::ManyBoards,
         Feature::DailyCaps,
         Feature::Follows,
         Feature::Feeds,
@@ -44,6 +46,7 @@ impl Feature {
             Feature::Likes => "likes",
             Feature::Calendars => "sign-in calendars",
             Feature::Boards => "season boards",
+            Feature::ManyBoards => "boards",
             Feature::DailyCaps => "daily caps",
             Feature::Follows => "follows",
             Feature::Feeds => "feeds",
@@ -58,6 +61,7 @@ impl Feature {
             Feature::Likes => features.remarks.verify().await,
             Feature::Calendars => features.signin.verify().await,
             Feature::Boards => features.points.verify_boards().await,
+            Feature::ManyBoards => features.boards.verify().await,
             Feature::DailyCaps => features.points.verify_daily().await,
             Feature::Follows => features.feed.verify_follows().await,
             Feature::Feeds => features.feed.verify_feeds().await,
@@ -74,6 +78,8 @@ impl Feature {
             // Boards, daily totals and make-up counters change together in one award, so
             // they are rebuilt together, under one hold.
             Feature::Boards => features.points.rebuild(run).await,
+            // After points: an unpaid reward is an award.
+            Feature::ManyBoards => features.boards.rebuild(run).await,
             Feature::DailyCaps => Ok(()),
             Feature::Follows => features.feed.rebuild_follows(run).await,
             Feature::Feeds => features.feed.rebuild_feeds(run).await,

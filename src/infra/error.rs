@@ -44,9 +44,11 @@ pub enum ErrorCode {
     SoldOut,
     /// `seckillVoucher`: the caller already has an order for this voucher (one per buyer).
     AlreadyOrdered,
-    /// `seckillVoucher`: the sale has not started yet.
+    /// `seckillVoucher`: the sale has not started yet; `submitScore`: the board's window
+    /// (`startsAt`) has not opened.
     NotStarted,
-    /// `seckillVoucher`: the sale has ended.
+    /// `seckillVoucher`: the sale has ended; `submitScore`, `joinBoard`: the board's window
+    /// (`endsAt`) has closed.
     Ended,
     /// Scheduling a job whose id is pending already.
     JobExists,
@@ -74,6 +76,11 @@ pub enum ErrorCode {
     /// `payOrder`: the order's pay-by time has passed; it is expired and its stock given
     /// back. The buyer may order again while the sale lasts.
     PayWindowOver,
+    /// `submitScore`: the board requires joining and the user has not joined it
+    /// (`joinBoard`).
+    NotJoined,
+    /// `joinBoard`: the board has all the entries its `maxEntries` allows.
+    BoardFull,
 }
 
 impl ErrorCode {

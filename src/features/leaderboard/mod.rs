@@ -12,6 +12,7 @@
 pub(crate) mod live;
 pub(crate) mod parts;
 pub(crate) mod ranks;
+pub(crate) mod rewards;
 pub mod rollover;
 pub mod settings;
 
@@ -34,7 +35,14 @@ pub struct Leaderboards {
     pub boards: Arc<live::SharedBoards>,
     /// From [`LeaderboardSettings::rollover_check`].
     pub rollover_check: Duration,
+    /// Through which a finished season's rewards are paid.
+    pub(crate) points: crate::features::points::Points,
+    /// What a finished season pays its top ranks (`ENGAGE_SEASON_REWARDS`).
+    pub(crate) season_rewards: Arc<Vec<rewards::Reward>>,
 }
+
+/// The key of the season board among boards: its rewards are recorded and paid under it.
+pub(crate) const SEASON_BOARD: &str = "season";
 
 pub use settings::LeaderboardSettings;
 
