@@ -747,3 +747,80 @@ async fn the_seasons_top_three_are_paid_once_at_its_rollover() {
         .collect();
     assert_eq!(points, vec![(2, 100), (3, 50), (4, 20)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn board_changes_are_pushed_at_most_once_a_second_with_one_read_for_all_subscribers() {
+    use crate::harness::{next_data, subscribe};
+    let app = app().await;
+    create(
+        &app,
+        json!({ "key": "live", "title": "Live", "reset": "NEVER" }),
+    )
+    .await;
+    submit(&app, "live", 1, 10, 0).await;
+    let query = "subscription { boardChanged(key: \"live\", top: 3) { period total records { rank score } } }";
+    let mut sockets = Vec::new();
+    for _ in 0..10 {
+        let mut socket = subscribe(&app, None, query).await;
+        let first = next_data(&mut socket).await;
+        assert_eq!(first["boardChanged"]["total"], 1, "{first}");
+        sockets.push(socket);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let before = app.redis_round_trips();
+    let started = std::time::Instant::now();
+    // A burst of changes: one read, one snapshot per subscriber within the second.
+    for user in 2..=6_i64 {
+        submit(&app, "live", user, user * 10, 0).await;
+    }
+    let mut firsts = Vec::new();
+    for socket in &mut sockets {
+        let change = next_data(socket).await;
+        firsts.push(change["boardChanged"]["total"].as_i64().unwrap());
+    }
+    // Whatever the first snapshot caught, the last one has all six within a second more.
+    for (socket, first) in sockets.iter_mut().zip(firsts) {
+        if first < 6 {
+            let change = next_data(socket).await;
+            assert_eq!(change["boardChanged"]["total"], 6, "{change}");
+        }
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+    // Five submissions (a script call and a few reads each) and at most two shared reads
+    // of the board (two pipelines each), not one per subscriber.
+    let trips = app.redis_round_trips() - before;
+    assert!(trips < 5 * 6 + 2 * 4, "{trips} round trips");
+}
+
+#[tokio::test]
+async fn my_board_rank_is_pushed_only_when_it_moves() {
+    use crate::harness::{next_data, subscribe};
+    let app = app().await;
+    create(
+        &app,
+        json!({ "key": "mine", "title": "Mine", "reset": "NEVER" }),
+    )
+    .await;
+    submit(&app, "mine", 5, 50, 0).await;
+    submit(&app, "mine", 6, 10, 0).await;
+    let token = app.user_token(5);
+    let mut socket = subscribe(
+        &app,
+        Some(&token),
+        "subscription { myBoardRankChanged(key: \"mine\") { rank score } }",
+    )
+    .await;
+    assert_eq!(
+        next_data(&mut socket).await["myBoardRankChanged"],
+        json!({ "rank": 1, "score": 50 })
+    );
+    // Someone below moves but stays below: nothing is pushed.
+    submit(&app, "mine", 6, 20, 0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    // Someone overtakes: rank 2.
+    submit(&app, "mine", 7, 100, 0).await;
+    assert_eq!(
+        next_data(&mut socket).await["myBoardRankChanged"],
+        json!({ "rank": 2, "score": 50 })
+    );
+}

@@ -1,14 +1,16 @@
 //! `boards`, `board`, `boardAroundMe`, `createBoard`, `submitScore`, `joinBoard`,
-//! `removeBoardRecord`, `closeBoardPeriod`.
+//! `removeBoardRecord`, `closeBoardPeriod`, `boardChanged`, `myBoardRankChanged`.
 
-use async_graphql::{Context, Object};
+use async_graphql::{Context, Object, Subscription};
+use futures::{Stream, StreamExt};
 
 use crate::{
+    api::live::SubscriptionSlot,
     api::schema::{
         boards::{Board, BoardPage, BoardRecord, CreateBoardInput},
         connection::Connection,
         id::UserId,
-        page::{list_cost, PageArgs, PAGE},
+        page::{list_cost, Limit, PageArgs, PAGE},
         scalars::Json,
         ContextExt,
     },
@@ -240,5 +242,53 @@ impl BoardMutation {
         ctx.feature::<Boards>()
             .remove(&board_key, user_id.0, period.as_deref())
             .await
+    }
+}
+
+/// A watched top: 10 unless asked, at most a page.
+const TOP: Limit = Limit::new(10, 100);
+
+#[derive(Default)]
+pub(crate) struct BoardSubscription;
+
+#[Subscription]
+impl BoardSubscription {
+    /// The current period's top `top` now, then a new snapshot whenever it changes, at most
+    /// one a second (`me` is null: each viewer's own record is `myBoardRankChanged`).
+    #[graphql(complexity = "TOP.cost(top, child_complexity)")]
+    async fn board_changed(
+        &self,
+        ctx: &Context<'_>,
+        key: String,
+        #[graphql(default_with = "TOP.default_first()")] top: Option<i32>,
+    ) -> Result<impl Stream<Item = BoardPage>, AppError> {
+        let top = TOP.first(top)?;
+        let boards = ctx.feature::<Boards>();
+        let def = boards.get(&key).await?;
+        let slot = SubscriptionSlot::acquire(ctx)?;
+        let snapshots = boards.top_changes(&key, top).await?;
+        Ok(slot.hold(snapshots).map(move |top| BoardPage {
+            board: Board(def.clone()),
+            period: top.period,
+            total: top.total,
+            me: None,
+            records: top.records.into_iter().map(BoardRecord).collect(),
+        }))
+    }
+
+    /// The viewer's record on the current period now (null without one), then each time
+    /// its rank moves.
+    async fn my_board_rank_changed(
+        &self,
+        ctx: &Context<'_>,
+        key: String,
+    ) -> Result<impl Stream<Item = Option<BoardRecord>>, AppError> {
+        let viewer = auth::require_viewer(ctx)?;
+        let slot = SubscriptionSlot::acquire(ctx)?;
+        let changes = ctx
+            .feature::<Boards>()
+            .my_rank_changes(&key, viewer.user_id)
+            .await?;
+        Ok(slot.hold(changes).map(|record| record.map(BoardRecord)))
     }
 }

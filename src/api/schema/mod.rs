@@ -89,6 +89,7 @@ pub(crate) struct SubscriptionRoot(
     resolvers::system::SystemSubscription,
     resolvers::remarks::RemarkSubscription,
     resolvers::leaderboard::LeaderboardSubscription,
+    resolvers::boards::BoardSubscription,
     resolvers::vouchers::VoucherSubscription,
 );
 

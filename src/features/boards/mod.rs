@@ -19,6 +19,7 @@
 //!   same reset window is `<name>.<n>` ([`Boards::current_period`]).
 
 pub mod close;
+pub(crate) mod live;
 pub(crate) mod reads;
 pub(crate) mod recovery;
 pub(crate) mod writes;
@@ -172,6 +173,8 @@ pub struct Boards {
     pub(crate) defs: Arc<Mutex<HashMap<String, Arc<BoardDef>>>>,
     /// How often this instance looks for periods to close (`ENGAGE_ROLLOVER_CHECK_SECONDS`).
     pub(crate) close_check: std::time::Duration,
+    /// The live readers this instance shares among its subscribers.
+    pub(crate) watchers: Arc<live::BoardWatchers>,
 }
 
 /// The longest key and title of a board.
@@ -363,6 +366,7 @@ impl Boards {
             points,
             defs: Arc::default(),
             close_check,
+            watchers: Arc::default(),
         }
     }
 

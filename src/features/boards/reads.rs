@@ -128,42 +128,82 @@ impl Boards {
             .collect())
     }
 
-    /// The rank of a live record: its rank in its own part plus those ahead of it in the
-    /// others.
-    async fn live_rank(
+    /// The ranks of live records, in one pipeline: each one's rank in its own part plus
+    /// those ahead of it in the others.
+    async fn live_ranks(
         &self,
         def: &BoardDef,
         period: &str,
-        user: i64,
-        live: &Live,
-    ) -> AppResult<Option<i64>> {
+        records: &[(i64, &Live)],
+    ) -> AppResult<Vec<Option<i64>>> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
         let keys = &self.infra.keys;
-        let own = keys.board_part_of(&def.key, period, user);
         let parts = keys.board_parts(&def.key, period);
-        let zscore = live.score * def.order.direction();
         let mut pipe = redis::pipe();
-        pipe.cmd("ZREVRANK").arg(&own).arg(&live.member);
-        for part in parts.iter().filter(|part| **part != own) {
-            pipe.cmd("ZCOUNT")
-                .arg(part)
-                .arg(format!("({zscore}"))
-                .arg("+inf");
-            pipe.cmd("ZRANGEBYSCORE").arg(part).arg(zscore).arg(zscore);
+        for (user, live) in records {
+            let own = keys.board_part_of(&def.key, period, *user);
+            let zscore = live.score * def.order.direction();
+            pipe.cmd("ZREVRANK").arg(&own).arg(&live.member);
+            for part in parts.iter().filter(|part| **part != own) {
+                pipe.cmd("ZCOUNT")
+                    .arg(part)
+                    .arg(format!("({zscore}"))
+                    .arg("+inf");
+                pipe.cmd("ZRANGEBYSCORE").arg(part).arg(zscore).arg(zscore);
+            }
         }
         let mut conn = self.infra.redis.get().await?;
         let replies: Vec<redis::Value> = pipe.query_async(&mut *conn).await?;
         drop(conn);
         let mut replies = replies.into_iter();
-        let Some(rank) = decode::<Option<i64>>(replies.next())? else {
-            return Ok(None);
-        };
-        let mut ahead = rank;
-        for _ in 1..parts.len() {
-            ahead += decode::<i64>(replies.next())?;
-            let equal: Vec<String> = decode(replies.next())?;
-            ahead += equal.iter().filter(|other| **other > live.member).count() as i64;
+        let mut ranks = Vec::with_capacity(records.len());
+        for (_, live) in records {
+            let rank = decode::<Option<i64>>(replies.next())?;
+            let mut ahead = rank.unwrap_or(0);
+            for _ in 1..parts.len() {
+                ahead += decode::<i64>(replies.next())?;
+                let equal: Vec<String> = decode(replies.next())?;
+                ahead += equal.iter().filter(|other| **other > live.member).count() as i64;
+            }
+            ranks.push(rank.map(|_| ahead + 1));
         }
-        Ok(Some(ahead + 1))
+        Ok(ranks)
+    }
+
+    /// The records of `users` on a period, with their ranks, in their order.
+    pub(crate) async fn records_of(
+        &self,
+        def: &BoardDef,
+        period: &str,
+        users: &[i64],
+    ) -> AppResult<Vec<Option<BoardRecord>>> {
+        if self.archived(def, period).await? {
+            let mut records = Vec::with_capacity(users.len());
+            for &user in users {
+                records.push(
+                    self.archived_rows(def, period, "AND r.user_id = $3", user, 1)
+                        .await?
+                        .pop(),
+                );
+            }
+            return Ok(records);
+        }
+        let live = self.live_records(def, period, users).await?;
+        let found: Vec<(i64, &Live)> = users
+            .iter()
+            .filter_map(|user| live.get(user).map(|live| (*user, live)))
+            .collect();
+        let ranks: HashMap<i64, i64> = found
+            .iter()
+            .zip(self.live_ranks(def, period, &found).await?)
+            .filter_map(|((user, _), rank)| rank.map(|rank| (*user, rank)))
+            .collect();
+        Ok(users
+            .iter()
+            .map(|user| Some(live.get(user)?.record(*ranks.get(user)?, *user)))
+            .collect())
     }
 
     /// A user's record on a period, with its rank (`None`: no record).
@@ -173,19 +213,7 @@ impl Boards {
         period: &str,
         user: i64,
     ) -> AppResult<Option<BoardRecord>> {
-        if self.archived(def, period).await? {
-            return Ok(self
-                .archived_rows(def, period, "AND r.user_id = $3", user, 1)
-                .await?
-                .pop());
-        }
-        let Some(live) = self.live_records(def, period, &[user]).await?.remove(&user) else {
-            return Ok(None);
-        };
-        Ok(self
-            .live_rank(def, period, user, &live)
-            .await?
-            .map(|rank| live.record(rank, user)))
+        Ok(self.records_of(def, period, &[user]).await?.pop().flatten())
     }
 
     /// Archived ranks: `filter` adds a condition on `$3` (`bound`).
