@@ -69,24 +69,21 @@ impl Features {
             settings: Arc::new(settings.jobs.clone()),
             topic_labels: Arc::new(BoundedLabel::new(jobs::TOPIC_LABELS)),
         };
+        let leaderboard = leaderboard::Leaderboards {
+            infra: infra.clone(),
+            boards: Arc::default(),
+            rollover_check: settings.leaderboard.rollover_check(),
+            points: points.clone(),
+            season_rewards: Arc::new(settings.leaderboard.season_rewards()?),
+        };
         Ok(Self {
             signin: signin::SignIn {
                 infra: infra.clone(),
                 points: points.clone(),
                 settings: *settings.signin,
             },
-            boards: boards::Boards::new(
-                infra.clone(),
-                points.clone(),
-                settings.leaderboard.rollover_check(),
-            ),
-            leaderboard: leaderboard::Leaderboards {
-                infra: infra.clone(),
-                boards: Arc::default(),
-                rollover_check: settings.leaderboard.rollover_check(),
-                points: points.clone(),
-                season_rewards: Arc::new(settings.leaderboard.season_rewards()?),
-            },
+            boards: boards::Boards::new(infra.clone(), points.clone(), leaderboard.clone()),
+            leaderboard,
             remarks: remarks::Remarks {
                 infra: infra.clone(),
                 caches: Arc::new(remarks::RemarkCaches::new(

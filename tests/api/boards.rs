@@ -696,6 +696,28 @@ async fn the_seasons_top_three_are_paid_once_at_its_rollover() {
         )
         .await;
     }
+    // The season board is the built-in board `season`, its points the score.
+    let live = page(&app, None, "season", None).await;
+    assert_eq!(live["period"], "2026-03");
+    let expected = vec![(1, 2, 40), (2, 3, 30), (3, 4, 20), (4, 5, 10), (5, 1, 5)];
+    assert_eq!(ranks(&live), expected);
+    let listed = app
+        .data(
+            None,
+            "{ boards(first: 5) { edges { node { key reset operator order rewards { fromRank toRank points } } } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        listed["boards"]["edges"][0]["node"],
+        json!({ "key": "season", "reset": "MONTHLY", "operator": "INCREMENT", "order": "DESC",
+                "rewards": [ { "fromRank": 1, "toRank": 1, "points": 100 },
+                             { "fromRank": 2, "toRank": 2, "points": 50 },
+                             { "fromRank": 3, "toRank": 3, "points": 20 } ] })
+    );
+    let refused = submit_as(&app, &service, "season", 1, 10, 0).await;
+    assert_eq!(first_code(&refused), "BAD_USER_INPUT");
+
     app.set_clock(Utc.with_ymd_and_hms(2026, 4, 1, 8, 0, 0).unwrap());
     let march = Month::parse_id("202603").unwrap();
     let stopped = app
@@ -721,6 +743,10 @@ async fn the_seasons_top_three_are_paid_once_at_its_rollover() {
         .archive_season(march, Options::default())
         .await
         .unwrap();
+    assert_eq!(
+        ranks(&page(&app, None, "season", Some("2026-03")).await),
+        expected
+    );
     let paid = wait_for_rewards(&app, "season", "2026-03", 3).await;
     assert_eq!(
         paid.iter().map(|(u, p, _)| (*u, *p)).collect::<Vec<_>>(),

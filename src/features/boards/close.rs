@@ -24,7 +24,7 @@ use std::{sync::Arc, time::Duration};
 
 use sqlx::Row;
 
-use super::{user_of_member, BoardDef, Boards};
+use super::{user_of_member, BoardDef, Boards, SEASON_KEY};
 use crate::{
     features::leaderboard::rewards,
     infra::{
@@ -87,6 +87,11 @@ impl Boards {
     /// (another instance may be doing it: then it finishes there).
     pub(crate) async fn close_now(&self, key: &str) -> AppResult<Arc<BoardDef>> {
         let def = self.get(key).await?;
+        if def.key == SEASON_KEY {
+            return Err(AppError::bad_input(
+                "the season board closes at the end of its month",
+            ));
+        }
         let period = self.current_period(&def).await?;
         let ended = def
             .ends_at_ms

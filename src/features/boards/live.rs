@@ -21,8 +21,9 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{watch, OnceCell};
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{BoardDef, BoardRecord, Boards};
+use super::{BoardDef, BoardRecord, Boards, SEASON_KEY};
 use crate::infra::{
+    clock::Month,
     error::AppResult,
     live::{LiveMessage, LiveSubscription},
 };
@@ -108,9 +109,16 @@ fn never_read() -> tokio::time::Instant {
 
 impl Boards {
     async fn parts(&self, def: &BoardDef, period: &str) -> Parts {
+        let keys = &self.infra.keys;
+        let channels: Vec<String> = match Month::parse_dashed(period) {
+            // The season board's parts publish on the season's channels.
+            Some(month) if def.key == SEASON_KEY => keys.board_channels(month),
+            _ => (0..keys.points_buckets())
+                .map(|bucket| keys.board_part_channel(&def.key, period, bucket))
+                .collect(),
+        };
         let mut subscriptions = Vec::new();
-        for bucket in 0..self.infra.keys.points_buckets() {
-            let channel = self.infra.keys.board_part_channel(&def.key, period, bucket);
+        for channel in channels {
             subscriptions.push(self.infra.live.subscribe(channel).await);
         }
         Parts(subscriptions)

@@ -34,7 +34,7 @@ use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use crate::{
-    features::points::Points,
+    features::{leaderboard::Leaderboards, points::Points},
     infra::{
         error::{AppError, AppResult},
         redis::Keys,
@@ -175,6 +175,8 @@ pub struct Boards {
     pub(crate) close_check: std::time::Duration,
     /// The live readers this instance shares among its subscribers.
     pub(crate) watchers: Arc<live::BoardWatchers>,
+    /// The monthly season board, the built-in board `season`, read through its own feature.
+    pub(crate) season: Leaderboards,
 }
 
 /// The longest key and title of a board.
@@ -282,7 +284,7 @@ pub(crate) struct NewBoard {
 }
 
 /// The key of the built-in monthly season board, which no created board may take.
-pub(crate) const SEASON_KEY: &str = "season";
+pub(crate) use crate::features::leaderboard::SEASON_BOARD as SEASON_KEY;
 
 fn check_key(key: &str) -> AppResult<()> {
     let ok = !key.is_empty()
@@ -360,12 +362,30 @@ const DEF_COLUMNS: &str = "board_key, title, reset, operator, sort_order, author
     starts_at_ms, ends_at_ms, join_required, max_entries, rewards, created_at_ms";
 
 impl Boards {
-    pub(crate) fn new(infra: Infra, points: Points, close_check: std::time::Duration) -> Self {
+    pub(crate) fn new(infra: Infra, points: Points, season: Leaderboards) -> Self {
+        let season_def = Arc::new(BoardDef {
+            key: SEASON_KEY.to_string(),
+            title: "Season".to_string(),
+            reset: BoardReset::Monthly,
+            operator: BoardOperator::Increment,
+            order: SortOrder::Desc,
+            authoritative: true,
+            starts_at_ms: None,
+            ends_at_ms: None,
+            join_required: false,
+            max_entries: None,
+            rewards: season.season_rewards.to_vec(),
+            created_at_ms: 0,
+        });
         Self {
             infra,
             points,
-            defs: Arc::default(),
-            close_check,
+            defs: Arc::new(Mutex::new(HashMap::from([(
+                SEASON_KEY.to_string(),
+                season_def,
+            )]))),
+            close_check: season.rollover_check,
+            season,
             watchers: Arc::default(),
         }
     }
@@ -478,7 +498,8 @@ impl Boards {
             .ok_or_else(|| AppError::not_found(format!("no board {key}")))
     }
 
-    /// Boards in the order they were created, `first` from `offset`, and whether more follow.
+    /// The built-in season board, then the boards in the order they were created, `first`
+    /// from `offset`, and whether more follow.
     pub(crate) async fn list(
         &self,
         offset: usize,
@@ -488,13 +509,16 @@ impl Boards {
             "SELECT {DEF_COLUMNS} FROM boards ORDER BY created_at_ms, board_key LIMIT $1 OFFSET $2"
         ))
         .bind(first as i64 + 1)
-        .bind(offset as i64)
+        .bind(offset.saturating_sub(1) as i64)
         .fetch_all(&self.infra.db.pool)
         .await?;
-        let mut defs = rows
-            .iter()
-            .map(|row| def_of(row).map(Arc::new))
-            .collect::<AppResult<Vec<_>>>()?;
+        let mut defs = Vec::with_capacity(first + 1);
+        if offset == 0 {
+            defs.push(self.get(SEASON_KEY).await?);
+        }
+        for row in &rows {
+            defs.push(Arc::new(def_of(row)?));
+        }
         let more = defs.len() > first;
         defs.truncate(first);
         Ok((defs, more))

@@ -7,13 +7,21 @@
 //!   whose member text comes first. One pipeline per step, sent to every node at once.
 //! - **A closed period** is read from SQL (`board_ranks`) once its archive is done.
 //! - **Friends** are ranked among themselves: their records, read at once, sorted.
+//! - **The season board** (`season`) is read through the season's own feature: its points
+//!   are the score.
 
 use std::{cmp::Reverse, collections::HashMap};
 
 use sqlx::Row;
 
-use super::{user_of_member, BoardDef, BoardPage, BoardRecord, Boards};
-use crate::infra::error::{AppError, AppResult};
+use super::{user_of_member, BoardDef, BoardPage, BoardRecord, Boards, SEASON_KEY};
+use crate::{
+    features::leaderboard::RankEntry,
+    infra::{
+        clock::Month,
+        error::{AppError, AppResult},
+    },
+};
 
 /// The deepest rank a page of a live board reaches.
 pub(crate) const MAX_DEPTH: usize = 10_000;
@@ -77,6 +85,27 @@ pub(crate) fn check_period(period: &str) -> AppResult<()> {
 }
 
 impl Boards {
+    /// The season of a period of the season board (`2026-11`), up to now.
+    fn season_month(&self, period: &str) -> AppResult<Month> {
+        let month = Month::parse_dashed(period).ok_or_else(|| {
+            AppError::bad_input("a period of the season board is a month, 2026-11")
+        })?;
+        self.season.season_or_current(Some(month))
+    }
+
+    /// A season board entry as a record: its points are its score. The season board keeps
+    /// no time of each change: a record's `updatedAt` is its season's start.
+    fn season_record(&self, month: Month, entry: RankEntry) -> BoardRecord {
+        BoardRecord {
+            rank: entry.rank,
+            user_id: entry.user_id,
+            score: entry.points,
+            subscore: 0,
+            metadata: None,
+            updated_at_ms: self.season.season_info(month).begins.timestamp_millis(),
+        }
+    }
+
     /// Whether a period's ranks live in SQL (its archive is done).
     pub(crate) async fn archived(&self, def: &BoardDef, period: &str) -> AppResult<bool> {
         let row =
@@ -179,6 +208,15 @@ impl Boards {
         period: &str,
         users: &[i64],
     ) -> AppResult<Vec<Option<BoardRecord>>> {
+        if def.key == SEASON_KEY {
+            let month = self.season_month(period)?;
+            let mut records = Vec::with_capacity(users.len());
+            for &user in users {
+                let me = self.season.board(month, Some(user), 1, 0).await?.me;
+                records.push(me.map(|entry| self.season_record(month, entry)));
+            }
+            return Ok(records);
+        }
         if self.archived(def, period).await? {
             let mut records = Vec::with_capacity(users.len());
             for &user in users {
@@ -334,6 +372,19 @@ impl Boards {
         viewer: i64,
     ) -> AppResult<Vec<BoardRecord>> {
         let friends = self.friends_of(viewer).await?;
+        if def.key == SEASON_KEY {
+            let mut all: Vec<BoardRecord> = self
+                .records_of(def, period, &friends)
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
+            all.sort_by_key(|record| record.rank);
+            for (i, record) in all.iter_mut().enumerate() {
+                record.rank = i as i64 + 1;
+            }
+            return Ok(all);
+        }
         if self.archived(def, period).await? {
             let mut all = Vec::new();
             for user in friends {
@@ -396,6 +447,20 @@ impl Boards {
                 records: all.into_iter().skip(offset).take(first).collect(),
                 me,
                 period,
+            });
+        }
+        if def.key == SEASON_KEY {
+            let month = self.season_month(&period)?;
+            let board = self.season.board(month, viewer, first, offset).await?;
+            return Ok(BoardPage {
+                period,
+                total: board.total,
+                me: board.me.map(|entry| self.season_record(month, entry)),
+                records: board
+                    .entries
+                    .into_iter()
+                    .map(|entry| self.season_record(month, entry))
+                    .collect(),
             });
         }
         let me = match viewer {
@@ -462,6 +527,16 @@ impl Boards {
                 .into_iter()
                 .skip(from)
                 .take(at - from + radius + 1)
+                .collect());
+        }
+        if def.key == SEASON_KEY {
+            let month = self.season_month(&period)?;
+            return Ok(self
+                .season
+                .around(month, viewer, radius)
+                .await?
+                .into_iter()
+                .map(|entry| self.season_record(month, entry))
                 .collect());
         }
         let Some(me) = self.record_of(&def, &period, viewer).await? else {

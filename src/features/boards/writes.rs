@@ -14,7 +14,7 @@
 
 use redis::FromRedisValue;
 
-use super::{BoardDef, BoardRecord, Boards, MAX_IDEMPOTENCY_CHARS, MAX_METADATA_BYTES};
+use super::{BoardDef, BoardRecord, Boards, MAX_IDEMPOTENCY_CHARS, MAX_METADATA_BYTES, SEASON_KEY};
 use crate::infra::{
     error::{AppError, AppResult, ErrorCode},
     redis::{
@@ -143,6 +143,11 @@ impl Boards {
         submission: Submission,
     ) -> AppResult<BoardRecord> {
         let def = self.get(key).await?;
+        if def.key == SEASON_KEY {
+            return Err(AppError::bad_input(
+                "the season board counts points: award them with awardPoints",
+            ));
+        }
         let user_id = submission.user_id;
         if let Caller::User(viewer) = caller {
             if viewer != user_id {
@@ -326,6 +331,11 @@ impl Boards {
         period: Option<&str>,
     ) -> AppResult<bool> {
         let def = self.get(key).await?;
+        if def.key == SEASON_KEY {
+            return Err(AppError::bad_input(
+                "the season board's records are points: they are not removed one by one",
+            ));
+        }
         let period = match period {
             Some(period) => period.to_string(),
             None => self.current_period(&def).await?,
