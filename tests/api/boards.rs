@@ -516,10 +516,22 @@ async fn closing_a_period_pays_its_rewards_exactly_once_across_instances_and_a_c
     let app = app().await;
     let start = Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap();
     app.set_clock(start);
+    let item = app.create_item().await;
+    let voucher = app
+        .data(
+            Some(&app.admin_token()),
+            "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id } }",
+            json!({ "input": { "itemId": item, "title": "Winner's tea", "stock": 1,
+                    "beginsAt": start.to_rfc3339(),
+                    "endsAt": (start + chrono::Duration::days(30)).to_rfc3339(),
+                    "payWithinSeconds": 600 } }),
+        )
+        .await["createVoucher"]["id"]
+        .clone();
     create(
         &app,
         json!({ "key": "weekly", "title": "Weekly", "reset": "WEEKLY",
-                "rewards": [ { "fromRank": 1, "toRank": 1, "points": 100 },
+                "rewards": [ { "fromRank": 1, "toRank": 1, "points": 100, "voucherId": voucher },
                              { "fromRank": 2, "toRank": 3, "points": 30 } ] }),
     )
     .await;
@@ -622,6 +634,19 @@ async fn closing_a_period_pays_its_rewards_exactly_once_across_instances_and_a_c
         .collect();
     points.sort();
     assert_eq!(points, vec![(1, 100), (2, 30), (3, 60), (4, 30), (5, 100)]);
+    // The voucher is granted without an order; the user sees it with the points.
+    let granted = app
+        .data(
+            Some(&app.user_token(5)),
+            "{ myBoardRewards { boardKey period rank points voucher { id } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        granted["myBoardRewards"],
+        json!([{ "boardKey": "weekly", "period": "2026-W48", "rank": 1, "points": 100,
+                 "voucher": { "id": voucher } }])
+    );
     // The rewards are points the users see.
     let history = app
         .data(

@@ -7,16 +7,20 @@ use futures::{Stream, StreamExt};
 use crate::{
     api::live::SubscriptionSlot,
     api::schema::{
-        boards::{Board, BoardPage, BoardRecord, CreateBoardInput},
+        boards::{Board, BoardPage, BoardRecord, BoardRewardGrant, CreateBoardInput},
         connection::Connection,
         id::UserId,
         page::{list_cost, Limit, PageArgs, PAGE},
         scalars::Json,
         ContextExt,
     },
-    features::boards::{
-        writes::{Caller, Submission},
-        BoardOperator, BoardReward, Boards, NewBoard, SortOrder,
+    features::{
+        boards::{
+            close::MAX_GRANTS,
+            writes::{Caller, Submission},
+            BoardOperator, BoardReward, Boards, NewBoard, SortOrder,
+        },
+        vouchers::Vouchers,
     },
     infra::{
         auth::{self, Role, RoleGuard},
@@ -96,6 +100,22 @@ impl BoardQuery {
         })
     }
 
+    /// The rewards boards paid the viewer (at most 100), newest first.
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "list_cost(MAX_GRANTS as usize, child_complexity)"
+    )]
+    async fn my_board_rewards(&self, ctx: &Context<'_>) -> AppResult<Vec<BoardRewardGrant>> {
+        let viewer = auth::require_viewer(ctx)?;
+        Ok(ctx
+            .feature::<Boards>()
+            .rewards_of(viewer.user_id)
+            .await?
+            .into_iter()
+            .map(BoardRewardGrant)
+            .collect())
+    }
+
     /// The viewer's neighbours on a board's current period: up to `radius` records above and
     /// below, the viewer's included.
     #[graphql(
@@ -140,6 +160,16 @@ impl BoardMutation {
     /// Creates a board (admin).
     #[graphql(guard = "RoleGuard::admin()")]
     async fn create_board(&self, ctx: &Context<'_>, input: CreateBoardInput) -> AppResult<Board> {
+        for reward in input.rewards.iter().flatten() {
+            if let Some(id) = &reward.voucher_id {
+                if ctx.feature::<Vouchers>().find(id.0).await?.is_none() {
+                    return Err(AppError::not_found(format!(
+                        "no voucher {} for a reward",
+                        id.encode()
+                    )));
+                }
+            }
+        }
         let new = NewBoard {
             key: input.key,
             title: input.title,

@@ -9,12 +9,16 @@ use super::{
     id::{BoardId, VoucherId},
     scalars::{DateTime, Json},
     users::{load_user, User},
+    vouchers::Voucher,
     ContextExt,
 };
 use crate::{
-    features::boards::{
-        BoardDef, BoardOperator, BoardRecord as Record, BoardReset, BoardReward as Reward, Boards,
-        SortOrder,
+    features::{
+        boards::{
+            close::Granted, BoardDef, BoardOperator, BoardRecord as Record, BoardReset,
+            BoardReward as Reward, Boards, SortOrder,
+        },
+        vouchers::Vouchers,
     },
     infra::error::AppResult,
 };
@@ -130,6 +134,42 @@ impl BoardRecord {
 
     async fn updated_at(&self) -> DateTime {
         DateTime::from_ms(self.0.updated_at_ms)
+    }
+}
+
+/// A reward a board paid the viewer for a rank of a closed period: points (also in
+/// `pointsHistory`) and a voucher, granted without an order.
+pub(crate) struct BoardRewardGrant(pub Granted);
+
+#[Object]
+impl BoardRewardGrant {
+    /// The board's key.
+    async fn board_key(&self) -> &str {
+        &self.0.board
+    }
+
+    async fn period(&self) -> &str {
+        &self.0.period
+    }
+
+    async fn rank(&self) -> i64 {
+        self.0.rank
+    }
+
+    async fn points(&self) -> i64 {
+        self.0.points
+    }
+
+    /// The voucher granted (null: none, or one deleted since).
+    async fn voucher(&self, ctx: &Context<'_>) -> AppResult<Option<Voucher>> {
+        match self.0.voucher_id {
+            Some(id) => Ok(ctx.feature::<Vouchers>().find(id).await?.map(Voucher)),
+            None => Ok(None),
+        }
+    }
+
+    async fn paid_at(&self) -> DateTime {
+        DateTime::from_ms(self.0.paid_at_ms)
     }
 }
 

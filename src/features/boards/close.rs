@@ -595,6 +595,47 @@ impl Boards {
     }
 }
 
+/// A reward paid to a user: for which board, period and rank, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Granted {
+    pub(crate) board: String,
+    pub(crate) period: String,
+    pub(crate) rank: i64,
+    pub(crate) points: i64,
+    pub(crate) voucher_id: Option<i64>,
+    pub(crate) paid_at_ms: i64,
+}
+
+/// The most rewards `myBoardRewards` answers.
+pub(crate) const MAX_GRANTS: i64 = 100;
+
+impl Boards {
+    /// The rewards paid to a user, newest first: points (also in `pointsHistory`) and
+    /// vouchers, granted without an order.
+    pub(crate) async fn rewards_of(&self, user: i64) -> AppResult<Vec<Granted>> {
+        let rows = sqlx::query(
+            "SELECT board_key, period, rank, points, voucher_id, paid_at_ms FROM board_rewards \
+             WHERE user_id = $1 AND paid_at_ms IS NOT NULL ORDER BY paid_at_ms DESC, rank LIMIT $2",
+        )
+        .bind(user)
+        .bind(MAX_GRANTS)
+        .fetch_all(&self.infra.db.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Granted {
+                    board: row.try_get("board_key")?,
+                    period: row.try_get("period")?,
+                    rank: row.try_get("rank")?,
+                    points: row.try_get("points")?,
+                    voucher_id: row.try_get("voucher_id")?,
+                    paid_at_ms: row.try_get("paid_at_ms")?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Closes what is due ([`Boards::close_due`]) every `ENGAGE_ROLLOVER_CHECK_SECONDS`, in every
 /// instance (each period's lock picks one).
 pub(crate) async fn run_periodically(boards: Boards) {
