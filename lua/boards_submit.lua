@@ -71,7 +71,10 @@ local reached = tonumber(old[3] or '0')
 if moved then
   reached = now
 end
-local member = string.format('%010.0f', new_sub * direction + 2147483648)
+-- The subscore's key stays within its ten digits (a subscore past 32 bits ties with the
+-- bound, and its order is by time from there).
+local sub_key = math.max(0, math.min(4294967295, new_sub * direction + 2147483648))
+local member = string.format('%010.0f', sub_key)
   .. string.format('%013.0f', 9999999999999 - reached) .. ':' .. user
 local fields = {'score', string.format('%.0f', new_score), 'subscore', string.format('%.0f', new_sub),
   'reached', string.format('%.0f', reached), 'updated', ARGV[7], 'member', member}

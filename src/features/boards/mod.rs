@@ -14,6 +14,8 @@
 //!   that among equal scores the higher subscore (for the order) and then the earlier time
 //!   the record reached its score come first in `ZREVRANGE`: ties go to whoever got there
 //!   first, and a score of any size stays exact.
+//! - **Operators**: `INCREMENT` and `DECREMENT` add (subtract) the score and the subscore,
+//!   `SET` replaces both, `BEST` keeps the better pair for the order.
 //! - **Periods** turn at the reset in `ENGAGE_TIMEZONE`: `2026-11-23`, `2026-W48` (ISO
 //!   week), `2026-11`, or `all`. A period closed early keeps its name; the next one of the
 //!   same reset window is `<name>.<n>` ([`Boards::current_period`]).
@@ -563,7 +565,7 @@ impl Boards {
 pub(crate) fn member_of(direction: i64, subscore: i64, reached_at_ms: i64, user_id: i64) -> String {
     format!(
         "{:010}{:013}:{user_id}",
-        subscore * direction + 2_147_483_648,
+        (subscore * direction + 2_147_483_648).clamp(0, 4_294_967_295),
         9_999_999_999_999 - reached_at_ms
     )
 }

@@ -231,7 +231,8 @@ impl Leaderboards {
                     })
                     .await?
                     .then_some(())
-                    .ok_or_else(|| AppError::Unavailable("stopped while paying".into()))?;
+                    // Stopped as asked (tests): not a failure to retry.
+                    .ok_or_else(|| AppError::conflict("stopped while paying, as asked"))?;
                     retried("unlink", || self.unlink_season(season, held.fence)).await?;
                     progress.done = true;
                 }
