@@ -875,3 +875,55 @@ async fn my_board_rank_is_pushed_only_when_it_moves() {
         json!({ "rank": 2, "score": 50 })
     );
 }
+
+#[tokio::test]
+async fn a_period_past_its_reset_and_a_tournament_past_its_end_are_closed_and_paid() {
+    let app = app().await;
+    let start = Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap();
+    app.set_clock(start);
+    create(
+        &app,
+        json!({ "key": "day", "title": "Day", "reset": "DAILY",
+                "rewards": [ { "fromRank": 1, "toRank": 2, "points": 10 } ] }),
+    )
+    .await;
+    create(
+        &app,
+        json!({ "key": "sprint", "title": "Sprint", "reset": "NEVER",
+                "endsAt": (start + chrono::Duration::hours(1)).to_rfc3339(),
+                "rewards": [ { "fromRank": 1, "toRank": 1, "points": 40 } ] }),
+    )
+    .await;
+    for user in 1..=3_i64 {
+        submit(&app, "day", user, user, 0).await;
+        submit(&app, "sprint", user, 10 * user, 0).await;
+    }
+    // Nothing is due yet.
+    app.boards().close_due().await.unwrap();
+    assert!(rewards_paid(&app, "day", "2026-11-23").await.is_empty());
+
+    app.set_clock(start + chrono::Duration::days(1));
+    app.boards().close_due().await.unwrap();
+    let day = wait_for_rewards(&app, "day", "2026-11-23", 2).await;
+    assert_eq!(
+        day.iter().map(|(u, p, _)| (*u, *p)).collect::<Vec<_>>(),
+        vec![(3, 10), (2, 10)]
+    );
+    let sprint = wait_for_rewards(&app, "sprint", "all", 1).await;
+    assert_eq!(
+        sprint.iter().map(|(u, p, _)| (*u, *p)).collect::<Vec<_>>(),
+        vec![(3, 40)]
+    );
+    // The ended tournament keeps its name and reads from the archive; the day turned.
+    let final_standings = page(&app, None, "sprint", None).await;
+    assert_eq!(final_standings["period"], "all");
+    assert_eq!(ranks(&final_standings), vec![(1, 3, 30), (2, 2, 20), (3, 1, 10)]);
+    assert_eq!(page(&app, None, "day", None).await["period"], "2026-11-24");
+    assert_eq!(
+        ranks(&page(&app, None, "day", Some("2026-11-23")).await),
+        vec![(1, 3, 3), (2, 2, 2), (3, 1, 1)]
+    );
+    // A second check pays nothing more.
+    app.boards().close_due().await.unwrap();
+    assert_eq!(rewards_paid(&app, "day", "2026-11-23").await.len(), 2);
+}
