@@ -797,6 +797,44 @@ async fn the_seasons_top_three_are_paid_once_at_its_rollover() {
         })
         .collect();
     assert_eq!(points, vec![(2, 100), (3, 50), (4, 20)]);
+
+    // A cheater removed from the archived season: everyone below moves up, winners too.
+    let removed = app
+        .data(
+            Some(&app.admin_token()),
+            "mutation { removeBoardRecord(boardKey: \"season\", userId: \"2\", period: \"2026-03\") }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(removed["removeBoardRecord"], true);
+    assert_eq!(
+        ranks(&page(&app, None, "season", Some("2026-03")).await),
+        vec![(1, 3, 30), (2, 4, 20), (3, 5, 10), (4, 1, 5)]
+    );
+    let winners = app
+        .data(
+            None,
+            "{ seasons { id winners { rank user { id } } } }",
+            json!({}),
+        )
+        .await;
+    let march = winners["seasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == global_id("Season", "202603"))
+        .unwrap()["winners"]
+        .clone();
+    assert_eq!(march[0]["user"]["id"], global_id("User", 3));
+    // The live season's board is its points: refused.
+    let live = app
+        .gql(
+            Some(&app.admin_token()),
+            "mutation { removeBoardRecord(boardKey: \"season\", userId: \"2\") }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(first_code(&live), "BAD_USER_INPUT");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -917,7 +955,10 @@ async fn a_period_past_its_reset_and_a_tournament_past_its_end_are_closed_and_pa
     // The ended tournament keeps its name and reads from the archive; the day turned.
     let final_standings = page(&app, None, "sprint", None).await;
     assert_eq!(final_standings["period"], "all");
-    assert_eq!(ranks(&final_standings), vec![(1, 3, 30), (2, 2, 20), (3, 1, 10)]);
+    assert_eq!(
+        ranks(&final_standings),
+        vec![(1, 3, 30), (2, 2, 20), (3, 1, 10)]
+    );
     assert_eq!(page(&app, None, "day", None).await["period"], "2026-11-24");
     assert_eq!(
         ranks(&page(&app, None, "day", Some("2026-11-23")).await),

@@ -332,9 +332,14 @@ impl Boards {
     ) -> AppResult<bool> {
         let def = self.get(key).await?;
         if def.key == SEASON_KEY {
-            return Err(AppError::bad_input(
-                "the season board's records are points: they are not removed one by one",
-            ));
+            let period = match period {
+                Some(period) => period.to_string(),
+                None => self.current_period(&def).await?,
+            };
+            let month = crate::infra::clock::Month::parse_dashed(&period).ok_or_else(|| {
+                AppError::bad_input("a period of the season board is a month, 2026-11")
+            })?;
+            return self.season.remove_archived(month, user_id).await;
         }
         let period = match period {
             Some(period) => period.to_string(),
