@@ -417,6 +417,37 @@ async fn friends_boards_and_around_me_rank_the_viewer_among_the_right_users() {
         )
         .await;
     assert_eq!(around_friends["boardAroundMe"].as_array().unwrap().len(), 3);
+
+    // Equal scores next to the viewer, and the ends of the board.
+    submit(&app, "steps", 30, 50, 0).await;
+    submit(&app, "steps", 31, 50, 0).await;
+    let around = |user: i64, radius: i64| {
+        let app = &app;
+        async move {
+            let body = app
+                .data(
+                    Some(&app.user_token(user)),
+                    "query($r: Int) { boardAroundMe(key: \"steps\", radius: $r) { rank user { id } } }",
+                    json!({ "r": radius }),
+                )
+                .await;
+            body["boardAroundMe"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["rank"].as_i64().unwrap(),
+                        local_id(r["user"]["id"].as_str().unwrap()),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(around(5, 1).await, vec![(15, 6), (16, 5), (17, 30)]);
+    assert_eq!(around(31, 1).await, vec![(17, 30), (18, 31), (19, 4)]);
+    assert_eq!(around(20, 2).await, vec![(1, 20), (2, 19), (3, 18)]);
+    assert_eq!(around(1, 1).await, vec![(21, 2), (22, 1)]);
 }
 
 #[tokio::test]

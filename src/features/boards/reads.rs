@@ -4,7 +4,8 @@
 //! - **A live period** is read from its parts: each part's top, merged in the board's order
 //!   (a page ends within [`MAX_DEPTH`] ranks); a rank is the user's rank in its own part
 //!   plus, in each other part, the members of a better score and those of the same score
-//!   whose member text comes first. One pipeline per step, sent to every node at once.
+//!   whose member text comes first; the records around one are read next to its score in
+//!   each part, at any depth. One pipeline per step, sent to every node at once.
 //! - **A closed period** is read from SQL (`board_ranks`) once its archive is done.
 //! - **Friends** are ranked among themselves: their records, read at once, sorted.
 //! - **The season board** (`season`) is read through the season's own feature: its points
@@ -539,16 +540,114 @@ impl Boards {
                 .map(|entry| self.season_record(month, entry))
                 .collect());
         }
-        let Some(me) = self.record_of(&def, &period, viewer).await? else {
+        if self.archived(&def, &period).await? {
+            let Some(me) = self.record_of(&def, &period, viewer).await? else {
+                return Ok(Vec::new());
+            };
+            let from = (me.rank - 1 - radius as i64).max(0);
+            return self
+                .archived_rows(
+                    &def,
+                    &period,
+                    "AND r.rank > $3",
+                    from,
+                    2 * radius as i64 + 1,
+                )
+                .await;
+        }
+        let Some(live) = self
+            .live_records(&def, &period, &[viewer])
+            .await?
+            .remove(&viewer)
+        else {
             return Ok(Vec::new());
         };
-        let offset = (me.rank - 1 - radius as i64).max(0) as usize;
-        let first = (me.rank as usize - offset) + radius;
-        if offset + first > MAX_DEPTH {
-            return Err(AppError::bad_input(format!(
-                "around-me reads ranks within {MAX_DEPTH}"
-            )));
+        let Some(rank) = self.live_ranks(&def, &period, &[(viewer, &live)]).await?[0] else {
+            return Ok(Vec::new());
+        };
+        self.neighbours(&def, &period, (viewer, &live, rank), radius)
+            .await
+    }
+
+    /// The `radius` records above and below a live record (and the record), read from each
+    /// part next to its score at any depth: per part, the nearest scores above and below and
+    /// the members of its own score, merged.
+    async fn neighbours(
+        &self,
+        def: &BoardDef,
+        period: &str,
+        (user, live, rank): (i64, &Live, i64),
+        radius: usize,
+    ) -> AppResult<Vec<BoardRecord>> {
+        let parts = self.infra.keys.board_parts(&def.key, period);
+        let z = live.score * def.order.direction();
+        let mut pipe = redis::pipe();
+        for part in &parts {
+            pipe.cmd("ZRANGEBYSCORE")
+                .arg(part)
+                .arg(format!("({z}"))
+                .arg("+inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(radius);
+            pipe.cmd("ZRANGEBYSCORE")
+                .arg(part)
+                .arg(z)
+                .arg(z)
+                .arg("WITHSCORES");
+            pipe.cmd("ZREVRANGEBYSCORE")
+                .arg(part)
+                .arg(format!("({z}"))
+                .arg("-inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(radius);
         }
-        Ok(self.live_page(&def, &period, offset, first).await?.0)
+        let mut conn = self.infra.redis.get().await?;
+        let lists: Vec<Vec<(String, f64)>> = pipe.query_async(&mut *conn).await?;
+        drop(conn);
+        let (mut above, mut below) = (Vec::new(), Vec::new());
+        for (i, list) in lists.into_iter().enumerate() {
+            match i % 3 {
+                0 => above.extend(list),
+                1 => {
+                    for entry in list {
+                        match entry.0.cmp(&live.member) {
+                            std::cmp::Ordering::Greater => above.push(entry),
+                            std::cmp::Ordering::Less => below.push(entry),
+                            std::cmp::Ordering::Equal => {}
+                        }
+                    }
+                }
+                _ => below.extend(list),
+            }
+        }
+        above.sort_by_cached_key(order_key);
+        below.sort_by_cached_key(order_key);
+        let above: Vec<_> = above.split_off(above.len().saturating_sub(radius));
+        below.truncate(radius);
+        let mut users: Vec<i64> = above
+            .iter()
+            .filter_map(|(member, _)| user_of_member(member))
+            .collect();
+        let first_rank = rank - users.len() as i64;
+        users.push(user);
+        users.extend(
+            below
+                .iter()
+                .filter_map(|(member, _)| user_of_member(member)),
+        );
+        let mut records = self.live_records(def, period, &users).await?;
+        Ok(users
+            .iter()
+            .enumerate()
+            .filter_map(|(i, user)| {
+                records
+                    .remove(user)
+                    .map(|live| live.record(first_rank + i as i64, *user))
+            })
+            .collect())
     }
 }
