@@ -999,3 +999,37 @@ async fn a_period_past_its_reset_and_a_tournament_past_its_end_are_closed_and_pa
     app.boards().close_due().await.unwrap();
     assert_eq!(rewards_paid(&app, "day", "2026-11-23").await.len(), 2);
 }
+
+#[tokio::test]
+async fn a_watched_board_moves_to_its_next_period_when_it_turns() {
+    use crate::harness::{next_data, subscribe};
+    let app = app().await;
+    let start = Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap();
+    app.set_clock(start);
+    create(
+        &app,
+        json!({ "key": "today", "title": "Today", "reset": "DAILY" }),
+    )
+    .await;
+    submit(&app, "today", 1, 10, 0).await;
+    let mut socket = subscribe(
+        &app,
+        None,
+        "subscription { boardChanged(key: \"today\") { period total } }",
+    )
+    .await;
+    assert_eq!(
+        next_data(&mut socket).await["boardChanged"],
+        json!({ "period": "2026-11-23", "total": 1 })
+    );
+    app.set_clock(start + chrono::Duration::days(1));
+    assert_eq!(
+        next_data(&mut socket).await["boardChanged"],
+        json!({ "period": "2026-11-24", "total": 0 })
+    );
+    submit(&app, "today", 2, 10, 0).await;
+    assert_eq!(
+        next_data(&mut socket).await["boardChanged"],
+        json!({ "period": "2026-11-24", "total": 1 })
+    );
+}

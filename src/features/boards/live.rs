@@ -9,7 +9,8 @@
 //! - **Only what moved**: a snapshot is passed on only when it differs; a viewer's record
 //!   only when its rank moved (or it appeared or left).
 //! - Values travel through `watch` channels: a slow subscriber skips to the latest.
-//! - A subscription follows the period that was current when it began.
+//! - A subscription follows the current period: when it turns (a reset, a period closed
+//!   early), its reader moves to the new one within [`PERIOD_CHECK`].
 
 use std::{
     collections::HashMap,
@@ -30,6 +31,8 @@ use crate::infra::{
 
 /// At most one read, and one snapshot, per board a second.
 pub(crate) const COALESCE: Duration = Duration::from_secs(1);
+/// How often a reader looks whether its board's period turned.
+const PERIOD_CHECK: Duration = Duration::from_secs(2);
 
 /// A snapshot of a board's top: its period, size and records.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,8 +64,8 @@ struct SharedViewers {
 /// The shared readers of this instance, by board and period.
 #[derive(Default)]
 pub struct BoardWatchers {
-    tops: Mutex<HashMap<(String, String, usize), Weak<SharedTop>>>,
-    viewers: Mutex<HashMap<(String, String), Weak<SharedViewers>>>,
+    tops: Mutex<HashMap<(String, usize), Weak<SharedTop>>>,
+    viewers: Mutex<HashMap<String, Weak<SharedViewers>>>,
 }
 
 /// The current value of a channel, then each new one, holding `guard` while it lasts.
@@ -89,16 +92,48 @@ impl Parts {
         futures::future::select_all(receiving).await.0
     }
 
-    /// Waits for the next change, coalesced: the first after a quiet second is read at once,
-    /// a burst at the second's end. `false` when the hub is gone.
-    async fn next_change(&mut self, last_read: &mut tokio::time::Instant) -> bool {
-        if self.recv().await.is_none() {
-            return false;
-        }
+    /// After a change: waits out the rest of the second since the last read, and takes what
+    /// queued meanwhile, so that one read covers a burst.
+    async fn coalesce(&mut self, last_read: &mut tokio::time::Instant) {
         tokio::time::sleep_until(*last_read + COALESCE).await;
         while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, self.recv()).await {}
         *last_read = tokio::time::Instant::now();
-        true
+    }
+}
+
+/// What wakes a reader.
+enum Wake {
+    /// A change of the board: read again.
+    Change,
+    /// The board's period turned: follow it.
+    Turned(String),
+    /// Nothing to do.
+    Nothing,
+    /// Shutdown, or the hub is gone.
+    Stop,
+}
+
+impl Boards {
+    /// Waits for a change of the period's parts, or for the period to turn (looked at every
+    /// [`PERIOD_CHECK`]).
+    async fn wake(
+        &self,
+        def: &BoardDef,
+        period: &str,
+        parts: &mut Parts,
+        check: &mut tokio::time::Interval,
+    ) -> Wake {
+        tokio::select! {
+            () = self.infra.instance.shutdown.cancelled() => Wake::Stop,
+            message = parts.recv() => match message {
+                Some(_) => Wake::Change,
+                None => Wake::Stop,
+            },
+            _ = check.tick() => match self.current_period(def).await {
+                Ok(now) if now != period => Wake::Turned(now),
+                _ => Wake::Nothing,
+            },
+        }
     }
 }
 
@@ -145,7 +180,7 @@ impl Boards {
         let period = self.current_period(&def).await?;
         let shared = {
             let mut tops = self.watchers.tops.lock().expect("poisoned");
-            let id = (def.key.clone(), period.clone(), top);
+            let id = (def.key.clone(), top);
             match tops.get(&id).and_then(Weak::upgrade) {
                 Some(shared) => shared,
                 None => {
@@ -164,12 +199,22 @@ impl Boards {
                 let (sender, values) = watch::channel(first);
                 let (boards, def, period) = (self.clone(), def.clone(), period.clone());
                 let task = tokio::spawn(async move {
+                    let mut period = period;
                     let mut last_read = never_read();
+                    let mut check = tokio::time::interval(PERIOD_CHECK);
                     loop {
-                        tokio::select! {
+                        let wake = tokio::select! {
                             () = sender.closed() => return,
-                            () = boards.infra.instance.shutdown.cancelled() => return,
-                            changed = parts.next_change(&mut last_read) => if !changed { return },
+                            wake = boards.wake(&def, &period, &mut parts, &mut check) => wake,
+                        };
+                        match wake {
+                            Wake::Stop => return,
+                            Wake::Nothing => continue,
+                            Wake::Change => parts.coalesce(&mut last_read).await,
+                            Wake::Turned(now) => {
+                                period = now;
+                                parts = boards.parts(&def, &period).await;
+                            }
                         }
                         let Ok(top) = boards.read_top(&def, &period, top).await else {
                             continue;
@@ -203,7 +248,7 @@ impl Boards {
         let period = self.current_period(&def).await?;
         let shared = {
             let mut all = self.watchers.viewers.lock().expect("poisoned");
-            let id = (def.key.clone(), period.clone());
+            let id = def.key.clone();
             match all.get(&id).and_then(Weak::upgrade) {
                 Some(shared) => shared,
                 None => {
@@ -251,7 +296,8 @@ impl Boards {
 }
 
 /// Reads every viewer's record after each (coalesced) change, and hands over those whose
-/// rank moved. Viewers nobody watches any more are dropped.
+/// rank moved (on a new period, their records there). Viewers nobody watches any more are
+/// dropped.
 async fn keep_viewers(
     boards: Boards,
     def: Arc<BoardDef>,
@@ -259,11 +305,18 @@ async fn keep_viewers(
     mut parts: Parts,
     viewers: Viewers,
 ) {
+    let mut period = period;
     let mut last_read = never_read();
+    let mut check = tokio::time::interval(PERIOD_CHECK);
     loop {
-        tokio::select! {
-            () = boards.infra.instance.shutdown.cancelled() => return,
-            changed = parts.next_change(&mut last_read) => if !changed { return },
+        match boards.wake(&def, &period, &mut parts, &mut check).await {
+            Wake::Stop => return,
+            Wake::Nothing => continue,
+            Wake::Change => parts.coalesce(&mut last_read).await,
+            Wake::Turned(now) => {
+                period = now;
+                parts = boards.parts(&def, &period).await;
+            }
         }
         let users: Vec<i64> = {
             let mut viewers = viewers.lock().expect("poisoned");
