@@ -1,4 +1,4 @@
-// The live dashboard: the season's top 10, a like ticker for an item's most liked remarks
+// The live dashboard: the season's top 10 (or any board's, `?board=key`), a like ticker for an item's most liked remarks
 // and a voucher's remaining stock, all pushed over `graphql-transport-ws`.
 //
 // URL query: `?item=ID` (URL-encoded; default 1), `?voucher=ID` (default: the item's newest voucher),
@@ -6,6 +6,8 @@
 
 const params = new URLSearchParams(location.search);
 const itemId = params.get('item') || '1';
+// Any board by its key (`?board=weekly`); the season's board without one.
+const boardKey = params.get('board');
 const token = params.get('token') || localStorage.getItem('engage.token') || '';
 const httpUrl = new URL('/graphql', location.href);
 const wsUrl = new URL(httpUrl);
@@ -78,13 +80,33 @@ function renderBoard(snapshot) {
   }
 }
 
-client.subscribe(
-  {
-    query: `subscription Board { leaderboardChanged(top: 10) {
-      season { id name } entries { rank points user { id name } } } }`,
-  },
-  { next: (data) => renderBoard(data.leaderboardChanged) },
-);
+if (boardKey) {
+  // A board's page as the season's snapshot: its title and period, its scores as points.
+  client.subscribe(
+    {
+      query: `subscription Board($key: String!) { boardChanged(key: $key, top: 10) {
+        board { title } period records { rank score user { id name } } } }`,
+      variables: { key: boardKey },
+    },
+    {
+      next: (data) => {
+        const page = data.boardChanged;
+        renderBoard({
+          season: { name: `${page.board.title} · ${page.period}` },
+          entries: page.records.map((record) => ({ ...record, points: record.score })),
+        });
+      },
+    },
+  );
+} else {
+  client.subscribe(
+    {
+      query: `subscription Board { leaderboardChanged(top: 10) {
+        season { id name } entries { rank points user { id name } } } }`,
+    },
+    { next: (data) => renderBoard(data.leaderboardChanged) },
+  );
+}
 
 client.subscribe(
   { query: 'subscription Clock { serverTime(everySeconds: 1) }' },

@@ -5,7 +5,7 @@
 use crate::{
     api::http::rate_limit,
     app::Services,
-    features::{jobs, leaderboard, vouchers},
+    features::{boards, jobs, leaderboard, vouchers},
     infra::{live, outbox},
 };
 
@@ -34,6 +34,10 @@ pub(crate) fn spawn_all(services: &Services) {
     infra.instance.spawn(
         "season-rollover",
         leaderboard::rollover::run_periodically(features.leaderboard.clone()),
+    );
+    infra.instance.spawn(
+        "board-close",
+        boards::close::run_periodically(features.boards.clone()),
     );
     features.vouchers.spawn_archive();
     features.feed.spawn_fan_out();

@@ -213,6 +213,7 @@ async fn archive_with_progress(
     let options = Options {
         on_progress: Some(&report),
         stop_after_chunks: None,
+        stop_after_payments: None,
     };
     match state
         .features

@@ -2,6 +2,7 @@
 //! consumers, live streams and recovery. A feature imports infra and, where one feature is
 //! built on another, that feature (sign-in awards points); never the API or the wiring.
 
+pub mod boards;
 pub mod feed;
 pub mod items;
 pub mod jobs;
@@ -40,6 +41,7 @@ pub struct Features {
     pub(crate) points: points::Points,
     pub(crate) signin: signin::SignIn,
     pub leaderboard: leaderboard::Leaderboards,
+    pub boards: boards::Boards,
     pub remarks: remarks::Remarks,
     pub feed: feed::Feed,
     pub jobs: jobs::Jobs,
@@ -67,17 +69,21 @@ impl Features {
             settings: Arc::new(settings.jobs.clone()),
             topic_labels: Arc::new(BoundedLabel::new(jobs::TOPIC_LABELS)),
         };
+        let leaderboard = leaderboard::Leaderboards {
+            infra: infra.clone(),
+            boards: Arc::default(),
+            rollover_check: settings.leaderboard.rollover_check(),
+            points: points.clone(),
+            season_rewards: Arc::new(settings.leaderboard.season_rewards()?),
+        };
         Ok(Self {
             signin: signin::SignIn {
                 infra: infra.clone(),
                 points: points.clone(),
                 settings: settings.signin.clone(),
             },
-            leaderboard: leaderboard::Leaderboards {
-                infra: infra.clone(),
-                boards: Arc::default(),
-                rollover_check: settings.leaderboard.rollover_check(),
-            },
+            boards: boards::Boards::new(infra.clone(), points.clone(), leaderboard.clone()),
+            leaderboard,
             remarks: remarks::Remarks {
                 infra: infra.clone(),
                 caches: Arc::new(remarks::RemarkCaches::new(

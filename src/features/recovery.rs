@@ -17,6 +17,7 @@ pub(crate) enum Feature {
     Likes,
     Calendars,
     Boards,
+    ManyBoards,
     DailyCaps,
     Balances,
     Follows,
@@ -27,11 +28,12 @@ pub(crate) enum Feature {
 
 impl Feature {
     /// In rebuild order.
-    pub(crate) const ALL: [Feature; 10] = [
+    pub(crate) const ALL: [Feature; 11] = [
         Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
         Feature::Boards,
+        Feature::ManyBoards,
         Feature::DailyCaps,
         Feature::Balances,
         Feature::Follows,
@@ -46,6 +48,7 @@ impl Feature {
             Feature::Likes => "likes",
             Feature::Calendars => "sign-in calendars",
             Feature::Boards => "season boards",
+            Feature::ManyBoards => "boards",
             Feature::DailyCaps => "daily caps",
             Feature::Balances => "points balances",
             Feature::Follows => "follows",
@@ -61,6 +64,7 @@ impl Feature {
             Feature::Likes => features.remarks.verify().await,
             Feature::Calendars => features.signin.verify().await,
             Feature::Boards => features.points.verify_boards().await,
+            Feature::ManyBoards => features.boards.verify().await,
             Feature::DailyCaps => features.points.verify_daily().await,
             Feature::Balances => features.points.verify_balances().await,
             Feature::Follows => features.feed.verify_follows().await,
@@ -78,6 +82,8 @@ impl Feature {
             // Boards, daily totals, balances and make-up counters change together in one
             // award, so they are rebuilt together, under one hold.
             Feature::Boards => features.points.rebuild(run).await,
+            // After points: an unpaid reward is an award.
+            Feature::ManyBoards => features.boards.rebuild(run).await,
             Feature::DailyCaps | Feature::Balances => Ok(()),
             Feature::Follows => features.feed.rebuild_follows(run).await,
             Feature::Feeds => features.feed.rebuild_feeds(run).await,

@@ -44,9 +44,11 @@ pub enum ErrorCode {
     SoldOut,
     /// `seckillVoucher`: the caller already has an order for this voucher (one per buyer).
     AlreadyOrdered,
-    /// `seckillVoucher`: the sale has not started yet.
+    /// `seckillVoucher`: the sale has not started yet; `submitScore`: the board's window
+    /// (`startsAt`) has not opened.
     NotStarted,
-    /// `seckillVoucher`: the sale has ended.
+    /// `seckillVoucher`: the sale has ended; `submitScore`, `joinBoard`: the board's window
+    /// (`endsAt`) has closed.
     Ended,
     /// Scheduling a job whose id is pending already.
     JobExists,
@@ -77,6 +79,11 @@ pub enum ErrorCode {
     /// `spendPoints`: the balance is short of the amount; nothing was spent, and the
     /// idempotency key stays free for a later try.
     InsufficientPoints,
+    /// `submitScore`: the board requires joining and the user has not joined it
+    /// (`joinBoard`).
+    NotJoined,
+    /// `joinBoard`: the board has all the entries its `maxEntries` allows.
+    BoardFull,
 }
 
 impl ErrorCode {

@@ -9,8 +9,8 @@ use clap::Parser;
 use engage::{
     app::{cli::Cli, settings::Settings, App, AppState},
     features::{
-        feed::Feed, jobs::Jobs, leaderboard::Leaderboards, nearby::Nearby, recovery::Rebuilt,
-        remarks::Remarks, users::UserDirectory, vouchers::Vouchers,
+        boards::Boards, feed::Feed, jobs::Jobs, leaderboard::Leaderboards, nearby::Nearby,
+        recovery::Rebuilt, remarks::Remarks, users::UserDirectory, vouchers::Vouchers,
     },
     infra::{
         auth::{Role, Tokens},
@@ -412,6 +412,10 @@ impl TestApp {
 
     pub fn leaderboards(&self) -> &Leaderboards {
         &self.state.features.leaderboard
+    }
+
+    pub fn boards(&self) -> &Boards {
+        &self.state.features.boards
     }
 
     pub fn vouchers(&self) -> &Vouchers {

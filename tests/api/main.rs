@@ -12,6 +12,7 @@ mod plug;
 mod abuse;
 mod auth;
 mod binary;
+mod boards;
 mod conventions;
 mod drain;
 mod faults;

@@ -1,6 +1,7 @@
 //! Root fields per domain. Resolvers are thin: they check arguments, call the domain layer
 //! and map its records to schema types. No Redis commands, SQL or business rules here.
 
+pub(crate) mod boards;
 pub(crate) mod feed;
 pub(crate) mod items;
 pub(crate) mod jobs;

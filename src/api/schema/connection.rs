@@ -5,6 +5,7 @@
 use async_graphql::{OutputType, SimpleObject};
 
 use super::{
+    boards::Board,
     jobs::Job,
     nearby::NearbyItem,
     page::{cursor_sides, encode_cursor, KeyRange, PageArgs, PageInfo},
@@ -16,6 +17,7 @@ use super::{
 // One page of a list (no doc comment: the SDL names each connection only).
 #[derive(SimpleObject)]
 #[graphql(
+    concrete(name = "BoardConnection", params(Board)),
     concrete(name = "JobConnection", params(Job)),
     concrete(name = "NearbyItemConnection", params(NearbyItem)),
     concrete(name = "OrderConnection", params(Order)),
@@ -32,6 +34,7 @@ where
 
 #[derive(SimpleObject)]
 #[graphql(
+    concrete(name = "BoardEdge", params(Board)),
     concrete(name = "JobEdge", params(Job)),
     concrete(name = "NearbyItemEdge", params(NearbyItem)),
     concrete(name = "OrderEdge", params(Order)),

@@ -94,6 +94,32 @@ pub(crate) mod kind {
         }
     }
 
+    /// A board: its key (`a-z 0-9 _ -`).
+    pub(crate) struct Board;
+
+    impl NodeKind for Board {
+        const TYPE: &'static str = "Board";
+        type Local = String;
+
+        fn write_local(local: &String) -> String {
+            local.clone()
+        }
+
+        fn read_local(text: &str) -> Option<String> {
+            let ok = !text.is_empty()
+                && text.len() <= 64
+                && text
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+            ok.then(|| text.to_string())
+        }
+
+        /// Boards are named by their key in arguments, never by a bare id.
+        fn read_bare(_text: &str) -> Option<String> {
+            None
+        }
+    }
+
     /// A job: its topic and the id it was scheduled with, unique among the topic's pending
     /// jobs only, hence the topic in the global id.
     pub(crate) struct Job;
@@ -137,6 +163,7 @@ pub(crate) type VoucherId = NodeId<kind::Voucher>;
 pub(crate) type OrderId = NodeId<kind::Order>;
 pub(crate) type SeasonId = NodeId<kind::Season>;
 pub(crate) type JobNodeId = NodeId<kind::Job>;
+pub(crate) type BoardId = NodeId<kind::Board>;
 
 /// The id of an object of kind `K`: its local id, written as the global id.
 pub(crate) struct NodeId<K: NodeKind>(pub K::Local);
@@ -220,6 +247,7 @@ const NODE_TYPES: &[&str] = &[
     kind::Order::TYPE,
     kind::Season::TYPE,
     kind::Job::TYPE,
+    kind::Board::TYPE,
 ];
 
 fn encode(type_name: &str, local: &str) -> String {
@@ -245,6 +273,7 @@ pub(crate) enum AnyNodeId {
     Order(i64),
     Season(Month),
     Job(kind::JobKey),
+    Board(String),
 }
 
 impl AnyNodeId {
@@ -262,6 +291,7 @@ impl AnyNodeId {
             kind::Order::TYPE => Self::Order(local::<kind::Order>(&text)?),
             kind::Season::TYPE => Self::Season(local::<kind::Season>(&text)?),
             kind::Job::TYPE => Self::Job(local::<kind::Job>(&text)?),
+            kind::Board::TYPE => Self::Board(local::<kind::Board>(&text)?),
             _ => return None,
         })
     }

@@ -3,6 +3,7 @@
 //!
 //! Adding a feature means adding its files and naming its roots once in the tuples below.
 
+pub(crate) mod boards;
 pub(crate) mod connection;
 pub(crate) mod errors;
 pub(crate) mod feed;
@@ -60,6 +61,7 @@ pub(crate) struct QueryRoot(
     resolvers::signin::SignInQuery,
     resolvers::points::PointsQuery,
     resolvers::leaderboard::LeaderboardQuery,
+    resolvers::boards::BoardQuery,
     resolvers::jobs::JobQuery,
     resolvers::vouchers::VoucherQuery,
     resolvers::feed::FeedQuery,
@@ -78,6 +80,7 @@ pub(crate) struct MutationRoot(
     resolvers::jobs::JobMutation,
     resolvers::vouchers::VoucherMutation,
     resolvers::feed::FeedMutation,
+    resolvers::boards::BoardMutation,
 );
 
 #[derive(MergedSubscription, Default)]
@@ -86,6 +89,7 @@ pub(crate) struct SubscriptionRoot(
     resolvers::system::SystemSubscription,
     resolvers::remarks::RemarkSubscription,
     resolvers::leaderboard::LeaderboardSubscription,
+    resolvers::boards::BoardSubscription,
     resolvers::vouchers::VoucherSubscription,
 );
 
@@ -162,6 +166,7 @@ pub(crate) fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema
             .data(features.points.clone())
             .data(features.signin.clone())
             .data(features.leaderboard.clone())
+            .data(features.boards.clone())
             .data(features.remarks.clone())
             .data(features.feed.clone())
             .data(features.jobs.clone())

@@ -3,7 +3,7 @@
 //! objects by their ids alone, which is how a Relay client refetches what it shows.
 //!
 //! Each kind is read as its own root field reads it, with the same permissions: items,
-//! remarks, users, vouchers and seasons are public; an order is its buyer's alone (null for
+//! remarks, users, vouchers, seasons and boards are public; an order is its buyer's alone (null for
 //! anyone else, as if it did not exist); a job needs the role `job` needs, and without it
 //! answers `job`'s error. An id that names nothing is null.
 
@@ -13,6 +13,7 @@ use async_graphql::{dataloader::DataLoader, Context, Guard, Interface, ID};
 use futures::future::join_all;
 
 use super::{
+    boards::Board,
     id::AnyNodeId,
     items::Item,
     jobs::{self, Job},
@@ -24,6 +25,7 @@ use super::{
 };
 use crate::{
     features::{
+        boards::Boards,
         items::{ItemRecord, Items},
         jobs::{could_name_a_job, Jobs},
         leaderboard::Leaderboards,
@@ -48,6 +50,7 @@ pub(crate) enum Node {
     Order(Order),
     Job(Job),
     Season(Season),
+    Board(Board),
 }
 
 /// The objects of `ids`, in their order: each `None` where the id names nothing this viewer
@@ -129,6 +132,11 @@ impl Batch {
                 .feature::<Leaderboards>()
                 .season(*month)
                 .map(|s| Season(s).into()),
+            AnyNodeId::Board(key) => ctx
+                .feature::<Boards>()
+                .find(key)
+                .await?
+                .map(|def| Board(def).into()),
             AnyNodeId::Job(key) => {
                 jobs::readers().check(ctx).await?;
                 if !could_name_a_job(&key.topic, &key.id) {

@@ -12,6 +12,7 @@
 pub(crate) mod live;
 pub(crate) mod parts;
 pub(crate) mod ranks;
+pub(crate) mod rewards;
 pub mod rollover;
 pub mod settings;
 
@@ -34,7 +35,14 @@ pub struct Leaderboards {
     pub boards: Arc<live::SharedBoards>,
     /// From [`LeaderboardSettings::rollover_check`].
     pub rollover_check: Duration,
+    /// Through which a finished season's rewards are paid.
+    pub(crate) points: crate::features::points::Points,
+    /// What a finished season pays its top ranks (`ENGAGE_SEASON_REWARDS`).
+    pub(crate) season_rewards: Arc<Vec<rewards::Reward>>,
 }
+
+/// The key of the season board among boards: its rewards are recorded and paid under it.
+pub(crate) const SEASON_BOARD: &str = "season";
 
 pub use settings::LeaderboardSettings;
 
@@ -309,6 +317,44 @@ impl Leaderboards {
         let offset = (me.rank - 1 - radius as i64).max(0) as usize;
         let first = (me.rank as usize - offset) + radius;
         Ok(self.board(season, None, first, offset).await?.entries)
+    }
+
+    /// Removes a user from an archived season (a cheater) and moves those below up by one;
+    /// the winners follow. Whether the user was ranked. A live season's board is its points:
+    /// it is changed through them, not here.
+    pub(crate) async fn remove_archived(&self, season: Month, user: i64) -> AppResult<bool> {
+        if !self.archived(season).await? {
+            return Err(AppError::bad_input(format!(
+                "season {} is live: its board is its points, changed through them",
+                season.dashed()
+            )));
+        }
+        let id = i64::from(season.id());
+        let mut tx = self.infra.db.pool.begin().await?;
+        let row = sqlx::query("SELECT rank FROM season_ranks WHERE season = $1 AND user_id = $2")
+            .bind(id)
+            .bind(user)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else { return Ok(false) };
+        let rank: i64 = row.try_get("rank")?;
+        // In two steps: ranks are unique at every row, and PostgreSQL checks row by row.
+        for sql in [
+            "DELETE FROM season_ranks WHERE season = $1 AND rank = $2",
+            "UPDATE season_ranks SET rank = 1 - rank WHERE season = $1 AND rank > $2",
+            "UPDATE season_ranks SET rank = -rank WHERE season = $1 AND rank < 0 AND $2 > 0",
+            "DELETE FROM season_winners WHERE season = $1 AND $2 > 0",
+            "INSERT INTO season_winners (season, rank, user_id, points) SELECT season, rank, \
+             user_id, points FROM season_ranks WHERE season = $1 AND rank <= 3 AND $2 > 0",
+        ] {
+            sqlx::query(sql)
+                .bind(id)
+                .bind(rank)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// The top three of a finished season, recorded by its rollover.

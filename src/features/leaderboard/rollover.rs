@@ -13,14 +13,15 @@
 //! - **Resumable and idempotent**: progress (`season_archives.copied`, `status`) is written in
 //!   the same transaction as each chunk, and rows are inserted with `ON CONFLICT DO NOTHING`,
 //!   so a restart continues where the last commit left off and a repeat changes nothing.
-//! - **Ordered steps, each retried on its own**: start → copy → verify (+ winners) → unlink.
+//! - **Ordered steps, each retried on its own**: start → copy → verify (+ winners, and the
+//!   rewards owed, `ENGAGE_SEASON_REWARDS`) → pay (`super::rewards`, each rank once) → unlink.
 //!   A failing step is retried with back-off without redoing the steps before it.
 
 use std::time::Duration;
 
 use sqlx::Row;
 
-use super::{parts, points_of};
+use super::{parts, points_of, rewards, SEASON_BOARD};
 use crate::{
     features::leaderboard::Leaderboards,
     infra::{
@@ -54,6 +55,8 @@ pub struct Options<'a> {
     pub on_progress: Option<&'a (dyn Fn(Progress) + Send + Sync)>,
     /// Stop after this many chunks, as a crash would.
     pub stop_after_chunks: Option<usize>,
+    /// Stop after this many rewards paid (their awards made, not yet marked paid).
+    pub stop_after_payments: Option<usize>,
 }
 
 async fn retried<T, F, Fut>(step: &str, mut attempt: F) -> AppResult<T>
@@ -217,6 +220,19 @@ impl Leaderboards {
                     )))
                 }
                 None => {
+                    let period = season.dashed();
+                    retried("pay", || {
+                        rewards::pay(
+                            &self.points,
+                            SEASON_BOARD,
+                            &period,
+                            options.stop_after_payments,
+                        )
+                    })
+                    .await?
+                    .then_some(())
+                    // Stopped as asked (tests): not a failure to retry.
+                    .ok_or_else(|| AppError::conflict("stopped while paying, as asked"))?;
                     retried("unlink", || self.unlink_season(season, held.fence)).await?;
                     progress.done = true;
                 }
@@ -468,6 +484,23 @@ impl Leaderboards {
         )
         .bind(id)
         .execute(&mut *tx)
+        .await?;
+        let ranked: Vec<(i64, i64)> =
+            sqlx::query("SELECT rank, user_id FROM season_ranks WHERE season = $1 AND rank <= $2")
+                .bind(id)
+                .bind(rewards::deepest(&self.season_rewards))
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| Ok((row.try_get("rank")?, row.try_get("user_id")?)))
+                .collect::<Result<_, sqlx::Error>>()?;
+        rewards::record(
+            &mut tx,
+            SEASON_BOARD,
+            &season.dashed(),
+            &self.season_rewards,
+            &ranked,
+        )
         .await?;
         advance(
             &mut tx,

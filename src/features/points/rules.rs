@@ -14,16 +14,19 @@ pub enum PointsType {
     Learning,
     Answer,
     Note,
+    /// A board's reward for a rank of a closed period.
+    Reward,
 }
 
 impl PointsType {
-    pub(crate) const ALL: [PointsType; 6] = [
+    pub(crate) const ALL: [PointsType; 7] = [
         Self::SignIn,
         Self::Remark,
         Self::LikeReceived,
         Self::Learning,
         Self::Answer,
         Self::Note,
+        Self::Reward,
     ];
 
     /// The name used in Redis, SQL and the rules file.
@@ -35,6 +38,7 @@ impl PointsType {
             Self::Learning => "LEARNING",
             Self::Answer => "ANSWER",
             Self::Note => "NOTE",
+            Self::Reward => "REWARD",
         }
     }
 
@@ -70,6 +74,7 @@ impl Default for PointsRules {
                 (PointsType::Learning, rule(10, Some(50))),
                 (PointsType::Answer, rule(5, Some(20))),
                 (PointsType::Note, rule(3, Some(20))),
+                (PointsType::Reward, rule(1, None)),
             ]),
             sign_in_bonuses: vec![(7, 10), (14, 20), (28, 40)],
         }

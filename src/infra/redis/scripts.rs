@@ -84,7 +84,7 @@ macro_rules! plain_replies {
     };
 }
 
-plain_replies!(i64, u64, Option<String>);
+plain_replies!(i64, u64, Option<String>, Status);
 
 impl<T: FromRedisValue> Reply for Vec<T> {}
 
