@@ -30,7 +30,6 @@ use crate::{
 /// What `/bench/like` uses: the gateway's admission of the caller, and the remarks whose
 /// likes it casts. Its own handle, so that the gateway every transport shares carries no
 /// feature only this route needs.
-#[derive(Clone)]
 pub(crate) struct BenchLikes {
     gateway: Arc<Gateway>,
     remarks: Remarks,
@@ -42,7 +41,9 @@ pub(crate) fn router(gateway: Arc<Gateway>, remarks: Remarks) -> Router {
     Router::new()
         .route("/bench/like", post(like))
         .layer(DefaultBodyLimit::max(max_body))
-        .with_state(BenchLikes { gateway, remarks })
+        // Behind an Arc: axum clones the state for each request, and the remarks handle
+        // holds the infra's pools, keys and clocks.
+        .with_state(Arc::new(BenchLikes { gateway, remarks }))
 }
 
 #[derive(Deserialize)]
@@ -52,7 +53,7 @@ pub(crate) struct LikeBody {
 }
 
 pub(crate) async fn like(
-    State(bench): State<BenchLikes>,
+    State(bench): State<Arc<BenchLikes>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Json(body): Json<LikeBody>,
