@@ -10,6 +10,7 @@ use super::{
     page::{cursor_sides, encode_cursor, KeyRange, PageArgs, PageInfo},
     points::PointsEntry,
     remarks::Remark,
+    users::User,
     vouchers::Order,
 };
 
@@ -20,7 +21,8 @@ use super::{
     concrete(name = "NearbyItemConnection", params(NearbyItem)),
     concrete(name = "OrderConnection", params(Order)),
     concrete(name = "PointsRecordConnection", params(PointsEntry)),
-    concrete(name = "RemarkConnection", params(Remark))
+    concrete(name = "RemarkConnection", params(Remark)),
+    concrete(name = "UserConnection", params(User))
 )]
 pub(crate) struct Connection<Node: OutputType>
 where
@@ -36,7 +38,8 @@ where
     concrete(name = "NearbyItemEdge", params(NearbyItem)),
     concrete(name = "OrderEdge", params(Order)),
     concrete(name = "PointsRecordEdge", params(PointsEntry)),
-    concrete(name = "RemarkEdge", params(Remark))
+    concrete(name = "RemarkEdge", params(Remark)),
+    concrete(name = "UserEdge", params(User))
 )]
 pub(crate) struct Edge<Node: OutputType> {
     pub(crate) cursor: String,

@@ -71,6 +71,7 @@ pub(crate) struct QueryRoot(
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
 pub(crate) struct MutationRoot(
+    resolvers::users::UserMutation,
     resolvers::items::ItemMutation,
     resolvers::remarks::RemarkMutation,
     resolvers::signin::SignInMutation,

@@ -22,6 +22,7 @@ use std::{collections::HashSet, sync::Arc};
 use sqlx::Row;
 
 pub mod changes;
+pub mod follows;
 pub mod recovery;
 pub mod settings;
 
@@ -285,15 +286,6 @@ impl Feed {
             .query_async(&mut *conn)
             .await?;
         Ok(count.unwrap_or(0).max(0))
-    }
-
-    /// How many users `user_id` follows.
-    pub(crate) async fn following_count(&self, user_id: i64) -> AppResult<i64> {
-        let mut conn = self.infra.redis.get().await?;
-        Ok(redis::cmd("SCARD")
-            .arg(self.infra.keys.following(user_id))
-            .query_async(&mut *conn)
-            .await?)
     }
 
     pub(crate) fn spawn_fan_out(&self) {

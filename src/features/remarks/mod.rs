@@ -12,6 +12,7 @@
 
 pub(crate) mod announcements;
 pub mod archive;
+mod authors;
 pub mod events;
 pub mod likes;
 pub mod live;
@@ -353,7 +354,7 @@ impl Remarks {
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
-            "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url \
+            "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url, u.bio AS author_bio \
              FROM remarks r LEFT JOIN users u ON u.id = r.author_id \
              WHERE r.item_id = $1 AND {}",
             page.after.sql_tail("r.id", 2)
@@ -371,6 +372,7 @@ impl Remarks {
                             id: remark.author_id,
                             name,
                             avatar_url: row.try_get("author_avatar_url")?,
+                            bio: row.try_get("author_bio")?,
                         })
                     })
                     .transpose()?;

@@ -1,0 +1,16 @@
+-- Profiles and the lifecycle of remarks.
+
+-- A user's own words on their profile (name and avatar were there from the start).
+ALTER TABLE users ADD COLUMN bio TEXT;
+
+-- A profile's follower and following lists, newest first: read by range, never sorted.
+CREATE INDEX follows_followers_newest ON follows (followee_id, created_at_ms, follower_id);
+CREATE INDEX follows_following_newest ON follows (follower_id, created_at_ms, followee_id);
+
+-- A remark edited, deleted by its author or an admin, or hidden (folded) by a moderator.
+-- A deleted remark keeps its row (the vote archive refers to it); a hidden one is shown to
+-- its author and admins only.
+ALTER TABLE remarks ADD COLUMN edited_at_ms BIGINT;
+ALTER TABLE remarks ADD COLUMN deleted_at_ms BIGINT;
+ALTER TABLE remarks ADD COLUMN hidden_at_ms BIGINT;
+ALTER TABLE remarks ADD COLUMN hidden_reason TEXT;
