@@ -891,3 +891,301 @@ async fn an_unliked_early_liker_is_replaced_by_the_next_earliest_not_the_newest(
     let expected: Vec<i64> = (3_001..=3_021).filter(|v| *v != 3_003).collect();
     assert_eq!(ids, expected);
 }
+
+const EDIT: &str = "mutation($id: ID!, $content: String!, $score: Int) {
+    editRemark(id: $id, content: $content, score: $score) { id content score editedAt likeCount } }";
+const DELETE: &str = "mutation($id: ID!) { deleteRemark(id: $id) }";
+const HIDE: &str =
+    "mutation($id: ID!, $reason: String!) { hideRemark(id: $id, reason: $reason) { id likeCount } }";
+const ITEM_PAGE: &str =
+    "query($item: ID!) { remarks(itemId: $item, first: 50) { edges { node { id } } } }";
+
+/// The ids of an item's remarks page, newest first.
+async fn listed(app: &TestApp, item: &str) -> Vec<String> {
+    app.data(None, ITEM_PAGE, json!({ "item": item })).await["remarks"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|edge| edge["node"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The ids of a user's profile remarks, as `viewer` sees them.
+async fn profile_remarks(app: &TestApp, viewer: Option<&str>, author: i64) -> Vec<String> {
+    let query = "query($u: ID!) { user(id: $u) { remarkCount remarks { edges { node { id } } } } }";
+    app.data(viewer, query, json!({ "u": author.to_string() }))
+        .await["user"]["remarks"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|edge| edge["node"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Remark ids in a reader's feed.
+async fn feed_of(app: &TestApp, reader: i64) -> Vec<String> {
+    let query = "{ feed(first: 50) { edges { node { id } } } }";
+    app.data(Some(&app.user_token(reader)), query, json!({}))
+        .await["feed"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|edge| edge["node"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `follower` follows `followee` (seen first, so that they can be followed).
+async fn follow_user(app: &TestApp, follower: i64, followee: i64) {
+    app.data(
+        Some(&app.user_token(followee)),
+        "{ viewer { id } }",
+        json!({}),
+    )
+    .await;
+    app.data(
+        Some(&app.user_token(follower)),
+        "mutation($u: ID!) { followUser(userId: $u) { changed } }",
+        json!({ "u": followee.to_string() }),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_edited_remark_keeps_its_likes_and_only_its_author_may_edit_it() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    for voter in [2, 3] {
+        vote(&app, voter, &remark, true).await;
+    }
+    let edited = app
+        .data(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": "  better now ", "score": 3 }),
+        )
+        .await;
+    assert_eq!(edited["editRemark"]["content"], "better now");
+    assert_eq!(edited["editRemark"]["score"], 3);
+    assert_eq!(edited["editRemark"]["likeCount"], 2, "likes stay");
+    assert!(edited["editRemark"]["editedAt"].is_string());
+    // The score is kept when not given.
+    let kept = app
+        .data(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": "again" }),
+        )
+        .await;
+    assert_eq!(kept["editRemark"]["score"], 3);
+    assert_eq!(vote(&app, 4, &remark, true).await["likeCount"], 3);
+
+    let other = app
+        .gql(
+            Some(&app.user_token(2)),
+            EDIT,
+            json!({ "id": remark, "content": "mine" }),
+        )
+        .await;
+    assert_eq!(first_code(&other), "FORBIDDEN");
+    let empty = app
+        .gql(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": " " }),
+        )
+        .await;
+    assert_eq!(first_code(&empty), "BAD_USER_INPUT");
+    let score = app
+        .gql(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": "x", "score": 6 }),
+        )
+        .await;
+    assert_eq!(first_code(&score), "BAD_USER_INPUT");
+}
+
+#[tokio::test]
+async fn a_deleted_remark_leaves_lists_feeds_and_likes_and_keeps_its_vote_archive() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    follow_user(&app, 9, 1).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let other = create_remark(&app, 2, &item).await;
+    crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
+    assert_eq!(feed_of(&app, 9).await, [remark.as_str()]);
+    for voter in [3, 4, 5] {
+        vote(&app, voter, &remark, true).await;
+    }
+    archive_settled(&app).await;
+    let archived = vote_log_rows(&app).await;
+
+    let refused = app
+        .gql(Some(&app.user_token(2)), DELETE, json!({ "id": remark }))
+        .await;
+    assert_eq!(
+        first_code(&refused),
+        "FORBIDDEN",
+        "only the author or an admin"
+    );
+    let deleted = app
+        .data(Some(&app.user_token(1)), DELETE, json!({ "id": remark }))
+        .await;
+    assert_eq!(deleted["deleteRemark"], true);
+
+    assert_eq!(listed(&app, &item).await, [other.as_str()]);
+    assert!(
+        feed_of(&app, 9).await.is_empty(),
+        "gone from the follower's feed"
+    );
+    assert!(profile_remarks(&app, Some(&app.user_token(1)), 1)
+        .await
+        .is_empty());
+    let node = app
+        .data(
+            None,
+            "query($id: ID!) { node(id: $id) { id } }",
+            json!({ "id": remark }),
+        )
+        .await;
+    assert_eq!(node["node"], Value::Null);
+    for voter in [3, 6] {
+        let like = app
+            .gql(Some(&app.user_token(voter)), LIKE, json!({ "id": remark }))
+            .await;
+        assert_eq!(first_code(&like), "NOT_FOUND", "{like}");
+        let unlike = app
+            .gql(
+                Some(&app.user_token(voter)),
+                UNLIKE,
+                json!({ "id": remark }),
+            )
+            .await;
+        assert_eq!(first_code(&unlike), "NOT_FOUND");
+    }
+    let again = app
+        .gql(Some(&app.user_token(1)), DELETE, json!({ "id": remark }))
+        .await;
+    assert_eq!(first_code(&again), "NOT_FOUND");
+
+    // Redis holds neither the counter nor the relations; SQL keeps the remark and its votes.
+    let shards = app.remark_shards();
+    let id = local_id(&remark);
+    let mut conn = app.redis_connection().await;
+    let (likes, relation): (Option<i64>, Option<String>) = redis::pipe()
+        .cmd("HGET")
+        .arg(app.keys().remark_info(id, shards))
+        .arg("likes")
+        .cmd("GET")
+        .arg(app.keys().like_relation(id, 3, shards))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    assert_eq!((likes, relation), (None, None));
+    assert_eq!(vote_log_rows(&app).await, archived);
+    let marked: Option<i64> = sqlx::query("SELECT deleted_at_ms FROM remarks WHERE id = $1")
+        .bind(id)
+        .fetch_one(app.sql())
+        .await
+        .unwrap()
+        .get("deleted_at_ms");
+    assert!(marked.is_some());
+
+    // Redis lost: the rebuild leaves the remark withdrawn, and verify agrees.
+    let mut conn = app.redis_connection().await;
+    let () = redis::cmd("DEL")
+        .arg(app.keys().remark_info(id, shards))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    app.rebuild_from_sql().await.unwrap();
+    let like = app
+        .gql(Some(&app.user_token(7)), LIKE, json!({ "id": remark }))
+        .await;
+    assert_eq!(first_code(&like), "NOT_FOUND");
+    let drift: Vec<String> = app
+        .verify_all()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|report| ["likes", "feeds"].contains(&report.feature) && !report.is_clean())
+        .map(|report| format!("{}: {:?}", report.feature, report.examples))
+        .collect();
+    assert!(drift.is_empty(), "{drift:?}");
+}
+
+#[tokio::test]
+async fn a_hidden_remark_is_folded_for_everyone_but_its_author_and_admins() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    follow_user(&app, 9, 1).await;
+    let remark = create_remark(&app, 1, &item).await;
+    crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
+    vote(&app, 2, &remark, true).await;
+
+    let by_user = app
+        .gql(
+            Some(&app.user_token(2)),
+            HIDE,
+            json!({ "id": remark, "reason": "spam" }),
+        )
+        .await;
+    assert_eq!(first_code(&by_user), "FORBIDDEN");
+    let no_reason = app
+        .gql(
+            Some(&app.admin_token()),
+            HIDE,
+            json!({ "id": remark, "reason": " " }),
+        )
+        .await;
+    assert_eq!(first_code(&no_reason), "BAD_USER_INPUT");
+    let hidden = app
+        .data(
+            Some(&app.admin_token()),
+            HIDE,
+            json!({ "id": remark, "reason": "spam" }),
+        )
+        .await;
+    assert_eq!(
+        hidden["hideRemark"]["likeCount"], 1,
+        "kept for its author and admins"
+    );
+
+    assert!(listed(&app, &item).await.is_empty());
+    assert!(feed_of(&app, 9).await.is_empty());
+    assert!(profile_remarks(&app, None, 1).await.is_empty());
+    assert!(profile_remarks(&app, Some(&app.user_token(3)), 1)
+        .await
+        .is_empty());
+    assert_eq!(
+        profile_remarks(&app, Some(&app.user_token(1)), 1).await,
+        [remark.as_str()]
+    );
+    assert_eq!(
+        profile_remarks(&app, Some(&app.admin_token()), 1).await,
+        [remark.as_str()]
+    );
+    let node = "query($id: ID!) { node(id: $id) { id } }";
+    assert_eq!(
+        app.data(None, node, json!({ "id": remark })).await["node"],
+        Value::Null
+    );
+    assert_eq!(
+        app.data(Some(&app.user_token(1)), node, json!({ "id": remark }))
+            .await["node"]["id"],
+        remark
+    );
+    let like = app
+        .gql(Some(&app.user_token(3)), LIKE, json!({ "id": remark }))
+        .await;
+    assert_eq!(first_code(&like), "NOT_FOUND");
+    let recommended = "query($item: ID!) { recommendedRemarks(itemId: $item) { id } }";
+    for _ in 0..20 {
+        let list = app.data(None, recommended, json!({ "item": item })).await;
+        assert_eq!(list["recommendedRemarks"], json!([]), "never recommended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

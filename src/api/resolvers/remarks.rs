@@ -15,7 +15,10 @@ use crate::{
             ContextExt,
         },
     },
-    features::remarks::{likes::Vote, recommended, NewRemark, Remarks},
+    features::{
+        feed::Feed,
+        remarks::{likes::Vote, recommended, NewRemark, Remarks},
+    },
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
@@ -68,6 +71,7 @@ impl RemarkQuery {
         Ok(ids
             .iter()
             .filter_map(|id| found.remove(id))
+            .filter(|remark| remark.shown_to(None))
             .map(Remark::from)
             .collect())
     }
@@ -100,6 +104,50 @@ impl RemarkMutation {
             .into())
     }
 
+    /// Changes the viewer's remark (its content and, when given, its score); its likes
+    /// stay. Another's remark is `FORBIDDEN`; a deleted one `NOT_FOUND`.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn edit_remark(
+        &self,
+        ctx: &Context<'_>,
+        id: RemarkId,
+        content: String,
+        score: Option<i32>,
+    ) -> AppResult<Remark> {
+        let viewer = auth::require_viewer(ctx)?;
+        Ok(ctx
+            .feature::<Remarks>()
+            .edit(viewer, id.0, &content, score)
+            .await?
+            .into())
+    }
+
+    /// Deletes a remark (its author or an admin): gone from every list, feed and
+    /// recommendation, its likes with it (the vote archive stays); later likes are
+    /// `NOT_FOUND`.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn delete_remark(&self, ctx: &Context<'_>, id: RemarkId) -> AppResult<bool> {
+        let viewer = auth::require_viewer(ctx)?;
+        let removed = ctx.feature::<Remarks>().delete(viewer, id.0).await?;
+        forget_in_feeds(ctx, removed.author_id, removed.id).await;
+        Ok(true)
+    }
+
+    /// Hides (folds) a remark (an admin), with the reason (1 to 200 characters): gone from
+    /// lists, feeds and recommendations, still shown to its author and admins; later likes
+    /// are `NOT_FOUND`.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn hide_remark(
+        &self,
+        ctx: &Context<'_>,
+        id: RemarkId,
+        reason: String,
+    ) -> AppResult<Remark> {
+        let hidden = ctx.feature::<Remarks>().hide(id.0, &reason).await?;
+        forget_in_feeds(ctx, hidden.author_id, hidden.id).await;
+        Ok(hidden.into())
+    }
+
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn like_remark(&self, ctx: &Context<'_>, remark_id: RemarkId) -> AppResult<LikeResult> {
         vote(ctx, remark_id, Vote::Like).await
@@ -108,6 +156,13 @@ impl RemarkMutation {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn unlike_remark(&self, ctx: &Context<'_>, remark_id: RemarkId) -> AppResult<LikeResult> {
         vote(ctx, remark_id, Vote::Unlike).await
+    }
+}
+
+/// Takes a withdrawn remark out of feeds (best effort: a feed page drops it anyway).
+async fn forget_in_feeds(ctx: &Context<'_>, author: i64, remark: i64) {
+    if let Err(error) = ctx.feature::<Feed>().forget_remark(author, remark).await {
+        tracing::warn!(remark, %error, "remark left in feeds; feed pages drop it");
     }
 }
 

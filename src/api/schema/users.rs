@@ -108,7 +108,13 @@ impl User {
         after: Option<String>,
     ) -> AppResult<Connection<Remark>> {
         let args = PageArgs::keyset(first, after.as_deref(), None, None)?;
-        let (remarks, more) = ctx.feature::<Remarks>().by_author(self.0.id, args).await?;
+        // Hidden remarks are shown to their author and admins.
+        let with_hidden = auth::viewer(ctx)
+            .is_some_and(|v| v.user_id == self.0.id || v.role == auth::Role::Admin);
+        let (remarks, more) = ctx
+            .feature::<Remarks>()
+            .by_author(self.0.id, with_hidden, args)
+            .await?;
         let nodes = remarks.into_iter().map(|record| Remark {
             record,
             author: Some(self.0.clone()),

@@ -3,21 +3,28 @@
 
 use sqlx::Row;
 
-use super::{RemarkRecord, Remarks, COLUMNS};
+use super::{RemarkRecord, Remarks, COLUMNS, LISTED};
 use crate::infra::{
     error::AppResult,
     page::{KeyRange, PageArgs},
 };
 
 impl Remarks {
-    /// A page of `author_id`'s remarks, newest first.
+    /// A page of `author_id`'s remarks, newest first: never the deleted ones, the hidden
+    /// ones only `with_hidden` (for their author and admins).
     pub(crate) async fn by_author(
         &self,
         author_id: i64,
+        with_hidden: bool,
         page: PageArgs<KeyRange>,
     ) -> AppResult<(Vec<RemarkRecord>, bool)> {
+        let shown = if with_hidden {
+            "deleted_at_ms IS NULL"
+        } else {
+            LISTED
+        };
         let sql = format!(
-            "SELECT {COLUMNS} FROM remarks WHERE author_id = $1 AND {}",
+            "SELECT {COLUMNS} FROM remarks WHERE author_id = $1 AND {shown} AND {}",
             page.after.sql_tail("id", 2)
         );
         let query = sqlx::query(&sql).bind(author_id);
@@ -27,12 +34,14 @@ impl Remarks {
             .await
     }
 
-    /// How many remarks `author_id` has, in SQL.
+    /// How many remarks of `author_id` are shown in public lists, in SQL.
     pub(crate) async fn count_by_author(&self, author_id: i64) -> AppResult<i64> {
-        let row = sqlx::query("SELECT COUNT(*) AS n FROM remarks WHERE author_id = $1")
-            .bind(author_id)
-            .fetch_one(&self.infra.db.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT COUNT(*) AS n FROM remarks WHERE author_id = $1 AND {LISTED}"
+        ))
+        .bind(author_id)
+        .fetch_one(&self.infra.db.pool)
+        .await?;
         Ok(row.try_get("n")?)
     }
 }

@@ -58,7 +58,8 @@ impl Remarks {
             .recommended_refreshes
             .fetch_add(1, Ordering::Relaxed);
         let rows = sqlx::query(
-            "SELECT id FROM remarks WHERE item_id = $1 ORDER BY like_count DESC, id LIMIT $2",
+            "SELECT id FROM remarks WHERE item_id = $1 AND deleted_at_ms IS NULL AND hidden_at_ms IS NULL \
+             ORDER BY like_count DESC, id LIMIT $2",
         )
         .bind(item_id)
         .bind(LIST_LENGTH as i64)
