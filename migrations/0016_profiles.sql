@@ -14,3 +14,6 @@ ALTER TABLE remarks ADD COLUMN edited_at_ms BIGINT;
 ALTER TABLE remarks ADD COLUMN deleted_at_ms BIGINT;
 ALTER TABLE remarks ADD COLUMN hidden_at_ms BIGINT;
 ALTER TABLE remarks ADD COLUMN hidden_reason TEXT;
+
+-- A voter's likes, newest first (`myLikes`), read from the archive.
+CREATE INDEX vote_log_by_voter_newest ON vote_log (voter_id, event_order);

@@ -1189,3 +1189,81 @@ async fn a_hidden_remark_is_folded_for_everyone_but_its_author_and_admins() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+const MY_LIKES: &str =
+    "query($after: String, $first: Int) { myLikes(first: $first, after: $after) {
+    edges { cursor node { id likedByMe } } pageInfo { hasNextPage endCursor } } }";
+
+/// Every remark of the voter's `myLikes`, page after page of `page`.
+async fn my_likes(app: &TestApp, voter: i64, page: i64) -> Vec<String> {
+    let token = app.user_token(voter);
+    let (mut ids, mut after) = (Vec::new(), Value::Null);
+    loop {
+        let body = app
+            .data(
+                Some(&token),
+                MY_LIKES,
+                json!({ "after": after, "first": page }),
+            )
+            .await;
+        for edge in body["myLikes"]["edges"].as_array().unwrap() {
+            assert_eq!(edge["node"]["likedByMe"], true);
+            ids.push(edge["node"]["id"].as_str().unwrap().to_string());
+        }
+        if body["myLikes"]["pageInfo"]["hasNextPage"] != true {
+            return ids;
+        }
+        after = body["myLikes"]["pageInfo"]["endCursor"].clone();
+    }
+}
+
+#[tokio::test]
+async fn my_likes_are_newest_first_and_outlive_the_relation_keys() {
+    let app = busy_app().await;
+    let mut remarks = Vec::new();
+    for author in 1..=5 {
+        let item = create_item(&app).await;
+        remarks.push(create_remark(&app, author, &item).await);
+    }
+    for remark in &remarks {
+        vote(&app, 9, remark, true).await;
+    }
+    vote(&app, 9, &remarks[1], false).await;
+    archive_settled(&app).await;
+    let expected: Vec<String> = [4, 3, 2, 0].iter().map(|i| remarks[*i].clone()).collect();
+    assert_eq!(my_likes(&app, 9, 2).await, expected);
+
+    // Past the relation TTL: Redis has let every relation go; the archive still knows.
+    app.advance_clock(chrono::Duration::days(11));
+    let mut conn = app.redis_connection().await;
+    for remark in &remarks {
+        let () = redis::cmd("DEL")
+            .arg(
+                app.keys()
+                    .like_relation(local_id(remark), 9, app.remark_shards()),
+            )
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+    }
+    drop(conn);
+    assert_eq!(my_likes(&app, 9, 3).await, expected);
+
+    // An unlike shows at once, before the archive has it; a deleted remark leaves the list.
+    vote(&app, 9, &remarks[3], false).await;
+    app.data(
+        Some(&app.user_token(5)),
+        "mutation($id: ID!) { deleteRemark(id: $id) }",
+        json!({ "id": remarks[4] }),
+    )
+    .await;
+    assert_eq!(
+        my_likes(&app, 9, 10).await,
+        [remarks[2].clone(), remarks[0].clone()]
+    );
+    assert!(my_likes(&app, 8, 10).await.is_empty());
+    assert_eq!(
+        first_code(&app.gql(None, MY_LIKES, json!({})).await),
+        "UNAUTHENTICATED"
+    );
+}

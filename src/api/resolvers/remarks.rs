@@ -1,5 +1,5 @@
-//! `remarks`, `recommendedRemarks`, `createRemark`, `likeRemark`, `unlikeRemark`,
-//! `likeCountChanged`.
+//! `remarks`, `myLikes`, `recommendedRemarks`, `createRemark`, `editRemark`,
+//! `deleteRemark`, `hideRemark`, `likeRemark`, `unlikeRemark`, `likeCountChanged`.
 
 use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
@@ -9,7 +9,7 @@ use crate::{
     api::{
         live::{Direct, SubscriptionSlot},
         schema::{
-            connection::Connection,
+            connection::{Connection, Edge},
             page::{Limit, PageArgs, PAGE},
             remarks::{page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark},
             ContextExt,
@@ -17,7 +17,7 @@ use crate::{
     },
     features::{
         feed::Feed,
-        remarks::{likes::Vote, recommended, NewRemark, Remarks},
+        remarks::{likes::Vote, my_likes::LikeCursor, recommended, NewRemark, Remarks},
     },
     infra::{
         auth::{self, RoleGuard},
@@ -54,6 +54,39 @@ impl RemarkQuery {
             &args,
             page.more,
         ))
+    }
+
+    /// The remarks the viewer likes, newest like first: `first` (1 to 100, 20 unless given)
+    /// after `after`. Read from the vote archive: a like shows once archived (within a
+    /// second), and stays however long ago it was made.
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "PAGE.cost(first, child_complexity)"
+    )]
+    async fn my_likes(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<Connection<Remark>> {
+        let viewer = auth::require_viewer(ctx)?;
+        let first = PAGE.first(first)?;
+        let after_given = after.is_some();
+        let after = after.as_deref().map(LikeCursor::decode).transpose()?;
+        let remarks = ctx.feature::<Remarks>();
+        let (likes, more) = remarks.liked_by(viewer.user_id, first, after).await?;
+        let ids: Vec<i64> = likes.iter().map(|like| like.remark_id).collect();
+        let mut found = remarks.find_many(&ids).await?;
+        let edges = likes
+            .iter()
+            .filter_map(|like| {
+                found.remove(&like.remark_id).map(|record| Edge {
+                    cursor: like.encode(),
+                    node: Remark::from(record),
+                })
+            })
+            .collect();
+        Ok(Connection::new(edges, more, after_given))
     }
 
     /// An item's most liked remarks (refreshed in the background, at most 50).

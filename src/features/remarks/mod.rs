@@ -17,6 +17,7 @@ pub mod events;
 pub(crate) mod lifecycle;
 pub mod likes;
 pub mod live;
+pub mod my_likes;
 pub mod recommended;
 pub mod recovery;
 pub mod settings;
