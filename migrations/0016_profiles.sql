@@ -17,3 +17,23 @@ ALTER TABLE remarks ADD COLUMN hidden_reason TEXT;
 
 -- A voter's likes, newest first (`myLikes`), read from the archive.
 CREATE INDEX vote_log_by_voter_newest ON vote_log (voter_id, event_order);
+
+-- Each item's rating summary: how many listed remarks (neither deleted nor hidden) give it
+-- each number of stars, moved in the transaction of each remark's create, edit, delete
+-- and hide.
+CREATE TABLE item_ratings (
+    item_id BIGINT PRIMARY KEY,
+    stars_1 BIGINT NOT NULL DEFAULT 0,
+    stars_2 BIGINT NOT NULL DEFAULT 0,
+    stars_3 BIGINT NOT NULL DEFAULT 0,
+    stars_4 BIGINT NOT NULL DEFAULT 0,
+    stars_5 BIGINT NOT NULL DEFAULT 0
+);
+INSERT INTO item_ratings (item_id, stars_1, stars_2, stars_3, stars_4, stars_5)
+SELECT item_id,
+       SUM(CASE WHEN score = 1 THEN 1 ELSE 0 END),
+       SUM(CASE WHEN score = 2 THEN 1 ELSE 0 END),
+       SUM(CASE WHEN score = 3 THEN 1 ELSE 0 END),
+       SUM(CASE WHEN score = 4 THEN 1 ELSE 0 END),
+       SUM(CASE WHEN score = 5 THEN 1 ELSE 0 END)
+FROM remarks GROUP BY item_id;

@@ -22,11 +22,12 @@ pub(crate) enum Feature {
     Feeds,
     Nearby,
     Vouchers,
+    Ratings,
 }
 
 impl Feature {
     /// In rebuild order.
-    pub(crate) const ALL: [Feature; 9] = [
+    pub(crate) const ALL: [Feature; 10] = [
         Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
@@ -36,6 +37,7 @@ impl Feature {
         Feature::Feeds,
         Feature::Nearby,
         Feature::Vouchers,
+        Feature::Ratings,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -49,6 +51,7 @@ impl Feature {
             Feature::Feeds => "feeds",
             Feature::Nearby => "items near me",
             Feature::Vouchers => "vouchers and orders",
+            Feature::Ratings => "ratings",
         }
     }
 
@@ -63,6 +66,7 @@ impl Feature {
             Feature::Feeds => features.feed.verify_feeds().await,
             Feature::Nearby => features.nearby.verify().await,
             Feature::Vouchers => features.vouchers.verify().await,
+            Feature::Ratings => features.items.verify_ratings().await,
         }
     }
 
@@ -79,6 +83,7 @@ impl Feature {
             Feature::Feeds => features.feed.rebuild_feeds(run).await,
             Feature::Nearby => features.nearby.rebuild(run).await,
             Feature::Vouchers => features.vouchers.rebuild(run).await,
+            Feature::Ratings => features.items.rebuild_ratings(run).await,
         }
     }
 }

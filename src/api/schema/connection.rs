@@ -5,6 +5,7 @@
 use async_graphql::{OutputType, SimpleObject};
 
 use super::{
+    items::Item,
     jobs::Job,
     nearby::NearbyItem,
     page::{cursor_sides, encode_cursor, KeyRange, PageArgs, PageInfo},
@@ -17,6 +18,7 @@ use super::{
 // One page of a list (no doc comment: the SDL names each connection only).
 #[derive(SimpleObject)]
 #[graphql(
+    concrete(name = "ItemConnection", params(Item)),
     concrete(name = "JobConnection", params(Job)),
     concrete(name = "NearbyItemConnection", params(NearbyItem)),
     concrete(name = "OrderConnection", params(Order)),
@@ -34,6 +36,7 @@ where
 
 #[derive(SimpleObject)]
 #[graphql(
+    concrete(name = "ItemEdge", params(Item)),
     concrete(name = "JobEdge", params(Job)),
     concrete(name = "NearbyItemEdge", params(NearbyItem)),
     concrete(name = "OrderEdge", params(Order)),

@@ -152,6 +152,10 @@ pub(crate) fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema
                 tokio::spawn,
             ))
             .data(DataLoader::new(
+                items::RatingsLoader(features.items.clone()),
+                tokio::spawn,
+            ))
+            .data(DataLoader::new(
                 vouchers::StockLoader(features.vouchers.clone()),
                 tokio::spawn,
             ))

@@ -18,6 +18,7 @@
 use sqlx::Row;
 
 use super::{NewRemark, RemarkRecord, Remarks, COLUMNS};
+use crate::features::items::count_rating;
 use crate::infra::{
     auth::{Role, Viewer},
     error::{AppError, AppResult},
@@ -29,6 +30,27 @@ pub const MAX_HIDE_REASON_CHARS: usize = 200;
 
 /// Relation keys removed per script call.
 const RELATIONS_PER_CALL: usize = 500;
+
+/// Times a change is tried again when another change of the same remark landed between
+/// its read and its write.
+const ATTEMPTS: usize = 5;
+
+/// The condition that a remark's row is still as `remark` was read (its score, not deleted,
+/// hidden or not): a change written under it moves the rating summary by what it read.
+/// `score_param` is the placeholder number the caller binds the score read to.
+/// Rejected: `SELECT … FOR UPDATE`, which SQLite lacks.
+fn as_read(remark: &RemarkRecord, score_param: usize) -> String {
+    let hidden = if remark.hidden {
+        "hidden_at_ms IS NOT NULL"
+    } else {
+        "hidden_at_ms IS NULL"
+    };
+    format!("score = ${score_param} AND deleted_at_ms IS NULL AND {hidden}")
+}
+
+fn changed_meanwhile() -> AppError {
+    AppError::conflict("the remark kept changing meanwhile; try again")
+}
 
 /// What happened to a remark withdrawn from likes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +96,8 @@ impl Remarks {
     }
 
     /// Changes a remark's content and, when given, its score; only its author may. Likes,
-    /// relations and the vote archive are untouched.
+    /// relations and the vote archive are untouched; the item's rating summary moves with
+    /// the score in the same transaction.
     pub(crate) async fn edit(
         &self,
         viewer: &Viewer,
@@ -82,62 +105,86 @@ impl Remarks {
         content: &str,
         score: Option<i32>,
     ) -> AppResult<RemarkRecord> {
-        let remark = self.shown(viewer, id).await?;
-        if remark.author_id != viewer.user_id {
-            return Err(AppError::forbidden("only its author may edit a remark"));
+        for _ in 0..ATTEMPTS {
+            let remark = self.shown(viewer, id).await?;
+            if remark.author_id != viewer.user_id {
+                return Err(AppError::forbidden("only its author may edit a remark"));
+            }
+            let checked = NewRemark::new(
+                remark.item_id,
+                score.unwrap_or(remark.score),
+                content,
+                Vec::new(),
+            )?;
+            let mut tx = self.infra.db.pool.begin().await?;
+            let updated = sqlx::query(&format!(
+                "UPDATE remarks SET content = $1, score = $2, edited_at_ms = $3 \
+                 WHERE id = $4 AND {}",
+                as_read(&remark, 5)
+            ))
+            .bind(&checked.content)
+            .bind(checked.score)
+            .bind(self.infra.clock.now_ms())
+            .bind(id)
+            .bind(remark.score)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if updated == 0 {
+                continue;
+            }
+            if !remark.hidden && remark.score != checked.score {
+                count_rating(&mut tx, remark.item_id, remark.score, -1).await?;
+                count_rating(&mut tx, remark.item_id, checked.score, 1).await?;
+            }
+            tx.commit().await?;
+            self.caches
+                .pages
+                .forget(|page| page.item_id == remark.item_id);
+            return self.stored(id).await;
         }
-        let checked = NewRemark::new(
-            remark.item_id,
-            score.unwrap_or(remark.score),
-            content,
-            Vec::new(),
-        )?;
-        let now_ms = self.infra.clock.now_ms();
-        let updated = sqlx::query(
-            "UPDATE remarks SET content = $1, score = $2, edited_at_ms = $3 \
-             WHERE id = $4 AND deleted_at_ms IS NULL",
-        )
-        .bind(&checked.content)
-        .bind(checked.score)
-        .bind(now_ms)
-        .bind(id)
-        .execute(&self.infra.db.pool)
-        .await?
-        .rows_affected();
-        if updated == 0 {
-            return Err(AppError::not_found(format!("no remark {id}")));
-        }
-        self.caches
-            .pages
-            .forget(|page| page.item_id == remark.item_id);
-        self.stored(id).await
+        Err(changed_meanwhile())
     }
 
-    /// Deletes a remark (its author or an admin): SQL marks it, then Redis withdraws it.
-    /// Answers the remark as it was.
+    /// Deletes a remark (its author or an admin): SQL marks it (and its rating leaves the
+    /// item's summary), then Redis withdraws it. Answers the remark as it was.
     pub(crate) async fn delete(&self, viewer: &Viewer, id: i64) -> AppResult<RemarkRecord> {
-        let remark = self.shown(viewer, id).await?;
-        if remark.author_id != viewer.user_id && viewer.role != Role::Admin {
-            return Err(AppError::forbidden(
-                "only its author or an admin may delete a remark",
-            ));
+        for _ in 0..ATTEMPTS {
+            let remark = self.shown(viewer, id).await?;
+            if remark.author_id != viewer.user_id && viewer.role != Role::Admin {
+                return Err(AppError::forbidden(
+                    "only its author or an admin may delete a remark",
+                ));
+            }
+            let mut tx = self.infra.db.pool.begin().await?;
+            let updated = sqlx::query(&format!(
+                "UPDATE remarks SET deleted_at_ms = $1 WHERE id = $2 AND {}",
+                as_read(&remark, 3)
+            ))
+            .bind(self.infra.clock.now_ms())
+            .bind(id)
+            .bind(remark.score)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if updated == 0 {
+                continue;
+            }
+            if !remark.hidden {
+                count_rating(&mut tx, remark.item_id, remark.score, -1).await?;
+            }
+            tx.commit().await?;
+            self.caches
+                .pages
+                .forget(|page| page.item_id == remark.item_id);
+            self.withdraw_or_leave(id, Withdrawal::Deleted).await;
+            return Ok(remark);
         }
-        let now_ms = self.infra.clock.now_ms();
-        sqlx::query(
-            "UPDATE remarks SET deleted_at_ms = $1 WHERE id = $2 AND deleted_at_ms IS NULL",
-        )
-        .bind(now_ms)
-        .bind(id)
-        .execute(&self.infra.db.pool)
-        .await?;
-        self.caches
-            .pages
-            .forget(|page| page.item_id == remark.item_id);
-        self.withdraw_or_leave(id, Withdrawal::Deleted).await;
-        Ok(remark)
+        Err(changed_meanwhile())
     }
 
-    /// Hides (folds) a remark with a reason (an admin): SQL marks it, then Redis.
+    /// Hides (folds) a remark with a reason (an admin): SQL marks it (and its rating leaves
+    /// the item's summary), then Redis. Hiding a hidden remark changes its reason.
     pub(crate) async fn hide(&self, id: i64, reason: &str) -> AppResult<RemarkRecord> {
         let reason = reason.trim();
         if reason.is_empty() || reason.chars().count() > MAX_HIDE_REASON_CHARS {
@@ -145,24 +192,38 @@ impl Remarks {
                 "reason must have 1 to {MAX_HIDE_REASON_CHARS} characters"
             )));
         }
-        let remark = self.stored(id).await?;
-        if remark.deleted {
-            return Err(AppError::not_found(format!("no remark {id}")));
+        for _ in 0..ATTEMPTS {
+            let remark = self.stored(id).await?;
+            if remark.deleted {
+                return Err(AppError::not_found(format!("no remark {id}")));
+            }
+            let mut tx = self.infra.db.pool.begin().await?;
+            let updated = sqlx::query(&format!(
+                "UPDATE remarks SET hidden_at_ms = COALESCE(hidden_at_ms, $1), hidden_reason = $2 \
+                 WHERE id = $3 AND {}",
+                as_read(&remark, 4)
+            ))
+            .bind(self.infra.clock.now_ms())
+            .bind(reason)
+            .bind(id)
+            .bind(remark.score)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if updated == 0 {
+                continue;
+            }
+            if !remark.hidden {
+                count_rating(&mut tx, remark.item_id, remark.score, -1).await?;
+            }
+            tx.commit().await?;
+            self.caches
+                .pages
+                .forget(|page| page.item_id == remark.item_id);
+            self.withdraw_or_leave(id, Withdrawal::Hidden).await;
+            return self.stored(id).await;
         }
-        sqlx::query(
-            "UPDATE remarks SET hidden_at_ms = COALESCE(hidden_at_ms, $1), hidden_reason = $2 \
-             WHERE id = $3",
-        )
-        .bind(self.infra.clock.now_ms())
-        .bind(reason)
-        .bind(id)
-        .execute(&self.infra.db.pool)
-        .await?;
-        self.caches
-            .pages
-            .forget(|page| page.item_id == remark.item_id);
-        self.withdraw_or_leave(id, Withdrawal::Hidden).await;
-        self.stored(id).await
+        Err(changed_meanwhile())
     }
 
     /// Withdraws a remark in Redis; a failure is left to the next like (which rebuilds from

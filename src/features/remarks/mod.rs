@@ -32,7 +32,11 @@ use sqlx::{any::AnyRow, Row};
 
 use crate::infra::page::{KeyRange, PageArgs};
 use crate::{
-    features::{items::Items, remarks::events::RemarkCreated, users::UserRecord},
+    features::{
+        items::{count_rating, Items},
+        remarks::events::RemarkCreated,
+        users::UserRecord,
+    },
     infra::{
         auth::{Role, Viewer},
         cache::TtlCache,
@@ -295,6 +299,7 @@ impl Remarks {
         .execute(&mut *tx)
         .await
         .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
+        count_rating(&mut tx, remark.item_id, remark.score, 1).await?;
         sqlx::query(
             "INSERT INTO remark_announcements (remark_id, author_id, created_at_ms) \
              VALUES ($1, $2, $3)",
