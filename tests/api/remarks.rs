@@ -668,7 +668,7 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
 
     let query =
         "query($item: ID!) { recommendedRemarks(itemId: $item, first: 3) { id likeCount } }";
-    // Cold start: the first reader starts the refresh and may see nothing yet.
+    // Cold start: the first reader refreshes the list and reads it.
     app.data(None, query, json!({ "item": item })).await;
     let mut warm = Value::Null;
     for _ in 0..100 {
@@ -1265,5 +1265,68 @@ async fn my_likes_are_newest_first_and_outlive_the_relation_keys() {
     assert_eq!(
         first_code(&app.gql(None, MY_LIKES, json!({})).await),
         "UNAUTHENTICATED"
+    );
+}
+
+#[tokio::test]
+async fn recommended_remarks_are_ordered_by_the_counts_they_show_from_the_first_read() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let mut remarks = Vec::new();
+    for author in 1..=4 {
+        remarks.push(create_remark(&app, author, &item).await);
+    }
+    // Likes, read at once: the archive (and so SQL's counts) may not have them yet.
+    for (remark, likes) in [(0, 1), (1, 3), (3, 2)] {
+        for voter in 0..likes {
+            vote(&app, 100 + voter, &remarks[remark], true).await;
+        }
+    }
+    let query =
+        "query($item: ID!) { recommendedRemarks(itemId: $item, first: 3) { id likeCount } }";
+    let first = app.data(None, query, json!({ "item": item })).await;
+    assert_eq!(
+        first["recommendedRemarks"],
+        json!([
+            { "id": remarks[1], "likeCount": 3 },
+            { "id": remarks[3], "likeCount": 2 },
+            { "id": remarks[0], "likeCount": 1 }
+        ]),
+        "the first read is not empty, and most liked first"
+    );
+
+    // New likes reorder the list at once, before any refresh.
+    archive_settled(&app).await;
+    for voter in 200..204 {
+        vote(&app, voter, &remarks[2], true).await;
+    }
+    for _ in 0..3 {
+        let body = app.data(None, query, json!({ "item": item })).await;
+        let counts: Vec<i64> = body["recommendedRemarks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|remark| remark["likeCount"].as_i64().unwrap())
+            .collect();
+        let mut sorted = counts.clone();
+        sorted.sort_by(|a, b| b.cmp(a));
+        assert_eq!(counts, sorted, "ordered by the counts shown: {body}");
+        assert_eq!(counts.len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn recommended_remarks_show_a_remark_written_after_an_empty_refresh() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let query = "query($item: ID!) { recommendedRemarks(itemId: $item) { id } }";
+    assert_eq!(
+        app.data(None, query, json!({ "item": item })).await["recommendedRemarks"],
+        json!([])
+    );
+    let remark = create_remark(&app, 1, &item).await;
+    assert_eq!(
+        app.data(None, query, json!({ "item": item })).await["recommendedRemarks"],
+        json!([{ "id": remark }])
     );
 }

@@ -99,13 +99,20 @@ impl RemarkQuery {
     ) -> AppResult<Vec<Remark>> {
         let first = RECOMMENDED.first(first)?;
         let remarks = ctx.feature::<Remarks>();
-        let ids = remarks.recommended(item_id.0, first).await?;
+        let viewer = auth::viewer(ctx).map(|v| v.user_id);
+        let ranked = remarks.recommended(viewer, item_id.0, first).await?;
+        let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
         let mut found = remarks.find_many(&ids).await?;
-        Ok(ids
-            .iter()
-            .filter_map(|id| found.remove(id))
-            .filter(|remark| remark.shown_to(None))
-            .map(Remark::from)
+        // Each remark shows the count it was ranked by.
+        Ok(ranked
+            .into_iter()
+            .filter_map(|(id, like)| found.remove(&id).map(|record| (record, like)))
+            .filter(|(record, _)| record.shown_to(None))
+            .map(|(record, like)| Remark {
+                record,
+                author: None,
+                like: Some(like),
+            })
             .collect())
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod nearby;
 pub(crate) mod node;
 pub(crate) mod page;
 pub(crate) mod points;
+pub(crate) mod profiles;
 pub(crate) mod remarks;
 pub(crate) mod scalars;
 pub(crate) mod signin;
