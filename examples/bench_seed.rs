@@ -222,6 +222,7 @@ async fn member_rows(
                 id,
                 name: format!("member {id}"),
                 avatar_url: None,
+                bio: None,
             };
             names.hset(keys.user_names(id), id, user.card()).ignore();
             insert = insert.bind(id).bind(user.name).bind(now);

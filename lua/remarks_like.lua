@@ -2,7 +2,7 @@
   Likes a remark for a voter, at most once for ever.
 
   Input:
-    KEYS[1] info: remark info hash     {likes:S}:remark:<id>          fields likes, author, hydrated
+    KEYS[1] info: remark info hash     {likes:S}:remark:<id>          fields likes, author, hydrated, gone
     KEYS[2] relation: like relation        {likes:S}:remark:<id>:voter:<uid>   "1" liked, "0" not liked
     KEYS[3] likers: earliest likers zset {likes:S}:remark:<id>:likers
     KEYS[4] events: vote stream          {likes:S}:events
@@ -20,7 +20,8 @@
     ARGV[8] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { status, likes, liked, changed }
-    status (lua/include/status.lua) OK done, MISSING remark info missing (the caller
+    status (lua/include/status.lua) OK done, NOT_FOUND the remark is deleted or hidden,
+           MISSING remark info missing (the caller
            rebuilds it from SQL, or answers NOT_FOUND), ASK_ARCHIVE the archive must decide
            (the caller asks it and calls again)
 

@@ -3,10 +3,14 @@
 -- Reads a voter's relation to a remark. Returns (author, relation, voted) with relation '1' or
 -- '0' and voted whether the voter may have voted on the remark before (false only when that is
 -- known not to be so: no key is left of a young remark, or the archive holds no vote), or
--- (nil, status) when the caller must act first: MISSING rebuild the remark's info from SQL,
+-- (nil, status) when the caller must act first or stop: NOT_FOUND the remark is deleted or
+-- hidden (`remarks_withdraw.lua`), MISSING rebuild the remark's info from SQL,
 -- ASK_ARCHIVE ask the archive (the relation key is gone and the remark is old, or Redis was
 -- rebuilt).
 local function read_relation(info_key, relation_key, known)
+  if redis.call('HEXISTS', info_key, 'gone') == 1 then
+    return nil, NOT_FOUND
+  end
   local author = redis.call('HGET', info_key, 'author')
   if not author then
     return nil, MISSING

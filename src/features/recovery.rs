@@ -24,11 +24,12 @@ pub(crate) enum Feature {
     Feeds,
     Nearby,
     Vouchers,
+    Ratings,
 }
 
 impl Feature {
     /// In rebuild order.
-    pub(crate) const ALL: [Feature; 11] = [
+    pub(crate) const ALL: [Feature; 12] = [
         Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
@@ -40,6 +41,7 @@ impl Feature {
         Feature::Feeds,
         Feature::Nearby,
         Feature::Vouchers,
+        Feature::Ratings,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -55,6 +57,7 @@ impl Feature {
             Feature::Feeds => "feeds",
             Feature::Nearby => "items near me",
             Feature::Vouchers => "vouchers and orders",
+            Feature::Ratings => "ratings",
         }
     }
 
@@ -71,6 +74,7 @@ impl Feature {
             Feature::Feeds => features.feed.verify_feeds().await,
             Feature::Nearby => features.nearby.verify().await,
             Feature::Vouchers => features.vouchers.verify().await,
+            Feature::Ratings => features.items.verify_ratings().await,
         }
     }
 
@@ -89,6 +93,7 @@ impl Feature {
             Feature::Feeds => features.feed.rebuild_feeds(run).await,
             Feature::Nearby => features.nearby.rebuild(run).await,
             Feature::Vouchers => features.vouchers.rebuild(run).await,
+            Feature::Ratings => features.items.rebuild_ratings(run).await,
         }
     }
 }

@@ -93,11 +93,14 @@ async fn the_feed_shows_followed_authors_newest_first_and_forgets_unfollowed_one
     let counts = app
         .data(
             Some(&app.user_token(1)),
-            "{ viewer { followers following } }",
+            "{ viewer { followerCount followingCount } }",
             json!({}),
         )
         .await;
-    assert_eq!(counts["viewer"], json!({ "followers": 0, "following": 2 }));
+    assert_eq!(
+        counts["viewer"],
+        json!({ "followerCount": 0, "followingCount": 2 })
+    );
 
     let unfollow = "mutation($u: ID!) { unfollow(userId: $u) }";
     assert_eq!(

@@ -76,3 +76,168 @@ async fn bad_item_input_is_a_bad_user_input() {
         .await;
     assert_eq!(first_code(&body), "BAD_USER_INPUT");
 }
+
+const RATINGS: &str =
+    "query($id: ID!) { item(id: $id) { ratingCount ratingAverage ratingHistogram } }";
+
+/// An app without the per-address and per-user limits.
+async fn busy_app() -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.max_connections_per_ip = 0;
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn ratings_stay_exact_under_concurrent_creates_edits_and_deletes() {
+    let app = busy_app().await;
+    let item = app.create_item().await;
+    let empty = app.data(None, RATINGS, json!({ "id": item })).await;
+    assert_eq!(
+        empty["item"],
+        json!({ "ratingCount": 0, "ratingAverage": null, "ratingHistogram": [0, 0, 0, 0, 0] })
+    );
+
+    // Sixty authors review at once, each with 1 to 5 stars.
+    let create = "mutation($i: ID!, $s: Int!) { createRemark(input: { itemId: $i, score: $s, content: \"ok\" }) { id } }";
+    let authors: Vec<i64> = (1..=60).collect();
+    let ids: Vec<String> = futures::future::join_all(authors.iter().map(|&author| {
+        let (app, item) = (&app, &item);
+        async move {
+            app.data(
+                Some(&app.user_token(author)),
+                create,
+                json!({ "i": item, "s": author % 5 + 1 }),
+            )
+            .await["createRemark"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    }))
+    .await;
+
+    // At once: the first twenty edit to 5 stars (twice each, the two racing), the next
+    // ten delete, an admin hides five more.
+    let edit = "mutation($id: ID!, $s: Int) { editRemark(id: $id, content: \"edited\", score: $s) { id } }";
+    let delete = "mutation($id: ID!) { deleteRemark(id: $id) }";
+    let hide = "mutation($id: ID!) { hideRemark(id: $id, reason: \"off topic\") { id } }";
+    let mut calls = Vec::new();
+    for (i, (author, id)) in authors.iter().zip(&ids).enumerate() {
+        let token = app.user_token(*author);
+        let (app, id) = (&app, id.clone());
+        calls.push(async move {
+            if i < 20 {
+                let twice = futures::future::join_all(
+                    (0..2).map(|_| app.gql(Some(&token), edit, json!({ "id": id, "s": 5 }))),
+                )
+                .await;
+                for body in twice {
+                    assert!(body["errors"].is_null(), "{body}");
+                }
+            } else if i < 30 {
+                app.data(Some(&token), delete, json!({ "id": id })).await;
+            } else if i < 35 {
+                app.data(Some(&app.admin_token()), hide, json!({ "id": id }))
+                    .await;
+            }
+        });
+    }
+    futures::future::join_all(calls).await;
+
+    // Expected: 20 at five stars, and the 25 untouched remarks from the 36th author on.
+    let mut histogram = [0i64; 5];
+    histogram[4] += 20;
+    for author in &authors[35..] {
+        histogram[(author % 5) as usize] += 1;
+    }
+    let count: i64 = histogram.iter().sum();
+    let total: i64 = histogram
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (i as i64 + 1) * n)
+        .sum();
+    let rated = app.data(None, RATINGS, json!({ "id": item })).await;
+    assert_eq!(rated["item"]["ratingCount"], count);
+    assert_eq!(rated["item"]["ratingHistogram"], json!(histogram));
+    let average = rated["item"]["ratingAverage"].as_f64().unwrap();
+    assert!(
+        (average - total as f64 / count as f64).abs() < 1e-9,
+        "{average}"
+    );
+
+    let reports = app.verify_all().await.unwrap();
+    let ratings = reports.iter().find(|r| r.feature == "ratings").unwrap();
+    assert!(ratings.is_clean(), "{:?}", ratings.examples);
+
+    // A summary that drifted is written again from the remarks by a rebuild.
+    sqlx::query("UPDATE item_ratings SET stars_5 = stars_5 + 7 WHERE item_id = $1")
+        .bind(local_id(&item))
+        .execute(app.sql())
+        .await
+        .unwrap();
+    let drifted = app.verify_all().await.unwrap();
+    assert!(!drifted
+        .iter()
+        .find(|r| r.feature == "ratings")
+        .unwrap()
+        .is_clean());
+    app.rebuild_from_sql().await.unwrap();
+    let again = app.data(None, RATINGS, json!({ "id": item })).await;
+    assert_eq!(again["item"]["ratingHistogram"], json!(histogram));
+}
+
+#[tokio::test]
+async fn items_list_newest_first_or_by_distance() {
+    let app = busy_app().await;
+    let create = "mutation($input: CreateItemInput!) { createItem(input: $input) { id } }";
+    let mut ids = Vec::new();
+    for (name, lat, lng) in [
+        ("far", 31.0, 121.0),
+        ("near", 31.2304, 121.4737),
+        ("nearer", 31.2305, 121.4738),
+    ] {
+        let made = app
+            .data(
+                Some(&app.admin_token()),
+                create,
+                json!({ "input": { "name": name, "lat": lat, "lng": lng } }),
+            )
+            .await;
+        ids.push(made["createItem"]["id"].as_str().unwrap().to_string());
+    }
+    let query =
+        "query($after: String, $near: GeoInput) { items(first: 2, after: $after, near: $near) {
+        edges { node { id ratingCount } } pageInfo { hasNextPage endCursor } } }";
+    let page = |body: &serde_json::Value| -> Vec<String> {
+        body["items"]["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|edge| edge["node"]["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first = app.data(None, query, json!({})).await;
+    assert_eq!(page(&first), [ids[2].clone(), ids[1].clone()]);
+    let second = app
+        .data(
+            None,
+            query,
+            json!({ "after": first["items"]["pageInfo"]["endCursor"] }),
+        )
+        .await;
+    assert_eq!(page(&second), [ids[0].clone()]);
+    assert_eq!(second["items"]["pageInfo"]["hasNextPage"], false);
+
+    let near = json!({ "lat": 31.23045, "lng": 121.47375, "radiusKm": 5.0 });
+    let close = app.data(None, query, json!({ "near": near })).await;
+    let found = page(&close);
+    assert_eq!(found.len(), 2, "{close}");
+    assert!(found.contains(&ids[1]) && found.contains(&ids[2]));
+    assert!(
+        !found.contains(&ids[0]),
+        "the far item is outside the radius"
+    );
+}

@@ -327,6 +327,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
             id,
             name: format!("user{id}"),
             avatar_url: None,
+            bio: None,
         }
         .card();
         let () = redis::cmd("HSET")

@@ -32,6 +32,7 @@ mod oidc;
 mod pages;
 mod paging;
 mod payloads;
+mod people;
 mod points;
 mod postgres_tls;
 mod production;

@@ -257,10 +257,10 @@ async fn an_award_answers_the_user_and_their_total_of_the_type_today_with_its_ca
 // Follows.
 
 const FOLLOW_USER: &str = "mutation($u: ID!) { followUser(userId: $u) { ...follow } }
-    fragment follow on FollowPayload { changed user { id followers } viewer { id following } }";
+    fragment follow on FollowPayload { changed user { id followerCount } viewer { id followingCount } }";
 const UNFOLLOW_USER: &str = "mutation($u: ID!) { unfollowUser(userId: $u) { ...follow } }
-    fragment follow on FollowPayload { changed user { id followers } viewer { id following } }";
-const COUNTS: &str = "{ viewer { id followers following } }";
+    fragment follow on FollowPayload { changed user { id followerCount } viewer { id followingCount } }";
+const COUNTS: &str = "{ viewer { id followerCount followingCount } }";
 
 #[tokio::test]
 async fn follow_user_and_unfollow_user_answer_both_users_with_their_new_counts() {
@@ -290,25 +290,28 @@ async fn follow_user_and_unfollow_user_answer_both_users_with_their_new_counts()
             .clone();
         assert_eq!(answer["changed"], changed, "{answer}");
         assert_eq!(answer["user"]["id"], author_id.as_str());
-        assert_eq!(answer["user"]["followers"], followers, "{answer}");
-        assert_eq!(answer["viewer"]["following"], following, "{answer}");
+        assert_eq!(answer["user"]["followerCount"], followers, "{answer}");
+        assert_eq!(answer["viewer"]["followingCount"], following, "{answer}");
         let (author_now, follower_now) = (fresh(&author).await, fresh(follower).await);
-        assert_eq!(answer["user"]["followers"], author_now["followers"]);
+        assert_eq!(answer["user"]["followerCount"], author_now["followerCount"]);
         assert_eq!(answer["viewer"]["id"], follower_now["id"]);
-        assert_eq!(answer["viewer"]["following"], follower_now["following"]);
+        assert_eq!(
+            answer["viewer"]["followingCount"],
+            follower_now["followingCount"]
+        );
     }
 
     // Two changes in one request: each answers the counts after itself.
     let both = "mutation($u: ID!) {
-        on: followUser(userId: $u) { user { followers } viewer { following } }
-        off: unfollowUser(userId: $u) { user { followers } viewer { following } } }";
+        on: followUser(userId: $u) { user { followerCount } viewer { followingCount } }
+        off: unfollowUser(userId: $u) { user { followerCount } viewer { followingCount } } }";
     let data = app
         .data(Some(&reader), both, json!({ "u": author_id }))
         .await;
-    assert_eq!(data["on"]["user"]["followers"], 2);
-    assert_eq!(data["on"]["viewer"]["following"], 1);
-    assert_eq!(data["off"]["user"]["followers"], 1);
-    assert_eq!(data["off"]["viewer"]["following"], 0);
+    assert_eq!(data["on"]["user"]["followerCount"], 2);
+    assert_eq!(data["on"]["viewer"]["followingCount"], 1);
+    assert_eq!(data["off"]["user"]["followerCount"], 1);
+    assert_eq!(data["off"]["viewer"]["followingCount"], 0);
 
     // The same rules and errors as the fields they succeed.
     let to_self = app
@@ -338,7 +341,7 @@ async fn follow_and_unfollow_still_answer_whether_they_changed_anything() {
     assert_eq!(run("follow").await, true);
     assert_eq!(run("follow").await, false);
     let counts = app.data(Some(&author), COUNTS, json!({})).await;
-    assert_eq!(counts["viewer"]["followers"], 1);
+    assert_eq!(counts["viewer"]["followerCount"], 1);
     assert_eq!(run("unfollow").await, true);
     assert_eq!(run("unfollow").await, false);
 }

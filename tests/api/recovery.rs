@@ -11,7 +11,7 @@ const CALENDAR: &str =
 const BOARD: &str =
     "{ leaderboard(first: 50) { total entries { rank points user { id } } me { rank points } } }";
 const VIEWER: &str =
-    "{ viewer { id followers following } feed(first: 50) { edges { node { id } } } }";
+    "{ viewer { id followerCount followingCount } feed(first: 50) { edges { node { id } } } }";
 const NEARBY: &str =
     "{ nearbyItems(lat: 31.23, lng: 121.47, radiusKm: 50, first: 50) { edges { node { distanceKm item { id } } } } }";
 const REMARKS: &str =
@@ -366,7 +366,7 @@ async fn verify_finds_a_lost_follower_count_and_a_live_order_sql_lacks_and_rebui
     app.rebuild_from_sql().await.unwrap();
     assert_eq!(drifted(&app).await, Vec::<String>::new());
     let viewer = app.data(Some(&app.user_token(1)), VIEWER, json!({})).await;
-    assert_eq!(viewer["viewer"]["followers"], 2);
+    assert_eq!(viewer["viewer"]["followerCount"], 2);
 
     // An order Redis sold that never reached SQL.
     sqlx::query("DELETE FROM orders WHERE id = $1")

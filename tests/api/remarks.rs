@@ -668,7 +668,7 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
 
     let query =
         "query($item: ID!) { recommendedRemarks(itemId: $item, first: 3) { id likeCount } }";
-    // Cold start: the first reader starts the refresh and may see nothing yet.
+    // Cold start: the first reader refreshes the list and reads it.
     app.data(None, query, json!({ "item": item })).await;
     let mut warm = Value::Null;
     for _ in 0..100 {
@@ -890,4 +890,443 @@ async fn an_unliked_early_liker_is_replaced_by_the_next_earliest_not_the_newest(
         .collect();
     let expected: Vec<i64> = (3_001..=3_021).filter(|v| *v != 3_003).collect();
     assert_eq!(ids, expected);
+}
+
+const EDIT: &str = "mutation($id: ID!, $content: String!, $score: Int) {
+    editRemark(id: $id, content: $content, score: $score) { id content score editedAt likeCount } }";
+const DELETE: &str = "mutation($id: ID!) { deleteRemark(id: $id) }";
+const HIDE: &str =
+    "mutation($id: ID!, $reason: String!) { hideRemark(id: $id, reason: $reason) { id likeCount } }";
+const ITEM_PAGE: &str =
+    "query($item: ID!) { remarks(itemId: $item, first: 50) { edges { node { id } } } }";
+
+/// The ids of an item's remarks page, newest first.
+async fn listed(app: &TestApp, item: &str) -> Vec<String> {
+    app.data(None, ITEM_PAGE, json!({ "item": item })).await["remarks"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|edge| edge["node"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The ids of a user's profile remarks, as `viewer` sees them.
+async fn profile_remarks(app: &TestApp, viewer: Option<&str>, author: i64) -> Vec<String> {
+    let query = "query($u: ID!) { user(id: $u) { remarkCount remarks { edges { node { id } } } } }";
+    app.data(viewer, query, json!({ "u": author.to_string() }))
+        .await["user"]["remarks"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|edge| edge["node"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Remark ids in a reader's feed.
+async fn feed_of(app: &TestApp, reader: i64) -> Vec<String> {
+    let query = "{ feed(first: 50) { edges { node { id } } } }";
+    app.data(Some(&app.user_token(reader)), query, json!({}))
+        .await["feed"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|edge| edge["node"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `follower` follows `followee` (seen first, so that they can be followed).
+async fn follow_user(app: &TestApp, follower: i64, followee: i64) {
+    app.data(
+        Some(&app.user_token(followee)),
+        "{ viewer { id } }",
+        json!({}),
+    )
+    .await;
+    app.data(
+        Some(&app.user_token(follower)),
+        "mutation($u: ID!) { followUser(userId: $u) { changed } }",
+        json!({ "u": followee.to_string() }),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_edited_remark_keeps_its_likes_and_only_its_author_may_edit_it() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let remark = create_remark(&app, 1, &item).await;
+    for voter in [2, 3] {
+        vote(&app, voter, &remark, true).await;
+    }
+    let edited = app
+        .data(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": "  better now ", "score": 3 }),
+        )
+        .await;
+    assert_eq!(edited["editRemark"]["content"], "better now");
+    assert_eq!(edited["editRemark"]["score"], 3);
+    assert_eq!(edited["editRemark"]["likeCount"], 2, "likes stay");
+    assert!(edited["editRemark"]["editedAt"].is_string());
+    // The score is kept when not given.
+    let kept = app
+        .data(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": "again" }),
+        )
+        .await;
+    assert_eq!(kept["editRemark"]["score"], 3);
+    assert_eq!(vote(&app, 4, &remark, true).await["likeCount"], 3);
+
+    let other = app
+        .gql(
+            Some(&app.user_token(2)),
+            EDIT,
+            json!({ "id": remark, "content": "mine" }),
+        )
+        .await;
+    assert_eq!(first_code(&other), "FORBIDDEN");
+    let empty = app
+        .gql(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": " " }),
+        )
+        .await;
+    assert_eq!(first_code(&empty), "BAD_USER_INPUT");
+    let score = app
+        .gql(
+            Some(&app.user_token(1)),
+            EDIT,
+            json!({ "id": remark, "content": "x", "score": 6 }),
+        )
+        .await;
+    assert_eq!(first_code(&score), "BAD_USER_INPUT");
+}
+
+#[tokio::test]
+async fn a_deleted_remark_leaves_lists_feeds_and_likes_and_keeps_its_vote_archive() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    follow_user(&app, 9, 1).await;
+    let remark = create_remark(&app, 1, &item).await;
+    let other = create_remark(&app, 2, &item).await;
+    crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
+    assert_eq!(feed_of(&app, 9).await, [remark.as_str()]);
+    for voter in [3, 4, 5] {
+        vote(&app, voter, &remark, true).await;
+    }
+    archive_settled(&app).await;
+    let archived = vote_log_rows(&app).await;
+
+    let refused = app
+        .gql(Some(&app.user_token(2)), DELETE, json!({ "id": remark }))
+        .await;
+    assert_eq!(
+        first_code(&refused),
+        "FORBIDDEN",
+        "only the author or an admin"
+    );
+    let deleted = app
+        .data(Some(&app.user_token(1)), DELETE, json!({ "id": remark }))
+        .await;
+    assert_eq!(deleted["deleteRemark"], true);
+
+    assert_eq!(listed(&app, &item).await, [other.as_str()]);
+    assert!(
+        feed_of(&app, 9).await.is_empty(),
+        "gone from the follower's feed"
+    );
+    assert!(profile_remarks(&app, Some(&app.user_token(1)), 1)
+        .await
+        .is_empty());
+    let node = app
+        .data(
+            None,
+            "query($id: ID!) { node(id: $id) { id } }",
+            json!({ "id": remark }),
+        )
+        .await;
+    assert_eq!(node["node"], Value::Null);
+    for voter in [3, 6] {
+        let like = app
+            .gql(Some(&app.user_token(voter)), LIKE, json!({ "id": remark }))
+            .await;
+        assert_eq!(first_code(&like), "NOT_FOUND", "{like}");
+        let unlike = app
+            .gql(
+                Some(&app.user_token(voter)),
+                UNLIKE,
+                json!({ "id": remark }),
+            )
+            .await;
+        assert_eq!(first_code(&unlike), "NOT_FOUND");
+    }
+    let again = app
+        .gql(Some(&app.user_token(1)), DELETE, json!({ "id": remark }))
+        .await;
+    assert_eq!(first_code(&again), "NOT_FOUND");
+
+    // Redis holds neither the counter nor the relations; SQL keeps the remark and its votes.
+    let shards = app.remark_shards();
+    let id = local_id(&remark);
+    let mut conn = app.redis_connection().await;
+    let (likes, relation): (Option<i64>, Option<String>) = redis::pipe()
+        .cmd("HGET")
+        .arg(app.keys().remark_info(id, shards))
+        .arg("likes")
+        .cmd("GET")
+        .arg(app.keys().like_relation(id, 3, shards))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    assert_eq!((likes, relation), (None, None));
+    assert_eq!(vote_log_rows(&app).await, archived);
+    let marked: Option<i64> = sqlx::query("SELECT deleted_at_ms FROM remarks WHERE id = $1")
+        .bind(id)
+        .fetch_one(app.sql())
+        .await
+        .unwrap()
+        .get("deleted_at_ms");
+    assert!(marked.is_some());
+
+    // Redis lost: the rebuild leaves the remark withdrawn, and verify agrees.
+    let mut conn = app.redis_connection().await;
+    let () = redis::cmd("DEL")
+        .arg(app.keys().remark_info(id, shards))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    app.rebuild_from_sql().await.unwrap();
+    let like = app
+        .gql(Some(&app.user_token(7)), LIKE, json!({ "id": remark }))
+        .await;
+    assert_eq!(first_code(&like), "NOT_FOUND");
+    let drift: Vec<String> = app
+        .verify_all()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|report| ["likes", "feeds"].contains(&report.feature) && !report.is_clean())
+        .map(|report| format!("{}: {:?}", report.feature, report.examples))
+        .collect();
+    assert!(drift.is_empty(), "{drift:?}");
+}
+
+#[tokio::test]
+async fn a_hidden_remark_is_folded_for_everyone_but_its_author_and_admins() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    follow_user(&app, 9, 1).await;
+    let remark = create_remark(&app, 1, &item).await;
+    crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
+    vote(&app, 2, &remark, true).await;
+
+    let by_user = app
+        .gql(
+            Some(&app.user_token(2)),
+            HIDE,
+            json!({ "id": remark, "reason": "spam" }),
+        )
+        .await;
+    assert_eq!(first_code(&by_user), "FORBIDDEN");
+    let no_reason = app
+        .gql(
+            Some(&app.admin_token()),
+            HIDE,
+            json!({ "id": remark, "reason": " " }),
+        )
+        .await;
+    assert_eq!(first_code(&no_reason), "BAD_USER_INPUT");
+    let hidden = app
+        .data(
+            Some(&app.admin_token()),
+            HIDE,
+            json!({ "id": remark, "reason": "spam" }),
+        )
+        .await;
+    assert_eq!(
+        hidden["hideRemark"]["likeCount"], 1,
+        "kept for its author and admins"
+    );
+
+    assert!(listed(&app, &item).await.is_empty());
+    assert!(feed_of(&app, 9).await.is_empty());
+    assert!(profile_remarks(&app, None, 1).await.is_empty());
+    assert!(profile_remarks(&app, Some(&app.user_token(3)), 1)
+        .await
+        .is_empty());
+    assert_eq!(
+        profile_remarks(&app, Some(&app.user_token(1)), 1).await,
+        [remark.as_str()]
+    );
+    assert_eq!(
+        profile_remarks(&app, Some(&app.admin_token()), 1).await,
+        [remark.as_str()]
+    );
+    let node = "query($id: ID!) { node(id: $id) { id } }";
+    assert_eq!(
+        app.data(None, node, json!({ "id": remark })).await["node"],
+        Value::Null
+    );
+    assert_eq!(
+        app.data(Some(&app.user_token(1)), node, json!({ "id": remark }))
+            .await["node"]["id"],
+        remark
+    );
+    let like = app
+        .gql(Some(&app.user_token(3)), LIKE, json!({ "id": remark }))
+        .await;
+    assert_eq!(first_code(&like), "NOT_FOUND");
+    let recommended = "query($item: ID!) { recommendedRemarks(itemId: $item) { id } }";
+    for _ in 0..20 {
+        let list = app.data(None, recommended, json!({ "item": item })).await;
+        assert_eq!(list["recommendedRemarks"], json!([]), "never recommended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const MY_LIKES: &str =
+    "query($after: String, $first: Int) { myLikes(first: $first, after: $after) {
+    edges { cursor node { id likedByMe } } pageInfo { hasNextPage endCursor } } }";
+
+/// Every remark of the voter's `myLikes`, page after page of `page`.
+async fn my_likes(app: &TestApp, voter: i64, page: i64) -> Vec<String> {
+    let token = app.user_token(voter);
+    let (mut ids, mut after) = (Vec::new(), Value::Null);
+    loop {
+        let body = app
+            .data(
+                Some(&token),
+                MY_LIKES,
+                json!({ "after": after, "first": page }),
+            )
+            .await;
+        for edge in body["myLikes"]["edges"].as_array().unwrap() {
+            assert_eq!(edge["node"]["likedByMe"], true);
+            ids.push(edge["node"]["id"].as_str().unwrap().to_string());
+        }
+        if body["myLikes"]["pageInfo"]["hasNextPage"] != true {
+            return ids;
+        }
+        after = body["myLikes"]["pageInfo"]["endCursor"].clone();
+    }
+}
+
+#[tokio::test]
+async fn my_likes_are_newest_first_and_outlive_the_relation_keys() {
+    let app = busy_app().await;
+    let mut remarks = Vec::new();
+    for author in 1..=5 {
+        let item = create_item(&app).await;
+        remarks.push(create_remark(&app, author, &item).await);
+    }
+    for remark in &remarks {
+        vote(&app, 9, remark, true).await;
+    }
+    vote(&app, 9, &remarks[1], false).await;
+    archive_settled(&app).await;
+    let expected: Vec<String> = [4, 3, 2, 0].iter().map(|i| remarks[*i].clone()).collect();
+    assert_eq!(my_likes(&app, 9, 2).await, expected);
+
+    // Past the relation TTL: Redis has let every relation go; the archive still knows.
+    app.advance_clock(chrono::Duration::days(11));
+    let mut conn = app.redis_connection().await;
+    for remark in &remarks {
+        let () = redis::cmd("DEL")
+            .arg(
+                app.keys()
+                    .like_relation(local_id(remark), 9, app.remark_shards()),
+            )
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+    }
+    drop(conn);
+    assert_eq!(my_likes(&app, 9, 3).await, expected);
+
+    // An unlike shows at once, before the archive has it; a deleted remark leaves the list.
+    vote(&app, 9, &remarks[3], false).await;
+    app.data(
+        Some(&app.user_token(5)),
+        "mutation($id: ID!) { deleteRemark(id: $id) }",
+        json!({ "id": remarks[4] }),
+    )
+    .await;
+    assert_eq!(
+        my_likes(&app, 9, 10).await,
+        [remarks[2].clone(), remarks[0].clone()]
+    );
+    assert!(my_likes(&app, 8, 10).await.is_empty());
+    assert_eq!(
+        first_code(&app.gql(None, MY_LIKES, json!({})).await),
+        "UNAUTHENTICATED"
+    );
+}
+
+#[tokio::test]
+async fn recommended_remarks_are_ordered_by_the_counts_they_show_from_the_first_read() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let mut remarks = Vec::new();
+    for author in 1..=4 {
+        remarks.push(create_remark(&app, author, &item).await);
+    }
+    // Likes, read at once: the archive (and so SQL's counts) may not have them yet.
+    for (remark, likes) in [(0, 1), (1, 3), (3, 2)] {
+        for voter in 0..likes {
+            vote(&app, 100 + voter, &remarks[remark], true).await;
+        }
+    }
+    let query =
+        "query($item: ID!) { recommendedRemarks(itemId: $item, first: 3) { id likeCount } }";
+    let first = app.data(None, query, json!({ "item": item })).await;
+    assert_eq!(
+        first["recommendedRemarks"],
+        json!([
+            { "id": remarks[1], "likeCount": 3 },
+            { "id": remarks[3], "likeCount": 2 },
+            { "id": remarks[0], "likeCount": 1 }
+        ]),
+        "the first read is not empty, and most liked first"
+    );
+
+    // New likes reorder the list at once, before any refresh.
+    archive_settled(&app).await;
+    for voter in 200..204 {
+        vote(&app, voter, &remarks[2], true).await;
+    }
+    for _ in 0..3 {
+        let body = app.data(None, query, json!({ "item": item })).await;
+        let counts: Vec<i64> = body["recommendedRemarks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|remark| remark["likeCount"].as_i64().unwrap())
+            .collect();
+        let mut sorted = counts.clone();
+        sorted.sort_by(|a, b| b.cmp(a));
+        assert_eq!(counts, sorted, "ordered by the counts shown: {body}");
+        assert_eq!(counts.len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn recommended_remarks_show_a_remark_written_after_an_empty_refresh() {
+    let app = busy_app().await;
+    let item = create_item(&app).await;
+    let query = "query($item: ID!) { recommendedRemarks(itemId: $item) { id } }";
+    assert_eq!(
+        app.data(None, query, json!({ "item": item })).await["recommendedRemarks"],
+        json!([])
+    );
+    let remark = create_remark(&app, 1, &item).await;
+    assert_eq!(
+        app.data(None, query, json!({ "item": item })).await["recommendedRemarks"],
+        json!([{ "id": remark }])
+    );
 }

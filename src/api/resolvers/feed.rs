@@ -61,10 +61,13 @@ impl FeedQuery {
         let edges = entries
             .into_iter()
             .filter_map(|(id, cursor)| {
-                found.remove(&id).map(|r| Edge {
-                    cursor: cursor.encode(),
-                    node: r.into(),
-                })
+                found
+                    .remove(&id)
+                    .filter(|r| r.shown_to(None))
+                    .map(|r| Edge {
+                        cursor: cursor.encode(),
+                        node: r.into(),
+                    })
             })
             .collect();
         Ok(Connection::new(edges, has_next_page, has_previous_page))

@@ -1,19 +1,29 @@
-//! `item`, `createItem`.
+//! `item`, `items`, `createItem`.
+
+use std::collections::HashMap;
 
 use async_graphql::{Context, Object};
 
 use crate::{
     api::schema::id::ItemId,
     api::schema::{
-        items::{CreateItemInput, Item},
+        connection::Connection,
+        items::{CreateItemInput, GeoInput, Item},
+        page::{PageArgs, PAGE},
         ContextExt,
     },
-    features::items::{Items, NewItem},
+    features::{
+        items::{Items, NewItem},
+        nearby::{self, Location, Nearby},
+    },
     infra::{
         auth::{self, RoleGuard},
         error::AppResult,
     },
 };
+
+/// How far `items(near:)` looks when no radius is given, in km.
+const DEFAULT_RADIUS_KM: f64 = 50.0;
 
 #[derive(Default)]
 pub(crate) struct ItemQuery;
@@ -23,6 +33,50 @@ impl ItemQuery {
     async fn item(&self, ctx: &Context<'_>, id: ItemId) -> AppResult<Option<Item>> {
         let id = id.0;
         Ok(ctx.feature::<Items>().find(id).await?.map(Item))
+    }
+
+    /// Items, newest first; with `near`, the items with a location within its radius,
+    /// nearest first (as `nearbyItems` pages them: its 1000 nearest). `first` 1 to 100 (20
+    /// unless given) after `after`.
+    #[graphql(complexity = "PAGE.cost(first, child_complexity)")]
+    async fn items(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+        near: Option<GeoInput>,
+    ) -> AppResult<Connection<Item>> {
+        let items = ctx.feature::<Items>();
+        let Some(near) = near else {
+            let args = PageArgs::keyset(first, after.as_deref(), None, None)?;
+            let (found, more) = items.page(args).await?;
+            return Ok(Connection::keyset(
+                found.into_iter().map(Item),
+                |item| item.0.id,
+                &args,
+                more,
+            ));
+        };
+        let from = Location::new(near.lat, near.lng)?;
+        let args = PageArgs::offset(first, after.as_deref(), nearby::MAX_RESULTS)?;
+        let offset = args.after;
+        let (found, more) = ctx
+            .feature::<Nearby>()
+            .search(from, near.radius_km.unwrap_or(DEFAULT_RADIUS_KM), args)
+            .await?;
+        let ids: Vec<i64> = found.iter().map(|(id, _)| *id).collect();
+        let end = offset + found.len();
+        let mut records: HashMap<i64, _> = items
+            .find_many(&ids)
+            .await?
+            .into_iter()
+            .map(|item| (item.id, item))
+            .collect();
+        let nodes = found
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, (id, _))| records.remove(&id).map(|item| (offset + i, Item(item))));
+        Ok(Connection::offset(nodes, offset, end, more))
     }
 }
 

@@ -1,5 +1,5 @@
-//! `remarks`, `recommendedRemarks`, `createRemark`, `likeRemark`, `unlikeRemark`,
-//! `likeCountChanged`.
+//! `remarks`, `myLikes`, `recommendedRemarks`, `createRemark`, `editRemark`,
+//! `deleteRemark`, `hideRemark`, `likeRemark`, `unlikeRemark`, `likeCountChanged`.
 
 use async_graphql::{Context, Object, Subscription};
 use futures::{Stream, StreamExt};
@@ -9,13 +9,16 @@ use crate::{
     api::{
         live::{Direct, SubscriptionSlot},
         schema::{
-            connection::Connection,
+            connection::{Connection, Edge},
             page::{Limit, PageArgs, PAGE},
             remarks::{page_nodes, CreateRemarkInput, LikeCount, LikeResult, Remark},
             ContextExt,
         },
     },
-    features::remarks::{likes::Vote, recommended, NewRemark, Remarks},
+    features::{
+        feed::Feed,
+        remarks::{likes::Vote, my_likes::LikeCursor, recommended, NewRemark, Remarks},
+    },
     infra::{
         auth::{self, RoleGuard},
         error::{AppError, AppResult},
@@ -53,6 +56,39 @@ impl RemarkQuery {
         ))
     }
 
+    /// The remarks the viewer likes, newest like first: `first` (1 to 100, 20 unless given)
+    /// after `after`. Read from the vote archive: a like shows once archived (within a
+    /// second), and stays however long ago it was made.
+    #[graphql(
+        guard = "RoleGuard::signed_in()",
+        complexity = "PAGE.cost(first, child_complexity)"
+    )]
+    async fn my_likes(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<Connection<Remark>> {
+        let viewer = auth::require_viewer(ctx)?;
+        let first = PAGE.first(first)?;
+        let after_given = after.is_some();
+        let after = after.as_deref().map(LikeCursor::decode).transpose()?;
+        let remarks = ctx.feature::<Remarks>();
+        let (likes, more) = remarks.liked_by(viewer.user_id, first, after).await?;
+        let ids: Vec<i64> = likes.iter().map(|like| like.remark_id).collect();
+        let mut found = remarks.find_many(&ids).await?;
+        let edges = likes
+            .iter()
+            .filter_map(|like| {
+                found.remove(&like.remark_id).map(|record| Edge {
+                    cursor: like.encode(),
+                    node: Remark::from(record),
+                })
+            })
+            .collect();
+        Ok(Connection::new(edges, more, after_given))
+    }
+
     /// An item's most liked remarks (refreshed in the background, at most 50).
     #[graphql(complexity = "RECOMMENDED.cost(first, child_complexity)")]
     async fn recommended_remarks(
@@ -63,12 +99,20 @@ impl RemarkQuery {
     ) -> AppResult<Vec<Remark>> {
         let first = RECOMMENDED.first(first)?;
         let remarks = ctx.feature::<Remarks>();
-        let ids = remarks.recommended(item_id.0, first).await?;
+        let viewer = auth::viewer(ctx).map(|v| v.user_id);
+        let ranked = remarks.recommended(viewer, item_id.0, first).await?;
+        let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
         let mut found = remarks.find_many(&ids).await?;
-        Ok(ids
-            .iter()
-            .filter_map(|id| found.remove(id))
-            .map(Remark::from)
+        // Each remark shows the count it was ranked by.
+        Ok(ranked
+            .into_iter()
+            .filter_map(|(id, like)| found.remove(&id).map(|record| (record, like)))
+            .filter(|(record, _)| record.shown_to(None))
+            .map(|(record, like)| Remark {
+                record,
+                author: None,
+                like: Some(like),
+            })
             .collect())
     }
 }
@@ -100,6 +144,50 @@ impl RemarkMutation {
             .into())
     }
 
+    /// Changes the viewer's remark (its content and, when given, its score); its likes
+    /// stay. Another's remark is `FORBIDDEN`; a deleted one `NOT_FOUND`.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn edit_remark(
+        &self,
+        ctx: &Context<'_>,
+        id: RemarkId,
+        content: String,
+        score: Option<i32>,
+    ) -> AppResult<Remark> {
+        let viewer = auth::require_viewer(ctx)?;
+        Ok(ctx
+            .feature::<Remarks>()
+            .edit(viewer, id.0, &content, score)
+            .await?
+            .into())
+    }
+
+    /// Deletes a remark (its author or an admin): gone from every list, feed and
+    /// recommendation, its likes with it (the vote archive stays); later likes are
+    /// `NOT_FOUND`.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn delete_remark(&self, ctx: &Context<'_>, id: RemarkId) -> AppResult<bool> {
+        let viewer = auth::require_viewer(ctx)?;
+        let removed = ctx.feature::<Remarks>().delete(viewer, id.0).await?;
+        forget_in_feeds(ctx, removed.author_id, removed.id).await;
+        Ok(true)
+    }
+
+    /// Hides (folds) a remark (an admin), with the reason (1 to 200 characters): gone from
+    /// lists, feeds and recommendations, still shown to its author and admins; later likes
+    /// are `NOT_FOUND`.
+    #[graphql(guard = "RoleGuard::admin()")]
+    async fn hide_remark(
+        &self,
+        ctx: &Context<'_>,
+        id: RemarkId,
+        reason: String,
+    ) -> AppResult<Remark> {
+        let hidden = ctx.feature::<Remarks>().hide(id.0, &reason).await?;
+        forget_in_feeds(ctx, hidden.author_id, hidden.id).await;
+        Ok(hidden.into())
+    }
+
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn like_remark(&self, ctx: &Context<'_>, remark_id: RemarkId) -> AppResult<LikeResult> {
         vote(ctx, remark_id, Vote::Like).await
@@ -108,6 +196,13 @@ impl RemarkMutation {
     #[graphql(guard = "RoleGuard::signed_in()")]
     async fn unlike_remark(&self, ctx: &Context<'_>, remark_id: RemarkId) -> AppResult<LikeResult> {
         vote(ctx, remark_id, Vote::Unlike).await
+    }
+}
+
+/// Takes a withdrawn remark out of feeds (best effort: a feed page drops it anyway).
+async fn forget_in_feeds(ctx: &Context<'_>, author: i64, remark: i64) {
+    if let Err(error) = ctx.feature::<Feed>().forget_remark(author, remark).await {
+        tracing::warn!(remark, %error, "remark left in feeds; feed pages drop it");
     }
 }
 

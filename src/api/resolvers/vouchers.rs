@@ -48,8 +48,21 @@ impl VoucherQuery {
             .collect())
     }
 
-    /// The viewer's orders, newest first: `first` (1 to 100; 20 when neither is given)
-    /// after `after`, or `last` (1 to 100) before `before`, not both.
+    /// One of the viewer's orders as it is now (a just-bought, just-paid or just-cancelled
+    /// one at once); null for another buyer's order, or none.
+    #[graphql(guard = "RoleGuard::signed_in()")]
+    async fn order(&self, ctx: &Context<'_>, id: OrderId) -> AppResult<Option<Order>> {
+        let viewer = auth::require_viewer(ctx)?;
+        Ok(ctx
+            .feature::<Vouchers>()
+            .order_of(viewer.user_id, id.0)
+            .await?
+            .map(Order))
+    }
+
+    /// The viewer's orders, newest first, as they are now (a just-bought, just-paid or
+    /// just-cancelled order at once): `first` (1 to 100; 20 when neither is given) after
+    /// `after`, or `last` (1 to 100) before `before`, not both.
     #[graphql(
         guard = "RoleGuard::signed_in()",
         complexity = "PAGE.cost_either(first, last, child_complexity)"
@@ -66,7 +79,7 @@ impl VoucherQuery {
         let args = PageArgs::keyset(first, after.as_deref(), last, before.as_deref())?;
         let (records, more) = ctx
             .feature::<Vouchers>()
-            .orders_of(viewer.user_id, args)
+            .live_orders_of(viewer.user_id, args)
             .await?;
         Ok(Connection::keyset(
             records.into_iter().map(Order),

@@ -6,11 +6,13 @@ use async_graphql::{OutputType, SimpleObject};
 
 use super::{
     boards::Board,
+    items::Item,
     jobs::Job,
     nearby::NearbyItem,
     page::{cursor_sides, encode_cursor, KeyRange, PageArgs, PageInfo},
     points::PointsEntry,
     remarks::Remark,
+    users::User,
     vouchers::Order,
 };
 
@@ -18,11 +20,13 @@ use super::{
 #[derive(SimpleObject)]
 #[graphql(
     concrete(name = "BoardConnection", params(Board)),
+    concrete(name = "ItemConnection", params(Item)),
     concrete(name = "JobConnection", params(Job)),
     concrete(name = "NearbyItemConnection", params(NearbyItem)),
     concrete(name = "OrderConnection", params(Order)),
     concrete(name = "PointsRecordConnection", params(PointsEntry)),
-    concrete(name = "RemarkConnection", params(Remark))
+    concrete(name = "RemarkConnection", params(Remark)),
+    concrete(name = "UserConnection", params(User))
 )]
 pub(crate) struct Connection<Node: OutputType>
 where
@@ -35,11 +39,13 @@ where
 #[derive(SimpleObject)]
 #[graphql(
     concrete(name = "BoardEdge", params(Board)),
+    concrete(name = "ItemEdge", params(Item)),
     concrete(name = "JobEdge", params(Job)),
     concrete(name = "NearbyItemEdge", params(NearbyItem)),
     concrete(name = "OrderEdge", params(Order)),
     concrete(name = "PointsRecordEdge", params(PointsEntry)),
-    concrete(name = "RemarkEdge", params(Remark))
+    concrete(name = "RemarkEdge", params(Remark)),
+    concrete(name = "UserEdge", params(User))
 )]
 pub(crate) struct Edge<Node: OutputType> {
     pub(crate) cursor: String,

@@ -15,6 +15,7 @@ pub(crate) mod nearby;
 pub(crate) mod node;
 pub(crate) mod page;
 pub(crate) mod points;
+pub(crate) mod profiles;
 pub(crate) mod remarks;
 pub(crate) mod scalars;
 pub(crate) mod signin;
@@ -73,6 +74,7 @@ pub(crate) struct QueryRoot(
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
 pub(crate) struct MutationRoot(
+    resolvers::users::UserMutation,
     resolvers::items::ItemMutation,
     resolvers::remarks::RemarkMutation,
     resolvers::signin::SignInMutation,
@@ -152,6 +154,10 @@ pub(crate) fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema
             ))
             .data(DataLoader::new(
                 LikeInfoLoader(features.remarks.clone()),
+                tokio::spawn,
+            ))
+            .data(DataLoader::new(
+                items::RatingsLoader(features.items.clone()),
                 tokio::spawn,
             ))
             .data(DataLoader::new(

@@ -112,6 +112,7 @@ impl Batch {
             AnyNodeId::Remark(id) => self
                 .remarks
                 .get(id)
+                .filter(|r| r.shown_to(auth::viewer(ctx)))
                 .cloned()
                 .map(|r| Remark::from(r).into()),
             AnyNodeId::User(id) => self.users.get(id).cloned().map(|r| User(r).into()),

@@ -85,6 +85,11 @@ impl Remark {
         DateTime::from_ms(self.record.created_at_ms)
     }
 
+    /// When its author last edited it; null if never.
+    async fn edited_at(&self) -> Option<DateTime> {
+        self.record.edited_at_ms.map(DateTime::from_ms)
+    }
+
     /// Live count from Redis; all remarks of a response are read in one round trip.
     async fn like_count(&self, ctx: &Context<'_>) -> AppResult<i64> {
         Ok(self.like_info(ctx).await?.count)

@@ -1,76 +1,16 @@
-//! GraphQL types of users.
+//! GraphQL types of users: a user, and the change of a profile. The fields of a user are
+//! in `profiles.rs`: they name the connection type, which names `User` (kept apart, the
+//! modules import each other in one direction only).
 
-use async_graphql::{dataloader::DataLoader, Context, Object};
+use async_graphql::{dataloader::DataLoader, Context, InputObject, MaybeUndefined};
 
-use super::ContextExt;
 use crate::{
-    api::schema::{id::UserId, points::PointsBalance},
-    features::{
-        feed::Feed,
-        points::Points,
-        users::{UserLoader, UserRecord},
-    },
-    infra::{
-        auth::{self, Role},
-        error::{AppError, AppResult},
-    },
+    features::users::{UserLoader, UserRecord},
+    infra::error::AppResult,
 };
 
 #[derive(Clone)]
 pub(crate) struct User(pub UserRecord);
-
-#[Object]
-impl User {
-    pub(crate) async fn id(&self) -> UserId {
-        UserId::new(self.0.id)
-    }
-
-    async fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    async fn avatar_url(&self) -> Option<&str> {
-        self.0.avatar_url.as_deref()
-    }
-
-    /// The user's IANA time zone, which the user's days and streak follow.
-    async fn time_zone(&self, ctx: &Context<'_>) -> AppResult<String> {
-        let claim = crate::infra::auth::viewer(ctx)
-            .filter(|viewer| viewer.user_id == self.0.id)
-            .and_then(|viewer| viewer.zone);
-        Ok(ctx
-            .feature::<crate::features::signin::SignIn>()
-            .zone_of(self.0.id, claim)
-            .await?
-            .zone
-            .name()
-            .to_string())
-    }
-
-    /// How many users follow this one.
-    async fn followers(&self, ctx: &Context<'_>) -> AppResult<i64> {
-        ctx.feature::<Feed>().follower_count(self.0.id).await
-    }
-
-    /// How many users this one follows.
-    async fn following(&self, ctx: &Context<'_>) -> AppResult<i64> {
-        ctx.feature::<Feed>().following_count(self.0.id).await
-    }
-
-    /// The user's points balance: the viewer's own, or any with an admin token
-    /// (`FORBIDDEN` otherwise).
-    async fn points_balance(&self, ctx: &Context<'_>) -> AppResult<PointsBalance> {
-        let viewer = auth::require_viewer(ctx)?;
-        if viewer.user_id != self.0.id && viewer.role != Role::Admin {
-            return Err(AppError::forbidden(
-                "a points balance is its user's own, or an admin's to see",
-            ));
-        }
-        Ok(PointsBalance(
-            ctx.feature::<Points>().balance(self.0.id).await?,
-        ))
-    }
-}
 
 /// A user by id through the request's batch loader (a placeholder if the row is gone).
 pub(crate) async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User> {
@@ -79,4 +19,16 @@ pub(crate) async fn load_user(ctx: &Context<'_>, user_id: i64) -> AppResult<User
     Ok(User(
         user.unwrap_or_else(|| UserRecord::placeholder(user_id)),
     ))
+}
+
+/// A change of the viewer's profile: a field left out stays as it is; `avatarUrl` or
+/// `bio` null (or empty) clears it.
+#[derive(InputObject)]
+pub(crate) struct UpdateProfileInput {
+    /// 1 to 50 characters, no control characters.
+    pub(crate) name: Option<String>,
+    /// An https URL of at most 500 characters.
+    pub(crate) avatar_url: MaybeUndefined<String>,
+    /// At most 300 characters.
+    pub(crate) bio: MaybeUndefined<String>,
 }

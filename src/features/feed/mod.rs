@@ -22,12 +22,16 @@ use std::{collections::HashSet, sync::Arc};
 use sqlx::Row;
 
 pub mod changes;
+pub mod follows;
 pub mod recovery;
 pub mod settings;
 
 use crate::infra::page::PageArgs;
 use crate::{
-    features::{remarks::events::RemarkCreated, users::UserDirectory},
+    features::{
+        remarks::{events::RemarkCreated, LISTED},
+        users::UserDirectory,
+    },
     infra::{
         error::{AppError, AppResult},
         redis::Keys,
@@ -185,9 +189,10 @@ impl Feed {
 
     /// An author's newest remarks, as many as an inbox keeps: `(remark id, created at ms)`.
     async fn latest_remarks(&self, author: i64) -> AppResult<Vec<(i64, i64)>> {
-        let rows = sqlx::query(
-            "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 ORDER BY id DESC LIMIT $2",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT id, created_at_ms FROM remarks WHERE author_id = $1 AND {LISTED} \
+                 ORDER BY id DESC LIMIT $2"
+        ))
         .bind(author)
         .bind(self.settings.inbox_size())
         .fetch_all(&self.infra.db.pool)
@@ -276,6 +281,30 @@ impl Feed {
         Ok(())
     }
 
+    /// Takes a deleted or hidden remark out of its author's outbox and their followers'
+    /// inboxes. A fan-out that lands later puts it back in some inbox, where a feed page
+    /// drops it (it shows only what remarks show), and the inbox's cap ages it out.
+    pub(crate) async fn forget_remark(&self, author: i64, remark: i64) -> AppResult<()> {
+        let followers: Vec<i64> =
+            sqlx::query("SELECT follower_id FROM follows WHERE followee_id = $1")
+                .bind(author)
+                .fetch_all(&self.infra.db.pool)
+                .await?
+                .iter()
+                .map(|row| row.try_get("follower_id"))
+                .collect::<Result<_, _>>()?;
+        let entry = member(remark, author);
+        let mut pipe = redis::pipe();
+        for key in std::iter::once(self.infra.keys.feed_outbox(author))
+            .chain(followers.iter().map(|f| self.infra.keys.feed_inbox(*f)))
+        {
+            pipe.cmd("ZREM").arg(key).arg(&entry).ignore();
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let () = pipe.query_async(&mut *conn).await?;
+        Ok(())
+    }
+
     /// How many users follow `user_id`.
     pub(crate) async fn follower_count(&self, user_id: i64) -> AppResult<i64> {
         let mut conn = self.infra.redis.get().await?;
@@ -285,15 +314,6 @@ impl Feed {
             .query_async(&mut *conn)
             .await?;
         Ok(count.unwrap_or(0).max(0))
-    }
-
-    /// How many users `user_id` follows.
-    pub(crate) async fn following_count(&self, user_id: i64) -> AppResult<i64> {
-        let mut conn = self.infra.redis.get().await?;
-        Ok(redis::cmd("SCARD")
-            .arg(self.infra.keys.following(user_id))
-            .query_async(&mut *conn)
-            .await?)
     }
 
     pub(crate) fn spawn_fan_out(&self) {

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sqlx::Row;
 
 use crate::{
-    features::feed::Feed,
+    features::{feed::Feed, remarks::LISTED},
     infra::{
         error::AppResult,
         outbox,
@@ -171,10 +171,10 @@ impl Feed {
         let mut after = 0;
         loop {
             let authors =
-                next_ids(&self.infra, "remarks", "author_id", "TRUE", after, CHUNK).await?;
+                next_ids(&self.infra, "remarks", "author_id", LISTED, after, CHUNK).await?;
             let Some(&last) = authors.last() else { break };
             let newest = sqlx::query(&format!(
-                "SELECT author_id, MAX(id) AS newest FROM remarks WHERE {} \
+                "SELECT author_id, MAX(id) AS newest FROM remarks WHERE {} AND {LISTED} \
                  GROUP BY author_id ORDER BY author_id",
                 within("author_id", &authors)
             ))
@@ -207,13 +207,15 @@ impl Feed {
     /// (above the push limit), into each follower's inbox. Adding is idempotent and the
     /// inboxes stay capped, so fan-out running meanwhile is not held back.
     pub(crate) async fn rebuild_feeds(&self, run: &Rebuild<'_>) -> AppResult<()> {
-        run.expect_count("SELECT COUNT(DISTINCT author_id) AS n FROM remarks")
-            .await?;
+        run.expect_count(&format!(
+            "SELECT COUNT(DISTINCT author_id) AS n FROM remarks WHERE {LISTED}"
+        ))
+        .await?;
         let limit = self.settings.push_limit();
         let mut after = run.resume_from().await?;
         loop {
             let authors =
-                next_ids(&self.infra, "remarks", "author_id", "TRUE", after, CHUNK).await?;
+                next_ids(&self.infra, "remarks", "author_id", LISTED, after, CHUNK).await?;
             let Some(&last) = authors.last() else { break };
             let counts = self.follower_counts(&authors).await?;
             for &author in &authors {

@@ -9,7 +9,7 @@ use sqlx::Row;
 use crate::infra::redis::durability::DurableWrite;
 
 use crate::{
-    features::remarks::Remarks,
+    features::remarks::{lifecycle::Withdrawal, Remarks},
     infra::{
         error::{AppError, AppResult},
         ids,
@@ -214,6 +214,7 @@ impl Remarks {
                 liked: reply.liked,
                 changed: reply.changed,
             }),
+            Status::NotFound => Err(AppError::not_found(format!("no remark {remark_id}"))),
             other => Err(AppError::internal(anyhow::anyhow!(
                 "a vote answered {other:?}"
             ))),
@@ -246,6 +247,17 @@ impl Remarks {
             .find(remark_id)
             .await?
             .ok_or_else(|| AppError::not_found(format!("no remark {remark_id}")))?;
+        // A deleted or hidden remark is withdrawn again (a withdrawal Redis missed, or a
+        // counter lost with Redis) and refused.
+        if remark.deleted || remark.hidden {
+            let how = if remark.deleted {
+                Withdrawal::Deleted
+            } else {
+                Withdrawal::Hidden
+            };
+            self.withdraw(remark_id, how).await?;
+            return Err(AppError::not_found(format!("no remark {remark_id}")));
+        }
         let likes: i64 = sqlx::query(&format!(
             "SELECT COUNT(*) AS likes FROM vote_log v WHERE v.remark_id = $1 AND {CURRENT_LIKE}"
         ))

@@ -12,9 +12,12 @@
 
 pub(crate) mod announcements;
 pub mod archive;
+mod authors;
 pub mod events;
+pub(crate) mod lifecycle;
 pub mod likes;
 pub mod live;
+pub mod my_likes;
 pub mod recommended;
 pub mod recovery;
 pub mod settings;
@@ -29,8 +32,13 @@ use sqlx::{any::AnyRow, Row};
 
 use crate::infra::page::{KeyRange, PageArgs};
 use crate::{
-    features::{items::Items, remarks::events::RemarkCreated, users::UserRecord},
+    features::{
+        items::{count_rating, Items},
+        remarks::events::RemarkCreated,
+        users::UserRecord,
+    },
     infra::{
+        auth::{Role, Viewer},
         cache::TtlCache,
         error::{AppError, AppResult, ResultExt},
         live::SharedCounters,
@@ -149,6 +157,11 @@ pub struct RemarkRecord {
     pub(crate) content: String,
     pub(crate) images: Vec<String>,
     pub(crate) created_at_ms: i64,
+    pub(crate) edited_at_ms: Option<i64>,
+    /// Deleted by its author or an admin: shown to no one.
+    pub(crate) deleted: bool,
+    /// Hidden (folded) by an admin: shown to its author and admins only.
+    pub(crate) hidden: bool,
 }
 
 impl RemarkRecord {
@@ -162,11 +175,27 @@ impl RemarkRecord {
             content: row.try_get("content")?,
             images: serde_json::from_str(&images).unwrap_or_default(),
             created_at_ms: row.try_get("created_at_ms")?,
+            edited_at_ms: row.try_get("edited_at_ms")?,
+            deleted: row.try_get::<Option<i64>, _>("deleted_at_ms")?.is_some(),
+            hidden: row.try_get::<Option<i64>, _>("hidden_at_ms")?.is_some(),
         })
+    }
+
+    /// Whether `viewer` may see this remark: not deleted, and not hidden unless they wrote
+    /// it or are an admin.
+    pub(crate) fn shown_to(&self, viewer: Option<&Viewer>) -> bool {
+        !self.deleted
+            && (!self.hidden
+                || viewer.is_some_and(|v| v.user_id == self.author_id || v.role == Role::Admin))
     }
 }
 
-const COLUMNS: &str = "id, item_id, author_id, score, content, images, created_at_ms";
+const COLUMNS: &str = "id, item_id, author_id, score, content, images, created_at_ms, \
+    edited_at_ms, deleted_at_ms, hidden_at_ms";
+
+/// The condition of a remark shown in public lists (an item's remarks, recommendations,
+/// feeds, remark counts): neither deleted nor hidden.
+pub(crate) const LISTED: &str = "deleted_at_ms IS NULL AND hidden_at_ms IS NULL";
 
 /// A validated remark, ready to store.
 pub struct NewRemark {
@@ -270,6 +299,7 @@ impl Remarks {
         .execute(&mut *tx)
         .await
         .on_unique_violation(|| AppError::conflict("you already reviewed this item"))?;
+        count_rating(&mut tx, remark.item_id, remark.score, 1).await?;
         sqlx::query(
             "INSERT INTO remark_announcements (remark_id, author_id, created_at_ms) \
              VALUES ($1, $2, $3)",
@@ -297,6 +327,9 @@ impl Remarks {
             content: remark.content,
             images: remark.images,
             created_at_ms: now_ms,
+            edited_at_ms: None,
+            deleted: false,
+            hidden: false,
         })
     }
 
@@ -353,9 +386,10 @@ impl Remarks {
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
-            "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url \
+            "SELECT {columns}, u.name AS author_name, u.avatar_url AS author_avatar_url, u.bio AS author_bio \
              FROM remarks r LEFT JOIN users u ON u.id = r.author_id \
-             WHERE r.item_id = $1 AND {}",
+             WHERE r.item_id = $1 AND r.deleted_at_ms IS NULL AND r.hidden_at_ms IS NULL \
+             AND {}",
             page.after.sql_tail("r.id", 2)
         );
         let query = sqlx::query(&sql).bind(item_id);
@@ -371,6 +405,7 @@ impl Remarks {
                             id: remark.author_id,
                             name,
                             avatar_url: row.try_get("author_avatar_url")?,
+                            bio: row.try_get("author_bio")?,
                         })
                     })
                     .transpose()?;

@@ -12,12 +12,16 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use crate::{
-    features::remarks::{likes::CURRENT_LIKE, Remarks},
+    features::remarks::{lifecycle::Withdrawal, likes::CURRENT_LIKE, Remarks},
     infra::{
         error::AppResult,
         recovery::{within, Rebuild, Report},
     },
 };
+
+/// A remark as recovery reads it: `(id, author, like count)` and whether it is deleted or
+/// hidden.
+type StoredRemark = ((i64, i64, i64), Option<Withdrawal>);
 
 /// Remarks read and written per round trip.
 const CHUNK: i64 = 1000;
@@ -28,10 +32,12 @@ const CHUNK: i64 = 1000;
 const RELATIONS_PER_TRIP: usize = 10_000;
 
 impl Remarks {
-    /// A chunk of remarks above `after`: `(id, author, like count)`.
-    async fn remarks_after(&self, after: i64) -> AppResult<Vec<(i64, i64, i64)>> {
+    /// A chunk of remarks above `after`: `(id, author, like count)` with what happened to
+    /// them (none, deleted or hidden).
+    async fn remarks_with_state_after(&self, after: i64) -> AppResult<Vec<StoredRemark>> {
         let rows = sqlx::query(
-            "SELECT id, author_id, like_count FROM remarks WHERE id > $1 ORDER BY id LIMIT $2",
+            "SELECT id, author_id, like_count, deleted_at_ms, hidden_at_ms FROM remarks \
+             WHERE id > $1 ORDER BY id LIMIT $2",
         )
         .bind(after)
         .bind(CHUNK)
@@ -39,10 +45,20 @@ impl Remarks {
         .await?;
         let mut remarks = Vec::with_capacity(rows.len());
         for row in &rows {
+            let state = if row.try_get::<Option<i64>, _>("deleted_at_ms")?.is_some() {
+                Some(Withdrawal::Deleted)
+            } else if row.try_get::<Option<i64>, _>("hidden_at_ms")?.is_some() {
+                Some(Withdrawal::Hidden)
+            } else {
+                None
+            };
             remarks.push((
-                row.try_get("id")?,
-                row.try_get("author_id")?,
-                row.try_get("like_count")?,
+                (
+                    row.try_get("id")?,
+                    row.try_get("author_id")?,
+                    row.try_get("like_count")?,
+                ),
+                state,
             ));
         }
         Ok(remarks)
@@ -66,6 +82,42 @@ impl Remarks {
         Ok(likers)
     }
 
+    /// A deleted remark has no counter in Redis (a tombstone at most), a hidden one is
+    /// marked so that likes are refused.
+    async fn verify_withdrawn(
+        &self,
+        remarks: &[StoredRemark],
+        report: &mut Report,
+    ) -> AppResult<()> {
+        let withdrawn: Vec<(i64, Withdrawal)> = remarks
+            .iter()
+            .filter_map(|((id, _, _), state)| state.map(|how| (*id, how)))
+            .collect();
+        if withdrawn.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (id, _) in &withdrawn {
+            pipe.cmd("HMGET")
+                .arg(self.infra.keys.remark_info(*id, self.settings.shards()))
+                .arg("likes")
+                .arg("gone");
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let infos: Vec<(Option<i64>, Option<String>)> = pipe.query_async(&mut *conn).await?;
+        drop(conn);
+        for ((id, how), (likes, gone)) in withdrawn.iter().zip(infos) {
+            let fine = match how {
+                Withdrawal::Deleted => likes.is_none(),
+                Withdrawal::Hidden => gone.as_deref() == Some("hidden"),
+            };
+            report.check(fine, || {
+                format!("remark {id} is {how:?} in SQL; Redis holds likes {likes:?}, mark {gone:?}")
+            });
+        }
+        Ok(())
+    }
+
     /// Each remark's counter equals the archived count, and each current liker's relation is
     /// either in Redis as a like or left to the archive (the counter is `hydrated`).
     pub(crate) async fn verify(&self) -> AppResult<Report> {
@@ -73,10 +125,17 @@ impl Remarks {
         let shards = self.settings.shards();
         let mut after = 0;
         loop {
-            let remarks = self.remarks_after(after).await?;
-            let Some(&(last, _, _)) = remarks.last() else {
+            let all = self.remarks_with_state_after(after).await?;
+            let Some(&((last, _, _), _)) = all.last() else {
                 return Ok(report);
             };
+            self.verify_withdrawn(&all, &mut report).await?;
+            // A deleted remark has no counter to check; a hidden one keeps its own.
+            let remarks: Vec<(i64, i64, i64)> = all
+                .iter()
+                .filter(|(_, state)| *state != Some(Withdrawal::Deleted))
+                .map(|(remark, _)| *remark)
+                .collect();
             let ids: Vec<i64> = remarks.iter().map(|(id, _, _)| *id).collect();
             let likers = self.likers_of(&ids).await?;
             let mut pipe = redis::pipe();
@@ -140,12 +199,15 @@ impl Remarks {
         let shards = self.settings.shards();
         let mut after = run.resume_from().await?;
         loop {
-            let remarks = self.remarks_after(after).await?;
-            let Some(&(last, _, _)) = remarks.last() else {
+            let all = self.remarks_with_state_after(after).await?;
+            let Some(&((last, _, _), _)) = all.last() else {
                 return Ok(());
             };
             let mut pipe = redis::pipe();
-            for &(id, author, count) in &remarks {
+            for &((id, author, count), state) in &all {
+                if state == Some(Withdrawal::Deleted) {
+                    continue;
+                }
                 let key = self.infra.keys.remark_info(id, shards);
                 pipe.cmd("HSETNX")
                     .arg(&key)
@@ -161,7 +223,14 @@ impl Remarks {
                     .ignore();
             }
             crate::infra::recovery::write(&self.infra, &pipe).await?;
-            run.finished_through(last, remarks.len() as u64).await?;
+            // Deleted and hidden remarks withdrawn again: a tombstone or a mark, so that
+            // likes keep answering NOT_FOUND.
+            for &((id, _, _), state) in &all {
+                if let Some(how) = state {
+                    self.withdraw(id, how).await?;
+                }
+            }
+            run.finished_through(last, all.len() as u64).await?;
             after = last;
         }
     }

@@ -8,7 +8,10 @@
 //! written and when SQL is read for one that Redis lacked: a lost Redis refills itself as
 //! users are read, and `engage rebuild` has nothing to restore.
 
+mod profiles;
 mod subjects;
+
+pub use profiles::{ProfileChange, MAX_BIO_CHARS, MAX_NAME_CHARS};
 
 use std::{
     collections::HashMap,
@@ -36,12 +39,27 @@ pub struct UserRecord {
     pub id: i64,
     pub name: String,
     pub avatar_url: Option<String>,
+    /// The user's own words on their profile.
+    pub bio: Option<String>,
 }
 
 impl UserRecord {
-    /// The user as the names in Redis hold them ([`Keys::user_names`]).
+    /// The user as the names in Redis hold them ([`Keys::user_names`]): `[name, avatar
+    /// url, bio]`. A card of another shape (written before profiles had a bio) reads as a
+    /// miss, and SQL answers and writes it again.
     pub fn card(&self) -> String {
-        serde_json::to_string(&(&self.name, &self.avatar_url)).expect("strings serialise")
+        serde_json::to_string(&(&self.name, &self.avatar_url, &self.bio))
+            .expect("strings serialise")
+    }
+
+    fn from_card(id: i64, card: &str) -> Option<Self> {
+        let (name, avatar_url, bio) = serde_json::from_str(card).ok()?;
+        Some(Self {
+            id,
+            name,
+            avatar_url,
+            bio,
+        })
     }
 
     /// What is shown of a user without a row (awarded points by another service before
@@ -51,7 +69,22 @@ impl UserRecord {
             id,
             name: format!("user{id}"),
             avatar_url: None,
+            bio: None,
         }
+    }
+}
+
+/// The columns of a user's record.
+const USER_SELECT: &str = "SELECT id, name, avatar_url, bio FROM users";
+
+impl UserRecord {
+    fn from_row(row: &sqlx::any::AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            avatar_url: row.try_get("avatar_url")?,
+            bio: row.try_get("bio")?,
+        })
     }
 }
 
@@ -242,6 +275,7 @@ impl UserDirectory {
                         id: *id,
                         name: name.clone(),
                         avatar_url: None,
+                        bio: None,
                     })
                 })
                 .collect()
@@ -250,13 +284,7 @@ impl UserDirectory {
         let users = self
             .infra
             .db
-            .find_by_ids("SELECT id, name, avatar_url FROM users", &unknown, |row| {
-                Ok(UserRecord {
-                    id: row.try_get("id")?,
-                    name: row.try_get("name")?,
-                    avatar_url: row.try_get("avatar_url")?,
-                })
-            })
+            .find_by_ids(USER_SELECT, &unknown, UserRecord::from_row)
             .await?;
         // A user without a row yet is not remembered: the row is read once it exists.
         remember_names(&self.infra, &users).await;
@@ -302,14 +330,7 @@ impl UserDirectory {
         };
         ids.iter()
             .zip(cards)
-            .filter_map(|(id, card)| {
-                let (name, avatar_url) = serde_json::from_str(&card?).ok()?;
-                Some(UserRecord {
-                    id: *id,
-                    name,
-                    avatar_url,
-                })
-            })
+            .filter_map(|(id, card)| UserRecord::from_card(*id, &card?))
             .collect()
     }
 }
@@ -441,6 +462,7 @@ async fn insert_first_sights(
                 id: row.try_get("id").ok()?,
                 name: row.try_get("name").ok()?,
                 avatar_url: None,
+                bio: None,
             })
         })
         .collect())

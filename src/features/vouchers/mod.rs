@@ -22,6 +22,7 @@
 
 pub mod archive;
 pub mod events;
+pub(crate) mod my_orders;
 pub mod orders;
 pub mod recovery;
 pub mod settings;
@@ -482,6 +483,7 @@ impl Vouchers {
                     pay_by_ms: reply.pay_by,
                 };
                 self.remember_voucher_of(&order).await;
+                self.note_order(buyer_id, order_id, now).await;
                 // The order consumer schedules the expiry too (durably); this is the fast path.
                 if let Err(error) = self.schedule_expiry(&order).await {
                     tracing::warn!(order = order_id, %error, "expiry not scheduled yet; the order consumer will");

@@ -25,7 +25,7 @@ use crate::{
 
 const FOLLOW: &str = "mutation($u: ID!) { follow(userId: $u) }";
 const UNFOLLOW: &str = "mutation($u: ID!) { unfollow(userId: $u) }";
-const COUNTS: &str = "{ viewer { followers following } }";
+const COUNTS: &str = "{ viewer { followerCount followingCount } }";
 const CREATE_ITEM: &str = "mutation($n: String!, $lat: Float, $lng: Float) { createItem(input: { name: $n, lat: $lat, lng: $lng }) { id } }";
 const NEARBY: &str = "query($lat: Float!, $lng: Float!) { nearbyItems(lat: $lat, lng: $lng, radiusKm: 5.0, first: 20) { edges { node { item { id } } } } }";
 const CREATE_VOUCHER: &str =
@@ -81,8 +81,8 @@ async fn counts_of(app: &TestApp, user: i64) -> (i64, i64) {
         .await;
     let viewer = &body["data"]["viewer"];
     (
-        viewer["followers"].as_i64().unwrap_or(-1),
-        viewer["following"].as_i64().unwrap_or(-1),
+        viewer["followerCount"].as_i64().unwrap_or(-1),
+        viewer["followingCount"].as_i64().unwrap_or(-1),
     )
 }
 
