@@ -9,6 +9,9 @@
     KEYS[2] delayed: delay zset
     KEYS[3] pool: job pool hash
     KEYS[4] finished: finished zset    {jobs:<topic>}:finished   score = finish time, ms
+    KEYS[5] counts: topic counters hash {jobs:<topic>}:counts     done, dead: jobs that
+                                                   ended so (the caller stored a dead one in
+                                                   dead_job)
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] keep: finished jobs kept per topic
     ARGV[3..] deliveries: five per delivery: job id, lease token, outcome (done | retry | dead),
@@ -30,10 +33,12 @@ for i = 3, #ARGV, 5 do
       redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4])
       redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
     elseif outcome == 'dead' then
+      redis.call('HINCRBY', KEYS[5], 'dead', 1)
       redis.call('HDEL', KEYS[3], id, id .. '/attempts', id .. '/error', id .. '/status',
         id .. '/stalls')
     else
       redis.call('HDEL', KEYS[3], id .. '/stalls')
+      redis.call('HINCRBY', KEYS[5], 'done', 1)
       redis.call('HSET', KEYS[3], id .. '/status', 'DONE')
       redis.call('ZADD', KEYS[4], now, id)
       finished_any = true

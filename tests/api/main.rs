@@ -34,6 +34,7 @@ mod payloads;
 mod points;
 mod postgres_tls;
 mod production;
+mod queue;
 mod recovery;
 mod redis_tls;
 mod remarks;

@@ -1,5 +1,6 @@
-//! Admin fields of the delay queue: `scheduleJob`, `cancelPendingJob` (and `cancelJob`,
-//! which it succeeds), `requeueDeadJob`, `job`, `jobs`.
+//! Fields of the delay queue, for the admin and service roles: `scheduleJob`,
+//! `cancelPendingJob` (and `cancelJob`, which it succeeds), `requeueDeadJob`, `job`, `jobs`,
+//! `topics`, `topic`, `pauseTopic`, `resumeTopic`, `setTopicLimits`.
 
 use std::time::Duration;
 
@@ -8,15 +9,12 @@ use async_graphql::{Context, Object, ID};
 use crate::{
     api::schema::{
         connection::Connection,
-        jobs::{readers, CancelJobPayload, Job, ScheduleJobInput},
+        jobs::{readers, CancelJobPayload, Job, ScheduleJobInput, Topic},
         page::{PageArgs, PAGE},
         ContextExt,
     },
     features::jobs::{self, JobStatus, Jobs, NewJob, MAX_DELAY_SECONDS},
-    infra::{
-        auth::RoleGuard,
-        error::{AppError, AppResult},
-    },
+    infra::error::{AppError, AppResult},
 };
 
 #[derive(Default)]
@@ -53,6 +51,19 @@ impl JobQuery {
             more,
         ))
     }
+
+    /// Every topic: those that had a job, those paused or limited, those with a handler.
+    #[graphql(guard = "readers()")]
+    async fn topics(&self, ctx: &Context<'_>) -> AppResult<Vec<Topic>> {
+        let views = ctx.feature::<Jobs>().topics().await?;
+        Ok(views.into_iter().map(Topic).collect())
+    }
+
+    /// A topic by name; null when it never had a job, settings or a handler.
+    #[graphql(guard = "readers()")]
+    async fn topic(&self, ctx: &Context<'_>, name: String) -> AppResult<Option<Topic>> {
+        Ok(ctx.feature::<Jobs>().topic(&name).await?.map(Topic))
+    }
 }
 
 #[derive(Default)]
@@ -61,8 +72,10 @@ pub(crate) struct JobMutation;
 #[Object]
 impl JobMutation {
     /// Adds a job due in `delaySeconds`; `JOB_EXISTS` if the topic has a pending job with
-    /// this id (the id of a job that is done or cancelled may be used again).
-    #[graphql(guard = "RoleGuard::admin()")]
+    /// this id (the id of a job that is done or cancelled may be used again),
+    /// `NO_JOB_HANDLER` without a `callbackUrl` on a topic that has no handler,
+    /// `CALLBACK_HOST_NOT_ALLOWED` for a callback host not on `ENGAGE_CALLBACK_HOSTS`.
+    #[graphql(guard = "readers()")]
     async fn schedule_job(&self, ctx: &Context<'_>, input: ScheduleJobInput) -> AppResult<Job> {
         if !(0..=MAX_DELAY_SECONDS).contains(&i64::from(input.delay_seconds)) {
             return Err(AppError::bad_input(format!(
@@ -85,14 +98,14 @@ impl JobMutation {
             max_attempts,
             callback_url: input.callback_url,
         };
-        Ok(Job(ctx.feature::<Jobs>().schedule(job).await?))
+        Ok(Job(ctx.feature::<Jobs>().submit(job).await?))
     }
 
     /// Cancels a pending job wherever it is; false when there is none by that id (the
     /// job's `jobId`). A job cancelled while running does not run again, and its completion
     /// changes nothing.
     #[graphql(
-        guard = "RoleGuard::admin()",
+        guard = "readers()",
         deprecation = "Use `cancelPendingJob`, which answers the job as it is after the call."
     )]
     async fn cancel_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<bool> {
@@ -102,7 +115,7 @@ impl JobMutation {
     /// Cancels a pending job wherever it is, as `cancelJob` did, and answers the job as it
     /// is after the call: `cancelled` false and the job as it was when it is not pending
     /// (done, dead, already cancelled), `job` null when there is no job by that id (`id` is its `jobId`).
-    #[graphql(guard = "RoleGuard::admin()")]
+    #[graphql(guard = "readers()")]
     async fn cancel_pending_job(
         &self,
         ctx: &Context<'_>,
@@ -117,8 +130,38 @@ impl JobMutation {
     }
 
     /// Puts a dead job back in the queue, due now; `id` is its `jobId`.
-    #[graphql(guard = "RoleGuard::admin()")]
+    #[graphql(guard = "readers()")]
     async fn requeue_dead_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Job> {
         Ok(Job(ctx.feature::<Jobs>().requeue_dead(&topic, &id).await?))
+    }
+
+    /// Pauses a topic: it hands out no job until resumed (its due jobs count as `paused`);
+    /// jobs running finish.
+    #[graphql(guard = "readers()")]
+    async fn pause_topic(&self, ctx: &Context<'_>, topic: String) -> AppResult<Topic> {
+        Ok(Topic(ctx.feature::<Jobs>().pause(&topic, true).await?))
+    }
+
+    /// Resumes a paused topic.
+    #[graphql(guard = "readers()")]
+    async fn resume_topic(&self, ctx: &Context<'_>, topic: String) -> AppResult<Topic> {
+        Ok(Topic(ctx.feature::<Jobs>().pause(&topic, false).await?))
+    }
+
+    /// Sets a topic's limits across all instances: `perSecond` jobs started per second and
+    /// `concurrency` jobs running at once, each 1 to 1,000,000, or null for no limit.
+    #[graphql(guard = "readers()")]
+    async fn set_topic_limits(
+        &self,
+        ctx: &Context<'_>,
+        topic: String,
+        per_second: Option<i32>,
+        concurrency: Option<i32>,
+    ) -> AppResult<Topic> {
+        let view = ctx
+            .feature::<Jobs>()
+            .set_limits(&topic, per_second, concurrency)
+            .await?;
+        Ok(Topic(view))
     }
 }

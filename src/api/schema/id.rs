@@ -94,6 +94,27 @@ pub(crate) mod kind {
         }
     }
 
+    /// A topic of the delay queue: its name.
+    pub(crate) struct Topic;
+
+    impl NodeKind for Topic {
+        const TYPE: &'static str = "Topic";
+        type Local = String;
+
+        fn write_local(local: &String) -> String {
+            local.clone()
+        }
+
+        fn read_local(text: &str) -> Option<String> {
+            (!text.is_empty()).then(|| text.to_string())
+        }
+
+        /// Topic arguments take the name, never a `Topic` id.
+        fn read_bare(_text: &str) -> Option<String> {
+            None
+        }
+    }
+
     /// A job: its topic and the id it was scheduled with, unique among the topic's pending
     /// jobs only, hence the topic in the global id.
     pub(crate) struct Job;
@@ -137,6 +158,7 @@ pub(crate) type VoucherId = NodeId<kind::Voucher>;
 pub(crate) type OrderId = NodeId<kind::Order>;
 pub(crate) type SeasonId = NodeId<kind::Season>;
 pub(crate) type JobNodeId = NodeId<kind::Job>;
+pub(crate) type TopicNodeId = NodeId<kind::Topic>;
 
 /// The id of an object of kind `K`: its local id, written as the global id.
 pub(crate) struct NodeId<K: NodeKind>(pub K::Local);
@@ -220,6 +242,7 @@ const NODE_TYPES: &[&str] = &[
     kind::Order::TYPE,
     kind::Season::TYPE,
     kind::Job::TYPE,
+    kind::Topic::TYPE,
 ];
 
 fn encode(type_name: &str, local: &str) -> String {
@@ -245,6 +268,7 @@ pub(crate) enum AnyNodeId {
     Order(i64),
     Season(Month),
     Job(kind::JobKey),
+    Topic(String),
 }
 
 impl AnyNodeId {
@@ -262,6 +286,7 @@ impl AnyNodeId {
             kind::Order::TYPE => Self::Order(local::<kind::Order>(&text)?),
             kind::Season::TYPE => Self::Season(local::<kind::Season>(&text)?),
             kind::Job::TYPE => Self::Job(local::<kind::Job>(&text)?),
+            kind::Topic::TYPE => Self::Topic(local::<kind::Topic>(&text)?),
             _ => return None,
         })
     }

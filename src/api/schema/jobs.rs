@@ -3,12 +3,16 @@
 use async_graphql::{InputObject, Object, SimpleObject, ID};
 
 use super::{
-    id::{kind::JobKey, JobNodeId},
+    id::{kind::JobKey, JobNodeId, TopicNodeId},
     page::text_cost,
     scalars::{DateTime, Json},
 };
 use crate::{
-    features::jobs::{self, JobStatus, JobView},
+    features::jobs::{
+        self,
+        control::{JobCounts as Counts, TopicView},
+        JobStatus, JobView,
+    },
     infra::{
         auth::RoleGuard,
         error::{AppError, AppResult},
@@ -18,9 +22,81 @@ use crate::{
 /// A job's body may be as long as a job may carry.
 const BODY_COST: usize = text_cost(jobs::MAX_BODY_BYTES);
 
-/// Who may read jobs: `job`, `jobs`, and `node` given a job's id.
+/// Who may use the queue: every field of it, and `node` given a job's or a topic's id. A
+/// service schedules and watches its own work; a user may not.
 pub(crate) fn readers() -> RoleGuard {
-    RoleGuard::admin()
+    RoleGuard::service_or_admin()
+}
+
+/// A topic of the delay queue: its jobs per state, and what holds them back.
+pub(crate) struct Topic(pub TopicView);
+
+#[Object]
+impl Topic {
+    /// The global id (of the topic's name).
+    pub(crate) async fn id(&self) -> TopicNodeId {
+        TopicNodeId::new(self.0.name.clone())
+    }
+
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Whether `pauseTopic` paused it: no job is handed out, running ones finish.
+    async fn paused(&self) -> bool {
+        self.0.paused
+    }
+
+    /// Most jobs started per second, across all instances; null: no limit.
+    async fn per_second(&self) -> Option<i64> {
+        self.0.per_second
+    }
+
+    /// Most jobs running at once, across all instances; null: no limit.
+    async fn concurrency(&self) -> Option<i64> {
+        self.0.concurrency
+    }
+
+    /// Jobs per state, exact.
+    async fn counts(&self) -> JobCounts {
+        JobCounts(self.0.counts)
+    }
+}
+
+/// A topic's jobs per state.
+pub(crate) struct JobCounts(Counts);
+
+#[Object]
+impl JobCounts {
+    /// Waiting for their due time.
+    async fn delayed(&self) -> i64 {
+        self.0.delayed
+    }
+
+    /// Due, waiting for a worker (0 while the topic is paused: see `paused`).
+    async fn ready(&self) -> i64 {
+        self.0.ready
+    }
+
+    /// Handed to a worker, not finished yet.
+    async fn running(&self) -> i64 {
+        self.0.running
+    }
+
+    /// Completed since Redis last started empty.
+    async fn done(&self) -> i64 {
+        self.0.done
+    }
+
+    /// Out of attempts, not requeued.
+    async fn dead(&self) -> i64 {
+        self.0.dead
+    }
+
+    /// Due, waiting for the topic to be resumed.
+    async fn paused(&self) -> i64 {
+        self.0.paused
+    }
 }
 
 pub(crate) struct Job(pub JobView);

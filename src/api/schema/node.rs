@@ -4,8 +4,8 @@
 //!
 //! Each kind is read as its own root field reads it, with the same permissions: items,
 //! remarks, users, vouchers and seasons are public; an order is its buyer's alone (null for
-//! anyone else, as if it did not exist); a job needs the role `job` needs, and without it
-//! answers `job`'s error. An id that names nothing is null.
+//! anyone else, as if it did not exist); a job or a topic needs the role `job` needs, and
+//! without it answers `job`'s error. An id that names nothing is null.
 
 use std::collections::HashMap;
 
@@ -15,7 +15,7 @@ use futures::future::join_all;
 use super::{
     id::AnyNodeId,
     items::Item,
-    jobs::{self, Job},
+    jobs::{self, Job, Topic},
     leaderboard::Season,
     remarks::Remark,
     users::User,
@@ -47,6 +47,7 @@ pub(crate) enum Node {
     Voucher(Voucher),
     Order(Order),
     Job(Job),
+    Topic(Topic),
     Season(Season),
 }
 
@@ -138,6 +139,16 @@ impl Batch {
                     .find(&key.topic, &key.id)
                     .await?
                     .map(|view| Job(view).into())
+            }
+            AnyNodeId::Topic(name) => {
+                jobs::readers().check(ctx).await?;
+                if !could_name_a_job(name, "x") {
+                    return Ok(None);
+                }
+                ctx.feature::<Jobs>()
+                    .topic(name)
+                    .await?
+                    .map(|view| Topic(view).into())
             }
         })
     }

@@ -18,7 +18,7 @@ use std::{
 use reqwest::Url;
 
 use super::{JobSpec, JobsSettings, DEFAULT_LADDER};
-use crate::infra::error::{AppError, AppResult};
+use crate::infra::error::{AppError, AppResult, ErrorCode};
 
 /// One delivery of a job to a handler.
 #[derive(Debug, Clone)]
@@ -139,6 +139,51 @@ impl JobRegistry {
             .expect("poisoned")
             .get(topic)
             .map_or_else(|| self.default_policy.clone(), |(_, policy)| policy.clone())
+    }
+
+    /// The topics with an in-process handler here.
+    pub(crate) fn topics(&self) -> Vec<String> {
+        self.handlers
+            .read()
+            .expect("poisoned")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether a job of `topic` with this callback can be delivered at all: a callback to a
+    /// host on `ENGAGE_CALLBACK_HOSTS` (`CALLBACK_HOST_NOT_ALLOWED` otherwise), or, without one,
+    /// a handler registered for the topic (`NO_JOB_HANDLER`). A job that could not is refused
+    /// when scheduled rather than dead-lettered when due. Whether the host resolves to an
+    /// address it may reach is still decided at each delivery, when it is resolved.
+    pub(crate) fn check_route(&self, topic: &str, callback_url: Option<&str>) -> AppResult<()> {
+        match callback_url {
+            Some(url) => {
+                check_callback_syntax(url)?;
+                let parsed =
+                    Url::parse(url).map_err(|_| AppError::bad_input("callbackUrl is not a URL"))?;
+                let host = parsed
+                    .host_str()
+                    .unwrap_or_default()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_ascii_lowercase();
+                let port = parsed.port_or_known_default().unwrap_or(80);
+                if self.callbacks.lists(&host, port) {
+                    Ok(())
+                } else {
+                    Err(AppError::client(
+                        ErrorCode::CallbackHostNotAllowed,
+                        format!("callback host {host}:{port} is not on ENGAGE_CALLBACK_HOSTS"),
+                    ))
+                }
+            }
+            None if self.handlers.read().expect("poisoned").contains_key(topic) => Ok(()),
+            None => Err(AppError::client(
+                ErrorCode::NoJobHandler,
+                format!("topic {topic} has no handler: give the job a callbackUrl"),
+            )),
+        }
     }
 
     /// Runs one delivery with its topic's handler, or its callback.

@@ -15,8 +15,10 @@
 //! - [`worker`]: the tick that promotes and runs jobs in every instance;
 //! - [`topics`]: the index of topics with work due, which the tick walks;
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list;
-//! - [`gauges`]: the jobs per topic and state at `/metrics`.
+//! - [`gauges`]: the jobs per topic and state at `/metrics`;
+//! - [`control`]: a topic's counts, pause and limits.
 
+pub mod control;
 pub(crate) mod gauges;
 pub mod handlers;
 mod pending;
@@ -301,6 +303,15 @@ impl Jobs {
     pub async fn schedule(&self, job: NewJob) -> AppResult<JobView> {
         let mut sql = self.infra.db.pool.acquire().await?;
         only_answer(self.schedule_jobs(Some(&mut sql), vec![job]).await?)
+    }
+
+    /// [`Jobs::schedule`] for a job from the API: refused unless something can deliver it
+    /// (`NO_JOB_HANDLER`, `CALLBACK_HOST_NOT_ALLOWED`, see [`JobRegistry::check_route`]).
+    pub(crate) async fn submit(&self, job: NewJob) -> AppResult<JobView> {
+        job.validate(self)?;
+        self.registry
+            .check_route(&job.topic, job.callback_url.as_deref())?;
+        self.schedule(job).await
     }
 
     /// [`Jobs::schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
@@ -712,12 +723,16 @@ impl Jobs {
                 callback_url: dead.callback_url.clone(),
             })
             .await?;
-        sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
+        let requeued = sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
             .bind(self.infra.clock.now_ms())
             .bind(topic)
             .bind(id)
             .execute(&self.infra.db.pool)
-            .await?;
+            .await?
+            .rows_affected();
+        if requeued > 0 {
+            self.count_dead(topic, "add", -(requeued as i64)).await?;
+        }
         Ok(view)
     }
 }

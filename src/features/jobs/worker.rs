@@ -412,11 +412,15 @@ impl Jobs {
             ready: keys.jobs_ready(topic),
             running: keys.jobs_running(topic),
             pool: keys.job_pool(topic),
+            settings: keys.jobs_settings(topic),
+            counts: keys.jobs_counts(topic),
         };
+        let now = self.infra.clock.now_ms();
         let args = JobsTakeArgs {
-            deadline_ms: self.infra.clock.now_ms() + policy.visibility.as_millis() as i64,
+            deadline_ms: now + policy.visibility.as_millis() as i64,
             lease_prefix: &lease,
             most: count,
+            now_ms: now,
         };
         let taken = self.infra.scripts().call(&take, &args).await?;
         let taken = taken
@@ -538,6 +542,7 @@ impl Jobs {
                         delayed: keys.jobs_delayed(topic),
                         pool: keys.job_pool(topic),
                         finished: keys.jobs_finished(topic),
+                        counts: keys.jobs_counts(topic),
                     };
                     let deliveries: Vec<_> = ends
                         .iter()

@@ -1,0 +1,10 @@
+-- The settings of a delay-queue topic that an admin or a service set: paused (1) or not, and
+-- its limits (NULL: none). Redis's {jobs:<topic>}:settings hash is what the take script reads;
+-- this row is its record, written first, so that `engage rebuild` can give it back.
+CREATE TABLE job_topic (
+    topic         TEXT   NOT NULL PRIMARY KEY,
+    paused        BIGINT NOT NULL DEFAULT 0,
+    per_second    BIGINT,
+    concurrency   BIGINT,
+    updated_at_ms BIGINT NOT NULL
+);

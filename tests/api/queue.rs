@@ -1,0 +1,439 @@
+//! The delay queue as a product, through GraphQL: who may use it, what is refused when
+//! scheduled, topics with their counts, pause, and limits shared by every instance.
+
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use engage::{
+    features::jobs::{handlers::Delivery, JobError, JobHandler},
+    infra::auth::Role,
+};
+use serde_json::{json, Value};
+
+use crate::harness::{eventually, first_code, global_id, TestApp};
+
+const SCHEDULE: &str =
+    "mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) { jobId status } }";
+const TOPIC: &str = "query($name: String!) { topic(name: $name) { id name paused perSecond concurrency counts { delayed ready running done dead paused } } }";
+
+/// Starts each delivery's clock, holds it `hold`, and remembers how many ran at once.
+#[derive(Clone, Default)]
+struct Gauge {
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    starts: Arc<Mutex<Vec<i64>>>,
+    hold: Duration,
+    fail: bool,
+}
+
+impl Gauge {
+    fn holding(hold: Duration) -> Self {
+        Self {
+            hold,
+            ..Self::default()
+        }
+    }
+
+    fn started(&self) -> usize {
+        self.starts.lock().unwrap().len()
+    }
+}
+
+#[async_trait::async_trait]
+impl JobHandler for Gauge {
+    async fn handle(&self, _: &Delivery) -> Result<(), JobError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.starts
+            .lock()
+            .unwrap()
+            .push(chrono::Utc::now().timestamp_millis());
+        tokio::time::sleep(self.hold).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        if self.fail {
+            return Err(JobError::Permanent("refused".into()));
+        }
+        Ok(())
+    }
+}
+
+fn input(id: &str, topic: &str) -> Value {
+    json!({ "input": { "id": id, "topic": topic, "data": {}, "delaySeconds": 0 } })
+}
+
+async fn schedule(app: &TestApp, token: &str, id: &str, topic: &str) {
+    let data = app.data(Some(token), SCHEDULE, input(id, topic)).await;
+    assert_eq!(data["scheduleJob"]["jobId"], id);
+}
+
+async fn topic(app: &TestApp, name: &str) -> Value {
+    app.data(Some(&app.admin_token()), TOPIC, json!({ "name": name }))
+        .await["topic"]
+        .clone()
+}
+
+async fn mutate(app: &TestApp, token: &str, query: &str) -> Value {
+    app.data(Some(token), query, json!({})).await
+}
+
+#[tokio::test]
+async fn a_service_may_use_the_queue_and_a_user_may_not() {
+    let app = TestApp::spawn().await;
+    app.jobs()
+        .registry
+        .register("svc", Arc::new(Gauge::default()), None);
+    let service = app.token(7, Role::Service);
+    schedule(&app, &service, "s1", "svc").await;
+    let user = app.user_token(8);
+    for query in [
+        "query { topics { name } }",
+        "query { topic(name: \"svc\") { name } }",
+        "query { job(topic: \"svc\", id: \"s1\") { status } }",
+        "mutation { pauseTopic(topic: \"svc\") { paused } }",
+        "mutation { resumeTopic(topic: \"svc\") { paused } }",
+        "mutation { setTopicLimits(topic: \"svc\", concurrency: 1) { concurrency } }",
+        "mutation { cancelPendingJob(topic: \"svc\", id: \"s1\") { cancelled } }",
+    ] {
+        assert_eq!(
+            first_code(&app.gql(Some(&user), query, json!({})).await),
+            "FORBIDDEN",
+            "{query}"
+        );
+        let answered = app.gql(Some(&service), query, json!({})).await;
+        assert!(answered.get("errors").is_none(), "{query}: {answered}");
+    }
+    assert_eq!(
+        first_code(&app.gql(Some(&user), SCHEDULE, input("u1", "svc")).await),
+        "FORBIDDEN"
+    );
+}
+
+#[tokio::test]
+async fn a_job_nothing_could_deliver_is_refused_when_scheduled() {
+    let app =
+        TestApp::spawn_with(|config| config.jobs.callback_hosts = "hooks.example:443".into()).await;
+    let admin = app.admin_token();
+    assert_eq!(
+        first_code(&app.gql(Some(&admin), SCHEDULE, input("n1", "nobody")).await),
+        "NO_JOB_HANDLER"
+    );
+    let with_callback = |id: &str, url: &str| json!({ "input": { "id": id, "topic": "nobody", "data": {}, "delaySeconds": 60, "callbackUrl": url } });
+    assert_eq!(
+        first_code(
+            &app.gql(
+                Some(&admin),
+                SCHEDULE,
+                with_callback("n2", "https://evil.example/x")
+            )
+            .await
+        ),
+        "CALLBACK_HOST_NOT_ALLOWED"
+    );
+    assert_eq!(
+        first_code(
+            &app.gql(
+                Some(&admin),
+                SCHEDULE,
+                with_callback("n3", "https://hooks.example:8443/x")
+            )
+            .await
+        ),
+        "CALLBACK_HOST_NOT_ALLOWED",
+        "a host listed with its port is listed at that port only"
+    );
+    let listed = app
+        .data(
+            Some(&admin),
+            SCHEDULE,
+            with_callback("n4", "https://hooks.example/x"),
+        )
+        .await;
+    assert_eq!(listed["scheduleJob"]["status"], "DELAYED");
+    // Nothing refused was scheduled.
+    let counts = &topic(&app, "nobody").await["counts"];
+    assert_eq!(counts["delayed"], 1, "{counts}");
+}
+
+#[tokio::test]
+async fn a_paused_topic_hands_out_nothing_and_holds_up_no_other() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let (held, free) = (Gauge::default(), Gauge::default());
+    app.jobs()
+        .registry
+        .register("held", Arc::new(held.clone()), None);
+    app.jobs()
+        .registry
+        .register("free", Arc::new(free.clone()), None);
+    let paused = mutate(
+        &app,
+        &admin,
+        "mutation { pauseTopic(topic: \"held\") { name paused } }",
+    )
+    .await;
+    assert_eq!(
+        paused["pauseTopic"],
+        json!({ "name": "held", "paused": true })
+    );
+    for n in 0..3 {
+        schedule(&app, &admin, &format!("h{n}"), "held").await;
+        schedule(&app, &admin, &format!("f{n}"), "free").await;
+    }
+    eventually(async || topic(&app, "free").await["counts"]["done"] == 3).await;
+    eventually(async || topic(&app, "held").await["counts"]["paused"] == 3).await;
+    let counts = topic(&app, "held").await["counts"].clone();
+    assert_eq!(
+        counts,
+        json!({ "delayed": 0, "ready": 0, "running": 0, "done": 0, "dead": 0, "paused": 3 })
+    );
+    assert_eq!(held.started(), 0, "a paused topic hands out nothing");
+
+    let resumed = mutate(
+        &app,
+        &admin,
+        "mutation { resumeTopic(topic: \"held\") { paused } }",
+    )
+    .await;
+    assert_eq!(resumed["resumeTopic"]["paused"], false);
+    eventually(async || topic(&app, "held").await["counts"]["done"] == 3).await;
+    assert_eq!(held.started(), 3);
+}
+
+#[tokio::test]
+async fn a_running_job_of_a_topic_paused_meanwhile_finishes() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let slow = Gauge::holding(Duration::from_millis(800));
+    app.jobs()
+        .registry
+        .register("slow", Arc::new(slow.clone()), None);
+    schedule(&app, &admin, "r1", "slow").await;
+    eventually(async || slow.started() == 1).await;
+    mutate(
+        &app,
+        &admin,
+        "mutation { pauseTopic(topic: \"slow\") { paused } }",
+    )
+    .await;
+    schedule(&app, &admin, "r2", "slow").await;
+    eventually(async || topic(&app, "slow").await["counts"]["done"] == 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counts = topic(&app, "slow").await["counts"].clone();
+    assert_eq!(counts["paused"], 1, "{counts}");
+    assert_eq!(slow.started(), 1);
+}
+
+#[tokio::test]
+async fn two_instances_share_one_topics_concurrency_limit() {
+    let app = TestApp::spawn().await;
+    let sibling = app.spawn_sibling().await;
+    let admin = app.admin_token();
+    let gauge = Gauge::holding(Duration::from_millis(300));
+    for instance in [&app, &sibling] {
+        instance
+            .jobs()
+            .registry
+            .register("narrow", Arc::new(gauge.clone()), None);
+    }
+    let limited = mutate(
+        &app,
+        &admin,
+        "mutation { setTopicLimits(topic: \"narrow\", concurrency: 2) { perSecond concurrency } }",
+    )
+    .await;
+    assert_eq!(
+        limited["setTopicLimits"],
+        json!({ "perSecond": null, "concurrency": 2 })
+    );
+    for n in 0..10 {
+        schedule(&app, &admin, &format!("c{n}"), "narrow").await;
+    }
+    eventually(async || topic(&app, "narrow").await["counts"]["done"] == 10).await;
+    assert_eq!(
+        gauge.most.load(Ordering::SeqCst),
+        2,
+        "two at once, never more"
+    );
+}
+
+#[tokio::test]
+async fn two_instances_share_one_topics_rate_limit_and_a_limited_topic_holds_up_no_other() {
+    let app = TestApp::spawn().await;
+    let sibling = app.spawn_sibling().await;
+    let admin = app.admin_token();
+    let (gauge, other) = (Gauge::default(), Gauge::default());
+    for instance in [&app, &sibling] {
+        let registry = &instance.jobs().registry;
+        registry.register("rated", Arc::new(gauge.clone()), None);
+        registry.register("unrated", Arc::new(other.clone()), None);
+    }
+    mutate(
+        &app,
+        &admin,
+        "mutation { setTopicLimits(topic: \"rated\", perSecond: 5) { perSecond } }",
+    )
+    .await;
+    for n in 0..15 {
+        schedule(&app, &admin, &format!("p{n}"), "rated").await;
+    }
+    for n in 0..20 {
+        schedule(&app, &admin, &format!("o{n}"), "unrated").await;
+    }
+    eventually(async || topic(&app, "unrated").await["counts"]["done"] == 20).await;
+    assert!(
+        gauge.started() < 15,
+        "the other topic finished while the limited one was still held back"
+    );
+    eventually(async || topic(&app, "rated").await["counts"]["done"] == 15).await;
+    let mut starts = gauge.starts.lock().unwrap().clone();
+    starts.sort_unstable();
+    // Five a second, counted per clock second: any eleven starts span three seconds.
+    for window in starts.windows(11) {
+        assert!(
+            window[10] - window[0] >= 900,
+            "eleven jobs started within {} ms: {starts:?}",
+            window[10] - window[0]
+        );
+    }
+    // No limit again.
+    let cleared = mutate(
+        &app,
+        &admin,
+        "mutation { setTopicLimits(topic: \"rated\") { perSecond concurrency } }",
+    )
+    .await;
+    assert_eq!(
+        cleared["setTopicLimits"],
+        json!({ "perSecond": null, "concurrency": null })
+    );
+    assert_eq!(
+        first_code(
+            &app.gql(
+                Some(&admin),
+                "mutation { setTopicLimits(topic: \"rated\", perSecond: 0) { perSecond } }",
+                json!({})
+            )
+            .await
+        ),
+        "BAD_USER_INPUT"
+    );
+}
+
+#[tokio::test]
+async fn counts_follow_done_and_dead_jobs_and_a_requeue() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let failing = Gauge {
+        fail: true,
+        ..Gauge::default()
+    };
+    app.jobs()
+        .registry
+        .register("counted", Arc::new(failing), None);
+    assert_eq!(topic(&app, "counted").await["counts"]["dead"], 0);
+    for n in 0..2 {
+        schedule(&app, &admin, &format!("d{n}"), "counted").await;
+    }
+    eventually(async || topic(&app, "counted").await["counts"]["dead"] == 2).await;
+    let requeue = "mutation { requeueDeadJob(topic: \"counted\", id: \"d0\") { jobId } }";
+    mutate(&app, &admin, requeue).await;
+    // It dies again.
+    eventually(async || topic(&app, "counted").await["counts"]["dead"] == 2).await;
+
+    let listed = mutate(&app, &admin, "query { topics { name counts { dead } } }").await;
+    assert!(
+        listed["topics"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({ "name": "counted", "counts": { "dead": 2 } })),
+        "{listed}"
+    );
+    assert_eq!(topic(&app, "never-used").await, Value::Null);
+}
+
+#[tokio::test]
+async fn a_topic_is_a_node() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    mutate(
+        &app,
+        &admin,
+        "mutation { pauseTopic(topic: \"nodes\") { id } }",
+    )
+    .await;
+    let id = global_id("Topic", "nodes");
+    assert_eq!(topic(&app, "nodes").await["id"], id);
+    let node = app
+        .data(
+            Some(&admin),
+            "query($id: ID!) { node(id: $id) { id ... on Topic { name paused } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(
+        node["node"],
+        json!({ "id": id, "name": "nodes", "paused": true })
+    );
+    let user = app
+        .gql(
+            Some(&app.user_token(3)),
+            "query($id: ID!) { node(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(first_code(&user), "FORBIDDEN");
+}
+
+#[tokio::test]
+async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let failing = Gauge {
+        fail: true,
+        ..Gauge::default()
+    };
+    app.jobs()
+        .registry
+        .register("kept", Arc::new(failing), None);
+    schedule(&app, &admin, "k1", "kept").await;
+    eventually(async || topic(&app, "kept").await["counts"]["dead"] == 1).await;
+    mutate(
+        &app,
+        &admin,
+        "mutation { pauseTopic(topic: \"kept\") { paused } }",
+    )
+    .await;
+    mutate(
+        &app,
+        &admin,
+        "mutation { setTopicLimits(topic: \"kept\", perSecond: 3, concurrency: 4) { paused } }",
+    )
+    .await;
+    let before = app.jobs().verify().await.unwrap();
+    assert!(before.is_clean(), "{before:?}");
+
+    crate::jobs::lose_redis(&app).await;
+    let lost = app.jobs().verify().await.unwrap();
+    assert_eq!(lost.drifted, 2, "{lost:?}");
+    crate::jobs::rebuild_jobs(&app).await;
+    let rebuilt = app.jobs().verify().await.unwrap();
+    assert!(rebuilt.is_clean(), "{rebuilt:?}");
+    let kept = topic(&app, "kept").await;
+    assert_eq!(kept["paused"], true);
+    assert_eq!(kept["perSecond"], 3);
+    assert_eq!(kept["concurrency"], 4);
+    assert_eq!(kept["counts"]["dead"], 1);
+    let listed = mutate(&app, &admin, "query { topics { name } }").await;
+    assert!(
+        listed["topics"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({ "name": "kept" })),
+        "{listed}"
+    );
+}
