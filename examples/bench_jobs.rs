@@ -83,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
                         delay: due_at.saturating_duration_since(Instant::now()),
                         max_attempts: None,
                         callback_url: None,
+                        priority: 0,
                     };
                     state.features.jobs.schedule(job).await.expect("scheduled");
                 }

@@ -4,10 +4,11 @@
 
   Input:
     KEYS[1] delayed: delay zset
-    KEYS[2] ready: ready list
+    KEYS[2] waiting: waiting zset
     KEYS[3] running: in-flight zset
     KEYS[4] pool: job pool hash
     KEYS[5] finished: finished zset
+    KEYS[6] legacy: ready list of an earlier version (jobs_promote.lua empties it)
     ARGV[1] id: job id
     ARGV[2] now_ms: now, epoch ms
 
@@ -16,7 +17,8 @@
 ]]
 local id = ARGV[1]
 local removed = redis.call('ZREM', KEYS[1], id)
-  + redis.call('LREM', KEYS[2], 0, id)
+  + redis.call('ZREM', KEYS[2], id)
+  + redis.call('LREM', KEYS[6], 0, id)
   + redis.call('ZREM', KEYS[3], id)
 if removed == 0 then
   return {0, ''}

@@ -10,7 +10,8 @@
                                                    <id>/status
     KEYS[2] delayed: delay zset       {jobs:<topic>}:delayed    score = run at, epoch ms
     KEYS[3] finished: finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
-    ARGV[1..] jobs: four per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new)
+    ARGV[1..] jobs: five per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new),
+                    priority (0 to 1000, higher first once due; kept as <id>/priority when not 0)
 
   Output: two per job, in order (statuses of lua/include/status.lua): OK, '' added;
           TAKEN, <JSON of the pending job> refused (a job with this id is pending; the
@@ -21,7 +22,7 @@
 ]]
 -- @include status.lua
 local out = {}
-for i = 1, #ARGV, 4 do
+for i = 1, #ARGV, 5 do
   local id = ARGV[i]
   local status = redis.call('HGET', KEYS[1], id .. '/status')
   local pending = redis.call('HGET', KEYS[1], id)
@@ -29,8 +30,12 @@ for i = 1, #ARGV, 4 do
     out[#out + 1] = TAKEN
     out[#out + 1] = pending
   else
-    redis.call('HDEL', KEYS[1], id .. '/status', id .. '/error', id .. '/lease', id .. '/stalls')
+    redis.call('HDEL', KEYS[1], id .. '/status', id .. '/error', id .. '/lease', id .. '/stalls',
+      id .. '/priority')
     redis.call('HSET', KEYS[1], id, ARGV[i + 1], id .. '/attempts', ARGV[i + 3])
+    if ARGV[i + 4] ~= '0' then
+      redis.call('HSET', KEYS[1], id .. '/priority', ARGV[i + 4])
+    end
     redis.call('ZREM', KEYS[3], id)
     redis.call('ZADD', KEYS[2], ARGV[i + 2], id)
     out[#out + 1] = OK

@@ -10,7 +10,7 @@
   and leaves its jobs ready; other topics are taken by their own calls.
 
   Input:
-    KEYS[1] ready: ready list
+    KEYS[1] waiting: waiting zset     lowest score first (jobs_promote.lua)
     KEYS[2] running: in-flight zset
     KEYS[3] pool: job pool hash
     KEYS[4] settings: topic settings hash   {jobs:<topic>}:settings   paused, per_second,
@@ -50,11 +50,9 @@ if most <= 0 then
   return out
 end
 local taken = 0
-for n = 1, most do
-  local id = redis.call('LPOP', KEYS[1])
-  if not id then
-    break
-  end
+local popped = redis.call('ZPOPMIN', KEYS[1], most)
+for i = 1, #popped, 2 do
+  local id, n = popped[i], (i + 1) / 2
   local job = redis.call('HGET', KEYS[3], id)
   if job then
     taken = taken + 1

@@ -56,6 +56,7 @@ pub fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
         delay,
         max_attempts: None,
         callback_url: None,
+        priority: 0,
     }
 }
 

@@ -27,6 +27,7 @@ struct Gauge {
     running: Arc<AtomicUsize>,
     most: Arc<AtomicUsize>,
     starts: Arc<Mutex<Vec<i64>>>,
+    order: Arc<Mutex<Vec<String>>>,
     hold: Duration,
     fail: bool,
 }
@@ -46,7 +47,8 @@ impl Gauge {
 
 #[async_trait::async_trait]
 impl JobHandler for Gauge {
-    async fn handle(&self, _: &Delivery) -> Result<(), JobError> {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.order.lock().unwrap().push(delivery.id.clone());
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
         self.starts
@@ -402,6 +404,9 @@ async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
         .register("kept", Arc::new(failing), None);
     schedule(&app, &admin, "k1", "kept").await;
     eventually(async || topic(&app, "kept").await["counts"]["dead"] == 1).await;
+    let later =
+        json!({ "id": "k2", "topic": "kept", "data": {}, "delaySeconds": 3600, "priority": 7 });
+    schedule_with(&app, later).await;
     mutate(
         &app,
         &admin,
@@ -419,7 +424,7 @@ async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
 
     crate::jobs::lose_redis(&app).await;
     let lost = app.jobs().verify().await.unwrap();
-    assert_eq!(lost.drifted, 2, "{lost:?}");
+    assert_eq!(lost.drifted, 3, "settings, dead count, a job: {lost:?}");
     crate::jobs::rebuild_jobs(&app).await;
     let rebuilt = app.jobs().verify().await.unwrap();
     assert!(rebuilt.is_clean(), "{rebuilt:?}");
@@ -428,6 +433,13 @@ async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
     assert_eq!(kept["perSecond"], 3);
     assert_eq!(kept["concurrency"], 4);
     assert_eq!(kept["counts"]["dead"], 1);
+    let job = mutate(
+        &app,
+        &admin,
+        "query { job(topic: \"kept\", id: \"k2\") { priority status } }",
+    )
+    .await;
+    assert_eq!(job["job"], json!({ "priority": 7, "status": "DELAYED" }));
     let listed = mutate(&app, &admin, "query { topics { name } }").await;
     assert!(
         listed["topics"]
@@ -436,4 +448,272 @@ async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
             .contains(&json!({ "name": "kept" })),
         "{listed}"
     );
+}
+
+async fn schedule_with(app: &TestApp, input: Value) -> Value {
+    app.data(
+        Some(&app.admin_token()),
+        "mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) { jobId priority } }",
+        json!({ "input": input }),
+    )
+    .await["scheduleJob"]
+        .clone()
+}
+
+#[tokio::test]
+async fn due_jobs_run_by_priority_then_due_time_across_instances() {
+    let app = TestApp::spawn().await;
+    let sibling = app.spawn_sibling().await;
+    let admin = app.admin_token();
+    let gauge = Gauge::default();
+    for instance in [&app, &sibling] {
+        instance
+            .jobs()
+            .registry
+            .register("ranked", Arc::new(gauge.clone()), None);
+    }
+    mutate(
+        &app,
+        &admin,
+        "mutation { pauseTopic(topic: \"ranked\") { paused } }",
+    )
+    .await;
+    mutate(
+        &app,
+        &admin,
+        "mutation { setTopicLimits(topic: \"ranked\", concurrency: 1) { concurrency } }",
+    )
+    .await;
+    for (id, priority) in [("low", 0), ("mid-1", 500), ("top", 1000), ("mid-2", 500)] {
+        let input = json!({ "id": id, "topic": "ranked", "data": {}, "delaySeconds": 0, "priority": priority });
+        assert_eq!(schedule_with(&app, input).await["priority"], priority);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eventually(async || topic(&app, "ranked").await["counts"]["paused"] == 4).await;
+    mutate(
+        &app,
+        &admin,
+        "mutation { resumeTopic(topic: \"ranked\") { paused } }",
+    )
+    .await;
+    eventually(async || topic(&app, "ranked").await["counts"]["done"] == 4).await;
+    assert_eq!(
+        *gauge.order.lock().unwrap(),
+        ["top", "mid-1", "mid-2", "low"],
+        "higher priority first, then the earlier due time"
+    );
+    for priority in [-1, 1001] {
+        let input = json!({ "id": "bad", "topic": "ranked", "data": {}, "delaySeconds": 0, "priority": priority });
+        assert_eq!(
+            first_code(
+                &app.gql(Some(&admin), SCHEDULE, json!({ "input": input }))
+                    .await
+            ),
+            "BAD_USER_INPUT"
+        );
+    }
+}
+
+const SCHEDULE_MANY: &str =
+    "mutation($inputs: [ScheduleJobInput!]!) { scheduleJobs(inputs: $inputs) { jobId topic status } }";
+
+#[tokio::test]
+async fn schedule_jobs_adds_a_batch_or_refuses_it_whole() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    app.handle_topic("bulk-a");
+    app.handle_topic("bulk-b");
+    let later = |id: &str, topic: &str| json!({ "id": id, "topic": topic, "data": {}, "delaySeconds": 3600 });
+    let first = app
+        .data(
+            Some(&admin),
+            SCHEDULE_MANY,
+            json!({ "inputs": [later("a1", "bulk-a"), later("b1", "bulk-b"), later("a2", "bulk-a")] }),
+        )
+        .await;
+    assert_eq!(
+        first["scheduleJobs"],
+        json!([
+            { "jobId": "a1", "topic": "bulk-a", "status": "DELAYED" },
+            { "jobId": "b1", "topic": "bulk-b", "status": "DELAYED" },
+            { "jobId": "a2", "topic": "bulk-a", "status": "DELAYED" },
+        ])
+    );
+    // One refused job refuses the batch: nothing of it is added.
+    let refused = app
+        .gql(
+            Some(&admin),
+            SCHEDULE_MANY,
+            json!({ "inputs": [later("a3", "bulk-a"), later("x1", "nobody")] }),
+        )
+        .await;
+    assert_eq!(first_code(&refused), "NO_JOB_HANDLER");
+    assert!(
+        refused["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("inputs[1]:"),
+        "{refused}"
+    );
+    assert_eq!(topic(&app, "bulk-a").await["counts"]["delayed"], 2);
+    // A pending id answers the pending job.
+    let again = app
+        .data(
+            Some(&admin),
+            SCHEDULE_MANY,
+            json!({ "inputs": [later("a1", "bulk-a"), later("a3", "bulk-a")] }),
+        )
+        .await;
+    assert_eq!(again["scheduleJobs"][0]["jobId"], "a1");
+    assert_eq!(topic(&app, "bulk-a").await["counts"]["delayed"], 3);
+
+    let thousand: Vec<Value> = (0..1000)
+        .map(|n| later(&format!("m{n}"), "bulk-b"))
+        .collect();
+    let big = app
+        .data(
+            Some(&admin),
+            "mutation($inputs: [ScheduleJobInput!]!) { scheduleJobs(inputs: $inputs) { jobId } }",
+            json!({ "inputs": thousand }),
+        )
+        .await;
+    assert_eq!(big["scheduleJobs"].as_array().unwrap().len(), 1000);
+    assert_eq!(topic(&app, "bulk-b").await["counts"]["delayed"], 1001);
+    let too_many: Vec<Value> = (0..1001)
+        .map(|n| later(&format!("t{n}"), "bulk-b"))
+        .collect();
+    let refused = app
+        .gql(
+            Some(&admin),
+            "mutation($inputs: [ScheduleJobInput!]!) { scheduleJobs(inputs: $inputs) { jobId } }",
+            json!({ "inputs": too_many }),
+        )
+        .await;
+    assert_eq!(first_code(&refused), "BAD_USER_INPUT");
+    let verified = app.jobs().verify().await.unwrap();
+    assert!(verified.is_clean(), "{verified:?}");
+}
+
+#[tokio::test]
+async fn a_delayed_job_is_promoted_or_delayed_again_and_others_are_refused() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let gauge = Gauge::default();
+    app.jobs()
+        .registry
+        .register("moved", Arc::new(gauge.clone()), None);
+    for id in ["p1", "p2"] {
+        let input = json!({ "id": id, "topic": "moved", "data": {}, "delaySeconds": 3600 });
+        schedule_with(&app, input).await;
+    }
+    let changed = mutate(
+        &app,
+        &admin,
+        "mutation { changeJobDelay(topic: \"moved\", id: \"p2\", delaySeconds: 7200) { status runAt } }",
+    )
+    .await;
+    let run_at =
+        chrono::DateTime::parse_from_rfc3339(changed["changeJobDelay"]["runAt"].as_str().unwrap())
+            .unwrap();
+    let from_now = run_at.timestamp_millis() - app.now_ms();
+    assert!((7_190_000..=7_200_000).contains(&from_now), "{from_now}");
+    let promoted = mutate(
+        &app,
+        &admin,
+        "mutation { promoteJob(topic: \"moved\", id: \"p1\") { status } }",
+    )
+    .await;
+    assert_eq!(promoted["promoteJob"]["status"], "DELAYED");
+    eventually(async || topic(&app, "moved").await["counts"]["done"] == 1).await;
+    assert_eq!(*gauge.order.lock().unwrap(), ["p1"]);
+    let verified = app.jobs().verify().await.unwrap();
+    assert!(verified.is_clean(), "{verified:?}");
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT run_at_ms FROM pending_job WHERE topic = 'moved' AND job_id = 'p2'",
+    )
+    .fetch_one(app.sql())
+    .await
+    .unwrap();
+    assert_eq!(
+        pending,
+        run_at.timestamp_millis(),
+        "SQL follows the new due time"
+    );
+
+    let done = app
+        .gql(
+            Some(&admin),
+            "mutation { promoteJob(topic: \"moved\", id: \"p1\") { status } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(first_code(&done), "CONFLICT");
+    let unknown = app
+        .gql(Some(&admin), "mutation { changeJobDelay(topic: \"moved\", id: \"nope\", delaySeconds: 5) { status } }", json!({}))
+        .await;
+    assert_eq!(first_code(&unknown), "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn finished_jobs_are_cleaned_and_dead_ones_requeued_in_bulk() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let failing = Gauge {
+        fail: true,
+        ..Gauge::default()
+    };
+    app.jobs()
+        .registry
+        .register("failing", Arc::new(failing.clone()), None);
+    app.handle_topic("passing");
+    for n in 0..3 {
+        schedule(&app, &admin, &format!("f{n}"), "failing").await;
+        schedule(&app, &admin, &format!("p{n}"), "passing").await;
+    }
+    eventually(async || topic(&app, "failing").await["counts"]["dead"] == 3).await;
+    eventually(async || topic(&app, "passing").await["counts"]["done"] == 3).await;
+
+    let clean = |topic: &str, state: &str, older: i64| {
+        format!("mutation {{ cleanJobs(topic: \"{topic}\", state: {state}, olderThanSeconds: {older}) }}")
+    };
+    assert_eq!(
+        mutate(&app, &admin, &clean("passing", "DONE", 3600)).await["cleanJobs"],
+        0
+    );
+    assert_eq!(
+        mutate(&app, &admin, &clean("passing", "DONE", 0)).await["cleanJobs"],
+        3
+    );
+    let listed = mutate(
+        &app,
+        &admin,
+        "query { jobs(topic: \"passing\", status: DONE) { edges { node { jobId } } } }",
+    )
+    .await;
+    assert_eq!(listed["jobs"]["edges"], json!([]));
+    assert_eq!(
+        first_code(
+            &app.gql(Some(&admin), &clean("passing", "DELAYED", 0), json!({}))
+                .await
+        ),
+        "BAD_USER_INPUT"
+    );
+
+    let requeued = mutate(
+        &app,
+        &admin,
+        "mutation { requeueDeadJobs(topic: \"failing\") }",
+    )
+    .await;
+    assert_eq!(requeued["requeueDeadJobs"], 3);
+    // They run again, and die again.
+    eventually(async || failing.started() == 6).await;
+    eventually(async || topic(&app, "failing").await["counts"]["dead"] == 3).await;
+    assert_eq!(
+        mutate(&app, &admin, &clean("failing", "DEAD", 0)).await["cleanJobs"],
+        3
+    );
+    assert_eq!(topic(&app, "failing").await["counts"]["dead"], 0);
+    let verified = app.jobs().verify().await.unwrap();
+    assert!(verified.is_clean(), "{verified:?}");
 }

@@ -2,18 +2,16 @@
 //! `cancelPendingJob` (and `cancelJob`, which it succeeds), `requeueDeadJob`, `job`, `jobs`,
 //! `topics`, `topic`, `pauseTopic`, `resumeTopic`, `setTopicLimits`.
 
-use std::time::Duration;
-
 use async_graphql::{Context, Object, ID};
 
 use crate::{
     api::schema::{
         connection::Connection,
         jobs::{readers, CancelJobPayload, Job, ScheduleJobInput, Topic},
-        page::{PageArgs, PAGE},
+        page::{list_cost, PageArgs, PAGE},
         ContextExt,
     },
-    features::jobs::{self, JobStatus, Jobs, NewJob, MAX_DELAY_SECONDS},
+    features::jobs::{self, JobStatus, Jobs, MAX_BATCH},
     infra::error::{AppError, AppResult},
 };
 
@@ -77,27 +75,7 @@ impl JobMutation {
     /// `CALLBACK_HOST_NOT_ALLOWED` for a callback host not on `ENGAGE_CALLBACK_HOSTS`.
     #[graphql(guard = "readers()")]
     async fn schedule_job(&self, ctx: &Context<'_>, input: ScheduleJobInput) -> AppResult<Job> {
-        if !(0..=MAX_DELAY_SECONDS).contains(&i64::from(input.delay_seconds)) {
-            return Err(AppError::bad_input(format!(
-                "delaySeconds must be between 0 and {MAX_DELAY_SECONDS}"
-            )));
-        }
-        let max_attempts = input
-            .max_attempts
-            .map(|n| {
-                u32::try_from(n)
-                    .map_err(|_| AppError::bad_input("maxAttempts must be between 1 and 25"))
-            })
-            .transpose()?;
-        let body = input.body_text()?;
-        let job = NewJob {
-            id: input.id.to_string(),
-            topic: input.topic,
-            body,
-            delay: Duration::from_secs(input.delay_seconds as u64),
-            max_attempts,
-            callback_url: input.callback_url,
-        };
+        let job = input.into_job()?;
         Ok(Job(ctx.feature::<Jobs>().submit(job).await?))
     }
 
@@ -133,6 +111,88 @@ impl JobMutation {
     #[graphql(guard = "readers()")]
     async fn requeue_dead_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Job> {
         Ok(Job(ctx.feature::<Jobs>().requeue_dead(&topic, &id).await?))
+    }
+
+    /// Adds up to 1,000 jobs at once, each as `scheduleJob` would (one refused job refuses
+    /// the batch, its index in the message); a job whose id is pending is not added again
+    /// and answers the pending job. One Redis round trip per topic.
+    #[graphql(
+        guard = "readers()",
+        complexity = "list_cost(inputs.len().min(MAX_BATCH), child_complexity)"
+    )]
+    async fn schedule_jobs(
+        &self,
+        ctx: &Context<'_>,
+        inputs: Vec<ScheduleJobInput>,
+    ) -> AppResult<Vec<Job>> {
+        if inputs.len() > MAX_BATCH {
+            return Err(AppError::bad_input(format!(
+                "scheduleJobs takes at most {MAX_BATCH} jobs, got {}",
+                inputs.len()
+            )));
+        }
+        let jobs = inputs
+            .into_iter()
+            .enumerate()
+            .map(|(index, input)| {
+                input.into_job().map_err(|error| match error {
+                    AppError::Client { code, message } => {
+                        AppError::client(code, format!("inputs[{index}]: {message}"))
+                    }
+                    other => other,
+                })
+            })
+            .collect::<AppResult<Vec<_>>>()?;
+        let views = ctx.feature::<Jobs>().submit_many(jobs).await?;
+        Ok(views.into_iter().map(Job).collect())
+    }
+
+    /// Makes a delayed job due now (`id` is its `jobId`); `CONFLICT` when it is not delayed.
+    #[graphql(guard = "readers()")]
+    async fn promote_job(&self, ctx: &Context<'_>, topic: String, id: ID) -> AppResult<Job> {
+        Ok(Job(ctx
+            .feature::<Jobs>()
+            .reschedule(&topic, &id, 0)
+            .await?))
+    }
+
+    /// Makes a delayed job due `delaySeconds` from now (0 to 31,536,000); `CONFLICT` when it
+    /// is not delayed.
+    #[graphql(guard = "readers()")]
+    async fn change_job_delay(
+        &self,
+        ctx: &Context<'_>,
+        topic: String,
+        id: ID,
+        delay_seconds: i32,
+    ) -> AppResult<Job> {
+        let job = ctx
+            .feature::<Jobs>()
+            .reschedule(&topic, &id, i64::from(delay_seconds))
+            .await?;
+        Ok(Job(job))
+    }
+
+    /// Forgets a topic's DONE, CANCELLED or DEAD jobs that ended more than
+    /// `olderThanSeconds` ago (at most 10,000 a call); how many.
+    #[graphql(guard = "readers()")]
+    async fn clean_jobs(
+        &self,
+        ctx: &Context<'_>,
+        topic: String,
+        state: JobStatus,
+        older_than_seconds: i32,
+    ) -> AppResult<i64> {
+        ctx.feature::<Jobs>()
+            .clean(&topic, state, i64::from(older_than_seconds))
+            .await
+    }
+
+    /// Puts every dead job of a topic back in the queue, due now (at most 10,000 a call);
+    /// how many.
+    #[graphql(guard = "readers()")]
+    async fn requeue_dead_jobs(&self, ctx: &Context<'_>, topic: String) -> AppResult<i64> {
+        ctx.feature::<Jobs>().requeue_all_dead(&topic).await
     }
 
     /// Pauses a topic: it hands out no job until resumed (its due jobs count as `paused`);

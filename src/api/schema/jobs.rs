@@ -1,5 +1,7 @@
 //! GraphQL types of the delay queue.
 
+use std::time::Duration;
+
 use async_graphql::{InputObject, Object, SimpleObject, ID};
 
 use super::{
@@ -11,7 +13,7 @@ use crate::{
     features::jobs::{
         self,
         control::{JobCounts as Counts, TopicView},
-        JobStatus, JobView,
+        JobStatus, JobView, NewJob, MAX_DELAY_SECONDS, MAX_PRIORITY,
     },
     infra::{
         auth::RoleGuard,
@@ -161,6 +163,11 @@ impl Job {
         self.0.last_error.as_deref()
     }
 
+    /// 0 to 1000; among due jobs, higher runs first.
+    async fn priority(&self) -> i64 {
+        i64::from(self.0.priority)
+    }
+
     async fn callback_url(&self) -> Option<&str> {
         self.0.callback_url.as_deref()
     }
@@ -184,6 +191,10 @@ pub(crate) struct ScheduleJobInput {
     /// 1 to 25; default: the topic's (one per step of its retry ladder, plus one, unless
     /// the topic says otherwise).
     pub(crate) max_attempts: Option<i32>,
+    /// 0 to 1000: among due jobs of the topic, a higher priority runs first, then the
+    /// earlier due time (BullMQ's lower number wins; here the higher).
+    #[graphql(default = 0)]
+    pub(crate) priority: i32,
 }
 
 /// What `cancelPendingJob` answers.
@@ -197,6 +208,35 @@ pub(crate) struct CancelJobPayload {
 }
 
 impl ScheduleJobInput {
+    /// The job to add, its numbers checked for range.
+    pub(crate) fn into_job(self) -> AppResult<NewJob> {
+        if !(0..=MAX_DELAY_SECONDS).contains(&i64::from(self.delay_seconds)) {
+            return Err(AppError::bad_input(format!(
+                "delaySeconds must be between 0 and {MAX_DELAY_SECONDS}"
+            )));
+        }
+        let max_attempts = self
+            .max_attempts
+            .map(|n| {
+                u32::try_from(n)
+                    .map_err(|_| AppError::bad_input("maxAttempts must be between 1 and 25"))
+            })
+            .transpose()?;
+        let priority = u32::try_from(self.priority).map_err(|_| {
+            AppError::bad_input(format!("priority must be between 0 and {MAX_PRIORITY}"))
+        })?;
+        let body = self.body_text()?;
+        Ok(NewJob {
+            id: self.id.to_string(),
+            topic: self.topic,
+            body,
+            delay: Duration::from_secs(self.delay_seconds as u64),
+            max_attempts,
+            callback_url: self.callback_url,
+            priority,
+        })
+    }
+
     /// The body as JSON text, from whichever of `body` and `data` was given (the feature
     /// checks that it is JSON and measures it).
     pub(crate) fn body_text(&self) -> AppResult<String> {

@@ -152,7 +152,7 @@ impl Jobs {
             .arg("done")
             .arg("dead");
         pipe.cmd("ZCARD").arg(keys.jobs_delayed(name));
-        pipe.cmd("LLEN").arg(keys.jobs_ready(name));
+        pipe.cmd("ZCARD").arg(keys.jobs_waiting(name));
         pipe.cmd("ZCARD").arg(keys.jobs_running(name));
         let mut conn = self.infra.redis.get().await?;
         #[allow(clippy::type_complexity)]

@@ -1,9 +1,9 @@
-//! The delay queue: jobs wait in a delay zset, are promoted to their topic's ready list by
+//! The delay queue: jobs wait in a delay zset, are promoted to their topic's waiting zset by
 //! one atomic script, are taken with a visibility deadline (a worker that dies gives its job
 //! back), retry on a ladder, and end in `dead_job` when their
 //! attempts are used up. Delivery is at-least-once; handlers are idempotent.
 //!
-//! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
+//! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, waiting zset,
 //! in-flight zset, finished zset. Every script touches one topic, so one slot. The pool
 //! holds a job's JSON under its id and its bookkeeping under `<id>/attempts`, `<id>/error`,
 //! `<id>/lease`, `<id>/stalls` and `<id>/status` ([`pool_field`]): `/` is the one character
@@ -16,11 +16,13 @@
 //! - [`topics`]: the index of topics with work due, which the tick walks;
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list;
 //! - [`gauges`]: the jobs per topic and state at `/metrics`;
-//! - [`control`]: a topic's counts, pause and limits.
+//! - [`control`]: a topic's counts, pause and limits;
+//! - [`manage`]: bulk add, promote, change of delay, clean, requeue of a topic's dead jobs.
 
 pub mod control;
 pub(crate) mod gauges;
 pub mod handlers;
+mod manage;
 mod pending;
 pub mod recovery;
 pub mod settings;
@@ -60,6 +62,7 @@ pub struct Jobs {
 pub use settings::JobsSettings;
 
 pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
+pub use manage::MAX_BATCH;
 
 /// Topics an instance names in its metrics; any further topic is counted as `other`.
 /// Topics are whatever an admin schedules under, so their number has no bound of its own.
@@ -108,8 +111,14 @@ impl Keys {
         self.tagged(Self::jobs_tag(topic), "delayed")
     }
 
+    /// The ready list of an earlier version, which promotion moves into the waiting zset.
     pub fn jobs_ready(&self, topic: &str) -> String {
         self.tagged(Self::jobs_tag(topic), "ready")
+    }
+
+    /// Due jobs waiting for a worker, by priority and due time (`lua/jobs_promote.lua`).
+    pub fn jobs_waiting(&self, topic: &str) -> String {
+        self.tagged(Self::jobs_tag(topic), "waiting")
     }
 
     pub fn jobs_running(&self, topic: &str) -> String {
@@ -134,7 +143,17 @@ pub struct JobSpec {
     /// job scheduled before SQL recorded pending jobs.
     #[serde(default)]
     pub(crate) seq: i64,
+    /// 0 to 1000: among due jobs, a higher one is taken first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) priority: u32,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The highest priority.
+pub const MAX_PRIORITY: u32 = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
 pub enum JobStatus {
@@ -157,6 +176,7 @@ pub struct JobView {
     pub status: JobStatus,
     pub last_error: Option<String>,
     pub(crate) callback_url: Option<String>,
+    pub priority: u32,
 }
 
 /// A job to add.
@@ -167,6 +187,8 @@ pub struct NewJob {
     pub delay: Duration,
     pub max_attempts: Option<u32>,
     pub callback_url: Option<String>,
+    /// 0 to [`MAX_PRIORITY`].
+    pub priority: u32,
 }
 
 /// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
@@ -229,6 +251,11 @@ impl NewJob {
         let max_attempts = self
             .max_attempts
             .unwrap_or_else(|| ctx.registry.policy(&self.topic).default_attempts());
+        if self.priority > MAX_PRIORITY {
+            return Err(AppError::bad_input(format!(
+                "priority must be between 0 and {MAX_PRIORITY}"
+            )));
+        }
         if !(1..=25).contains(&max_attempts) {
             return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
         }
@@ -265,6 +292,7 @@ fn answer(
                     status: JobStatus::Delayed,
                     last_error: None,
                     callback_url: record.spec.callback_url,
+                    priority: record.spec.priority,
                 })
             }
             Placed::Pending(_) => Err(AppError::client(
@@ -294,6 +322,7 @@ fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
         status: JobStatus::Dead,
         last_error: Some(row.try_get("last_error")?),
         callback_url: row.try_get("callback_url")?,
+        priority: 0,
     })
 }
 
@@ -371,6 +400,7 @@ impl Jobs {
                     callback_url: job.callback_url,
                     created_at_ms: now,
                     seq: self.infra.ids.next_id().await?,
+                    priority: job.priority,
                 },
                 topic: job.topic,
                 id: job.id,
@@ -447,7 +477,13 @@ impl Jobs {
             for &index in indices {
                 let record = &records[index];
                 let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
-                jobs.push((&record.id, json, record.spec.run_at_ms, record.attempts));
+                jobs.push((
+                    &record.id,
+                    json,
+                    record.spec.run_at_ms,
+                    record.attempts,
+                    record.spec.priority,
+                ));
             }
             let schedule = JobsSchedule {
                 pool: keys.job_pool(topic),
@@ -514,10 +550,11 @@ impl Jobs {
         let keys = &self.infra.keys;
         let job = JobsCancel {
             delayed: keys.jobs_delayed(topic),
-            ready: keys.jobs_ready(topic),
+            waiting: keys.jobs_waiting(topic),
             running: keys.jobs_running(topic),
             pool: keys.job_pool(topic),
             finished: keys.jobs_finished(topic),
+            legacy: keys.jobs_ready(topic),
         };
         let args = JobsCancelArgs {
             id,
@@ -605,6 +642,7 @@ impl Jobs {
                 status,
                 last_error: error,
                 callback_url: spec.callback_url,
+                priority: spec.priority,
             }));
         }
         Ok(views)
@@ -649,8 +687,8 @@ impl Jobs {
                         .await?
                 }
                 JobStatus::Ready => {
-                    redis::cmd("LRANGE")
-                        .arg(keys.jobs_ready(topic))
+                    redis::cmd("ZRANGE")
+                        .arg(keys.jobs_waiting(topic))
                         .arg(start)
                         .arg(stop)
                         .query_async(&mut *conn)
@@ -721,6 +759,7 @@ impl Jobs {
                 delay: Duration::ZERO,
                 max_attempts: Some(dead.max_attempts),
                 callback_url: dead.callback_url.clone(),
+                priority: dead.priority,
             })
             .await?;
         let requeued = sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")

@@ -30,11 +30,12 @@ pub(crate) struct Record {
     pub(crate) attempts: u32,
 }
 
-/// Rows per statement: 9 parameters each, far below either backend's limit.
+/// Rows per statement: 10 parameters each, far below either backend's limit.
 const ROWS_PER_STATEMENT: usize = 500;
 
 const COLUMNS: &str =
-    "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms";
+    "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms, \
+     priority";
 
 /// `INSERT INTO pending_job (…) VALUES (…), … ` with the records bound.
 fn insert<'q>(
@@ -52,7 +53,8 @@ fn insert<'q>(
             .bind(record.spec.run_at_ms)
             .bind(i64::from(record.attempts))
             .bind(i64::from(record.spec.max_attempts))
-            .bind(record.spec.created_at_ms);
+            .bind(record.spec.created_at_ms)
+            .bind(i64::from(record.spec.priority));
     }
     query
 }
@@ -67,7 +69,7 @@ pub(crate) async fn insert_new(
         let statement = format!(
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} \
              ON CONFLICT (topic, job_id) DO NOTHING RETURNING seq",
-            values_placeholders(Backend::of(sql), chunk.len(), 9)
+            values_placeholders(Backend::of(sql), chunk.len(), 10)
         );
         for row in insert(&statement, chunk).fetch_all(&mut *sql).await? {
             written.insert(row.try_get("seq")?);
@@ -92,8 +94,9 @@ pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResul
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} ON CONFLICT (topic, job_id) DO UPDATE \
              SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
              run_at_ms = excluded.run_at_ms, attempts = excluded.attempts, \
-             max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms",
-            values_placeholders(Backend::of(sql), chunk.len(), 9)
+             max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms, \
+             priority = excluded.priority",
+            values_placeholders(Backend::of(sql), chunk.len(), 10)
         );
         insert(&statement, chunk).execute(&mut *sql).await?;
     }
@@ -146,6 +149,16 @@ pub(crate) async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -
     }
     Ok(())
 }
+/// Moves the due time of one job's row.
+pub(crate) async fn reschedule(sql: &mut AnyConnection, seq: i64, run_at_ms: i64) -> AppResult<()> {
+    sqlx::query("UPDATE pending_job SET run_at_ms = $1 WHERE seq = $2")
+        .bind(run_at_ms)
+        .bind(seq)
+        .execute(&mut *sql)
+        .await?;
+    Ok(())
+}
+
 fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
     Ok(Record {
         topic: row.try_get("topic")?,
@@ -160,6 +173,7 @@ fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
             callback_url: row.try_get("callback_url")?,
             created_at_ms: row.try_get("created_at_ms")?,
             seq: row.try_get("seq")?,
+            priority: row.try_get::<i64, _>("priority")?.clamp(0, 1000) as u32,
         },
     })
 }

@@ -216,6 +216,7 @@ impl Jobs {
         let mut conn = self.infra.redis.get().await?;
         for (command, key) in [
             ("ZRANGE", keys.jobs_delayed(topic)),
+            ("ZRANGE", keys.jobs_waiting(topic)),
             ("LRANGE", keys.jobs_ready(topic)),
             ("ZRANGE", keys.jobs_running(topic)),
         ] {

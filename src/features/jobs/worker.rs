@@ -373,7 +373,8 @@ impl Jobs {
         let keys = &self.infra.keys;
         let promotion = JobsPromote {
             delayed: keys.jobs_delayed(topic),
-            ready: keys.jobs_ready(topic),
+            waiting: keys.jobs_waiting(topic),
+            legacy: keys.jobs_ready(topic),
             running: keys.jobs_running(topic),
             pool: keys.job_pool(topic),
         };
@@ -409,7 +410,7 @@ impl Jobs {
         let lease = uuid::Uuid::new_v4().simple().to_string();
         let policy = self.registry.policy(topic);
         let take = JobsTake {
-            ready: keys.jobs_ready(topic),
+            waiting: keys.jobs_waiting(topic),
             running: keys.jobs_running(topic),
             pool: keys.job_pool(topic),
             settings: keys.jobs_settings(topic),
@@ -456,6 +457,7 @@ impl Jobs {
                             callback_url: None,
                             created_at_ms: 0,
                             seq: 0,
+                            priority: 0,
                         }),
                         lease,
                         error: format!("the stored job does not read as a job: {error}"),

@@ -532,6 +532,7 @@ impl Vouchers {
             // The topic's policy (orders::register_expiry) gives it its attempts.
             max_attempts: None,
             callback_url: None,
+            priority: 0,
         }
     }
 

@@ -8,3 +8,6 @@ CREATE TABLE job_topic (
     concurrency   BIGINT,
     updated_at_ms BIGINT NOT NULL
 );
+
+-- A pending job's priority (0 to 1000, higher first once due), which a rebuild gives back.
+ALTER TABLE pending_job ADD COLUMN priority BIGINT NOT NULL DEFAULT 0;
