@@ -84,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
                         max_attempts: None,
                         callback_url: None,
                         priority: 0,
+                        backoff: None,
                     };
                     state.features.jobs.schedule(job).await.expect("scheduled");
                 }

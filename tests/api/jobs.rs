@@ -57,6 +57,7 @@ pub fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
         max_attempts: None,
         callback_url: None,
         priority: 0,
+        backoff: None,
     }
 }
 

@@ -717,3 +717,212 @@ async fn finished_jobs_are_cleaned_and_dead_ones_requeued_in_bulk() {
     let verified = app.jobs().verify().await.unwrap();
     assert!(verified.is_clean(), "{verified:?}");
 }
+
+/// Fails every delivery with a retry, remembering when each started.
+#[derive(Clone, Default)]
+struct Flaky {
+    starts: Arc<Mutex<Vec<i64>>>,
+}
+
+#[async_trait::async_trait]
+impl JobHandler for Flaky {
+    async fn handle(&self, _: &Delivery) -> Result<(), JobError> {
+        self.starts
+            .lock()
+            .unwrap()
+            .push(chrono::Utc::now().timestamp_millis());
+        Err(JobError::Retry("not yet".into()))
+    }
+}
+
+#[tokio::test]
+async fn a_jobs_own_fixed_backoff_replaces_the_ladder() {
+    let app = TestApp::spawn().await;
+    let flaky = Flaky::default();
+    app.jobs()
+        .registry
+        .register("backoff", Arc::new(flaky.clone()), None);
+    let input = json!({ "id": "b1", "topic": "backoff", "data": {}, "delaySeconds": 0, "maxAttempts": 3,
+        "backoff": { "kind": "FIXED", "delaySeconds": 1 } });
+    schedule_with(&app, input).await;
+    eventually(async || topic(&app, "backoff").await["counts"]["dead"] == 1).await;
+    let starts = flaky.starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 3);
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            (900..5000).contains(&gap),
+            "a second apart, not the ladder's 15 s: {starts:?}"
+        );
+    }
+    let admin = app.admin_token();
+    for bad in [
+        json!({ "kind": "FIXED", "delaySeconds": 0 }),
+        json!({ "kind": "EXPONENTIAL", "delaySeconds": 10, "maxDelaySeconds": 5 }),
+        json!({ "kind": "LADDER", "delaySeconds": -1 }),
+    ] {
+        let input = json!({ "id": "b2", "topic": "backoff", "data": {}, "delaySeconds": 0, "backoff": bad });
+        assert_eq!(
+            first_code(
+                &app.gql(Some(&admin), SCHEDULE, json!({ "input": input }))
+                    .await
+            ),
+            "BAD_USER_INPUT",
+            "{bad}"
+        );
+    }
+}
+
+/// What a receiver saw of each callback: headers and body.
+type Seen = Arc<Mutex<Vec<(axum::http::HeaderMap, String)>>>;
+
+/// A receiver that verifies signatures as docs/queue.md shows: the HMAC-SHA256 of
+/// `<timestamp>.<body>` under the shared secret, a timestamp within five minutes, and no
+/// signature seen before. It answers 503 with `Retry-After: 120` to the job `later`.
+async fn verifying_receiver(secret: &'static str) -> (u16, Seen) {
+    use hmac::{Hmac, Mac};
+    let seen: Seen = Arc::default();
+    let signatures: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let log = seen.clone();
+    let router = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let (log, signatures) = (log.clone(), signatures.clone());
+            async move {
+                log.lock().unwrap().push((headers.clone(), body.clone()));
+                let header = |name: &str| {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let (timestamp, signature) =
+                    (header("x-engage-timestamp"), header("x-engage-signature"));
+                let Ok(sent_at) = timestamp.parse::<i64>() else {
+                    return (axum::http::StatusCode::UNAUTHORIZED, "no timestamp").into_response();
+                };
+                if (chrono::Utc::now().timestamp() - sent_at).abs() > 300 {
+                    return (axum::http::StatusCode::UNAUTHORIZED, "too old").into_response();
+                }
+                let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+                mac.update(format!("{timestamp}.{body}").as_bytes());
+                let given = signature
+                    .strip_prefix("v1=")
+                    .and_then(|h| hex::decode(h).ok());
+                if given.is_none_or(|given| mac.verify_slice(&given).is_err()) {
+                    return (axum::http::StatusCode::UNAUTHORIZED, "bad signature").into_response();
+                }
+                if !signatures.lock().unwrap().insert(signature) {
+                    return (axum::http::StatusCode::CONFLICT, "replayed").into_response();
+                }
+                if header("x-engage-job-id") == "later" {
+                    return (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        [("retry-after", "120")],
+                        "busy",
+                    )
+                        .into_response();
+                }
+                (axum::http::StatusCode::OK, "ok").into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (port, seen)
+}
+
+use axum::response::IntoResponse;
+
+async fn callback_job(app: &TestApp, id: &str, port: u16) {
+    let input = json!({ "id": id, "topic": "signed", "data": { "order": 7 }, "delaySeconds": 0,
+        "callbackUrl": format!("http://127.0.0.1:{port}/hook") });
+    schedule_with(app, input).await;
+}
+
+async fn job_of(app: &TestApp, id: &str) -> Value {
+    app.data(
+        Some(&app.admin_token()),
+        "query($id: ID!) { job(topic: \"signed\", id: $id) { status attempts runAt lastError } }",
+        json!({ "id": id }),
+    )
+    .await["job"]
+        .clone()
+}
+
+#[tokio::test]
+async fn callbacks_are_signed_and_a_receiver_refuses_forgeries_and_replays() {
+    let (port, seen) = verifying_receiver("s3cret").await;
+    let app = TestApp::spawn_with(move |config| {
+        config.jobs.callback_hosts = format!("127.0.0.1:{port}");
+        config.jobs.callback_secret = Some("s3cret".into());
+    })
+    .await;
+    callback_job(&app, "paid", port).await;
+    eventually(async || job_of(&app, "paid").await["status"] == "DONE").await;
+
+    // The request as sent, replayed, is refused; so is a body changed under its signature.
+    let (headers, body) = seen.lock().unwrap()[0].clone();
+    assert_eq!(body, r#"{"order":7}"#);
+    let client = reqwest::Client::new();
+    let send = |body: String| {
+        let mut request = client.post(format!("http://127.0.0.1:{port}/hook"));
+        for name in [
+            "x-engage-timestamp",
+            "x-engage-signature",
+            "x-engage-job-id",
+        ] {
+            request = request.header(name, headers.get(name).unwrap().to_str().unwrap());
+        }
+        request.body(body).send()
+    };
+    assert_eq!(send(body.clone()).await.unwrap().status(), 409, "a replay");
+    assert_eq!(
+        send(r#"{"order":8}"#.into()).await.unwrap().status(),
+        401,
+        "a forged body"
+    );
+
+    // Signed with another secret: refused, and retried on the ladder.
+    let other = TestApp::spawn_with(move |config| {
+        config.jobs.callback_hosts = format!("127.0.0.1:{port}");
+        config.jobs.callback_secret = Some("guess".into());
+    })
+    .await;
+    let input = json!({ "id": "forged", "topic": "signed", "data": {}, "delaySeconds": 0,
+        "callbackUrl": format!("http://127.0.0.1:{port}/hook") });
+    schedule_with(&other, input).await;
+    eventually(async || {
+        other
+            .data(
+                Some(&other.admin_token()),
+                "{ job(topic: \"signed\", id: \"forged\") { attempts } }",
+                json!({}),
+            )
+            .await["job"]["attempts"]
+            == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_callbacks_retry_after_is_honoured_within_the_ladder() {
+    let (port, _seen) = verifying_receiver("k").await;
+    let app = TestApp::spawn_with(move |config| {
+        config.jobs.callback_hosts = format!("127.0.0.1:{port}");
+        config.jobs.callback_secret = Some("k".into());
+    })
+    .await;
+    callback_job(&app, "later", port).await;
+    eventually(async || job_of(&app, "later").await["attempts"] == 1).await;
+    let job = job_of(&app, "later").await;
+    assert_eq!(job["status"], "DELAYED", "{job}");
+    let run_at = chrono::DateTime::parse_from_rfc3339(job["runAt"].as_str().unwrap()).unwrap();
+    let wait = run_at.timestamp_millis() - app.now_ms();
+    assert!(
+        (110_000..=120_000).contains(&wait),
+        "Retry-After: 120, not the ladder's 15 s: {wait}"
+    );
+}

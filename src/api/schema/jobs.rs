@@ -13,7 +13,7 @@ use crate::{
     features::jobs::{
         self,
         control::{JobCounts as Counts, TopicView},
-        JobStatus, JobView, NewJob, MAX_DELAY_SECONDS, MAX_PRIORITY,
+        Backoff, BackoffKind, JobStatus, JobView, NewJob, MAX_DELAY_SECONDS, MAX_PRIORITY,
     },
     infra::{
         auth::RoleGuard,
@@ -195,6 +195,19 @@ pub(crate) struct ScheduleJobInput {
     /// earlier due time (BullMQ's lower number wins; here the higher).
     #[graphql(default = 0)]
     pub(crate) priority: i32,
+    /// How long to wait before each retry; default: the topic's ladder.
+    pub(crate) backoff: Option<BackoffInput>,
+}
+
+/// How long a job waits before each retry.
+#[derive(InputObject)]
+pub(crate) struct BackoffInput {
+    pub(crate) kind: BackoffKind,
+    /// FIXED: the wait; EXPONENTIAL: the first wait, doubled at each retry (1 or more);
+    /// LADDER: the shortest step (0 or more).
+    pub(crate) delay_seconds: i32,
+    /// The longest wait (EXPONENTIAL and LADDER); default: no bound but a year's.
+    pub(crate) max_delay_seconds: Option<i32>,
 }
 
 /// What `cancelPendingJob` answers.
@@ -226,6 +239,17 @@ impl ScheduleJobInput {
             AppError::bad_input(format!("priority must be between 0 and {MAX_PRIORITY}"))
         })?;
         let body = self.body_text()?;
+        let seconds = |n: i32| {
+            u32::try_from(n).map_err(|_| AppError::bad_input("backoff delays must not be negative"))
+        };
+        let backoff = match &self.backoff {
+            Some(input) => Some(Backoff {
+                kind: input.kind,
+                delay_seconds: seconds(input.delay_seconds)?,
+                max_delay_seconds: input.max_delay_seconds.map(seconds).transpose()?,
+            }),
+            None => None,
+        };
         Ok(NewJob {
             id: self.id.to_string(),
             topic: self.topic,
@@ -234,6 +258,7 @@ impl ScheduleJobInput {
             max_attempts,
             callback_url: self.callback_url,
             priority,
+            backoff,
         })
     }
 

@@ -26,6 +26,7 @@ mod manage;
 mod pending;
 pub mod recovery;
 pub mod settings;
+pub mod signing;
 mod topics;
 pub(crate) mod worker;
 
@@ -61,7 +62,7 @@ pub struct Jobs {
 
 pub use settings::JobsSettings;
 
-pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
+pub use handlers::{Backoff, BackoffKind, JobError, JobHandler, JobRegistry, TopicPolicy};
 pub use manage::MAX_BATCH;
 
 /// Topics an instance names in its metrics; any further topic is counted as `other`.
@@ -146,6 +147,9 @@ pub struct JobSpec {
     /// 0 to 1000: among due jobs, a higher one is taken first.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) priority: u32,
+    /// The job's own backoff; `None`: its topic's ladder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) backoff: Option<Backoff>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -189,6 +193,8 @@ pub struct NewJob {
     pub callback_url: Option<String>,
     /// 0 to [`MAX_PRIORITY`].
     pub priority: u32,
+    /// `None`: the topic's ladder.
+    pub backoff: Option<Backoff>,
 }
 
 /// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
@@ -251,6 +257,9 @@ impl NewJob {
         let max_attempts = self
             .max_attempts
             .unwrap_or_else(|| ctx.registry.policy(&self.topic).default_attempts());
+        if let Some(backoff) = &self.backoff {
+            backoff.check()?;
+        }
         if self.priority > MAX_PRIORITY {
             return Err(AppError::bad_input(format!(
                 "priority must be between 0 and {MAX_PRIORITY}"
@@ -401,6 +410,7 @@ impl Jobs {
                     created_at_ms: now,
                     seq: self.infra.ids.next_id().await?,
                     priority: job.priority,
+                    backoff: job.backoff,
                 },
                 topic: job.topic,
                 id: job.id,
@@ -760,6 +770,7 @@ impl Jobs {
                 max_attempts: Some(dead.max_attempts),
                 callback_url: dead.callback_url.clone(),
                 priority: dead.priority,
+                backoff: None,
             })
             .await?;
         let requeued = sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")

@@ -30,12 +30,12 @@ pub(crate) struct Record {
     pub(crate) attempts: u32,
 }
 
-/// Rows per statement: 10 parameters each, far below either backend's limit.
+/// Rows per statement: 11 parameters each, far below either backend's limit.
 const ROWS_PER_STATEMENT: usize = 500;
 
 const COLUMNS: &str =
     "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms, \
-     priority";
+     priority, backoff";
 
 /// `INSERT INTO pending_job (…) VALUES (…), … ` with the records bound.
 fn insert<'q>(
@@ -54,7 +54,14 @@ fn insert<'q>(
             .bind(i64::from(record.attempts))
             .bind(i64::from(record.spec.max_attempts))
             .bind(record.spec.created_at_ms)
-            .bind(i64::from(record.spec.priority));
+            .bind(i64::from(record.spec.priority))
+            .bind(
+                record
+                    .spec
+                    .backoff
+                    .as_ref()
+                    .and_then(|b| serde_json::to_string(b).ok()),
+            );
     }
     query
 }
@@ -69,7 +76,7 @@ pub(crate) async fn insert_new(
         let statement = format!(
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} \
              ON CONFLICT (topic, job_id) DO NOTHING RETURNING seq",
-            values_placeholders(Backend::of(sql), chunk.len(), 10)
+            values_placeholders(Backend::of(sql), chunk.len(), 11)
         );
         for row in insert(&statement, chunk).fetch_all(&mut *sql).await? {
             written.insert(row.try_get("seq")?);
@@ -95,8 +102,8 @@ pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResul
              SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
              run_at_ms = excluded.run_at_ms, attempts = excluded.attempts, \
              max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms, \
-             priority = excluded.priority",
-            values_placeholders(Backend::of(sql), chunk.len(), 10)
+             priority = excluded.priority, backoff = excluded.backoff",
+            values_placeholders(Backend::of(sql), chunk.len(), 11)
         );
         insert(&statement, chunk).execute(&mut *sql).await?;
     }
@@ -174,6 +181,9 @@ fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
             created_at_ms: row.try_get("created_at_ms")?,
             seq: row.try_get("seq")?,
             priority: row.try_get::<i64, _>("priority")?.clamp(0, 1000) as u32,
+            backoff: row
+                .try_get::<Option<String>, _>("backoff")?
+                .and_then(|text| serde_json::from_str(&text).ok()),
         },
     })
 }

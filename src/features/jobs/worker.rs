@@ -119,9 +119,16 @@ async fn deliver(
                         .increment(1);
                 }
             }),
-        Err(JobError::Retry(error)) if delivery.attempt < delivery.spec.max_attempts => {
-            let retry_at =
-                ctx.infra.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
+        Err(JobError::Retry(error) | JobError::RetryAfter(error, _))
+            if delivery.attempt < delivery.spec.max_attempts =>
+        {
+            let asked = match &outcome {
+                Err(JobError::RetryAfter(_, after)) => Some(*after),
+                _ => None,
+            };
+            let delay =
+                policy.delay_after(delivery.attempt, delivery.spec.backoff.as_ref(), asked);
+            let retry_at = ctx.infra.clock.now_ms() + delay.as_millis() as i64;
             finisher
                 .finish(&delivery, &lease, Outcome::Retry { retry_at, error })
                 .await
@@ -132,7 +139,11 @@ async fn deliver(
                     }
                 })
         }
-        Err(JobError::Retry(error) | JobError::Permanent(error)) => {
+        Err(
+            JobError::Retry(error)
+            | JobError::Permanent(error)
+            | JobError::RetryAfter(error, _),
+        ) => {
             ctx.bury(&finisher, &delivery, &lease, error).await
         }
     };
@@ -458,6 +469,7 @@ impl Jobs {
                             created_at_ms: 0,
                             seq: 0,
                             priority: 0,
+                            backoff: None,
                         }),
                         lease,
                         error: format!("the stored job does not read as a job: {error}"),

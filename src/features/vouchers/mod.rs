@@ -533,6 +533,7 @@ impl Vouchers {
             max_attempts: None,
             callback_url: None,
             priority: 0,
+            backoff: None,
         }
     }
 
