@@ -85,6 +85,8 @@ async fn main() -> anyhow::Result<()> {
                         callback_url: None,
                         priority: 0,
                         backoff: None,
+                        remove_on_complete: None,
+                        remove_on_fail: None,
                     };
                     state.features.jobs.schedule(job).await.expect("scheduled");
                 }

@@ -15,6 +15,7 @@
   Output: {1, <JSON of the job>} cancelled (its JSON tells the caller which SQL record to
           remove), {0, ''} no such pending job (unknown, finished or already cancelled)
 ]]
+-- @include jobs_fields.lua
 local id = ARGV[1]
 local removed = redis.call('ZREM', KEYS[1], id)
   + redis.call('ZREM', KEYS[2], id)
@@ -24,6 +25,7 @@ if removed == 0 then
   return {0, ''}
 end
 redis.call('HDEL', KEYS[4], id .. '/lease')
-redis.call('HSET', KEYS[4], id .. '/status', 'CANCELLED')
+redis.call('HSET', KEYS[4], id .. '/status', 'CANCELLED', id .. '/finished', ARGV[2])
+job_event(KEYS[4], id, ARGV[2], 'CANCELLED', redis.call('HGET', KEYS[4], id .. '/attempts'), '')
 redis.call('ZADD', KEYS[5], ARGV[2], id)
 return {1, redis.call('HGET', KEYS[4], id) or ''}

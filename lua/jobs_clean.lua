@@ -11,12 +11,12 @@
 
   Output: how many were forgotten
 ]]
+-- @include jobs_fields.lua
 local removed = 0
 local ended = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, ARGV[3])
 for _, id in ipairs(ended) do
   if redis.call('HGET', KEYS[2], id .. '/status') == ARGV[1] then
-    redis.call('HDEL', KEYS[2], id, id .. '/attempts', id .. '/error', id .. '/status',
-      id .. '/stalls', id .. '/priority')
+    forget_job(KEYS[2], id)
     redis.call('ZREM', KEYS[1], id)
     removed = removed + 1
   end

@@ -10,7 +10,8 @@
                                                    <id>/status
     KEYS[2] delayed: delay zset       {jobs:<topic>}:delayed    score = run at, epoch ms
     KEYS[3] finished: finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
-    ARGV[1..] jobs: five per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new),
+    ARGV[1] now_ms: now, epoch ms (the history's first event)
+    ARGV[2..] jobs: five per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new),
                     priority (0 to 1000, higher first once due; kept as <id>/priority when not 0)
 
   Output: two per job, in order (statuses of lua/include/status.lua): OK, '' added;
@@ -21,8 +22,9 @@
   ':', allowed in ids, the job "a:attempts" and the attempts of the job "a" were one field.
 ]]
 -- @include status.lua
+-- @include jobs_fields.lua
 local out = {}
-for i = 1, #ARGV, 5 do
+for i = 2, #ARGV, 5 do
   local id = ARGV[i]
   local status = redis.call('HGET', KEYS[1], id .. '/status')
   local pending = redis.call('HGET', KEYS[1], id)
@@ -30,9 +32,9 @@ for i = 1, #ARGV, 5 do
     out[#out + 1] = TAKEN
     out[#out + 1] = pending
   else
-    redis.call('HDEL', KEYS[1], id .. '/status', id .. '/error', id .. '/lease', id .. '/stalls',
-      id .. '/priority')
+    forget_job(KEYS[1], id)
     redis.call('HSET', KEYS[1], id, ARGV[i + 1], id .. '/attempts', ARGV[i + 3])
+    job_event(KEYS[1], id, ARGV[1], 'DELAYED', ARGV[i + 3], '')
     if ARGV[i + 4] ~= '0' then
       redis.call('HSET', KEYS[1], id .. '/priority', ARGV[i + 4])
     end

@@ -26,6 +26,7 @@
           stalls = deliveries of the job whose lease ran out (the caller buries a job that
           stalled more often than its topic allows instead of running it again)
 ]]
+-- @include jobs_fields.lua
 local settings = redis.call('HMGET', KEYS[4], 'paused', 'per_second', 'concurrency')
 if settings[1] == '1' then
   return {}
@@ -61,7 +62,10 @@ for i = 1, #popped, 2 do
     redis.call('HSET', KEYS[3], id .. '/lease', lease)
     out[#out + 1] = id
     out[#out + 1] = job
-    out[#out + 1] = redis.call('HINCRBY', KEYS[3], id .. '/attempts', 1)
+    local attempt = redis.call('HINCRBY', KEYS[3], id .. '/attempts', 1)
+    redis.call('HSET', KEYS[3], id .. '/started', ARGV[4])
+    job_event(KEYS[3], id, ARGV[4], 'RUNNING', attempt, '')
+    out[#out + 1] = attempt
     out[#out + 1] = lease
     out[#out + 1] = tonumber(redis.call('HGET', KEYS[3], id .. '/stalls') or '0')
   end

@@ -58,6 +58,8 @@ pub fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
         callback_url: None,
         priority: 0,
         backoff: None,
+        remove_on_complete: None,
+        remove_on_fail: None,
     }
 }
 

@@ -816,6 +816,14 @@ async fn verifying_receiver(secret: &'static str) -> (u16, Seen) {
                 if !signatures.lock().unwrap().insert(signature) {
                     return (axum::http::StatusCode::CONFLICT, "replayed").into_response();
                 }
+                if header("x-engage-job-id") == "answered" {
+                    return (
+                        axum::http::StatusCode::OK,
+                        [("content-type", "application/json")],
+                        r#"{"receipt":"r-1"}"#,
+                    )
+                        .into_response();
+                }
                 if header("x-engage-job-id") == "later" {
                     return (
                         axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -925,4 +933,159 @@ async fn a_callbacks_retry_after_is_honoured_within_the_ladder() {
         (110_000..=120_000).contains(&wait),
         "Retry-After: 120, not the ladder's 15 s: {wait}"
     );
+}
+
+const PROGRESS: &str = "mutation($id: ID!, $lease: String!, $progress: JSON!) { reportJobProgress(topic: \"progress\", id: $id, leaseToken: $lease, progress: $progress) { progress } }";
+
+/// Reports progress through the API while it runs, with its own lease and with another.
+struct Reporting {
+    url: String,
+    token: String,
+    answers: Arc<Mutex<Vec<Value>>>,
+}
+
+#[async_trait::async_trait]
+impl JobHandler for Reporting {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        let client = reqwest::Client::new();
+        for (lease, pct) in [(delivery.lease.as_str(), 50), ("someone-else:1", 99)] {
+            let answer: Value = client
+                .post(&self.url)
+                .bearer_auth(&self.token)
+                .json(&json!({ "query": PROGRESS, "variables": { "id": delivery.id, "lease": lease, "progress": { "pct": pct } } }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            self.answers.lock().unwrap().push(answer);
+        }
+        Ok(())
+    }
+}
+
+const DETAILS: &str = "query($t: String!, $id: ID!) { job(topic: $t, id: $id) { status progress result runs nextRunAt createdAt startedAt finishedAt history { state attempt error } last: history(first: 1) { state } } }";
+
+#[tokio::test]
+async fn progress_is_fenced_by_the_lease_and_a_job_keeps_its_times_and_history() {
+    let app = TestApp::spawn().await;
+    let answers: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let reporting = Reporting {
+        url: app.url("/graphql"),
+        token: app.token(11, Role::Service),
+        answers: answers.clone(),
+    };
+    app.jobs()
+        .registry
+        .register("progress", Arc::new(reporting), None);
+    let admin = app.admin_token();
+    schedule(&app, &admin, "g1", "progress").await;
+    let details = async || {
+        app.data(
+            Some(&admin),
+            DETAILS,
+            json!({ "t": "progress", "id": "g1" }),
+        )
+        .await["job"]
+            .clone()
+    };
+    eventually(async || details().await["status"] == "DONE").await;
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(
+        answers[0]["data"]["reportJobProgress"]["progress"],
+        json!({ "pct": 50 }),
+        "{answers:?}"
+    );
+    assert_eq!(
+        first_code(&answers[1]),
+        "CONFLICT",
+        "another lease may not: {answers:?}"
+    );
+
+    let job = details().await;
+    assert_eq!(job["progress"], json!({ "pct": 50 }));
+    assert_eq!(job["runs"], 1);
+    assert_eq!(job["nextRunAt"], Value::Null);
+    for at in ["createdAt", "startedAt", "finishedAt"] {
+        assert!(job[at].is_string(), "{at}: {job}");
+    }
+    assert_eq!(
+        job["history"],
+        json!([
+            { "state": "DELAYED", "attempt": 0, "error": null },
+            { "state": "RUNNING", "attempt": 1, "error": null },
+            { "state": "DONE", "attempt": 1, "error": null },
+        ])
+    );
+    assert_eq!(job["last"], json!([{ "state": "DONE" }]));
+    // The delivery ended: its lease fences nothing any more.
+    let late = app
+        .gql(
+            Some(&admin),
+            PROGRESS,
+            json!({ "id": "g1", "lease": "x", "progress": 1 }),
+        )
+        .await;
+    assert_eq!(first_code(&late), "CONFLICT");
+}
+
+#[tokio::test]
+async fn a_callbacks_json_answer_is_the_jobs_result() {
+    let (port, _seen) = verifying_receiver("r").await;
+    let app = TestApp::spawn_with(move |config| {
+        config.jobs.callback_hosts = format!("127.0.0.1:{port}");
+        config.jobs.callback_secret = Some("r".into());
+    })
+    .await;
+    callback_job(&app, "answered", port).await;
+    eventually(async || job_of(&app, "answered").await["status"] == "DONE").await;
+    let job = app
+        .data(
+            Some(&app.admin_token()),
+            DETAILS,
+            json!({ "t": "signed", "id": "answered" }),
+        )
+        .await;
+    assert_eq!(job["job"]["result"], json!({ "receipt": "r-1" }), "{job}");
+}
+
+#[tokio::test]
+async fn retention_keeps_as_many_done_and_dead_jobs_as_the_job_says() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    app.handle_topic("kept-done");
+    let failing = Gauge {
+        fail: true,
+        ..Gauge::default()
+    };
+    app.jobs()
+        .registry
+        .register("kept-dead", Arc::new(failing), None);
+    for n in 0..3 {
+        let done = json!({ "id": format!("d{n}"), "topic": "kept-done", "data": {}, "delaySeconds": 0, "removeOnComplete": 1 });
+        schedule_with(&app, done).await;
+        let dead = json!({ "id": format!("x{n}"), "topic": "kept-dead", "data": {}, "delaySeconds": 0, "removeOnFail": 1 });
+        schedule_with(&app, dead).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eventually(async || topic(&app, "kept-done").await["counts"]["done"] == 3).await;
+    let listed = async |topic: &str, status: &str| {
+        app.data(
+            Some(&admin),
+            "query($t: String!, $s: JobStatus!) { jobs(topic: $t, status: $s) { edges { node { jobId } } } }",
+            json!({ "t": topic, "s": status }),
+        )
+        .await["jobs"]["edges"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(listed("kept-done", "DONE").await, 1);
+    eventually(async || topic(&app, "kept-dead").await["counts"]["dead"] == 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(listed("kept-dead", "DEAD").await, 1);
+    assert_eq!(topic(&app, "kept-dead").await["counts"]["dead"], 1);
+    let verified = app.jobs().verify().await.unwrap();
+    assert!(verified.is_clean(), "{verified:?}");
 }

@@ -9,6 +9,7 @@ use crate::{
         connection::Connection,
         jobs::{readers, CancelJobPayload, Job, ScheduleJobInput, Topic},
         page::{list_cost, PageArgs, PAGE},
+        scalars::Json,
         ContextExt,
     },
     features::jobs::{self, JobStatus, Jobs, MAX_BATCH},
@@ -193,6 +194,25 @@ impl JobMutation {
     #[graphql(guard = "readers()")]
     async fn requeue_dead_jobs(&self, ctx: &Context<'_>, topic: String) -> AppResult<i64> {
         ctx.feature::<Jobs>().requeue_all_dead(&topic).await
+    }
+
+    /// Records a running job's progress, as its handler reports it: `leaseToken` is the
+    /// delivery's (`X-Engage-Lease` of its callback), so only the delivery running the job
+    /// may; `CONFLICT` for any other (a lease that ran out, a job that ended).
+    #[graphql(guard = "readers()")]
+    async fn report_job_progress(
+        &self,
+        ctx: &Context<'_>,
+        topic: String,
+        id: ID,
+        lease_token: String,
+        progress: Json,
+    ) -> AppResult<Job> {
+        let job = ctx
+            .feature::<Jobs>()
+            .report_progress(&topic, &id, &lease_token, progress.to_text())
+            .await?;
+        Ok(Job(job))
     }
 
     /// Pauses a topic: it hands out no job until resumed (its due jobs count as `paused`);

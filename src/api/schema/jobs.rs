@@ -168,6 +168,65 @@ impl Job {
         i64::from(self.0.priority)
     }
 
+    /// What its handler last reported with `reportJobProgress`.
+    #[graphql(complexity = "BODY_COST")]
+    async fn progress(&self) -> Option<Json> {
+        self.0
+            .details
+            .progress
+            .as_deref()
+            .and_then(|t| Json::from_text(t).ok())
+    }
+
+    /// What its callback answered (JSON) when it was done.
+    #[graphql(complexity = "BODY_COST")]
+    async fn result(&self) -> Option<Json> {
+        self.0
+            .details
+            .result
+            .as_deref()
+            .and_then(|t| Json::from_text(t).ok())
+    }
+
+    /// Times it was done.
+    async fn runs(&self) -> i64 {
+        i64::from(self.0.details.runs)
+    }
+
+    /// When it is due next: its due time while delayed, else null.
+    async fn next_run_at(&self) -> Option<DateTime> {
+        (self.0.status == JobStatus::Delayed).then(|| DateTime::from_ms(self.0.run_at_ms))
+    }
+
+    /// When it was scheduled (for a dead job, whose record does not say: when it died).
+    async fn created_at(&self) -> DateTime {
+        match self.0.details.created_at_ms {
+            0 => DateTime::from_ms(self.0.run_at_ms),
+            at => DateTime::from_ms(at),
+        }
+    }
+
+    /// When its latest delivery started.
+    async fn started_at(&self) -> Option<DateTime> {
+        self.0.details.started_at_ms.map(DateTime::from_ms)
+    }
+
+    /// When it ended: done, cancelled or dead.
+    async fn finished_at(&self) -> Option<DateTime> {
+        self.0.details.finished_at_ms.map(DateTime::from_ms)
+    }
+
+    /// Its newest events, oldest first: at most `first` (default and at most 20; the job
+    /// keeps its 20 newest).
+    async fn history(&self, #[graphql(default = 20)] first: i32) -> AppResult<Vec<JobEvent>> {
+        if !(0..=20).contains(&first) {
+            return Err(AppError::bad_input("first must be between 0 and 20"));
+        }
+        let events = &self.0.details.history;
+        let skip = events.len().saturating_sub(first as usize);
+        Ok(events[skip..].iter().cloned().map(JobEvent).collect())
+    }
+
     async fn callback_url(&self) -> Option<&str> {
         self.0.callback_url.as_deref()
     }
@@ -197,6 +256,41 @@ pub(crate) struct ScheduleJobInput {
     pub(crate) priority: i32,
     /// How long to wait before each retry; default: the topic's ladder.
     pub(crate) backoff: Option<BackoffInput>,
+    /// Once this job is done, the topic keeps only this many done or cancelled jobs, the
+    /// newest (0: this one is forgotten at once); default 1,000.
+    pub(crate) remove_on_complete: Option<i32>,
+    /// Once this job died, the topic keeps only this many dead jobs, the newest; default:
+    /// all, until `cleanJobs`.
+    pub(crate) remove_on_fail: Option<i32>,
+}
+
+/// A count that may not be negative.
+fn seconds_or(what: &'static str) -> impl Fn(i32) -> AppResult<u32> {
+    move |n| u32::try_from(n).map_err(|_| AppError::bad_input(format!("{what} must be 0 or more")))
+}
+
+/// One change of a job's state.
+pub(crate) struct JobEvent(pub(crate) jobs::JobEvent);
+
+#[Object]
+impl JobEvent {
+    async fn at(&self) -> DateTime {
+        DateTime::from_ms(self.0.at_ms)
+    }
+
+    /// The state the job entered (DELAYED again for a retry, with its error).
+    async fn state(&self) -> JobStatus {
+        self.0.status
+    }
+
+    /// Deliveries so far when it happened.
+    async fn attempt(&self) -> i64 {
+        i64::from(self.0.attempt)
+    }
+
+    async fn error(&self) -> Option<&str> {
+        self.0.error.as_deref()
+    }
 }
 
 /// How long a job waits before each retry.
@@ -259,6 +353,14 @@ impl ScheduleJobInput {
             callback_url: self.callback_url,
             priority,
             backoff,
+            remove_on_complete: self
+                .remove_on_complete
+                .map(seconds_or("removeOnComplete"))
+                .transpose()?,
+            remove_on_fail: self
+                .remove_on_fail
+                .map(seconds_or("removeOnFail"))
+                .transpose()?,
         })
     }
 

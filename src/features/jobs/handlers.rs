@@ -29,6 +29,9 @@ pub struct Delivery {
     pub spec: JobSpec,
     /// 1 for the first delivery.
     pub attempt: u32,
+    /// This delivery's lease: what `reportJobProgress` is fenced by (a callback gets it as
+    /// `X-Engage-Lease`).
+    pub lease: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -279,7 +282,8 @@ impl JobRegistry {
     }
 
     /// Runs one delivery with its topic's handler, or its callback.
-    pub(crate) async fn run(&self, delivery: &Delivery) -> Result<(), JobError> {
+    /// A callback's JSON answer is the job's result; a handler's is none.
+    pub(crate) async fn run(&self, delivery: &Delivery) -> Result<Option<String>, JobError> {
         if let Some(url) = &delivery.spec.callback_url {
             return self.callbacks.post(url, delivery).await;
         }
@@ -290,7 +294,7 @@ impl JobRegistry {
             .get(&delivery.topic)
             .map(|(h, _)| h.clone());
         match handler {
-            Some(handler) => handler.handle(delivery).await,
+            Some(handler) => handler.handle(delivery).await.map(|()| None),
             None => Err(JobError::Retry(format!(
                 "no handler for topic {} on this instance",
                 delivery.topic
@@ -394,7 +398,7 @@ impl Callbacks {
         Ok(first)
     }
 
-    async fn post(&self, url: &str, delivery: &Delivery) -> Result<(), JobError> {
+    async fn post(&self, url: &str, delivery: &Delivery) -> Result<Option<String>, JobError> {
         let url =
             Url::parse(url).map_err(|_| JobError::Permanent("callback URL is not a URL".into()))?;
         let address = self.resolve(&url).await?;
@@ -413,7 +417,8 @@ impl Callbacks {
             .header("content-type", "application/json")
             .header("x-engage-job-id", &delivery.id)
             .header("x-engage-job-topic", &delivery.topic)
-            .header("x-engage-job-attempt", delivery.attempt.to_string());
+            .header("x-engage-job-attempt", delivery.attempt.to_string())
+            .header("x-engage-lease", &delivery.lease);
         if let Some(secret) = &self.secret {
             let now = chrono::Utc::now().timestamp();
             let signed = super::signing::signature(secret, now, delivery.spec.body.as_bytes());
@@ -427,7 +432,13 @@ impl Callbacks {
             .await
             .map_err(|e| JobError::Retry(format!("callback failed: {e}")))?;
         if response.status().is_success() {
-            return Ok(());
+            // A JSON answer is kept as the job's result; any other answer is not.
+            let body = response.bytes().await.unwrap_or_default();
+            let result = (body.len() <= super::MAX_BODY_BYTES)
+                .then(|| serde_json::from_slice::<serde_json::Value>(&body).ok())
+                .flatten()
+                .map(|value| value.to_string());
+            return Ok(result);
         }
         let error = format!("callback answered {}", response.status());
         match retry_after(response.headers()) {

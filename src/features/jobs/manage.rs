@@ -7,7 +7,10 @@ use sqlx::Row;
 use super::{check_topic, is_job_id, pending, JobSpec, JobStatus, JobView, Jobs, NewJob};
 use crate::infra::{
     error::{AppError, AppResult, ErrorCode},
-    redis::scripts::{JobsClean, JobsCleanArgs, JobsReschedule, JobsRescheduleArgs, Replies},
+    redis::scripts::{
+        JobsClean, JobsCleanArgs, JobsProgress, JobsProgressArgs, JobsReschedule,
+        JobsRescheduleArgs, Replies,
+    },
 };
 
 /// Most jobs `scheduleJobs` takes at once.
@@ -193,5 +196,67 @@ impl Replies for JobsReschedule {
 
 /// How many were forgotten.
 impl Replies for JobsClean {
+    type Reply = i64;
+}
+
+impl Jobs {
+    /// Records a running job's progress (JSON text), for the delivery holding `lease` only:
+    /// `CONFLICT` otherwise (the lease ran out, or the job ended or was cancelled).
+    pub(crate) async fn report_progress(
+        &self,
+        topic: &str,
+        id: &str,
+        lease: &str,
+        progress: String,
+    ) -> AppResult<JobView> {
+        check_topic(topic)?;
+        if progress.len() > super::MAX_BODY_BYTES {
+            return Err(AppError::bad_input(format!(
+                "progress must be at most {} bytes of JSON",
+                super::MAX_BODY_BYTES
+            )));
+        }
+        let not_found = || AppError::not_found(format!("no job {id} in topic {topic}"));
+        if !is_job_id(id) {
+            return Err(not_found());
+        }
+        let script = JobsProgress {
+            pool: self.infra.keys.job_pool(topic),
+        };
+        let args = JobsProgressArgs {
+            id,
+            lease,
+            progress: &progress,
+        };
+        if self.infra.scripts().call(&script, &args).await? != 1 {
+            self.find(topic, id).await?.ok_or_else(not_found)?;
+            return Err(AppError::conflict(format!(
+                "job {id} of topic {topic} is not running under this lease"
+            )));
+        }
+        self.find(topic, id).await?.ok_or_else(not_found)
+    }
+
+    /// Keeps the newest `keep` dead jobs of a topic (a job's `removeOnFail`).
+    pub(crate) async fn keep_dead(&self, topic: &str, keep: u32) -> AppResult<()> {
+        let removed = sqlx::query(
+            "DELETE FROM dead_job WHERE topic = $1 AND requeued_at_ms IS NULL \
+             AND died_at_ms < COALESCE((SELECT died_at_ms FROM dead_job WHERE topic = $1 \
+             AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1 OFFSET $2), -1) + 1",
+        )
+        .bind(topic)
+        .bind(i64::from(keep))
+        .execute(&self.infra.db.pool)
+        .await?
+        .rows_affected() as i64;
+        if removed > 0 {
+            self.count_dead(topic, "add", -removed).await?;
+        }
+        Ok(())
+    }
+}
+
+/// 1 recorded, 0 the lease is not the delivery's.
+impl Replies for JobsProgress {
     type Reply = i64;
 }

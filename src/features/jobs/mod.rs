@@ -150,6 +150,12 @@ pub struct JobSpec {
     /// The job's own backoff; `None`: its topic's ladder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) backoff: Option<Backoff>,
+    /// Finished jobs its topic keeps once it is done (BullMQ's `removeOnComplete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) remove_on_complete: Option<u32>,
+    /// Dead jobs its topic keeps once it died (BullMQ's `removeOnFail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) remove_on_fail: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -181,6 +187,57 @@ pub struct JobView {
     pub last_error: Option<String>,
     pub(crate) callback_url: Option<String>,
     pub priority: u32,
+    pub details: JobDetails,
+}
+
+/// What a job's runs left: progress, result, times, history.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobDetails {
+    /// JSON text, as its last `reportJobProgress` gave it.
+    pub progress: Option<String>,
+    /// JSON text: what its callback answered when it was done.
+    pub result: Option<String>,
+    /// Times it was done.
+    pub runs: u32,
+    pub created_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    /// Its newest events (at most 20), oldest first.
+    pub history: Vec<JobEvent>,
+}
+
+/// One change of a job's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEvent {
+    pub at_ms: i64,
+    pub status: JobStatus,
+    pub attempt: u32,
+    pub error: Option<String>,
+}
+
+/// A stored history, `[[at, state, attempt, error], …]`; what does not read is left out.
+fn history_of(text: &str) -> Vec<JobEvent> {
+    let events: Vec<(f64, String, f64, String)> = serde_json::from_str(text).unwrap_or_default();
+    events
+        .into_iter()
+        .filter_map(|(at, state, attempt, error)| {
+            let status = match state.as_str() {
+                "DELAYED" => JobStatus::Delayed,
+                "READY" => JobStatus::Ready,
+                "RUNNING" => JobStatus::Running,
+                "DONE" => JobStatus::Done,
+                "DEAD" => JobStatus::Dead,
+                "CANCELLED" => JobStatus::Cancelled,
+                _ => return None,
+            };
+            Some(JobEvent {
+                at_ms: at as i64,
+                status,
+                attempt: attempt.max(0.0) as u32,
+                error: (!error.is_empty()).then_some(error),
+            })
+        })
+        .collect()
 }
 
 /// A job to add.
@@ -195,6 +252,10 @@ pub struct NewJob {
     pub priority: u32,
     /// `None`: the topic's ladder.
     pub backoff: Option<Backoff>,
+    /// Done jobs the topic keeps once this one is done; `None`: 1,000.
+    pub remove_on_complete: Option<u32>,
+    /// Dead jobs the topic keeps once this one died; `None`: all.
+    pub remove_on_fail: Option<u32>,
 }
 
 /// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
@@ -302,6 +363,16 @@ fn answer(
                     last_error: None,
                     callback_url: record.spec.callback_url,
                     priority: record.spec.priority,
+                    details: JobDetails {
+                        created_at_ms: record.spec.created_at_ms,
+                        history: vec![JobEvent {
+                            at_ms: record.spec.created_at_ms,
+                            status: JobStatus::Delayed,
+                            attempt: 0,
+                            error: None,
+                        }],
+                        ..JobDetails::default()
+                    },
                 })
             }
             Placed::Pending(_) => Err(AppError::client(
@@ -321,6 +392,9 @@ enum Placed {
 }
 
 fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
+    let died_at: i64 = row.try_get("died_at_ms")?;
+    let attempts = row.try_get::<i64, _>("attempts")? as u32;
+    let error: String = row.try_get("last_error")?;
     Ok(JobView {
         id: row.try_get("job_id")?,
         topic: row.try_get("topic")?,
@@ -332,6 +406,16 @@ fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
         last_error: Some(row.try_get("last_error")?),
         callback_url: row.try_get("callback_url")?,
         priority: 0,
+        details: JobDetails {
+            finished_at_ms: Some(died_at),
+            history: vec![JobEvent {
+                at_ms: died_at,
+                status: JobStatus::Dead,
+                attempt: attempts,
+                error: Some(error),
+            }],
+            ..JobDetails::default()
+        },
     })
 }
 
@@ -411,6 +495,8 @@ impl Jobs {
                     seq: self.infra.ids.next_id().await?,
                     priority: job.priority,
                     backoff: job.backoff,
+                    remove_on_complete: job.remove_on_complete,
+                    remove_on_fail: job.remove_on_fail,
                 },
                 topic: job.topic,
                 id: job.id,
@@ -503,7 +589,13 @@ impl Jobs {
             let replies = self
                 .infra
                 .scripts()
-                .call(&schedule, &JobsScheduleArgs { jobs })
+                .call(
+                    &schedule,
+                    &JobsScheduleArgs {
+                        now_ms: self.infra.clock.now_ms(),
+                        jobs,
+                    },
+                )
                 .await?;
             let mut earliest = None;
             for (&index, (status, pending)) in indices.iter().zip(replies) {
@@ -610,6 +702,14 @@ impl Jobs {
                 .arg(pool_field(id, "attempts"))
                 .arg(pool_field(id, "error"))
                 .arg(pool_field(id, "status"));
+            pipe.cmd("HMGET")
+                .arg(keys.job_pool(topic))
+                .arg(pool_field(id, "progress"))
+                .arg(pool_field(id, "result"))
+                .arg(pool_field(id, "runs"))
+                .arg(pool_field(id, "started"))
+                .arg(pool_field(id, "finished"))
+                .arg(pool_field(id, "history"));
             pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
             pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
         }
@@ -623,6 +723,16 @@ impl Jobs {
                 Option<String>,
                 Option<u32>,
                 Option<String>,
+                Option<String>,
+            ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
+                .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+            #[allow(clippy::type_complexity)]
+            let (progress, result, runs, started, finished, history): (
+                Option<String>,
+                Option<String>,
+                Option<u32>,
+                Option<i64>,
+                Option<i64>,
                 Option<String>,
             ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
                 .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
@@ -653,6 +763,15 @@ impl Jobs {
                 last_error: error,
                 callback_url: spec.callback_url,
                 priority: spec.priority,
+                details: JobDetails {
+                    progress,
+                    result,
+                    runs: runs.unwrap_or(0),
+                    created_at_ms: spec.created_at_ms,
+                    started_at_ms: started,
+                    finished_at_ms: finished,
+                    history: history.as_deref().map(history_of).unwrap_or_default(),
+                },
             }));
         }
         Ok(views)
@@ -771,6 +890,8 @@ impl Jobs {
                 callback_url: dead.callback_url.clone(),
                 priority: dead.priority,
                 backoff: None,
+                remove_on_complete: None,
+                remove_on_fail: None,
             })
             .await?;
         let requeued = sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")

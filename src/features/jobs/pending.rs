@@ -35,7 +35,7 @@ const ROWS_PER_STATEMENT: usize = 500;
 
 const COLUMNS: &str =
     "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms, \
-     priority, backoff";
+     priority, options";
 
 /// `INSERT INTO pending_job (…) VALUES (…), … ` with the records bound.
 fn insert<'q>(
@@ -55,13 +55,7 @@ fn insert<'q>(
             .bind(i64::from(record.spec.max_attempts))
             .bind(record.spec.created_at_ms)
             .bind(i64::from(record.spec.priority))
-            .bind(
-                record
-                    .spec
-                    .backoff
-                    .as_ref()
-                    .and_then(|b| serde_json::to_string(b).ok()),
-            );
+            .bind(Options::of(&record.spec).text());
     }
     query
 }
@@ -102,7 +96,7 @@ pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResul
              SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
              run_at_ms = excluded.run_at_ms, attempts = excluded.attempts, \
              max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms, \
-             priority = excluded.priority, backoff = excluded.backoff",
+             priority = excluded.priority, options = excluded.options",
             values_placeholders(Backend::of(sql), chunk.len(), 11)
         );
         insert(&statement, chunk).execute(&mut *sql).await?;
@@ -166,7 +160,40 @@ pub(crate) async fn reschedule(sql: &mut AnyConnection, seq: i64, run_at_ms: i64
     Ok(())
 }
 
+/// What the `options` column holds of a job.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Options {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    backoff: Option<super::Backoff>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    remove_on_complete: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    remove_on_fail: Option<u32>,
+}
+
+impl Options {
+    fn of(spec: &JobSpec) -> Self {
+        Self {
+            backoff: spec.backoff,
+            remove_on_complete: spec.remove_on_complete,
+            remove_on_fail: spec.remove_on_fail,
+        }
+    }
+
+    /// NULL when the job has none.
+    fn text(&self) -> Option<String> {
+        let none = self.backoff.is_none()
+            && self.remove_on_complete.is_none()
+            && self.remove_on_fail.is_none();
+        (!none).then(|| serde_json::to_string(self).unwrap_or_default())
+    }
+}
+
 fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
+    let options: Options = row
+        .try_get::<Option<String>, _>("options")?
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
     Ok(Record {
         topic: row.try_get("topic")?,
         id: row.try_get("job_id")?,
@@ -181,9 +208,9 @@ fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
             created_at_ms: row.try_get("created_at_ms")?,
             seq: row.try_get("seq")?,
             priority: row.try_get::<i64, _>("priority")?.clamp(0, 1000) as u32,
-            backoff: row
-                .try_get::<Option<String>, _>("backoff")?
-                .and_then(|text| serde_json::from_str(&text).ok()),
+            backoff: options.backoff,
+            remove_on_complete: options.remove_on_complete,
+            remove_on_fail: options.remove_on_fail,
         },
     })
 }

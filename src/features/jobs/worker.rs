@@ -110,8 +110,8 @@ async fn deliver(
     drop(permit);
     let topic = delivery.topic.clone();
     let recorded = match &outcome {
-        Ok(()) => finisher
-            .finish(&delivery, &lease, Outcome::Done)
+        Ok(result) => finisher
+            .finish(&delivery, &lease, Outcome::Done { result: result.as_deref() })
             .await
             .map(|applied| {
                 if applied {
@@ -155,7 +155,7 @@ async fn deliver(
 
 /// How a delivery ended.
 enum Outcome<'a> {
-    Done,
+    Done { result: Option<&'a str> },
     Retry { retry_at: i64, error: &'a str },
     Dead { error: &'a str },
 }
@@ -171,6 +171,10 @@ struct Finish {
     outcome: &'static str,
     retry_at: i64,
     error: String,
+    /// The job's result (JSON), '' none.
+    result: String,
+    /// Finished jobs the topic keeps after this one ('' its default).
+    keep: String,
     applied: oneshot::Sender<AppResult<bool>>,
 }
 
@@ -197,10 +201,10 @@ impl Finisher {
         lease: &str,
         outcome: Outcome<'_>,
     ) -> AppResult<bool> {
-        let (outcome, retry_at, error) = match outcome {
-            Outcome::Done => ("done", 0, ""),
-            Outcome::Retry { retry_at, error } => ("retry", retry_at, error),
-            Outcome::Dead { error } => ("dead", 0, error),
+        let (outcome, retry_at, error, result) = match outcome {
+            Outcome::Done { result } => ("done", 0, "", result.unwrap_or_default()),
+            Outcome::Retry { retry_at, error } => ("retry", retry_at, error, ""),
+            Outcome::Dead { error } => ("dead", 0, error, ""),
         };
         let (applied, reply) = oneshot::channel();
         let stopped = || AppError::Unavailable("the delay queue is stopping".into());
@@ -214,6 +218,12 @@ impl Finisher {
                 outcome,
                 retry_at,
                 error: error.to_string(),
+                result: result.to_string(),
+                keep: delivery
+                    .spec
+                    .remove_on_complete
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
                 applied,
             })
             .await
@@ -444,8 +454,13 @@ impl Jobs {
                     topic: topic.to_string(),
                     spec,
                     attempt,
+                    lease: String::new(),
                 };
                 let lease = job[3].clone();
+                let delivery = |spec| Delivery {
+                    lease: lease.clone(),
+                    ..delivery(spec)
+                };
                 let stalls: u32 = job[4].parse().unwrap_or(0);
                 match serde_json::from_str::<JobSpec>(&job[1]) {
                     Ok(spec) if stalls > policy.max_stalls => Taken::Bury {
@@ -470,6 +485,8 @@ impl Jobs {
                             seq: 0,
                             priority: 0,
                             backoff: None,
+                            remove_on_complete: None,
+                            remove_on_fail: None,
                         }),
                         lease,
                         error: format!("the stored job does not read as a job: {error}"),
@@ -567,6 +584,8 @@ impl Jobs {
                                 end.outcome,
                                 end.retry_at,
                                 &end.error,
+                                &end.result,
+                                &end.keep,
                             )
                         })
                         .collect();
@@ -626,6 +645,9 @@ impl Jobs {
         {
             metrics::counter!("engage_jobs_dead_total", "topic" => self.topic_label(&delivery.topic))
                 .increment(1);
+            if let Some(keep) = delivery.spec.remove_on_fail {
+                self.keep_dead(&delivery.topic, keep).await?;
+            }
             tracing::warn!(
                 topic = delivery.topic,
                 job = delivery.id,

@@ -534,6 +534,8 @@ impl Vouchers {
             callback_url: None,
             priority: 0,
             backoff: None,
+            remove_on_complete: None,
+            remove_on_fail: None,
         }
     }
 
