@@ -14,7 +14,9 @@
                                                    dead_job)
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] keep: finished jobs kept per topic
-    ARGV[3..] deliveries: seven per delivery: job id, lease token, outcome (done | retry |
+    ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[5..] deliveries: seven per delivery: job id, lease token, outcome (done | retry |
                                  dead), retry at (epoch ms), error text, result (JSON, ''
                                  none), finished jobs to keep after this one ('' the topic's:
                                  the job's removeOnComplete)
@@ -25,7 +27,7 @@
 local now, keep = ARGV[1], tonumber(ARGV[2])
 local out = {}
 local finished_any = false
-for i = 3, #ARGV, 7 do
+for i = 5, #ARGV, 7 do
   local id, lease, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if redis.call('HGET', KEYS[3], id .. '/lease') ~= lease then
     out[#out + 1] = 0
@@ -55,6 +57,7 @@ for i = 3, #ARGV, 7 do
       end
       finished_any = true
     end
+    redis.call(ARGV[4], ARGV[3], id)
     out[#out + 1] = 1
   end
 end

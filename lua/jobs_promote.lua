@@ -18,6 +18,8 @@
     KEYS[5] pool: job pool hash     {jobs:<topic>}:pool      <id>/priority
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] limit: most jobs to move
+    ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { promoted, reclaimed, waiting jobs, next visit, run-at of each promoted
             job... }; next visit = when the topic needs promoting again: now while jobs are
@@ -29,6 +31,7 @@ local BAND = 8796093022208
 local function wait(id, due)
   local priority = tonumber(redis.call('HGET', KEYS[5], id .. '/priority') or '0') or 0
   redis.call('ZADD', KEYS[2], (1000 - priority) * BAND + due, id)
+  redis.call(ARGV[4], ARGV[3], id)
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do

@@ -21,6 +21,8 @@
     ARGV[2] lease_prefix: lease token prefix of this take
     ARGV[3] most: most jobs to take
     ARGV[4] now_ms: now, epoch ms
+    ARGV[5] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[6] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { id, job JSON, attempts (this one included), lease, stalls, ... } - five per job;
           stalls = deliveries of the job whose lease ran out (the caller buries a job that
@@ -65,6 +67,7 @@ for i = 1, #popped, 2 do
     local attempt = redis.call('HINCRBY', KEYS[3], id .. '/attempts', 1)
     redis.call('HSET', KEYS[3], id .. '/started', ARGV[4])
     job_event(KEYS[3], id, ARGV[4], 'RUNNING', attempt, '')
+    redis.call(ARGV[6], ARGV[5], id)
     out[#out + 1] = attempt
     out[#out + 1] = lease
     out[#out + 1] = tonumber(redis.call('HGET', KEYS[3], id .. '/stalls') or '0')

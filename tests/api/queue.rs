@@ -1089,3 +1089,62 @@ async fn retention_keeps_as_many_done_and_dead_jobs_as_the_job_says() {
     let verified = app.jobs().verify().await.unwrap();
     assert!(verified.is_clean(), "{verified:?}");
 }
+
+#[tokio::test]
+async fn job_changed_pushes_each_transition_of_a_job() {
+    let app = TestApp::spawn().await;
+    app.handle_topic("live");
+    let admin = app.admin_token();
+    let mut socket = crate::harness::subscribe(
+        &app,
+        Some(&admin),
+        "subscription { jobChanged(topic: \"live\", id: \"l1\") { jobId status attempts } }",
+    )
+    .await;
+    let mut other = crate::harness::subscribe(
+        &app,
+        Some(&app.token(4, Role::Service)),
+        "subscription { jobChanged(topic: \"live\") { jobId } }",
+    )
+    .await;
+    // Subscribed once the first change is seen: schedule a job the filtered one ignores.
+    schedule(&app, &admin, "l0", "live").await;
+    let first = crate::harness::next_data(&mut other).await;
+    assert_eq!(first["jobChanged"]["jobId"], "l0", "{first}");
+
+    let input = json!({ "id": "l1", "topic": "live", "data": {}, "delaySeconds": 1 });
+    schedule_with(&app, input).await;
+    let mut seen = Vec::new();
+    loop {
+        let data = crate::harness::next_data(&mut socket).await;
+        assert_eq!(data["jobChanged"]["jobId"], "l1", "{data}");
+        let status = data["jobChanged"]["status"].as_str().unwrap().to_string();
+        seen.push(status.clone());
+        if status == "DONE" {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("DELAYED"),
+        "{seen:?}"
+    );
+    assert!(seen.len() >= 2, "{seen:?}");
+}
+
+#[tokio::test]
+async fn a_user_may_not_watch_jobs() {
+    let app = TestApp::spawn().await;
+    let mut socket = crate::harness::subscribe(
+        &app,
+        Some(&app.user_token(9)),
+        "subscription { jobChanged(topic: \"live\") { jobId } }",
+    )
+    .await;
+    let message = crate::harness::next_message(&mut socket).await;
+    assert_eq!(message["type"], "error", "{message}");
+    assert_eq!(
+        message["payload"][0]["extensions"]["code"], "FORBIDDEN",
+        "{message}"
+    );
+}

@@ -2,9 +2,11 @@
 //! `cancelPendingJob` (and `cancelJob`, which it succeeds), `requeueDeadJob`, `job`, `jobs`,
 //! `topics`, `topic`, `pauseTopic`, `resumeTopic`, `setTopicLimits`.
 
-use async_graphql::{Context, Object, ID};
+use async_graphql::{Context, Object, Subscription, ID};
+use futures::StreamExt;
 
 use crate::{
+    api::live::SubscriptionSlot,
     api::schema::{
         connection::Connection,
         jobs::{readers, CancelJobPayload, Job, ScheduleJobInput, Topic},
@@ -243,5 +245,30 @@ impl JobMutation {
             .set_limits(&topic, per_second, concurrency)
             .await?;
         Ok(Topic(view))
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct JobSubscription;
+
+#[Subscription]
+impl JobSubscription {
+    /// Each change of state (and of progress) of a topic's jobs, or of the job `id` only (its
+    /// `jobId`), as the job is after it: scheduled, due, taken, retried, done, dead,
+    /// cancelled, promoted or delayed again. Changes in quick succession may arrive as their
+    /// latest state.
+    #[graphql(guard = "readers()")]
+    async fn job_changed(
+        &self,
+        ctx: &Context<'_>,
+        topic: String,
+        id: Option<ID>,
+    ) -> Result<impl futures::Stream<Item = Job>, AppError> {
+        let slot = SubscriptionSlot::acquire(ctx)?;
+        let changes = ctx
+            .feature::<Jobs>()
+            .changes(&topic, id.map(|id| id.to_string()))
+            .await?;
+        Ok(slot.hold(changes).map(Job))
     }
 }

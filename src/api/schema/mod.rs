@@ -87,6 +87,7 @@ pub(crate) struct SubscriptionRoot(
     resolvers::remarks::RemarkSubscription,
     resolvers::leaderboard::LeaderboardSubscription,
     resolvers::vouchers::VoucherSubscription,
+    resolvers::jobs::JobSubscription,
 );
 
 pub(crate) type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;

@@ -333,3 +333,56 @@ impl Replies for JobsTopicSet {
 impl Replies for JobsDeadCount {
     type Reply = i64;
 }
+
+impl Keys {
+    /// A topic's live channel: each change of one of its jobs publishes the job's id.
+    pub(crate) fn jobs_live(&self, topic: &str) -> String {
+        self.tagged(Self::jobs_tag(topic), "live")
+    }
+}
+
+impl Jobs {
+    /// Each change of a topic's jobs (of the job `id` only, when given), as the job is once
+    /// it changed: every script that moves a job publishes its id on the topic's channel.
+    /// Subscribes before returning (confirmed by Redis), so no change after this call is
+    /// missed; changes in quick succession may be seen as their latest state. After a lag or
+    /// a reconnect, the watched job is read again (a whole topic's are not).
+    pub(crate) async fn changes(
+        &self,
+        topic: &str,
+        id: Option<String>,
+    ) -> AppResult<impl futures::Stream<Item = super::JobView>> {
+        check_topic(topic)?;
+        let subscription = self
+            .infra
+            .live
+            .subscribe(self.infra.keys.jobs_live(topic))
+            .await;
+        let state = (self.clone(), topic.to_string(), id, subscription);
+        Ok(futures::stream::unfold(
+            state,
+            |(jobs, topic, id, mut subscription)| async move {
+                loop {
+                    let changed = match subscription.recv().await? {
+                        crate::infra::live::LiveMessage::Payload(changed) => changed.to_string(),
+                        crate::infra::live::LiveMessage::Resync => match &id {
+                            Some(id) => id.clone(),
+                            None => continue,
+                        },
+                    };
+                    if id.as_ref().is_some_and(|id| *id != changed) {
+                        continue;
+                    }
+                    match jobs.find(&topic, &changed).await {
+                        Ok(Some(view)) => return Some((view, (jobs, topic, id, subscription))),
+                        Ok(None) => continue,
+                        Err(error) => {
+                            tracing::warn!(%error, topic, job = changed, "jobChanged: job not read");
+                            continue;
+                        }
+                    }
+                }
+            },
+        ))
+    }
+}

@@ -96,6 +96,8 @@ impl Jobs {
                 &JobsRescheduleArgs {
                     id,
                     run_at_ms: run_at,
+                    channel: keys.jobs_live(topic),
+                    publish: keys.publish_command(),
                 },
             )
             .await?;
@@ -227,6 +229,8 @@ impl Jobs {
             id,
             lease,
             progress: &progress,
+            channel: self.infra.keys.jobs_live(topic),
+            publish: self.infra.keys.publish_command(),
         };
         if self.infra.scripts().call(&script, &args).await? != 1 {
             self.find(topic, id).await?.ok_or_else(not_found)?;

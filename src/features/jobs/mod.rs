@@ -593,6 +593,8 @@ impl Jobs {
                     &schedule,
                     &JobsScheduleArgs {
                         now_ms: self.infra.clock.now_ms(),
+                        channel: keys.jobs_live(topic),
+                        publish: keys.publish_command(),
                         jobs,
                     },
                 )
@@ -661,6 +663,8 @@ impl Jobs {
         let args = JobsCancelArgs {
             id,
             now_ms: self.infra.clock.now_ms(),
+            channel: keys.jobs_live(topic),
+            publish: keys.publish_command(),
         };
         let (cancelled, json) = self.infra.scripts().call(&job, &args).await?;
         if cancelled != 1 {

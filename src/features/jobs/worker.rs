@@ -402,6 +402,8 @@ impl Jobs {
         let args = JobsPromoteArgs {
             now_ms: now,
             limit: PROMOTE_BATCH,
+            channel: keys.jobs_live(topic),
+            publish: keys.publish_command(),
         };
         let moved = self.infra.scripts().call(&promotion, &args).await?;
         let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
@@ -443,6 +445,8 @@ impl Jobs {
             lease_prefix: &lease,
             most: count,
             now_ms: now,
+            channel: keys.jobs_live(topic),
+            publish: keys.publish_command(),
         };
         let taken = self.infra.scripts().call(&take, &args).await?;
         let taken = taken
@@ -592,6 +596,8 @@ impl Jobs {
                     let args = JobsFinishArgs {
                         now_ms: now,
                         keep: super::FINISHED_KEPT,
+                        channel: keys.jobs_live(topic),
+                        publish: keys.publish_command(),
                         deliveries,
                     };
                     (finish, args)
