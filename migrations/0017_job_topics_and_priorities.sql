@@ -12,6 +12,9 @@ CREATE TABLE job_topic (
 -- A pending job's priority (0 to 1000, higher first once due), which a rebuild gives back.
 ALTER TABLE pending_job ADD COLUMN priority BIGINT NOT NULL DEFAULT 0;
 
+-- A dead job's priority, which a requeue gives back.
+ALTER TABLE dead_job ADD COLUMN priority BIGINT NOT NULL DEFAULT 0;
+
 -- A pending job's own options, as JSON: its backoff ({"kind": "FIXED" | "EXPONENTIAL" |
 -- "LADDER", "delay_seconds", "max_delay_seconds"}), remove_on_complete, remove_on_fail;
 -- NULL: none (its topic's ladder and retention).

@@ -1148,3 +1148,27 @@ async fn a_user_may_not_watch_jobs() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn a_dead_job_keeps_its_priority_when_requeued() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let failing = Gauge {
+        fail: true,
+        ..Gauge::default()
+    };
+    app.jobs()
+        .registry
+        .register("urgent", Arc::new(failing.clone()), None);
+    let input =
+        json!({ "id": "u1", "topic": "urgent", "data": {}, "delaySeconds": 0, "priority": 900 });
+    schedule_with(&app, input).await;
+    eventually(async || topic(&app, "urgent").await["counts"]["dead"] == 1).await;
+    let requeued = mutate(
+        &app,
+        &admin,
+        "mutation { requeueDeadJob(topic: \"urgent\", id: \"u1\") { priority } }",
+    )
+    .await;
+    assert_eq!(requeued["requeueDeadJob"]["priority"], 900);
+}

@@ -405,7 +405,7 @@ fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
         status: JobStatus::Dead,
         last_error: Some(row.try_get("last_error")?),
         callback_url: row.try_get("callback_url")?,
-        priority: 0,
+        priority: row.try_get::<i64, _>("priority")?.clamp(0, 1000) as u32,
         details: JobDetails {
             finished_at_ms: Some(died_at),
             history: vec![JobEvent {
@@ -784,7 +784,7 @@ impl Jobs {
     /// The newest unrequeued death of a job, if any.
     async fn dead(&self, topic: &str, id: &str) -> AppResult<Option<JobView>> {
         let row = sqlx::query(
-            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority FROM dead_job \
              WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
         )
         .bind(topic)
@@ -866,7 +866,7 @@ impl Jobs {
         offset: usize,
     ) -> AppResult<(Vec<JobView>, bool)> {
         let rows = sqlx::query(
-            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority FROM dead_job \
              WHERE topic = $1 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT $2 OFFSET $3",
         )
         .bind(topic)

@@ -632,8 +632,8 @@ impl Jobs {
     ) -> AppResult<()> {
         let died_at = self.infra.clock.now_ms();
         sqlx::query(
-            "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
         )
         .bind(&delivery.topic)
         .bind(&delivery.id)
@@ -643,6 +643,7 @@ impl Jobs {
         .bind(i64::from(delivery.spec.max_attempts))
         .bind(error)
         .bind(died_at)
+        .bind(i64::from(delivery.spec.priority))
         .execute(&self.infra.db.pool)
         .await?;
         if finisher
