@@ -83,6 +83,10 @@ async fn main() -> anyhow::Result<()> {
                         delay: due_at.saturating_duration_since(Instant::now()),
                         max_attempts: None,
                         callback_url: None,
+                        priority: 0,
+                        backoff: None,
+                        remove_on_complete: None,
+                        remove_on_fail: None,
                     };
                     state.features.jobs.schedule(job).await.expect("scheduled");
                 }

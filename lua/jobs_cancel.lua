@@ -4,24 +4,31 @@
 
   Input:
     KEYS[1] delayed: delay zset
-    KEYS[2] ready: ready list
+    KEYS[2] waiting: waiting zset
     KEYS[3] running: in-flight zset
     KEYS[4] pool: job pool hash
     KEYS[5] finished: finished zset
+    KEYS[6] legacy: ready list of an earlier version (jobs_promote.lua empties it)
     ARGV[1] id: job id
     ARGV[2] now_ms: now, epoch ms
+    ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: {1, <JSON of the job>} cancelled (its JSON tells the caller which SQL record to
           remove), {0, ''} no such pending job (unknown, finished or already cancelled)
 ]]
+-- @include jobs_fields.lua
 local id = ARGV[1]
 local removed = redis.call('ZREM', KEYS[1], id)
-  + redis.call('LREM', KEYS[2], 0, id)
+  + redis.call('ZREM', KEYS[2], id)
+  + redis.call('LREM', KEYS[6], 0, id)
   + redis.call('ZREM', KEYS[3], id)
 if removed == 0 then
   return {0, ''}
 end
 redis.call('HDEL', KEYS[4], id .. '/lease')
-redis.call('HSET', KEYS[4], id .. '/status', 'CANCELLED')
+redis.call('HSET', KEYS[4], id .. '/status', 'CANCELLED', id .. '/finished', ARGV[2])
+job_event(KEYS[4], id, ARGV[2], 'CANCELLED', redis.call('HGET', KEYS[4], id .. '/attempts'), '')
+redis.call(ARGV[4], ARGV[3], id)
 redis.call('ZADD', KEYS[5], ARGV[2], id)
 return {1, redis.call('HGET', KEYS[4], id) or ''}

@@ -2,42 +2,62 @@
   Ends deliveries of a topic, many per call: success, a retry later, or death (after the
   caller stored the job in the dead_job table). Only the delivery holding the lease may end
   a job: one cancelled or reclaimed meanwhile is not touched, so a late completion cannot
-  resurrect it.
+  resurrect it. Each end is an event of the job's history; a success keeps the result.
 
   Input:
     KEYS[1] running: in-flight zset
     KEYS[2] delayed: delay zset
     KEYS[3] pool: job pool hash
     KEYS[4] finished: finished zset    {jobs:<topic>}:finished   score = finish time, ms
+    KEYS[5] counts: topic counters hash {jobs:<topic>}:counts     done, dead: jobs that
+                                                   ended so (the caller stored a dead one in
+                                                   dead_job)
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] keep: finished jobs kept per topic
-    ARGV[3..] deliveries: five per delivery: job id, lease token, outcome (done | retry | dead),
-                                 retry at (epoch ms), error text
+    ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[5..] deliveries: seven per delivery: job id, lease token, outcome (done | retry |
+                                 dead), retry at (epoch ms), error text, result (JSON, ''
+                                 none), finished jobs to keep after this one ('' the topic's:
+                                 the job's removeOnComplete)
 
   Output: one per delivery, in order: 1 applied, 0 the lease is no longer this delivery's
 ]]
+-- @include jobs_fields.lua
 local now, keep = ARGV[1], tonumber(ARGV[2])
 local out = {}
 local finished_any = false
-for i = 3, #ARGV, 5 do
+for i = 5, #ARGV, 7 do
   local id, lease, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if redis.call('HGET', KEYS[3], id .. '/lease') ~= lease then
     out[#out + 1] = 0
   else
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[3], id .. '/lease')
+    local attempt = redis.call('HGET', KEYS[3], id .. '/attempts')
     if outcome == 'retry' then
       redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4])
       redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
+      job_event(KEYS[3], id, now, 'DELAYED', attempt, ARGV[i + 4])
     elseif outcome == 'dead' then
-      redis.call('HDEL', KEYS[3], id, id .. '/attempts', id .. '/error', id .. '/status',
-        id .. '/stalls')
+      redis.call('HINCRBY', KEYS[5], 'dead', 1)
+      forget_job(KEYS[3], id)
     else
       redis.call('HDEL', KEYS[3], id .. '/stalls')
-      redis.call('HSET', KEYS[3], id .. '/status', 'DONE')
+      redis.call('HINCRBY', KEYS[5], 'done', 1)
+      redis.call('HINCRBY', KEYS[3], id .. '/runs', 1)
+      redis.call('HSET', KEYS[3], id .. '/status', 'DONE', id .. '/finished', now)
+      if ARGV[i + 5] ~= '' then
+        redis.call('HSET', KEYS[3], id .. '/result', ARGV[i + 5])
+      end
+      job_event(KEYS[3], id, now, 'DONE', attempt, '')
       redis.call('ZADD', KEYS[4], now, id)
+      if ARGV[i + 6] ~= '' then
+        keep = math.min(keep, tonumber(ARGV[i + 6]))
+      end
       finished_any = true
     end
+    redis.call(ARGV[4], ARGV[3], id)
     out[#out + 1] = 1
   end
 end
@@ -46,8 +66,7 @@ if finished_any then
   local excess = redis.call('ZCARD', KEYS[4]) - keep
   if excess > 0 then
     for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, excess - 1)) do
-      redis.call('HDEL', KEYS[3], old, old .. '/attempts', old .. '/error', old .. '/status',
-        old .. '/stalls')
+      forget_job(KEYS[3], old)
     end
     redis.call('ZREMRANGEBYRANK', KEYS[4], 0, excess - 1)
   end

@@ -9,6 +9,7 @@
     KEYS[2] marks: hash     {jobs}:marks      topic -> mark of the latest write
     KEYS[3] mark: counter   {jobs}:mark       marks are never reused, so a topic dropped and
                                              indexed again never shows an old mark
+    KEYS[4] known: set      {jobs}:known      every topic that had a job (`topics` lists it)
     ARGV[1..] topics: two per topic: topic, due at (epoch ms)
 
   Output: 0
@@ -17,5 +18,6 @@ for i = 1, #ARGV, 2 do
   local mark = redis.call('INCR', KEYS[3])
   redis.call('ZADD', KEYS[1], 'LT', ARGV[i + 1], ARGV[i])
   redis.call('HSET', KEYS[2], ARGV[i], mark)
+  redis.call('SADD', KEYS[4], ARGV[i])
 end
 return 0

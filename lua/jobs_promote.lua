@@ -1,46 +1,66 @@
 --[[
-  Moves due jobs of a topic to its ready list, and jobs whose visibility deadline passed
-  (their worker died or hung: a stall) back to the front of it. A stall does not use one of
-  the job's attempts (the delivery never reported back); it is counted under <id>/stalls,
-  and the taker buries a job that stalled more often than its topic allows. Atomic, so
-  every instance may run it on every tick without a lock and no job moves twice.
+  Moves due jobs of a topic to its waiting zset, and jobs whose visibility deadline passed
+  (their worker died or hung: a stall) back to the front of their priority there. A stall
+  does not use one of the job's attempts (the delivery never reported back); it is counted
+  under <id>/stalls, and the taker buries a job that stalled more often than its topic
+  allows. Atomic, so every instance may run it on every tick without a lock and no job moves
+  twice.
+
+  Waiting jobs are taken lowest score first: score = (1000 - priority) * 2^43 + due time (ms),
+  so a higher priority first, then the earlier due time; both exact in a double until the
+  year 2248. A ready list of an earlier version (a plain FIFO) is moved in, due now.
 
   Input:
     KEYS[1] delayed: delay zset        {jobs:<topic>}:delayed
-    KEYS[2] ready: ready list        {jobs:<topic>}:ready
-    KEYS[3] running: in-flight zset    {jobs:<topic>}:running   score = visibility deadline, ms
-    KEYS[4] pool: job pool hash     {jobs:<topic>}:pool
+    KEYS[2] waiting: waiting zset      {jobs:<topic>}:waiting   score as above
+    KEYS[3] legacy: ready list         {jobs:<topic>}:ready     of an earlier version, emptied
+    KEYS[4] running: in-flight zset    {jobs:<topic>}:running   score = visibility deadline, ms
+    KEYS[5] pool: job pool hash     {jobs:<topic>}:pool      <id>/priority
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] limit: most jobs to move
+    ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
-  Output: { promoted, reclaimed, ready list length, next visit, run-at of each promoted
+  Output: { promoted, reclaimed, waiting jobs, next visit, run-at of each promoted
             job... }; next visit = when the topic needs promoting again: now while jobs are
-            ready, else the earliest due time or visibility deadline, -1 when it has no
+            waiting, else the earliest due time or visibility deadline, -1 when it has no
             pending job at all (the caller drops it from the index of due topics)
 ]]
 local now, limit = ARGV[1], tonumber(ARGV[2])
+local BAND = 8796093022208
+local function wait(id, due)
+  local priority = tonumber(redis.call('HGET', KEYS[5], id .. '/priority') or '0') or 0
+  redis.call('ZADD', KEYS[2], (1000 - priority) * BAND + due, id)
+  redis.call(ARGV[4], ARGV[3], id)
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    wait(id, tonumber(now))
+  end
+  redis.call('DEL', KEYS[3])
+end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {0, 0, 0, -1}
 for i = 1, #due, 2 do
-  redis.call('RPUSH', KEYS[2], due[i])
+  wait(due[i], tonumber(due[i + 1]))
   redis.call('ZREM', KEYS[1], due[i])
   out[#out + 1] = due[i + 1]
 end
 out[1] = #due / 2
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id .. '/lease')
-  redis.call('HINCRBY', KEYS[4], id .. '/stalls', 1)
-  redis.call('HINCRBY', KEYS[4], id .. '/attempts', -1)
-  redis.call('LPUSH', KEYS[2], id)
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id .. '/lease')
+  redis.call('HINCRBY', KEYS[5], id .. '/stalls', 1)
+  redis.call('HINCRBY', KEYS[5], id .. '/attempts', -1)
+  wait(id, 0)
 end
 out[2] = #expired
-out[3] = redis.call('LLEN', KEYS[2])
+out[3] = redis.call('ZCARD', KEYS[2])
 if out[3] > 0 then
   out[4] = tonumber(now)
 else
-  for _, key in ipairs({KEYS[1], KEYS[3]}) do
+  for _, key in ipairs({KEYS[1], KEYS[4]}) do
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] and (out[4] == -1 or tonumber(first[2]) < out[4]) then
       out[4] = tonumber(first[2])

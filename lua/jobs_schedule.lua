@@ -10,7 +10,11 @@
                                                    <id>/status
     KEYS[2] delayed: delay zset       {jobs:<topic>}:delayed    score = run at, epoch ms
     KEYS[3] finished: finished zset    {jobs:<topic>}:finished   an ended job reused leaves it
-    ARGV[1..] jobs: four per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new)
+    ARGV[1] now_ms: now, epoch ms (the history's first event)
+    ARGV[2] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[3] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[4..] jobs: five per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new),
+                    priority (0 to 1000, higher first once due; kept as <id>/priority when not 0)
 
   Output: two per job, in order (statuses of lua/include/status.lua): OK, '' added;
           TAKEN, <JSON of the pending job> refused (a job with this id is pending; the
@@ -20,8 +24,9 @@
   ':', allowed in ids, the job "a:attempts" and the attempts of the job "a" were one field.
 ]]
 -- @include status.lua
+-- @include jobs_fields.lua
 local out = {}
-for i = 1, #ARGV, 4 do
+for i = 4, #ARGV, 5 do
   local id = ARGV[i]
   local status = redis.call('HGET', KEYS[1], id .. '/status')
   local pending = redis.call('HGET', KEYS[1], id)
@@ -29,8 +34,13 @@ for i = 1, #ARGV, 4 do
     out[#out + 1] = TAKEN
     out[#out + 1] = pending
   else
-    redis.call('HDEL', KEYS[1], id .. '/status', id .. '/error', id .. '/lease', id .. '/stalls')
+    forget_job(KEYS[1], id)
     redis.call('HSET', KEYS[1], id, ARGV[i + 1], id .. '/attempts', ARGV[i + 3])
+    job_event(KEYS[1], id, ARGV[1], 'DELAYED', ARGV[i + 3], '')
+    redis.call(ARGV[3], ARGV[2], id)
+    if ARGV[i + 4] ~= '0' then
+      redis.call('HSET', KEYS[1], id .. '/priority', ARGV[i + 4])
+    end
     redis.call('ZREM', KEYS[3], id)
     redis.call('ZADD', KEYS[2], ARGV[i + 2], id)
     out[#out + 1] = OK

@@ -3,34 +3,77 @@
   lose a job whose worker dies; here it comes back when the deadline passes, and its
   deliverer extends the deadline while the handler runs).
 
+  The topic's settings bound the take, for every instance at once since they are read and
+  counted here: a paused topic hands out nothing; `concurrency` bounds the jobs in flight
+  (the in-flight zset's size); `per_second` bounds the jobs started in one clock second,
+  counted under <counts>.second and <counts>.started. A topic held back so answers nothing
+  and leaves its jobs ready; other topics are taken by their own calls.
+
   Input:
-    KEYS[1] ready: ready list
+    KEYS[1] waiting: waiting zset     lowest score first (jobs_promote.lua)
     KEYS[2] running: in-flight zset
     KEYS[3] pool: job pool hash
+    KEYS[4] settings: topic settings hash   {jobs:<topic>}:settings   paused, per_second,
+                                                                     concurrency
+    KEYS[5] counts: topic counters hash     {jobs:<topic>}:counts     second, started, done,
+                                                                     dead
     ARGV[1] deadline_ms: visibility deadline, epoch ms
     ARGV[2] lease_prefix: lease token prefix of this take
     ARGV[3] most: most jobs to take
+    ARGV[4] now_ms: now, epoch ms
+    ARGV[5] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
+    ARGV[6] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
   Output: { id, job JSON, attempts (this one included), lease, stalls, ... } - five per job;
           stalls = deliveries of the job whose lease ran out (the caller buries a job that
           stalled more often than its topic allows instead of running it again)
 ]]
-local out = {}
-for n = 1, tonumber(ARGV[3]) do
-  local id = redis.call('LPOP', KEYS[1])
-  if not id then
-    break
+-- @include jobs_fields.lua
+local settings = redis.call('HMGET', KEYS[4], 'paused', 'per_second', 'concurrency')
+if settings[1] == '1' then
+  return {}
+end
+local most = tonumber(ARGV[3])
+local concurrency = tonumber(settings[3])
+if concurrency then
+  most = math.min(most, concurrency - redis.call('ZCARD', KEYS[2]))
+end
+local per_second = tonumber(settings[2])
+local second = math.floor(tonumber(ARGV[4]) / 1000)
+local started = 0
+if per_second then
+  local window = redis.call('HMGET', KEYS[5], 'second', 'started')
+  if tonumber(window[1]) == second then
+    started = tonumber(window[2]) or 0
   end
+  most = math.min(most, per_second - started)
+end
+local out = {}
+if most <= 0 then
+  return out
+end
+local taken = 0
+local popped = redis.call('ZPOPMIN', KEYS[1], most)
+for i = 1, #popped, 2 do
+  local id, n = popped[i], (i + 1) / 2
   local job = redis.call('HGET', KEYS[3], id)
   if job then
+    taken = taken + 1
     local lease = ARGV[2] .. ':' .. n
     redis.call('ZADD', KEYS[2], ARGV[1], id)
     redis.call('HSET', KEYS[3], id .. '/lease', lease)
     out[#out + 1] = id
     out[#out + 1] = job
-    out[#out + 1] = redis.call('HINCRBY', KEYS[3], id .. '/attempts', 1)
+    local attempt = redis.call('HINCRBY', KEYS[3], id .. '/attempts', 1)
+    redis.call('HSET', KEYS[3], id .. '/started', ARGV[4])
+    job_event(KEYS[3], id, ARGV[4], 'RUNNING', attempt, '')
+    redis.call(ARGV[6], ARGV[5], id)
+    out[#out + 1] = attempt
     out[#out + 1] = lease
     out[#out + 1] = tonumber(redis.call('HGET', KEYS[3], id .. '/stalls') or '0')
   end
+end
+if per_second and taken > 0 then
+  redis.call('HSET', KEYS[5], 'second', second, 'started', started + taken)
 end
 return out

@@ -52,6 +52,12 @@ pub enum ErrorCode {
     Ended,
     /// Scheduling a job whose id is pending already.
     JobExists,
+    /// Scheduling a job with no `callbackUrl` on a topic that has no handler: nothing
+    /// could run it.
+    NoJobHandler,
+    /// Scheduling a job whose `callbackUrl` names a host that is not on
+    /// `ENGAGE_CALLBACK_HOSTS`.
+    CallbackHostNotAllowed,
     /// Redis or SQL did not answer in time: retry later. Carries `extensions.requestId`.
     Unavailable,
     /// A fault of the server; carries `extensions.requestId` to find it in the logs.

@@ -246,7 +246,7 @@ async fn users_and_services_cannot_call_admin_or_service_fields() {
         (As::Service, &voucher, "FORBIDDEN"),
         (As::Anonymous, &voucher, "UNAUTHENTICATED"),
         (As::User, schedule, "FORBIDDEN"),
-        (As::Service, schedule, "FORBIDDEN"),
+        (As::Service, schedule, "NO_JOB_HANDLER"),
         (
             As::User,
             r#"mutation { cancelJob(topic: "t", id: "j") }"#,

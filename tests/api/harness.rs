@@ -406,6 +406,24 @@ impl TestApp {
         &self.state.features.jobs
     }
 
+    /// Gives `topic` an in-process handler that does nothing, as a topic must have one (or
+    /// its jobs a callback) for jobs of it to be scheduled.
+    pub fn handle_topic(&self, topic: &str) {
+        struct Idle;
+        #[async_trait::async_trait]
+        impl engage::features::jobs::JobHandler for Idle {
+            async fn handle(
+                &self,
+                _: &engage::features::jobs::handlers::Delivery,
+            ) -> Result<(), engage::features::jobs::JobError> {
+                Ok(())
+            }
+        }
+        self.jobs()
+            .registry
+            .register(topic, std::sync::Arc::new(Idle), None);
+    }
+
     pub fn remarks(&self) -> &Remarks {
         &self.state.features.remarks
     }

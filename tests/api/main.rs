@@ -36,6 +36,7 @@ mod people;
 mod points;
 mod postgres_tls;
 mod production;
+mod queue;
 mod recovery;
 mod redis_tls;
 mod remarks;

@@ -39,6 +39,7 @@ async fn order(app: &TestApp, buyer: i64) -> (String, String) {
 /// Schedules job `id` of `topic`, due in an hour: its `id` and `jobId`.
 async fn job(app: &TestApp, topic: &str, id: &str) -> Value {
     let input = json!({ "id": id, "topic": topic, "body": "{}", "delaySeconds": 3600 });
+    app.handle_topic(topic);
     app.data(
         Some(&app.admin_token()),
         "mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) { id jobId } }",

@@ -356,6 +356,7 @@ const JOB: &str = "query($id: ID!) { job(topic: \"mail\", id: $id) { id status }
 #[tokio::test]
 async fn cancel_pending_job_answers_the_job_as_it_is_after_the_call() {
     let app = TestApp::spawn().await;
+    app.handle_topic("mail");
     let admin = app.admin_token();
     let scheduled = app
         .data(Some(&admin), SCHEDULE, json!({ "id": "payload-1" }))
@@ -405,6 +406,7 @@ async fn cancel_pending_job_answers_the_job_as_it_is_after_the_call() {
 #[tokio::test]
 async fn cancel_job_still_answers_whether_it_cancelled() {
     let app = TestApp::spawn().await;
+    app.handle_topic("mail");
     let admin = app.admin_token();
     app.data(Some(&admin), SCHEDULE, json!({ "id": "payload-2" }))
         .await;

@@ -198,6 +198,7 @@ async fn a_jobs_body_goes_in_as_data_or_body_and_comes_out_as_data() {
     // Requests large enough to carry a body over the job's own limit.
     let app = TestApp::spawn_with(|config| config.max_body_bytes = 256 * 1024).await;
     let admin = app.admin_token();
+    app.handle_topic("scalars");
     let schedule = |input: Value| {
         let mut input = input;
         input["topic"] = json!("scalars");

@@ -466,8 +466,8 @@ async fn pending_expiry(app: &TestApp, order: &str) -> Option<&'static str> {
         .cmd("ZSCORE")
         .arg(keys.jobs_running(topic))
         .arg(order)
-        .cmd("LPOS")
-        .arg(keys.jobs_ready(topic))
+        .cmd("ZRANK")
+        .arg(keys.jobs_waiting(topic))
         .arg(order)
         .query_async(&mut *conn)
         .await

@@ -94,6 +94,27 @@ pub(crate) mod kind {
         }
     }
 
+    /// A topic of the delay queue: its name.
+    pub(crate) struct Topic;
+
+    impl NodeKind for Topic {
+        const TYPE: &'static str = "Topic";
+        type Local = String;
+
+        fn write_local(local: &String) -> String {
+            local.clone()
+        }
+
+        fn read_local(text: &str) -> Option<String> {
+            (!text.is_empty()).then(|| text.to_string())
+        }
+
+        /// Topic arguments take the name, never a `Topic` id.
+        fn read_bare(_text: &str) -> Option<String> {
+            None
+        }
+    }
+
     /// A board: its key (`a-z 0-9 _ -`).
     pub(crate) struct Board;
 
@@ -164,6 +185,7 @@ pub(crate) type OrderId = NodeId<kind::Order>;
 pub(crate) type SeasonId = NodeId<kind::Season>;
 pub(crate) type JobNodeId = NodeId<kind::Job>;
 pub(crate) type BoardId = NodeId<kind::Board>;
+pub(crate) type TopicNodeId = NodeId<kind::Topic>;
 
 /// The id of an object of kind `K`: its local id, written as the global id.
 pub(crate) struct NodeId<K: NodeKind>(pub K::Local);
@@ -248,6 +270,7 @@ const NODE_TYPES: &[&str] = &[
     kind::Season::TYPE,
     kind::Job::TYPE,
     kind::Board::TYPE,
+    kind::Topic::TYPE,
 ];
 
 fn encode(type_name: &str, local: &str) -> String {
@@ -274,6 +297,7 @@ pub(crate) enum AnyNodeId {
     Season(Month),
     Job(kind::JobKey),
     Board(String),
+    Topic(String),
 }
 
 impl AnyNodeId {
@@ -292,6 +316,7 @@ impl AnyNodeId {
             kind::Season::TYPE => Self::Season(local::<kind::Season>(&text)?),
             kind::Job::TYPE => Self::Job(local::<kind::Job>(&text)?),
             kind::Board::TYPE => Self::Board(local::<kind::Board>(&text)?),
+            kind::Topic::TYPE => Self::Topic(local::<kind::Topic>(&text)?),
             _ => return None,
         })
     }

@@ -93,6 +93,7 @@ pub(crate) struct SubscriptionRoot(
     resolvers::leaderboard::LeaderboardSubscription,
     resolvers::boards::BoardSubscription,
     resolvers::vouchers::VoucherSubscription,
+    resolvers::jobs::JobSubscription,
 );
 
 pub(crate) type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;

@@ -3,9 +3,9 @@
 //! objects by their ids alone, which is how a Relay client refetches what it shows.
 //!
 //! Each kind is read as its own root field reads it, with the same permissions: items,
-//! remarks, users, vouchers, seasons and boards are public; an order is its buyer's alone (null for
-//! anyone else, as if it did not exist); a job needs the role `job` needs, and without it
-//! answers `job`'s error. An id that names nothing is null.
+//! remarks, users, vouchers, seasons and boards are public; an order is its buyer's alone
+//! (null for anyone else, as if it did not exist); a job or a topic needs the role `job`
+//! needs, and without it answers `job`'s error. An id that names nothing is null.
 
 use std::collections::HashMap;
 
@@ -16,7 +16,7 @@ use super::{
     boards::Board,
     id::AnyNodeId,
     items::Item,
-    jobs::{self, Job},
+    jobs::{self, Job, Topic},
     leaderboard::Season,
     remarks::Remark,
     users::User,
@@ -49,6 +49,7 @@ pub(crate) enum Node {
     Voucher(Voucher),
     Order(Order),
     Job(Job),
+    Topic(Topic),
     Season(Season),
     Board(Board),
 }
@@ -147,6 +148,16 @@ impl Batch {
                     .find(&key.topic, &key.id)
                     .await?
                     .map(|view| Job(view).into())
+            }
+            AnyNodeId::Topic(name) => {
+                jobs::readers().check(ctx).await?;
+                if !could_name_a_job(name, "x") {
+                    return Ok(None);
+                }
+                ctx.feature::<Jobs>()
+                    .topic(name)
+                    .await?
+                    .map(|view| Topic(view).into())
             }
         })
     }

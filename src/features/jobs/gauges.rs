@@ -55,7 +55,7 @@ impl ScrapedGauges for QueueDepths {
         let mut pipe = redis::pipe();
         for topic in &topics {
             pipe.cmd("ZCARD").arg(keys.jobs_delayed(topic));
-            pipe.cmd("LLEN").arg(keys.jobs_ready(topic));
+            pipe.cmd("ZCARD").arg(keys.jobs_waiting(topic));
             pipe.cmd("ZCARD").arg(keys.jobs_running(topic));
         }
         let counts: Vec<u64> = pipe.query_async(&mut *conn).await?;

@@ -16,9 +16,10 @@ use std::{
 };
 
 use reqwest::Url;
+use serde::{Deserialize, Serialize};
 
 use super::{JobSpec, JobsSettings, DEFAULT_LADDER};
-use crate::infra::error::{AppError, AppResult};
+use crate::infra::error::{AppError, AppResult, ErrorCode};
 
 /// One delivery of a job to a handler.
 #[derive(Debug, Clone)]
@@ -28,6 +29,9 @@ pub struct Delivery {
     pub spec: JobSpec,
     /// 1 for the first delivery.
     pub attempt: u32,
+    /// This delivery's lease: what `reportJobProgress` is fenced by (a callback gets it as
+    /// `X-Engage-Lease`).
+    pub lease: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,6 +42,54 @@ pub enum JobError {
     /// Retrying cannot help: the job goes to `dead_job` now.
     #[error("{0}")]
     Permanent(String),
+    /// Try again after this long (a callback's `Retry-After`), kept within the topic's
+    /// ladder: no sooner than its first step, no later than its last.
+    #[error("{0}")]
+    RetryAfter(String, Duration),
+}
+
+/// How long a job waits before each retry, when it says (`BackoffInput`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, async_graphql::Enum)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BackoffKind {
+    /// `delaySeconds` before every retry.
+    Fixed,
+    /// `delaySeconds` doubled at each retry, up to `maxDelaySeconds`, with jitter: between
+    /// half of it and all of it, so that jobs that failed together do not retry together.
+    Exponential,
+    /// The topic's ladder (15 s, 3 min, … 15 h by default), no step below `delaySeconds`
+    /// nor above `maxDelaySeconds`.
+    Ladder,
+}
+
+/// A job's own backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    pub kind: BackoffKind,
+    pub delay_seconds: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_seconds: Option<u32>,
+}
+
+impl Backoff {
+    /// `BAD_USER_INPUT` unless the delays are in range and in order.
+    pub(crate) fn check(&self) -> AppResult<()> {
+        let most = super::MAX_DELAY_SECONDS as u32;
+        let least = u32::from(self.kind != BackoffKind::Ladder);
+        if !(least..=most).contains(&self.delay_seconds) {
+            return Err(AppError::bad_input(format!(
+                "backoff.delaySeconds must be between {least} and {most}"
+            )));
+        }
+        if let Some(max) = self.max_delay_seconds {
+            if max < self.delay_seconds || max > most {
+                return Err(AppError::bad_input(format!(
+                    "backoff.maxDelaySeconds must be between delaySeconds and {most}"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]
@@ -88,6 +140,49 @@ impl TopicPolicy {
     /// Attempts of a job of this topic that does not say.
     pub(crate) fn default_attempts(&self) -> u32 {
         self.attempts.unwrap_or(self.ladder.len() as u32 + 1)
+    }
+
+    /// The wait before the retry after delivery `attempt` failed: the job's backoff if it
+    /// has one, else the ladder; a callback's `Retry-After` instead, kept within the ladder's
+    /// first and last steps.
+    pub fn delay_after(
+        &self,
+        attempt: u32,
+        backoff: Option<&Backoff>,
+        retry_after: Option<Duration>,
+    ) -> Duration {
+        if let Some(after) = retry_after {
+            let least = self
+                .ladder
+                .iter()
+                .min()
+                .copied()
+                .unwrap_or(Duration::from_secs(1));
+            let most = self.ladder.iter().max().copied().unwrap_or(least);
+            return after.clamp(least, most.max(least));
+        }
+        let Some(backoff) = backoff else {
+            return self.retry_delay(attempt);
+        };
+        let delay = Duration::from_secs(u64::from(backoff.delay_seconds));
+        let cap = backoff
+            .max_delay_seconds
+            .map(|s| Duration::from_secs(u64::from(s)));
+        match backoff.kind {
+            BackoffKind::Fixed => delay,
+            BackoffKind::Ladder => {
+                let step = self.retry_delay(attempt).max(delay);
+                cap.map_or(step, |cap| step.min(cap))
+            }
+            BackoffKind::Exponential => {
+                let doublings = attempt.saturating_sub(1).min(40);
+                let grown = delay.saturating_mul(1u32 << doublings.min(31));
+                let cap = cap.unwrap_or(Duration::from_secs(super::MAX_DELAY_SECONDS as u64));
+                let full = grown.min(cap);
+                let half = full / 2;
+                half + (full - half).mul_f64(rand::random::<f64>())
+            }
+        }
     }
 
     pub fn retry_delay(&self, attempt: u32) -> Duration {
@@ -141,8 +236,54 @@ impl JobRegistry {
             .map_or_else(|| self.default_policy.clone(), |(_, policy)| policy.clone())
     }
 
+    /// The topics with an in-process handler here.
+    pub(crate) fn topics(&self) -> Vec<String> {
+        self.handlers
+            .read()
+            .expect("poisoned")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether a job of `topic` with this callback can be delivered at all: a callback to a
+    /// host on `ENGAGE_CALLBACK_HOSTS` (`CALLBACK_HOST_NOT_ALLOWED` otherwise), or, without one,
+    /// a handler registered for the topic (`NO_JOB_HANDLER`). A job that could not is refused
+    /// when scheduled rather than dead-lettered when due. Whether the host resolves to an
+    /// address it may reach is still decided at each delivery, when it is resolved.
+    pub(crate) fn check_route(&self, topic: &str, callback_url: Option<&str>) -> AppResult<()> {
+        match callback_url {
+            Some(url) => {
+                check_callback_syntax(url)?;
+                let parsed =
+                    Url::parse(url).map_err(|_| AppError::bad_input("callbackUrl is not a URL"))?;
+                let host = parsed
+                    .host_str()
+                    .unwrap_or_default()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_ascii_lowercase();
+                let port = parsed.port_or_known_default().unwrap_or(80);
+                if self.callbacks.lists(&host, port) {
+                    Ok(())
+                } else {
+                    Err(AppError::client(
+                        ErrorCode::CallbackHostNotAllowed,
+                        format!("callback host {host}:{port} is not on ENGAGE_CALLBACK_HOSTS"),
+                    ))
+                }
+            }
+            None if self.handlers.read().expect("poisoned").contains_key(topic) => Ok(()),
+            None => Err(AppError::client(
+                ErrorCode::NoJobHandler,
+                format!("topic {topic} has no handler: give the job a callbackUrl"),
+            )),
+        }
+    }
+
     /// Runs one delivery with its topic's handler, or its callback.
-    pub(crate) async fn run(&self, delivery: &Delivery) -> Result<(), JobError> {
+    /// A callback's JSON answer is the job's result; a handler's is none.
+    pub(crate) async fn run(&self, delivery: &Delivery) -> Result<Option<String>, JobError> {
         if let Some(url) = &delivery.spec.callback_url {
             return self.callbacks.post(url, delivery).await;
         }
@@ -153,13 +294,28 @@ impl JobRegistry {
             .get(&delivery.topic)
             .map(|(h, _)| h.clone());
         match handler {
-            Some(handler) => handler.handle(delivery).await,
+            Some(handler) => handler.handle(delivery).await.map(|()| None),
             None => Err(JobError::Retry(format!(
                 "no handler for topic {} on this instance",
                 delivery.topic
             ))),
         }
     }
+}
+
+/// A response's `Retry-After`: seconds, or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = at.timestamp() - chrono::Utc::now().timestamp();
+    Some(Duration::from_secs(wait.max(0) as u64))
 }
 
 /// A callback URL must be plain http(s) with a host and no credentials.
@@ -182,6 +338,8 @@ struct Callbacks {
     /// Lower-case `host` or `host:port` entries.
     allowed: HashSet<String>,
     timeout: Duration,
+    /// Signs each callback when set ([`super::signing`]).
+    secret: Option<Vec<u8>>,
 }
 
 impl Callbacks {
@@ -194,6 +352,11 @@ impl Callbacks {
                 .filter(|h| !h.is_empty())
                 .collect(),
             timeout: settings.callback_timeout(),
+            secret: settings
+                .callback_secret
+                .as_ref()
+                .filter(|s| !s.is_empty())
+                .map(|s| s.as_bytes().to_vec()),
         }
     }
 
@@ -235,7 +398,7 @@ impl Callbacks {
         Ok(first)
     }
 
-    async fn post(&self, url: &str, delivery: &Delivery) -> Result<(), JobError> {
+    async fn post(&self, url: &str, delivery: &Delivery) -> Result<Option<String>, JobError> {
         let url =
             Url::parse(url).map_err(|_| JobError::Permanent("callback URL is not a URL".into()))?;
         let address = self.resolve(&url).await?;
@@ -249,23 +412,38 @@ impl Callbacks {
             .resolve(&host, address)
             .build()
             .map_err(|e| JobError::Retry(format!("callback client: {e}")))?;
-        let response = client
+        let mut request = client
             .post(url)
             .header("content-type", "application/json")
             .header("x-engage-job-id", &delivery.id)
             .header("x-engage-job-topic", &delivery.topic)
             .header("x-engage-job-attempt", delivery.attempt.to_string())
+            .header("x-engage-lease", &delivery.lease);
+        if let Some(secret) = &self.secret {
+            let now = chrono::Utc::now().timestamp();
+            let signed = super::signing::signature(secret, now, delivery.spec.body.as_bytes());
+            request = request
+                .header("x-engage-timestamp", now.to_string())
+                .header("x-engage-signature", signed);
+        }
+        let response = request
             .body(delivery.spec.body.clone())
             .send()
             .await
             .map_err(|e| JobError::Retry(format!("callback failed: {e}")))?;
         if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(JobError::Retry(format!(
-                "callback answered {}",
-                response.status()
-            )))
+            // A JSON answer is kept as the job's result; any other answer is not.
+            let body = response.bytes().await.unwrap_or_default();
+            let result = (body.len() <= super::MAX_BODY_BYTES)
+                .then(|| serde_json::from_slice::<serde_json::Value>(&body).ok())
+                .flatten()
+                .map(|value| value.to_string());
+            return Ok(result);
+        }
+        let error = format!("callback answered {}", response.status());
+        match retry_after(response.headers()) {
+            Some(after) => Err(JobError::RetryAfter(error, after)),
+            None => Err(JobError::Retry(error)),
         }
     }
 }
@@ -415,6 +593,44 @@ mod tests {
         ] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip} is public");
         }
+    }
+
+    #[test]
+    fn backoffs_follow_their_kind_and_retry_after_stays_within_the_ladder() {
+        let policy = TopicPolicy::new(
+            vec![Duration::from_secs(15), Duration::from_secs(180)],
+            Duration::from_secs(1),
+        );
+        let secs = Duration::from_secs;
+        let fixed = Backoff {
+            kind: BackoffKind::Fixed,
+            delay_seconds: 7,
+            max_delay_seconds: None,
+        };
+        assert_eq!(policy.delay_after(5, Some(&fixed), None), secs(7));
+        let exponential = Backoff {
+            kind: BackoffKind::Exponential,
+            delay_seconds: 10,
+            max_delay_seconds: Some(60),
+        };
+        for (attempt, full) in [(1, 10), (2, 20), (3, 40), (4, 60), (30, 60)] {
+            let delay = policy.delay_after(attempt, Some(&exponential), None);
+            assert!(
+                delay >= secs(full) / 2 && delay <= secs(full),
+                "attempt {attempt}: {delay:?}"
+            );
+        }
+        let ladder = Backoff {
+            kind: BackoffKind::Ladder,
+            delay_seconds: 30,
+            max_delay_seconds: Some(100),
+        };
+        assert_eq!(policy.delay_after(1, Some(&ladder), None), secs(30));
+        assert_eq!(policy.delay_after(2, Some(&ladder), None), secs(100));
+        assert_eq!(policy.delay_after(1, None, None), secs(15));
+        assert_eq!(policy.delay_after(1, Some(&fixed), Some(secs(1))), secs(15));
+        assert_eq!(policy.delay_after(1, None, Some(secs(90))), secs(90));
+        assert_eq!(policy.delay_after(1, None, Some(secs(9999))), secs(180));
     }
 
     #[test]

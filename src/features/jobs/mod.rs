@@ -1,9 +1,9 @@
-//! The delay queue: jobs wait in a delay zset, are promoted to their topic's ready list by
+//! The delay queue: jobs wait in a delay zset, are promoted to their topic's waiting zset by
 //! one atomic script, are taken with a visibility deadline (a worker that dies gives its job
 //! back), retry on a ladder, and end in `dead_job` when their
 //! attempts are used up. Delivery is at-least-once; handlers are idempotent.
 //!
-//! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, ready list,
+//! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, waiting zset,
 //! in-flight zset, finished zset. Every script touches one topic, so one slot. The pool
 //! holds a job's JSON under its id and its bookkeeping under `<id>/attempts`, `<id>/error`,
 //! `<id>/lease`, `<id>/stalls` and `<id>/status` ([`pool_field`]): `/` is the one character
@@ -15,13 +15,18 @@
 //! - [`worker`]: the tick that promotes and runs jobs in every instance;
 //! - [`topics`]: the index of topics with work due, which the tick walks;
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list;
-//! - [`gauges`]: the jobs per topic and state at `/metrics`.
+//! - [`gauges`]: the jobs per topic and state at `/metrics`;
+//! - [`control`]: a topic's counts, pause and limits;
+//! - [`manage`]: bulk add, promote, change of delay, clean, requeue of a topic's dead jobs.
 
+pub mod control;
 pub(crate) mod gauges;
 pub mod handlers;
+mod manage;
 mod pending;
 pub mod recovery;
 pub mod settings;
+pub mod signing;
 mod topics;
 pub(crate) mod worker;
 
@@ -57,7 +62,8 @@ pub struct Jobs {
 
 pub use settings::JobsSettings;
 
-pub use handlers::{JobError, JobHandler, JobRegistry, TopicPolicy};
+pub use handlers::{Backoff, BackoffKind, JobError, JobHandler, JobRegistry, TopicPolicy};
+pub use manage::MAX_BATCH;
 
 /// Topics an instance names in its metrics; any further topic is counted as `other`.
 /// Topics are whatever an admin schedules under, so their number has no bound of its own.
@@ -106,8 +112,14 @@ impl Keys {
         self.tagged(Self::jobs_tag(topic), "delayed")
     }
 
+    /// The ready list of an earlier version, which promotion moves into the waiting zset.
     pub fn jobs_ready(&self, topic: &str) -> String {
         self.tagged(Self::jobs_tag(topic), "ready")
+    }
+
+    /// Due jobs waiting for a worker, by priority and due time (`lua/jobs_promote.lua`).
+    pub fn jobs_waiting(&self, topic: &str) -> String {
+        self.tagged(Self::jobs_tag(topic), "waiting")
     }
 
     pub fn jobs_running(&self, topic: &str) -> String {
@@ -132,7 +144,26 @@ pub struct JobSpec {
     /// job scheduled before SQL recorded pending jobs.
     #[serde(default)]
     pub(crate) seq: i64,
+    /// 0 to 1000: among due jobs, a higher one is taken first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) priority: u32,
+    /// The job's own backoff; `None`: its topic's ladder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) backoff: Option<Backoff>,
+    /// Finished jobs its topic keeps once it is done (BullMQ's `removeOnComplete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) remove_on_complete: Option<u32>,
+    /// Dead jobs its topic keeps once it died (BullMQ's `removeOnFail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) remove_on_fail: Option<u32>,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The highest priority.
+pub const MAX_PRIORITY: u32 = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
 pub enum JobStatus {
@@ -155,6 +186,58 @@ pub struct JobView {
     pub status: JobStatus,
     pub last_error: Option<String>,
     pub(crate) callback_url: Option<String>,
+    pub priority: u32,
+    pub details: JobDetails,
+}
+
+/// What a job's runs left: progress, result, times, history.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobDetails {
+    /// JSON text, as its last `reportJobProgress` gave it.
+    pub progress: Option<String>,
+    /// JSON text: what its callback answered when it was done.
+    pub result: Option<String>,
+    /// Times it was done.
+    pub runs: u32,
+    pub created_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    /// Its newest events (at most 20), oldest first.
+    pub history: Vec<JobEvent>,
+}
+
+/// One change of a job's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEvent {
+    pub at_ms: i64,
+    pub status: JobStatus,
+    pub attempt: u32,
+    pub error: Option<String>,
+}
+
+/// A stored history, `[[at, state, attempt, error], …]`; what does not read is left out.
+fn history_of(text: &str) -> Vec<JobEvent> {
+    let events: Vec<(f64, String, f64, String)> = serde_json::from_str(text).unwrap_or_default();
+    events
+        .into_iter()
+        .filter_map(|(at, state, attempt, error)| {
+            let status = match state.as_str() {
+                "DELAYED" => JobStatus::Delayed,
+                "READY" => JobStatus::Ready,
+                "RUNNING" => JobStatus::Running,
+                "DONE" => JobStatus::Done,
+                "DEAD" => JobStatus::Dead,
+                "CANCELLED" => JobStatus::Cancelled,
+                _ => return None,
+            };
+            Some(JobEvent {
+                at_ms: at as i64,
+                status,
+                attempt: attempt.max(0.0) as u32,
+                error: (!error.is_empty()).then_some(error),
+            })
+        })
+        .collect()
 }
 
 /// A job to add.
@@ -165,6 +248,14 @@ pub struct NewJob {
     pub delay: Duration,
     pub max_attempts: Option<u32>,
     pub callback_url: Option<String>,
+    /// 0 to [`MAX_PRIORITY`].
+    pub priority: u32,
+    /// `None`: the topic's ladder.
+    pub backoff: Option<Backoff>,
+    /// Done jobs the topic keeps once this one is done; `None`: 1,000.
+    pub remove_on_complete: Option<u32>,
+    /// Dead jobs the topic keeps once this one died; `None`: all.
+    pub remove_on_fail: Option<u32>,
 }
 
 /// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
@@ -227,6 +318,14 @@ impl NewJob {
         let max_attempts = self
             .max_attempts
             .unwrap_or_else(|| ctx.registry.policy(&self.topic).default_attempts());
+        if let Some(backoff) = &self.backoff {
+            backoff.check()?;
+        }
+        if self.priority > MAX_PRIORITY {
+            return Err(AppError::bad_input(format!(
+                "priority must be between 0 and {MAX_PRIORITY}"
+            )));
+        }
         if !(1..=25).contains(&max_attempts) {
             return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
         }
@@ -263,6 +362,17 @@ fn answer(
                     status: JobStatus::Delayed,
                     last_error: None,
                     callback_url: record.spec.callback_url,
+                    priority: record.spec.priority,
+                    details: JobDetails {
+                        created_at_ms: record.spec.created_at_ms,
+                        history: vec![JobEvent {
+                            at_ms: record.spec.created_at_ms,
+                            status: JobStatus::Delayed,
+                            attempt: 0,
+                            error: None,
+                        }],
+                        ..JobDetails::default()
+                    },
                 })
             }
             Placed::Pending(_) => Err(AppError::client(
@@ -282,6 +392,9 @@ enum Placed {
 }
 
 fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
+    let died_at: i64 = row.try_get("died_at_ms")?;
+    let attempts = row.try_get::<i64, _>("attempts")? as u32;
+    let error: String = row.try_get("last_error")?;
     Ok(JobView {
         id: row.try_get("job_id")?,
         topic: row.try_get("topic")?,
@@ -292,6 +405,17 @@ fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
         status: JobStatus::Dead,
         last_error: Some(row.try_get("last_error")?),
         callback_url: row.try_get("callback_url")?,
+        priority: row.try_get::<i64, _>("priority")?.clamp(0, 1000) as u32,
+        details: JobDetails {
+            finished_at_ms: Some(died_at),
+            history: vec![JobEvent {
+                at_ms: died_at,
+                status: JobStatus::Dead,
+                attempt: attempts,
+                error: Some(error),
+            }],
+            ..JobDetails::default()
+        },
     })
 }
 
@@ -301,6 +425,15 @@ impl Jobs {
     pub async fn schedule(&self, job: NewJob) -> AppResult<JobView> {
         let mut sql = self.infra.db.pool.acquire().await?;
         only_answer(self.schedule_jobs(Some(&mut sql), vec![job]).await?)
+    }
+
+    /// [`Jobs::schedule`] for a job from the API: refused unless something can deliver it
+    /// (`NO_JOB_HANDLER`, `CALLBACK_HOST_NOT_ALLOWED`, see [`JobRegistry::check_route`]).
+    pub(crate) async fn submit(&self, job: NewJob) -> AppResult<JobView> {
+        job.validate(self)?;
+        self.registry
+            .check_route(&job.topic, job.callback_url.as_deref())?;
+        self.schedule(job).await
     }
 
     /// [`Jobs::schedule`] without the SQL row, for a job that belongs to something not in SQL yet,
@@ -360,6 +493,10 @@ impl Jobs {
                     callback_url: job.callback_url,
                     created_at_ms: now,
                     seq: self.infra.ids.next_id().await?,
+                    priority: job.priority,
+                    backoff: job.backoff,
+                    remove_on_complete: job.remove_on_complete,
+                    remove_on_fail: job.remove_on_fail,
                 },
                 topic: job.topic,
                 id: job.id,
@@ -436,7 +573,13 @@ impl Jobs {
             for &index in indices {
                 let record = &records[index];
                 let json = serde_json::to_string(&record.spec).map_err(AppError::internal)?;
-                jobs.push((&record.id, json, record.spec.run_at_ms, record.attempts));
+                jobs.push((
+                    &record.id,
+                    json,
+                    record.spec.run_at_ms,
+                    record.attempts,
+                    record.spec.priority,
+                ));
             }
             let schedule = JobsSchedule {
                 pool: keys.job_pool(topic),
@@ -446,7 +589,15 @@ impl Jobs {
             let replies = self
                 .infra
                 .scripts()
-                .call(&schedule, &JobsScheduleArgs { jobs })
+                .call(
+                    &schedule,
+                    &JobsScheduleArgs {
+                        now_ms: self.infra.clock.now_ms(),
+                        channel: keys.jobs_live(topic),
+                        publish: keys.publish_command(),
+                        jobs,
+                    },
+                )
                 .await?;
             let mut earliest = None;
             for (&index, (status, pending)) in indices.iter().zip(replies) {
@@ -503,14 +654,17 @@ impl Jobs {
         let keys = &self.infra.keys;
         let job = JobsCancel {
             delayed: keys.jobs_delayed(topic),
-            ready: keys.jobs_ready(topic),
+            waiting: keys.jobs_waiting(topic),
             running: keys.jobs_running(topic),
             pool: keys.job_pool(topic),
             finished: keys.jobs_finished(topic),
+            legacy: keys.jobs_ready(topic),
         };
         let args = JobsCancelArgs {
             id,
             now_ms: self.infra.clock.now_ms(),
+            channel: keys.jobs_live(topic),
+            publish: keys.publish_command(),
         };
         let (cancelled, json) = self.infra.scripts().call(&job, &args).await?;
         if cancelled != 1 {
@@ -552,6 +706,14 @@ impl Jobs {
                 .arg(pool_field(id, "attempts"))
                 .arg(pool_field(id, "error"))
                 .arg(pool_field(id, "status"));
+            pipe.cmd("HMGET")
+                .arg(keys.job_pool(topic))
+                .arg(pool_field(id, "progress"))
+                .arg(pool_field(id, "result"))
+                .arg(pool_field(id, "runs"))
+                .arg(pool_field(id, "started"))
+                .arg(pool_field(id, "finished"))
+                .arg(pool_field(id, "history"));
             pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
             pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
         }
@@ -565,6 +727,16 @@ impl Jobs {
                 Option<String>,
                 Option<u32>,
                 Option<String>,
+                Option<String>,
+            ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
+                .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
+            #[allow(clippy::type_complexity)]
+            let (progress, result, runs, started, finished, history): (
+                Option<String>,
+                Option<String>,
+                Option<u32>,
+                Option<i64>,
+                Option<i64>,
                 Option<String>,
             ) = redis::FromRedisValue::from_redis_value(parse(replies.next()))
                 .map_err(|e| AppError::internal(anyhow::anyhow!("{e}")))?;
@@ -594,6 +766,16 @@ impl Jobs {
                 status,
                 last_error: error,
                 callback_url: spec.callback_url,
+                priority: spec.priority,
+                details: JobDetails {
+                    progress,
+                    result,
+                    runs: runs.unwrap_or(0),
+                    created_at_ms: spec.created_at_ms,
+                    started_at_ms: started,
+                    finished_at_ms: finished,
+                    history: history.as_deref().map(history_of).unwrap_or_default(),
+                },
             }));
         }
         Ok(views)
@@ -602,7 +784,7 @@ impl Jobs {
     /// The newest unrequeued death of a job, if any.
     async fn dead(&self, topic: &str, id: &str) -> AppResult<Option<JobView>> {
         let row = sqlx::query(
-            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority FROM dead_job \
              WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
         )
         .bind(topic)
@@ -638,8 +820,8 @@ impl Jobs {
                         .await?
                 }
                 JobStatus::Ready => {
-                    redis::cmd("LRANGE")
-                        .arg(keys.jobs_ready(topic))
+                    redis::cmd("ZRANGE")
+                        .arg(keys.jobs_waiting(topic))
                         .arg(start)
                         .arg(stop)
                         .query_async(&mut *conn)
@@ -684,7 +866,7 @@ impl Jobs {
         offset: usize,
     ) -> AppResult<(Vec<JobView>, bool)> {
         let rows = sqlx::query(
-            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms FROM dead_job \
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority FROM dead_job \
              WHERE topic = $1 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT $2 OFFSET $3",
         )
         .bind(topic)
@@ -710,14 +892,22 @@ impl Jobs {
                 delay: Duration::ZERO,
                 max_attempts: Some(dead.max_attempts),
                 callback_url: dead.callback_url.clone(),
+                priority: dead.priority,
+                backoff: None,
+                remove_on_complete: None,
+                remove_on_fail: None,
             })
             .await?;
-        sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
+        let requeued = sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")
             .bind(self.infra.clock.now_ms())
             .bind(topic)
             .bind(id)
             .execute(&self.infra.db.pool)
-            .await?;
+            .await?
+            .rows_affected();
+        if requeued > 0 {
+            self.count_dead(topic, "add", -(requeued as i64)).await?;
+        }
         Ok(view)
     }
 }

@@ -30,11 +30,12 @@ pub(crate) struct Record {
     pub(crate) attempts: u32,
 }
 
-/// Rows per statement: 9 parameters each, far below either backend's limit.
+/// Rows per statement: 11 parameters each, far below either backend's limit.
 const ROWS_PER_STATEMENT: usize = 500;
 
 const COLUMNS: &str =
-    "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms";
+    "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms, \
+     priority, options";
 
 /// `INSERT INTO pending_job (…) VALUES (…), … ` with the records bound.
 fn insert<'q>(
@@ -52,7 +53,9 @@ fn insert<'q>(
             .bind(record.spec.run_at_ms)
             .bind(i64::from(record.attempts))
             .bind(i64::from(record.spec.max_attempts))
-            .bind(record.spec.created_at_ms);
+            .bind(record.spec.created_at_ms)
+            .bind(i64::from(record.spec.priority))
+            .bind(Options::of(&record.spec).text());
     }
     query
 }
@@ -67,7 +70,7 @@ pub(crate) async fn insert_new(
         let statement = format!(
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} \
              ON CONFLICT (topic, job_id) DO NOTHING RETURNING seq",
-            values_placeholders(Backend::of(sql), chunk.len(), 9)
+            values_placeholders(Backend::of(sql), chunk.len(), 11)
         );
         for row in insert(&statement, chunk).fetch_all(&mut *sql).await? {
             written.insert(row.try_get("seq")?);
@@ -92,8 +95,9 @@ pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResul
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} ON CONFLICT (topic, job_id) DO UPDATE \
              SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
              run_at_ms = excluded.run_at_ms, attempts = excluded.attempts, \
-             max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms",
-            values_placeholders(Backend::of(sql), chunk.len(), 9)
+             max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms, \
+             priority = excluded.priority, options = excluded.options",
+            values_placeholders(Backend::of(sql), chunk.len(), 11)
         );
         insert(&statement, chunk).execute(&mut *sql).await?;
     }
@@ -146,7 +150,50 @@ pub(crate) async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -
     }
     Ok(())
 }
+/// Moves the due time of one job's row.
+pub(crate) async fn reschedule(sql: &mut AnyConnection, seq: i64, run_at_ms: i64) -> AppResult<()> {
+    sqlx::query("UPDATE pending_job SET run_at_ms = $1 WHERE seq = $2")
+        .bind(run_at_ms)
+        .bind(seq)
+        .execute(&mut *sql)
+        .await?;
+    Ok(())
+}
+
+/// What the `options` column holds of a job.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Options {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    backoff: Option<super::Backoff>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    remove_on_complete: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    remove_on_fail: Option<u32>,
+}
+
+impl Options {
+    fn of(spec: &JobSpec) -> Self {
+        Self {
+            backoff: spec.backoff,
+            remove_on_complete: spec.remove_on_complete,
+            remove_on_fail: spec.remove_on_fail,
+        }
+    }
+
+    /// NULL when the job has none.
+    fn text(&self) -> Option<String> {
+        let none = self.backoff.is_none()
+            && self.remove_on_complete.is_none()
+            && self.remove_on_fail.is_none();
+        (!none).then(|| serde_json::to_string(self).unwrap_or_default())
+    }
+}
+
 fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
+    let options: Options = row
+        .try_get::<Option<String>, _>("options")?
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
     Ok(Record {
         topic: row.try_get("topic")?,
         id: row.try_get("job_id")?,
@@ -160,6 +207,10 @@ fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
             callback_url: row.try_get("callback_url")?,
             created_at_ms: row.try_get("created_at_ms")?,
             seq: row.try_get("seq")?,
+            priority: row.try_get::<i64, _>("priority")?.clamp(0, 1000) as u32,
+            backoff: options.backoff,
+            remove_on_complete: options.remove_on_complete,
+            remove_on_fail: options.remove_on_fail,
         },
     })
 }

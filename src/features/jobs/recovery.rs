@@ -77,11 +77,52 @@ impl Jobs {
                 });
             }
         }
+        for (topic, recorded) in self.recorded_settings().await? {
+            let live = self.live_settings(&topic).await?;
+            report.check(live == recorded, || {
+                format!("topic {topic} has settings {live:?} in Redis but {recorded:?} in SQL")
+            });
+        }
+        let dead: HashMap<String, i64> = self.recorded_dead_counts().await?.into_iter().collect();
+        let mut counted: BTreeSet<&String> = all_topics.iter().collect();
+        counted.extend(dead.keys());
+        for topic in counted {
+            let recorded = dead.get(topic).copied().unwrap_or(0);
+            let live = self.topic_now_counts(topic).await?.dead;
+            report.check(live == recorded, || {
+                format!("topic {topic} counts {live} dead jobs in Redis but {recorded} in SQL")
+            });
+        }
         Ok(report)
+    }
+
+    /// Gives Redis each topic's settings and count of dead jobs from SQL, and lists those
+    /// topics again. Idempotent.
+    async fn restore_topics(&self) -> AppResult<()> {
+        let now = self.infra.clock.now_ms();
+        let mut named = Vec::new();
+        for (topic, settings) in self.recorded_settings().await? {
+            self.restore_settings(&topic, &settings).await?;
+            named.push((topic, now));
+        }
+        let dead = self.recorded_dead_counts().await?;
+        let counted: HashSet<&String> = dead.iter().map(|(topic, _)| topic).collect();
+        for topic in self.topics_in_redis().await? {
+            if !counted.contains(&topic) {
+                self.count_dead(&topic, "set", 0).await?;
+            }
+        }
+        for (topic, n) in dead {
+            self.count_dead(&topic, "set", n).await?;
+            named.push((topic, now));
+        }
+        // Due now: the first walk finds each one's next visit, or drops it.
+        self.index(&named).await
     }
 
     /// Schedules every row of `pending_job` again, in seq order, resuming a stopped run.
     pub async fn rebuild(&self, run: &Rebuild<'_>) -> AppResult<()> {
+        self.restore_topics().await?;
         let mut cursor = run.resume_from().await?;
         run.expect(pending::count_after(&self.infra.db.pool, cursor).await?);
         loop {
@@ -175,6 +216,7 @@ impl Jobs {
         let mut conn = self.infra.redis.get().await?;
         for (command, key) in [
             ("ZRANGE", keys.jobs_delayed(topic)),
+            ("ZRANGE", keys.jobs_waiting(topic)),
             ("LRANGE", keys.jobs_ready(topic)),
             ("ZRANGE", keys.jobs_running(topic)),
         ] {

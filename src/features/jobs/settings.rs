@@ -15,6 +15,11 @@ pub struct JobsSettings {
     #[arg(long, env = "ENGAGE_CALLBACK_HOSTS", default_value = "")]
     pub callback_hosts: String,
 
+    /// Secret that signs every job callback (`X-Engage-Signature`, an HMAC-SHA256 of
+    /// `<X-Engage-Timestamp>.<body>`); unset, callbacks are not signed.
+    #[arg(long, env = "ENGAGE_CALLBACK_SECRET", hide_env_values = true)]
+    pub callback_secret: Option<String>,
+
     /// Seconds a job callback may take.
     #[arg(long, env = "ENGAGE_CALLBACK_TIMEOUT_SECONDS", default_value_t = 10)]
     pub callback_timeout_seconds: u64,

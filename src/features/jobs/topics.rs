@@ -69,6 +69,7 @@ impl Jobs {
             due: keys.jobs_due_topics(),
             marks: keys.jobs_due_marks(),
             mark: keys.jobs_due_mark_counter(),
+            known: keys.jobs_known_topics(),
         };
         let _zero = self
             .infra

@@ -110,8 +110,8 @@ async fn deliver(
     drop(permit);
     let topic = delivery.topic.clone();
     let recorded = match &outcome {
-        Ok(()) => finisher
-            .finish(&delivery, &lease, Outcome::Done)
+        Ok(result) => finisher
+            .finish(&delivery, &lease, Outcome::Done { result: result.as_deref() })
             .await
             .map(|applied| {
                 if applied {
@@ -119,9 +119,16 @@ async fn deliver(
                         .increment(1);
                 }
             }),
-        Err(JobError::Retry(error)) if delivery.attempt < delivery.spec.max_attempts => {
-            let retry_at =
-                ctx.infra.clock.now_ms() + policy.retry_delay(delivery.attempt).as_millis() as i64;
+        Err(JobError::Retry(error) | JobError::RetryAfter(error, _))
+            if delivery.attempt < delivery.spec.max_attempts =>
+        {
+            let asked = match &outcome {
+                Err(JobError::RetryAfter(_, after)) => Some(*after),
+                _ => None,
+            };
+            let delay =
+                policy.delay_after(delivery.attempt, delivery.spec.backoff.as_ref(), asked);
+            let retry_at = ctx.infra.clock.now_ms() + delay.as_millis() as i64;
             finisher
                 .finish(&delivery, &lease, Outcome::Retry { retry_at, error })
                 .await
@@ -132,7 +139,11 @@ async fn deliver(
                     }
                 })
         }
-        Err(JobError::Retry(error) | JobError::Permanent(error)) => {
+        Err(
+            JobError::Retry(error)
+            | JobError::Permanent(error)
+            | JobError::RetryAfter(error, _),
+        ) => {
             ctx.bury(&finisher, &delivery, &lease, error).await
         }
     };
@@ -144,7 +155,7 @@ async fn deliver(
 
 /// How a delivery ended.
 enum Outcome<'a> {
-    Done,
+    Done { result: Option<&'a str> },
     Retry { retry_at: i64, error: &'a str },
     Dead { error: &'a str },
 }
@@ -160,6 +171,10 @@ struct Finish {
     outcome: &'static str,
     retry_at: i64,
     error: String,
+    /// The job's result (JSON), '' none.
+    result: String,
+    /// Finished jobs the topic keeps after this one ('' its default).
+    keep: String,
     applied: oneshot::Sender<AppResult<bool>>,
 }
 
@@ -186,10 +201,10 @@ impl Finisher {
         lease: &str,
         outcome: Outcome<'_>,
     ) -> AppResult<bool> {
-        let (outcome, retry_at, error) = match outcome {
-            Outcome::Done => ("done", 0, ""),
-            Outcome::Retry { retry_at, error } => ("retry", retry_at, error),
-            Outcome::Dead { error } => ("dead", 0, error),
+        let (outcome, retry_at, error, result) = match outcome {
+            Outcome::Done { result } => ("done", 0, "", result.unwrap_or_default()),
+            Outcome::Retry { retry_at, error } => ("retry", retry_at, error, ""),
+            Outcome::Dead { error } => ("dead", 0, error, ""),
         };
         let (applied, reply) = oneshot::channel();
         let stopped = || AppError::Unavailable("the delay queue is stopping".into());
@@ -203,6 +218,12 @@ impl Finisher {
                 outcome,
                 retry_at,
                 error: error.to_string(),
+                result: result.to_string(),
+                keep: delivery
+                    .spec
+                    .remove_on_complete
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
                 applied,
             })
             .await
@@ -373,13 +394,16 @@ impl Jobs {
         let keys = &self.infra.keys;
         let promotion = JobsPromote {
             delayed: keys.jobs_delayed(topic),
-            ready: keys.jobs_ready(topic),
+            waiting: keys.jobs_waiting(topic),
+            legacy: keys.jobs_ready(topic),
             running: keys.jobs_running(topic),
             pool: keys.job_pool(topic),
         };
         let args = JobsPromoteArgs {
             now_ms: now,
             limit: PROMOTE_BATCH,
+            channel: keys.jobs_live(topic),
+            publish: keys.publish_command(),
         };
         let moved = self.infra.scripts().call(&promotion, &args).await?;
         let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
@@ -409,14 +433,20 @@ impl Jobs {
         let lease = uuid::Uuid::new_v4().simple().to_string();
         let policy = self.registry.policy(topic);
         let take = JobsTake {
-            ready: keys.jobs_ready(topic),
+            waiting: keys.jobs_waiting(topic),
             running: keys.jobs_running(topic),
             pool: keys.job_pool(topic),
+            settings: keys.jobs_settings(topic),
+            counts: keys.jobs_counts(topic),
         };
+        let now = self.infra.clock.now_ms();
         let args = JobsTakeArgs {
-            deadline_ms: self.infra.clock.now_ms() + policy.visibility.as_millis() as i64,
+            deadline_ms: now + policy.visibility.as_millis() as i64,
             lease_prefix: &lease,
             most: count,
+            now_ms: now,
+            channel: keys.jobs_live(topic),
+            publish: keys.publish_command(),
         };
         let taken = self.infra.scripts().call(&take, &args).await?;
         let taken = taken
@@ -428,8 +458,13 @@ impl Jobs {
                     topic: topic.to_string(),
                     spec,
                     attempt,
+                    lease: String::new(),
                 };
                 let lease = job[3].clone();
+                let delivery = |spec| Delivery {
+                    lease: lease.clone(),
+                    ..delivery(spec)
+                };
                 let stalls: u32 = job[4].parse().unwrap_or(0);
                 match serde_json::from_str::<JobSpec>(&job[1]) {
                     Ok(spec) if stalls > policy.max_stalls => Taken::Bury {
@@ -452,6 +487,10 @@ impl Jobs {
                             callback_url: None,
                             created_at_ms: 0,
                             seq: 0,
+                            priority: 0,
+                            backoff: None,
+                            remove_on_complete: None,
+                            remove_on_fail: None,
                         }),
                         lease,
                         error: format!("the stored job does not read as a job: {error}"),
@@ -538,6 +577,7 @@ impl Jobs {
                         delayed: keys.jobs_delayed(topic),
                         pool: keys.job_pool(topic),
                         finished: keys.jobs_finished(topic),
+                        counts: keys.jobs_counts(topic),
                     };
                     let deliveries: Vec<_> = ends
                         .iter()
@@ -548,12 +588,16 @@ impl Jobs {
                                 end.outcome,
                                 end.retry_at,
                                 &end.error,
+                                &end.result,
+                                &end.keep,
                             )
                         })
                         .collect();
                     let args = JobsFinishArgs {
                         now_ms: now,
                         keep: super::FINISHED_KEPT,
+                        channel: keys.jobs_live(topic),
+                        publish: keys.publish_command(),
                         deliveries,
                     };
                     (finish, args)
@@ -588,8 +632,8 @@ impl Jobs {
     ) -> AppResult<()> {
         let died_at = self.infra.clock.now_ms();
         sqlx::query(
-            "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
         )
         .bind(&delivery.topic)
         .bind(&delivery.id)
@@ -599,6 +643,7 @@ impl Jobs {
         .bind(i64::from(delivery.spec.max_attempts))
         .bind(error)
         .bind(died_at)
+        .bind(i64::from(delivery.spec.priority))
         .execute(&self.infra.db.pool)
         .await?;
         if finisher
@@ -607,6 +652,9 @@ impl Jobs {
         {
             metrics::counter!("engage_jobs_dead_total", "topic" => self.topic_label(&delivery.topic))
                 .increment(1);
+            if let Some(keep) = delivery.spec.remove_on_fail {
+                self.keep_dead(&delivery.topic, keep).await?;
+            }
             tracing::warn!(
                 topic = delivery.topic,
                 job = delivery.id,

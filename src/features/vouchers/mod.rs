@@ -534,6 +534,10 @@ impl Vouchers {
             // The topic's policy (orders::register_expiry) gives it its attempts.
             max_attempts: None,
             callback_url: None,
+            priority: 0,
+            backoff: None,
+            remove_on_complete: None,
+            remove_on_fail: None,
         }
     }
 
