@@ -18,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tokio::sync::{watch, OnceCell};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -26,7 +26,7 @@ use super::{BoardDef, BoardRecord, Boards, SEASON_KEY};
 use crate::infra::{
     clock::Month,
     error::AppResult,
-    live::{LiveMessage, LiveSubscription},
+    live::{watched, LiveMessage, LiveSubscription},
 };
 
 /// At most one read, and one snapshot, per board a second.
@@ -66,21 +66,6 @@ struct SharedViewers {
 pub struct BoardWatchers {
     tops: Mutex<HashMap<(String, usize), Weak<SharedTop>>>,
     viewers: Mutex<HashMap<String, Weak<SharedViewers>>>,
-}
-
-/// The current value of a channel, then each new one, holding `guard` while it lasts.
-fn values<T, G>(mut receiver: watch::Receiver<T>, guard: G) -> impl Stream<Item = T>
-where
-    T: Clone + Send + Sync + 'static,
-    G: Send + 'static,
-{
-    let first = receiver.borrow_and_update().clone();
-    let changes = futures::stream::unfold((receiver, guard), |(mut receiver, guard)| async {
-        receiver.changed().await.ok()?;
-        let value = receiver.borrow_and_update().clone();
-        Some((value, (receiver, guard)))
-    });
-    futures::stream::once(async { first }).chain(changes)
 }
 
 /// The channels of every part of a board's period, heard as one.
@@ -235,7 +220,7 @@ impl Boards {
             })
             .await?;
         let receiver = reader.values.clone();
-        Ok(values(receiver, shared))
+        Ok(watched(receiver, shared))
     }
 
     /// The viewer's record now (`None`: no record), then each time its rank moves.
@@ -291,7 +276,7 @@ impl Boards {
                     .subscribe()
             }
         };
-        Ok(values(receiver, shared))
+        Ok(watched(receiver, shared))
     }
 }
 

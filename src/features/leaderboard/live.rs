@@ -41,26 +41,11 @@ use crate::{
     infra::{
         clock::Month,
         error::{AppError, AppResult},
-        live::{LiveMessage, LiveSubscription},
+        live::{watched, LiveMessage, LiveSubscription},
     },
 };
 
 pub(crate) const COALESCE: Duration = Duration::from_millis(250);
-
-/// The current value of a channel, then each new one, holding `guard` while it lasts.
-fn snapshots<T, G>(mut receiver: watch::Receiver<T>, guard: G) -> impl Stream<Item = T>
-where
-    T: Clone + Send + Sync + 'static,
-    G: Send + 'static,
-{
-    let first = receiver.borrow_and_update().clone();
-    let changes = futures::stream::unfold((receiver, guard), |(mut receiver, guard)| async {
-        receiver.changed().await.ok()?;
-        let value = receiver.borrow_and_update().clone();
-        Some((value, (receiver, guard)))
-    });
-    futures::stream::once(async { first }).chain(changes)
-}
 
 /// The channels of every part of a board (in bucket order), heard as one.
 struct BoardSubscription(Vec<LiveSubscription>);
@@ -512,7 +497,7 @@ impl Leaderboards {
     ) -> AppResult<impl Stream<Item = Vec<RankEntry>>> {
         let shared = self.boards.top(self, season, top).await?;
         let receiver = shared.snapshots().clone();
-        Ok(snapshots(receiver, shared))
+        Ok(watched(receiver, shared))
     }
 
     /// Snapshots of a season's top `top` with their season: of `season` when one is named, of
@@ -589,7 +574,7 @@ impl Leaderboards {
     ) -> AppResult<impl Stream<Item = RankEntry>> {
         let shared = self.boards.ranks(self, season).await?;
         let receiver = shared.watch(user_id).await?;
-        Ok(snapshots(receiver, shared).filter_map(|me| async move { me }))
+        Ok(watched(receiver, shared).filter_map(|me| async move { me }))
     }
 
     /// The stream `open` gives for the current season, then, each time the month turns, the

@@ -210,6 +210,25 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// sent as one update (the first change after a quiet window is sent at once).
 pub(crate) const COALESCE: Duration = Duration::from_millis(100);
 
+/// The current value of a shared reader's channel, then each new one, holding `guard` (the
+/// reader, which stops once its last stream is dropped) while the stream lasts.
+pub(crate) fn watched<T, G>(
+    mut receiver: tokio::sync::watch::Receiver<T>,
+    guard: G,
+) -> impl Stream<Item = T>
+where
+    T: Clone + Send + Sync + 'static,
+    G: Send + 'static,
+{
+    let first = receiver.borrow_and_update().clone();
+    let changes = futures::stream::unfold((receiver, guard), |(mut receiver, guard)| async {
+        receiver.changed().await.ok()?;
+        let value = receiver.borrow_and_update().clone();
+        Some((value, (receiver, guard)))
+    });
+    futures::stream::once(async { first }).chain(changes)
+}
+
 /// Counters that scripts PUBLISH on a channel per id (like counts, voucher stock): the
 /// current values first, then every change, coalesced to the latest value per id within
 /// [`COALESCE`]. Subscribes before reading (confirmed by Redis), so no change slips between
