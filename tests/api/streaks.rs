@@ -68,6 +68,26 @@ fn states(calendar: &Value) -> Vec<String> {
 }
 
 #[tokio::test]
+async fn a_sign_in_answers_the_month_and_the_streak_it_changed() {
+    let app = TestApp::spawn().await;
+    app.set_clock(at(2026, 11, 27, 12, 0));
+    let token = app.user_token(4951);
+    let answer = app
+        .data(
+            Some(&token),
+            "mutation { signIn { month { month days signedDays } status { current signedToday } } }",
+            json!({}),
+        )
+        .await;
+    let month = &answer["signIn"]["month"];
+    assert_eq!(month, &self::month(&app, &token, "2026-11").await);
+    assert_eq!(month["signedDays"], 1);
+    assert_eq!(month["days"][26], "SIGNED");
+    assert_eq!(answer["signIn"]["status"]["current"], 1);
+    assert_eq!(answer["signIn"]["status"]["signedToday"], true);
+}
+
+#[tokio::test]
 async fn users_in_los_angeles_and_shanghai_sign_different_days_at_the_same_instant() {
     let app = TestApp::spawn().await;
     let la = token_in(&app, 4801, "America/Los_Angeles");

@@ -16,11 +16,13 @@ import {
   MyRankChangedDocument,
   refreshRemark,
   setLiked,
-  SignCalendarDocument,
+  CalendarDocument,
+  DayState,
   signIn,
   ViewerDocument,
   type BoardEntryFragment,
   type CalendarMonthFragment,
+  type StreakFieldsFragment,
   type RemarkCardFragment,
 } from '../src/index';
 
@@ -117,25 +119,26 @@ if (itemId) {
   $('remarks').replaceChildren(element('li', { class: 'muted' }, 'Add ?item=ID to the URL.'));
 }
 
-// The sign-in calendar of this month.
-function renderCalendar(calendar: CalendarMonthFragment) {
+// The sign-in calendar of this month, and the streak.
+function renderCalendar(calendar: CalendarMonthFragment, streak: StreakFieldsFragment) {
   $('month').textContent = calendar.month;
-  const today = calendar.days.length;
-  $('calendar').replaceChildren(...calendar.days.map((signed, index) =>
+  // `today` is a `YYYY-MM-DD` of the viewer's zone, in the month shown.
+  const today = Number(streak.today.slice(8, 10));
+  $('calendar').replaceChildren(...calendar.days.map((state, index) =>
     element('span', {
       class: index + 1 === today ? 'day today' : 'day',
       'data-day': String(index + 1),
-      'data-signed': String(signed),
+      'data-state': state,
+      'data-signed': String(state === DayState.Signed || state === DayState.MadeUp),
     }, String(index + 1))));
-  // `today` is null for a past month only; this is the current one.
-  $('streak').textContent = `streak ${calendar.today?.streak ?? 0}, ${calendar.makeUpsLeft} make-ups left`;
-  $<HTMLButtonElement>('sign-in').disabled = calendar.today?.signed ?? true;
+  $('streak').textContent = `streak ${streak.current}, ${streak.makeUpsLeft} make-ups left`;
+  $<HTMLButtonElement>('sign-in').disabled = streak.signedToday;
 }
 
 if (token) {
-  apollo.watchQuery({ query: SignCalendarDocument, variables: {} }).subscribe(({ data, dataState, error }) => {
+  apollo.watchQuery({ query: CalendarDocument, variables: {} }).subscribe(({ data, dataState, error }) => {
     if (error) return showError(error);
-    if (dataState === 'complete') renderCalendar(data.signCalendar);
+    if (dataState === 'complete') renderCalendar(data.calendar, data.streak);
   });
 } else {
   $<HTMLButtonElement>('sign-in').disabled = true;

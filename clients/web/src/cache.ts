@@ -23,9 +23,11 @@ export function createEngageCache(): InMemoryCache {
           jobs: relayStylePagination(['topic', 'status']),
         },
       },
-      // One calendar per month: `signCalendar` (this month) and `signCalendar(month:)` and
-      // the calendar a sign-in answers are the same object.
-      SignCalendar: { keyFields: ['month'] },
+      // One calendar per month: `calendar` (this month), `calendar(month:)` and the month a
+      // sign-in answers are the same object.
+      MonthCalendar: { keyFields: ['month'] },
+      // The viewer's streak is one object: `streak` and the status a sign-in answers.
+      StreakStatus: { keyFields: [] },
       // A board entry is a rank on one board at one moment, with no identity of its own:
       // it stays inside the board, snapshot or `me` that holds it. Keyed by its user, a
       // past season's board (or a stale snapshot) would overwrite the current board's

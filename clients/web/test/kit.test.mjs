@@ -231,13 +231,13 @@ test('signing in marks today in the calendar and puts the viewer on the live boa
   await page.waitForSelector('#calendar .day.today[data-signed="false"]');
   const viewerId = await page.getAttribute('body', 'data-viewer-id');
   assert.ok(viewerId);
-  const calendars = requests.filter((r) => r.body.operationName === 'SignCalendar').length;
+  const calendars = requests.filter((r) => r.body.operationName === 'Calendar').length;
   await page.click('#sign-in');
   await page.waitForSelector('#calendar .day.today[data-signed="true"]');
   assert.equal(await page.isDisabled('#sign-in'), true);
   assert.match(await text('#streak'), /^streak 1,/);
-  // The calendar came with the sign-in's answer.
-  assert.equal(requests.filter((r) => r.body.operationName === 'SignCalendar').length, calendars, 'no refetch');
+  // The month and the streak came with the sign-in's answer.
+  assert.equal(requests.filter((r) => r.body.operationName === 'Calendar').length, calendars, 'no refetch');
   await page.waitForSelector(`#board li.me[data-user-id="${viewerId}"]`, { timeout: 5000 });
   const points = await text(`#board li[data-user-id="${viewerId}"] .points`);
   assert.notEqual(points, '0');
@@ -283,7 +283,7 @@ test('against a server without the manifest the kit falls back to APQ', async ()
   // Each query: its hash alone, unknown to this server, then its text, which the server
   // stores. Storing three at once exceeds the user's burst: the kit waits the `retryAfter`
   // of a RATE_LIMITED answer and sends again.
-  for (const name of ['Viewer', 'ItemRemarks', 'SignCalendar']) {
+  for (const name of ['Viewer', 'ItemRemarks', 'Calendar']) {
     const sent = requests.filter((r) => r.body.operationName === name);
     const [first, last] = [sent[0], sent.at(-1)];
     assert.equal(first.body.query, undefined, name);

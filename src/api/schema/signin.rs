@@ -128,6 +128,27 @@ impl SignInResult {
 
 #[ComplexObject]
 impl SignInResult {
+    /// The signed day's month after this call, as `calendar(month:)` reads it (a client's
+    /// cache keys it by `month`).
+    async fn month(&self, ctx: &Context<'_>) -> AppResult<MonthCalendar> {
+        let claim = auth::viewer(ctx).and_then(|viewer| viewer.zone);
+        Ok(ctx
+            .feature::<SignIn>()
+            .month(self.user_id, claim, Some(Month::of(self.date.0)))
+            .await?
+            .into())
+    }
+
+    /// The viewer's streak after this call, as `streak` reads it.
+    async fn status(&self, ctx: &Context<'_>) -> AppResult<StreakStatus> {
+        let claim = auth::viewer(ctx).and_then(|viewer| viewer.zone);
+        Ok(ctx
+            .feature::<SignIn>()
+            .status(self.user_id, claim)
+            .await?
+            .into())
+    }
+
     /// The calendar of the signed day's month after this call.
     async fn calendar(&self, ctx: &Context<'_>) -> AppResult<SignCalendar> {
         let claim = auth::viewer(ctx).and_then(|viewer| viewer.zone);

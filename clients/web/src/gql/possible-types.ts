@@ -2,11 +2,13 @@
       export type PossibleTypesResultData = {
   "possibleTypes": {
     "Node": [
+      "Board",
       "Item",
       "Job",
       "Order",
       "Remark",
       "Season",
+      "Topic",
       "User",
       "Voucher"
     ]
@@ -15,11 +17,13 @@
       const result: PossibleTypesResultData = {
   "possibleTypes": {
     "Node": [
+      "Board",
       "Item",
       "Job",
       "Order",
       "Remark",
       "Season",
+      "Topic",
       "User",
       "Voucher"
     ]
