@@ -29,20 +29,22 @@ pub(crate) fn date_of_day_number(number: i64) -> Option<NaiveDate> {
 #[derive(Clone)]
 pub struct Clock {
     tz: Tz,
-    /// Milliseconds added to the system clock; zero outside tests.
-    offset_ms: Arc<AtomicI64>,
+    /// Microseconds added to the system clock; zero outside tests. Finer than the
+    /// milliseconds instants are stored in, so that a clock set to an instant reads that
+    /// instant or later, never the millisecond before it.
+    offset_us: Arc<AtomicI64>,
 }
 
 impl Clock {
     pub(crate) fn new(tz: Tz) -> Self {
         Self {
             tz,
-            offset_ms: Arc::new(AtomicI64::new(0)),
+            offset_us: Arc::new(AtomicI64::new(0)),
         }
     }
 
     pub fn now(&self) -> DateTime<Utc> {
-        Utc::now() + chrono::Duration::milliseconds(self.offset_ms.load(Ordering::Relaxed))
+        Utc::now() + chrono::Duration::microseconds(self.offset_us.load(Ordering::Relaxed))
     }
 
     pub fn now_ms(&self) -> i64 {
@@ -57,15 +59,19 @@ impl Clock {
     /// Moves the clock forward (simulates time passing).
     #[cfg(feature = "test-clock")]
     pub fn advance(&self, by: chrono::Duration) {
-        self.offset_ms
-            .fetch_add(by.num_milliseconds(), Ordering::Relaxed);
+        self.offset_us
+            .fetch_add(by.num_microseconds().unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
     /// Sets the clock to an instant.
     #[cfg(feature = "test-clock")]
     pub fn set(&self, at: DateTime<Utc>) {
-        self.offset_ms
-            .store((at - Utc::now()).num_milliseconds(), Ordering::Relaxed);
+        // Rounded up: read at once, the clock shows `at`, not a moment before it.
+        let offset = match (at - Utc::now()).num_nanoseconds() {
+            Some(nanos) => nanos.div_euclid(1000) + i64::from(nanos.rem_euclid(1000) > 0),
+            None => (at - Utc::now()).num_microseconds().unwrap_or(i64::MAX),
+        };
+        self.offset_us.store(offset, Ordering::Relaxed);
     }
 
     /// The calendar date of an instant in the configured zone.
