@@ -156,29 +156,9 @@ impl Remarks {
                     "only its author or an admin may delete a remark",
                 ));
             }
-            let mut tx = self.infra.db.pool.begin().await?;
-            let updated = sqlx::query(&format!(
-                "UPDATE remarks SET deleted_at_ms = $1 WHERE id = $2 AND {}",
-                as_read(&remark, 3)
-            ))
-            .bind(self.infra.clock.now_ms())
-            .bind(id)
-            .bind(remark.score)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if updated == 0 {
-                continue;
+            if self.mark_withdrawn(&remark, None).await? {
+                return Ok(remark);
             }
-            if !remark.hidden {
-                count_rating(&mut tx, remark.item_id, remark.score, -1).await?;
-            }
-            tx.commit().await?;
-            self.caches
-                .pages
-                .forget(|page| page.item_id == remark.item_id);
-            self.withdraw_or_leave(id, Withdrawal::Deleted).await;
-            return Ok(remark);
         }
         Err(changed_meanwhile())
     }
@@ -197,33 +177,56 @@ impl Remarks {
             if remark.deleted {
                 return Err(AppError::not_found(format!("no remark {id}")));
             }
-            let mut tx = self.infra.db.pool.begin().await?;
-            let updated = sqlx::query(&format!(
-                "UPDATE remarks SET hidden_at_ms = COALESCE(hidden_at_ms, $1), hidden_reason = $2 \
-                 WHERE id = $3 AND {}",
-                as_read(&remark, 4)
-            ))
-            .bind(self.infra.clock.now_ms())
-            .bind(reason)
-            .bind(id)
+            if self.mark_withdrawn(&remark, Some(reason)).await? {
+                return self.stored(id).await;
+            }
+        }
+        Err(changed_meanwhile())
+    }
+
+    /// Marks `remark` hidden with `hidden_reason`, or deleted without one, in SQL, moving
+    /// its rating out of the item's summary in the same transaction, then withdraws it in
+    /// Redis. False, with nothing written, when the row changed since `remark` was read.
+    async fn mark_withdrawn(
+        &self,
+        remark: &RemarkRecord,
+        hidden_reason: Option<&str>,
+    ) -> AppResult<bool> {
+        let (how, set, id_param) = match hidden_reason {
+            None => (Withdrawal::Deleted, "deleted_at_ms = $1", 2),
+            Some(_) => (
+                Withdrawal::Hidden,
+                "hidden_at_ms = COALESCE(hidden_at_ms, $1), hidden_reason = $2",
+                3,
+            ),
+        };
+        let sql = format!(
+            "UPDATE remarks SET {set} WHERE id = ${id_param} AND {}",
+            as_read(remark, id_param + 1)
+        );
+        let mut update = sqlx::query(&sql).bind(self.infra.clock.now_ms());
+        if let Some(reason) = hidden_reason {
+            update = update.bind(reason);
+        }
+        let mut tx = self.infra.db.pool.begin().await?;
+        let updated = update
+            .bind(remark.id)
             .bind(remark.score)
             .execute(&mut *tx)
             .await?
             .rows_affected();
-            if updated == 0 {
-                continue;
-            }
-            if !remark.hidden {
-                count_rating(&mut tx, remark.item_id, remark.score, -1).await?;
-            }
-            tx.commit().await?;
-            self.caches
-                .pages
-                .forget(|page| page.item_id == remark.item_id);
-            self.withdraw_or_leave(id, Withdrawal::Hidden).await;
-            return self.stored(id).await;
+        if updated == 0 {
+            return Ok(false);
         }
-        Err(changed_meanwhile())
+        if !remark.hidden {
+            count_rating(&mut tx, remark.item_id, remark.score, -1).await?;
+        }
+        tx.commit().await?;
+        self.caches
+            .pages
+            .forget(|page| page.item_id == remark.item_id);
+        self.withdraw_or_leave(remark.id, how).await;
+        Ok(true)
     }
 
     /// Withdraws a remark in Redis; a failure is left to the next like (which rebuilds from
