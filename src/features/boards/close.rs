@@ -468,29 +468,13 @@ impl Boards {
     async fn unchanged_since_snapshot(&self, def: &BoardDef, period: &str) -> AppResult<bool> {
         let parts = self.infra.keys.board_parts(&def.key, period);
         for (live, snapshot) in parts.iter().zip(self.snapshots(def, period)) {
-            let mut from = 0;
-            loop {
-                let mut conn = self.infra.redis.get().await?;
-                let (a, b): (Vec<Member>, Vec<Member>) = redis::pipe()
-                    .cmd("ZRANGE")
-                    .arg(live)
-                    .arg(from)
-                    .arg(from + CHUNK - 1)
-                    .arg("WITHSCORES")
-                    .cmd("ZRANGE")
-                    .arg(&snapshot)
-                    .arg(from)
-                    .arg(from + CHUNK - 1)
-                    .arg("WITHSCORES")
-                    .query_async(&mut *conn)
-                    .await?;
-                if a != b {
-                    return Ok(false);
-                }
-                if a.len() < CHUNK {
-                    break;
-                }
-                from += CHUNK;
+            if !self
+                .infra
+                .redis
+                .same_sorted_sets(live, &snapshot, CHUNK)
+                .await?
+            {
+                return Ok(false);
             }
         }
         Ok(true)

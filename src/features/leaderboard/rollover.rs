@@ -121,9 +121,6 @@ async fn advance(
     Ok(())
 }
 
-/// Board members with their scores, in rank order.
-type Members = Vec<(String, f64)>;
-
 /// The snapshot of a part of a board, in the part's slot.
 fn snapshot_of(part: &str) -> String {
     format!("{part}:snapshot")
@@ -517,38 +514,16 @@ impl Leaderboards {
     /// Whether the live board still equals its snapshot, member by member (read in chunks).
     async fn unchanged_since_snapshot(&self, season: Month) -> AppResult<bool> {
         for live in self.infra.keys.season_board_parts(season) {
-            if !self.part_unchanged(&live, &snapshot_of(&live)).await? {
+            if !self
+                .infra
+                .redis
+                .same_sorted_sets(&live, &snapshot_of(&live), CHUNK)
+                .await?
+            {
                 return Ok(false);
             }
         }
         Ok(true)
-    }
-
-    async fn part_unchanged(&self, live: &str, snapshot: &str) -> AppResult<bool> {
-        let mut from = 0;
-        loop {
-            let mut conn = self.infra.redis.get().await?;
-            let (a, b): (Members, Members) = redis::pipe()
-                .cmd("ZRANGE")
-                .arg(live)
-                .arg(from)
-                .arg(from + CHUNK - 1)
-                .arg("WITHSCORES")
-                .cmd("ZRANGE")
-                .arg(snapshot)
-                .arg(from)
-                .arg(from + CHUNK - 1)
-                .arg("WITHSCORES")
-                .query_async(&mut *conn)
-                .await?;
-            if a != b {
-                return Ok(false);
-            }
-            if a.len() < CHUNK {
-                return Ok(true);
-            }
-            from += CHUNK;
-        }
     }
 
     /// Removes the Redis board once SQL holds it, then marks the season done.

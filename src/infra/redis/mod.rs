@@ -150,6 +150,41 @@ impl RedisPool {
         let mut conn = self.get().await.map_err(unavailable)?.clone();
         scan(&mut conn, pattern).await
     }
+
+    /// Whether two sorted sets (in one slot) hold the same members with the same scores,
+    /// compared `chunk` members at a time so that neither is read whole into memory.
+    pub(crate) async fn same_sorted_sets(
+        &self,
+        a: &str,
+        b: &str,
+        chunk: usize,
+    ) -> crate::infra::error::AppResult<bool> {
+        let mut from = 0;
+        loop {
+            let mut conn = self.get().await?;
+            type Members = Vec<(String, f64)>;
+            let (left, right): (Members, Members) = redis::pipe()
+                .cmd("ZRANGE")
+                .arg(a)
+                .arg(from)
+                .arg(from + chunk - 1)
+                .arg("WITHSCORES")
+                .cmd("ZRANGE")
+                .arg(b)
+                .arg(from)
+                .arg(from + chunk - 1)
+                .arg("WITHSCORES")
+                .query_async(&mut *conn)
+                .await?;
+            if left != right {
+                return Ok(false);
+            }
+            if left.len() < chunk {
+                return Ok(true);
+            }
+            from += chunk;
+        }
+    }
 }
 
 /// Every key matching `pattern` that `conn` reaches: its node's, or every master's.
