@@ -45,6 +45,16 @@ impl<K: Eq + Hash, V: ?Sized> WeakMap<K, V> {
         self.entries.insert(key, Arc::downgrade(value));
     }
 
+    /// The value under `key` if someone still holds it, else `make()`'s, put there.
+    pub(crate) fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> Arc<V>) -> Arc<V> {
+        if let Some(value) = self.get(&key) {
+            return value;
+        }
+        let value = make();
+        self.insert(key, &value);
+        value
+    }
+
     /// How many values someone still holds.
     pub(crate) fn held(&self) -> usize {
         self.entries

@@ -14,7 +14,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, Weak},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -27,6 +27,7 @@ use crate::infra::{
     clock::Month,
     error::AppResult,
     live::{watched, LiveMessage, LiveSubscription},
+    weak_map::WeakMap,
 };
 
 /// At most one read, and one snapshot, per board a second.
@@ -64,8 +65,8 @@ struct SharedViewers {
 /// The shared readers of this instance, by board and period.
 #[derive(Default)]
 pub struct BoardWatchers {
-    tops: Mutex<HashMap<(String, usize), Weak<SharedTop>>>,
-    viewers: Mutex<HashMap<String, Weak<SharedViewers>>>,
+    tops: Mutex<WeakMap<(String, usize), SharedTop>>,
+    viewers: Mutex<WeakMap<String, SharedViewers>>,
 }
 
 /// The channels of every part of a board's period, heard as one.
@@ -163,19 +164,8 @@ impl Boards {
     ) -> AppResult<impl Stream<Item = Top>> {
         let def = self.get(key).await?;
         let period = self.current_period(&def).await?;
-        let shared = {
-            let mut tops = self.watchers.tops.lock().expect("poisoned");
-            let id = (def.key.clone(), top);
-            match tops.get(&id).and_then(Weak::upgrade) {
-                Some(shared) => shared,
-                None => {
-                    tops.retain(|_, shared| shared.strong_count() > 0);
-                    let shared = Arc::new(SharedTop::new());
-                    tops.insert(id, Arc::downgrade(&shared));
-                    shared
-                }
-            }
-        };
+        let shared = (self.watchers.tops.lock().expect("poisoned"))
+            .get_or_insert_with((def.key.clone(), top), || Arc::new(SharedTop::new()));
         let reader = shared
             .get_or_try_init(|| async {
                 // Subscribed before the first read: no change after it is missed.
@@ -231,19 +221,8 @@ impl Boards {
     ) -> AppResult<impl Stream<Item = Option<BoardRecord>>> {
         let def = self.get(key).await?;
         let period = self.current_period(&def).await?;
-        let shared = {
-            let mut all = self.watchers.viewers.lock().expect("poisoned");
-            let id = def.key.clone();
-            match all.get(&id).and_then(Weak::upgrade) {
-                Some(shared) => shared,
-                None => {
-                    all.retain(|_, shared| shared.strong_count() > 0);
-                    let shared = Arc::new(SharedViewers::default());
-                    all.insert(id, Arc::downgrade(&shared));
-                    shared
-                }
-            }
-        };
+        let shared = (self.watchers.viewers.lock().expect("poisoned"))
+            .get_or_insert_with(def.key.clone(), Arc::default);
         shared
             .reader
             .get_or_try_init(|| async {
