@@ -80,6 +80,28 @@ fn ranks(page: &Value) -> Vec<(i64, i64, i64)> {
         .collect()
 }
 
+/// The current season board's (user, points), in rank order.
+async fn season_points(app: &TestApp) -> Vec<(i64, i64)> {
+    let season = app
+        .data(
+            None,
+            "{ leaderboard(first: 10) { entries { points user { id } } } }",
+            json!({}),
+        )
+        .await;
+    season["leaderboard"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                local_id(e["user"]["id"].as_str().unwrap()),
+                e["points"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn each_operator_and_order_ranks_as_it_says() {
     let app = app().await;
@@ -645,24 +667,7 @@ async fn closing_a_period_pays_its_rewards_exactly_once_across_instances_and_a_c
         vec![(1, 100), (2, 30), (3, 30)]
     );
     // Each payment went into the balance once: the season board holds each user's sum.
-    let season = app
-        .data(
-            None,
-            "{ leaderboard(first: 10) { entries { points user { id } } } }",
-            json!({}),
-        )
-        .await;
-    let mut points: Vec<(i64, i64)> = season["leaderboard"]["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                local_id(e["user"]["id"].as_str().unwrap()),
-                e["points"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let mut points = season_points(&app).await;
     points.sort();
     assert_eq!(points, vec![(1, 100), (2, 30), (3, 60), (4, 30), (5, 100)]);
     // The voucher is granted without an order; the user sees it with the points.
@@ -809,24 +814,7 @@ async fn the_seasons_top_three_are_paid_once_at_its_rollover() {
         vec![(2, 100), (3, 50), (4, 20)]
     );
     // Paid once each: April's board holds exactly the rewards.
-    let april = app
-        .data(
-            None,
-            "{ leaderboard(first: 10) { entries { points user { id } } } }",
-            json!({}),
-        )
-        .await;
-    let points: Vec<(i64, i64)> = april["leaderboard"]["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                local_id(e["user"]["id"].as_str().unwrap()),
-                e["points"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let points = season_points(&app).await;
     assert_eq!(points, vec![(2, 100), (3, 50), (4, 20)]);
 
     // A cheater removed from the archived season: everyone below moves up, winners too.

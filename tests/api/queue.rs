@@ -83,6 +83,18 @@ async fn mutate(app: &TestApp, token: &str, query: &str) -> Value {
     app.data(Some(token), query, json!({})).await
 }
 
+/// Registers a handler for `topic` that fails every job; answers it to count the calls.
+fn fail_topic(app: &TestApp, topic: &str) -> Gauge {
+    let failing = Gauge {
+        fail: true,
+        ..Gauge::default()
+    };
+    app.jobs()
+        .registry
+        .register(topic, Arc::new(failing.clone()), None);
+    failing
+}
+
 #[tokio::test]
 async fn a_service_may_use_the_queue_and_a_user_may_not() {
     let app = TestApp::spawn().await;
@@ -330,13 +342,7 @@ async fn two_instances_share_one_topics_rate_limit_and_a_limited_topic_holds_up_
 async fn counts_follow_done_and_dead_jobs_and_a_requeue() {
     let app = TestApp::spawn().await;
     let admin = app.admin_token();
-    let failing = Gauge {
-        fail: true,
-        ..Gauge::default()
-    };
-    app.jobs()
-        .registry
-        .register("counted", Arc::new(failing), None);
+    fail_topic(&app, "counted");
     assert_eq!(topic(&app, "counted").await["counts"]["dead"], 0);
     for n in 0..2 {
         schedule(&app, &admin, &format!("d{n}"), "counted").await;
@@ -395,13 +401,7 @@ async fn a_topic_is_a_node() {
 async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
     let app = TestApp::spawn().await;
     let admin = app.admin_token();
-    let failing = Gauge {
-        fail: true,
-        ..Gauge::default()
-    };
-    app.jobs()
-        .registry
-        .register("kept", Arc::new(failing), None);
+    fail_topic(&app, "kept");
     schedule(&app, &admin, "k1", "kept").await;
     eventually(async || topic(&app, "kept").await["counts"]["dead"] == 1).await;
     let later =
@@ -658,13 +658,7 @@ async fn a_delayed_job_is_promoted_or_delayed_again_and_others_are_refused() {
 async fn finished_jobs_are_cleaned_and_dead_ones_requeued_in_bulk() {
     let app = TestApp::spawn().await;
     let admin = app.admin_token();
-    let failing = Gauge {
-        fail: true,
-        ..Gauge::default()
-    };
-    app.jobs()
-        .registry
-        .register("failing", Arc::new(failing.clone()), None);
+    let failing = fail_topic(&app, "failing");
     app.handle_topic("passing");
     for n in 0..3 {
         schedule(&app, &admin, &format!("f{n}"), "failing").await;
@@ -1055,13 +1049,7 @@ async fn retention_keeps_as_many_done_and_dead_jobs_as_the_job_says() {
     let app = TestApp::spawn().await;
     let admin = app.admin_token();
     app.handle_topic("kept-done");
-    let failing = Gauge {
-        fail: true,
-        ..Gauge::default()
-    };
-    app.jobs()
-        .registry
-        .register("kept-dead", Arc::new(failing), None);
+    fail_topic(&app, "kept-dead");
     for n in 0..3 {
         let done = json!({ "id": format!("d{n}"), "topic": "kept-done", "data": {}, "delaySeconds": 0, "removeOnComplete": 1 });
         schedule_with(&app, done).await;
@@ -1153,13 +1141,7 @@ async fn a_user_may_not_watch_jobs() {
 async fn a_dead_job_keeps_its_priority_when_requeued() {
     let app = TestApp::spawn().await;
     let admin = app.admin_token();
-    let failing = Gauge {
-        fail: true,
-        ..Gauge::default()
-    };
-    app.jobs()
-        .registry
-        .register("urgent", Arc::new(failing.clone()), None);
+    fail_topic(&app, "urgent");
     let input =
         json!({ "id": "u1", "topic": "urgent", "data": {}, "delaySeconds": 0, "priority": 900 });
     schedule_with(&app, input).await;
