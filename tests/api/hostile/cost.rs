@@ -509,3 +509,65 @@ async fn one_address_cannot_evict_another_address_persisted_query() {
     let answer = via::operation(&mut socket, Via::TransportWs, "1", by_hash).await;
     assert_eq!(answer["data"]["__typename"], "Query", "{answer}");
 }
+
+/// A bulk write takes at most its cap of inputs on every transport that carries writes; past
+/// it nothing is scheduled. The body cap is raised here so that the inputs' own cap is what
+/// refuses (at the default 64 KB, 1,000 jobs fit only with little data each).
+#[tokio::test]
+async fn a_bulk_schedule_past_its_cap_is_refused_whole_on_every_transport() {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.max_body_bytes = 512 * 1024;
+    })
+    .await;
+    app.handle_topic("bulk");
+    let admin = app.admin_token();
+    let inputs = |count: usize, tag: &str| -> Value {
+        (0..count)
+            .map(|n| json!({ "id": format!("{tag}{n}"), "topic": "bulk", "data": {}, "delaySeconds": 600 }))
+            .collect()
+    };
+    let bulk =
+        "mutation($inputs: [ScheduleJobInput!]!) { scheduleJobs(inputs: $inputs) { jobId } }";
+    // GET carries no mutation; the others are refused past the cap, before anything is written.
+    for via in [
+        Via::Post,
+        Via::PersistedQuery,
+        Via::TransportWs,
+        Via::LegacyWs,
+    ] {
+        let tag = format!("{via:?}-");
+        let answer = via::send(
+            &app,
+            via,
+            Some(&admin),
+            bulk,
+            json!({ "inputs": inputs(1001, &tag) }),
+        )
+        .await;
+        assert_eq!(code(&answer), "BAD_USER_INPUT", "{via:?}: {answer}");
+    }
+    let counts = app
+        .data(
+            Some(&admin),
+            "{ topic(name: \"bulk\") { counts { delayed ready } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(counts["topic"]["counts"]["delayed"], 0, "{counts}");
+    // At the cap, one call schedules them all.
+    let answer = via::send(
+        &app,
+        Via::Post,
+        Some(&admin),
+        bulk,
+        json!({ "inputs": inputs(1000, "at-cap-") }),
+    )
+    .await;
+    assert_eq!(
+        answer["data"]["scheduleJobs"].as_array().map(Vec::len),
+        Some(1000),
+        "{}",
+        answer["errors"]
+    );
+}
