@@ -1,5 +1,6 @@
-//! Fixtures for `bench/run`: an item with remarks, a season board of a million members and
-//! files of bearer tokens that the wrk scenarios of `bench/wrk/` read (one per line).
+//! Fixtures for `bench/run`: an item with remarks, a season board of a million members, an
+//! empty board for `submitScore`, and files of bearer tokens that the wrk scenarios of
+//! `bench/wrk/` read (one per line).
 //!
 //! ```sh
 //! cargo run --release --example bench_seed -- --url http://127.0.0.1:8000/graphql \
@@ -107,6 +108,19 @@ async fn main() -> anyhow::Result<()> {
                 .to_string(),
         );
     }
+    // A board the scores go to: one per seed, so that every run starts from the same state.
+    let board = format!("bench-steps-{base}");
+    call(
+        tokens.mint(1, Role::Admin, 7200, None),
+        "mutation($i: CreateBoardInput!) { createBoard(input: $i) { key } }",
+        json!({ "i": { "key": board, "title": "Steps", "reset": "NEVER" } }),
+    )
+    .await?;
+    write("board.txt", &mut std::iter::once(board))?;
+    write(
+        "service.txt",
+        &mut std::iter::once(tokens.mint(2, Role::Service, 7200, None)),
+    )?;
     write("item.txt", &mut std::iter::once(item.clone()))?;
     write("remarks.txt", &mut remarks.iter().cloned())?;
     let voters = base + 1_000_000;
