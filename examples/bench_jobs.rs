@@ -1,9 +1,13 @@
 //! Delay-queue benchmark, in process against the real Redis: N jobs all due in the same
 //! second, a no-op handler; reports how fast they are promoted and delivered and how late
-//! each delivery was relative to its due time.
+//! each delivery was relative to its due time. Optionally spread over many topics, with
+//! priorities and a concurrency limit per topic, so that the take script's choices are paid
+//! for too.
 //!
 //! ```sh
 //! cargo run --release --example bench_jobs -- --jobs 50000
+//! cargo run --release --example bench_jobs -- --jobs 100000 --topics 1000 --priorities \
+//!     --topic-concurrency 4
 //! ```
 
 use std::{
@@ -30,6 +34,39 @@ struct Args {
     /// Jobs run at once (ENGAGE_JOBS_CONCURRENCY); the server's default when left out.
     #[arg(long)]
     concurrency: Option<usize>,
+    /// Topics the jobs are spread over, round robin.
+    #[arg(long, default_value_t = 1)]
+    topics: usize,
+    /// Jobs get priorities 0 to 1000 (spread evenly) instead of all 0.
+    #[arg(long)]
+    priorities: bool,
+    /// Each topic's concurrency limit (`setTopicLimits`); none when left out.
+    #[arg(long)]
+    topic_concurrency: Option<i32>,
+}
+
+impl Args {
+    fn topic(&self, n: usize) -> String {
+        format!("bench-{}", n % self.topics.max(1))
+    }
+
+    fn scenario(&self) -> String {
+        let mut parts = Vec::new();
+        if self.topics > 1 {
+            parts.push(format!("{} topics", self.topics));
+        }
+        if self.priorities {
+            parts.push("priorities".to_string());
+        }
+        if let Some(limit) = self.topic_concurrency {
+            parts.push(format!("concurrency {limit} per topic"));
+        }
+        if parts.is_empty() {
+            "delay queue".into()
+        } else {
+            format!("delay queue ({})", parts.join(", "))
+        }
+    }
 }
 
 struct Lateness(Arc<Mutex<Vec<(i64, i64)>>>);
@@ -61,29 +98,46 @@ async fn main() -> anyhow::Result<()> {
     let app = App::start(config).await?;
     let state = app.state.clone();
     let seen = Arc::new(Mutex::new(Vec::with_capacity(args.jobs)));
-    state
-        .features
-        .jobs
-        .registry
-        .register("bench", Arc::new(Lateness(seen.clone())), None);
+    let handler = Arc::new(Lateness(seen.clone()));
+    for n in 0..args.topics.max(1) {
+        let topic = args.topic(n);
+        state
+            .features
+            .jobs
+            .registry
+            .register(&topic, handler.clone(), None);
+        if let Some(limit) = args.topic_concurrency {
+            state
+                .features
+                .jobs
+                .set_limits(&topic, None, Some(limit))
+                .await?;
+        }
+    }
+    let args = Arc::new(args);
 
     let scheduling = Instant::now();
     let tasks: Vec<_> = (0..8)
         .map(|worker| {
-            let state = state.clone();
+            let (state, args) = (state.clone(), args.clone());
             let count = args.jobs / 8 + usize::from(worker < args.jobs % 8);
             // One due time for all, however long scheduling takes.
             let due_at = scheduling + Duration::from_secs(args.due_in);
             tokio::spawn(async move {
                 for i in 0..count {
+                    let n = i * 8 + worker;
                     let job = NewJob {
                         id: format!("w{worker}-{i}"),
-                        topic: "bench".into(),
+                        topic: args.topic(n),
                         body: "{}".into(),
                         delay: due_at.saturating_duration_since(Instant::now()),
                         max_attempts: None,
                         callback_url: None,
-                        priority: 0,
+                        priority: if args.priorities {
+                            (n % 1001) as u32
+                        } else {
+                            0
+                        },
                         backoff: None,
                         remove_on_complete: None,
                         remove_on_fail: None,
@@ -127,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "RESULT {}",
         serde_json::json!({
-            "scenario": "delay queue",
+            "scenario": args.scenario(),
             "jobs": seen.len(),
             "concurrency": concurrency,
             "delivered_over_ms": last - first,
