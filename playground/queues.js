@@ -14,7 +14,7 @@ wsUrl.protocol = httpUrl.protocol === 'https:' ? 'wss:' : 'ws:';
 const POLL_MS = 1000;
 
 const $ = (selector, root = document) => root.querySelector(selector);
-const state = { topic: null, job: null, stopWatching: null };
+const state = { topic: null, job: null, stopWatching: null, socket: 'connecting', refused: false };
 
 function setText(element, text) {
   if (element.textContent !== text) element.textContent = text;
@@ -24,10 +24,18 @@ function showError(text) {
   setText($('#message'), text || '');
 }
 
-function setStatus(status) {
+/// The socket's state, unless the API refused the token: then `unauthorized`, whatever the
+/// socket (which may serve an anonymous connection) says.
+function showStatus() {
+  const status = state.refused ? 'unauthorized' : state.socket;
   const element = $('#status');
   element.dataset.status = status;
   setText(element, status);
+}
+
+function setStatus(status) {
+  state.socket = status;
+  showStatus();
 }
 
 async function gql(query, variables = {}) {
@@ -40,10 +48,15 @@ async function gql(query, variables = {}) {
   if (body.errors) {
     const codes = body.errors.map((e) => e.extensions?.code);
     if (codes.includes('UNAUTHENTICATED') || codes.includes('FORBIDDEN')) {
-      setStatus('unauthorized');
+      state.refused = true;
+      showStatus();
       throw new Error('This page needs an admin token: paste one above.');
     }
     throw new Error(body.errors.map((e) => e.message).join('\n'));
+  }
+  if (state.refused) {
+    state.refused = false;
+    showStatus();
   }
   return body.data;
 }
@@ -78,7 +91,7 @@ function button(text, name, onClick) {
   return b;
 }
 
-const time = (at) => (at ? new Date(at).toISOString().replace('T', ' ').slice(0, 19) : '');
+const time = (at) => (at ? new Date(at).toISOString().replace('T', ' ').slice(0, 19) + ' UTC' : '');
 
 // --- Topics ---------------------------------------------------------------------------
 
@@ -274,6 +287,7 @@ $('#requeue-all').addEventListener('click', () => act(() =>
 $('#login').addEventListener('submit', (event) => {
   event.preventDefault();
   token = $('#token').value.trim();
+  state.refused = false;
   sessionStorage.setItem(TOKEN_KEY, token);
   $('#token').value = '';
   // The socket authenticates once, at connection_init: a new token needs a new one.
@@ -288,5 +302,5 @@ $('#login').addEventListener('submit', (event) => {
 connect();
 act(async () => {});
 setInterval(() => {
-  if (!document.hidden && $('#status').dataset.status !== 'unauthorized') refresh().catch((e) => showError(e.message));
+  if (!document.hidden && !state.refused) refresh().catch((e) => showError(e.message));
 }, POLL_MS);
