@@ -400,7 +400,7 @@ fn answer(
 enum Placed {
     Added,
     /// A pending job has the id; what it holds, if it reads as a job.
-    Pending(Option<JobSpec>),
+    Pending(Option<Box<JobSpec>>),
 }
 
 fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
@@ -555,7 +555,7 @@ impl Jobs {
                 // Our row stands for a job Redis refused: it must describe the pending one.
                 Placed::Pending(theirs) if ours => match theirs.as_ref().filter(|t| t.seq > 0) {
                     Some(spec) => rewrite.push(pending::Record {
-                        spec: spec.clone(),
+                        spec: (**spec).clone(),
                         attempts: 0,
                         runs: 0,
                         ..record.clone()
@@ -635,7 +635,7 @@ impl Jobs {
                     earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
                     Placed::Added
                 } else {
-                    Placed::Pending(serde_json::from_str(&pending).ok())
+                    Placed::Pending(serde_json::from_str(&pending).ok().map(Box::new))
                 });
             }
             if let Some(at) = earliest {
