@@ -285,6 +285,27 @@ async fn a_series_lost_with_redis_is_rebuilt_from_sql_with_its_runs_and_limit() 
     assert_eq!(rebuilt["nextRunAt"], first["nextRunAt"]);
     assert!(app.jobs().verify().await.unwrap().is_clean());
 
+    // verify compares the count toward the limit too.
+    let pool = app.keys().job_pool("rebuilt");
+    let set_runs = async |n: i64| {
+        let mut conn = app.redis_connection().await;
+        let () = redis::cmd("HSET")
+            .arg(&pool)
+            .arg("r/runs")
+            .arg(n)
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+    };
+    set_runs(5).await;
+    let drifted = app.jobs().verify().await.unwrap();
+    assert!(
+        drifted.examples.iter().any(|e| e.contains("counts 5 runs")),
+        "{drifted:?}"
+    );
+    set_runs(1).await;
+    assert!(app.jobs().verify().await.unwrap().is_clean());
+
     app.set_clock(at(first["nextRunAt"].as_str().unwrap()));
     let last = after_runs(&app, "rebuilt", "r", 2).await;
     assert_eq!(last["status"], "DONE", "the limit held across the rebuild");

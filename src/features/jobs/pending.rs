@@ -282,11 +282,14 @@ pub(crate) async fn topics(pool: &AnyPool) -> AppResult<Vec<String>> {
     rows.iter().map(|row| Ok(row.try_get("topic")?)).collect()
 }
 
-/// The ids of a topic's pending jobs.
-pub(crate) async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<String>> {
-    let rows = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1 ORDER BY job_id")
+/// The ids of a topic's pending jobs, each with the runs its series ended (0 for a job that
+/// does not repeat).
+pub(crate) async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<(String, i64)>> {
+    let rows = sqlx::query("SELECT job_id, runs FROM pending_job WHERE topic = $1 ORDER BY job_id")
         .bind(topic)
         .fetch_all(pool)
         .await?;
-    rows.iter().map(|row| Ok(row.try_get("job_id")?)).collect()
+    rows.iter()
+        .map(|row| Ok((row.try_get("job_id")?, row.try_get("runs")?)))
+        .collect()
 }
