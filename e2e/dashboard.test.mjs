@@ -1,4 +1,4 @@
-// End-to-end: the live dashboard and the playground in headless Chromium against the real
+// End-to-end: the live dashboard, the queues page and the playground in headless Chromium against the real
 // server binary (built beforehand by `cargo build`), real Redis and a SQLite file of its own.
 //
 //   cargo build && (cd e2e && npm ci && node --test)
@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,6 +34,9 @@ let base;
 let server;
 let browser;
 let page;
+/// The job callback the queue calls: it fails jobs whose body says `fail` while `failing`, and
+/// reports a body's `progress` before it answers.
+const hook = { failing: true, port: 0, server: null, token: null };
 
 function freePort() {
   return new Promise((resolvePort, reject) => {
@@ -55,6 +59,7 @@ async function startServer() {
     REDIS_URL: redisUrl,
     ENGAGE_REDIS_PREFIX: redisPrefix,
     ENGAGE_SHUTDOWN_GRACE_SECONDS: '2',
+    ENGAGE_CALLBACK_HOSTS: `127.0.0.1:${hook.port}`,
     RUST_LOG: env.RUST_LOG || 'warn',
   });
   const log = openSync(join(workDir, 'server.log'), 'a');
@@ -110,6 +115,32 @@ async function devToken(userId, role = 'user', name = undefined) {
   return (await response.json()).token;
 }
 
+async function startHook() {
+  hook.server = createHttpServer(async (request, response) => {
+    let body = '';
+    for await (const chunk of request) body += chunk;
+    const data = JSON.parse(body || '{}');
+    try {
+      if (data.progress) {
+        await gql(hook.token, `mutation($t: String!, $id: ID!, $l: String!, $p: JSON!) {
+          reportJobProgress(topic: $t, id: $id, leaseToken: $l, progress: $p) { jobId } }`, {
+          t: request.headers['x-engage-job-topic'], id: request.headers['x-engage-job-id'],
+          l: request.headers['x-engage-lease'], p: data.progress,
+        });
+      }
+    } catch (error) {
+      console.warn('progress not reported:', error.message);
+    }
+    if (data.fail && hook.failing) {
+      response.writeHead(500).end('failing on purpose');
+      return;
+    }
+    response.writeHead(200, { 'Content-Type': 'application/json' }).end('{"ok":true}');
+  });
+  await new Promise((resolveListen) => hook.server.listen(0, '127.0.0.1', resolveListen));
+  hook.port = hook.server.address().port;
+}
+
 async function screenshot(name) {
   const path = join(screenshots, name);
   await page.screenshot({ path });
@@ -150,6 +181,7 @@ before(async () => {
   mkdirSync(screenshots, { recursive: true });
   port = await freePort();
   base = `http://127.0.0.1:${port}`;
+  await startHook();
   await startServer();
 
   // Seed through the API: an item, three remarks with a few likes, a voucher on sale, and
@@ -194,6 +226,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await stopServer();
+  hook.server?.close();
   // Remove this run's Redis keys (only those under its own prefix) and its database.
   try {
     const keys = execFileSync('redis-cli', ['-u', redisUrl, '--scan', '--pattern', `${redisPrefix}*`], { encoding: 'utf8' })
@@ -285,4 +318,82 @@ test('the playground runs a saved example with the token from its dev token butt
   await page.waitForFunction(() => /"serverTime": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"/
     .test(document.querySelector('.result-window')?.textContent || ''), null, { timeout: 5000 });
   await screenshot('playground-subscription.png');
+});
+
+test('the queues page shows live counts, pauses, sets limits, requeues a dead job and shows a job', async () => {
+  const admin = await devToken(1, 'admin', 'Ada Admin');
+  hook.token = admin;
+  const topic = 'e2e-hooks';
+  const schedule = (input) => gql(admin, 'mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) { jobId } }', {
+    input: { topic, delaySeconds: 0, callbackUrl: `http://127.0.0.1:${hook.port}/run`, ...input },
+  });
+  await schedule({ id: 'broken-1', data: { fail: true }, maxAttempts: 1 });
+  await schedule({ id: 'with-progress', data: { progress: { percent: 50, step: 'resize' } } });
+  await schedule({ id: 'nightly', data: {}, delaySeconds: 3600, repeat: { cron: '30 2 * * *', timeZone: 'Europe/Berlin' } });
+  const counts = async () => (await gql(admin, 'query($t: String!) { topic(name: $t) { counts { dead done } } }', { t: topic })).topic.counts;
+  for (let i = 0; i < 100 && (await counts()).dead < 1; i++) await new Promise((r) => setTimeout(r, 100));
+
+  // Without a token the page shows nothing and says why.
+  await page.goto(`${base}/queues`);
+  await page.waitForSelector('#status[data-status="unauthorized"]');
+  assert.match(await page.textContent('#message'), /admin token/);
+  assert.equal(await page.$(`#topics tr[data-topic="${topic}"]`), null);
+
+  await page.fill('#token', admin);
+  await page.click('#use-token');
+  const row = `#topics tr[data-topic="${topic}"]`;
+  await page.waitForSelector(row);
+  await page.waitForSelector('#status[data-status="live"]');
+  await page.waitForFunction((selector) => document.querySelector(`${selector} .count-dead`)?.textContent === '1', row);
+
+  // A selected topic follows jobChanged: a job that dies shows at once.
+  await page.click(`${row} .name`);
+  await page.waitForSelector('#jobs tr[data-job-id="broken-1"]');
+  const deadCount = (selector) => document.querySelector(`${selector} .count-dead`)?.textContent ?? null;
+  assert.equal(await expectLiveChange('dead count after a job died', deadCount, row,
+    () => schedule({ id: 'broken-2', data: { fail: true }, maxAttempts: 1 })), '2');
+  await page.waitForSelector('#jobs tr[data-job-id="broken-2"]');
+  await screenshot('queues-dead-jobs.png');
+
+  // Pause and resume, as the API reads it back.
+  await page.click(`${row} button[name="pause"]`);
+  await page.waitForSelector(`${row}[data-paused="true"]`);
+  assert.equal((await gql(admin, 'query($t: String!) { topic(name: $t) { paused } }', { t: topic })).topic.paused, true);
+  await page.click(`${row} button[name="resume"]`);
+  await page.waitForSelector(`${row}[data-paused="false"]`);
+
+  // Limits.
+  await page.fill(`${row} input[name="concurrency"]`, '3');
+  await page.click(`${row} button[name="limits"]`);
+  await page.waitForFunction(() => !document.getElementById('message').textContent);
+  for (let i = 0; i < 50; i++) {
+    const { topic: t } = await gql(admin, 'query($t: String!) { topic(name: $t) { concurrency } }', { t: topic });
+    if (t.concurrency === 3) break;
+    assert.ok(i < 49, 'concurrency set from the page');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+
+  // Requeue a dead job; its callback answers now, so it is done.
+  hook.failing = false;
+  const doneBefore = (await counts()).done;
+  await page.click('#jobs tr[data-job-id="broken-1"] button[name="requeue"]');
+  await page.waitForFunction(() => !document.querySelector('#jobs tr[data-job-id="broken-1"]'));
+  for (let i = 0; i < 50 && (await counts()).done <= doneBefore; i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok((await counts()).done > doneBefore, 'the requeued job ran');
+
+  // A job's progress and history.
+  await page.selectOption('#state', 'DONE');
+  await page.waitForSelector('#jobs tr[data-job-id="with-progress"]');
+  await page.click('#jobs tr[data-job-id="with-progress"]');
+  await page.waitForSelector('#job:not([hidden])');
+  await page.waitForFunction(() => document.getElementById('job-progress').textContent.includes('resize'));
+  const states = await page.$$eval('#history tr td:nth-child(2)', (cells) => cells.map((c) => c.textContent));
+  assert.deepEqual(states, ['DELAYED', 'RUNNING', 'DONE']);
+
+  // A repeating job shows its series and next run.
+  await page.selectOption('#state', 'DELAYED');
+  await page.click('#jobs tr[data-job-id="nightly"]');
+  await page.waitForFunction(() => document.querySelector('#job-fields tr[data-field="repeats"]')?.textContent.includes('30 2 * * *'));
+  assert.match(await page.textContent('#job-fields tr[data-field="repeats"]'), /Europe\/Berlin/);
+  await screenshot('queues-job.png');
 });

@@ -141,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
                         backoff: None,
                         remove_on_complete: None,
                         remove_on_fail: None,
+                        repeat: None,
                     };
                     state.features.jobs.schedule(job).await.expect("scheduled");
                 }

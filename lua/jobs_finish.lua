@@ -4,6 +4,13 @@
   a job: one cancelled or reclaimed meanwhile is not touched, so a late completion cannot
   resurrect it. Each end is an event of the job's history; a success keeps the result.
 
+  A repeating job's run that ended (done, or dead after its attempts) schedules the next run
+  here, in the same call that ends this one: the next run exists exactly when this one has
+  ended, whichever instance ends it, so runs never overlap and none is lost or doubled. The
+  job keeps its id, history and <id>/runs; its attempts start again from 0. The series ends
+  (as a plain job would) when the caller gives no next run (past endsAt) or <id>/runs
+  reaches the limit.
+
   Input:
     KEYS[1] running: in-flight zset
     KEYS[2] delayed: delay zset
@@ -16,18 +23,20 @@
     ARGV[2] keep: finished jobs kept per topic
     ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
     ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
-    ARGV[5..] deliveries: seven per delivery: job id, lease token, outcome (done | retry |
+    ARGV[5..] deliveries: nine per delivery: job id, lease token, outcome (done | retry |
                                  dead), retry at (epoch ms), error text, result (JSON, ''
                                  none), finished jobs to keep after this one ('' the topic's:
-                                 the job's removeOnComplete)
+                                 the job's removeOnComplete), next run of a repeating job
+                                 (epoch ms, '' none), most runs of its series ('' no limit)
 
-  Output: one per delivery, in order: 1 applied, 0 the lease is no longer this delivery's
+  Output: one per delivery, in order: 1 applied, 2 applied and the next run of the series
+          scheduled, 0 the lease is no longer this delivery's
 ]]
 -- @include jobs_fields.lua
 local now, keep = ARGV[1], tonumber(ARGV[2])
 local out = {}
 local finished_any = false
-for i = 5, #ARGV, 7 do
+for i = 5, #ARGV, 9 do
   local id, lease, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if redis.call('HGET', KEYS[3], id .. '/lease') ~= lease then
     out[#out + 1] = 0
@@ -39,26 +48,44 @@ for i = 5, #ARGV, 7 do
       redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4])
       redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
       job_event(KEYS[3], id, now, 'DELAYED', attempt, ARGV[i + 4])
-    elseif outcome == 'dead' then
-      redis.call('HINCRBY', KEYS[5], 'dead', 1)
-      forget_job(KEYS[3], id)
+      out[#out + 1] = 1
     else
+      -- A run ended: done, or dead (then dead_job holds it).
+      local runs = redis.call('HINCRBY', KEYS[3], id .. '/runs', 1)
+      local limit = tonumber(ARGV[i + 8])
+      local again = ARGV[i + 7] ~= '' and (limit == nil or runs < limit)
       redis.call('HDEL', KEYS[3], id .. '/stalls')
-      redis.call('HINCRBY', KEYS[5], 'done', 1)
-      redis.call('HINCRBY', KEYS[3], id .. '/runs', 1)
-      redis.call('HSET', KEYS[3], id .. '/status', 'DONE', id .. '/finished', now)
-      if ARGV[i + 5] ~= '' then
-        redis.call('HSET', KEYS[3], id .. '/result', ARGV[i + 5])
+      if outcome == 'dead' then
+        redis.call('HINCRBY', KEYS[5], 'dead', 1)
+        redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4], id .. '/finished', now)
+        job_event(KEYS[3], id, now, 'DEAD', attempt, ARGV[i + 4])
+      else
+        redis.call('HINCRBY', KEYS[5], 'done', 1)
+        redis.call('HSET', KEYS[3], id .. '/finished', now)
+        if ARGV[i + 5] ~= '' then
+          redis.call('HSET', KEYS[3], id .. '/result', ARGV[i + 5])
+        end
+        job_event(KEYS[3], id, now, 'DONE', attempt, '')
       end
-      job_event(KEYS[3], id, now, 'DONE', attempt, '')
-      redis.call('ZADD', KEYS[4], now, id)
-      if ARGV[i + 6] ~= '' then
-        keep = math.min(keep, tonumber(ARGV[i + 6]))
+      if again then
+        redis.call('HSET', KEYS[3], id .. '/attempts', 0)
+        redis.call('ZADD', KEYS[2], ARGV[i + 7], id)
+        job_event(KEYS[3], id, now, 'DELAYED', 0, '')
+        out[#out + 1] = 2
+      elseif outcome == 'dead' then
+        forget_job(KEYS[3], id)
+        out[#out + 1] = 1
+      else
+        redis.call('HSET', KEYS[3], id .. '/status', 'DONE')
+        redis.call('ZADD', KEYS[4], now, id)
+        if ARGV[i + 6] ~= '' then
+          keep = math.min(keep, tonumber(ARGV[i + 6]))
+        end
+        finished_any = true
+        out[#out + 1] = 1
       end
-      finished_any = true
     end
     redis.call(ARGV[4], ARGV[3], id)
-    out[#out + 1] = 1
   end
 end
 -- Keep the newest finished jobs only: forget the oldest beyond the limit.

@@ -13,8 +13,9 @@
     ARGV[1] now_ms: now, epoch ms (the history's first event)
     ARGV[2] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
     ARGV[3] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
-    ARGV[4..] jobs: five per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new),
-                    priority (0 to 1000, higher first once due; kept as <id>/priority when not 0)
+    ARGV[4..] jobs: six per job: job id, job JSON, run at (epoch ms), attempts so far (0 if new),
+                    priority (0 to 1000, higher first once due; kept as <id>/priority when not 0),
+                    runs of its series so far (0 if new; a rebuilt repeating job keeps its count)
 
   Output: two per job, in order (statuses of lua/include/status.lua): OK, '' added;
           TAKEN, <JSON of the pending job> refused (a job with this id is pending; the
@@ -26,7 +27,7 @@
 -- @include status.lua
 -- @include jobs_fields.lua
 local out = {}
-for i = 4, #ARGV, 5 do
+for i = 4, #ARGV, 6 do
   local id = ARGV[i]
   local status = redis.call('HGET', KEYS[1], id .. '/status')
   local pending = redis.call('HGET', KEYS[1], id)
@@ -40,6 +41,9 @@ for i = 4, #ARGV, 5 do
     redis.call(ARGV[3], ARGV[2], id)
     if ARGV[i + 4] ~= '0' then
       redis.call('HSET', KEYS[1], id .. '/priority', ARGV[i + 4])
+    end
+    if ARGV[i + 5] ~= '0' then
+      redis.call('HSET', KEYS[1], id .. '/runs', ARGV[i + 5])
     end
     redis.call('ZREM', KEYS[3], id)
     redis.call('ZADD', KEYS[2], ARGV[i + 2], id)

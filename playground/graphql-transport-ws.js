@@ -45,11 +45,20 @@ class GraphQLWsClient {
     };
   }
 
+  // Closes for good, without reconnecting (a page given another token opens a new client).
+  close() {
+    this.closed = true;
+    const socket = this.socket;
+    this.socket = null;
+    socket?.close();
+  }
+
   scheduleReconnect() {
+    if (this.closed) return;
     const delay = Math.min(8000, 500 * 2 ** this.attempt) * (0.75 + Math.random() / 2);
     this.attempt += 1;
     this.onStatus('reconnecting');
-    setTimeout(() => this.connect(), delay);
+    setTimeout(() => this.closed || this.connect(), delay);
   }
 
   receive(message) {

@@ -19,6 +19,8 @@ pub struct Engage {
     stdout: JoinHandle<Vec<String>>,
     stderr: JoinHandle<Vec<String>>,
     redis_prefix: String,
+    database_url: String,
+    env: Vec<(String, String)>,
     postgres: Option<(String, String)>,
     _sqlite_dir: Option<tempfile::TempDir>,
 }
@@ -78,58 +80,35 @@ impl Engage {
                 url
             }
         };
-        let mut command = Command::new(env!("CARGO_BIN_EXE_engage"));
-        command
-            .arg("serve")
-            .env("ENGAGE_BIND", "127.0.0.1:0")
-            .env("ENGAGE_REDIS_PREFIX", &redis_prefix)
-            .env("DATABASE_URL", database_url)
-            // No drain window: the stop is clean but immediate.
-            .env("ENGAGE_DRAIN_SECONDS", "0")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("the binary runs");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stdout = lines(child.stdout.take().unwrap(), seen.clone());
-        let stderr = lines(child.stderr.take().unwrap(), seen.clone());
-        let started = Instant::now();
-        let base = loop {
-            let address = seen.lock().unwrap().iter().find_map(|line| {
-                let rest = &line[line.find("listening on http://")? + "listening on ".len()..];
-                Some(
-                    rest.split([' ', '"', '\\'])
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                )
-            });
-            if let Some(address) = address {
-                break address;
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!(
-                    "engage stopped at start ({status}): {:?}",
-                    seen.lock().unwrap()
-                );
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "engage did not say where it listens: {:?}",
-                seen.lock().unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, base, stdout, stderr) = launch(&env, &redis_prefix, &database_url).await;
         Self {
             child,
             base,
             stdout,
             stderr,
             redis_prefix,
+            database_url,
+            env,
             postgres,
             _sqlite_dir: sqlite_dir,
         }
+    }
+
+    /// Kills the process with SIGKILL, as a crash would end it (no drain, nothing handed
+    /// back), then starts another on the same Redis prefix and database.
+    pub async fn crash_and_restart(&mut self) {
+        self.child.kill().expect("SIGKILL is sent");
+        self.child.wait().expect("the killed process is reaped");
+        let (child, base, stdout, stderr) =
+            launch(&self.env, &self.redis_prefix, &self.database_url).await;
+        self.child = child;
+        self.base = base;
+        self.stdout = stdout;
+        self.stderr = stderr;
     }
 
     pub async fn get_text(&self, path: &str) -> String {
@@ -204,6 +183,63 @@ impl Engage {
             }
         }
     }
+}
+
+/// Spawns the binary and waits until it says where it listens.
+async fn launch(
+    env: &[(String, String)],
+    redis_prefix: &str,
+    database_url: &str,
+) -> (
+    Child,
+    String,
+    JoinHandle<Vec<String>>,
+    JoinHandle<Vec<String>>,
+) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_engage"));
+    command
+        .arg("serve")
+        .env("ENGAGE_BIND", "127.0.0.1:0")
+        .env("ENGAGE_REDIS_PREFIX", redis_prefix)
+        .env("DATABASE_URL", database_url)
+        // No drain window: the stop is clean but immediate.
+        .env("ENGAGE_DRAIN_SECONDS", "0")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("the binary runs");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let stdout = lines(child.stdout.take().unwrap(), seen.clone());
+    let stderr = lines(child.stderr.take().unwrap(), seen.clone());
+    let started = Instant::now();
+    let base = loop {
+        let address = seen.lock().unwrap().iter().find_map(|line| {
+            let rest = &line[line.find("listening on http://")? + "listening on ".len()..];
+            Some(
+                rest.split([' ', '"', '\\'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        });
+        if let Some(address) = address {
+            break address;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "engage stopped at start ({status}): {:?}",
+                seen.lock().unwrap()
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "engage did not say where it listens: {:?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    (child, base, stdout, stderr)
 }
 
 impl Drop for Engage {

@@ -60,6 +60,7 @@ pub fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
         backoff: None,
         remove_on_complete: None,
         remove_on_fail: None,
+        repeat: None,
     }
 }
 

@@ -40,6 +40,7 @@ mod queue;
 mod recovery;
 mod redis_tls;
 mod remarks;
+mod repeats;
 mod scalars;
 mod signin;
 mod spending;

@@ -134,7 +134,13 @@ async fn pages_and_assets_are_served_with_their_types_caching_and_compression() 
 #[tokio::test]
 async fn pages_carry_security_headers_and_may_not_be_framed() {
     let app = TestApp::spawn().await;
-    for path in ["/", "/dashboard", "/assets/dashboard.js"] {
+    for path in [
+        "/",
+        "/dashboard",
+        "/assets/dashboard.js",
+        "/queues",
+        "/assets/queues.js",
+    ] {
         let response = app.http.get(app.url(path)).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         let headers = response.headers();
@@ -148,4 +154,30 @@ async fn pages_carry_security_headers_and_may_not_be_framed() {
         assert_eq!(headers[header::REFERRER_POLICY], "no-referrer", "{path}");
         assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY", "{path}");
     }
+}
+
+#[tokio::test]
+async fn the_queues_page_is_served_and_its_data_needs_an_admin_token() {
+    let app = TestApp::spawn().await;
+    let page = app.http.get(app.url("/queues")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let text = page.text().await.unwrap();
+    assert!(text.contains("/assets/queues.js"), "{text}");
+    // The page holds no data: what it shows comes from the API, which refuses it without
+    // an admin's (or a service's) token.
+    let topics = "query { topics { name } }";
+    let anonymous = app.gql(None, topics, serde_json::json!({})).await;
+    assert_eq!(
+        crate::harness::first_code(&anonymous),
+        "UNAUTHENTICATED",
+        "{anonymous}"
+    );
+    let user = app
+        .gql(Some(&app.user_token(5)), topics, serde_json::json!({}))
+        .await;
+    assert_eq!(crate::harness::first_code(&user), "FORBIDDEN", "{user}");
+    let admin = app
+        .data(Some(&app.admin_token()), topics, serde_json::json!({}))
+        .await;
+    assert!(admin["topics"].is_array(), "{admin}");
 }

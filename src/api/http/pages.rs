@@ -1,7 +1,7 @@
 //! The pages served from the binary, so that a browser needs nothing but this server:
 //! the playground at `/` (GraphiQL with the saved example operations of
 //! `playground/operations/`, grouped by feature, and a token box), the live dashboard at
-//! `/dashboard`, their scripts and the vendored GraphiQL under `/assets/`, and, only when the
+//! `/dashboard`, the delay queue's admin page at `/queues`, their scripts and the vendored GraphiQL under `/assets/`, and, only when the
 //! server signs with the development secret, `POST /dev/token` for the playground's button.
 //! In production the playground is served only with `ENGAGE_PLAYGROUND=true`; the
 //! dashboard is a product page (a wall screen) and stays.
@@ -35,6 +35,7 @@ include!(concat!(env!("OUT_DIR"), "/playground_operations.rs"));
 pub(crate) fn router(config: &Config) -> Router<HttpState> {
     let mut router = Router::new()
         .route("/dashboard", get(dashboard))
+        .route("/queues", get(queues))
         .route("/assets/{file}", get(asset));
     if config.playground_enabled() {
         router = router.route("/", get(playground));
@@ -121,6 +122,12 @@ async fn dashboard(State(http): State<HttpState>) -> Html<String> {
     )
 }
 
+/// The delay queue's admin page. The page itself holds nothing: every number it shows comes
+/// from the API with the admin token typed into it, which the API checks on every call.
+async fn queues() -> Html<&'static str> {
+    Html(include_str!("../../../playground/queues.html"))
+}
+
 struct Asset {
     file: &'static str,
     content_type: &'static str,
@@ -164,6 +171,12 @@ static ASSETS: &[Asset] = &[
         file: "dashboard.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../../playground/dashboard.js"),
+        immutable: false,
+    },
+    Asset {
+        file: "queues.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../playground/queues.js"),
         immutable: false,
     },
 ];

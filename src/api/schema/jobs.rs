@@ -13,7 +13,8 @@ use crate::{
     features::jobs::{
         self,
         control::{JobCounts as Counts, TopicView},
-        Backoff, BackoffKind, JobStatus, JobView, NewJob, MAX_DELAY_SECONDS, MAX_PRIORITY,
+        Backoff, BackoffKind, JobStatus, JobView, NewJob, RepeatRule, MAX_DELAY_SECONDS,
+        MAX_PRIORITY,
     },
     infra::{
         auth::RoleGuard,
@@ -188,17 +189,25 @@ impl Job {
             .and_then(|t| Json::from_text(t).ok())
     }
 
-    /// Times it was done.
+    /// Runs that ended: times it was done, and for a repeating job also its runs that died
+    /// (each in `deadJobs`; the series goes on).
     async fn runs(&self) -> i64 {
         i64::from(self.0.details.runs)
     }
 
-    /// When it is due next: its due time while delayed, else null.
+    /// Its series, when it repeats; null for a job that runs once.
+    async fn repeat(&self) -> Option<Repeat> {
+        self.0.repeat.clone().map(Repeat)
+    }
+
+    /// When it is due next: its due time while delayed (for a repeating job, its next run),
+    /// else null.
     async fn next_run_at(&self) -> Option<DateTime> {
         (self.0.status == JobStatus::Delayed).then(|| DateTime::from_ms(self.0.run_at_ms))
     }
 
-    /// When it was scheduled (for a dead job, whose record does not say: when it died).
+    /// When it was scheduled (for a dead job that died before its record kept this: when it
+    /// died).
     async fn created_at(&self) -> DateTime {
         match self.0.details.created_at_ms {
             0 => DateTime::from_ms(self.0.run_at_ms),
@@ -262,6 +271,71 @@ pub(crate) struct ScheduleJobInput {
     /// Once this job died, the topic keeps only this many dead jobs, the newest; default:
     /// all, until `cleanJobs`.
     pub(crate) remove_on_fail: Option<i32>,
+    /// Runs the job again and again, under the same id: its first run is the schedule's
+    /// first time at or after `delaySeconds` from now, each next run is scheduled when the
+    /// one before it ended (done, or dead after its attempts), so runs never overlap.
+    pub(crate) repeat: Option<RepeatInput>,
+}
+
+/// When a job runs again: give exactly one of `everySeconds` and `cron`.
+#[derive(InputObject)]
+pub(crate) struct RepeatInput {
+    /// 1 to 31,536,000: runs this far apart, counted from the first run. A run that ends
+    /// late (slow, or the queue was down) is followed by the next time on that grid: one
+    /// catch-up run, never a burst.
+    pub(crate) every_seconds: Option<i32>,
+    /// A cron pattern: 5 fields (minute hour day-of-month month day-of-week), or 6 with
+    /// seconds first, read in `timeZone`. Across daylight-saving changes a fixed time of day
+    /// that is skipped runs just after the gap and one that is repeated runs once; a pattern
+    /// with a wildcard or step in its time fields runs once per real interval.
+    pub(crate) cron: Option<String>,
+    /// An IANA time zone (`Europe/Berlin`); default: the service's ENGAGE_TIMEZONE.
+    pub(crate) time_zone: Option<String>,
+    /// Most runs (1 or more); the series ends after the last.
+    pub(crate) limit: Option<i32>,
+    /// No run after this instant.
+    pub(crate) ends_at: Option<DateTime>,
+}
+
+impl RepeatInput {
+    fn rule(self) -> RepeatRule {
+        RepeatRule {
+            every_seconds: self.every_seconds.map(i64::from),
+            cron: self.cron,
+            time_zone: self.time_zone,
+            limit: self.limit.map(i64::from),
+            ends_at_ms: self.ends_at.map(|at| at.0.timestamp_millis()),
+        }
+    }
+}
+
+/// A repeating job's series.
+pub(crate) struct Repeat(jobs::Repeat);
+
+#[Object]
+impl Repeat {
+    async fn every_seconds(&self) -> Option<i64> {
+        self.0.every_seconds.map(|n| n as i64)
+    }
+
+    async fn cron(&self) -> Option<&str> {
+        self.0.cron.as_deref()
+    }
+
+    /// The IANA zone its cron times are read in.
+    async fn time_zone(&self) -> &str {
+        &self.0.time_zone
+    }
+
+    /// Most runs; null: no limit.
+    async fn limit(&self) -> Option<i64> {
+        self.0.limit.map(i64::from)
+    }
+
+    /// No run after this; null: none.
+    async fn ends_at(&self) -> Option<DateTime> {
+        self.0.ends_at_ms.map(DateTime::from_ms)
+    }
 }
 
 /// A count that may not be negative.
@@ -361,6 +435,7 @@ impl ScheduleJobInput {
                 .remove_on_fail
                 .map(seconds_or("removeOnFail"))
                 .transpose()?,
+            repeat: self.repeat.map(RepeatInput::rule),
         })
     }
 

@@ -17,7 +17,8 @@
 //! - [`handlers`]: in-process handlers per topic, and HTTP callbacks behind an allow-list;
 //! - [`gauges`]: the jobs per topic and state at `/metrics`;
 //! - [`control`]: a topic's counts, pause and limits;
-//! - [`manage`]: bulk add, promote, change of delay, clean, requeue of a topic's dead jobs.
+//! - [`manage`]: bulk add, promote, change of delay, clean, requeue of a topic's dead jobs;
+//! - [`repeat`]: repeating jobs, every N seconds or on a cron pattern in a time zone.
 
 pub mod control;
 pub(crate) mod gauges;
@@ -25,6 +26,7 @@ pub mod handlers;
 mod manage;
 mod pending;
 pub mod recovery;
+pub mod repeat;
 pub mod settings;
 pub mod signing;
 mod topics;
@@ -64,6 +66,7 @@ pub use settings::JobsSettings;
 
 pub use handlers::{Backoff, BackoffKind, JobError, JobHandler, JobRegistry, TopicPolicy};
 pub use manage::MAX_BATCH;
+pub use repeat::{Repeat, RepeatRule};
 
 /// Topics an instance names in its metrics; any further topic is counted as `other`.
 /// Topics are whatever an admin schedules under, so their number has no bound of its own.
@@ -156,6 +159,9 @@ pub struct JobSpec {
     /// Dead jobs its topic keeps once it died (BullMQ's `removeOnFail`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) remove_on_fail: Option<u32>,
+    /// Its series, when it repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) repeat: Option<Repeat>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -187,6 +193,8 @@ pub struct JobView {
     pub last_error: Option<String>,
     pub(crate) callback_url: Option<String>,
     pub priority: u32,
+    /// Its series, when it repeats.
+    pub repeat: Option<Repeat>,
     pub details: JobDetails,
 }
 
@@ -197,7 +205,7 @@ pub struct JobDetails {
     pub progress: Option<String>,
     /// JSON text: what its callback answered when it was done.
     pub result: Option<String>,
-    /// Times it was done.
+    /// Runs that ended: done, and for a repeating job also those that died.
     pub runs: u32,
     pub created_at_ms: i64,
     pub started_at_ms: Option<i64>,
@@ -256,6 +264,9 @@ pub struct NewJob {
     pub remove_on_complete: Option<u32>,
     /// Dead jobs the topic keeps once this one died; `None`: all.
     pub remove_on_fail: Option<u32>,
+    /// Runs it again and again; its first run is the schedule's first time at or after
+    /// `delay` from now.
+    pub repeat: Option<RepeatRule>,
 }
 
 /// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
@@ -363,6 +374,7 @@ fn answer(
                     last_error: None,
                     callback_url: record.spec.callback_url,
                     priority: record.spec.priority,
+                    repeat: record.spec.repeat,
                     details: JobDetails {
                         created_at_ms: record.spec.created_at_ms,
                         history: vec![JobEvent {
@@ -388,7 +400,7 @@ fn answer(
 enum Placed {
     Added,
     /// A pending job has the id; what it holds, if it reads as a job.
-    Pending(Option<JobSpec>),
+    Pending(Option<Box<JobSpec>>),
 }
 
 fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
@@ -406,7 +418,10 @@ fn dead_view(row: &sqlx::any::AnyRow) -> AppResult<JobView> {
         last_error: Some(row.try_get("last_error")?),
         callback_url: row.try_get("callback_url")?,
         priority: row.try_get::<i64, _>("priority")?.clamp(0, 1000) as u32,
+        repeat: None,
         details: JobDetails {
+            // Rows of jobs that died before the column was added have none.
+            created_at_ms: row.try_get::<Option<i64>, _>("created_at_ms")?.unwrap_or(0),
             finished_at_ms: Some(died_at),
             history: vec![JobEvent {
                 at_ms: died_at,
@@ -476,19 +491,29 @@ impl Jobs {
         let mut records = Vec::with_capacity(jobs.len());
         let mut positions = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let max_attempts = match job.validate(self) {
-                Ok(max_attempts) => max_attempts,
+            let from = now + job.delay.as_millis() as i64;
+            let checked = job.validate(self).and_then(|max_attempts| {
+                let repeat = job
+                    .repeat
+                    .clone()
+                    .map(|rule| rule.check(self.infra.clock.zone(), from))
+                    .transpose()?;
+                Ok((max_attempts, repeat))
+            });
+            let (max_attempts, repeat) = match checked {
+                Ok(checked) => checked,
                 Err(error) => {
                     answers.push(Some(Err(error)));
                     continue;
                 }
             };
+            let run_at_ms = repeat.as_ref().map_or(from, |(_, first)| *first);
             positions.push(answers.len());
             answers.push(None);
             records.push(pending::Record {
                 spec: JobSpec {
                     body: job.body,
-                    run_at_ms: now + job.delay.as_millis() as i64,
+                    run_at_ms,
                     max_attempts,
                     callback_url: job.callback_url,
                     created_at_ms: now,
@@ -497,10 +522,12 @@ impl Jobs {
                     backoff: job.backoff,
                     remove_on_complete: job.remove_on_complete,
                     remove_on_fail: job.remove_on_fail,
+                    repeat: repeat.map(|(repeat, _)| repeat),
                 },
                 topic: job.topic,
                 id: job.id,
                 attempts: 0,
+                runs: 0,
             });
         }
         let Some(sql) = sql else {
@@ -528,8 +555,9 @@ impl Jobs {
                 // Our row stands for a job Redis refused: it must describe the pending one.
                 Placed::Pending(theirs) if ours => match theirs.as_ref().filter(|t| t.seq > 0) {
                     Some(spec) => rewrite.push(pending::Record {
-                        spec: spec.clone(),
+                        spec: (**spec).clone(),
                         attempts: 0,
+                        runs: 0,
                         ..record.clone()
                     }),
                     // A job scheduled before SQL recorded jobs has no row to keep.
@@ -579,6 +607,7 @@ impl Jobs {
                     record.spec.run_at_ms,
                     record.attempts,
                     record.spec.priority,
+                    record.runs,
                 ));
             }
             let schedule = JobsSchedule {
@@ -606,7 +635,7 @@ impl Jobs {
                     earliest = Some(earliest.map_or(run_at, |at: i64| at.min(run_at)));
                     Placed::Added
                 } else {
-                    Placed::Pending(serde_json::from_str(&pending).ok())
+                    Placed::Pending(serde_json::from_str(&pending).ok().map(Box::new))
                 });
             }
             if let Some(at) = earliest {
@@ -767,6 +796,7 @@ impl Jobs {
                 last_error: error,
                 callback_url: spec.callback_url,
                 priority: spec.priority,
+                repeat: spec.repeat,
                 details: JobDetails {
                     progress,
                     result,
@@ -784,7 +814,7 @@ impl Jobs {
     /// The newest unrequeued death of a job, if any.
     async fn dead(&self, topic: &str, id: &str) -> AppResult<Option<JobView>> {
         let row = sqlx::query(
-            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority FROM dead_job \
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority, created_at_ms FROM dead_job \
              WHERE topic = $1 AND job_id = $2 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT 1",
         )
         .bind(topic)
@@ -866,7 +896,7 @@ impl Jobs {
         offset: usize,
     ) -> AppResult<(Vec<JobView>, bool)> {
         let rows = sqlx::query(
-            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority FROM dead_job \
+            "SELECT job_id, topic, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority, created_at_ms FROM dead_job \
              WHERE topic = $1 AND requeued_at_ms IS NULL ORDER BY died_at_ms DESC LIMIT $2 OFFSET $3",
         )
         .bind(topic)
@@ -896,6 +926,7 @@ impl Jobs {
                 backoff: None,
                 remove_on_complete: None,
                 remove_on_fail: None,
+                repeat: None,
             })
             .await?;
         let requeued = sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")

@@ -5,7 +5,8 @@
 //! - an ending (done, dead, cancelled) removes the row after Redis applied it, by the job's
 //!   `seq`, so an ending never removes the row of a newer job with the same id;
 //! - a retry writes its due time and attempts; single deliveries are not written (one
-//!   statement per delivery would put SQL on the hot path), so a rebuilt job may run again.
+//!   statement per delivery would put SQL on the hot path), so a rebuilt job may run again;
+//! - a repeating job's next run writes its due time and counts the run that ended.
 //!
 //! Statements take many rows at once (the order consumer schedules a batch of expiries in
 //! one), through the caller's connection: a transaction of its own, or a pooled one.
@@ -28,14 +29,16 @@ pub(crate) struct Record {
     pub(crate) spec: JobSpec,
     /// Deliveries so far (0 for a new job; the attempts of its last retry otherwise).
     pub(crate) attempts: u32,
+    /// Runs of its series that ended (0 for a job that does not repeat).
+    pub(crate) runs: u32,
 }
 
-/// Rows per statement: 11 parameters each, far below either backend's limit.
+/// Rows per statement: 12 parameters each, far below either backend's limit.
 const ROWS_PER_STATEMENT: usize = 500;
 
 const COLUMNS: &str =
     "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms, \
-     priority, options";
+     priority, options, runs";
 
 /// `INSERT INTO pending_job (…) VALUES (…), … ` with the records bound.
 fn insert<'q>(
@@ -55,7 +58,8 @@ fn insert<'q>(
             .bind(i64::from(record.spec.max_attempts))
             .bind(record.spec.created_at_ms)
             .bind(i64::from(record.spec.priority))
-            .bind(Options::of(&record.spec).text());
+            .bind(Options::of(&record.spec).text())
+            .bind(i64::from(record.runs));
     }
     query
 }
@@ -70,7 +74,7 @@ pub(crate) async fn insert_new(
         let statement = format!(
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} \
              ON CONFLICT (topic, job_id) DO NOTHING RETURNING seq",
-            values_placeholders(Backend::of(sql), chunk.len(), 11)
+            values_placeholders(Backend::of(sql), chunk.len(), 12)
         );
         for row in insert(&statement, chunk).fetch_all(&mut *sql).await? {
             written.insert(row.try_get("seq")?);
@@ -96,8 +100,8 @@ pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResul
              SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
              run_at_ms = excluded.run_at_ms, attempts = excluded.attempts, \
              max_attempts = excluded.max_attempts, created_at_ms = excluded.created_at_ms, \
-             priority = excluded.priority, options = excluded.options",
-            values_placeholders(Backend::of(sql), chunk.len(), 11)
+             priority = excluded.priority, options = excluded.options, runs = excluded.runs",
+            values_placeholders(Backend::of(sql), chunk.len(), 12)
         );
         insert(&statement, chunk).execute(&mut *sql).await?;
     }
@@ -150,6 +154,33 @@ pub(crate) async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -
     }
     Ok(())
 }
+/// A repeating job whose run ended and whose next run is due at `run_at_ms`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NextRun {
+    pub(crate) seq: i64,
+    pub(crate) run_at_ms: i64,
+}
+
+/// Writes the next runs of repeating jobs, counting the runs that ended, one statement for all.
+pub(crate) async fn record_next_runs(sql: &mut AnyConnection, next: &[NextRun]) -> AppResult<()> {
+    let next: Vec<&NextRun> = next.iter().filter(|r| r.seq > 0).collect();
+    for chunk in next.chunks(ROWS_PER_STATEMENT) {
+        let case: String = chunk
+            .iter()
+            .map(|r| format!(" WHEN {} THEN {}", r.seq, r.run_at_ms))
+            .collect();
+        let seqs: Vec<i64> = chunk.iter().map(|r| r.seq).collect();
+        sqlx::query(&format!(
+            "UPDATE pending_job SET run_at_ms = CASE seq{case} END, attempts = 0, runs = runs + 1 \
+             WHERE seq IN ({})",
+            id_list(&seqs)
+        ))
+        .execute(&mut *sql)
+        .await?;
+    }
+    Ok(())
+}
+
 /// Moves the due time of one job's row.
 pub(crate) async fn reschedule(sql: &mut AnyConnection, seq: i64, run_at_ms: i64) -> AppResult<()> {
     sqlx::query("UPDATE pending_job SET run_at_ms = $1 WHERE seq = $2")
@@ -169,6 +200,8 @@ struct Options {
     remove_on_complete: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     remove_on_fail: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    repeat: Option<super::Repeat>,
 }
 
 impl Options {
@@ -177,6 +210,7 @@ impl Options {
             backoff: spec.backoff,
             remove_on_complete: spec.remove_on_complete,
             remove_on_fail: spec.remove_on_fail,
+            repeat: spec.repeat.clone(),
         }
     }
 
@@ -184,7 +218,8 @@ impl Options {
     fn text(&self) -> Option<String> {
         let none = self.backoff.is_none()
             && self.remove_on_complete.is_none()
-            && self.remove_on_fail.is_none();
+            && self.remove_on_fail.is_none()
+            && self.repeat.is_none();
         (!none).then(|| serde_json::to_string(self).unwrap_or_default())
     }
 }
@@ -200,6 +235,7 @@ fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
         attempts: row
             .try_get::<i64, _>("attempts")?
             .clamp(0, i64::from(u32::MAX)) as u32,
+        runs: row.try_get::<i64, _>("runs")?.clamp(0, i64::from(u32::MAX)) as u32,
         spec: JobSpec {
             body: row.try_get("body")?,
             run_at_ms: row.try_get("run_at_ms")?,
@@ -211,6 +247,7 @@ fn record_of(row: &sqlx::any::AnyRow) -> AppResult<Record> {
             backoff: options.backoff,
             remove_on_complete: options.remove_on_complete,
             remove_on_fail: options.remove_on_fail,
+            repeat: options.repeat,
         },
     })
 }
@@ -245,11 +282,14 @@ pub(crate) async fn topics(pool: &AnyPool) -> AppResult<Vec<String>> {
     rows.iter().map(|row| Ok(row.try_get("topic")?)).collect()
 }
 
-/// The ids of a topic's pending jobs.
-pub(crate) async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<String>> {
-    let rows = sqlx::query("SELECT job_id FROM pending_job WHERE topic = $1 ORDER BY job_id")
+/// The ids of a topic's pending jobs, each with the runs its series ended (0 for a job that
+/// does not repeat).
+pub(crate) async fn ids_of(pool: &AnyPool, topic: &str) -> AppResult<Vec<(String, i64)>> {
+    let rows = sqlx::query("SELECT job_id, runs FROM pending_job WHERE topic = $1 ORDER BY job_id")
         .bind(topic)
         .fetch_all(pool)
         .await?;
-    rows.iter().map(|row| Ok(row.try_get("job_id")?)).collect()
+    rows.iter()
+        .map(|row| Ok((row.try_get("job_id")?, row.try_get("runs")?)))
+        .collect()
 }

@@ -1,7 +1,8 @@
 //! `engage verify` and `engage rebuild` for the delay queue. SQL's `pending_job` is the
 //! record of the jobs still to run; Redis must hold each of them pending (its JSON in the
 //! pool, its id in the delay zset, the ready list or the in-flight zset) with its topic in
-//! the index of due topics, and no pending job that SQL lacks.
+//! the index of due topics, and no pending job that SQL lacks; a repeating job's count of runs
+//! (toward its limit) is the same in both.
 //!
 //! A rebuild schedules every row again at its due time, with the attempts it recorded,
 //! through the script that schedules new jobs: an id that is pending in Redis is left alone,
@@ -50,23 +51,27 @@ impl Jobs {
         let all_topics: Vec<String> = all_topics.into_iter().collect();
         let indexed = self.indexed(&all_topics).await?;
         for (topic, indexed) in all_topics.iter().zip(indexed) {
-            let in_sql: HashSet<String> = pending::ids_of(&self.infra.db.pool, topic)
+            let in_sql: HashMap<String, i64> = pending::ids_of(&self.infra.db.pool, topic)
                 .await?
                 .into_iter()
                 .collect();
             let queued = self.queued_in_redis(topic).await?;
             let pooled = self.pooled(topic, &queued).await?;
-            for id in &in_sql {
-                report.check(pooled.contains(id), || {
-                    format!("job {id} of topic {topic} is pending in SQL but not in Redis")
+            for (id, recorded) in &in_sql {
+                let live = pooled.get(id);
+                report.check(live == Some(recorded), || match live {
+                    None => format!("job {id} of topic {topic} is pending in SQL but not in Redis"),
+                    Some(live) => format!(
+                        "job {id} of topic {topic} counts {live} runs in Redis but {recorded} in SQL"
+                    ),
                 });
             }
-            for id in pooled.iter().filter(|id| !in_sql.contains(*id)) {
+            for id in pooled.keys().filter(|id| !in_sql.contains_key(*id)) {
                 report.check(false, || {
                     format!("job {id} of topic {topic} is pending in Redis but not in SQL")
                 });
             }
-            for id in queued.iter().filter(|id| !pooled.contains(*id)) {
+            for id in queued.iter().filter(|id| !pooled.contains_key(*id)) {
                 report.check(false, || {
                     format!("job {id} of topic {topic} is queued in Redis without its JSON")
                 });
@@ -239,10 +244,15 @@ impl Jobs {
         Ok(ids)
     }
 
-    /// Of the queued ids, those whose JSON the pool holds (as a job that has not ended).
-    async fn pooled(&self, topic: &str, queued: &HashSet<String>) -> AppResult<HashSet<String>> {
+    /// Of the queued ids, those whose JSON the pool holds (as a job that has not ended), each
+    /// with the runs of its series.
+    async fn pooled(
+        &self,
+        topic: &str,
+        queued: &HashSet<String>,
+    ) -> AppResult<HashMap<String, i64>> {
         let queued: Vec<&String> = queued.iter().collect();
-        let mut pooled = HashSet::new();
+        let mut pooled = HashMap::new();
         let mut conn = self.infra.redis.get().await?;
         for chunk in queued.chunks(1000) {
             let mut pipe = redis::pipe();
@@ -250,13 +260,14 @@ impl Jobs {
                 pipe.cmd("HMGET")
                     .arg(self.infra.keys.job_pool(topic))
                     .arg(*id)
-                    .arg(pool_field(id, "status"));
+                    .arg(pool_field(id, "status"))
+                    .arg(pool_field(id, "runs"));
             }
-            let replies: Vec<(Option<String>, Option<String>)> =
+            let replies: Vec<(Option<String>, Option<String>, Option<i64>)> =
                 pipe.query_async(&mut *conn).await?;
-            for (id, (json, status)) in chunk.iter().zip(replies) {
+            for (id, (json, status, runs)) in chunk.iter().zip(replies) {
                 if json.is_some() && !matches!(status.as_deref(), Some("DONE" | "CANCELLED")) {
-                    pooled.insert((*id).clone());
+                    pooled.insert((*id).clone(), runs.unwrap_or(0));
                 }
             }
         }

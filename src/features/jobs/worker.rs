@@ -25,6 +25,7 @@ use super::{
 use crate::{
     features::jobs::Jobs,
     infra::{
+        clock::Clock,
         error::{AppError, AppResult},
         redis::scripts::{
             JobsExtend, JobsExtendArgs, JobsFinish, JobsFinishArgs, JobsPromote, JobsPromoteArgs,
@@ -45,7 +46,7 @@ pub async fn run(ctx: Jobs) {
     let permits = Arc::new(Semaphore::new(capacity));
     let ready_topics = Mutex::new(Vec::new());
     let promoted = Notify::new();
-    let (finisher, outcomes) = Finisher::new();
+    let (finisher, outcomes) = Finisher::new(ctx.infra.clock.clone());
     tokio::join!(
         ctx.promote_loop(&ready_topics, &promoted),
         async {
@@ -175,6 +176,10 @@ struct Finish {
     result: String,
     /// Finished jobs the topic keeps after this one ('' its default).
     keep: String,
+    /// A repeating job's next run (epoch ms) once this one ended, '' none.
+    next_run: String,
+    /// Most runs of its series, '' no limit.
+    limit: String,
     applied: oneshot::Sender<AppResult<bool>>,
 }
 
@@ -183,18 +188,20 @@ struct Finish {
 /// round trip per delivery was what bounded a burst of due jobs. SQL's record follows in two
 /// statements per batch, after the deliveries heard back ([`Ended`]).
 #[derive(Clone)]
-struct Finisher(mpsc::Sender<Finish>);
+struct Finisher(mpsc::Sender<Finish>, Clock);
 
 /// Most delivery ends recorded by one round trip.
 const FINISH_BATCH: usize = 500;
 
 impl Finisher {
-    fn new() -> (Self, mpsc::Receiver<Finish>) {
+    fn new(clock: Clock) -> (Self, mpsc::Receiver<Finish>) {
         let (sender, receiver) = mpsc::channel(FINISH_BATCH * 4);
-        (Self(sender), receiver)
+        (Self(sender, clock), receiver)
     }
 
-    /// Whether the outcome was applied (false: the lease is no longer this delivery's).
+    /// Whether the outcome was applied (false: the lease is no longer this delivery's). A
+    /// repeating job's run that ended (done or dead) takes its next run along, computed now,
+    /// for the script that ends this one to schedule.
     async fn finish(
         &self,
         delivery: &Delivery,
@@ -206,6 +213,15 @@ impl Finisher {
             Outcome::Retry { retry_at, error } => ("retry", retry_at, error, ""),
             Outcome::Dead { error } => ("dead", 0, error, ""),
         };
+        let repeat = delivery.spec.repeat.as_ref().filter(|_| outcome != "retry");
+        let next_run = repeat
+            .and_then(|repeat| repeat.next_run(self.1.now_ms()))
+            .map(|at| at.to_string())
+            .unwrap_or_default();
+        let limit = repeat
+            .and_then(|repeat| repeat.limit)
+            .map(|n| n.to_string())
+            .unwrap_or_default();
         let (applied, reply) = oneshot::channel();
         let stopped = || AppError::Unavailable("the delay queue is stopping".into());
         self.0
@@ -224,6 +240,8 @@ impl Finisher {
                     .remove_on_complete
                     .map(|n| n.to_string())
                     .unwrap_or_default(),
+                next_run,
+                limit,
                 applied,
             })
             .await
@@ -238,24 +256,36 @@ struct Ended {
     /// SQL rows of jobs that are done or dead.
     forgotten: Vec<i64>,
     retries: Vec<pending::Retry>,
-    /// Each topic's earliest retry.
+    /// Next runs of repeating jobs.
+    next_runs: Vec<pending::NextRun>,
+    /// Each topic's earliest retry or next run.
     retry_visits: Vec<(String, i64)>,
 }
 
 impl Ended {
-    fn add(&mut self, topic: &str, end: &Finish) {
-        if end.outcome != "retry" {
+    /// An applied end; `again`: the script scheduled the next run of its series.
+    fn add(&mut self, topic: &str, end: &Finish, again: bool) {
+        let due = if again {
+            let run_at_ms = end.next_run.parse().unwrap_or(0);
+            self.next_runs.push(pending::NextRun {
+                seq: end.seq,
+                run_at_ms,
+            });
+            run_at_ms
+        } else if end.outcome == "retry" {
+            self.retries.push(pending::Retry {
+                seq: end.seq,
+                run_at_ms: end.retry_at,
+                attempts: end.attempt,
+            });
+            end.retry_at
+        } else {
             self.forgotten.push(end.seq);
             return;
-        }
-        self.retries.push(pending::Retry {
-            seq: end.seq,
-            run_at_ms: end.retry_at,
-            attempts: end.attempt,
-        });
+        };
         match self.retry_visits.iter_mut().find(|(t, _)| t == topic) {
-            Some((_, at)) => *at = (*at).min(end.retry_at),
-            None => self.retry_visits.push((topic.to_string(), end.retry_at)),
+            Some((_, at)) => *at = (*at).min(due),
+            None => self.retry_visits.push((topic.to_string(), due)),
         }
     }
 
@@ -267,13 +297,14 @@ impl Ended {
         if let Err(error) = ctx.index(&self.retry_visits).await {
             tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
         }
-        if self.forgotten.is_empty() && self.retries.is_empty() {
+        if self.forgotten.is_empty() && self.retries.is_empty() && self.next_runs.is_empty() {
             return;
         }
         let recorded: AppResult<()> = async {
             let mut sql = ctx.infra.db.pool.acquire().await?;
             pending::forget(&mut sql, &self.forgotten).await?;
-            pending::record_retries(&mut sql, &self.retries).await
+            pending::record_retries(&mut sql, &self.retries).await?;
+            pending::record_next_runs(&mut sql, &self.next_runs).await
         }
         .await;
         if let Err(error) = recorded {
@@ -491,6 +522,7 @@ impl Jobs {
                             backoff: None,
                             remove_on_complete: None,
                             remove_on_fail: None,
+                            repeat: None,
                         }),
                         lease,
                         error: format!("the stored job does not read as a job: {error}"),
@@ -590,6 +622,8 @@ impl Jobs {
                                 &end.error,
                                 &end.result,
                                 &end.keep,
+                                &end.next_run,
+                                &end.limit,
                             )
                         })
                         .collect();
@@ -607,13 +641,14 @@ impl Jobs {
             let mut ended = Ended::default();
             for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
                 for (position, end) in ends.into_iter().enumerate() {
-                    let result = match &applied {
-                        Ok(replies) => Ok(replies[index].get(position) == Some(&1)),
+                    let reply = match &applied {
+                        Ok(replies) => Ok(replies[index].get(position).copied().unwrap_or(0)),
                         Err(error) => Err(error.clone()),
                     };
-                    if matches!(result, Ok(true)) {
-                        ended.add(&topic, &end);
+                    if let Ok(reply @ 1..) = reply {
+                        ended.add(&topic, &end, reply == 2);
                     }
+                    let result = reply.map(|reply| reply > 0);
                     let _ = end.applied.send(result);
                 }
             }
@@ -632,8 +667,8 @@ impl Jobs {
     ) -> AppResult<()> {
         let died_at = self.infra.clock.now_ms();
         sqlx::query(
-            "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+            "INSERT INTO dead_job (topic, job_id, body, callback_url, attempts, max_attempts, last_error, died_at_ms, priority, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
         )
         .bind(&delivery.topic)
         .bind(&delivery.id)
@@ -644,6 +679,8 @@ impl Jobs {
         .bind(error)
         .bind(died_at)
         .bind(i64::from(delivery.spec.priority))
+        // The job's own creation, not its death: 0 (a job whose JSON did not read) is none.
+        .bind(Some(delivery.spec.created_at_ms).filter(|at| *at > 0))
         .execute(&self.infra.db.pool)
         .await?;
         if finisher
@@ -690,7 +727,8 @@ impl Replies for JobsExtend {
     type Reply = i64;
 }
 
-/// One per delivery: 1 applied, 0 the lease is no longer this delivery's.
+/// One per delivery: 1 applied, 2 applied with the next run of its series scheduled, 0 the
+/// lease is no longer this delivery's.
 impl Replies for JobsFinish {
     type Reply = Vec<i64>;
 }

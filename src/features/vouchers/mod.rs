@@ -538,6 +538,7 @@ impl Vouchers {
             backoff: None,
             remove_on_complete: None,
             remove_on_fail: None,
+            repeat: None,
         }
     }
 
