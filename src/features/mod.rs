@@ -96,6 +96,7 @@ impl Features {
             vouchers: vouchers.clone(),
             boards: boards.clone(),
             signin: signin.clone(),
+            users: users.clone(),
         };
         Ok(Self {
             signin,

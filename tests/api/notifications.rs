@@ -56,6 +56,12 @@ async fn unread_becomes(app: &TestApp, user: i64, count: i64) {
     eventually(async || unread(app, user).await == count).await;
 }
 
+/// Makes the user known (a user is created by their first request).
+async fn known(app: &TestApp, user: i64) {
+    app.data(Some(&app.user_token(user)), "{ viewer { id } }", json!({}))
+        .await;
+}
+
 async fn follow(app: &TestApp, follower: i64, followee: i64) {
     let data = app
         .data(
@@ -146,6 +152,7 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
 #[tokio::test]
 async fn a_follow_tells_the_followee_with_the_follower_as_actor() {
     let app = app().await;
+    known(&app, 1).await;
     follow(&app, 2, 1).await;
     unread_becomes(&app, 1, 1).await;
     let page = list(&app, 1, 10, None, false).await;
@@ -301,13 +308,14 @@ async fn a_streak_at_risk_is_told_once_at_eight_in_the_evening_by_two_instances(
 #[tokio::test]
 async fn unread_only_pages_through_the_unread_and_marks_count_each_once_under_concurrency() {
     let app = app().await;
+    known(&app, 1).await;
     for follower in 2..=31 {
         follow(&app, follower, 1).await;
     }
     unread_becomes(&app, 1, 30).await;
     let all = nodes(&list(&app, 1, 30, None, false).await);
     // Mark the 10 oldest read, from 8 requests at once: 10 marked in all.
-    let tenth_oldest = all[19]["id"].clone();
+    let tenth_oldest = all[20]["id"].clone();
     let token = app.user_token(1);
     let marks = futures::future::join_all((0..8).map(|_| {
         app.data(Some(&token), MARK, json!({ "id": tenth_oldest }))
@@ -369,6 +377,7 @@ async fn notifications_arrive_live_with_the_unread_count() {
     .await;
     let mut counts = subscribe(&app, Some(&token), "subscription { unreadCountChanged }").await;
     assert_eq!(next_data(&mut counts).await["unreadCountChanged"], 0);
+    known(&app, 1).await;
     // Let the first subscription take its place before anything is published.
     eventually(async || {
         app.listeners_here(&format!("{}{{notify:1}}:live", app.keys().prefix())) == 2
@@ -385,6 +394,7 @@ async fn notifications_arrive_live_with_the_unread_count() {
 #[tokio::test]
 async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_rebuilt() {
     let app = app().await;
+    known(&app, 1).await;
     for follower in 2..=206 {
         follow(&app, follower, 1).await;
     }
@@ -399,7 +409,15 @@ async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_re
         let mut ids = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page = list(&app, 1, 100, after.as_deref(), false).await;
+            let page = app
+                .data(
+                    Some(&app.user_token(1)),
+                    "query($a: String) { notifications(first: 100, after: $a) {
+                       edges { node { id } } pageInfo { hasNextPage endCursor } } }",
+                    json!({ "a": after }),
+                )
+                .await["notifications"]
+                .clone();
             ids.extend(nodes(&page).iter().map(|n| n["id"].clone()));
             if page["pageInfo"]["hasNextPage"] != true {
                 break;

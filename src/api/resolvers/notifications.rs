@@ -38,14 +38,14 @@ impl NotificationQuery {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
-        #[graphql(default = false)] unread_only: bool,
+        #[graphql(default_with = "Some(false)")] unread_only: Option<bool>,
     ) -> AppResult<Connection<Notification>> {
         let viewer = auth::require_viewer(ctx)?;
         let rows = PAGE.first(first)?;
         let after = decode_cursor(after.as_deref())?;
         let page = ctx
             .feature::<Notifications>()
-            .page(viewer.user_id, rows, after, unread_only)
+            .page(viewer.user_id, rows, after, unread_only.unwrap_or(false))
             .await?;
         let edges = page
             .records

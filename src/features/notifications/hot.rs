@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use super::{record_of, NotificationRecord, Notifications, COLUMNS, HOT_WINDOW};
 use crate::infra::{
-    error::AppResult,
+    error::{AppError, AppResult},
     redis::{
         scripts::{NotificationsStore, NotificationsStoreArgs, Replies},
         status::Status,
@@ -62,10 +62,24 @@ impl Notifications {
     pub(crate) async fn push(&self, user_id: i64, ids: &[i64]) -> AppResult<()> {
         let state = self.sql_state(user_id).await?;
         let records = self.rows(user_id, ids).await?;
-        match self.store(user_id, state, &records, false).await? {
-            Status::Missing => self.rebuild_user(user_id).await,
-            _ => Ok(()),
+        if self.store(user_id, state, &records, false).await? != Status::Missing {
+            return Ok(());
         }
+        self.rebuild_user(user_id).await?;
+        // A rebuild announces nothing (after a loss it would repeat a whole window): the
+        // notifications of this write are announced here.
+        let keys = &self.infra.keys;
+        let mut pipe = redis::pipe();
+        for record in records.iter().filter(|r| r.seq > state.read_seq) {
+            let json = serde_json::to_string(record).map_err(AppError::internal)?;
+            pipe.cmd(keys.publish_command())
+                .arg(keys.notifications_channel(user_id))
+                .arg(format!("n {json}"))
+                .ignore();
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let () = pipe.query_async(&mut *conn).await?;
+        Ok(())
     }
 
     /// Replaces what Redis holds of the user with SQL's newest [`HOT_WINDOW`] and state.
@@ -98,7 +112,7 @@ impl Notifications {
         for record in records {
             items.push(record.id.to_string());
             items.push(record.seq.to_string());
-            items.push(serde_json::to_string(record).map_err(crate::infra::error::AppError::internal)?);
+            items.push(serde_json::to_string(record).map_err(AppError::internal)?);
         }
         self.infra
             .scripts()

@@ -33,7 +33,9 @@ pub(crate) use sources::SourceStreams;
 pub(crate) use store::Notice;
 
 use crate::{
-    features::{boards::Boards, jobs::Jobs, signin::SignIn, vouchers::Vouchers},
+    features::{
+        boards::Boards, jobs::Jobs, signin::SignIn, users::UserDirectory, vouchers::Vouchers,
+    },
     infra::{redis::Keys, Infra},
 };
 
@@ -53,6 +55,8 @@ pub struct Notifications {
     pub(crate) vouchers: Vouchers,
     pub(crate) boards: Boards,
     pub(crate) signin: SignIn,
+    /// Actors' names, for the text.
+    pub(crate) users: std::sync::Arc<UserDirectory>,
 }
 
 /// What a notification says happened.

@@ -11,7 +11,7 @@
 //! first handling may have committed and then failed to reach Redis) is written to Redis as
 //! SQL holds it now ([`super::hot`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sqlx::{Any, Row, Transaction};
 
@@ -64,10 +64,20 @@ impl Notifications {
             return Ok(());
         }
         notices.sort_by_key(|notice| notice.user_id);
+        // Read before the transaction: the directory answers from Redis, and a user seen
+        // for the first time may not be in SQL yet.
+        let actors: Vec<i64> = notices.iter().filter_map(|n| n.actor_id).collect();
+        let names: HashMap<i64, String> = self
+            .users
+            .find_many(&actors)
+            .await?
+            .into_iter()
+            .map(|(id, user)| (id, user.name))
+            .collect();
         let mut touched: BTreeMap<i64, BTreeSet<i64>> = BTreeMap::new();
         let mut tx = self.infra.db.pool.begin().await?;
         for notice in &notices {
-            let id = self.record_one(&mut tx, notice).await?;
+            let id = self.record_one(&mut tx, notice, &names).await?;
             touched.entry(notice.user_id).or_default().insert(id);
         }
         tx.commit().await?;
@@ -79,7 +89,12 @@ impl Notifications {
     }
 
     /// Writes one notice in `tx`: its notification's id (0 when a replay finds none: pruned).
-    async fn record_one(&self, tx: &mut Transaction<'static, Any>, notice: &Notice) -> AppResult<i64> {
+    async fn record_one(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        notice: &Notice,
+        names: &HashMap<i64, String>,
+    ) -> AppResult<i64> {
         let now = self.infra.clock.now_ms();
         let claimed = sqlx::query(
             "INSERT INTO notification_sources (source_key, notification_id, created_at_ms) \
@@ -100,10 +115,10 @@ impl Notifications {
             return Ok(row.try_get("notification_id")?);
         }
         let state = take_state(tx, notice.user_id).await?;
-        let actor = match notice.actor_id {
-            Some(actor) => actor_name(tx, actor).await?,
-            None => text::SOMEONE.to_string(),
-        };
+        let actor = notice
+            .actor_id
+            .and_then(|actor| names.get(&actor))
+            .map_or(text::SOMEONE, String::as_str);
         let group = match (notice.kind, notice.remark_id) {
             (NotificationKind::LikeReceived, Some(remark)) => {
                 like_group(tx, notice.user_id, remark, notice.at_ms).await?
@@ -124,7 +139,7 @@ impl Notifications {
                 .bind(state.seq)
                 .bind(notice.actor_id)
                 .bind(others)
-                .bind(text::like(&actor, others))
+                .bind(text::like(actor, others))
                 .bind(notice.at_ms.max(group.at_ms))
                 .bind(group.id)
                 .execute(&mut **tx)
@@ -136,8 +151,8 @@ impl Notifications {
             None => {
                 let id = self.infra.ids.next_id().await?;
                 let text = notice.text.clone().unwrap_or_else(|| match notice.kind {
-                    NotificationKind::LikeReceived => text::like(&actor, 0),
-                    _ => text::new_follower(&actor),
+                    NotificationKind::LikeReceived => text::like(actor, 0),
+                    _ => text::new_follower(actor),
                 });
                 sqlx::query(
                     "INSERT INTO notifications (id, user_id, seq, kind, actor_id, remark_id, \
@@ -203,17 +218,6 @@ pub(super) async fn ensure_state(
     .execute(&mut **tx)
     .await?;
     Ok(())
-}
-
-async fn actor_name(tx: &mut Transaction<'static, Any>, user_id: i64) -> AppResult<String> {
-    let row = sqlx::query("SELECT name FROM users WHERE id = $1")
-        .bind(user_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-    Ok(match row {
-        Some(row) => row.try_get("name")?,
-        None => text::SOMEONE.to_string(),
-    })
 }
 
 /// The like notification of `remark` a like at `at_ms` joins: the user's latest for it,
