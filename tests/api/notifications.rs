@@ -108,7 +108,9 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
     vote(&app, 4, &remark, false).await; // an unlike takes nothing back
     eventually(async || {
         let page = list(&app, 1, 10, None, false).await;
-        nodes(&page).first().is_some_and(|n| n["text"] == "user4 and 2 others liked your review")
+        nodes(&page)
+            .first()
+            .is_some_and(|n| n["text"] == "user4 and 2 others liked your review")
     })
     .await;
     let page = list(&app, 1, 10, None, false).await;
@@ -132,7 +134,10 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
     let page = list(&app, 1, 10, None, false).await;
     assert_eq!(nodes(&page).len(), 1);
     assert_eq!(nodes(&page)[0]["id"], first["id"]);
-    assert_eq!(nodes(&page)[0]["text"], "user5 and 3 others liked your review");
+    assert_eq!(
+        nodes(&page)[0]["text"],
+        "user5 and 3 others liked your review"
+    );
 
     // Past the hour from the group's first like, a new group begins.
     app.advance_clock(Duration::minutes(31));
@@ -145,7 +150,10 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
         .collect();
     assert_eq!(
         texts,
-        ["user6 liked your review", "user5 and 3 others liked your review"]
+        [
+            "user6 liked your review",
+            "user5 and 3 others liked your review"
+        ]
     );
 }
 
@@ -180,7 +188,10 @@ async fn an_unpaid_order_is_reminded_five_minutes_before_it_expires_then_told_it
     // The reminders are scheduled by the order consumer.
     eventually(async || {
         app.jobs()
-            .find("notifications.order-expiring", &crate::harness::local_id(&order).to_string())
+            .find(
+                "notifications.order-expiring",
+                &crate::harness::local_id(&order).to_string(),
+            )
             .await
             .ok()
             .flatten()
@@ -202,7 +213,10 @@ async fn an_unpaid_order_is_reminded_five_minutes_before_it_expires_then_told_it
     let page = list(&app, 7, 10, None, false).await;
     assert_eq!(nodes(&page)[0]["kind"], "ORDER_EXPIRED");
     assert_eq!(nodes(&page)[0]["order"]["status"], "EXPIRED");
-    assert_eq!(nodes(&page)[0]["text"], "Your order for Half price expired unpaid");
+    assert_eq!(
+        nodes(&page)[0]["text"],
+        "Your order for Half price expired unpaid"
+    );
     assert_eq!(unread(&app, 8).await, 0);
 }
 
@@ -317,9 +331,9 @@ async fn unread_only_pages_through_the_unread_and_marks_count_each_once_under_co
     // Mark the 10 oldest read, from 8 requests at once: 10 marked in all.
     let tenth_oldest = all[20]["id"].clone();
     let token = app.user_token(1);
-    let marks = futures::future::join_all((0..8).map(|_| {
-        app.data(Some(&token), MARK, json!({ "id": tenth_oldest }))
-    }))
+    let marks = futures::future::join_all(
+        (0..8).map(|_| app.data(Some(&token), MARK, json!({ "id": tenth_oldest }))),
+    )
     .await;
     let marked: i64 = marks
         .iter()
@@ -342,20 +356,38 @@ async fn unread_only_pages_through_the_unread_and_marks_count_each_once_under_co
         }
         after = page["pageInfo"]["endCursor"].as_str().map(str::to_string);
     }
-    assert_eq!(seen, all[..20].iter().map(|n| n["id"].clone()).collect::<Vec<_>>());
+    assert_eq!(
+        seen,
+        all[..20]
+            .iter()
+            .map(|n| n["id"].clone())
+            .collect::<Vec<_>>()
+    );
 
     // Another user's notification: not found, and not theirs to see.
     let body = app
-        .gql(Some(&app.user_token(2)), MARK, json!({ "id": all[0]["id"] }))
+        .gql(
+            Some(&app.user_token(2)),
+            MARK,
+            json!({ "id": all[0]["id"] }),
+        )
         .await;
     assert_eq!(first_code(&body), "NOT_FOUND");
     let node = "query($id: ID!) { node(id: $id) { id ... on Notification { text } } }";
     let theirs = app
-        .data(Some(&app.user_token(2)), node, json!({ "id": all[0]["id"] }))
+        .data(
+            Some(&app.user_token(2)),
+            node,
+            json!({ "id": all[0]["id"] }),
+        )
         .await;
     assert_eq!(theirs["node"], Value::Null);
     let mine = app
-        .data(Some(&app.user_token(1)), node, json!({ "id": all[0]["id"] }))
+        .data(
+            Some(&app.user_token(1)),
+            node,
+            json!({ "id": all[0]["id"] }),
+        )
         .await;
     assert_eq!(mine["node"]["id"], all[0]["id"]);
     // Signed out: nothing.
@@ -387,7 +419,10 @@ async fn notifications_arrive_live_with_the_unread_count() {
     let notice = next_data(&mut added).await;
     assert_eq!(notice["notificationAdded"]["kind"], "NEW_FOLLOWER");
     assert_eq!(notice["notificationAdded"]["read"], false);
-    assert_eq!(notice["notificationAdded"]["actor"]["id"], global_id("User", 2));
+    assert_eq!(
+        notice["notificationAdded"]["actor"]["id"],
+        global_id("User", 2)
+    );
     assert_eq!(next_data(&mut counts).await["unreadCountChanged"], 1);
 }
 
@@ -401,7 +436,11 @@ async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_re
     unread_becomes(&app, 1, 205).await;
     let hot = format!("{}{{notify:1}}:hot", app.keys().prefix());
     let mut conn = app.redis_connection().await;
-    let held: i64 = redis::cmd("ZCARD").arg(&hot).query_async(&mut *conn).await.unwrap();
+    let held: i64 = redis::cmd("ZCARD")
+        .arg(&hot)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
     assert_eq!(held, 200);
     drop(conn);
 
@@ -428,8 +467,10 @@ async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_re
     };
     let ids = read_all().await;
     assert_eq!(ids.len(), 205);
-    let unique: std::collections::HashSet<String> =
-        ids.iter().map(|id| id.as_str().unwrap().to_string()).collect();
+    let unique: std::collections::HashSet<String> = ids
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
     assert_eq!(unique.len(), 205);
 
     // Redis loses the user: reads come from SQL, verify names it, rebuild restores it.
@@ -439,14 +480,24 @@ async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_re
     assert_eq!(unread(&app, 1).await, 205);
     assert_eq!(read_all().await, ids);
     let reports = app.verify_all().await.unwrap();
-    let report = reports.iter().find(|r| r.feature == "notifications").unwrap();
+    let report = reports
+        .iter()
+        .find(|r| r.feature == "notifications")
+        .unwrap();
     assert!(!report.is_clean(), "{report:?}");
     app.rebuild_from_sql().await.unwrap();
     let reports = app.verify_all().await.unwrap();
-    let report = reports.iter().find(|r| r.feature == "notifications").unwrap();
+    let report = reports
+        .iter()
+        .find(|r| r.feature == "notifications")
+        .unwrap();
     assert!(report.is_clean(), "{report:?}");
     let mut conn = app.redis_connection().await;
-    let held: i64 = redis::cmd("ZCARD").arg(&hot).query_async(&mut *conn).await.unwrap();
+    let held: i64 = redis::cmd("ZCARD")
+        .arg(&hot)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
     assert_eq!(held, 200);
     drop(conn);
     assert_eq!(read_all().await, ids);

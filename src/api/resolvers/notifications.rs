@@ -105,10 +105,7 @@ impl NotificationSubscription {
     ) -> Result<impl Stream<Item = Notification>, AppError> {
         let viewer = auth::require_viewer(ctx)?;
         let slot = SubscriptionSlot::acquire(ctx)?;
-        let added = ctx
-            .feature::<Notifications>()
-            .added(viewer.user_id)
-            .await?;
+        let added = ctx.feature::<Notifications>().added(viewer.user_id).await?;
         Ok(slot.hold(added).map(Notification))
     }
 

@@ -320,9 +320,7 @@ impl AnyNodeId {
             kind::Job::TYPE => Self::Job(local::<kind::Job>(&text)?),
             kind::Board::TYPE => Self::Board(local::<kind::Board>(&text)?),
             kind::Topic::TYPE => Self::Topic(local::<kind::Topic>(&text)?),
-            kind::Notification::TYPE => {
-                Self::Notification(local::<kind::Notification>(&text)?)
-            }
+            kind::Notification::TYPE => Self::Notification(local::<kind::Notification>(&text)?),
             _ => return None,
         })
     }

@@ -92,10 +92,7 @@ impl Notifications {
         .bind(HOT_WINDOW as i64)
         .fetch_all(&self.infra.db.pool)
         .await?;
-        let records = rows
-            .iter()
-            .map(record_of)
-            .collect::<Result<Vec<_>, _>>()?;
+        let records = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
         self.store(user_id, state, &records, true).await?;
         Ok(())
     }
@@ -150,10 +147,7 @@ impl Notifications {
         .bind(user_id)
         .fetch_all(&self.infra.db.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(record_of)
-            .collect::<Result<Vec<_>, _>>()?)
+        Ok(rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?)
     }
 
     /// What Redis holds of the user's state.

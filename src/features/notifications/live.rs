@@ -40,8 +40,9 @@ impl Notifications {
             .live
             .subscribe(self.infra.keys.notifications_channel(user_id))
             .await;
-        Ok(
-            futures::stream::unfold(subscription, |mut subscription| async move {
+        Ok(futures::stream::unfold(
+            subscription,
+            |mut subscription| async move {
                 loop {
                     match subscription.recv().await? {
                         LiveMessage::Payload(payload) => {
@@ -52,15 +53,12 @@ impl Notifications {
                         LiveMessage::Resync => {}
                     }
                 }
-            }),
-        )
+            },
+        ))
     }
 
     /// The user's unread count now, then each new one (read afresh after a lag or an outage).
-    pub(crate) async fn unread_changes(
-        &self,
-        user_id: i64,
-    ) -> AppResult<impl Stream<Item = i64>> {
+    pub(crate) async fn unread_changes(&self, user_id: i64) -> AppResult<impl Stream<Item = i64>> {
         let subscription = self
             .infra
             .live
@@ -69,9 +67,8 @@ impl Notifications {
         // Subscribed first (confirmed by Redis), so no change slips in before this read.
         let now = self.unread_count(user_id).await?;
         let this = self.clone();
-        let changes = futures::stream::unfold(
-            (subscription, now),
-            move |(mut subscription, last)| {
+        let changes =
+            futures::stream::unfold((subscription, now), move |(mut subscription, last)| {
                 let this = this.clone();
                 async move {
                     loop {
@@ -90,8 +87,7 @@ impl Notifications {
                         }
                     }
                 }
-            },
-        );
+            });
         Ok(futures::stream::once(async move { now }).chain(changes))
     }
 }

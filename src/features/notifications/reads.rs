@@ -23,9 +23,7 @@ impl Notifications {
         after: Option<i64>,
         unread_only: bool,
     ) -> AppResult<NotificationPage> {
-        if let Some((state, mut records, full)) =
-            self.hot_range(user_id, after, first + 1).await?
-        {
+        if let Some((state, mut records, full)) = self.hot_range(user_id, after, first + 1).await? {
             let read_seq = state.read_seq;
             let mut cut_at_read = false;
             if unread_only {
@@ -61,10 +59,7 @@ impl Notifications {
         .bind(first as i64 + 1)
         .fetch_all(&self.infra.db.pool)
         .await?;
-        let records = rows
-            .iter()
-            .map(record_of)
-            .collect::<Result<Vec<_>, _>>()?;
+        let records = rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?;
         Ok(page_of(records, first, state.read_seq))
     }
 
@@ -78,10 +73,12 @@ impl Notifications {
 
     /// A notification by id, as its user sees it (SQL).
     pub async fn find(&self, id: i64) -> AppResult<Option<NotificationRecord>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM notifications WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.infra.db.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM notifications WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.infra.db.pool)
+        .await?;
         let Some(row) = row else { return Ok(None) };
         let mut record = record_of(&row)?;
         let state = self.sql_state(record.user_id).await?;

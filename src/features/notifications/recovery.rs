@@ -33,7 +33,10 @@ impl Notifications {
                         )
                     },
                 );
-                let (want, held) = (self.sql_newest(user_id).await?, self.hot_ids(user_id).await?);
+                let (want, held) = (
+                    self.sql_newest(user_id).await?,
+                    self.hot_ids(user_id).await?,
+                );
                 report.check(want == held, || {
                     format!(
                         "user {user_id}: hot list holds {} notifications, SQL's newest {}",

@@ -18,7 +18,7 @@ use std::{sync::Arc, time::Duration};
 use chrono::{DateTime, Duration as Span, DurationRound, Timelike, Utc};
 use sqlx::Row;
 
-use super::{store::ensure_state, text, NotificationKind, Notifications, Notice, RETENTION_DAYS};
+use super::{store::ensure_state, text, Notice, NotificationKind, Notifications, RETENTION_DAYS};
 use crate::{
     features::{
         jobs::{handlers::Delivery, JobError, JobHandler, NewJob},
@@ -52,18 +52,20 @@ impl Notifications {
         self.jobs
             .register(EVENING_TOPIC, Arc::new(Evening(self.clone())), None);
         let this = self.clone();
-        self.infra.instance.spawn("notifications-evening", async move {
-            // Until it is scheduled: an instance that starts with Redis away tries again.
-            loop {
-                match this.schedule_next_slot().await {
-                    Ok(()) => return,
-                    Err(error) => {
-                        tracing::warn!(%error, "the next evening slot is not scheduled yet");
-                        tokio::time::sleep(Duration::from_secs(5)).await;
+        self.infra
+            .instance
+            .spawn("notifications-evening", async move {
+                // Until it is scheduled: an instance that starts with Redis away tries again.
+                loop {
+                    match this.schedule_next_slot().await {
+                        Ok(()) => return,
+                        Err(error) => {
+                            tracing::warn!(%error, "the next evening slot is not scheduled yet");
+                            tokio::time::sleep(Duration::from_secs(5)).await;
+                        }
                     }
                 }
-            }
-        });
+            });
     }
 
     /// Schedules the order's reminder, unless its pay window is shorter than the notice.
@@ -256,7 +258,9 @@ impl JobHandler for Reminder {
             body["voucher"].as_i64(),
             body["buyer"].as_i64(),
         ) else {
-            return Err(JobError::Permanent("body lacks order, voucher or buyer".into()));
+            return Err(JobError::Permanent(
+                "body lacks order, voucher or buyer".into(),
+            ));
         };
         self.0
             .remind(order, voucher, buyer)

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::{text, NotificationKind, Notifications, Notice};
+use super::{text, Notice, NotificationKind, Notifications};
 use crate::{
     features::{
         feed::events::FollowEvent,
@@ -48,14 +48,26 @@ impl Notifications {
         let spawn = |name, streams, handler: Arc<dyn RedisHandler>| {
             streams::spawn(&self.infra, name, GROUP, streams, Handler::Redis(handler));
         };
-        spawn("like-notices", streams.votes, Arc::new(LikeNotices(self.clone())));
+        spawn(
+            "like-notices",
+            streams.votes,
+            Arc::new(LikeNotices(self.clone())),
+        );
         spawn(
             "follow-notices",
             vec![streams.follows],
             Arc::new(FollowNotices(self.clone())),
         );
-        spawn("award-notices", streams.awards, Arc::new(AwardNotices(self.clone())));
-        spawn("order-notices", streams.orders, Arc::new(OrderNotices(self.clone())));
+        spawn(
+            "award-notices",
+            streams.awards,
+            Arc::new(AwardNotices(self.clone())),
+        );
+        spawn(
+            "order-notices",
+            streams.orders,
+            Arc::new(OrderNotices(self.clone())),
+        );
     }
 
     /// The source key of a stream entry: unique across the prefix's streams.
@@ -154,8 +166,10 @@ impl RedisHandler for AwardNotices {
                 }
                 Some(PointsType::SignIn) => {
                     let bonus: i64 = entry.get("bonus").and_then(|b| b.parse().ok()).unwrap_or(0);
-                    let streak: i64 =
-                        entry.get("streak").and_then(|s| s.parse().ok()).unwrap_or(0);
+                    let streak: i64 = entry
+                        .get("streak")
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
                     if bonus <= 0 || streak <= 0 {
                         continue;
                     }
@@ -201,7 +215,11 @@ impl RedisHandler for OrderNotices {
                     outcome: OrderStatus::Expired,
                     at_ms,
                 } => {
-                    let title = self.0.voucher_title(event.order.voucher_id).await.map_err(unavailable)?;
+                    let title = self
+                        .0
+                        .voucher_title(event.order.voucher_id)
+                        .await
+                        .map_err(unavailable)?;
                     let mut notice = Notice::new(
                         format!("expired:{}", event.order.order_id),
                         event.buyer_id,
@@ -229,7 +247,10 @@ mod tests {
             reward_of("reward:weekly-quiz:weekly-quiz.3:2"),
             Some(("weekly-quiz".to_string(), 2))
         );
-        assert_eq!(reward_of("reward:season:202611:1"), Some(("season".into(), 1)));
+        assert_eq!(
+            reward_of("reward:season:202611:1"),
+            Some(("season".into(), 1))
+        );
         assert_eq!(reward_of("signin:1:2026-11-01"), None);
     }
 }

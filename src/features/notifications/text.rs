@@ -59,14 +59,20 @@ mod tests {
         assert_eq!(like("Mei", 12), "Mei and 12 others liked your review");
         assert_eq!(like("Mei", 1), "Mei and 1 other liked your review");
         assert_eq!(like("Mei", 0), "Mei liked your review");
-        assert_eq!(reward_paid(3, "Weekly quiz"), "You won 3rd place on Weekly quiz");
+        assert_eq!(
+            reward_paid(3, "Weekly quiz"),
+            "You won 3rd place on Weekly quiz"
+        );
         let ordinals: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111]
             .into_iter()
             .map(ordinal)
             .collect();
         assert_eq!(
             ordinals,
-            ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st",
+                "111th"
+            ]
         );
     }
 }
