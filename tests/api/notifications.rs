@@ -502,3 +502,20 @@ async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_re
     drop(conn);
     assert_eq!(read_all().await, ids);
 }
+
+#[tokio::test]
+async fn notifications_are_kept_ninety_days() {
+    let app = app().await;
+    known(&app, 1).await;
+    follow(&app, 2, 1).await;
+    unread_becomes(&app, 1, 1).await;
+    // The evening job prunes: the one due once the clock passes its slot.
+    app.advance_clock(Duration::days(91));
+    unread_becomes(&app, 1, 0).await;
+    assert!(nodes(&list(&app, 1, 10, None, false).await).is_empty());
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM notifications")
+        .fetch_one(app.sql())
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
