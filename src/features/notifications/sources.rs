@@ -165,21 +165,17 @@ impl RedisHandler for AwardNotices {
                     notices.push(notice);
                 }
                 Some(PointsType::SignIn) => {
-                    let bonus: i64 = entry.get("bonus").and_then(|b| b.parse().ok()).unwrap_or(0);
-                    let streak: i64 = entry
-                        .get("streak")
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(0);
-                    if bonus <= 0 || streak <= 0 {
+                    let Some(signed) = award.sign_in.as_ref().filter(|s| s.milestone_bonus > 0)
+                    else {
                         continue;
-                    }
+                    };
                     let mut notice = Notice::new(
                         format!("milestone:{}:{}", award.user_id, award.idempotency_key),
                         award.user_id,
                         NotificationKind::MilestoneReached,
                         award.at_ms,
                     );
-                    notice.text = Some(text::milestone(streak, bonus));
+                    notice.text = Some(text::milestone(signed.streak, signed.milestone_bonus));
                     notices.push(notice);
                 }
                 _ => {}

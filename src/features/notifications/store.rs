@@ -67,13 +67,16 @@ impl Notifications {
         // Read before the transaction: the directory answers from Redis, and a user seen
         // for the first time may not be in SQL yet.
         let actors: Vec<i64> = notices.iter().filter_map(|n| n.actor_id).collect();
-        let names: HashMap<i64, String> = self
-            .users
-            .find_many(&actors)
-            .await?
-            .into_iter()
-            .map(|(id, user)| (id, user.name))
-            .collect();
+        let names: HashMap<i64, String> = if actors.is_empty() {
+            HashMap::new()
+        } else {
+            self.users
+                .find_many(&actors)
+                .await?
+                .into_iter()
+                .map(|(id, user)| (id, user.name))
+                .collect()
+        };
         let mut touched: BTreeMap<i64, BTreeSet<i64>> = BTreeMap::new();
         let mut tx = self.infra.db.pool.begin().await?;
         for notice in &notices {
