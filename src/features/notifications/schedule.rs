@@ -42,6 +42,10 @@ const EVENING_HOUR: u32 = 20;
 const CANDIDATE_WINDOW_MS: i64 = 3 * 24 * 3600 * 1000;
 /// Users pruned per sweep.
 const PRUNE_USERS: i64 = 500;
+/// How long a source is remembered: a replay comes within minutes (a consumer's batch, a
+/// job's retry), and a like's row per liker kept for the notifications' 90 days would be
+/// the largest table of the feature for nothing.
+const SOURCE_RETENTION_DAYS: i64 = 7;
 
 impl Notifications {
     /// Registers the job handlers, and schedules the next evening slot (once per instance
@@ -169,9 +173,11 @@ impl Notifications {
     /// Deletes what is past retention, a few hundred users at a time; each user's count is
     /// recounted under its lock and Redis rewritten from SQL.
     pub(crate) async fn prune(&self) -> AppResult<()> {
-        let cutoff = self.infra.clock.now_ms() - RETENTION_DAYS * 24 * 3600 * 1000;
+        const DAY_MS: i64 = 24 * 3600 * 1000;
+        let now = self.infra.clock.now_ms();
+        let cutoff = now - RETENTION_DAYS * DAY_MS;
         sqlx::query("DELETE FROM notification_sources WHERE created_at_ms < $1")
-            .bind(cutoff)
+            .bind(now - SOURCE_RETENTION_DAYS * DAY_MS)
             .execute(&self.infra.db.pool)
             .await?;
         let users = sqlx::query(
