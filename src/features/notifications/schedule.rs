@@ -5,8 +5,8 @@
 //!   unpaid, or does nothing.
 //! - `STREAK_AT_RISK`: one job per quarter hour (its id the slot), which tells the users
 //!   whose evening (20:00 to 20:15 in their own zone) falls in its slot and whose streak is
-//!   at risk, then prunes what is past retention, and schedules the next slot in the same
-//!   step. Every instance schedules the next slot at start: the id makes it one job. The
+//!   at risk and prunes what is past retention, having first scheduled the next slot.
+//!   Every instance schedules the next slot at start: the id makes it one job. The
 //!   quarter hour is what zones at :30 and :45 from UTC need; a notice's source (the user
 //!   and the user's day) keeps a slot run twice from telling anyone twice.
 //!
@@ -281,8 +281,10 @@ struct Evening(Notifications);
 impl JobHandler for Evening {
     async fn handle(&self, _delivery: &Delivery) -> Result<(), JobError> {
         let retry = |error: crate::infra::error::AppError| JobError::Retry(error.to_string());
+        // The next slot first: a slot that keeps failing retries on its own ladder without
+        // stopping the ones after it (and a retry finds the next one scheduled already).
+        self.0.schedule_next_slot().await.map_err(retry)?;
         self.0.tell_streaks_at_risk().await.map_err(retry)?;
-        self.0.prune().await.map_err(retry)?;
-        self.0.schedule_next_slot().await.map_err(retry)
+        self.0.prune().await.map_err(retry)
     }
 }
