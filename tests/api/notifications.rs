@@ -424,6 +424,15 @@ async fn notifications_arrive_live_with_the_unread_count() {
         global_id("User", 2)
     );
     assert_eq!(next_data(&mut counts).await["unreadCountChanged"], 1);
+
+    // Signed out: the subscription ends with the protocol's error, UNAUTHENTICATED.
+    let mut anonymous = subscribe(&app, None, "subscription { unreadCountChanged }").await;
+    let refused = crate::harness::next_message(&mut anonymous).await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(
+        refused["payload"][0]["extensions"]["code"],
+        "UNAUTHENTICATED"
+    );
 }
 
 #[tokio::test]
