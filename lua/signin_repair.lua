@@ -47,6 +47,9 @@
     status (lua/include/status.lua) OK repaired, ALREADY the day counts already, NOT_YET
            the day is before the user's first sign-in, OVER_LIMIT no repairs left this
            month, HELD while a rebuild holds repairs back
+
+  Events: the award's AwardEvent carries the repair's `day`, `made_up`, `frozen`, `earned`,
+  and `streak` with the milestone `bonus` it paid (0: none), as lua/signin_sign.lua's does.
 ]]
 -- @include status.lua
 -- @include points_award.lua
@@ -93,5 +96,6 @@ if not make_up and (last == 0 or (last == -1 and not is_counted(c, 0))) then
 end
 local awarded = award(KEYS[8], KEYS[13], KEYS[9], KEYS[10], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]) + bonus,
   -1, ARGV[8], tonumber(ARGV[9]), ARGV[10], {ARGV[21], ARGV[11], KEYS[12]}, ARGV[19], ARGV[12],
-  {'day', ARGV[20], 'made_up', 1, 'frozen', '-', 'earned', earned})
+  {'day', ARGV[20], 'made_up', 1, 'frozen', '-', 'earned', earned, 'streak', run,
+   'bonus', bonus})
 return {OK, current_streak(c), awarded, allowed - used - 1}

@@ -40,6 +40,10 @@
     status (lua/include/status.lua) OK signed, ALREADY signed today before, HELD while a
            rebuild holds sign-ins back
 
+  Events: the award's AwardEvent carries the sign-in's `day`, `made_up`, `frozen`, `earned`,
+  and `streak` with the milestone `bonus` it paid (0: none), which notifications read
+  (MILESTONE_REACHED).
+
   A gap of missed days right before today is covered when the freezes held reach across
   it and a streak precedes it: each day is counted and marked frozen, one freeze used per
   day. The script runs alone, so two instances signing the same user at once cover a gap
@@ -82,5 +86,6 @@ if #frozen > 0 then
 end
 local awarded = award(KEYS[7], KEYS[12], KEYS[8], KEYS[9], ARGV[1], 'SIGN_IN', tonumber(ARGV[11]) + bonus,
   -1, ARGV[5], tonumber(ARGV[6]), ARGV[7], {ARGV[18], ARGV[8], KEYS[11]}, ARGV[16], ARGV[9],
-  {'day', ARGV[17], 'made_up', 0, 'frozen', frozen_days, 'earned', earned})
+  {'day', ARGV[17], 'made_up', 0, 'frozen', frozen_days, 'earned', earned,
+   'streak', streak, 'bonus', bonus})
 return {OK, streak, awarded, #frozen}

@@ -5,7 +5,7 @@
 use crate::{
     api::http::rate_limit,
     app::Services,
-    features::{boards, jobs, leaderboard, vouchers},
+    features::{boards, jobs, leaderboard, notifications, vouchers},
     infra::{live, outbox},
 };
 
@@ -13,6 +13,7 @@ pub(crate) fn spawn_all(services: &Services) {
     let (infra, features) = (&services.infra, &services.features);
     // Registrations first: consumers schedule jobs with their topics' policies.
     features.vouchers.register_expiry();
+    features.notifications.register_jobs();
     infra.instance.spawn(
         "rate-limit-sweeper",
         rate_limit::sweep(services.gateway.clone()),
@@ -41,6 +42,14 @@ pub(crate) fn spawn_all(services: &Services) {
     );
     features.vouchers.spawn_archive();
     features.feed.spawn_fan_out();
+    features
+        .notifications
+        .spawn_consumers(notifications::SourceStreams {
+            votes: features.remarks.vote_streams(),
+            awards: infra.keys.points_streams(),
+            orders: features.vouchers.order_streams(),
+            follows: infra.keys.follow_events(),
+        });
     infra.instance.spawn(
         "order-expiry-sweep",
         vouchers::sweep::run(features.vouchers.clone()),

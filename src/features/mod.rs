@@ -8,6 +8,7 @@ pub mod items;
 pub mod jobs;
 pub mod leaderboard;
 pub mod nearby;
+pub mod notifications;
 pub mod points;
 pub mod recovery;
 pub mod remarks;
@@ -46,6 +47,7 @@ pub struct Features {
     pub feed: feed::Feed,
     pub jobs: jobs::Jobs,
     pub vouchers: vouchers::Vouchers,
+    pub notifications: notifications::Notifications,
 }
 
 impl Features {
@@ -76,13 +78,29 @@ impl Features {
             points: points.clone(),
             season_rewards: Arc::new(settings.leaderboard.season_rewards()?),
         };
+        let signin = signin::SignIn {
+            infra: infra.clone(),
+            points: points.clone(),
+            settings: settings.signin.clone(),
+        };
+        let boards = boards::Boards::new(infra.clone(), points.clone(), leaderboard.clone());
+        let vouchers = vouchers::Vouchers {
+            infra: infra.clone(),
+            items: items.clone(),
+            jobs: jobs.clone(),
+            settings: settings.vouchers.for_redis(mode),
+        };
+        let notifications = notifications::Notifications {
+            infra: infra.clone(),
+            jobs: jobs.clone(),
+            vouchers: vouchers.clone(),
+            boards: boards.clone(),
+            signin: signin.clone(),
+            users: users.clone(),
+        };
         Ok(Self {
-            signin: signin::SignIn {
-                infra: infra.clone(),
-                points: points.clone(),
-                settings: settings.signin.clone(),
-            },
-            boards: boards::Boards::new(infra.clone(), points.clone(), leaderboard.clone()),
+            signin,
+            boards,
             leaderboard,
             remarks: remarks::Remarks {
                 infra: infra.clone(),
@@ -98,12 +116,8 @@ impl Features {
                 users: users.clone(),
                 settings: *settings.feed,
             },
-            vouchers: vouchers::Vouchers {
-                infra: infra.clone(),
-                items: items.clone(),
-                jobs: jobs.clone(),
-                settings: settings.vouchers.for_redis(mode),
-            },
+            vouchers,
+            notifications,
             users,
             items,
             nearby,

@@ -25,11 +25,12 @@ pub(crate) enum Feature {
     Nearby,
     Vouchers,
     Ratings,
+    Notifications,
 }
 
 impl Feature {
     /// In rebuild order.
-    pub(crate) const ALL: [Feature; 12] = [
+    pub(crate) const ALL: [Feature; 13] = [
         Feature::Jobs,
         Feature::Likes,
         Feature::Calendars,
@@ -42,6 +43,7 @@ impl Feature {
         Feature::Nearby,
         Feature::Vouchers,
         Feature::Ratings,
+        Feature::Notifications,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -58,6 +60,7 @@ impl Feature {
             Feature::Nearby => "items near me",
             Feature::Vouchers => "vouchers and orders",
             Feature::Ratings => "ratings",
+            Feature::Notifications => "notifications",
         }
     }
 
@@ -75,6 +78,7 @@ impl Feature {
             Feature::Nearby => features.nearby.verify().await,
             Feature::Vouchers => features.vouchers.verify().await,
             Feature::Ratings => features.items.verify_ratings().await,
+            Feature::Notifications => features.notifications.verify().await,
         }
     }
 
@@ -94,6 +98,7 @@ impl Feature {
             Feature::Nearby => features.nearby.rebuild(run).await,
             Feature::Vouchers => features.vouchers.rebuild(run).await,
             Feature::Ratings => features.items.rebuild_ratings(run).await,
+            Feature::Notifications => features.notifications.rebuild(run).await,
         }
     }
 }

@@ -28,6 +28,7 @@ mod limits;
 mod lock;
 mod metrics;
 mod nodes;
+mod notifications;
 mod oidc;
 mod pages;
 mod paging;

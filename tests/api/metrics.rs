@@ -336,6 +336,11 @@ async fn every_counter_the_code_emits_is_described_and_exported_at_zero_from_sta
             && !counter.starts_with("engage_redis_commands")
         {
             for (series, value) in samples {
+                // Each instance schedules the next slot of notifications' evening job as it
+                // starts (one job, whichever instance schedules it).
+                if series.contains("notifications.streak-at-risk") {
+                    continue;
+                }
                 assert_eq!(value, 0.0, "{series} at start");
             }
         }

@@ -424,7 +424,10 @@ async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
 
     crate::jobs::lose_redis(&app).await;
     let lost = app.jobs().verify().await.unwrap();
-    assert_eq!(lost.drifted, 3, "settings, dead count, a job: {lost:?}");
+    assert_eq!(
+        lost.drifted, 4,
+        "settings, dead count, a job, and notifications' evening job: {lost:?}"
+    );
     crate::jobs::rebuild_jobs(&app).await;
     let rebuilt = app.jobs().verify().await.unwrap();
     assert!(rebuilt.is_clean(), "{rebuilt:?}");

@@ -8,6 +8,7 @@ pub(crate) mod jobs;
 pub(crate) mod leaderboard;
 pub(crate) mod nearby;
 pub(crate) mod node;
+pub(crate) mod notifications;
 pub(crate) mod points;
 pub(crate) mod remarks;
 pub(crate) mod signin;

@@ -72,7 +72,7 @@ pub(crate) mod kind {
         )*};
     }
 
-    numeric_kinds!(Item, Remark, User, Voucher, Order);
+    numeric_kinds!(Item, Remark, User, Voucher, Order, Notification);
 
     /// A season: its month, `YYYYMM`.
     pub(crate) struct Season;
@@ -182,6 +182,7 @@ pub(crate) type RemarkId = NodeId<kind::Remark>;
 pub(crate) type UserId = NodeId<kind::User>;
 pub(crate) type VoucherId = NodeId<kind::Voucher>;
 pub(crate) type OrderId = NodeId<kind::Order>;
+pub(crate) type NotificationId = NodeId<kind::Notification>;
 pub(crate) type SeasonId = NodeId<kind::Season>;
 pub(crate) type JobNodeId = NodeId<kind::Job>;
 pub(crate) type BoardId = NodeId<kind::Board>;
@@ -271,6 +272,7 @@ const NODE_TYPES: &[&str] = &[
     kind::Job::TYPE,
     kind::Board::TYPE,
     kind::Topic::TYPE,
+    kind::Notification::TYPE,
 ];
 
 fn encode(type_name: &str, local: &str) -> String {
@@ -298,6 +300,7 @@ pub(crate) enum AnyNodeId {
     Job(kind::JobKey),
     Board(String),
     Topic(String),
+    Notification(i64),
 }
 
 impl AnyNodeId {
@@ -317,6 +320,7 @@ impl AnyNodeId {
             kind::Job::TYPE => Self::Job(local::<kind::Job>(&text)?),
             kind::Board::TYPE => Self::Board(local::<kind::Board>(&text)?),
             kind::Topic::TYPE => Self::Topic(local::<kind::Topic>(&text)?),
+            kind::Notification::TYPE => Self::Notification(local::<kind::Notification>(&text)?),
             _ => return None,
         })
     }

@@ -13,6 +13,7 @@ pub(crate) mod jobs;
 pub(crate) mod leaderboard;
 pub(crate) mod nearby;
 pub(crate) mod node;
+pub(crate) mod notifications;
 pub(crate) mod page;
 pub(crate) mod points;
 pub(crate) mod profiles;
@@ -67,6 +68,7 @@ pub(crate) struct QueryRoot(
     resolvers::vouchers::VoucherQuery,
     resolvers::feed::FeedQuery,
     resolvers::nearby::NearbyQuery,
+    resolvers::notifications::NotificationQuery,
     resolvers::system::SystemQuery,
     resolvers::node::NodeQuery,
 );
@@ -83,6 +85,7 @@ pub(crate) struct MutationRoot(
     resolvers::vouchers::VoucherMutation,
     resolvers::feed::FeedMutation,
     resolvers::boards::BoardMutation,
+    resolvers::notifications::NotificationMutation,
 );
 
 #[derive(MergedSubscription, Default)]
@@ -94,6 +97,7 @@ pub(crate) struct SubscriptionRoot(
     resolvers::boards::BoardSubscription,
     resolvers::vouchers::VoucherSubscription,
     resolvers::jobs::JobSubscription,
+    resolvers::notifications::NotificationSubscription,
 );
 
 pub(crate) type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -177,7 +181,8 @@ pub(crate) fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema
             .data(features.remarks.clone())
             .data(features.feed.clone())
             .data(features.jobs.clone())
-            .data(features.vouchers.clone());
+            .data(features.vouchers.clone())
+            .data(features.notifications.clone());
     }
     builder.finish()
 }

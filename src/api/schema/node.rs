@@ -4,7 +4,7 @@
 //!
 //! Each kind is read as its own root field reads it, with the same permissions: items,
 //! remarks, users, vouchers, seasons and boards are public; an order is its buyer's alone
-//! (null for anyone else, as if it did not exist); a job or a topic needs the role `job`
+//! (null for anyone else, as if it did not exist), and so is a notification its user's; a job or a topic needs the role `job`
 //! needs, and without it answers `job`'s error. An id that names nothing is null.
 
 use std::collections::HashMap;
@@ -18,6 +18,7 @@ use super::{
     items::Item,
     jobs::{self, Job, Topic},
     leaderboard::Season,
+    notifications::Notification,
     remarks::Remark,
     users::User,
     vouchers::{Order, Voucher},
@@ -29,6 +30,7 @@ use crate::{
         items::{ItemRecord, Items},
         jobs::{could_name_a_job, Jobs},
         leaderboard::Leaderboards,
+        notifications::Notifications,
         remarks::{RemarkRecord, Remarks},
         users::{UserLoader, UserRecord},
         vouchers::Vouchers,
@@ -52,6 +54,7 @@ pub(crate) enum Node {
     Topic(Topic),
     Season(Season),
     Board(Board),
+    Notification(Notification),
 }
 
 /// The objects of `ids`, in their order: each `None` where the id names nothing this viewer
@@ -139,6 +142,17 @@ impl Batch {
                 .find(key)
                 .await?
                 .map(|def| Board(def).into()),
+            // The viewer's own alone, as if another's did not exist.
+            AnyNodeId::Notification(id) => {
+                let Some(viewer) = auth::viewer(ctx) else {
+                    return Ok(None);
+                };
+                ctx.feature::<Notifications>()
+                    .find(*id)
+                    .await?
+                    .filter(|record| record.user_id == viewer.user_id)
+                    .map(|record| Notification(record).into())
+            }
             AnyNodeId::Job(key) => {
                 jobs::readers().check(ctx).await?;
                 if !could_name_a_job(&key.topic, &key.id) {

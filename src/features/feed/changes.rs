@@ -104,13 +104,15 @@ impl Outbox for FollowChanges {
         let keys = &feed.infra.keys;
         let counts = FeedCountFollows {
             counts: keys.follower_counts(),
+            events: keys.follow_events(),
             markers: changes.iter().map(|c| keys.follow_counted(c.id)).collect(),
         };
         let args = FeedCountFollowsArgs {
             marker_ttl_seconds: COUNTED_TTL_SECONDS,
+            now_ms: feed.infra.clock.now_ms(),
             changes: changes
                 .iter()
-                .map(|c| (c.followee, c.delta))
+                .map(|c| (c.followee, c.delta, c.follower, c.id))
                 .collect::<Vec<_>>(),
         };
         let _counted = feed.infra.scripts().call(&counts, &args).await?;

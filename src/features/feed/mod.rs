@@ -22,6 +22,7 @@ use std::{collections::HashSet, sync::Arc};
 use sqlx::Row;
 
 pub mod changes;
+pub mod events;
 pub mod follows;
 pub mod recovery;
 pub mod settings;
@@ -65,6 +66,11 @@ impl Keys {
 
     pub fn follower_counts(&self) -> String {
         self.tagged("feed", "follower-counts")
+    }
+
+    /// The follow events (`lua/feed_count_follows.lua`), in the counts' slot.
+    pub fn follow_events(&self) -> String {
+        self.tagged("feed", "follow-events")
     }
 
     /// Authors whose followers pull their outbox: every author who ever had more than

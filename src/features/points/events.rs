@@ -48,6 +48,10 @@ pub(crate) struct SignedDay {
     pub(crate) made_up: bool,
     pub(crate) frozen: Vec<i64>,
     pub(crate) freezes_earned: i64,
+    /// The streak this sign-in or repair made, and the milestone bonus it paid (0: none
+    /// reached); 0 and 0 in the events of earlier versions.
+    pub(crate) streak: i64,
+    pub(crate) milestone_bonus: i64,
 }
 
 impl Event for AwardEvent {
@@ -72,6 +76,14 @@ impl Event for AwardEvent {
                     entry.number("earned")?
                 } else {
                     0
+                },
+                streak: match entry.get("streak") {
+                    Some(_) => entry.number("streak")?,
+                    None => 0,
+                },
+                milestone_bonus: match entry.get("bonus") {
+                    Some(_) => entry.number("bonus")?,
+                    None => 0,
                 },
             })
         } else {
@@ -121,6 +133,8 @@ impl Event for AwardEvent {
                 },
             ));
             fields.push(("earned", signed.freezes_earned.to_string()));
+            fields.push(("streak", signed.streak.to_string()));
+            fields.push(("bonus", signed.milestone_bonus.to_string()));
         }
         if let Some(reason) = &self.reason {
             fields.push(("reason", reason.clone()));
@@ -188,6 +202,8 @@ mod tests {
                 made_up: true,
                 frozen: vec![20261121, 20261122],
                 freezes_earned: 1,
+                streak: 7,
+                milestone_bonus: 10,
             }),
             reason: None,
             freeze_bought_on: None,

@@ -32,10 +32,15 @@ use crate::{
 };
 
 impl Vouchers {
-    pub fn spawn_archive(&self) {
-        let streams = (0..self.settings.shards())
+    /// The order streams, one per shard: the archive and notifications read them.
+    pub fn order_streams(&self) -> Vec<String> {
+        (0..self.settings.shards())
             .map(|shard| self.infra.keys.order_stream(shard))
-            .collect();
+            .collect()
+    }
+
+    pub fn spawn_archive(&self) {
+        let streams = self.order_streams();
         streams::spawn(
             &self.infra,
             "order-archive",
