@@ -14,6 +14,7 @@ mod auth;
 mod binary;
 mod boards;
 mod conventions;
+mod daily_caps;
 mod drain;
 mod faults;
 mod feed;

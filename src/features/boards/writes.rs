@@ -339,7 +339,7 @@ impl Boards {
             let month = crate::infra::clock::Month::parse_dashed(&period).ok_or_else(|| {
                 AppError::bad_input("a period of the season board is a month, 2026-11")
             })?;
-            return self.season.remove_archived(month, user_id).await;
+            return self.season.remove(month, user_id).await;
         }
         let period = match period {
             Some(period) => period.to_string(),
