@@ -1105,6 +1105,82 @@ async fn a_period_past_its_reset_and_a_tournament_past_its_end_are_closed_and_pa
     assert_eq!(rewards_paid(&app, "day", "2026-11-23").await.len(), 2);
 }
 
+/// The open periods `close_due` reads: (board, period, closing time).
+async fn open_periods(app: &TestApp) -> Vec<(String, String, Option<i64>)> {
+    sqlx::query(
+        "SELECT board_key, period, closes_at_ms FROM board_open_periods ORDER BY board_key, period",
+    )
+    .fetch_all(app.sql())
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| {
+        (
+            row.get("board_key"),
+            row.get("period"),
+            row.get("closes_at_ms"),
+        )
+    })
+    .collect()
+}
+
+#[tokio::test]
+async fn close_due_reads_only_the_periods_whose_closing_time_passed_and_closes_each_once() {
+    let app = app().await;
+    let start = Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap();
+    app.set_clock(start);
+    for (key, reset) in [("d", "DAILY"), ("w", "WEEKLY"), ("n", "NEVER")] {
+        create(&app, json!({ "key": key, "title": key, "reset": reset })).await;
+        submit(&app, key, 1, 5, 0).await;
+        submit(&app, key, 2, 7, 0).await;
+    }
+    let midnight = Utc.with_ymd_and_hms(2026, 11, 24, 0, 0, 0).unwrap();
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 0, 0, 0).unwrap();
+    assert_eq!(
+        open_periods(&app).await,
+        vec![
+            (
+                "d".into(),
+                "2026-11-23".into(),
+                Some(midnight.timestamp_millis())
+            ),
+            ("n".into(), "all".into(), None),
+            (
+                "w".into(),
+                "2026-W48".into(),
+                Some(monday.timestamp_millis())
+            ),
+        ]
+    );
+    app.set_clock(midnight);
+    let sibling = app.spawn_sibling().await;
+    let (a, b) = tokio::join!(app.boards().close_due(), sibling.boards().close_due());
+    a.unwrap();
+    b.unwrap();
+    // The day closed, once; the week and the board that never resets stay open.
+    let closed: Vec<(String, String)> =
+        sqlx::query("SELECT board_key, period FROM board_periods ORDER BY board_key")
+            .fetch_all(app.sql())
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get("board_key"), row.get("period")))
+            .collect();
+    assert_eq!(closed, vec![("d".to_string(), "2026-11-23".to_string())]);
+    assert_eq!(open_periods(&app).await.len(), 2);
+    assert_eq!(
+        ranks(&page(&app, None, "d", Some("2026-11-23")).await),
+        vec![(1, 2, 7), (2, 1, 5)]
+    );
+    // The next day's first submission opens its period.
+    submit(&app, "d", 1, 1, 0).await;
+    assert!(open_periods(&app).await.contains(&(
+        "d".into(),
+        "2026-11-24".into(),
+        Some((midnight + chrono::Duration::days(1)).timestamp_millis())
+    )));
+}
+
 #[tokio::test]
 async fn a_watched_board_moves_to_its_next_period_when_it_turns() {
     use crate::harness::{next_data, subscribe};

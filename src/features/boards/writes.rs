@@ -242,6 +242,16 @@ impl Boards {
         .bind(self.infra.clock.now_ms())
         .execute(&mut *tx)
         .await?;
+        // The period is open: `close_due` finds it by its closing time (see `close`).
+        sqlx::query(
+            "INSERT INTO board_open_periods (board_key, period, closes_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&def.key)
+        .bind(&period)
+        .bind(self.closes_at_ms(&def, self.infra.clock.now()))
+        .execute(&mut *tx)
+        .await?;
         if reply.version > 0 {
             sqlx::query(
                 "INSERT INTO board_records (board_key, period, user_id, score, subscore, reached_at_ms, \
