@@ -78,11 +78,24 @@ impl Engage {
                 url
             }
         };
+        let mut engage = Self::launch(&redis_prefix, &database_url, env).await;
+        engage.postgres = postgres;
+        engage._sqlite_dir = sqlite_dir;
+        engage
+    }
+
+    /// Starts the binary on the Redis prefix and the database of another (a test's app): it
+    /// leaves them to their owner's cleanup.
+    pub async fn start_on(redis_prefix: &str, database_url: &str, env: &[(&str, &str)]) -> Self {
+        Self::launch(redis_prefix, database_url, env).await
+    }
+
+    async fn launch(redis_prefix: &str, database_url: &str, env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_engage"));
         command
             .arg("serve")
             .env("ENGAGE_BIND", "127.0.0.1:0")
-            .env("ENGAGE_REDIS_PREFIX", &redis_prefix)
+            .env("ENGAGE_REDIS_PREFIX", redis_prefix)
             .env("DATABASE_URL", database_url)
             // No drain window: the stop is clean but immediate.
             .env("ENGAGE_DRAIN_SECONDS", "0")
@@ -126,10 +139,17 @@ impl Engage {
             base,
             stdout,
             stderr,
-            redis_prefix,
-            postgres,
-            _sqlite_dir: sqlite_dir,
+            redis_prefix: redis_prefix.to_string(),
+            postgres: None,
+            _sqlite_dir: None,
         }
+    }
+
+    /// Ends the process with SIGKILL, as a crash would: nothing of it runs after, and it
+    /// cleans nothing up.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL is sent");
+        self.child.wait().expect("the killed process is reaped");
     }
 
     pub async fn get_text(&self, path: &str) -> String {
