@@ -141,3 +141,22 @@ async fn a_zone_change_eastward_cannot_open_a_days_cap_twice() {
     app.set_clock(at(2026, 3, 11, 16, 0));
     assert_eq!(answer_cap(&app, user, "b5").await, 20);
 }
+
+#[tokio::test]
+async fn a_first_zone_after_points_today_cannot_open_a_days_cap_twice() {
+    let app = TestApp::spawn().await;
+    let user = 5331;
+    // 23:00 on the 10th in ENGAGE_TIMEZONE (UTC), before any zone is recorded.
+    app.set_clock(at(2026, 3, 10, 23, 0));
+    assert_eq!(answer_cap(&app, user, "c1").await, 20);
+    // 08:00 on the 11th in Tokyo: the 10th, capped, runs on.
+    set_zone(&app, user, "Asia/Tokyo").await;
+    assert_eq!(answer_cap(&app, user, "c2").await, 0);
+    // Midnight in UTC: the 11th, once, until the 12th begins in Tokyo.
+    app.set_clock(at(2026, 3, 11, 0, 30));
+    assert_eq!(answer_cap(&app, user, "c3").await, 20);
+    app.set_clock(at(2026, 3, 11, 14, 59));
+    assert_eq!(answer_cap(&app, user, "c4").await, 0);
+    app.set_clock(at(2026, 3, 11, 15, 0));
+    assert_eq!(answer_cap(&app, user, "c5").await, 20);
+}

@@ -30,6 +30,7 @@
 //! The points' daily caps count the same effective day: a cap's day is a date, and as each
 //! date is "today" for one stretch of time only, a change never opens a day's cap twice.
 
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::SignIn;
@@ -58,18 +59,18 @@ impl SignIn {
         if zone.recorded {
             return Ok(zone);
         }
-        let first = UserZone {
-            changed_ms: self.infra.clock.now_ms(),
-            recorded: true,
-            ..zone
-        };
+        let first = self
+            .first_record(user_id, zone.zone, self.infra.clock.now())
+            .await?;
         sqlx::query(
             "INSERT INTO sign_in_zones (user_id, zone, previous_zone, from_day, changed_on, \
-             changed_at_ms) SELECT $1, $2, NULL, NULL, NULL, $3 \
-             WHERE NOT EXISTS (SELECT 1 FROM sign_in_zones WHERE user_id = $4)",
+             changed_at_ms) SELECT $1, $2, $3, $4, NULL, $5 \
+             WHERE NOT EXISTS (SELECT 1 FROM sign_in_zones WHERE user_id = $6)",
         )
         .bind(user_id)
         .bind(first.zone.name())
+        .bind(first.previous.map(|p| p.name()))
+        .bind(first.from_day.map(day_number))
         .bind(first.changed_ms)
         .bind(user_id)
         .execute(&self.infra.db.pool)
@@ -98,14 +99,8 @@ impl SignIn {
         let changed = if current.recorded || self.has_signed(user_id).await? {
             current.changed_to(to, now)?
         } else {
-            // No day counted yet: nothing to sign twice, the zone applies at once.
-            UserZone {
-                zone: to,
-                previous: None,
-                from_day: None,
-                changed_ms: now.timestamp_millis(),
-                recorded: true,
-            }
+            // No day signed yet: the zone applies at once, unless points today hold a cap.
+            self.first_record(user_id, to, now).await?
         };
         sqlx::query(
             "INSERT INTO sign_in_zones (user_id, zone, previous_zone, from_day, changed_on, \
@@ -126,6 +121,34 @@ impl SignIn {
         })?;
         Zones(&self.infra).deliver_zone(user_id, &changed).await?;
         Ok(changed)
+    }
+
+    /// The first zone recorded for a user: at once (nothing was counted in another zone's
+    /// days), unless the user has points today by `ENGAGE_TIMEZONE`'s day, which the daily
+    /// caps counted before any record: then as a change from that zone, so that no day's
+    /// cap opens twice within hours. (Between zones more than a day apart, where no change
+    /// can be made, at once.)
+    async fn first_record(&self, user_id: i64, to: Tz, now: DateTime<Utc>) -> AppResult<UserZone> {
+        let server = UserZone::default_of(self.infra.clock.zone());
+        let at_once = UserZone {
+            zone: to,
+            previous: None,
+            from_day: None,
+            changed_ms: now.timestamp_millis(),
+            recorded: true,
+        };
+        if to == server.zone {
+            return Ok(at_once);
+        }
+        let mut conn = self.infra.redis.get().await?;
+        let capped_today: bool = redis::cmd("EXISTS")
+            .arg(self.infra.keys.points_today(user_id, server.today_at(now)))
+            .query_async(&mut *conn)
+            .await?;
+        if !capped_today {
+            return Ok(at_once);
+        }
+        Ok(server.changed_to(to, now).unwrap_or(at_once))
     }
 
     /// Whether SQL has a day of the user's (signed before zones were recorded).
