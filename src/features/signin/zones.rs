@@ -49,7 +49,8 @@ impl SignIn {
     }
 
     /// The user's zone, recorded if it was the default (the first sign-in does this), so
-    /// that a later token's claim no longer moves the user's days.
+    /// that a later token's claim no longer moves the user's days. Concurrent first records
+    /// of one user (at the same instant, PostgreSQL's NOT EXISTS sees neither) keep one.
     pub(crate) async fn settled_zone(
         &self,
         user_id: i64,
@@ -65,7 +66,8 @@ impl SignIn {
         sqlx::query(
             "INSERT INTO sign_in_zones (user_id, zone, previous_zone, from_day, changed_on, \
              changed_at_ms) SELECT $1, $2, $3, $4, NULL, $5 \
-             WHERE NOT EXISTS (SELECT 1 FROM sign_in_zones WHERE user_id = $6)",
+             WHERE NOT EXISTS (SELECT 1 FROM sign_in_zones WHERE user_id = $6) \
+             ON CONFLICT DO NOTHING",
         )
         .bind(user_id)
         .bind(first.zone.name())
