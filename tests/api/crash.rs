@@ -30,7 +30,11 @@ async fn engage_on(app: &TestApp) -> Engage {
     Engage::start_on(
         &app.config().redis_prefix,
         &app.config().database_url,
-        &[("ENGAGE_ROLLOVER_CHECK_SECONDS", "1")],
+        // What the killed process left pending in the streams is taken over within a second.
+        &[
+            ("ENGAGE_ROLLOVER_CHECK_SECONDS", "1"),
+            ("ENGAGE_CONSUMER_CLAIM_IDLE_MS", "1000"),
+        ],
     )
     .await
 }
@@ -42,6 +46,7 @@ async fn a_binary_killed_while_paying_rewards_pays_each_exactly_once_after_a_res
         config.rate_limit_per_ip = 0;
         config.rate_limit_per_user = 0;
         config.leaderboard.rollover_check_seconds = 3600;
+        config.consumer_claim_idle_ms = 1000;
     })
     .await;
     // A day long gone by the binary's clock: its period is due as soon as the binary looks.
