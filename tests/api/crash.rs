@@ -90,7 +90,8 @@ async fn a_binary_killed_while_paying_rewards_pays_each_exactly_once_after_a_res
         "the kill came after the last payment ({at_kill:?}): nothing was interrupted"
     );
 
-    // Started again, it pays the rest, and nothing twice.
+    // Started again, it pays the rest, and nothing twice: once the killed holder's lease of
+    // the period's lock (30 s) has run out, the fence of the new holder is newer.
     let second = engage_on(&app).await;
     let started = Instant::now();
     while rewards_owed(&app).await.1 < RANKS {
