@@ -49,11 +49,12 @@ function freePort() {
   });
 }
 
-/// Starts the binary in dev mode (no ENGAGE_JWT_SECRET) and waits until it is ready.
-async function startServer() {
+/// The binary's environment: dev mode (no ENGAGE_JWT_SECRET), this run's port, database
+/// and Redis prefix (the server's and `engage seed-demo`'s alike).
+function serverEnv() {
   const env = { ...process.env };
   delete env.ENGAGE_JWT_SECRET;
-  Object.assign(env, {
+  return Object.assign(env, {
     ENGAGE_BIND: `127.0.0.1:${port}`,
     DATABASE_URL: `sqlite://${join(workDir, 'engage.db')}`,
     REDIS_URL: redisUrl,
@@ -62,6 +63,11 @@ async function startServer() {
     ENGAGE_CALLBACK_HOSTS: `127.0.0.1:${hook.port}`,
     RUST_LOG: env.RUST_LOG || 'warn',
   });
+}
+
+/// Starts the binary and waits until it is ready.
+async function startServer() {
+  const env = serverEnv();
   const log = openSync(join(workDir, 'server.log'), 'a');
   server = spawn(binary, ['serve'], { env, stdio: ['ignore', log, log] });
   const exited = new Promise((_, reject) =>
@@ -396,4 +402,27 @@ test('the queues page shows live counts, pauses, sets limits, requeues a dead jo
   await page.waitForFunction(() => document.querySelector('#job-fields tr[data-field="repeats"]')?.textContent.includes('30 2 * * *'));
   assert.match(await page.textContent('#job-fields tr[data-field="repeats"]'), /Europe\/Berlin/);
   await screenshot('queues-job.png');
+});
+
+test('after engage seed-demo, /dashboard with no parameters shows the most active item, its voucher and the boards', async () => {
+  const output = execFileSync(binary, ['seed-demo', '--users', '12'], { env: serverEnv(), encoding: 'utf8' });
+  assert.match(output, new RegExp(`http://127\\.0\\.0\\.1:${port}/dashboard`), output);
+
+  await page.goto(`${base}/dashboard`);
+  await page.waitForSelector('#status[data-status="live"]');
+  // The seeded flagship: every demo user reviewed it, and it carries the voucher on sale
+  // (100 in stock; the earlier test's voucher has 50).
+  await page.waitForFunction(() => document.querySelectorAll('#ticker .row').length >= 3);
+  await page.waitForFunction(() => document.querySelector('#stock .total').textContent === '100');
+  assert.equal(await page.textContent('#item-name'), 'Harbour Noodle Bar');
+  assert.equal(await page.textContent('#voucher-title'), 'Half-price noodles');
+  await page.waitForFunction(() => document.querySelectorAll('#board .row').length >= 3);
+  await screenshot('dashboard-seeded.png');
+
+  // The second board the seed made: this week's steps.
+  await page.goto(`${base}/dashboard?board=steps`);
+  await page.waitForSelector('#status[data-status="live"]');
+  await page.waitForFunction(() => document.querySelectorAll('#board .row').length >= 3);
+  assert.match(await page.textContent('#season'), /^Steps this week · \d{4}-W\d\d$/);
+  await screenshot('dashboard-seeded-steps.png');
 });

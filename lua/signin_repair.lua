@@ -18,6 +18,7 @@
     KEYS[11] hold: rebuild hold             {points:B}:rebuilding
     KEYS[12] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
     KEYS[13] balances: the bucket's points balances {points:B}:balances
+    KEYS[14] removed: the users removed from the board {points:B}:board:<YYYYMM>:removed
     ARGV[1] user: user id
     ARGV[2] month: the user's month YYYYMM
     ARGV[3] day: the user's day of month (1..31)
@@ -42,6 +43,7 @@
     ARGV[22] make_up: 1 for a make-up (deprecated): it may sign a day before the first
              one (which becomes the first), and pays the base point only (a milestone it
              passes is paid by the next sign-in); 0 for a repair
+    ARGV[23] award_day: the user's today, YYYYMMDD (the day of the daily points hash)
 
   Output: { status, streak, points_awarded, repairs_left }
     status (lua/include/status.lua) OK repaired, ALREADY the day counts already, NOT_YET
@@ -94,8 +96,8 @@ if not make_up and (last == 0 or (last == -1 and not is_counted(c, 0))) then
   bonus, earned = reward(c, run, last, ARGV[15], tonumber(ARGV[16]), tonumber(ARGV[17]),
     tonumber(ARGV[18]))
 end
-local awarded = award(KEYS[8], KEYS[13], KEYS[9], KEYS[10], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]) + bonus,
+local awarded = award(KEYS[8], KEYS[13], KEYS[9], KEYS[14], KEYS[10], ARGV[1], 'SIGN_IN', tonumber(ARGV[14]) + bonus,
   -1, ARGV[8], tonumber(ARGV[9]), ARGV[10], {ARGV[21], ARGV[11], KEYS[12]}, ARGV[19], ARGV[12],
-  {'day', ARGV[20], 'made_up', 1, 'frozen', '-', 'earned', earned, 'streak', run,
+  ARGV[23], {'day', ARGV[20], 'made_up', 1, 'frozen', '-', 'earned', earned, 'streak', run,
    'bonus', bonus})
 return {OK, current_streak(c), awarded, allowed - used - 1}

@@ -17,6 +17,7 @@
     KEYS[10] hold: rebuild hold             {points:B}:rebuilding
     KEYS[11] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
     KEYS[12] balances: the bucket's points balances {points:B}:balances
+    KEYS[13] removed: the users removed from the board {points:B}:board:<YYYYMM>:removed
     ARGV[1] user: user id
     ARGV[2] month: the user's month YYYYMM
     ARGV[3] day: the user's day of month (1..31)
@@ -35,6 +36,7 @@
     ARGV[16] idempotency: idempotency text for the event (signin:<user>:<date>)
     ARGV[17] day_number: today, YYYYMMDD (the sign_ins row the archive writes from the event)
     ARGV[18] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[19] award_day: the user's today, YYYYMMDD (the day of the daily points hash)
 
   Output: { status, streak, points_awarded, days_frozen }
     status (lua/include/status.lua) OK signed, ALREADY signed today before, HELD while a
@@ -84,8 +86,8 @@ local frozen_days = '-'
 if #frozen > 0 then
   frozen_days = table.concat(frozen, ',')
 end
-local awarded = award(KEYS[7], KEYS[12], KEYS[8], KEYS[9], ARGV[1], 'SIGN_IN', tonumber(ARGV[11]) + bonus,
+local awarded = award(KEYS[7], KEYS[12], KEYS[8], KEYS[13], KEYS[9], ARGV[1], 'SIGN_IN', tonumber(ARGV[11]) + bonus,
   -1, ARGV[5], tonumber(ARGV[6]), ARGV[7], {ARGV[18], ARGV[8], KEYS[11]}, ARGV[16], ARGV[9],
-  {'day', ARGV[17], 'made_up', 0, 'frozen', frozen_days, 'earned', earned,
+  ARGV[19], {'day', ARGV[17], 'made_up', 0, 'frozen', frozen_days, 'earned', earned,
    'streak', streak, 'bonus', bonus})
 return {OK, streak, awarded, #frozen}

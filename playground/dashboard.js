@@ -1,11 +1,25 @@
 // The live dashboard: the season's top 10 (or any board's, `?board=key`), a like ticker for an item's most liked remarks
 // and a voucher's remaining stock, all pushed over `graphql-transport-ws`.
 //
-// URL query: `?item=ID` (URL-encoded; default 1), `?voucher=ID` (default: the item's newest voucher),
+// URL query: `?item=ID` (URL-encoded; default: the most active item, `mostActiveItem`),
+// `?voucher=ID` (default: the item's voucher on sale now, else its newest),
 // `?token=…` (default: the playground's saved token; the subscriptions used here need none).
 
 const params = new URLSearchParams(location.search);
-const itemId = params.get('item') || '1';
+// The item shown: the one asked for, else the most active (read once, shared by the ticker
+// and the stock).
+let itemPromise = null;
+function shownItemId() {
+  if (!itemPromise) {
+    const asked = params.get('item');
+    itemPromise = asked
+      ? Promise.resolve(asked)
+      : query('{ mostActiveItem { id } }').then((data) => data.mostActiveItem?.id ?? null);
+    // A failed read (the server not up yet) is tried again by the next caller.
+    itemPromise.catch(() => { itemPromise = null; });
+  }
+  return itemPromise;
+}
 // Any board by its key (`?board=weekly`); the season's board without one.
 const boardKey = params.get('board');
 const token = params.get('token') || localStorage.getItem('engage.token') || '';
@@ -138,6 +152,11 @@ function renderTicker() {
 }
 
 async function startTicker() {
+  const itemId = await shownItemId();
+  if (!itemId) {
+    setText($('#item-name'), 'no remarks yet');
+    return;
+  }
   const data = await query(
     `query Ticker($itemId: ID!) {
       item(id: $itemId) { name }
@@ -183,13 +202,19 @@ async function startTicker() {
 
 // --- Voucher stock.
 async function startStock() {
-  let voucherId = params.get('voucher');
+  const voucherId = params.get('voucher');
   let voucher = null;
   if (voucherId) {
     voucher = (await query('query V($id: ID!) { voucher(id: $id) { id title stock remaining } }', { id: voucherId })).voucher;
   } else {
-    const vouchers = (await query('query Vs($itemId: ID!) { vouchers(itemId: $itemId) { id title stock remaining } }', { itemId })).vouchers || [];
-    voucher = vouchers[0] || null;
+    const itemId = await shownItemId();
+    const vouchers = itemId
+      ? (await query('query Vs($itemId: ID!) { vouchers(itemId: $itemId) { id title stock remaining beginsAt endsAt } }', { itemId })).vouchers || []
+      : [];
+    // The one on sale now (begun, not ended, not sold out), else the newest.
+    const now = Date.now();
+    const onSale = (v) => Date.parse(v.beginsAt) <= now && now < Date.parse(v.endsAt) && v.remaining > 0;
+    voucher = vouchers.find(onSale) || vouchers[0] || null;
   }
   const panel = $('#stock');
   if (!voucher) {

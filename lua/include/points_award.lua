@@ -21,9 +21,15 @@ end
 -- SQL then knows each idempotency key that was used, and each sign-in. `extra` (optional)
 -- is a list of more field/value pairs (a sign-in's `day` and `made_up`). What is awarded is
 -- also earned on the user's balance (`balances_key`, the bucket's balances: see
--- lua/include/points_balance.lua).
-local function award(daily_key, balances_key, board_key, stream_key, user, kind, requested, cap,
-                     now_ms, season_seconds, season, live, idempotency, day_ttl, extra)
+-- lua/include/points_balance.lua). `date` is the user's day (YYYYMMDD) whose totals
+-- `daily_key` holds: the caller computes it from the user's zone, and the event carries it,
+-- so that SQL archives the award on the day its cap counted it.
+--
+-- A user removed from the season's board (`removed_key`, the part's removed users:
+-- lua/leaderboard_remove.lua) is awarded as any other, but the board is left alone.
+local function award(daily_key, balances_key, board_key, removed_key, stream_key, user, kind,
+                     requested, cap, now_ms, season_seconds, season, live, idempotency, day_ttl,
+                     date, extra)
   local allowed = requested
   if cap >= 0 then
     local today = tonumber(redis.call('HGET', daily_key, kind) or '0')
@@ -33,6 +39,8 @@ local function award(daily_key, balances_key, board_key, stream_key, user, kind,
     redis.call('HINCRBY', daily_key, kind, allowed)
     redis.call('EXPIRE', daily_key, day_ttl)
     redis.call('HINCRBY', balances_key, user .. ':earned', allowed)
+  end
+  if allowed > 0 and redis.call('SISMEMBER', removed_key, user) == 0 then
     local old = redis.call('ZSCORE', board_key, user)
     local points = board_points(tonumber(old or '0')) + allowed
     local score = string.format('%.0f', board_score(points, season_seconds))
@@ -42,8 +50,8 @@ local function award(daily_key, balances_key, board_key, stream_key, user, kind,
     redis.call(live[1], live[2], table.concat({change, user, old, score}, ' '))
   end
   -- Packed (src/infra/streams/mod.rs), the key last: it is the caller's free text.
-  local names = {'user', 'type', 'points', 'requested', 'season', 'at'}
-  local values = {user, kind, allowed, requested, season, now_ms}
+  local names = {'user', 'type', 'points', 'requested', 'season', 'at', 'date'}
+  local values = {user, kind, allowed, requested, season, now_ms, date}
   for i = 1, #(extra or {}), 2 do
     names[#names + 1] = extra[i]
     values[#values + 1] = extra[i + 1]

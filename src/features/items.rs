@@ -137,6 +137,24 @@ impl Items {
             .await
     }
 
+    /// The item with the most activity: its remarks (neither deleted nor hidden) and the
+    /// likes they hold as SQL's archive counts them; ties to the newest item. `None` before
+    /// any remark. (What the dashboard shows when it is not told which item: a wall screen
+    /// should open on something alive, not on an id that may not exist.)
+    pub(crate) async fn most_active(&self) -> AppResult<Option<ItemRecord>> {
+        let row = sqlx::query(
+            "SELECT item_id, COUNT(*) + CAST(SUM(like_count) AS BIGINT) AS activity FROM remarks \
+             WHERE deleted_at_ms IS NULL AND hidden_at_ms IS NULL \
+             GROUP BY item_id ORDER BY activity DESC, item_id DESC LIMIT 1",
+        )
+        .fetch_optional(&self.infra.db.pool)
+        .await?;
+        match row {
+            Some(row) => self.find(row.try_get("item_id")?).await,
+            None => Ok(None),
+        }
+    }
+
     /// Items by id (in no particular order).
     pub(crate) async fn find_many(&self, ids: &[i64]) -> AppResult<Vec<ItemRecord>> {
         let select = "SELECT id, name, lat, lng, created_at_ms FROM items";

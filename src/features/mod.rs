@@ -15,6 +15,7 @@ pub mod remarks;
 pub(crate) mod signin;
 pub mod users;
 pub mod vouchers;
+pub(crate) mod zones;
 
 use std::sync::Arc;
 

@@ -98,6 +98,34 @@ impl Engage {
         }
     }
 
+    /// Starts the binary on the Redis prefix and the database of another (a test's app): it
+    /// leaves them to their owner's cleanup.
+    pub async fn start_on(redis_prefix: &str, database_url: &str, env: &[(&str, &str)]) -> Self {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, base, stdout, stderr) = launch(&env, redis_prefix, database_url).await;
+        Self {
+            child,
+            base,
+            stdout,
+            stderr,
+            redis_prefix: redis_prefix.to_string(),
+            database_url: database_url.to_string(),
+            env,
+            postgres: None,
+            _sqlite_dir: None,
+        }
+    }
+
+    /// Ends the process with SIGKILL, as a crash would: nothing of it runs after, and it
+    /// cleans nothing up.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL is sent");
+        self.child.wait().expect("the killed process is reaped");
+    }
+
     /// Kills the process with SIGKILL, as a crash would end it (no drain, nothing handed
     /// back), then starts another on the same Redis prefix and database.
     pub async fn crash_and_restart(&mut self) {

@@ -845,15 +845,120 @@ async fn the_seasons_top_three_are_paid_once_at_its_rollover() {
         .unwrap()["winners"]
         .clone();
     assert_eq!(march[0]["user"]["id"], global_id("User", 3));
-    // The live season's board is its points: refused.
-    let live = app
+    // A season that has not begun has no board to remove anyone from.
+    let later = app
         .gql(
             Some(&app.admin_token()),
-            "mutation { removeBoardRecord(boardKey: \"season\", userId: \"2\") }",
+            "mutation { removeBoardRecord(boardKey: \"season\", userId: \"2\", period: \"2027-01\") }",
             json!({}),
         )
         .await;
-    assert_eq!(first_code(&live), "BAD_USER_INPUT");
+    assert_eq!(first_code(&later), "BAD_USER_INPUT");
+}
+
+const REMOVE: &str = "mutation($u: ID!) { removeBoardRecord(boardKey: \"season\", userId: $u) }";
+const LEARNING: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
+    awardPoints(userId: $u, type: LEARNING, points: $p, idempotencyKey: $k) { awarded } }";
+
+/// (rank, user, points) of the live season's board.
+async fn season_board(app: &TestApp) -> Vec<(i64, i64, i64)> {
+    ranks(&page(app, None, "season", None).await)
+}
+
+async fn balance_of(app: &TestApp, user: i64) -> i64 {
+    app.data(
+        Some(&app.admin_token()),
+        "query($u: ID!) { node(id: $u) { ... on User { pointsBalance { balance } } } }",
+        json!({ "u": global_id("User", user) }),
+    )
+    .await["node"]["pointsBalance"]["balance"]
+        .as_i64()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_user_removed_from_the_live_season_stays_off_it_through_awards_rebuild_and_rollover() {
+    use engage::{features::leaderboard::rollover::Options, infra::clock::Month};
+
+    use crate::harness::streams_settled;
+
+    let app = app().await;
+    app.set_clock(Utc.with_ymd_and_hms(2026, 5, 10, 12, 0, 0).unwrap());
+    let service = app.token(999, Role::Service);
+    let award = async |user: i64, points: i64, key: &str| {
+        app.data(
+            Some(&service),
+            LEARNING,
+            json!({ "u": user.to_string(), "p": points, "k": key }),
+        )
+        .await;
+    };
+    award(2, 40, "a").await;
+    award(3, 30, "b").await;
+    award(4, 20, "c").await;
+    assert_eq!(
+        season_board(&app).await,
+        vec![(1, 2, 40), (2, 3, 30), (3, 4, 20)]
+    );
+
+    let admin = app.admin_token();
+    let removed = app.data(Some(&admin), REMOVE, json!({ "u": "2" })).await;
+    assert_eq!(removed["removeBoardRecord"], true);
+    assert_eq!(season_board(&app).await, vec![(1, 3, 30), (2, 4, 20)]);
+    let again = app.data(Some(&admin), REMOVE, json!({ "u": "2" })).await;
+    assert_eq!(again["removeBoardRecord"], false, "removed once");
+    let recorded: i64 = sqlx::query(
+        "SELECT COUNT(*) AS n FROM season_removals WHERE season = 202605 AND user_id = 2",
+    )
+    .fetch_one(app.sql())
+    .await
+    .unwrap()
+    .get("n");
+    assert_eq!(recorded, 1);
+
+    // The rest of the season's awards count toward the balance, never the board: an award
+    // and a sign-in alike.
+    award(2, 10, "d").await;
+    app.data(
+        Some(&app.user_token(2)),
+        "mutation { signIn { pointsAwarded } }",
+        json!({}),
+    )
+    .await;
+    assert_eq!(balance_of(&app, 2).await, 51);
+    assert_eq!(season_board(&app).await, vec![(1, 3, 30), (2, 4, 20)]);
+
+    // A rebuild after a loss of Redis leaves the user off, and later awards too.
+    streams_settled(&app, &app.keys().points_streams(), "archive").await;
+    let keys = scan(&app, &app.keys().all_pattern()).await;
+    unlink(&app, &keys).await;
+    app.rebuild_from_sql().await.unwrap();
+    assert_eq!(season_board(&app).await, vec![(1, 3, 30), (2, 4, 20)]);
+    // (The next day: LEARNING's cap of 50 was reached.)
+    app.set_clock(Utc.with_ymd_and_hms(2026, 5, 11, 12, 0, 0).unwrap());
+    award(2, 5, "e").await;
+    assert_eq!(season_board(&app).await, vec![(1, 3, 30), (2, 4, 20)]);
+    assert_eq!(balance_of(&app, 2).await, 56);
+    let drift: u64 = app
+        .verify_all()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.feature == "season boards")
+        .map(|r| r.drifted)
+        .sum();
+    assert_eq!(drift, 0);
+
+    // The rollover archives the season without the user, and pays the rewards by it.
+    app.set_clock(Utc.with_ymd_and_hms(2026, 6, 1, 8, 0, 0).unwrap());
+    app.leaderboards()
+        .archive_season(Month::parse_id("202605").unwrap(), Options::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        ranks(&page(&app, None, "season", Some("2026-05")).await),
+        vec![(1, 3, 30), (2, 4, 20)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -986,6 +1091,82 @@ async fn a_period_past_its_reset_and_a_tournament_past_its_end_are_closed_and_pa
     // A second check pays nothing more.
     app.boards().close_due().await.unwrap();
     assert_eq!(rewards_paid(&app, "day", "2026-11-23").await.len(), 2);
+}
+
+/// The open periods `close_due` reads: (board, period, closing time).
+async fn open_periods(app: &TestApp) -> Vec<(String, String, Option<i64>)> {
+    sqlx::query(
+        "SELECT board_key, period, closes_at_ms FROM board_open_periods ORDER BY board_key, period",
+    )
+    .fetch_all(app.sql())
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| {
+        (
+            row.get("board_key"),
+            row.get("period"),
+            row.get("closes_at_ms"),
+        )
+    })
+    .collect()
+}
+
+#[tokio::test]
+async fn close_due_reads_only_the_periods_whose_closing_time_passed_and_closes_each_once() {
+    let app = app().await;
+    let start = Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap();
+    app.set_clock(start);
+    for (key, reset) in [("d", "DAILY"), ("w", "WEEKLY"), ("n", "NEVER")] {
+        create(&app, json!({ "key": key, "title": key, "reset": reset })).await;
+        submit(&app, key, 1, 5, 0).await;
+        submit(&app, key, 2, 7, 0).await;
+    }
+    let midnight = Utc.with_ymd_and_hms(2026, 11, 24, 0, 0, 0).unwrap();
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 0, 0, 0).unwrap();
+    assert_eq!(
+        open_periods(&app).await,
+        vec![
+            (
+                "d".into(),
+                "2026-11-23".into(),
+                Some(midnight.timestamp_millis())
+            ),
+            ("n".into(), "all".into(), None),
+            (
+                "w".into(),
+                "2026-W48".into(),
+                Some(monday.timestamp_millis())
+            ),
+        ]
+    );
+    app.set_clock(midnight);
+    let sibling = app.spawn_sibling().await;
+    let (a, b) = tokio::join!(app.boards().close_due(), sibling.boards().close_due());
+    a.unwrap();
+    b.unwrap();
+    // The day closed, once; the week and the board that never resets stay open.
+    let closed: Vec<(String, String)> =
+        sqlx::query("SELECT board_key, period FROM board_periods ORDER BY board_key")
+            .fetch_all(app.sql())
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get("board_key"), row.get("period")))
+            .collect();
+    assert_eq!(closed, vec![("d".to_string(), "2026-11-23".to_string())]);
+    assert_eq!(open_periods(&app).await.len(), 2);
+    assert_eq!(
+        ranks(&page(&app, None, "d", Some("2026-11-23")).await),
+        vec![(1, 2, 7), (2, 1, 5)]
+    );
+    // The next day's first submission opens its period.
+    submit(&app, "d", 1, 1, 0).await;
+    assert!(open_periods(&app).await.contains(&(
+        "d".into(),
+        "2026-11-24".into(),
+        Some((midnight + chrono::Duration::days(1)).timestamp_millis())
+    )));
 }
 
 #[tokio::test]

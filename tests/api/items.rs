@@ -241,3 +241,62 @@ async fn items_list_newest_first_or_by_distance() {
         "the far item is outside the radius"
     );
 }
+
+#[tokio::test]
+async fn the_most_active_item_has_the_most_remarks_and_likes() {
+    use crate::harness::eventually;
+
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    const MOST: &str = "{ mostActiveItem { id } }";
+    assert_eq!(
+        app.data(None, MOST, json!({})).await["mostActiveItem"],
+        serde_json::Value::Null,
+        "no remark yet"
+    );
+    let mut items = Vec::new();
+    for name in ["Quiet Cafe", "Busy Market"] {
+        items.push(
+            app.data(Some(&admin), CREATE, json!({ "input": { "name": name } }))
+                .await["createItem"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let remark = |user: i64, item: &str| {
+        let (app, item) = (&app, item.to_string());
+        async move {
+            app.data(
+                Some(&app.user_token(user)),
+                "mutation($i: ID!) { createRemark(input: { itemId: $i, score: 4, content: \"ok\" }) { id } }",
+                json!({ "i": item }),
+            )
+            .await["createRemark"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    // Two remarks on the cafe, one on the market: the cafe leads.
+    remark(1, &items[0]).await;
+    remark(2, &items[0]).await;
+    let market = remark(3, &items[1]).await;
+    assert_eq!(
+        app.data(None, MOST, json!({})).await["mostActiveItem"]["id"],
+        items[0]
+    );
+    // Three likes on the market's remark: its four beat the cafe's two, once archived.
+    for fan in 10..13 {
+        app.data(
+            Some(&app.user_token(fan)),
+            "mutation($id: ID!) { likeRemark(remarkId: $id) { likeCount } }",
+            json!({ "id": market }),
+        )
+        .await;
+    }
+    eventually(async || {
+        app.data(None, MOST, json!({})).await["mostActiveItem"]["id"] == items[1].as_str()
+    })
+    .await;
+}

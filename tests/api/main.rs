@@ -14,6 +14,8 @@ mod auth;
 mod binary;
 mod boards;
 mod conventions;
+mod crash;
+mod daily_caps;
 mod drain;
 mod faults;
 mod feed;

@@ -119,6 +119,16 @@ if (itemId) {
   $('remarks').replaceChildren(element('li', { class: 'muted' }, 'Add ?item=ID to the URL.'));
 }
 
+// What each day's state is called, for its title.
+const DAY_TITLES: Record<DayState, string> = {
+  [DayState.Signed]: 'signed',
+  [DayState.MadeUp]: 'made up',
+  [DayState.Frozen]: 'frozen',
+  [DayState.Missed]: 'missed',
+  [DayState.Future]: 'to come',
+  [DayState.BeforeJoining]: 'before joining',
+};
+
 // The sign-in calendar of this month, and the streak.
 function renderCalendar(calendar: CalendarMonthFragment, streak: StreakFieldsFragment) {
   $('month').textContent = calendar.month;
@@ -130,6 +140,9 @@ function renderCalendar(calendar: CalendarMonthFragment, streak: StreakFieldsFra
       'data-day': String(index + 1),
       'data-state': state,
       'data-signed': String(state === DayState.Signed || state === DayState.MadeUp),
+      // A day kept by a streak freeze is neither signed nor missed: it is drawn apart
+      // (style.css), and says so to a pointer and a screen reader.
+      title: DAY_TITLES[state],
     }, String(index + 1))));
   $('streak').textContent = `streak ${streak.current}, ${streak.makeUpsLeft} make-ups left`;
   $<HTMLButtonElement>('sign-in').disabled = streak.signedToday;

@@ -257,7 +257,8 @@ impl BoardMutation {
     }
 
     /// Removes a user's record from a period (the current one without `period`), live and
-    /// archived, re-ranking those below (admin); whether there was one.
+    /// archived, re-ranking those below (admin); whether there was one. From the live
+    /// `season` board the user stays off for the rest of the season (their points stay).
     #[graphql(guard = "RoleGuard::admin()")]
     async fn remove_board_record(
         &self,

@@ -35,6 +35,13 @@ impl ItemQuery {
         Ok(ctx.feature::<Items>().find(id).await?.map(Item))
     }
 
+    /// The item with the most activity: remarks (neither deleted nor hidden) and the likes
+    /// they hold, as the archive counts them (a like shows here within moments); ties to the
+    /// newest item. Null before any remark. The dashboard opens on it by default.
+    async fn most_active_item(&self, ctx: &Context<'_>) -> AppResult<Option<Item>> {
+        Ok(ctx.feature::<Items>().most_active().await?.map(Item))
+    }
+
     /// Items, newest first; with `near`, the items with a location within its radius,
     /// nearest first (as `nearbyItems` pages them: its 1000 nearest). `first` 1 to 100 (20
     /// unless given) after `after`.

@@ -3,7 +3,12 @@
 //!
 //! - **When**: `closeBoardPeriod` ends the current period now (the next submissions go to
 //!   the next period, `<name>.<n>`); a period whose reset passed, or a tournament past its
-//!   end, is closed by every instance's check ([`Boards::close_due`]).
+//!   end, is closed by every instance's check ([`Boards::close_due`]). A submission records
+//!   its period as open with the time it is due to close (`board_open_periods`, indexed by
+//!   that time), so that a check reads only the periods due, not every record's period: its
+//!   cost follows what is due, not how many records the boards hold. (Rejected: a next-close
+//!   time per board, which a board's several open periods, early closures among them, do
+//!   not fit in one value.)
 //! - **From a stable snapshot**: each part is copied (`COPY`) when the copy starts, and the
 //!   chunks are read from the snapshot in board order, never from the live parts. Once the
 //!   copy is verified by count, the live parts are compared with the snapshot: a late write
@@ -109,6 +114,10 @@ impl Boards {
         } else {
             base_of(period).to_string()
         };
+        // Both at once: a period is open or closed, never neither (then no check would find
+        // it) nor both for long (a submission that named it just before may open it again,
+        // and the next check closes it again: the insert changes nothing the second time).
+        let mut tx = self.infra.db.pool.begin().await?;
         sqlx::query(
             "INSERT INTO board_periods (board_key, period, base, early, closed_at_ms, total, copied, \
              status, fence, updated_at_ms) VALUES ($1, $2, $3, $4, $5, 0, 0, $6, 0, $5) \
@@ -120,21 +129,30 @@ impl Boards {
         .bind(i64::from(early))
         .bind(now)
         .bind(CLOSING)
-        .execute(&self.infra.db.pool)
+        .execute(&mut *tx)
         .await?;
+        sqlx::query("DELETE FROM board_open_periods WHERE board_key = $1 AND period = $2")
+            .bind(&def.key)
+            .bind(period)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
     /// Closes what is due on every board: periods past their reset, tournaments past their
-    /// end, and archives left unfinished.
+    /// end (those whose closing time passed, read by its index), and archives left
+    /// unfinished (read by their status's index).
     pub async fn close_due(&self) -> AppResult<()> {
-        let live = sqlx::query(
-            "SELECT DISTINCT r.board_key, r.period FROM board_records r WHERE NOT EXISTS \
-             (SELECT 1 FROM board_periods p WHERE p.board_key = r.board_key AND p.period = r.period)",
+        let now = self.infra.clock.now();
+        let due = sqlx::query(
+            "SELECT board_key, period FROM board_open_periods WHERE closes_at_ms <= $1 \
+             ORDER BY closes_at_ms LIMIT 1000",
         )
+        .bind(now.timestamp_millis())
         .fetch_all(&self.infra.db.pool)
         .await?;
-        for row in live {
+        for row in due {
             let (key, period): (String, String) =
                 (row.try_get("board_key")?, row.try_get("period")?);
             let Some(def) = self.find(&key).await? else {
@@ -142,14 +160,27 @@ impl Boards {
             };
             let ended = def
                 .ends_at_ms
-                .is_some_and(|ends| self.infra.clock.now_ms() >= ends);
+                .is_some_and(|ends| now.timestamp_millis() >= ends);
             if ended || period != self.current_period(&def).await? {
                 self.mark_closed(&def, &period, false).await?;
+            } else {
+                // Not over yet (a time recorded before it was known): wait for its own.
+                sqlx::query(
+                    "UPDATE board_open_periods SET closes_at_ms = $1 WHERE board_key = $2 \
+                     AND period = $3",
+                )
+                .bind(self.closes_at_ms(&def, now))
+                .bind(&key)
+                .bind(&period)
+                .execute(&self.infra.db.pool)
+                .await?;
             }
         }
         let unfinished =
-            sqlx::query("SELECT board_key, period FROM board_periods WHERE status <> $1")
-                .bind(DONE)
+            sqlx::query("SELECT board_key, period FROM board_periods WHERE status IN ($1, $2, $3)")
+                .bind(CLOSING)
+                .bind(COPYING)
+                .bind(VERIFIED)
                 .fetch_all(&self.infra.db.pool)
                 .await?;
         for row in unfinished {

@@ -31,13 +31,14 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Datelike, Days, Utc};
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use crate::{
     features::{leaderboard::Leaderboards, points::Points},
     infra::{
+        clock::Month,
         error::{AppError, AppResult},
         redis::Keys,
         Infra,
@@ -537,6 +538,27 @@ impl Boards {
                 format!("{:04}-W{:02}", week.year(), week.week())
             }
             BoardReset::Monthly => date.format("%Y-%m").to_string(),
+        }
+    }
+
+    /// When the period running at `at` is due to close: the end of its reset window in
+    /// `ENGAGE_TIMEZONE`, or the tournament's end if sooner; `None` for a board that neither
+    /// resets nor ends (its periods close only by `closeBoardPeriod`).
+    pub(crate) fn closes_at_ms(&self, def: &BoardDef, at: DateTime<Utc>) -> Option<i64> {
+        let clock = &self.infra.clock;
+        let date = clock.date_of(at);
+        let next_window = match def.reset {
+            BoardReset::Never => None,
+            BoardReset::Daily => Some(date + Days::new(1)),
+            BoardReset::Weekly => {
+                Some(date + Days::new(7 - u64::from(date.weekday().num_days_from_monday())))
+            }
+            BoardReset::Monthly => Some(Month::of(date).next().first_day()),
+        };
+        let window_ends = next_window.map(|day| clock.start_of(day).timestamp_millis());
+        match (window_ends, def.ends_at_ms) {
+            (Some(window), Some(ends)) => Some(window.min(ends)),
+            (window, ends) => window.or(ends),
         }
     }
 

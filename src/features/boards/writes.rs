@@ -242,6 +242,16 @@ impl Boards {
         .bind(self.infra.clock.now_ms())
         .execute(&mut *tx)
         .await?;
+        // The period is open: `close_due` finds it by its closing time (see `close`).
+        sqlx::query(
+            "INSERT INTO board_open_periods (board_key, period, closes_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&def.key)
+        .bind(&period)
+        .bind(self.closes_at_ms(&def, self.infra.clock.now()))
+        .execute(&mut *tx)
+        .await?;
         if reply.version > 0 {
             sqlx::query(
                 "INSERT INTO board_records (board_key, period, user_id, score, subscore, reached_at_ms, \
@@ -339,7 +349,7 @@ impl Boards {
             let month = crate::infra::clock::Month::parse_dashed(&period).ok_or_else(|| {
                 AppError::bad_input("a period of the season board is a month, 2026-11")
             })?;
-            return self.season.remove_archived(month, user_id).await;
+            return self.season.remove(month, user_id).await;
         }
         let period = match period {
             Some(period) => period.to_string(),

@@ -12,6 +12,7 @@
 pub(crate) mod live;
 pub(crate) mod parts;
 pub(crate) mod ranks;
+pub(crate) mod removals;
 pub(crate) mod rewards;
 pub mod rollover;
 pub mod settings;
@@ -320,8 +321,8 @@ impl Leaderboards {
     }
 
     /// Removes a user from an archived season (a cheater) and moves those below up by one;
-    /// the winners follow. Whether the user was ranked. A live season's board is its points:
-    /// it is changed through them, not here.
+    /// the winners follow. Whether the user was ranked. A live season's removal is
+    /// `removals`'.
     pub(crate) async fn remove_archived(&self, season: Month, user: i64) -> AppResult<bool> {
         if !self.archived(season).await? {
             return Err(AppError::bad_input(format!(

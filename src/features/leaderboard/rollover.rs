@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::{parts, points_of, rewards, SEASON_BOARD};
+use super::{parts, points_of, removals, rewards, SEASON_BOARD};
 use crate::{
     features::leaderboard::Leaderboards,
     infra::{
@@ -312,6 +312,15 @@ impl Leaderboards {
     /// catches a late write between two parts); its member count.
     async fn take_snapshot(&self, season: Month) -> AppResult<i64> {
         let mut pipe = redis::pipe();
+        // The users removed from the board stay off it, even where Redis missed the removal
+        // (SQL recorded it, the script did not run): the live part too, so that the check
+        // for late writes compares like with like.
+        for user in removals::removed_users(&self.infra, season).await? {
+            pipe.cmd("ZREM")
+                .arg(self.infra.keys.season_board_of(season, user))
+                .arg(user)
+                .ignore();
+        }
         for part in self.infra.keys.season_board_parts(season) {
             // COPY leaves the destination alone when the part is empty: unlink it first.
             pipe.cmd("UNLINK").arg(snapshot_of(&part)).ignore();
@@ -326,9 +335,11 @@ impl Leaderboards {
         if total == 0 {
             // An empty board of a season with awards is a board Redis lost: archiving it would
             // record a season without winners. `engage rebuild` brings it back first.
-            let awarded = sqlx::query(
-                "SELECT 1 AS found FROM points_record WHERE season = $1 AND points > 0 LIMIT 1",
-            )
+            let awarded = sqlx::query(&format!(
+                "SELECT 1 AS found FROM points_record WHERE season = $1 AND points > 0 \
+                     AND {} LIMIT 1",
+                removals::NOT_REMOVED
+            ))
             .bind(i64::from(season.id()))
             .fetch_optional(&self.infra.db.pool)
             .await?;
@@ -530,11 +541,13 @@ impl Leaderboards {
     async fn unlink_season(&self, season: Month, fence: i64) -> AppResult<()> {
         let mut pipe = redis::pipe();
         let keys = &self.infra.keys;
-        for (part, changes) in keys
+        for ((part, changes), removed) in keys
             .season_board_parts(season)
             .into_iter()
             .zip(keys.board_changes(season))
+            .zip(keys.season_removed_parts(season))
         {
+            pipe.cmd("UNLINK").arg(removed).ignore();
             pipe.cmd("UNLINK").arg(snapshot_of(&part)).ignore();
             pipe.cmd("UNLINK").arg(part).ignore();
             pipe.cmd("UNLINK").arg(changes).ignore();

@@ -76,7 +76,10 @@ impl StreamHandler for PointsArchive {
         let mut freezes = Vec::new();
         for entry in entries {
             let award = AwardEvent::from_entry(entry)?;
-            let date = self.0.infra.clock.date_of_ms(award.at_ms);
+            // The day whose cap counted it (the user's), else the server's day of it.
+            let date = award
+                .date
+                .unwrap_or_else(|| day_number(self.0.infra.clock.date_of_ms(award.at_ms)));
             if let Some(day) = award.freeze_bought_on {
                 freezes.push(FreezeRow {
                     user_id: award.user_id,
@@ -95,7 +98,7 @@ impl StreamHandler for PointsArchive {
                 .bind(award.idempotency_key)
                 .bind(award.season)
                 .bind(award.at_ms)
-                .bind(day_number(date))
+                .bind(date)
                 .bind(entry.event_order())
                 .bind(award.reason);
             if let Some(signed) = award.sign_in {

@@ -25,6 +25,9 @@ pub(crate) struct AwardEvent {
     /// The season (`YYYYMM`) whose board counted it.
     pub(crate) season: i64,
     pub(crate) at_ms: i64,
+    /// The user's day (`YYYYMMDD`) whose daily totals counted an award, in the user's zone
+    /// (absent from spends, revokes and the awards of earlier versions).
+    pub(crate) date: Option<i64>,
     /// The day a sign-in award signed, when it is one.
     pub(crate) sign_in: Option<SignedDay>,
     /// Why, for a spend or a revoke.
@@ -101,6 +104,10 @@ impl Event for AwardEvent {
             idempotency_key: entry.field("key")?.to_string(),
             season: entry.number("season")?,
             at_ms: entry.number("at")?,
+            date: match entry.get("date") {
+                Some(_) => Some(entry.number("date")?),
+                None => None,
+            },
             sign_in,
             reason: entry.get("reason").map(str::to_string),
             freeze_bought_on: match entry.get("bought") {
@@ -120,6 +127,9 @@ impl Event for AwardEvent {
             ("season", self.season.to_string()),
             ("at", self.at_ms.to_string()),
         ];
+        if let Some(date) = self.date {
+            fields.push(("date", date.to_string()));
+        }
         if let Some(signed) = &self.sign_in {
             fields.push(("day", signed.day.to_string()));
             fields.push(("made_up", i64::from(signed.made_up).to_string()));
@@ -197,6 +207,7 @@ mod tests {
             idempotency_key: "signin:1:2026-11-23".into(),
             season: 202611,
             at_ms: 9,
+            date: Some(20261123),
             sign_in: Some(SignedDay {
                 day: 20261123,
                 made_up: true,
@@ -215,6 +226,7 @@ mod tests {
             points: -4,
             requested: 4,
             idempotency_key: "spend:a b".into(),
+            date: None,
             sign_in: None,
             reason: Some("a hat, blue".into()),
             freeze_bought_on: Some(20261127),

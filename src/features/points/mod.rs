@@ -2,6 +2,12 @@
 //! key, added to the season's leaderboard and to the user's balance, and archived to
 //! `points_record`; spends and revokes against the balance (`balance`).
 //!
+//! A daily cap counts the user's day, in the user's zone (`features::zones`), with the
+//! effective day sign-in counts while a zone change takes effect: each date is the user's
+//! "today" for one stretch of time, so a change never opens a date's cap twice. The day is
+//! computed here and given to the script, which keys the day's totals by it: the cap stays
+//! one atomic script. A user with no zone recorded counts `ENGAGE_TIMEZONE`'s days.
+//!
 //! Points keys go by user bucket (`ENGAGE_POINTS_BUCKETS`): a user's sign-in bitmaps, daily
 //! totals and award markers, the balances of the bucket's users, and the part of each
 //! season board that holds the user, carry the hash tag `{points:<bucket>}`. An award
@@ -18,6 +24,7 @@ pub mod settings;
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, NaiveDate, Utc};
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
@@ -28,9 +35,10 @@ pub use settings::PointsSettings;
 
 use std::sync::Arc;
 
+use crate::features::zones::{UserZone, Zones};
 use crate::infra::page::{KeyRange, PageArgs};
 use crate::infra::{
-    clock::Month,
+    clock::{day_number, Month},
     error::{AppError, AppResult},
     redis::status::Status,
     redis::{
@@ -105,6 +113,17 @@ impl Keys {
     /// The part of a season's board that holds a user.
     pub fn season_board_of(&self, season: Month, user_id: i64) -> String {
         self.of_points_user(user_id, &format!("board:{}", season.id()))
+    }
+
+    /// The users removed from the part of a season's board that holds a user
+    /// (`lua/leaderboard_remove.lua`): awards to them leave the board alone.
+    pub fn season_removed_of(&self, season: Month, user_id: i64) -> String {
+        self.of_points_user(user_id, &format!("board:{}:removed", season.id()))
+    }
+
+    /// The removed users of every part of a season's board, in bucket order.
+    pub(crate) fn season_removed_parts(&self, season: Month) -> Vec<String> {
+        self.per_points_bucket(&format!("board:{}:removed", season.id()))
     }
 
     /// The change counter of the part of a season's board that holds a user: every award
@@ -286,44 +305,54 @@ impl Points {
             self.infra.keys.points_bucket(user) == self.infra.keys.points_bucket(first)
         }));
         let keys = &self.infra.keys;
-        let requests: Vec<_> = awards
-            .iter()
-            .map(|&(user_id, kind, points, key)| {
-                let cap = self.rules.rule(kind).daily_cap.unwrap_or(-1);
-                (user_id, kind.as_str(), points, cap, key)
-            })
-            .collect();
+        let users: Vec<i64> = awards.iter().map(|&(user, ..)| user).collect();
+        let zones = Zones(&self.infra).zones_of(&users, None).await?;
         let reply = self
             .infra
             .durable_scripts(DurableWrite::Points)
             .run_while_held(|| {
                 let (season, season_seconds) = self.season_now();
-                let today = self.infra.clock.today();
+                let now = self.infra.clock.now();
+                // Each award counts toward its user's cap of the user's day (`zones`).
+                let days: Vec<NaiveDate> = awards
+                    .iter()
+                    .map(|&(user_id, ..)| self.user_day(zones.get(&user_id), now))
+                    .collect();
                 let award = PointsAward {
                     board: keys.season_board_of(season, first),
                     events: keys.points_stream_of(first),
                     hold: keys.points_hold_of(first),
                     changes: keys.board_changes_of(season, first),
                     balances: keys.points_balances_of(first),
+                    removed: keys.season_removed_of(season, first),
                     awards: awards
                         .iter()
-                        .flat_map(|&(user_id, _, _, key)| {
+                        .zip(&days)
+                        .flat_map(|(&(user_id, _, _, key), &day)| {
                             [
-                                keys.points_today(user_id, today),
+                                keys.points_today(user_id, day),
                                 keys.points_award_marker(user_id, key),
                             ]
                         })
                         .collect(),
                 };
+                let requests: Vec<_> = awards
+                    .iter()
+                    .zip(&days)
+                    .map(|(&(user_id, kind, points, key), &day)| {
+                        let cap = self.rules.rule(kind).daily_cap.unwrap_or(-1);
+                        (user_id, kind.as_str(), points, cap, day_number(day), key)
+                    })
+                    .collect();
                 let args = PointsAwardArgs {
-                    now_ms: self.infra.clock.now_ms(),
+                    now_ms: now.timestamp_millis(),
                     season_seconds,
                     season: season.id(),
                     channel: keys.board_channel_of(season, first),
                     marker_ttl_seconds: IDEMPOTENCY_TTL_SECONDS,
                     daily_ttl_seconds: DAILY_TTL_SECONDS,
                     publish: keys.publish_command(),
-                    awards: &requests,
+                    awards: requests,
                 };
                 (award, args)
             })
@@ -396,15 +425,26 @@ impl Points {
         archived
     }
 
+    /// The user's day at an instant, whose totals the daily caps count: the user's zone's
+    /// (the same effective day as the user's sign-ins, `signin::zones`), else
+    /// `ENGAGE_TIMEZONE`'s.
+    pub(crate) fn user_day(&self, zone: Option<&UserZone>, at: DateTime<Utc>) -> NaiveDate {
+        zone.map_or_else(|| self.infra.clock.date_of(at), |zone| zone.today_at(at))
+    }
+
+    /// The key of the user's totals of the user's today.
+    async fn todays_key(&self, user_id: i64) -> AppResult<String> {
+        let zone = Zones(&self.infra).zone_of(user_id, None).await?;
+        let day = self.user_day(Some(&zone), self.infra.clock.now());
+        Ok(self.infra.keys.points_today(user_id, day))
+    }
+
     /// Today's points of a user per type, with each type's cap.
     pub(crate) async fn today(&self, user_id: i64) -> AppResult<Vec<TodayByType>> {
+        let key = self.todays_key(user_id).await?;
         let mut conn = self.infra.redis.get().await?;
         let totals: HashMap<String, i64> = redis::cmd("HGETALL")
-            .arg(
-                self.infra
-                    .keys
-                    .points_today(user_id, self.infra.clock.today()),
-            )
+            .arg(key)
             .query_async(&mut *conn)
             .await?;
         Ok(PointsType::ALL
@@ -415,13 +455,10 @@ impl Points {
 
     /// Today's points of a user of one type, with its cap.
     pub(crate) async fn today_of(&self, user_id: i64, kind: PointsType) -> AppResult<TodayByType> {
+        let key = self.todays_key(user_id).await?;
         let mut conn = self.infra.redis.get().await?;
         let total: Option<i64> = redis::cmd("HGET")
-            .arg(
-                self.infra
-                    .keys
-                    .points_today(user_id, self.infra.clock.today()),
-            )
+            .arg(key)
             .arg(kind.as_str())
             .query_async(&mut *conn)
             .await?;

@@ -30,9 +30,10 @@ use super::{
 };
 use crate::{
     features::{
-        leaderboard::{points_of, rollover::DONE, score_of},
+        leaderboard::{points_of, removals, rollover::DONE, score_of},
         points::Points,
         signin::MAKE_UP_COUNTER_TTL_SECONDS,
+        zones::Zones,
     },
     infra::{
         clock::{day_number, Month},
@@ -86,6 +87,8 @@ const STANDING: &str = "SELECT user_id, CAST(SUM(points) AS BIGINT) AS points, \
      FROM points_record";
 /// Leaves spends out of a season's standings.
 const NO_SPENDS: &str = "kind <> 'SPEND'";
+/// Leaves the users removed from a season's board out of its standings.
+const ON_BOARD: &str = removals::NOT_REMOVED;
 
 /// Users' balances, grouped by user.
 const BALANCES: &str = "SELECT user_id, \
@@ -152,7 +155,7 @@ impl Points {
         };
         let rows = sqlx::query(&format!(
             "{STANDING} WHERE season = $1 AND user_id > $2 AND user_id <= $3 AND event_order <= $4 \
-             AND {NO_SPENDS} GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id"
+             AND {NO_SPENDS} AND {ON_BOARD} GROUP BY user_id HAVING SUM(points) > 0 ORDER BY user_id"
         ))
         .bind(season)
         .bind(after)
@@ -200,6 +203,20 @@ impl Points {
                 members += chunk.len() as u64;
                 after = last;
             }
+            for user in removals::removed_users(&self.infra, season).await? {
+                let mut conn = self.infra.redis.get().await?;
+                let held: bool = redis::cmd("SISMEMBER")
+                    .arg(self.infra.keys.season_removed_of(season, user))
+                    .arg(user)
+                    .query_async(&mut *conn)
+                    .await?;
+                report.check(held, || {
+                    format!(
+                        "season {}: user {user} removed in SQL, not in Redis",
+                        season.id()
+                    )
+                });
+            }
             let mut pipe = redis::pipe();
             for part in self.infra.keys.season_board_parts(season) {
                 pipe.cmd("ZCARD").arg(part);
@@ -217,22 +234,44 @@ impl Points {
         Ok(report)
     }
 
-    /// Today's totals per user and type, in SQL.
-    async fn todays_totals(&self) -> AppResult<HashMap<i64, Vec<(String, i64)>>> {
-        // What was awarded today, revoked or not: a revoke gives no allowance back.
+    /// Each user's totals per type of the user's today (in the user's zone, as SQL records
+    /// it), in SQL: the key they go in, and the totals.
+    async fn todays_totals(&self) -> AppResult<HashMap<i64, (String, Vec<(String, i64)>)>> {
+        let now = self.infra.clock.now();
+        // Every date that is today in some zone now (UTC-12 to UTC+14); each user's own is
+        // picked below.
+        let earliest = (now - chrono::Duration::hours(12)).date_naive();
+        let latest = (now + chrono::Duration::hours(14)).date_naive();
+        // What was awarded, revoked or not: a revoke gives no allowance back.
         let rows = sqlx::query(
-            "SELECT user_id, kind, CAST(SUM(points) AS BIGINT) AS points FROM points_record \
-             WHERE award_date = $1 AND points > 0 \
-             GROUP BY user_id, kind",
+            "SELECT user_id, award_date, kind, CAST(SUM(points) AS BIGINT) AS points \
+             FROM points_record WHERE award_date BETWEEN $1 AND $2 AND points > 0 \
+             GROUP BY user_id, award_date, kind",
         )
-        .bind(day_number(self.infra.clock.today()))
+        .bind(day_number(earliest))
+        .bind(day_number(latest))
         .fetch_all(&self.infra.db.pool)
         .await?;
-        let mut totals: HashMap<i64, Vec<(String, i64)>> = HashMap::new();
+        let mut users: Vec<i64> = rows
+            .iter()
+            .map(|row| row.try_get("user_id"))
+            .collect::<Result<_, _>>()?;
+        users.sort_unstable();
+        users.dedup();
+        let zones = Zones(&self.infra)
+            .recorded_zones(&within("user_id", &users))
+            .await?;
+        let mut totals: HashMap<i64, (String, Vec<(String, i64)>)> = HashMap::new();
         for row in &rows {
+            let user: i64 = row.try_get("user_id")?;
+            let today = self.user_day(zones.get(&user), now);
+            if row.try_get::<i64, _>("award_date")? != day_number(today) {
+                continue;
+            }
             totals
-                .entry(row.try_get("user_id")?)
-                .or_default()
+                .entry(user)
+                .or_insert_with(|| (self.infra.keys.points_today(user, today), Vec::new()))
+                .1
                 .push((row.try_get("kind")?, row.try_get("points")?));
         }
         Ok(totals)
@@ -241,12 +280,11 @@ impl Points {
     /// Today's totals per user and type (what the daily caps count) agree with SQL.
     pub(crate) async fn verify_daily(&self) -> AppResult<Report> {
         let mut report = Report::new("daily caps");
-        let today = self.infra.clock.today();
         let totals = self.todays_totals().await?;
-        for (user, kinds) in &totals {
+        for (user, (key, kinds)) in &totals {
             let mut conn = self.infra.redis.get().await?;
             let redis: HashMap<String, i64> = redis::cmd("HGETALL")
-                .arg(self.infra.keys.points_today(*user, today))
+                .arg(key)
                 .query_async(&mut *conn)
                 .await?;
             drop(conn);
@@ -346,6 +384,26 @@ impl Points {
         pipe
     }
 
+    /// Writes a season's removed users back from SQL, and takes any the copy before the hold
+    /// found off the boards about to be swapped in (a removal made while it ran).
+    async fn removed_back(&self, pipe: &mut redis::Pipeline, season: Month) -> AppResult<()> {
+        let keys = &self.infra.keys;
+        for part in keys.season_removed_parts(season) {
+            pipe.cmd("DEL").arg(part).ignore();
+        }
+        for user in removals::removed_users(&self.infra, season).await? {
+            pipe.cmd("SADD")
+                .arg(keys.season_removed_of(season, user))
+                .arg(user)
+                .ignore();
+            pipe.cmd("ZREM")
+                .arg(Self::side_key(&keys.season_board_of(season, user)))
+                .arg(user)
+                .ignore();
+        }
+        Ok(())
+    }
+
     /// Sets or lifts the hold on points writes, in every bucket.
     async fn hold(&self, on: bool) -> AppResult<()> {
         let mut pipe = redis::pipe();
@@ -396,14 +454,15 @@ impl Points {
         for &season in seasons {
             let rows = sqlx::query(&format!(
                 "{STANDING} WHERE season = $1 AND user_id IN (SELECT user_id FROM points_record \
-                 WHERE season = $1 AND event_order > $2) AND {NO_SPENDS} \
+                 WHERE season = $1 AND event_order > $2) AND {NO_SPENDS} AND {ON_BOARD} \
                  GROUP BY user_id HAVING SUM(points) > 0"
             ))
             .bind(i64::from(season.id()))
             .bind(snapshot)
             .fetch_all(&self.infra.db.pool)
             .await?;
-            let adds = self.side_adds(season, &standings_of(&rows)?);
+            let mut adds = self.side_adds(season, &standings_of(&rows)?);
+            self.removed_back(&mut adds, season).await?;
             crate::infra::recovery::write(&self.infra, &adds).await?;
             // Each part becomes its side key; a part without one has no user with points.
             // Its channel is told, so that readers of the board read it afresh: the swap is
@@ -429,10 +488,8 @@ impl Points {
                     .await?;
             }
         }
-        let today = self.infra.clock.today();
         let mut pipe = redis::pipe();
-        for (user, kinds) in self.todays_totals().await? {
-            let key = self.infra.keys.points_today(user, today);
+        for (key, kinds) in self.todays_totals().await?.into_values() {
             pipe.cmd("DEL").arg(&key).ignore();
             for (kind, points) in kinds {
                 if PointsType::parse(&kind).is_some() {

@@ -6,7 +6,8 @@
 //! all in one Lua script per action, which share `lua/include/signin_streak.lua`.
 //!
 //! Days are the user's own (`zones`): what the scripts are given as today is the user's
-//! date, while the season and the points' daily totals stay in `ENGAGE_TIMEZONE`.
+//! date, which is also the day of the points' daily totals, while the season stays in
+//! `ENGAGE_TIMEZONE`.
 
 mod freezes;
 pub mod recovery;
@@ -36,7 +37,7 @@ use crate::{
     },
 };
 
-pub(crate) use zones::UserZone;
+pub(crate) use crate::features::zones::UserZone;
 
 /// Sign-in's keys, in the hash tag of the user's points bucket: a sign-in awards points in
 /// the same script.
@@ -180,15 +181,14 @@ pub(crate) fn epoch_day(date: NaiveDate) -> i64 {
 }
 
 /// What a sign-in and a repair pass alike, read anew for each call (the clock moves while
-/// a rebuild holds points back): the user's day and keys of its month, the award's season
-/// and the server's day of the points' daily totals.
+/// a rebuild holds points back): the user's day (also the day of the points' daily totals)
+/// and keys of its month, and the award's season.
 struct Signing {
     today: NaiveDate,
     month: Month,
     season: Month,
     season_seconds: i64,
     now_ms: i64,
-    server_today: NaiveDate,
 }
 
 /// A sign-in's or a repair's call, run again while a rebuild holds points back: the keys and
@@ -214,12 +214,13 @@ macro_rules! signing_call {
                         previous_month: $keys.sign_bitmap($user, $month.previous()),
                         month_before: $keys.sign_bitmap($user, $month.previous().previous()),
                         streak: $keys.sign_streak($user),
-                        daily: $keys.points_today($user, $signing.server_today),
+                        daily: $keys.points_today($user, $today),
                         board: $keys.season_board_of($signing.season, $user),
                         events: $keys.points_stream_of($user),
                         hold: $keys.points_hold_of($user),
                         changes: $keys.board_changes_of($signing.season, $user),
                         balances: $keys.points_balances_of($user),
+                        removed: $keys.season_removed_of($signing.season, $user),
                         $($key: $key_value),*
                     },
                     $args {
@@ -239,6 +240,7 @@ macro_rules! signing_call {
                         every_points: milestones.every_points,
                         freezes_max: sign_in.settings.freezes_max,
                         publish: $keys.publish_command(),
+                        award_day: day_number($today),
                         $($arg $(: $arg_value)?),*
                     },
                 )
@@ -311,7 +313,6 @@ impl SignIn {
             season,
             season_seconds,
             now_ms: now.timestamp_millis(),
-            server_today: self.infra.clock.date_of(now),
         }
     }
 

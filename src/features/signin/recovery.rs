@@ -16,7 +16,7 @@ use sqlx::Row;
 
 use super::{epoch_day, BITMAP_TTL_SECONDS, KEPT_MONTHS};
 use crate::{
-    features::signin::SignIn,
+    features::{signin::SignIn, zones::Zones},
     infra::{
         clock::{date_of_day_number, day_number, Month},
         error::AppResult,
@@ -232,7 +232,9 @@ impl SignIn {
             let Some(&last) = users.last() else {
                 return Ok(());
             };
-            let zones = self.recorded_zones(&within("user_id", &users)).await?;
+            let zones = Zones(&self.infra)
+                .recorded_zones(&within("user_id", &users))
+                .await?;
             let mut pipe = redis::pipe();
             for user in zones.keys() {
                 pipe.cmd("HMGET")
@@ -274,8 +276,11 @@ impl SignIn {
             let Some(&last) = users.last() else {
                 return Ok(());
             };
-            for (user, zone) in self.recorded_zones(&within("user_id", &users)).await? {
-                self.deliver_zone(user, &zone).await?;
+            for (user, zone) in Zones(&self.infra)
+                .recorded_zones(&within("user_id", &users))
+                .await?
+            {
+                Zones(&self.infra).deliver_zone(user, &zone).await?;
             }
             after = last;
         }
