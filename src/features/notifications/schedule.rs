@@ -3,12 +3,13 @@
 //! - `ORDER_EXPIRING`: a reminder job per order, scheduled by the order consumer when the
 //!   order is created, due five minutes before its pay-by time; it finds the order still
 //!   unpaid, or does nothing.
-//! - `STREAK_AT_RISK`: one job per quarter hour (its id the slot), which tells the users
-//!   whose evening (20:00 to 20:15 in their own zone) falls in its slot and whose streak is
-//!   at risk and prunes what is past retention, having first scheduled the next slot.
-//!   Every instance schedules the next slot at start: the id makes it one job. The
+//! - `STREAK_AT_RISK`: one repeating job, every quarter hour of UTC, which tells the users
+//!   whose evening (20:00 to 20:15 in their own zone) falls in the quarter hour it runs in
+//!   and whose streak is at risk, and prunes what is past retention. Every instance
+//!   schedules it at start: its id makes it one job, and the queue schedules each next run
+//!   in the step that ends the one before, so runs never overlap and none is lost. The
 //!   quarter hour is what zones at :30 and :45 from UTC need; a notice's source (the user
-//!   and the user's day) keeps a slot run twice from telling anyone twice.
+//!   and the user's day) keeps a quarter hour run twice from telling anyone twice.
 //!
 //! Rejected: a timer in every instance under a lock, which runs the sweep once per holder
 //! but leaves a slot whose holder died half done; a job retries until it is done.
@@ -21,7 +22,7 @@ use sqlx::Row;
 use super::{store::ensure_state, text, Notice, NotificationKind, Notifications, RETENTION_DAYS};
 use crate::{
     features::{
-        jobs::{handlers::Delivery, JobError, JobHandler, NewJob},
+        jobs::{handlers::Delivery, repeat::RepeatRule, JobError, JobHandler, NewJob},
         vouchers::{events::OrderEvent, orders::OrderStatus},
     },
     infra::error::{AppResult, ErrorCode},
@@ -35,6 +36,9 @@ pub const EVENING_TOPIC: &str = "notifications.streak-at-risk";
 const REMINDER_AHEAD_MS: i64 = 5 * 60 * 1000;
 /// The evening sweep's step.
 const SLOT_MINUTES: i64 = 15;
+/// The evening sweep's id, and when it runs: each quarter hour of UTC.
+const EVENING_JOB: &str = "evening";
+const EVENING_CRON: &str = "*/15 * * * *";
 /// The local hour a streak at risk is told at.
 const EVENING_HOUR: u32 = 20;
 /// Sign-ins this recent make a user a candidate of the sweep (a streak at risk today was
@@ -48,8 +52,8 @@ const PRUNE_USERS: i64 = 500;
 const SOURCE_RETENTION_DAYS: i64 = 7;
 
 impl Notifications {
-    /// Registers the job handlers, and schedules the next evening slot (once per instance
-    /// start; the slot's id makes it one job whichever instance schedules it).
+    /// Registers the job handlers, and schedules the evening sweep (once per instance start;
+    /// its id makes it one job whichever instance schedules it).
     pub(crate) fn register_jobs(&self) {
         self.jobs
             .register(REMINDER_TOPIC, Arc::new(Reminder(self.clone())), None);
@@ -61,10 +65,10 @@ impl Notifications {
             .spawn("notifications-evening", async move {
                 // Until it is scheduled: an instance that starts with Redis away tries again.
                 loop {
-                    match this.schedule_next_slot().await {
+                    match this.schedule_evening().await {
                         Ok(()) => return,
                         Err(error) => {
-                            tracing::warn!(%error, "the next evening slot is not scheduled yet");
+                            tracing::warn!(%error, "the evening sweep is not scheduled yet");
                             tokio::time::sleep(Duration::from_secs(5)).await;
                         }
                     }
@@ -119,16 +123,14 @@ impl Notifications {
         self.record(vec![notice]).await
     }
 
-    /// Schedules the slot after the one now.
-    async fn schedule_next_slot(&self) -> AppResult<()> {
-        let now = self.infra.clock.now();
-        let next = slot_of(now) + Span::minutes(SLOT_MINUTES);
-        let job = new_job(
-            (next.timestamp() / 60).to_string(),
-            EVENING_TOPIC,
-            "{}".into(),
-            (next - now).num_milliseconds(),
-        );
+    /// Schedules the evening sweep, a series without end, unless it is pending already.
+    async fn schedule_evening(&self) -> AppResult<()> {
+        let mut job = new_job(EVENING_JOB.into(), EVENING_TOPIC, "{}".into(), 0);
+        job.repeat = Some(RepeatRule {
+            cron: Some(EVENING_CRON.into()),
+            time_zone: Some("UTC".into()),
+            ..RepeatRule::default()
+        });
         existing_is_fine(self.jobs.schedule(job).await.map(drop))
     }
 
@@ -241,6 +243,7 @@ fn new_job(id: String, topic: &str, body: String, delay_ms: i64) -> NewJob {
         backoff: None,
         remove_on_complete: None,
         remove_on_fail: None,
+        repeat: None,
     }
 }
 
@@ -281,9 +284,7 @@ struct Evening(Notifications);
 impl JobHandler for Evening {
     async fn handle(&self, _delivery: &Delivery) -> Result<(), JobError> {
         let retry = |error: crate::infra::error::AppError| JobError::Retry(error.to_string());
-        // The next slot first: a slot that keeps failing retries on its own ladder without
-        // stopping the ones after it (and a retry finds the next one scheduled already).
-        self.0.schedule_next_slot().await.map_err(retry)?;
+        // A run that keeps failing retries on its own ladder; the series goes on after it.
         self.0.tell_streaks_at_risk().await.map_err(retry)?;
         self.0.prune().await.map_err(retry)
     }
