@@ -77,6 +77,8 @@ async function serve () {
   }
   const viewerOf = tokenVerifier(config.secret)
 
+  // GraphQL responses with errors, for the bench (per process).
+  let errors = 0
   const app = Fastify({ logger: false, keepAliveTimeout: 75_000, bodyLimit: 1 << 20 })
   app.addHook('preHandler', async (request, reply) => {
     if (request.routeOptions.url !== '/graphql') return
@@ -97,10 +99,12 @@ async function serve () {
     graphiql: false,
     // Errors of an operation that ran are answered 200 with their codes, as engage does.
     errorFormatter: (execution, context) => {
+      errors++
       const formatted = mercurius.defaultErrorFormatter(execution, context)
       return { statusCode: execution.data !== undefined ? 200 : formatted.statusCode, response: formatted.response }
     }
   })
   app.get('/readyz', async () => 'ready')
+  app.get('/errors', async () => String(errors))
   await app.listen({ port: config.port, host: config.host })
 }
