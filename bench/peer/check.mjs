@@ -1,6 +1,7 @@
 // Sends each of the bench's four operations to engage and to the peer and compares the
-// answers: their shape always, their values where they are deterministic; and checks that
-// both servers act on the same Redis state (a like or a sign-in made through one is seen
+// answers: their shape always, their values where they are deterministic; checks that both
+// make the same script calls (Redis's MONITOR: scripts, KEYS and ARGV alike but for the user
+// and the time), act on the same Redis state (a like or a sign-in made through one is seen
 // through the other) and refuse the same bad tokens.
 //
 //   node check.mjs --engage http://127.0.0.1:8701 --peer http://127.0.0.1:8702 --fixtures DIR
@@ -8,16 +9,20 @@
 // DIR is engage's fixture directory of bench_seed (item.txt, remarks.txt). Users are minted
 // here, with ids of their own, so that the bench's fixtures stay unused.
 import { readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { createSigner } from 'fast-jwt'
+import Redis from 'ioredis'
+import { loadScript } from './lib/scripts.mjs'
 
 const { values: opts } = parseArgs({
   options: {
     engage: { type: 'string', default: 'http://127.0.0.1:8701' },
     peer: { type: 'string', default: 'http://127.0.0.1:8702' },
     fixtures: { type: 'string' },
-    secret: { type: 'string', default: process.env.ENGAGE_JWT_SECRET ?? 'engage-dev-secret-do-not-use-in-production' }
+    secret: { type: 'string', default: process.env.ENGAGE_JWT_SECRET ?? 'engage-dev-secret-do-not-use-in-production' },
+    redis: { type: 'string', default: 'redis://127.0.0.1:6379' }
   }
 })
 if (!opts.fixtures) { console.error('--fixtures DIR is required'); process.exit(2) }
@@ -47,6 +52,33 @@ function shape (value) {
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b)
 const code = (answer) => answer.body.errors?.[0]?.extensions?.code ?? null
 
+// The script calls a request makes, as Redis's MONITOR shows them: EVALSHA of the scripts
+// the peer runs, whose arguments name the user. Each call's user id is written `<user>`.
+const luaDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'lua')
+const shas = new Map(['remarks_like', 'signin_sign', 'signin_set_zone']
+  .map((name) => [loadScript(luaDir, name).sha, name]))
+const monitor = await new Redis(opts.redis).monitor()
+let seen = []
+monitor.on('monitor', (_, args) => {
+  if (String(args[0]).toLowerCase() === 'evalsha' && shas.has(args[1])) seen.push(args.slice(1).map(String))
+})
+async function calls (user, request) {
+  seen = []
+  const answer = await request()
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const id = String(base + user)
+  const made = seen.filter((call) => call.some((arg) => arg.includes(id)))
+    .map((call) => [shas.get(call[0]), ...call.slice(1).map((arg) => arg.replaceAll(id, '<user>'))])
+  return { answer, made }
+}
+// Two servers' calls alike: the same scripts, keys and arguments, but for times (numbers
+// within 10 s of each other: now in ms, seconds into the season).
+function sameCalls (a, b) {
+  return a.length > 0 && a.length === b.length && a.every((call, i) => call.length === b[i].length &&
+    call.every((arg, j) => arg === b[i][j] ||
+      (/^[0-9]+$/.test(arg) && /^[0-9]+$/.test(b[i][j]) && Math.abs(Number(arg) - Number(b[i][j])) <= 10_000)))
+}
+
 let failed = 0
 function expect (what, ok, detail) {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`)
@@ -72,9 +104,11 @@ const BOARD = 'query($o: Int!) { leaderboard(first: 20, offset: $o) { total ' +
 // likeRemark: a new like through each server, then each like again through the other.
 {
   const [a, b] = [token(1), token(2)]
-  const engage = await post(opts.engage, a, LIKE, { id: remark })
-  const peer = await post(opts.peer, b, LIKE, { id: remark })
+  const { answer: engage, made: engageCalls } = await calls(1, () => post(opts.engage, a, LIKE, { id: remark }))
+  const { answer: peer, made: peerCalls } = await calls(2, () => post(opts.peer, b, LIKE, { id: remark }))
   compare('likeRemark, a new like', engage, peer, { values: false })
+  expect(`likeRemark: the same script calls (${engageCalls.map((c) => c[0])})`, sameCalls(engageCalls, peerCalls),
+    { engage: engageCalls, peer: peerCalls })
   const counts = [engage.body.data?.likeRemark, peer.body.data?.likeRemark]
   expect('likeRemark: both changed, the peer counts one more', counts[0]?.changed && counts[1]?.changed &&
     counts[1].likeCount === counts[0].likeCount + 1, counts)
@@ -104,8 +138,11 @@ const BOARD = 'query($o: Int!) { leaderboard(first: 20, offset: $o) { total ' +
 // signIn: a first sign-in through each server, then again through the other.
 {
   const [a, b] = [token(3), token(4)]
-  const [engage, peer] = await Promise.all([post(opts.engage, a, SIGN_IN), post(opts.peer, b, SIGN_IN)])
+  const { answer: engage, made: engageCalls } = await calls(3, () => post(opts.engage, a, SIGN_IN))
+  const { answer: peer, made: peerCalls } = await calls(4, () => post(opts.peer, b, SIGN_IN))
   compare('signIn, a first sign-in', engage, peer, { values: true })
+  expect(`signIn: the same script calls (${engageCalls.map((c) => c[0])})`, sameCalls(engageCalls, peerCalls),
+    { engage: engageCalls, peer: peerCalls })
   const [again, peerAgain] = await Promise.all([post(opts.engage, b, SIGN_IN), post(opts.peer, a, SIGN_IN)])
   compare('signIn, signed in today through the other server', again, peerAgain, { values: true })
   expect('signIn: alreadySigned through the other server', again.body.data?.signIn?.alreadySigned === true, again.body)
@@ -140,5 +177,6 @@ const BOARD = 'query($o: Int!) { leaderboard(first: 20, offset: $o) { total ' +
   }
 }
 
+monitor.disconnect()
 console.log(failed ? `${failed} checks failed` : 'all checks passed')
 process.exit(failed ? 1 : 0)

@@ -107,4 +107,11 @@ async function serve () {
   app.get('/readyz', async () => 'ready')
   app.get('/errors', async () => String(errors))
   await app.listen({ port: config.port, host: config.host })
+  const stop = async () => {
+    await app.close()
+    redis.disconnect()
+    process.exit(0)
+  }
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
 }

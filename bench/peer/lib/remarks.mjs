@@ -23,6 +23,9 @@ export class Remarks {
     Object.assign(this, { redis, keys, users, like })
     this.pages = new Map() // `${item}:${first}:${after}` -> { at, page }
     const list = (n) => Array(n).fill('?').join(', ')
+    // A statement per list length, prepared once.
+    const prepared = new Map()
+    const cached = (sql) => prepared.get(sql) ?? prepared.set(sql, db.prepare(sql)).get(sql)
     this.sql = {
       page: db.prepare(
         'SELECT r.id, r.item_id, r.author_id, r.score, r.content, r.images, r.created_at_ms, ' +
@@ -34,9 +37,9 @@ export class Remarks {
       likes: db.prepare(`SELECT COUNT(*) AS likes FROM vote_log v WHERE v.remark_id = ? AND ${CURRENT_LIKE}`),
       latest: db.prepare('SELECT voting FROM vote_log WHERE remark_id = ? AND voter_id = ? ' +
         'ORDER BY event_order DESC LIMIT 1'),
-      counts: (ids) => db.prepare(`SELECT id, like_count FROM remarks WHERE id IN (${list(ids.length)})`)
+      counts: (ids) => cached(`SELECT id, like_count FROM remarks WHERE id IN (${list(ids.length)})`)
         .all(...ids.map(BigInt)),
-      archived: (voter, ids) => db.prepare(
+      archived: (voter, ids) => cached(
         `SELECT v.remark_id FROM vote_log v WHERE v.voter_id = ? AND v.remark_id IN (${list(ids.length)}) ` +
         `AND ${CURRENT_LIKE}`).all(BigInt(voter), ...ids.map(BigInt))
     }

@@ -17,9 +17,15 @@ export class Users {
     this.redis = redis
     this.keys = keys
     this.records = new Map() // id -> { user, at }
-    this.select = (ids) => db.prepare(
-      `SELECT id, name, avatar_url, bio FROM users WHERE id IN (${ids.map(() => '?').join(', ')})`
-    ).all(...ids.map(BigInt))
+    const prepared = new Map() // a statement per list length
+    this.select = (ids) => {
+      let statement = prepared.get(ids.length)
+      if (!statement) {
+        statement = db.prepare(`SELECT id, name, avatar_url, bio FROM users WHERE id IN (${ids.map(() => '?').join(', ')})`)
+        prepared.set(ids.length, statement)
+      }
+      return statement.all(...ids.map(BigInt))
+    }
   }
 
   remember (id, user, now) {
