@@ -28,6 +28,8 @@ def load(path):
             scenario = result["scenario"]
             if "redis_mode" in result:
                 scenario += f" ({result['redis_mode']})"
+            if "compare" in result:
+                scenario += f" [{result['compare']}]"
             runs[scenario].append((entry["run"], result))
     return runs
 
@@ -162,8 +164,63 @@ def profile_groups(name, report):
             "groups": {group: round(100 * shares[group] / total, 1) for group, _ in PROFILE_GROUPS}}
 
 
+# The comparison with the Node peer: each scenario's name in the results and in the table.
+PEER_SCENARIOS = [("likeRemark", "likeRemark"), ("remarks page", "remarks page (20, likedByMe)"),
+                  ("signIn", "signIn"), ("leaderboard", "leaderboard page (20 of the board)")]
+
+
+def redis_us(result):
+    """Redis's CPU µs (INFO cpu) per request answered."""
+    if result.get("redis_cpu_s") is None or not result.get("requests"):
+        return None
+    return result["redis_cpu_s"] * 1e6 / result["requests"]
+
+
+def render_peer(runs):
+    """engage beside the Node peer: medians over the runs; the peer with graphql-jit or
+    without, whichever cost less CPU per request in that scenario."""
+    def med(results, f):
+        return median([f(r) for r in results])
+
+    rows, notes = [], []
+    for name, label in PEER_SCENARIOS:
+        engage = [r for _, r in runs.get(f"{name} [engage]", [])]
+        modes = {mode: [r for _, r in runs.get(f"{name} [{mode}]", [])] for mode in ("peer", "peer-jit")}
+        costs = {mode: med(results, cpu_us) for mode, results in modes.items() if results}
+        costs = {mode: cost for mode, cost in costs.items() if cost is not None}
+        if not engage or not costs:
+            rows.append([label, "–", "–", "–", "–", "–", "–"])
+            continue
+        mode = min(costs, key=costs.get)
+        peer = modes[mode]
+        e_cpu, p_cpu = med(engage, cpu_us), costs[mode]
+        errors = sum(r["non2xx"] + r["socket_errors"] + r.get("graphql_errors", 0) for r in engage + peer)
+        if errors:
+            notes.append(f"{label}: {errors} errors")
+        fmt = lambda v, f="{:,.0f}": "–" if v is None else f.format(v)
+        rows.append([
+            label,
+            fmt(e_cpu),
+            f"{fmt(p_cpu)} ({'jit' if mode == 'peer-jit' else 'no jit'})",
+            "–" if not e_cpu else f"{p_cpu / e_cpu:.1f}×",
+            f"{fmt(med(engage, lambda r: r['rps']))} / {fmt(med(peer, lambda r: r['rps']))}",
+            f"{fmt(med(engage, lambda r: r['p99_ms']), '{:.1f}')} / {fmt(med(peer, lambda r: r['p99_ms']), '{:.1f}')} ms",
+            f"{fmt(med(engage, redis_us), '{:.1f}')} / {fmt(med(peer, redis_us), '{:.1f}')}",
+        ])
+    body = table(["scenario (64 connections)", "engage µs/req", "peer µs/req", "ratio (peer ÷ engage)",
+                  "req/s engage / peer", "p99 engage / peer", "Redis µs/req engage / peer"], rows)
+    checks = [r for _, r in runs.get("peer check", [])]
+    if checks:
+        passed = all(r["passed"] for r in checks)
+        body += ("\n\nbench/peer/check.mjs before the runs: "
+                 + ("both peers answered as engage did." if passed else "**the peer's answers differed** (see the run's log)."))
+    if notes:
+        body += "\n\nErrors: " + "; ".join(notes) + "."
+    return body
+
+
 def render(runs):
-    blocks = {"machine": machine()}
+    blocks = {"machine": machine(), "peer": render_peer(runs)}
     http = ["bare like route", "likeRemark", "remarks page", "signIn"]
     rows = []
     for name in http:
@@ -423,9 +480,17 @@ if __name__ == "__main__":
     if sys.argv[1] == "--profile":  # bench/run pipes `perf report` in: print one result line
         print(json.dumps(profile_groups(sys.argv[2], sys.stdin)))
         sys.exit(0)
-    blocks = render(load(sys.argv[1]))
-    if len(sys.argv) > 2:
-        rewrite(sys.argv[2], blocks)
+    args = sys.argv[1:]
+    only = None
+    if "--only" in args:  # `--only peer`: that block alone (bench/run --compare)
+        at = args.index("--only")
+        only = args[at + 1]
+        del args[at:at + 2]
+    blocks = render(load(args[0]))
+    if only:
+        blocks = {only: blocks[only]}
+    if len(args) > 1:
+        rewrite(args[1], blocks)
     else:
         for name, body in blocks.items():
             print(f"## {name}\n\n{body}\n")

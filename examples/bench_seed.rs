@@ -1,4 +1,4 @@
-//! Fixtures for `bench/run`: an item with remarks, a season board of a million members, an
+//! Fixtures for `bench/run`: items with remarks, a season board of a million members, an
 //! empty board for `submitScore`, and files of bearer tokens that the wrk scenarios of
 //! `bench/wrk/` read (one per line).
 //!
@@ -37,9 +37,18 @@ struct Args {
     /// Where the fixture files go.
     #[arg(long)]
     out: PathBuf,
-    /// Remarks of the item the likes spread over (the remarks page shows 20 of them).
+    /// Remarks of each item; the likes spread over them all, the remarks page shows 20 of
+    /// the first item's.
     #[arg(long, default_value_t = 100)]
     remarks: usize,
+    /// Items with remarks.
+    #[arg(long, default_value_t = 1)]
+    items: usize,
+    /// A second set of fixtures for a second server on the same data (the Node peer of
+    /// `bench/peer`): the same items, remarks and board, with voters and users signing in of
+    /// its own, so that each server's likes and sign-ins are new to it.
+    #[arg(long)]
+    peer_out: Option<PathBuf>,
     /// Distinct voters (also the viewers of the remarks page). The like scenarios never like
     /// a pair twice, and a full `bench/run` likes about two million times: 40,000 voters on
     /// 100 remarks make four million pairs.
@@ -84,34 +93,40 @@ async fn main() -> anyhow::Result<()> {
     let base = 1_000_000_000 + (chrono::Utc::now().timestamp() % 1_000_000) * 10_000_000;
 
     let admin = tokens.mint(1, Role::Admin, 7200, None);
-    let item = call(
-        admin,
-        "mutation { createItem(input: { name: \"bench\" }) { id } }",
-        json!({}),
-    )
-    .await?["createItem"]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let mut items = Vec::new();
     let mut remarks = Vec::new();
-    for author in 0..args.remarks as i64 {
-        let data = call(
-            tokens.mint(base + author, Role::User, 7200, None),
-            "mutation($i: CreateRemarkInput!) { createRemark(input: $i) { id } }",
-            json!({ "i": { "itemId": item, "score": 5, "content": format!("bench remark {author}") } }),
+    for n in 0..args.items {
+        let item = call(
+            admin.clone(),
+            "mutation($n: String!) { createItem(input: { name: $n }) { id } }",
+            json!({ "n": format!("bench {n}") }),
         )
-        .await?;
-        remarks.push(
-            data["createRemark"]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
+        .await?["createItem"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        for remark in 0..args.remarks as i64 {
+            let author = base + (n * args.remarks) as i64 + remark;
+            let data = call(
+                tokens.mint(author, Role::User, 7200, None),
+                "mutation($i: CreateRemarkInput!) { createRemark(input: $i) { id } }",
+                json!({ "i": { "itemId": item, "score": 5, "content": format!("bench remark {author}") } }),
+            )
+            .await?;
+            remarks.push(
+                data["createRemark"]["id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+        items.push(item);
     }
+    let item = items[0].clone();
     // A board the scores go to: one per seed, so that every run starts from the same state.
     let board = format!("bench-steps-{base}");
     call(
-        tokens.mint(1, Role::Admin, 7200, None),
+        admin.clone(),
         "mutation($i: CreateBoardInput!) { createBoard(input: $i) { key } }",
         json!({ "i": { "key": board, "title": "Steps", "reset": "NEVER" } }),
     )
@@ -121,24 +136,40 @@ async fn main() -> anyhow::Result<()> {
         "service.txt",
         &mut std::iter::once(tokens.mint(2, Role::Service, 7200, None)),
     )?;
-    write("item.txt", &mut std::iter::once(item.clone()))?;
-    write("remarks.txt", &mut remarks.iter().cloned())?;
     let voters = base + 1_000_000;
-    write(
-        "voters.txt",
-        &mut (0..args.voters).map(|v| tokens.mint(voters + v, Role::User, 7200, None)),
-    )?;
-    write(
-        "viewer.txt",
-        &mut std::iter::once(tokens.mint(voters, Role::User, 7200, None)),
-    )?;
-    // Run 0 is the warm-up.
-    for run in 0..=args.runs as i64 {
-        let first = base + 2_000_000 + run * args.sign_ins_per_run;
+    // The peer's users: voters and sign-ins of its own, in ranges of ids apart from these.
+    let mut outs = vec![(args.out.clone(), voters, base + 2_000_000)];
+    if let Some(peer) = &args.peer_out {
+        std::fs::create_dir_all(peer)?;
+        outs.push((peer.clone(), base + 3_000_000, base + 5_000_000));
+    }
+    for (out, voters, signing) in &outs {
+        let write = |name: &str, lines: &mut dyn Iterator<Item = String>| {
+            let mut text = String::new();
+            for line in lines {
+                let _ = writeln!(text, "{line}");
+            }
+            std::fs::write(out.join(name), text)
+        };
+        write("item.txt", &mut std::iter::once(item.clone()))?;
+        write("remarks.txt", &mut remarks.iter().cloned())?;
         write(
-            &format!("signin-{run}.txt"),
-            &mut (0..args.sign_ins_per_run).map(|u| tokens.mint(first + u, Role::User, 7200, None)),
+            "voters.txt",
+            &mut (0..args.voters).map(|v| tokens.mint(voters + v, Role::User, 7200, None)),
         )?;
+        write(
+            "viewer.txt",
+            &mut std::iter::once(tokens.mint(*voters, Role::User, 7200, None)),
+        )?;
+        // Run 0 is the warm-up.
+        for run in 0..=args.runs as i64 {
+            let first = signing + run * args.sign_ins_per_run;
+            write(
+                &format!("signin-{run}.txt"),
+                &mut (0..args.sign_ins_per_run)
+                    .map(|u| tokens.mint(first + u, Role::User, 7200, None)),
+            )?;
+        }
     }
 
     // The board: one signIn makes the current season known, then members go in directly.
@@ -187,14 +218,17 @@ async fn main() -> anyhow::Result<()> {
     if let Some(url) = &args.database_url {
         member_rows(url, &args.prefix, &mut conn, args.members).await?;
     }
-    write("members.txt", &mut std::iter::once(members.to_string()))?;
+    for (out, _, _) in &outs {
+        std::fs::write(out.join("members.txt"), format!("{members}\n"))?;
+    }
     write(
         "like_script.txt",
         &mut std::iter::once(like_script_call(&args, &remarks[0])?),
     )?;
     println!(
-        "seeded {}: item {item}, {} remarks, {} voters, {} runs of {} sign-ins, board {board} with {members} members ({:.1}s)",
+        "seeded {}: {} items, {} remarks, {} voters, {} runs of {} sign-ins, board {board} with {members} members ({:.1}s)",
         args.out.display(),
+        items.len(),
         remarks.len(),
         args.voters,
         args.runs,
