@@ -172,6 +172,7 @@ export type RemarkByIdQuery = { __typename: 'Query', node:
     | { __typename: 'Board', id: string }
     | { __typename: 'Item', id: string }
     | { __typename: 'Job', id: string }
+    | { __typename: 'Notification', id: string }
     | { __typename: 'Order', id: string }
     | { __typename: 'Remark', id: string, content: string, score: number, createdAt: string, likeCount: number, likedByMe: boolean, author: { __typename: 'User', id: string, name: string } }
     | { __typename: 'Season', id: string }
