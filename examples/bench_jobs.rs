@@ -126,22 +126,14 @@ async fn main() -> anyhow::Result<()> {
             tokio::spawn(async move {
                 for i in 0..count {
                     let n = i * 8 + worker;
+                    let delay = due_at.saturating_duration_since(Instant::now());
                     let job = NewJob {
-                        id: format!("w{worker}-{i}"),
-                        topic: args.topic(n),
-                        body: "{}".into(),
-                        delay: due_at.saturating_duration_since(Instant::now()),
-                        max_attempts: None,
-                        callback_url: None,
                         priority: if args.priorities {
                             (n % 1001) as u32
                         } else {
                             0
                         },
-                        backoff: None,
-                        remove_on_complete: None,
-                        remove_on_fail: None,
-                        repeat: None,
+                        ..NewJob::new(format!("w{worker}-{i}"), args.topic(n), "{}".into(), delay)
                     };
                     state.features.jobs.schedule(job).await.expect("scheduled");
                 }

@@ -91,4 +91,23 @@ function common.done(scenario, walks)
   end
 end
 
+-- A scenario reading a page of 20 at a random offset of the million-member board as the
+-- seeded viewer: `query` takes `$o`, and `variables` (JSON text, without braces) the rest.
+-- Defines the scenario's init, request and done.
+function common.random_page(scenario, query, variables)
+  local viewer, members
+  function init(args)
+    viewer = common.lines(args[1] .. "/viewer.txt")[1]
+    members = tonumber(common.lines(args[1] .. "/members.txt")[1])
+    math.randomseed(os.time() * 100 + common.thread_id())
+  end
+  function request()
+    local offset = math.random(0, members - 20)
+    local prefix = variables and (variables .. ",") or ""
+    return common.post("/graphql", viewer,
+      common.graphql(query, "{" .. prefix .. '"o":' .. offset .. "}"))
+  end
+  done = common.done(scenario)
+end
+
 return common

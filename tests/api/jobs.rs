@@ -49,19 +49,7 @@ impl JobHandler for Recorder {
 
 /// A job with an empty body, no callback and the default attempts.
 pub fn job(id: &str, topic: &str, delay: Duration) -> NewJob {
-    NewJob {
-        id: id.into(),
-        topic: topic.into(),
-        body: "{}".into(),
-        delay,
-        max_attempts: None,
-        callback_url: None,
-        priority: 0,
-        backoff: None,
-        remove_on_complete: None,
-        remove_on_fail: None,
-        repeat: None,
-    }
+    NewJob::new(id, topic, "{}".into(), delay)
 }
 
 fn policy(ladder: &[u64], visibility_ms: u64) -> Option<TopicPolicy> {

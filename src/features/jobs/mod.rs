@@ -313,6 +313,30 @@ fn check_topic(topic: &str) -> AppResult<()> {
 }
 
 impl NewJob {
+    /// A job of `topic` due after `delay`, with its topic's attempts and backoff, no
+    /// callback (a registered handler runs it), priority 0, the default retention and no
+    /// repeat: the fields callers change are set after.
+    pub fn new(
+        id: impl Into<String>,
+        topic: impl Into<String>,
+        body: String,
+        delay: Duration,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            topic: topic.into(),
+            body,
+            delay,
+            max_attempts: None,
+            callback_url: None,
+            priority: 0,
+            backoff: None,
+            remove_on_complete: None,
+            remove_on_fail: None,
+            repeat: None,
+        }
+    }
+
     fn validate(&self, ctx: &Jobs) -> AppResult<u32> {
         check_name("id", &self.id, MAX_ID_BYTES)?;
         check_topic(&self.topic)?;
@@ -916,17 +940,10 @@ impl Jobs {
             .ok_or_else(|| AppError::not_found(format!("no dead job {id} in topic {topic}")))?;
         let view = self
             .schedule(NewJob {
-                id: dead.id.clone(),
-                topic: dead.topic.clone(),
-                body: dead.body.clone(),
-                delay: Duration::ZERO,
                 max_attempts: Some(dead.max_attempts),
                 callback_url: dead.callback_url.clone(),
                 priority: dead.priority,
-                backoff: None,
-                remove_on_complete: None,
-                remove_on_fail: None,
-                repeat: None,
+                ..NewJob::new(&dead.id, &dead.topic, dead.body.clone(), Duration::ZERO)
             })
             .await?;
         let requeued = sqlx::query("UPDATE dead_job SET requeued_at_ms = $1 WHERE topic = $2 AND job_id = $3 AND requeued_at_ms IS NULL")

@@ -232,19 +232,12 @@ fn slot_of(at: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 fn new_job(id: String, topic: &str, body: String, delay_ms: i64) -> NewJob {
-    NewJob {
+    NewJob::new(
         id,
-        topic: topic.into(),
+        topic,
         body,
-        delay: Duration::from_millis(delay_ms.max(0) as u64),
-        max_attempts: None,
-        callback_url: None,
-        priority: 0,
-        backoff: None,
-        remove_on_complete: None,
-        remove_on_fail: None,
-        repeat: None,
-    }
+        Duration::from_millis(delay_ms.max(0) as u64),
+    )
 }
 
 /// A job already pending under the id is the one wanted.

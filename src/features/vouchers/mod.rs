@@ -525,21 +525,13 @@ impl Vouchers {
     /// The expiry job of an order: due at its pay-by time, its id the order's.
     fn expiry_job(&self, order: &NewOrder) -> NewJob {
         let delay = (order.pay_by_ms - self.infra.clock.now_ms()).max(0) as u64;
-        NewJob {
-            id: order.order_id.to_string(),
-            topic: EXPIRY_TOPIC.into(),
-            body: serde_json::json!({ "order": order.order_id, "voucher": order.voucher_id })
-                .to_string(),
-            delay: Duration::from_millis(delay),
-            // The topic's policy (orders::register_expiry) gives it its attempts.
-            max_attempts: None,
-            callback_url: None,
-            priority: 0,
-            backoff: None,
-            remove_on_complete: None,
-            remove_on_fail: None,
-            repeat: None,
-        }
+        // The topic's policy (orders::register_expiry) gives it its attempts.
+        NewJob::new(
+            order.order_id.to_string(),
+            EXPIRY_TOPIC,
+            serde_json::json!({ "order": order.order_id, "voucher": order.voucher_id }).to_string(),
+            Duration::from_millis(delay),
+        )
     }
 
     /// Schedules the expiry of an unpaid order at its pay-by time, ahead of the order's SQL
