@@ -7,7 +7,7 @@
 //! ```sh
 //! cargo run --release --example bench_jobs -- --jobs 50000
 //! cargo run --release --example bench_jobs -- --jobs 100000 --topics 1000 --priorities \
-//!     --topic-concurrency 4
+//!     --topic-concurrency 4 --repeating
 //! ```
 
 use std::{
@@ -18,7 +18,7 @@ use std::{
 use clap::Parser;
 use engage::{
     app::{cli::Cli, App},
-    features::jobs::{handlers::Delivery, JobError, JobHandler, NewJob},
+    features::jobs::{handlers::Delivery, repeat::RepeatRule, JobError, JobHandler, NewJob},
 };
 
 #[path = "support/mod.rs"]
@@ -43,6 +43,10 @@ struct Args {
     /// Each topic's concurrency limit (`setTopicLimits`); none when left out.
     #[arg(long)]
     topic_concurrency: Option<i32>,
+    /// Each job repeats hourly: its first run is measured, and ending it schedules the next
+    /// in the same script.
+    #[arg(long)]
+    repeating: bool,
 }
 
 impl Args {
@@ -60,6 +64,9 @@ impl Args {
         }
         if let Some(limit) = self.topic_concurrency {
             parts.push(format!("concurrency {limit} per topic"));
+        }
+        if self.repeating {
+            parts.push("repeating".to_string());
         }
         if parts.is_empty() {
             "delay queue".into()
@@ -133,6 +140,10 @@ async fn main() -> anyhow::Result<()> {
                         } else {
                             0
                         },
+                        repeat: args.repeating.then(|| RepeatRule {
+                            every_seconds: Some(3600),
+                            ..RepeatRule::default()
+                        }),
                         ..NewJob::new(format!("w{worker}-{i}"), args.topic(n), "{}".into(), delay)
                     };
                     state.features.jobs.schedule(job).await.expect("scheduled");

@@ -303,6 +303,25 @@ async fn a_streak_at_risk_is_told_once_at_eight_in_the_evening_by_two_instances(
             .is_some()
     })
     .await;
+    // The evening sweep, a repeating job, ran at the clock's noon and waits for its next
+    // quarter hour: a run still going when the clock jumps would be followed by the quarter
+    // hour after the jump, as a late run is in production.
+    let evening = today.and_hms_opt(20, 0, 0).unwrap().and_utc();
+    let admin = app.admin_token();
+    eventually(async || {
+        let job = app
+            .data(
+                Some(&admin),
+                "{ job(topic: \"notifications.streak-at-risk\", id: \"evening\") { status nextRunAt } }",
+                json!({}),
+            )
+            .await;
+        job["job"]["status"] == "DELAYED"
+            && job["job"]["nextRunAt"].as_str().is_some_and(|next| {
+                chrono::DateTime::parse_from_rfc3339(next).is_ok_and(|next| next < evening)
+            })
+    })
+    .await;
     for instance in [&app, &sibling] {
         instance.set_clock(today.and_hms_opt(20, 5, 0).unwrap().and_utc());
     }
