@@ -1,6 +1,6 @@
 //! GraphQL types of notifications.
 
-use async_graphql::{Context, Enum, Object};
+use async_graphql::{Context, Object};
 
 use super::{
     boards::Board, id::NotificationId, remarks::Remark, scalars::DateTime, users::load_user,
@@ -9,7 +9,7 @@ use super::{
 use crate::{
     features::{
         boards::Boards,
-        notifications::{NotificationKind as Kind, NotificationRecord},
+        notifications::{NotificationKind, NotificationRecord},
         remarks::Remarks,
         vouchers::Vouchers,
     },
@@ -20,37 +20,6 @@ use crate::{
 /// what it is about, for a client that renders its own.
 pub(crate) struct Notification(pub NotificationRecord);
 
-/// What a notification says happened.
-#[derive(Enum, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NotificationKind {
-    /// Someone liked the viewer's remark (likes of one remark within an hour are grouped).
-    LikeReceived,
-    NewFollower,
-    /// The viewer's streak ends tonight unless they sign in (sent at 20:00 in their zone).
-    StreakAtRisk,
-    /// An unpaid order's time to pay ends in 5 minutes.
-    OrderExpiring,
-    OrderExpired,
-    /// A board or season reward was paid.
-    RewardPaid,
-    /// A streak milestone's bonus was paid.
-    MilestoneReached,
-}
-
-impl From<Kind> for NotificationKind {
-    fn from(kind: Kind) -> Self {
-        match kind {
-            Kind::LikeReceived => Self::LikeReceived,
-            Kind::NewFollower => Self::NewFollower,
-            Kind::StreakAtRisk => Self::StreakAtRisk,
-            Kind::OrderExpiring => Self::OrderExpiring,
-            Kind::OrderExpired => Self::OrderExpired,
-            Kind::RewardPaid => Self::RewardPaid,
-            Kind::MilestoneReached => Self::MilestoneReached,
-        }
-    }
-}
-
 #[Object]
 impl Notification {
     pub(crate) async fn id(&self) -> NotificationId {
@@ -58,7 +27,7 @@ impl Notification {
     }
 
     async fn kind(&self) -> NotificationKind {
-        self.0.kind.into()
+        self.0.kind
     }
 
     /// When it last happened: a like group's latest like.

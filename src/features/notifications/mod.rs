@@ -60,14 +60,19 @@ pub struct Notifications {
 }
 
 /// What a notification says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, async_graphql::Enum)]
 pub enum NotificationKind {
+    /// Someone liked the viewer's remark (likes of one remark within an hour are grouped).
     LikeReceived,
     NewFollower,
+    /// The viewer's streak ends tonight unless they sign in (sent at 20:00 in their zone).
     StreakAtRisk,
+    /// An unpaid order's time to pay ends in 5 minutes.
     OrderExpiring,
     OrderExpired,
+    /// A board or season reward was paid.
     RewardPaid,
+    /// A streak milestone's bonus was paid.
     MilestoneReached,
 }
 
