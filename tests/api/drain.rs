@@ -20,19 +20,6 @@ use crate::{
 
 const LIKE: &str = "mutation($id: ID!) { likeRemark(remarkId: $id) { likeCount } }";
 
-async fn create_remark(app: &TestApp) -> String {
-    let item = app.create_item().await;
-    let input = json!({ "input": { "itemId": item, "score": 5, "content": "worth the queue" } });
-    let data = app
-        .data(
-            Some(&app.user_token(1)),
-            "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id } }",
-            input,
-        )
-        .await;
-    data["createRemark"]["id"].as_str().unwrap().to_string()
-}
-
 async fn readyz(app: &TestApp) -> (u16, Value) {
     let response = app.http.get(app.url("/readyz")).send().await.unwrap();
     (response.status().as_u16(), response.json().await.unwrap())
@@ -107,7 +94,7 @@ async fn connections_refused(app: &TestApp) {
 async fn a_terminated_instance_drains_then_refuses_connections_answers_what_is_in_flight_and_returns(
 ) {
     let mut app = TestApp::spawn_with(|config| config.drain_seconds = 3).await;
-    let remark = create_remark(&app).await;
+    let remark = app.create_remark(1).await;
     let query =
         format!("subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ likeCount }} }}");
     let mut socket = subscribe(&app, None, &query).await;

@@ -14,12 +14,13 @@ use serde_json::{json, Value};
 use sqlx::Row;
 
 use crate::{
-    harness::{first_code, local_id, next_data, streams_settled, subscribe, Socket, TestApp},
+    harness::{
+        eventually_within, first_code, local_id, next_data, streams_settled, subscribe, Socket,
+        TestApp,
+    },
     plug::Plug,
 };
 
-const CREATE_REMARK: &str =
-    "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id } }";
 const LIKE: &str = "mutation($id: ID!) { likeRemark(remarkId: $id) { likeCount changed } }";
 const SIGN_IN: &str = "mutation { signIn { alreadySigned } }";
 
@@ -64,15 +65,6 @@ fn unlimited(config: &mut engage::app::settings::Settings) {
     config.consumer_max_backoff_ms = 500;
 }
 
-async fn create_remark(app: &TestApp, author: i64) -> String {
-    let item = app.create_item().await;
-    let input = json!({ "input": { "itemId": item, "score": 5, "content": "fault test" } });
-    let data = app
-        .data(Some(&app.user_token(author)), CREATE_REMARK, input)
-        .await;
-    data["createRemark"]["id"].as_str().unwrap().to_string()
-}
-
 /// POSTs a request and returns the HTTP status with the body.
 async fn post(app: &TestApp, token: &str, query: &str, variables: Value) -> (u16, Value) {
     let response = app
@@ -110,19 +102,6 @@ async fn archive_settled(app: &TestApp) {
     streams_settled(app, &streams, "archive").await;
 }
 
-/// Polls `check` every 50 ms until it holds, for at most `limit`.
-async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The next `likeCountChanged` count on a socket.
 async fn next_count(socket: &mut Socket) -> i64 {
     next_data(socket).await["likeCountChanged"]["likeCount"]
@@ -139,7 +118,7 @@ async fn during_a_redis_outage_writes_fail_fast_with_unavailable_and_everything_
         config.redis_mode = RedisMode::Shared;
     })
     .await;
-    let remark = create_remark(&app, 1).await;
+    let remark = app.create_remark(1).await;
     let token = app.user_token(2);
     let (_, liked) = post(&app, &token, LIKE, json!({ "id": remark })).await;
     assert_eq!(liked["data"]["likeRemark"]["likeCount"], 1);
@@ -171,7 +150,7 @@ async fn during_a_redis_outage_writes_fail_fast_with_unavailable_and_everything_
 
     plug.plug_in();
     // The pool replaces its dead connections; the next request succeeds.
-    eventually(
+    eventually_within(
         "a like after Redis came back",
         Duration::from_secs(10),
         || async {
@@ -207,7 +186,7 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
         config.redis_mode = RedisMode::Shared;
     })
     .await;
-    let remark = create_remark(&app, 1).await;
+    let remark = app.create_remark(1).await;
     let query = format!(
         "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
     );
@@ -222,7 +201,7 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
         .keys()
         .like_count_channel(local_id(&remark), app.remark_shards());
     let client = redis::Client::open(shared.as_str()).unwrap();
-    eventually("the hub subscribed again", Duration::from_secs(2), || {
+    eventually_within("the hub subscribed again", Duration::from_secs(2), || {
         let (client, channel) = (client.clone(), channel.clone());
         async move {
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -275,7 +254,7 @@ async fn during_an_sql_outage_likes_keep_answering_and_the_archive_catches_up_ex
         Some(plug) => SqlOutage::Plug(plug),
         None => SqlOutage::Sqlite(app.config().database_url.clone()),
     };
-    let remark = create_remark(&app, 1).await;
+    let remark = app.create_remark(1).await;
     let voters: Vec<i64> = (100..140).collect();
     // These voters are known before the outage ...
     for &voter in &voters {
@@ -340,7 +319,7 @@ async fn during_an_sql_outage_likes_keep_answering_and_the_archive_catches_up_ex
 async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() {
     let first = TestApp::spawn_with(unlimited).await;
     let second = first.spawn_sibling().await;
-    let remark = create_remark(&first, 1).await;
+    let remark = first.create_remark(1).await;
     let query = format!(
         "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
     );
@@ -400,7 +379,7 @@ async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
     let app = TestApp::spawn_with(unlimited).await;
-    let remark = create_remark(&app, 1).await;
+    let remark = app.create_remark(1).await;
     let remark_id: i64 = local_id(&remark);
     let query = format!(
         "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
@@ -461,7 +440,7 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
     .await;
     let mut remarks = Vec::new();
     for author in 1..=100 {
-        remarks.push(create_remark(&app, author).await);
+        remarks.push(app.create_remark(author).await);
     }
     let deferred = || async {
         let text = app.get_text("/metrics").await;
@@ -606,7 +585,7 @@ async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other
     // Likes on remarks of every shard, through both instances, before and after one stops.
     let mut remarks = Vec::new();
     for author in 0..8 {
-        remarks.push(create_remark(&first, 500 + author).await);
+        remarks.push(first.create_remark(500 + author).await);
     }
     let like_all = |app: &TestApp, voters: std::ops::Range<i64>| {
         let requests: Vec<_> = voters

@@ -174,6 +174,55 @@ impl TestApp {
             .to_string()
     }
 
+    /// A remark by `author` on `item`; its id.
+    pub async fn create_remark_on(&self, author: i64, item: &str) -> String {
+        let input = json!({ "input": {
+            "itemId": item, "score": 5, "content": format!("review by {author}") } });
+        let query = "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id } }";
+        let data = self
+            .data(Some(&self.user_token(author)), query, input)
+            .await;
+        data["createRemark"]["id"]
+            .as_str()
+            .expect("a remark id")
+            .to_string()
+    }
+
+    /// A remark by `author` on a new item; its id.
+    pub async fn create_remark(&self, author: i64) -> String {
+        let item = self.create_item().await;
+        self.create_remark_on(author, &item).await
+    }
+
+    /// `voter` likes (or unlikes) the remark: the payload's `remarkId`, `likeCount`, `liked`
+    /// and `changed`.
+    pub async fn vote(&self, voter: i64, remark: &str, like: bool) -> Value {
+        let field = if like { "likeRemark" } else { "unlikeRemark" };
+        let query = format!(
+            "mutation($id: ID!) {{ {field}(remarkId: $id) {{ remarkId likeCount liked changed }} }}"
+        );
+        let data = self
+            .data(
+                Some(&self.user_token(voter)),
+                &query,
+                json!({ "id": remark }),
+            )
+            .await;
+        data[field].clone()
+    }
+
+    /// `follower` follows `followee`, who must be known (have made a request).
+    pub async fn follow(&self, follower: i64, followee: i64) {
+        let data = self
+            .data(
+                Some(&self.user_token(follower)),
+                "mutation($u: ID!) { follow(userId: $u) }",
+                json!({ "u": global_id("User", followee) }),
+            )
+            .await;
+        assert_eq!(data["follow"], true, "{follower} follows {followee}");
+    }
+
     /// A voucher on a new item, on sale from a minute ago for an hour, with `stock` and
     /// `pay_within` seconds to pay; its id.
     pub async fn create_voucher(&self, stock: i64, pay_within: i64) -> String {
@@ -474,16 +523,19 @@ impl TestApp {
     }
 }
 
-/// Polls `check` every 100 ms until it holds, for at most 10 s: for effects that background
+/// Polls `check` every 50 ms until it holds, for at most 10 s: for effects that background
 /// consumers bring about after a request has been answered.
-pub async fn eventually(mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..100 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+pub async fn eventually(check: impl AsyncFnMut() -> bool) {
+    eventually_within("a condition", Duration::from_secs(10), check).await;
+}
+
+/// Waits until `check` holds, failing with `what` after `limit`.
+pub async fn eventually_within(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("condition not reached in 10s");
 }
 
 /// Waits until `group` has read and acknowledged everything in each of `streams`.

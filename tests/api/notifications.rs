@@ -62,50 +62,15 @@ async fn known(app: &TestApp, user: i64) {
         .await;
 }
 
-async fn follow(app: &TestApp, follower: i64, followee: i64) {
-    let data = app
-        .data(
-            Some(&app.user_token(follower)),
-            "mutation($u: ID!) { follow(userId: $u) }",
-            json!({ "u": global_id("User", followee) }),
-        )
-        .await;
-    assert_eq!(data["follow"], true);
-}
-
-async fn create_remark(app: &TestApp, author: i64) -> String {
-    let item = app.create_item().await;
-    let input = json!({ "input": { "itemId": item, "score": 5, "content": "a fine cup" } });
-    app.data(
-        Some(&app.user_token(author)),
-        "mutation($input: CreateRemarkInput!) { createRemark(input: $input) { id } }",
-        input,
-    )
-    .await["createRemark"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-async fn vote(app: &TestApp, voter: i64, remark: &str, like: bool) {
-    let field = if like { "likeRemark" } else { "unlikeRemark" };
-    app.data(
-        Some(&app.user_token(voter)),
-        &format!("mutation($id: ID!) {{ {field}(remarkId: $id) {{ changed }} }}"),
-        json!({ "id": remark }),
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own() {
     let app = app().await;
-    let remark = create_remark(&app, 1).await;
-    vote(&app, 1, &remark, true).await; // one's own like tells nobody
-    vote(&app, 2, &remark, true).await;
-    vote(&app, 3, &remark, true).await;
-    vote(&app, 4, &remark, true).await;
-    vote(&app, 4, &remark, false).await; // an unlike takes nothing back
+    let remark = app.create_remark(1).await;
+    app.vote(1, &remark, true).await; // one's own like tells nobody
+    app.vote(2, &remark, true).await;
+    app.vote(3, &remark, true).await;
+    app.vote(4, &remark, true).await;
+    app.vote(4, &remark, false).await; // an unlike takes nothing back
     eventually(async || {
         let page = list(&app, 1, 10, None, false).await;
         nodes(&page)
@@ -129,7 +94,7 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
     assert_eq!(marked["markNotificationsRead"], 1);
     assert_eq!(unread(&app, 1).await, 0);
     app.advance_clock(Duration::minutes(30));
-    vote(&app, 5, &remark, true).await;
+    app.vote(5, &remark, true).await;
     unread_becomes(&app, 1, 1).await;
     let page = list(&app, 1, 10, None, false).await;
     assert_eq!(nodes(&page).len(), 1);
@@ -141,7 +106,7 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
 
     // Past the hour from the group's first like, a new group begins.
     app.advance_clock(Duration::minutes(31));
-    vote(&app, 6, &remark, true).await;
+    app.vote(6, &remark, true).await;
     unread_becomes(&app, 1, 2).await;
     let page = list(&app, 1, 10, None, false).await;
     let texts: Vec<String> = nodes(&page)
@@ -161,7 +126,7 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
 async fn a_follow_tells_the_followee_with_the_follower_as_actor() {
     let app = app().await;
     known(&app, 1).await;
-    follow(&app, 2, 1).await;
+    app.follow(2, 1).await;
     unread_becomes(&app, 1, 1).await;
     let page = list(&app, 1, 10, None, false).await;
     let node = &nodes(&page)[0];
@@ -343,7 +308,7 @@ async fn unread_only_pages_through_the_unread_and_marks_count_each_once_under_co
     let app = app().await;
     known(&app, 1).await;
     for follower in 2..=31 {
-        follow(&app, follower, 1).await;
+        app.follow(follower, 1).await;
     }
     unread_becomes(&app, 1, 30).await;
     let all = nodes(&list(&app, 1, 30, None, false).await);
@@ -434,7 +399,7 @@ async fn notifications_arrive_live_with_the_unread_count() {
         app.listeners_here(&format!("{}{{notify:1}}:live", app.keys().prefix())) == 2
     })
     .await;
-    follow(&app, 2, 1).await;
+    app.follow(2, 1).await;
     let notice = next_data(&mut added).await;
     assert_eq!(notice["notificationAdded"]["kind"], "NEW_FOLLOWER");
     assert_eq!(notice["notificationAdded"]["read"], false);
@@ -459,7 +424,7 @@ async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_re
     let app = app().await;
     known(&app, 1).await;
     for follower in 2..=206 {
-        follow(&app, follower, 1).await;
+        app.follow(follower, 1).await;
     }
     unread_becomes(&app, 1, 205).await;
     let hot = format!("{}{{notify:1}}:hot", app.keys().prefix());
@@ -535,7 +500,7 @@ async fn the_newest_200_are_hot_older_pages_come_from_sql_and_a_lost_redis_is_re
 async fn notifications_are_kept_ninety_days() {
     let app = app().await;
     known(&app, 1).await;
-    follow(&app, 2, 1).await;
+    app.follow(2, 1).await;
     unread_becomes(&app, 1, 1).await;
     // The evening job prunes: the one due once the clock passes its slot.
     app.advance_clock(Duration::days(91));
@@ -546,4 +511,68 @@ async fn notifications_are_kept_ninety_days() {
         .await
         .unwrap();
     assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn the_inbox_is_the_viewers_own_and_bounded_on_every_transport() {
+    use crate::via::{self, code, Via};
+    let app = app().await;
+    let token = app.user_token(1);
+    for via in via::ALL {
+        for query in [
+            "{ unreadNotificationCount }",
+            "{ notifications { edges { node { id } } } }",
+        ] {
+            let answer = via::send(&app, via, None, query, json!({})).await;
+            assert_eq!(
+                code(&answer),
+                "UNAUTHENTICATED",
+                "{via:?} {query}: {answer}"
+            );
+        }
+        for first in [0, 101] {
+            let query = format!("{{ notifications(first: {first}) {{ edges {{ cursor }} }} }}");
+            let answer = via::send(&app, via, Some(&token), &query, json!({})).await;
+            assert_eq!(code(&answer), "BAD_USER_INPUT", "{via:?} {query}: {answer}");
+        }
+        let answer = via::send(
+            &app,
+            via,
+            Some(&token),
+            "{ unreadNotificationCount }",
+            json!({}),
+        )
+        .await;
+        assert_eq!(
+            answer["data"]["unreadNotificationCount"], 0,
+            "{via:?}: {answer}"
+        );
+    }
+    for via in [Via::TransportWs, Via::LegacyWs] {
+        for query in [
+            "subscription { notificationAdded { id } }",
+            "subscription { unreadCountChanged }",
+        ] {
+            let answer = via::send(&app, via, None, query, json!({})).await;
+            assert_eq!(
+                code(&answer),
+                "UNAUTHENTICATED",
+                "{via:?} {query}: {answer}"
+            );
+        }
+    }
+    // A mutation is refused over GET before it runs.
+    let answer = via::send(
+        &app,
+        Via::Get,
+        Some(&token),
+        &format!(
+            r#"mutation {{ markNotificationsRead(upTo: "{}") }}"#,
+            global_id("Notification", 1)
+        ),
+        json!({}),
+    )
+    .await;
+    assert_ne!(code(&answer), "", "{answer}");
+    assert!(answer["data"].is_null(), "{answer}");
 }

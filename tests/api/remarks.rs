@@ -35,22 +35,6 @@ async fn create_item(app: &TestApp) -> String {
     app.create_item().await
 }
 
-async fn create_remark(app: &TestApp, author: i64, item: &str) -> String {
-    let input = json!({ "input": { "itemId": item, "score": 5, "content": format!("review by {author}") } });
-    let data = app
-        .data(Some(&app.user_token(author)), CREATE_REMARK, input)
-        .await;
-    data["createRemark"]["id"].as_str().unwrap().to_string()
-}
-
-async fn vote(app: &TestApp, voter: i64, remark: &str, like: bool) -> Value {
-    let query = if like { LIKE } else { UNLIKE };
-    let field = if like { "likeRemark" } else { "unlikeRemark" };
-    app.data(Some(&app.user_token(voter)), query, json!({ "id": remark }))
-        .await[field]
-        .clone()
-}
-
 async fn vote_log_rows(app: &TestApp) -> i64 {
     sqlx::query("SELECT COUNT(*) AS n FROM vote_log")
         .fetch_one(app.sql())
@@ -126,10 +110,10 @@ async fn remarks_page_newest_first_with_merged_like_info() {
     let item = create_item(&app).await;
     let mut ids = Vec::new();
     for author in 1..=25 {
-        ids.push(create_remark(&app, author, &item).await);
+        ids.push(app.create_remark_on(author, &item).await);
     }
-    vote(&app, 100, &ids[24], true).await;
-    vote(&app, 101, &ids[24], true).await;
+    app.vote(100, &ids[24], true).await;
+    app.vote(101, &ids[24], true).await;
 
     let query =
         "query($item: ID!, $after: String) { remarks(itemId: $item, first: 20, after: $after) {
@@ -190,7 +174,7 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
     .await;
     let item = create_item(&app).await;
     for author in 1..=20 {
-        create_remark(&app, author, &item).await;
+        app.create_remark_on(author, &item).await;
     }
     let viewer = app.user_token(7);
     let query = "query($item: ID!) { remarks(itemId: $item, first: 20) { edges { node { id likeCount likedByMe author { name } } } } }";
@@ -217,9 +201,9 @@ async fn a_page_of_twenty_remarks_with_a_viewer_costs_one_redis_round_trip() {
 async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
     let app = TestApp::spawn_with(|config| config.remarks.remark_page_cache_ms = 60_000).await;
     let item = create_item(&app).await;
-    let first = create_remark(&app, 11, &item).await;
-    let second = create_remark(&app, 12, &item).await;
-    vote(&app, 13, &first, true).await;
+    let first = app.create_remark_on(11, &item).await;
+    let second = app.create_remark_on(12, &item).await;
+    app.vote(13, &first, true).await;
     let reads = || app.remarks().caches.page_reads.load(Ordering::SeqCst);
     let viewer = app.user_token(13);
     async fn page(app: &TestApp, viewer: &str, item: &str) -> Value {
@@ -237,7 +221,7 @@ async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
             { "node": { "id": first, "likeCount": 1, "likedByMe": true, "author": { "id": global_id("User", 11) } } },
         ])
     );
-    vote(&app, 13, &second, true).await;
+    app.vote(13, &second, true).await;
     let edges = page(&app, &viewer, &item).await;
     assert_eq!(reads() - before, 1, "served from the page cache");
     assert_eq!(
@@ -245,7 +229,7 @@ async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
         "counts are live, not cached"
     );
 
-    let third = create_remark(&app, 14, &item).await;
+    let third = app.create_remark_on(14, &item).await;
     let edges = page(&app, &viewer, &item).await;
     assert_eq!(reads() - before, 2, "a new remark makes the page stale");
     assert_eq!(edges[0]["node"]["id"], json!(third));
@@ -255,21 +239,21 @@ async fn a_page_costs_one_sql_query_and_none_while_cached_until_a_new_remark() {
 async fn likes_are_idempotent_and_unknown_remarks_are_not_found() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     assert_eq!(
-        vote(&app, 2, &remark, true).await,
+        app.vote(2, &remark, true).await,
         json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": true })
     );
     assert_eq!(
-        vote(&app, 2, &remark, true).await,
+        app.vote(2, &remark, true).await,
         json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": false })
     );
-    assert_eq!(vote(&app, 3, &remark, true).await["likeCount"], 2);
+    assert_eq!(app.vote(3, &remark, true).await["likeCount"], 2);
     assert_eq!(
-        vote(&app, 2, &remark, false).await,
+        app.vote(2, &remark, false).await,
         json!({ "remarkId": remark, "likeCount": 1, "liked": false, "changed": true })
     );
-    assert_eq!(vote(&app, 2, &remark, false).await["changed"], false);
+    assert_eq!(app.vote(2, &remark, false).await["changed"], false);
     let body = app
         .gql(Some(&app.user_token(2)), LIKE, json!({ "id": "424242" }))
         .await;
@@ -292,7 +276,7 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
     let item = create_item(&app).await;
     let mut remarks = Vec::new();
     for author in 1..=10 {
-        remarks.push(create_remark(&app, 1000 + author, &item).await);
+        remarks.push(app.create_remark_on(1000 + author, &item).await);
     }
     let mut votes: Vec<(i64, String, bool)> = Vec::new();
     let mut rng = rand::rng();
@@ -307,7 +291,7 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
         .into_iter()
         .map(|(user, remark, like)| {
             let app = app.clone();
-            tokio::spawn(async move { vote(&app, user, &remark, like).await })
+            tokio::spawn(async move { app.vote(user, &remark, like).await })
         })
         .collect();
     let mut changed = 0;
@@ -366,9 +350,9 @@ async fn a_thousand_concurrent_votes_keep_counts_relations_and_archive_exact() {
 async fn a_like_counts_once_even_after_its_relation_key_expired() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     let id: i64 = local_id(&remark);
-    assert_eq!(vote(&app, 2, &remark, true).await["likeCount"], 1);
+    assert_eq!(app.vote(2, &remark, true).await["likeCount"], 1);
     archive_settled(&app).await;
 
     // Time passes beyond the relation TTL, and Redis lets the key go.
@@ -381,7 +365,7 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
         .unwrap();
     drop(conn);
 
-    let again = vote(&app, 2, &remark, true).await;
+    let again = app.vote(2, &remark, true).await;
     assert_eq!(
         again,
         json!({ "remarkId": remark, "likeCount": 1, "liked": true, "changed": false })
@@ -395,15 +379,15 @@ async fn a_like_counts_once_even_after_its_relation_key_expired() {
         .unwrap();
     assert_eq!(relation.as_deref(), Some("1"));
     drop(conn);
-    assert_eq!(vote(&app, 2, &remark, false).await["likeCount"], 0);
+    assert_eq!(app.vote(2, &remark, false).await["likeCount"], 0);
 }
 
 #[tokio::test]
 async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
-    vote(&app, 2, &remark, true).await;
+    let remark = app.create_remark_on(1, &item).await;
+    app.vote(2, &remark, true).await;
     archive_settled(&app).await;
 
     sqlx::query("ALTER TABLE vote_log RENAME TO vote_log_away")
@@ -411,9 +395,9 @@ async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
         .await
         .unwrap();
     for voter in 3..=12 {
-        assert_eq!(vote(&app, voter, &remark, true).await["changed"], true);
+        assert_eq!(app.vote(voter, &remark, true).await["changed"], true);
     }
-    vote(&app, 3, &remark, false).await;
+    app.vote(3, &remark, false).await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // the consumer fails and backs off
     sqlx::query("ALTER TABLE vote_log_away RENAME TO vote_log")
         .execute(app.sql())
@@ -441,8 +425,8 @@ async fn likes_keep_succeeding_while_sql_fails_and_are_archived_once_after() {
 async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_change() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
-    vote(&app, 2, &remark, true).await;
+    let remark = app.create_remark_on(1, &item).await;
+    app.vote(2, &remark, true).await;
 
     let query = format!(
         "subscription {{ likeCountChanged(remarkIds: [\"{remark}\"]) {{ remarkId likeCount }} }}"
@@ -472,7 +456,7 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
     );
     assert_eq!(app.remarks().like_counts.followed().await, 1);
 
-    vote(&app, 3, &remark, true).await;
+    app.vote(3, &remark, true).await;
     for socket in &mut sockets {
         // A subscriber may be sent the count it has once more first: once the hub's Redis
         // subscription is in place it re-reads the count, so that a change between a
@@ -506,7 +490,7 @@ async fn two_hundred_subscribers_share_one_pubsub_connection_and_all_see_a_chang
 async fn a_plain_like_count_selection_is_written_as_async_graphql_writes_it() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     let cases = [
         (
             "remarkId likeCount",
@@ -529,7 +513,7 @@ async fn a_plain_like_count_selection_is_written_as_async_graphql_writes_it() {
         let mut executed = subscribe(&app, None, &query(executed, fragment)).await;
         let first = raw_next(&mut direct).await;
         assert_eq!(first, raw_next(&mut executed).await);
-        vote(&app, voter, &remark, true).await;
+        app.vote(voter, &remark, true).await;
         let from_direct = raw_other_than(&mut direct, &first).await;
         assert_eq!(from_direct, raw_other_than(&mut executed, &first).await);
         let parsed: Value = serde_json::from_str(&from_direct).unwrap();
@@ -543,7 +527,7 @@ async fn a_plain_like_count_selection_is_written_as_async_graphql_writes_it() {
 async fn subscribers_sharing_a_count_are_each_sent_their_own_id_protocol_and_fields() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     let subscribers = [
         ("graphql-transport-ws", "1", "remarkId likeCount"),
         ("graphql-transport-ws", "1", "remarkId likeCount"),
@@ -560,7 +544,7 @@ async fn subscribers_sharing_a_count_are_each_sent_their_own_id_protocol_and_fie
         let first = update_other_than(&mut socket, &Value::Null).await;
         sockets.push((socket, first));
     }
-    vote(&app, 10, &remark, true).await;
+    app.vote(10, &remark, true).await;
     for ((socket, first), (protocol, id, selection)) in sockets.iter_mut().zip(subscribers) {
         let mut fields = json!({ "likeCount": 1 });
         if selection.starts_with("remarkId") {
@@ -620,7 +604,7 @@ async fn raw_next(socket: &mut crate::harness::Socket) -> String {
 async fn like_count_changed_on_a_missing_remark_is_not_found_and_holds_no_channel() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     let missing = global_id("Remark", local_id(&remark) + 1000);
     for ids in [vec![missing.clone()], vec![remark.clone(), missing.clone()]] {
         let query = format!(
@@ -658,12 +642,12 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
     let item = create_item(&app).await;
     let mut remarks = Vec::new();
     for author in 1..=5 {
-        remarks.push(create_remark(&app, author, &item).await);
+        remarks.push(app.create_remark_on(author, &item).await);
     }
     for voter in 10..13 {
-        vote(&app, voter, &remarks[3], true).await;
+        app.vote(voter, &remarks[3], true).await;
     }
-    vote(&app, 10, &remarks[1], true).await;
+    app.vote(10, &remarks[1], true).await;
     archive_settled(&app).await;
 
     let query =
@@ -727,7 +711,7 @@ async fn recommended_remarks_refresh_once_and_readers_never_see_an_empty_list() 
 async fn only_signed_in_users_vote_and_roles_do_not_matter() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     let admin = app.token(9, Role::Admin);
     let data = app.data(Some(&admin), LIKE, json!({ "id": remark })).await;
     assert_eq!(data["likeRemark"]["likeCount"], 1);
@@ -737,7 +721,7 @@ async fn only_signed_in_users_vote_and_roles_do_not_matter() {
 async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     let stream = app
         .keys()
         .vote_stream_of(local_id(&remark), app.remark_shards());
@@ -751,7 +735,7 @@ async fn a_malformed_vote_event_goes_to_dead_letters_and_the_rest_is_archived() 
         .await
         .unwrap();
     drop(conn);
-    vote(&app, 2, &remark, true).await;
+    app.vote(2, &remark, true).await;
 
     archive_settled(&app).await;
     assert_eq!(vote_log_rows(&app).await, 1, "the good vote is archived");
@@ -776,7 +760,7 @@ async fn entries_left_pending_by_a_dead_consumer_are_taken_over() {
     })
     .await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     let stream = app
         .keys()
         .vote_stream_of(local_id(&remark), app.remark_shards());
@@ -840,7 +824,7 @@ async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_le
         return; // SQLite has no partitions: vote_log is one table there.
     }
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 2_001, &item).await;
+    let remark = app.create_remark_on(2_001, &item).await;
     // A table of this month's name that is not attached as a partition: creating the
     // partition is then a no-op, and the insert finds no partition for the row (23514).
     let month = app.current_month().id();
@@ -849,7 +833,7 @@ async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_le
         .execute(app.sql())
         .await
         .unwrap();
-    vote(&app, 2_002, &remark, true).await;
+    app.vote(2_002, &remark, true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let dead: i64 = sqlx::query("SELECT COUNT(*) AS n FROM dead_letters")
         .fetch_one(app.sql())
@@ -872,13 +856,13 @@ async fn votes_wait_for_a_partition_that_cannot_be_used_instead_of_being_dead_le
 async fn an_unliked_early_liker_is_replaced_by_the_next_earliest_not_the_newest() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 3_000, &item).await;
+    let remark = app.create_remark_on(3_000, &item).await;
     for voter in 3_001..=3_025 {
-        vote(&app, voter, &remark, true).await;
+        app.vote(voter, &remark, true).await;
     }
     archive_settled(&app).await;
-    vote(&app, 3_003, &remark, false).await; // one of the earliest twenty goes
-    vote(&app, 3_026, &remark, true).await; // and a newcomer arrives
+    app.vote(3_003, &remark, false).await; // one of the earliest twenty goes
+    app.vote(3_026, &remark, true).await; // and a newcomer arrives
     let likers = app
         .data(None, "query($item: ID!) { remarks(itemId: $item) { edges { node { likers(first: 20) { id } } } } }", json!({ "item": item }))
         .await;
@@ -954,9 +938,9 @@ async fn follow_user(app: &TestApp, follower: i64, followee: i64) {
 async fn an_edited_remark_keeps_its_likes_and_only_its_author_may_edit_it() {
     let app = busy_app().await;
     let item = create_item(&app).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     for voter in [2, 3] {
-        vote(&app, voter, &remark, true).await;
+        app.vote(voter, &remark, true).await;
     }
     let edited = app
         .data(
@@ -978,7 +962,7 @@ async fn an_edited_remark_keeps_its_likes_and_only_its_author_may_edit_it() {
         )
         .await;
     assert_eq!(kept["editRemark"]["score"], 3);
-    assert_eq!(vote(&app, 4, &remark, true).await["likeCount"], 3);
+    assert_eq!(app.vote(4, &remark, true).await["likeCount"], 3);
 
     let other = app
         .gql(
@@ -1011,12 +995,12 @@ async fn a_deleted_remark_leaves_lists_feeds_and_likes_and_keeps_its_vote_archiv
     let app = busy_app().await;
     let item = create_item(&app).await;
     follow_user(&app, 9, 1).await;
-    let remark = create_remark(&app, 1, &item).await;
-    let other = create_remark(&app, 2, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
+    let other = app.create_remark_on(2, &item).await;
     crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
     assert_eq!(feed_of(&app, 9).await, [remark.as_str()]);
     for voter in [3, 4, 5] {
-        vote(&app, voter, &remark, true).await;
+        app.vote(voter, &remark, true).await;
     }
     archive_settled(&app).await;
     let archived = vote_log_rows(&app).await;
@@ -1122,9 +1106,9 @@ async fn a_hidden_remark_is_folded_for_everyone_but_its_author_and_admins() {
     let app = busy_app().await;
     let item = create_item(&app).await;
     follow_user(&app, 9, 1).await;
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     crate::harness::streams_settled(&app, &[app.keys().remark_stream()], "fanout").await;
-    vote(&app, 2, &remark, true).await;
+    app.vote(2, &remark, true).await;
 
     let by_user = app
         .gql(
@@ -1223,12 +1207,12 @@ async fn my_likes_are_newest_first_and_outlive_the_relation_keys() {
     let mut remarks = Vec::new();
     for author in 1..=5 {
         let item = create_item(&app).await;
-        remarks.push(create_remark(&app, author, &item).await);
+        remarks.push(app.create_remark_on(author, &item).await);
     }
     for remark in &remarks {
-        vote(&app, 9, remark, true).await;
+        app.vote(9, remark, true).await;
     }
-    vote(&app, 9, &remarks[1], false).await;
+    app.vote(9, &remarks[1], false).await;
     archive_settled(&app).await;
     let expected: Vec<String> = [4, 3, 2, 0].iter().map(|i| remarks[*i].clone()).collect();
     assert_eq!(my_likes(&app, 9, 2).await, expected);
@@ -1250,7 +1234,7 @@ async fn my_likes_are_newest_first_and_outlive_the_relation_keys() {
     assert_eq!(my_likes(&app, 9, 3).await, expected);
 
     // An unlike shows at once, before the archive has it; a deleted remark leaves the list.
-    vote(&app, 9, &remarks[3], false).await;
+    app.vote(9, &remarks[3], false).await;
     app.data(
         Some(&app.user_token(5)),
         "mutation($id: ID!) { deleteRemark(id: $id) }",
@@ -1274,12 +1258,12 @@ async fn recommended_remarks_are_ordered_by_the_counts_they_show_from_the_first_
     let item = create_item(&app).await;
     let mut remarks = Vec::new();
     for author in 1..=4 {
-        remarks.push(create_remark(&app, author, &item).await);
+        remarks.push(app.create_remark_on(author, &item).await);
     }
     // Likes, read at once: the archive (and so SQL's counts) may not have them yet.
     for (remark, likes) in [(0, 1), (1, 3), (3, 2)] {
         for voter in 0..likes {
-            vote(&app, 100 + voter, &remarks[remark], true).await;
+            app.vote(100 + voter, &remarks[remark], true).await;
         }
     }
     let query =
@@ -1298,7 +1282,7 @@ async fn recommended_remarks_are_ordered_by_the_counts_they_show_from_the_first_
     // New likes reorder the list at once, before any refresh.
     archive_settled(&app).await;
     for voter in 200..204 {
-        vote(&app, voter, &remarks[2], true).await;
+        app.vote(voter, &remarks[2], true).await;
     }
     for _ in 0..3 {
         let body = app.data(None, query, json!({ "item": item })).await;
@@ -1324,7 +1308,7 @@ async fn recommended_remarks_show_a_remark_written_after_an_empty_refresh() {
         app.data(None, query, json!({ "item": item })).await["recommendedRemarks"],
         json!([])
     );
-    let remark = create_remark(&app, 1, &item).await;
+    let remark = app.create_remark_on(1, &item).await;
     assert_eq!(
         app.data(None, query, json!({ "item": item })).await["recommendedRemarks"],
         json!([{ "id": remark }])

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use engage::features::jobs::{handlers::Delivery, JobError, JobHandler};
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, TestApp};
+use crate::harness::{eventually, eventually_within, first_code, TestApp};
 
 const SCHEDULE: &str = "mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) {
     jobId status runs nextRunAt repeat { everySeconds cron timeZone limit endsAt } } }";
@@ -217,17 +217,10 @@ async fn a_slow_run_never_overlaps_the_next_and_is_followed_by_no_burst() {
         repeating("slow", "slow", json!({ "everySeconds": 1, "limit": 3 })),
     )
     .await;
-    let ended = async {
-        loop {
-            if job(&app, "slow", "slow").await["status"] == "DONE" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), ended)
-        .await
-        .expect("three slow runs end");
+    eventually_within("three slow runs end", Duration::from_secs(20), async || {
+        job(&app, "slow", "slow").await["status"] == "DONE"
+    })
+    .await;
     assert_eq!(runs.most.load(Ordering::SeqCst), 1, "runs overlapped");
     let starts = runs.starts.lock().unwrap().clone();
     assert_eq!(starts.len(), 3);
@@ -467,18 +460,16 @@ async fn a_series_survives_its_process_being_killed_mid_run_with_no_run_lost_or_
     engage.crash_and_restart().await;
 
     let job = "query { job(topic: \"crashy\", id: \"beat\") { status runs history { state } } }";
-    let ended = async {
-        loop {
-            let data = binary_gql(&engage, &token, job, json!({})).await;
-            if data["job"]["status"] == "DONE" {
-                return data["job"].clone();
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
-    let done = tokio::time::timeout(Duration::from_secs(30), ended)
-        .await
-        .expect("the series ends after its restart");
+    let mut done = Value::Null;
+    eventually_within(
+        "the series ends after its restart",
+        Duration::from_secs(30),
+        async || {
+            done = binary_gql(&engage, &token, job, json!({})).await["job"].clone();
+            done["status"] == "DONE"
+        },
+    )
+    .await;
     assert_eq!(done["runs"], 4, "{done}");
     let finished = done["history"]
         .as_array()
