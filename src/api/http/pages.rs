@@ -114,18 +114,29 @@ async fn playground(State(http): State<HttpState>) -> Html<String> {
     Html(PLAYGROUND.replace(DEV_MODE_FLAG, if dev_mode { "true" } else { "false" }))
 }
 
+/// A live page (the dashboard, the queues) with the head they share.
+fn live_page(page: &str) -> String {
+    page.replace(
+        "__ENGAGE_LIVE_HEAD__",
+        include_str!("../../../playground/live-head.html"),
+    )
+}
+
+static DASHBOARD: LazyLock<String> =
+    LazyLock::new(|| live_page(include_str!("../../../playground/dashboard.html")));
+
 async fn dashboard(State(http): State<HttpState>) -> Html<String> {
     let dev_mode = http.gateway.config.uses_dev_secret();
-    Html(
-        include_str!("../../../playground/dashboard.html")
-            .replace(DEV_MODE_FLAG, if dev_mode { "true" } else { "false" }),
-    )
+    Html(DASHBOARD.replace(DEV_MODE_FLAG, if dev_mode { "true" } else { "false" }))
 }
 
 /// The delay queue's admin page. The page itself holds nothing: every number it shows comes
 /// from the API with the admin token typed into it, which the API checks on every call.
+static QUEUES: LazyLock<String> =
+    LazyLock::new(|| live_page(include_str!("../../../playground/queues.html")));
+
 async fn queues() -> Html<&'static str> {
-    Html(include_str!("../../../playground/queues.html"))
+    Html(QUEUES.as_str())
 }
 
 struct Asset {
