@@ -128,6 +128,14 @@ async fn every_query_argument_out_of_bounds_answers_bad_user_input_and_unknown_i
         (As::User, r#"{ calendar(month: "2026-13") { month } }"#.into(), "BAD_USER_INPUT"),
         (As::User, r#"{ calendarYear(year: -1) { month } }"#.into(), "BAD_USER_INPUT"),
         (As::User, r#"{ calendarYear(year: 2147483647) { month } }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"{ notifications(first: 0) { pageInfo { hasNextPage } } }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"{ notifications(first: -1) { pageInfo { hasNextPage } } }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"{ notifications(first: 101) { pageInfo { hasNextPage } } }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"{ notifications(after: "zz") { pageInfo { hasNextPage } } }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"{ notifications(after: "") { pageInfo { hasNextPage } } }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"mutation { markNotificationsRead(upTo: "x") }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"mutation { markNotificationsRead(upTo: "-1") }"#.into(), "BAD_USER_INPUT"),
+        (As::User, r#"mutation { markNotificationsRead(upTo: "99999999999999999999999") }"#.into(), "BAD_USER_INPUT"),
         // months and dates
         (As::User, r#"{ signCalendar(month: "2026-13") { month } }"#.into(), "BAD_USER_INPUT"),
         (As::User, r#"{ signCalendar(month: "2026-1") { month } }"#.into(), "BAD_USER_INPUT"),
@@ -177,6 +185,7 @@ async fn every_mutation_argument_out_of_bounds_answers_bad_user_input_or_not_fou
     let long_name = "n".repeat(201);
     let long_content = "c".repeat(2001);
     let long_key = "k".repeat(10_000);
+    let long_cron = "1,".repeat(5_000) + "2 * * * *";
     let now = chrono::Utc::now();
     let past = (now - chrono::Duration::hours(2)).to_rfc3339();
     let soon = (now + chrono::Duration::hours(1)).to_rfc3339();
@@ -246,6 +255,16 @@ async fn every_mutation_argument_out_of_bounds_answers_bad_user_input_or_not_fou
         (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "1", ", maxAttempts: 0"), "BAD_USER_INPUT"),
         (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "1", ", maxAttempts: -1"), "BAD_USER_INPUT"),
         (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "1", r#", callbackUrl: "not a url""#), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", ", repeat: { everySeconds: 0 }"), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", ", repeat: { everySeconds: 31536001 }"), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", r#", repeat: { everySeconds: 60, cron: "* * * * *" }"#), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", ", repeat: { limit: 3 }"), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", r#", repeat: { cron: "61 * * * *" }"#), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", &format!(r#", repeat: {{ cron: "{long_cron}" }}"#)), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", r#", repeat: { cron: "0 9 * * *", timeZone: "Mars/Olympus_Mons" }"#), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", &format!(r#", repeat: {{ cron: "0 9 * * *", timeZone: "{long_name}" }}"#)), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", ", repeat: { everySeconds: 60, limit: 0 }"), "BAD_USER_INPUT"),
+        (As::Admin, job(r#""ok""#, r#""t""#, r#""{}""#, "0", r#", repeat: { everySeconds: 60, endsAt: "2000-01-01T00:00:00Z" }"#), "BAD_USER_INPUT"),
         (As::Admin, r#"mutation { cancelJob(topic: "", id: "x") }"#.into(), "BAD_USER_INPUT"),
         (As::Admin, r#"mutation { requeueDeadJob(topic: "t", id: "unknown") { id } }"#.into(), "NOT_FOUND"),
     ];

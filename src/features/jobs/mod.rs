@@ -364,6 +364,12 @@ impl NewJob {
         if !(1..=25).contains(&max_attempts) {
             return Err(AppError::bad_input("maxAttempts must be between 1 and 25"));
         }
+        // Here too, not only when scheduled: bad input is refused before the topic's route
+        // is (`NO_JOB_HANDLER`, `CALLBACK_HOST_NOT_ALLOWED`).
+        if let Some(rule) = &self.repeat {
+            let from = ctx.infra.clock.now_ms() + self.delay.as_millis() as i64;
+            rule.clone().check(ctx.infra.clock.zone(), from)?;
+        }
         Ok(max_attempts)
     }
 }
