@@ -105,27 +105,29 @@ impl JobHandler for Gate {
 
 #[tokio::test]
 async fn jobs_are_counted_per_topic_and_state() {
+    // The metrics are the process's, which other tests' apps share: a topic of its own.
+    const TOPIC: &str = "metered";
     // One worker slot: the first due job runs and holds it, the other due ones stay ready.
     let app = TestApp::spawn_with(|config| config.jobs.jobs_concurrency = 1).await;
     let gate = Arc::new(Semaphore::new(0));
     let jobs = app.jobs();
     jobs.registry
-        .register("mail", Arc::new(Gate(gate.clone())), None);
+        .register(TOPIC, Arc::new(Gate(gate.clone())), None);
     for id in ["a", "b"] {
-        jobs.schedule(job(id, "mail", Duration::from_secs(3600)))
+        jobs.schedule(job(id, TOPIC, Duration::from_secs(3600)))
             .await
             .unwrap();
     }
     for id in ["c", "d", "e"] {
-        jobs.schedule(job(id, "mail", Duration::ZERO))
+        jobs.schedule(job(id, TOPIC, Duration::ZERO))
             .await
             .unwrap();
     }
 
     let expected = [
-        ("engage_jobs_delayed{topic=\"mail\"}", 2.0),
-        ("engage_jobs_ready{topic=\"mail\"}", 2.0),
-        ("engage_jobs_running{topic=\"mail\"}", 1.0),
+        ("engage_jobs_delayed{topic=\"metered\"}", 2.0),
+        ("engage_jobs_ready{topic=\"metered\"}", 2.0),
+        ("engage_jobs_running{topic=\"metered\"}", 1.0),
     ];
     let mut last = String::new();
     let started = Instant::now();
@@ -145,12 +147,12 @@ async fn jobs_are_counted_per_topic_and_state() {
 
     // Once every job ended, the topic leaves the index, and its gauges go with it.
     gate.close();
-    jobs.cancel("mail", "a").await.unwrap();
-    jobs.cancel("mail", "b").await.unwrap();
+    jobs.cancel(TOPIC, "a").await.unwrap();
+    jobs.cancel(TOPIC, "b").await.unwrap();
     eventually(async || {
         !app.get_text("/metrics")
             .await
-            .contains("engage_jobs_ready{topic=\"mail\"}")
+            .contains("engage_jobs_ready{topic=\"metered\"}")
     })
     .await;
 }
