@@ -85,6 +85,8 @@ impl Services {
             .on_cluster(target.is_cluster())
             .with_points_buckets(config.points.buckets(config.redis_mode));
         let clock = Clock::new(config.timezone);
+        #[cfg(feature = "test-clock")]
+        clock.start_from_env()?;
         let ids = IdGenerator::new(
             redis.clone(),
             keys.clone(),

@@ -74,6 +74,22 @@ impl Clock {
         self.offset_us.store(offset, Ordering::Relaxed);
     }
 
+    /// In a test build, a server started with `ENGAGE_TEST_CLOCK_AT` (an RFC 3339 instant)
+    /// reads its clock from that instant on, so that a browser test can run on a day of its
+    /// choosing (a month's first days leave a make-up nothing to reach). Unset: the system
+    /// clock. Production builds do not read it.
+    #[cfg(feature = "test-clock")]
+    pub(crate) fn start_from_env(&self) -> anyhow::Result<()> {
+        const VAR: &str = "ENGAGE_TEST_CLOCK_AT";
+        if let Ok(at) = std::env::var(VAR) {
+            let at = DateTime::parse_from_rfc3339(&at)
+                .map_err(|error| anyhow::anyhow!("{VAR}={at}: not an RFC 3339 instant: {error}"))?;
+            self.set(at.with_timezone(&Utc));
+            tracing::warn!(%at, "{VAR}: the clock starts at this instant, not now");
+        }
+        Ok(())
+    }
+
     /// The calendar date of an instant in the configured zone.
     pub fn date_of(&self, at: DateTime<Utc>) -> NaiveDate {
         at.with_timezone(&self.tz).date_naive()

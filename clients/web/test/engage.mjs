@@ -24,6 +24,11 @@ export function freePort() {
   });
 }
 
+function clockAhead(now) {
+  if (now.getUTCDate() > 2) return {};
+  return { ENGAGE_TEST_CLOCK_AT: new Date(now.getTime() + 2 * 86_400_000).toISOString() };
+}
+
 export class Engage {
   static async create() {
     const engage = new Engage();
@@ -36,7 +41,13 @@ export class Engage {
   prefix = `engage-kit:${randomUUID()}:`;
   process = null;
 
-  /** Starts the server with these extra settings and waits until it is ready. */
+  /**
+   * Starts the server with these extra settings and waits until it is ready. On a month's
+   * first two days (UTC) its clock runs two days ahead (`ENGAGE_TEST_CLOCK_AT`, read by a
+   * build with the `test-clock` feature): a make-up reaches only this month's days, and the
+   * streak-freeze test makes up the day before yesterday. Ahead, never behind, so that the
+   * tokens it mints are not expired already by the system clock.
+   */
   async start(settings = {}) {
     const env = { ...process.env };
     delete env.ENGAGE_JWT_SECRET;
@@ -49,10 +60,11 @@ export class Engage {
       // No load balancer to drain from: stop at once.
       ENGAGE_DRAIN_SECONDS: '0',
       RUST_LOG: env.RUST_LOG || 'warn',
+      ...clockAhead(new Date()),
       ...settings,
     });
     if (!existsSync(binary)) {
-      throw new Error(`no engage binary at ${binary}: run \`cargo build\` (with the same CARGO_TARGET_DIR) or set ENGAGE_BIN`);
+      throw new Error(`no engage binary at ${binary}: run \`cargo build --features test-clock\` (with the same CARGO_TARGET_DIR) or set ENGAGE_BIN`);
     }
     const log = openSync(join(this.workDir, 'server.log'), 'a');
     const server = spawn(binary, ['serve'], { env, stdio: ['ignore', log, log] });
