@@ -93,6 +93,10 @@ struct LikeNotices(Notifications);
 
 #[async_trait::async_trait]
 impl RedisHandler for LikeNotices {
+    fn writes_sql(&self) -> bool {
+        true
+    }
+
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let mut notices = Vec::new();
         for entry in entries {
@@ -119,6 +123,10 @@ struct FollowNotices(Notifications);
 
 #[async_trait::async_trait]
 impl RedisHandler for FollowNotices {
+    fn writes_sql(&self) -> bool {
+        true
+    }
+
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let mut notices = Vec::new();
         for entry in entries {
@@ -140,6 +148,10 @@ struct AwardNotices(Notifications);
 
 #[async_trait::async_trait]
 impl RedisHandler for AwardNotices {
+    fn writes_sql(&self) -> bool {
+        true
+    }
+
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let mut notices = Vec::new();
         for entry in entries {
@@ -197,6 +209,10 @@ struct OrderNotices(Notifications);
 
 #[async_trait::async_trait]
 impl RedisHandler for OrderNotices {
+    fn writes_sql(&self) -> bool {
+        true
+    }
+
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let mut notices = Vec::new();
         for entry in entries {

@@ -84,8 +84,8 @@ impl ConsumerSpec {
         handler: &Handler,
     ) -> Self {
         let (batch_size, linger) = match handler {
-            Handler::Redis(_) => (200, Duration::from_millis(100)),
-            Handler::Archive(_) => (1000, timings.archive_linger),
+            Handler::Redis(handler) if !handler.writes_sql() => (200, Duration::from_millis(100)),
+            Handler::Redis(_) | Handler::Archive(_) => (1000, timings.archive_linger),
         };
         Self {
             name,

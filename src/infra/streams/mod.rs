@@ -212,6 +212,13 @@ pub(crate) trait StreamHandler: Send + Sync + 'static {
 pub(crate) trait RedisHandler: Send + Sync + 'static {
     /// Acts on the entries. Must be idempotent on `StreamEntry::id`, as above.
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError>;
+
+    /// Whether it also writes SQL, in a transaction of its own per batch (notifications):
+    /// then it reads as an archive does, in large batches gathered for
+    /// `ENGAGE_ARCHIVE_LINGER_MS`, since every transaction costs SQLite the pages it touches.
+    fn writes_sql(&self) -> bool {
+        false
+    }
 }
 
 /// A consumer's handler. One that writes SQL gets a transaction per batch on the archive's
