@@ -178,15 +178,25 @@ def redis_us(result):
 
 def render_peer(runs):
     """engage beside the Node peer: medians over the runs; the peer with graphql-jit or
-    without, whichever cost less CPU per request in that scenario."""
+    without, whichever cost less CPU per request in that scenario. A server whose runs of a
+    scenario answered any error has no figure in it: its work was not the same."""
     def med(results, f):
         return median([f(r) for r in results])
 
+    def errors_in(results):
+        return sum(r["non2xx"] + r["socket_errors"] + r.get("graphql_errors", 0) for r in results)
+
+    fmt = lambda v, f="{:,.0f}": "–" if v is None else f.format(v)
     rows, notes = [], []
     for name, label in PEER_SCENARIOS:
         engage = [r for _, r in runs.get(f"{name} [engage]", [])]
         modes = {mode: [r for _, r in runs.get(f"{name} [{mode}]", [])] for mode in ("peer", "peer-jit")}
-        costs = {mode: med(results, cpu_us) for mode, results in modes.items() if results}
+        for server, results in [("engage", engage), *modes.items()]:
+            if errors_in(results):
+                notes.append(f"{label}, {server}: {errors_in(results):,} errors, left out")
+        engage = engage if not errors_in(engage) else []
+        costs = {mode: med(results, cpu_us) for mode, results in modes.items()
+                 if results and not errors_in(results)}
         costs = {mode: cost for mode, cost in costs.items() if cost is not None}
         if not engage or not costs:
             rows.append([label, "–", "–", "–", "–", "–", "–"])
@@ -194,10 +204,6 @@ def render_peer(runs):
         mode = min(costs, key=costs.get)
         peer = modes[mode]
         e_cpu, p_cpu = med(engage, cpu_us), costs[mode]
-        errors = sum(r["non2xx"] + r["socket_errors"] + r.get("graphql_errors", 0) for r in engage + peer)
-        if errors:
-            notes.append(f"{label}: {errors} errors")
-        fmt = lambda v, f="{:,.0f}": "–" if v is None else f.format(v)
         rows.append([
             label,
             fmt(e_cpu),

@@ -36,6 +36,7 @@ export class Keys {
   pointsToday (user, yyyymmdd) { return this.ofPointsUser(user, `daily:${user}:${yyyymmdd}`) }
   seasonBoardOf (season, user) { return this.ofPointsUser(user, `board:${season}`) }
   boardChangesOf (season, user) { return this.ofPointsUser(user, `board:${season}:changes`) }
+  seasonRemovedOf (season, user) { return this.ofPointsUser(user, `board:${season}:removed`) }
   pointsStreamOf (user) { return this.ofPointsUser(user, 'events') }
   pointsHoldOf (user) { return this.ofPointsUser(user, 'rebuilding') }
   pointsBalancesOf (user) { return this.ofPointsUser(user, 'balances') }

@@ -25,13 +25,34 @@ function expand (luaDir, source, included) {
   }).join('\n')
 }
 
+// How many KEYS and ARGV the script's header names (`KEYS[n] name: ...`): the peer's calls
+// are checked against them, so that a script that gained a key or an argument fails the
+// peer's first call instead of running with the old ones.
+function arity (text, table) {
+  let most = 0
+  for (const match of text.matchAll(new RegExp(`^\\s*${table}\\[(\\d+)\\]`, 'gm'))) {
+    most = Math.max(most, Number(match[1]))
+  }
+  return most
+}
+
 export function loadScript (luaDir, stem) {
   const text = expand(luaDir, readFileSync(join(luaDir, `${stem}.lua`), 'utf8'), [])
-  return { name: stem, text, sha: createHash('sha1').update(text).digest('hex') }
+  return {
+    name: stem,
+    text,
+    sha: createHash('sha1').update(text).digest('hex'),
+    keys: arity(text, 'KEYS'),
+    args: arity(text, 'ARGV')
+  }
 }
 
 // Runs a script by EVALSHA, loading it again if Redis forgot it (a restart, SCRIPT FLUSH).
 export async function evalsha (redis, script, keys, args) {
+  if (keys.length !== script.keys || args.length !== script.args) {
+    throw new Error(`lua/${script.name}.lua takes ${script.keys} keys and ${script.args} arguments, ` +
+      `not ${keys.length} and ${args.length}`)
+  }
   try {
     return await redis.evalsha(script.sha, keys.length, ...keys, ...args)
   } catch (error) {

@@ -1,6 +1,6 @@
 // signIn as src/features/signin does it: the user's zone from Redis (recorded there by
 // lua/signin_set_zone.lua on a first sign-in), then lua/signin_sign.lua with engage's keys and
-// arguments and its default rules: SIGN_IN 1 point, milestones 7,14,30,50,100,180,365 with
+// arguments and its default rules (daily caps in the user's day): SIGN_IN 1 point, milestones 7,14,30,50,100,180,365 with
 // the bonuses 7:10, 14:20, 28:40, at most 2 freezes; seasons and daily totals in
 // ENGAGE_TIMEZONE (UTC unless set).
 import mercurius from 'mercurius'
@@ -76,14 +76,14 @@ export class SignIn {
         k.signBitmap(user, month), k.signBitmap(user, monthId(previous)),
         k.signBitmap(user, monthId(previousMonth(previous))), k.signStreak(user),
         k.signFrozen(user, month), k.signFrozen(user, monthId(previous)),
-        k.pointsToday(user, dayNumber(serverToday)), k.seasonBoardOf(season, user),
+        k.pointsToday(user, dayNumber(today)), k.seasonBoardOf(season, user),
         k.pointsStreamOf(user), k.pointsHoldOf(user), k.boardChangesOf(season, user),
-        k.pointsBalancesOf(user)
+        k.pointsBalancesOf(user), k.seasonRemovedOf(season, user)
       ], [
         user, month, today.d, epochDay(today), now, seasonSeconds, season,
         k.boardChannelOf(season, user), DAILY_TTL_SECONDS, BITMAP_TTL_SECONDS, BASE_POINTS,
         MILESTONE_LIST, EVERY, EVERY_POINTS, FREEZES_MAX, `signin:${user}:${isoDate(today)}`,
-        dayNumber(today), k.publish
+        dayNumber(today), k.publish, dayNumber(today)
       ])
       const [status, streak, awarded] = reply
       if (status === Status.HELD) {
