@@ -119,9 +119,7 @@ async fn jobs_are_counted_per_topic_and_state() {
             .unwrap();
     }
     for id in ["c", "d", "e"] {
-        jobs.schedule(job(id, TOPIC, Duration::ZERO))
-            .await
-            .unwrap();
+        jobs.schedule(job(id, TOPIC, Duration::ZERO)).await.unwrap();
     }
 
     let expected = [
