@@ -252,6 +252,11 @@ async fn an_award_costs_at_most_three_times_as_much_with_300_rank_subscribers() 
         config.leaderboard.rollover_check_seconds = 3600;
         config.vouchers.order_sweep_seconds = 3600;
         config.jobs.jobs_tick_ms = 600_000;
+        // The consumers that write SQL (the archives, notifications) read again a linger
+        // after each short batch: with the default half second, whether their next read
+        // falls in a window of the measure depends on its length. Here they read the first
+        // batch and then wait, so both windows count the award and its fan-out alone.
+        config.archive_linger_ms = 60_000;
     })
     .await;
     let service = app.token(999, Role::Service);
