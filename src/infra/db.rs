@@ -253,6 +253,15 @@ pub fn id_list(ids: &[i64]) -> String {
     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// `$from, $from+1, …`: `count` parameters for an `IN (…)` list, numbered from `from` (on
+/// SQLite anonymous, as [`values_placeholders`] explains).
+pub fn params(backend: Backend, from: usize, count: usize) -> String {
+    (from..from + count)
+        .map(|n| backend.param(n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `($1, $2, $3), ($4, $5, $6), …`: the VALUES of `rows` rows of `columns` columns. A batch
 /// written by one multi-row statement costs one round trip to the database instead of one
 /// per row (the archives write hundreds of rows per transaction). Both backends accept far

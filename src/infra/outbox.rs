@@ -63,12 +63,12 @@ pub async fn deliver<O: Outbox>(outbox: &O, entries: &[O::Entry]) -> AppResult<(
     outbox.deliver(entries).await?;
     // Exactly these ids (numbers, written by this code): a range would take the rows of
     // writes committed meanwhile, still undelivered.
-    let ids: Vec<String> = entries.iter().map(|e| O::id_of(e).to_string()).collect();
+    let ids: Vec<i64> = entries.iter().map(|e| O::id_of(e)).collect();
     sqlx::query(&format!(
         "DELETE FROM {} WHERE {} IN ({})",
         O::TABLE,
         O::ID,
-        ids.join(", ")
+        crate::infra::db::id_list(&ids)
     ))
     .execute(&outbox.infra().db.pool)
     .await?;

@@ -139,10 +139,9 @@ impl Notifications {
             return Ok(Vec::new());
         }
         // Numbers, written by this code.
-        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM notifications WHERE user_id = $1 AND id IN ({})",
-            list.join(", ")
+            crate::infra::db::id_list(ids)
         ))
         .bind(user_id)
         .fetch_all(&self.infra.db.pool)

@@ -22,7 +22,7 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{text, NotificationKind, Notifications, LIKE_GROUP_MS};
 use crate::infra::{
-    db::{values_placeholders, Backend},
+    db::{self, values_placeholders, Backend},
     error::AppResult,
 };
 
@@ -256,10 +256,7 @@ async fn replayed_notifications(
         let sql = format!(
             "SELECT source_key, notification_id FROM notification_sources \
              WHERE source_key IN ({})",
-            (1..=part.len())
-                .map(|n| backend.param(n))
-                .collect::<Vec<_>>()
-                .join(", ")
+            db::params(backend, 1, part.len())
         );
         let mut select = sqlx::query(&sql);
         for notice in part {
@@ -340,10 +337,7 @@ async fn like_groups(
         backend.param(2),
         backend.param(3),
         backend.param(4),
-        (5..5 + remarks.len())
-            .map(|n| backend.param(n))
-            .collect::<Vec<_>>()
-            .join(", ")
+        db::params(backend, 5, remarks.len())
     );
     let mut select = sqlx::query(&sql)
         .bind(user_id)
@@ -448,10 +442,7 @@ async fn write(
     let sql = format!(
         "UPDATE notification_sources SET notification_id = {} WHERE source_key IN ({})",
         backend.param(1),
-        (2..2 + notification.sources.len())
-            .map(|n| backend.param(n))
-            .collect::<Vec<_>>()
-            .join(", ")
+        db::params(backend, 2, notification.sources.len())
     );
     let mut update = sqlx::query(&sql).bind(notification.id);
     for source in &notification.sources {
