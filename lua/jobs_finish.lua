@@ -33,63 +33,86 @@
           scheduled, 0 the lease is no longer this delivery's
 ]]
 -- @include jobs_fields.lua
+local live = listened(ARGV[3], ARGV[4])
 local now, keep = ARGV[1], tonumber(ARGV[2])
 local out = {}
-local finished_any = false
+-- Gathered over the deliveries, written once each after them.
+local ended, finished, done, dead = {}, {}, 0, 0
 for i = 5, #ARGV, 9 do
   local id, lease, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('HGET', KEYS[3], id .. '/lease') ~= lease then
+  local held = redis.call('HMGET', KEYS[3], id .. '/lease', id .. '/attempts', id .. '/runs',
+    id .. '/history')
+  if held[1] ~= lease then
     out[#out + 1] = 0
   else
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('HDEL', KEYS[3], id .. '/lease')
-    local attempt = redis.call('HGET', KEYS[3], id .. '/attempts')
+    ended[#ended + 1] = id
+    local attempt = held[2]
     if outcome == 'retry' then
-      redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4])
+      redis.call('HDEL', KEYS[3], id .. '/lease')
+      redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4],
+        id .. '/history', history_with(held[4], now, 'DELAYED', attempt, ARGV[i + 4]))
       redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
-      job_event(KEYS[3], id, now, 'DELAYED', attempt, ARGV[i + 4])
       out[#out + 1] = 1
     else
       -- A run ended: done, or dead (then dead_job holds it).
-      local runs = redis.call('HINCRBY', KEYS[3], id .. '/runs', 1)
+      local runs = (tonumber(held[3]) or 0) + 1
       local limit = tonumber(ARGV[i + 8])
       local again = ARGV[i + 7] ~= '' and (limit == nil or runs < limit)
-      redis.call('HDEL', KEYS[3], id .. '/stalls')
+      redis.call('HDEL', KEYS[3], id .. '/lease', id .. '/stalls')
+      local set = {id .. '/runs', runs, id .. '/finished', now}
+      local history
       if outcome == 'dead' then
-        redis.call('HINCRBY', KEYS[5], 'dead', 1)
-        redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4], id .. '/finished', now)
-        job_event(KEYS[3], id, now, 'DEAD', attempt, ARGV[i + 4])
+        dead = dead + 1
+        set[#set + 1] = id .. '/error'
+        set[#set + 1] = ARGV[i + 4]
+        history = history_with(held[4], now, 'DEAD', attempt, ARGV[i + 4])
       else
-        redis.call('HINCRBY', KEYS[5], 'done', 1)
-        redis.call('HSET', KEYS[3], id .. '/finished', now)
+        done = done + 1
         if ARGV[i + 5] ~= '' then
-          redis.call('HSET', KEYS[3], id .. '/result', ARGV[i + 5])
+          set[#set + 1] = id .. '/result'
+          set[#set + 1] = ARGV[i + 5]
         end
-        job_event(KEYS[3], id, now, 'DONE', attempt, '')
+        history = history_with(held[4], now, 'DONE', attempt, '')
       end
       if again then
-        redis.call('HSET', KEYS[3], id .. '/attempts', 0)
+        set[#set + 1] = id .. '/attempts'
+        set[#set + 1] = 0
+        history = history_with(history, now, 'DELAYED', 0, '')
         redis.call('ZADD', KEYS[2], ARGV[i + 7], id)
-        job_event(KEYS[3], id, now, 'DELAYED', 0, '')
         out[#out + 1] = 2
       elseif outcome == 'dead' then
+        history = nil
         forget_job(KEYS[3], id)
         out[#out + 1] = 1
       else
-        redis.call('HSET', KEYS[3], id .. '/status', 'DONE')
-        redis.call('ZADD', KEYS[4], now, id)
+        set[#set + 1] = id .. '/status'
+        set[#set + 1] = 'DONE'
+        finished[#finished + 1] = now
+        finished[#finished + 1] = id
         if ARGV[i + 6] ~= '' then
           keep = math.min(keep, tonumber(ARGV[i + 6]))
         end
-        finished_any = true
         out[#out + 1] = 1
       end
+      if history then
+        set[#set + 1] = id .. '/history'
+        set[#set + 1] = history
+        redis.call('HSET', KEYS[3], unpack(set))
+      end
     end
-    redis.call(ARGV[4], ARGV[3], id)
+    if live then redis.call(ARGV[4], ARGV[3], id) end
   end
 end
+call_sliced('ZREM', KEYS[1], ended, 1)
+if done > 0 then
+  redis.call('HINCRBY', KEYS[5], 'done', done)
+end
+if dead > 0 then
+  redis.call('HINCRBY', KEYS[5], 'dead', dead)
+end
 -- Keep the newest finished jobs only: forget the oldest beyond the limit.
-if finished_any then
+if #finished > 0 then
+  call_sliced('ZADD', KEYS[4], finished, 2)
   local excess = redis.call('ZCARD', KEYS[4]) - keep
   if excess > 0 then
     for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, excess - 1)) do

@@ -26,12 +26,16 @@
             waiting, else the earliest due time or visibility deadline, -1 when it has no
             pending job at all (the caller drops it from the index of due topics)
 ]]
+-- @include jobs_fields.lua
+local live = listened(ARGV[3], ARGV[4])
 local now, limit = ARGV[1], tonumber(ARGV[2])
 local BAND = 8796093022208
+local function score(priority, due)
+  return (1000 - (tonumber(priority) or 0)) * BAND + due
+end
 local function wait(id, due)
-  local priority = tonumber(redis.call('HGET', KEYS[5], id .. '/priority') or '0') or 0
-  redis.call('ZADD', KEYS[2], (1000 - priority) * BAND + due, id)
-  redis.call(ARGV[4], ARGV[3], id)
+  redis.call('ZADD', KEYS[2], score(redis.call('HGET', KEYS[5], id .. '/priority'), due), id)
+  if live then redis.call(ARGV[4], ARGV[3], id) end
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
@@ -39,12 +43,28 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   end
   redis.call('DEL', KEYS[3])
 end
+-- The due jobs are the delay zset's first ranks (every score up to now): read, they are
+-- removed by rank, and added to the waiting zset in slices.
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {0, 0, 0, -1}
-for i = 1, #due, 2 do
-  wait(due[i], tonumber(due[i + 1]))
-  redis.call('ZREM', KEYS[1], due[i])
-  out[#out + 1] = due[i + 1]
+local waiting = {}
+for first = 1, #due, UNPACK_MOST do
+  local fields = {}
+  for i = first, math.min(first + UNPACK_MOST - 1, #due), 2 do
+    fields[#fields + 1] = due[i] .. '/priority'
+  end
+  local priorities = redis.call('HMGET', KEYS[5], unpack(fields))
+  for n, priority in ipairs(priorities) do
+    local i = first + (n - 1) * 2
+    waiting[#waiting + 1] = score(priority, tonumber(due[i + 1]))
+    waiting[#waiting + 1] = due[i]
+    if live then redis.call(ARGV[4], ARGV[3], due[i]) end
+    out[#out + 1] = due[i + 1]
+  end
+end
+if #due > 0 then
+  call_sliced('ZADD', KEYS[2], waiting, 2)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
 end
 out[1] = #due / 2
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)

@@ -26,29 +26,36 @@
 ]]
 -- @include status.lua
 -- @include jobs_fields.lua
+local live = listened(ARGV[2], ARGV[3])
 local out = {}
+local delayed = {}
 for i = 4, #ARGV, 6 do
   local id = ARGV[i]
-  local status = redis.call('HGET', KEYS[1], id .. '/status')
-  local pending = redis.call('HGET', KEYS[1], id)
+  local held = redis.call('HMGET', KEYS[1], id, id .. '/status')
+  local pending, status = held[1], held[2]
   if pending and status ~= 'DONE' and status ~= 'CANCELLED' then
     out[#out + 1] = TAKEN
     out[#out + 1] = pending
   else
     forget_job(KEYS[1], id)
-    redis.call('HSET', KEYS[1], id, ARGV[i + 1], id .. '/attempts', ARGV[i + 3])
-    job_event(KEYS[1], id, ARGV[1], 'DELAYED', ARGV[i + 3], '')
-    redis.call(ARGV[3], ARGV[2], id)
+    local set = {id, ARGV[i + 1], id .. '/attempts', ARGV[i + 3],
+      id .. '/history', history_with(nil, ARGV[1], 'DELAYED', ARGV[i + 3], '')}
     if ARGV[i + 4] ~= '0' then
-      redis.call('HSET', KEYS[1], id .. '/priority', ARGV[i + 4])
+      set[#set + 1] = id .. '/priority'
+      set[#set + 1] = ARGV[i + 4]
     end
     if ARGV[i + 5] ~= '0' then
-      redis.call('HSET', KEYS[1], id .. '/runs', ARGV[i + 5])
+      set[#set + 1] = id .. '/runs'
+      set[#set + 1] = ARGV[i + 5]
     end
+    redis.call('HSET', KEYS[1], unpack(set))
+    if live then redis.call(ARGV[3], ARGV[2], id) end
     redis.call('ZREM', KEYS[3], id)
-    redis.call('ZADD', KEYS[2], ARGV[i + 2], id)
+    delayed[#delayed + 1] = ARGV[i + 2]
+    delayed[#delayed + 1] = id
     out[#out + 1] = OK
     out[#out + 1] = ''
   end
 end
+call_sliced('ZADD', KEYS[2], delayed, 2)
 return out

@@ -52,27 +52,32 @@ local out = {}
 if most <= 0 then
   return out
 end
+local live = listened(ARGV[5], ARGV[6])
 local taken = 0
+local running = {}
 local popped = redis.call('ZPOPMIN', KEYS[1], most)
 for i = 1, #popped, 2 do
   local id, n = popped[i], (i + 1) / 2
-  local job = redis.call('HGET', KEYS[3], id)
-  if job then
+  local held = redis.call('HMGET', KEYS[3], id, id .. '/attempts', id .. '/stalls',
+    id .. '/history')
+  if held[1] then
     taken = taken + 1
     local lease = ARGV[2] .. ':' .. n
-    redis.call('ZADD', KEYS[2], ARGV[1], id)
-    redis.call('HSET', KEYS[3], id .. '/lease', lease)
+    local attempt = (tonumber(held[2]) or 0) + 1
+    running[#running + 1] = ARGV[1]
+    running[#running + 1] = id
+    redis.call('HSET', KEYS[3], id .. '/lease', lease, id .. '/attempts', attempt,
+      id .. '/started', ARGV[4],
+      id .. '/history', history_with(held[4], ARGV[4], 'RUNNING', attempt, ''))
+    if live then redis.call(ARGV[6], ARGV[5], id) end
     out[#out + 1] = id
-    out[#out + 1] = job
-    local attempt = redis.call('HINCRBY', KEYS[3], id .. '/attempts', 1)
-    redis.call('HSET', KEYS[3], id .. '/started', ARGV[4])
-    job_event(KEYS[3], id, ARGV[4], 'RUNNING', attempt, '')
-    redis.call(ARGV[6], ARGV[5], id)
+    out[#out + 1] = held[1]
     out[#out + 1] = attempt
     out[#out + 1] = lease
-    out[#out + 1] = tonumber(redis.call('HGET', KEYS[3], id .. '/stalls') or '0')
+    out[#out + 1] = tonumber(held[3] or '0')
   end
 end
+call_sliced('ZADD', KEYS[2], running, 2)
 if per_second and taken > 0 then
   redis.call('HSET', KEYS[5], 'second', second, 'started', started + taken)
 end

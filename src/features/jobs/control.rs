@@ -343,7 +343,8 @@ impl Keys {
 
 impl Jobs {
     /// Each change of a topic's jobs (of the job `id` only, when given), as the job is once
-    /// it changed: every script that moves a job publishes its id on the topic's channel.
+    /// it changed: every script that moves a job publishes its id on the topic's channel
+    /// while anyone listens there (the scripts that move many jobs at once ask first).
     /// Subscribes before returning (confirmed by Redis), so no change after this call is
     /// missed; changes in quick succession may be seen as their latest state. After a lag or
     /// a reconnect, the watched job is read again (a whole topic's are not).

@@ -38,6 +38,9 @@ use crate::{
 const PROMOTE_BATCH: usize = 5000;
 /// Most topics one tick walks (the earliest due first; the others stay due for the next).
 const TOPICS_PER_TICK: usize = 1000;
+/// Most topics promoted, or taken from, by one round trip (a pipeline of their scripts):
+/// one round trip per topic was what bounded a thousand topics with a few jobs each.
+const TOPICS_PER_TRIP: usize = 100;
 /// Most jobs one take hands out.
 const TAKE_BATCH: usize = 100;
 
@@ -337,10 +340,15 @@ impl Jobs {
             let pass = async {
                 let now = self.infra.clock.now_ms();
                 let due = self.due(now, TOPICS_PER_TICK).await?;
+                let mut promotions = Vec::with_capacity(due.len());
+                for visits in due.chunks(TOPICS_PER_TRIP) {
+                    let topics: Vec<&str> =
+                        visits.iter().map(|visit| visit.topic.as_str()).collect();
+                    promotions.extend(self.promote(&topics, now).await?);
+                }
                 let mut visited = Vec::with_capacity(due.len());
                 let mut ready = Vec::new();
-                for visit in due {
-                    let promotion = self.promote(&visit.topic, now).await?;
+                for (visit, promotion) in due.into_iter().zip(promotions) {
                     if promotion.ready > 0 {
                         ready.push(visit.topic.clone());
                     }
@@ -370,16 +378,22 @@ impl Jobs {
         loop {
             let current = ready_topics.lock().expect("poisoned").clone();
             let mut took_any = false;
-            for topic in &current {
+            let mut next = 0;
+            while next < current.len() {
                 let permit = tokio::select! {
                     () = self.infra.instance.shutdown.cancelled() => return,
                     permit = permits.clone().acquire_owned() => permit.expect("never closed"),
                 };
-                let want = 1 + permits.available_permits().min(TAKE_BATCH - 1);
-                let taken = match self.take(topic, want).await {
+                // The free slots, shared by as many topics as there are slots (up to a
+                // round trip's): at least one job each, and no more than the slots in all.
+                let free = 1 + permits.available_permits();
+                let topics = &current[next..current.len().min(next + free.min(TOPICS_PER_TRIP))];
+                next += topics.len();
+                let each = (free / topics.len()).min(TAKE_BATCH);
+                let taken = match self.take(topics, each).await {
                     Ok(taken) => taken,
                     Err(error) => {
-                        tracing::warn!(%error, topic, "taking jobs failed");
+                        tracing::warn!(%error, topics = topics.len(), "taking jobs failed");
                         Vec::new()
                     }
                 };
@@ -421,22 +435,38 @@ impl Jobs {
         }
     }
 
-    async fn promote(&self, topic: &str, now: i64) -> AppResult<Promotion> {
+    /// Promotes each topic's due jobs, all in one round trip; their promotions in order.
+    async fn promote(&self, topics: &[&str], now: i64) -> AppResult<Vec<Promotion>> {
         let keys = &self.infra.keys;
-        let promotion = JobsPromote {
-            delayed: keys.jobs_delayed(topic),
-            waiting: keys.jobs_waiting(topic),
-            legacy: keys.jobs_ready(topic),
-            running: keys.jobs_running(topic),
-            pool: keys.job_pool(topic),
-        };
-        let args = JobsPromoteArgs {
-            now_ms: now,
-            limit: PROMOTE_BATCH,
-            channel: keys.jobs_live(topic),
-            publish: keys.publish_command(),
-        };
-        let moved = self.infra.scripts().call(&promotion, &args).await?;
+        let calls: Vec<_> = topics
+            .iter()
+            .map(|topic| {
+                let promotion = JobsPromote {
+                    delayed: keys.jobs_delayed(topic),
+                    waiting: keys.jobs_waiting(topic),
+                    legacy: keys.jobs_ready(topic),
+                    running: keys.jobs_running(topic),
+                    pool: keys.job_pool(topic),
+                };
+                let args = JobsPromoteArgs {
+                    now_ms: now,
+                    limit: PROMOTE_BATCH,
+                    channel: keys.jobs_live(topic),
+                    publish: keys.publish_command(),
+                };
+                (promotion, args)
+            })
+            .collect();
+        let replies = self.infra.scripts().call_many(&calls).await?;
+        Ok(topics
+            .iter()
+            .zip(replies)
+            .map(|(topic, moved)| self.promoted(topic, now, &moved))
+            .collect())
+    }
+
+    /// What one topic's promotion answered, counted in the metrics.
+    fn promoted(&self, topic: &str, now: i64, moved: &[i64]) -> Promotion {
         let reply = |index: usize| moved.get(index).copied().unwrap_or(0);
         let (promoted, reclaimed) = (reply(0), reply(1));
         if promoted > 0 {
@@ -452,35 +482,54 @@ impl Jobs {
             metrics::counter!("engage_jobs_reclaimed_total", "topic" => self.topic_label(topic))
                 .increment(reclaimed as u64);
         }
-        Ok(Promotion {
+        Promotion {
             ready: reply(2),
             next_visit: moved.get(3).copied().filter(|at| *at >= 0),
-        })
+        }
     }
 
-    /// Takes up to `count` ready jobs of a topic in one round trip.
-    async fn take(&self, topic: &str, count: usize) -> AppResult<Vec<Taken>> {
+    /// Takes up to `each` ready jobs of every topic, all in one round trip.
+    async fn take(&self, topics: &[String], each: usize) -> AppResult<Vec<Taken>> {
         let keys = &self.infra.keys;
-        let lease = uuid::Uuid::new_v4().simple().to_string();
-        let policy = self.registry.policy(topic);
-        let take = JobsTake {
-            waiting: keys.jobs_waiting(topic),
-            running: keys.jobs_running(topic),
-            pool: keys.job_pool(topic),
-            settings: keys.jobs_settings(topic),
-            counts: keys.jobs_counts(topic),
-        };
         let now = self.infra.clock.now_ms();
-        let args = JobsTakeArgs {
-            deadline_ms: now + policy.visibility.as_millis() as i64,
-            lease_prefix: &lease,
-            most: count,
-            now_ms: now,
-            channel: keys.jobs_live(topic),
-            publish: keys.publish_command(),
-        };
-        let taken = self.infra.scripts().call(&take, &args).await?;
-        let taken = taken
+        let leases: Vec<String> = topics
+            .iter()
+            .map(|_| uuid::Uuid::new_v4().simple().to_string())
+            .collect();
+        let calls: Vec<_> = topics
+            .iter()
+            .zip(&leases)
+            .map(|(topic, lease)| {
+                let take = JobsTake {
+                    waiting: keys.jobs_waiting(topic),
+                    running: keys.jobs_running(topic),
+                    pool: keys.job_pool(topic),
+                    settings: keys.jobs_settings(topic),
+                    counts: keys.jobs_counts(topic),
+                };
+                let args = JobsTakeArgs {
+                    deadline_ms: now + self.registry.policy(topic).visibility.as_millis() as i64,
+                    lease_prefix: lease.as_str(),
+                    most: each,
+                    now_ms: now,
+                    channel: keys.jobs_live(topic),
+                    publish: keys.publish_command(),
+                };
+                (take, args)
+            })
+            .collect();
+        let replies = self.infra.scripts().call_many(&calls).await?;
+        Ok(topics
+            .iter()
+            .zip(replies)
+            .flat_map(|(topic, taken)| self.taken(topic, taken))
+            .collect())
+    }
+
+    /// The jobs one topic's take handed out (five values each), to run or to bury.
+    fn taken(&self, topic: &str, taken: Vec<String>) -> Vec<Taken> {
+        let policy = self.registry.policy(topic);
+        taken
             .chunks_exact(5)
             .map(|job| {
                 let attempt = job[2].parse().unwrap_or(1);
@@ -529,8 +578,7 @@ impl Jobs {
                     },
                 }
             })
-            .collect();
-        Ok(taken)
+            .collect()
     }
 
     /// Runs `work` while moving the delivery's visibility deadline forward every third of the
