@@ -18,6 +18,7 @@
     KEYS[11] changes: the board's changes      {points:B}:board:<YYYYMM>:changes
     KEYS[12] balances: the bucket's points balances {points:B}:balances
     KEYS[13] removed: the users removed from the board {points:B}:board:<YYYYMM>:removed
+    KEYS[14] zone: the user's zone hash     {points:B}:zone:<user>
     ARGV[1] user: user id
     ARGV[2] month: the user's month YYYYMM
     ARGV[3] day: the user's day of month (1..31)
@@ -37,14 +38,24 @@
     ARGV[17] day_number: today, YYYYMMDD (the sign_ins row the archive writes from the event)
     ARGV[18] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
     ARGV[19] award_day: the user's today, YYYYMMDD (the day of the daily points hash)
+    ARGV[20] zone: the zone the caller counted the day in, to record as the user's first
+                   ('' when the user's zone is recorded already)
+    ARGV[21] zone_previous: the zone before it ('' for none), as lua/signin_set_zone.lua
+    ARGV[22] zone_from: first day counted in the zone, YYYYMMDD (0: always)
+    ARGV[23] zone_changed_ms: when it took effect, epoch ms
 
   Output: { status, streak, points_awarded, days_frozen }
     status (lua/include/status.lua) OK signed, ALREADY signed today before, HELD while a
-           rebuild holds sign-ins back
+           rebuild holds sign-ins back, MOVED the caller asked to record the user's first
+           zone and a zone is recorded meanwhile (read it, and sign in that zone's day)
 
   Events: the award's AwardEvent carries the sign-in's `day`, `made_up`, `frozen`, `earned`,
   and `streak` with the milestone `bonus` it paid (0: none), which notifications read
-  (MILESTONE_REACHED).
+  (MILESTONE_REACHED); and the zone it recorded as the user's first, if it did (`zone`,
+  `zone_previous`, `zone_from`, `zone_changed_ms`), which the archive writes to
+  sign_in_zones. The first sign-in's zone is recorded here, with the day it signs, rather
+  than by the caller in SQL first: the record costs a field write, not three statements in
+  the request.
 
   A gap of missed days right before today is covered when the freezes held reach across
   it and a streak precedes it: each day is counted and marked frozen, one freeze used per
@@ -57,6 +68,10 @@
 
 if held(KEYS[10]) then
   return {HELD, 0, 0, 0}
+end
+local records_zone = ARGV[20] ~= ''
+if records_zone and redis.call('EXISTS', KEYS[14]) == 1 then
+  return {MOVED, 0, 0, 0}
 end
 
 local c = streak_context({KEYS[1], KEYS[2], KEYS[3]}, {KEYS[5], KEYS[6]}, KEYS[4],
@@ -86,8 +101,17 @@ local frozen_days = '-'
 if #frozen > 0 then
   frozen_days = table.concat(frozen, ',')
 end
+local fields = {'day', ARGV[17], 'made_up', 0, 'frozen', frozen_days, 'earned', earned,
+  'streak', streak, 'bonus', bonus}
+if records_zone then
+  redis.call('HSET', KEYS[14], 'zone', ARGV[20], 'previous', ARGV[21], 'from', ARGV[22],
+    'changed_ms', ARGV[23])
+  for _, field in ipairs({'zone', ARGV[20], 'zone_previous', ARGV[21], 'zone_from', ARGV[22],
+    'zone_changed_ms', ARGV[23]}) do
+    fields[#fields + 1] = field
+  end
+end
 local awarded = award(KEYS[7], KEYS[12], KEYS[8], KEYS[13], KEYS[9], ARGV[1], 'SIGN_IN', tonumber(ARGV[11]) + bonus,
   -1, ARGV[5], tonumber(ARGV[6]), ARGV[7], {ARGV[18], ARGV[8], KEYS[11]}, ARGV[16], ARGV[9],
-  ARGV[19], {'day', ARGV[17], 'made_up', 0, 'frozen', frozen_days, 'earned', earned,
-   'streak', streak, 'bonus', bonus})
+  ARGV[19], fields)
 return {OK, streak, awarded, #frozen}

@@ -61,8 +61,7 @@ async function serve () {
   const keys = new Keys(config.prefix)
   const scripts = {
     like: loadScript(config.luaDir, 'remarks_like'),
-    sign: loadScript(config.luaDir, 'signin_sign'),
-    setZone: loadScript(config.luaDir, 'signin_set_zone')
+    sign: loadScript(config.luaDir, 'signin_sign')
   }
   for (const script of Object.values(scripts)) {
     const sha = await redis.script('LOAD', script.text)

@@ -11,3 +11,4 @@ local SOLD_OUT = -6     -- no stock left
 local NOT_FOUND = -7    -- no such thing for this caller (another buyer's order)
 local OVER_LIMIT = -8   -- an allowance is used up, or a budget would be exceeded
 local HELD = -9         -- a rebuild holds writes back: call again shortly
+local MOVED = -10       -- what the caller read changed meanwhile: read again, call again

@@ -547,6 +547,53 @@ async fn a_frozen_day_that_carries_a_streak_past_a_milestone_pays_it_once_and_fr
 }
 
 #[tokio::test]
+async fn first_sign_ins_racing_in_two_zones_record_one_zone_and_sign_one_day_in_it() {
+    let app = TestApp::spawn().await;
+    // 20:00 UTC: the 1st in Los Angeles, already the 2nd in Tokyo.
+    app.set_clock(at(2026, 9, 1, 20, 0));
+    for user in 4901..4911 {
+        let (la, tokyo) = (
+            token_in(&app, user, "America/Los_Angeles"),
+            token_in(&app, user, "Asia/Tokyo"),
+        );
+        let (a, b) = tokio::join!(sign(&app, &la), sign(&app, &tokyo));
+        assert_eq!(
+            a["date"], b["date"],
+            "one day, in the zone recorded: {a} {b}"
+        );
+        let signed = [&a, &b]
+            .iter()
+            .filter(|answer| answer["alreadySigned"] == false)
+            .count();
+        assert_eq!(signed, 1, "{a} {b}");
+        let zone = streak(&app, &la).await["timeZone"].clone();
+        let expected = if a["date"] == "2026-09-01" {
+            "America/Los_Angeles"
+        } else {
+            "Asia/Tokyo"
+        };
+        assert_eq!(zone, expected, "{a} {b}");
+    }
+    // SQL has each user's zone from the award's event: one first row each.
+    streams_settled(&app, &app.keys().points_streams(), "archive").await;
+    let rows = sqlx::query(
+        "SELECT user_id, zone FROM sign_in_zones WHERE user_id BETWEEN 4901 AND 4910 \
+         AND changed_on IS NULL ORDER BY user_id",
+    )
+    .fetch_all(app.sql())
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 10);
+    for row in rows {
+        use sqlx::Row;
+        let user: i64 = row.try_get("user_id").unwrap();
+        let zone: String = row.try_get("zone").unwrap();
+        let token = app.user_token(user);
+        assert_eq!(streak(&app, &token).await["timeZone"], zone.as_str());
+    }
+}
+
+#[tokio::test]
 async fn a_zone_redis_lost_is_read_from_sql_and_a_claim_that_is_no_zone_is_ignored() {
     let app = TestApp::spawn().await;
     let token = app.user_token(4895);

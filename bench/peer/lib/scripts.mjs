@@ -65,5 +65,5 @@ export async function evalsha (redis, script, keys, args) {
 // lua/include/status.lua's vocabulary.
 export const Status = {
   OK: 0, ALREADY: 1, MISSING: -1, ASK_ARCHIVE: -2, NOT_YET: -3, ENDED: -4, TAKEN: -5,
-  SOLD_OUT: -6, NOT_FOUND: -7, OVER_LIMIT: -8, HELD: -9
+  SOLD_OUT: -6, NOT_FOUND: -7, OVER_LIMIT: -8, HELD: -9, MOVED: -10
 }

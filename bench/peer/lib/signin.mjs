@@ -1,5 +1,5 @@
-// signIn as src/features/signin does it: the user's zone from Redis (recorded there by
-// lua/signin_set_zone.lua on a first sign-in), then lua/signin_sign.lua with engage's keys and
+// signIn as src/features/signin does it: the user's zone from Redis (a first sign-in asks
+// lua/signin_sign.lua to record it, with the day it signs), then that script with engage's keys and
 // arguments and its default rules (daily caps in the user's day): SIGN_IN 1 point, milestones 7,14,30,50,100,180,365 with
 // the bonuses 7:10, 14:20, 28:40, at most 2 freezes; seasons and daily totals in
 // ENGAGE_TIMEZONE (UTC unless set).
@@ -55,13 +55,7 @@ export class SignIn {
   }
 
   async signIn (user, claim) {
-    const zone = await this.zoneOf(user, claim)
-    if (!zone.recorded) {
-      // engage records the first zone in SQL (sign_in_zones) and then in Redis; the peer
-      // writes Redis only.
-      await evalsha(this.redis, this.scripts.setZone, [this.keys.signZone(user)],
-        [zone.zone, '', 0, Date.now()])
-    }
+    let zone = await this.zoneOf(user, claim)
     const started = Date.now()
     for (;;) {
       const now = Date.now()
@@ -78,12 +72,16 @@ export class SignIn {
         k.signFrozen(user, month), k.signFrozen(user, monthId(previous)),
         k.pointsToday(user, dayNumber(today)), k.seasonBoardOf(season, user),
         k.pointsStreamOf(user), k.pointsHoldOf(user), k.boardChangesOf(season, user),
-        k.pointsBalancesOf(user), k.seasonRemovedOf(season, user)
+        k.pointsBalancesOf(user), k.seasonRemovedOf(season, user), k.signZone(user)
       ], [
         user, month, today.d, epochDay(today), now, seasonSeconds, season,
         k.boardChannelOf(season, user), DAILY_TTL_SECONDS, BITMAP_TTL_SECONDS, BASE_POINTS,
         MILESTONE_LIST, EVERY, EVERY_POINTS, FREEZES_MAX, `signin:${user}:${isoDate(today)}`,
-        dayNumber(today), k.publish, dayNumber(today)
+        dayNumber(today), k.publish, dayNumber(today),
+        // The first zone, recorded by the script (engage's archive then writes it to SQL). A
+        // zone from the token differing from the server's: engage checks the server day's
+        // points first (a cap counted them), which the peer's users never have.
+        ...(zone.recorded ? ['', '', 0, 0] : [zone.zone, '', 0, now])
       ])
       const [status, streak, awarded] = reply
       if (status === Status.HELD) {
@@ -91,6 +89,10 @@ export class SignIn {
           throw new ErrorWithProps('points are being rebuilt; try again shortly', { code: 'UNAVAILABLE' })
         }
         await sleep(20)
+        continue
+      }
+      if (status === Status.MOVED) {
+        zone = await this.zoneOf(user, claim)
         continue
       }
       return {

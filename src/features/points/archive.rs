@@ -56,7 +56,8 @@ impl StreamHandler for PointsArchive {
     /// Awards, spends and revokes go to `points_record` once per event and once per (user,
     /// idempotency key): a repeat whose Redis marker had expired is not archived a second
     /// time. Sign-ins go to `sign_ins` once per user and day, with the freezes earned and
-    /// used (`streak_freezes`, once per user, day and reason).
+    /// used (`streak_freezes`, once per user, day and reason), and the zone a first sign-in
+    /// recorded to `sign_in_zones`.
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Any>,
@@ -74,6 +75,7 @@ impl StreamHandler for PointsArchive {
         let mut insert = sqlx::query(&sql);
         let mut sign_ins = Vec::new();
         let mut freezes = Vec::new();
+        let mut zones = Vec::new();
         for entry in entries {
             let award = AwardEvent::from_entry(entry)?;
             // The day whose cap counted it (the user's), else the server's day of it.
@@ -102,6 +104,9 @@ impl StreamHandler for PointsArchive {
                 .bind(entry.event_order())
                 .bind(award.reason);
             if let Some(signed) = award.sign_in {
+                if let Some(first) = signed.first_zone {
+                    zones.push((award.user_id, first));
+                }
                 sign_ins.push(SignInRow {
                     user_id: award.user_id,
                     day: signed.day,
@@ -166,6 +171,26 @@ impl StreamHandler for PointsArchive {
                     .bind(&row.reason)
                     .bind(row.delta)
                     .bind(row.at_ms);
+            }
+            insert.execute(&mut **tx).await?;
+        }
+        if !zones.is_empty() {
+            // A replayed event's row is there already (same user and instant): skipped. A
+            // change made since is a later row, and the latest row is the user's zone.
+            let sql = backend.insert_new_rows(
+                "sign_in_zones (user_id, zone, previous_zone, from_day, changed_on, \
+                 changed_at_ms)",
+                &values_placeholders(backend, zones.len(), 6),
+            );
+            let mut insert = sqlx::query(&sql);
+            for (user_id, first) in zones {
+                insert = insert
+                    .bind(user_id)
+                    .bind(first.zone)
+                    .bind(first.previous)
+                    .bind(first.from_day)
+                    .bind(None::<i64>)
+                    .bind(first.changed_ms);
             }
             insert.execute(&mut **tx).await?;
         }

@@ -55,6 +55,20 @@ pub(crate) struct SignedDay {
     /// reached); 0 and 0 in the events of earlier versions.
     pub(crate) streak: i64,
     pub(crate) milestone_bonus: i64,
+    /// The zone a user's first sign-in recorded as the user's, to be written to
+    /// `sign_in_zones` (`lua/signin_sign.lua`).
+    pub(crate) first_zone: Option<FirstZone>,
+}
+
+/// A user's first zone as a sign-in recorded it: `sign_in_zones`' first row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FirstZone {
+    pub(crate) zone: String,
+    /// The zone before it (the server's, when points today held a cap), `None` for none.
+    pub(crate) previous: Option<String>,
+    /// The first day (`YYYYMMDD`) counted in `zone`, `None` for always.
+    pub(crate) from_day: Option<i64>,
+    pub(crate) changed_ms: i64,
 }
 
 impl Event for AwardEvent {
@@ -87,6 +101,18 @@ impl Event for AwardEvent {
                 milestone_bonus: match entry.get("bonus") {
                     Some(_) => entry.number("bonus")?,
                     None => 0,
+                },
+                first_zone: match entry.get("zone") {
+                    Some(zone) => Some(FirstZone {
+                        zone: zone.to_string(),
+                        previous: entry
+                            .get("zone_previous")
+                            .filter(|previous| !previous.is_empty())
+                            .map(str::to_string),
+                        from_day: Some(entry.number("zone_from")?).filter(|day| *day > 0),
+                        changed_ms: entry.number("zone_changed_ms")?,
+                    }),
+                    None => None,
                 },
             })
         } else {
@@ -145,6 +171,12 @@ impl Event for AwardEvent {
             fields.push(("earned", signed.freezes_earned.to_string()));
             fields.push(("streak", signed.streak.to_string()));
             fields.push(("bonus", signed.milestone_bonus.to_string()));
+            if let Some(first) = &signed.first_zone {
+                fields.push(("zone", first.zone.clone()));
+                fields.push(("zone_previous", first.previous.clone().unwrap_or_default()));
+                fields.push(("zone_from", first.from_day.unwrap_or(0).to_string()));
+                fields.push(("zone_changed_ms", first.changed_ms.to_string()));
+            }
         }
         if let Some(reason) = &self.reason {
             fields.push(("reason", reason.clone()));
@@ -215,6 +247,12 @@ mod tests {
                 freezes_earned: 1,
                 streak: 7,
                 milestone_bonus: 10,
+                first_zone: Some(FirstZone {
+                    zone: "America/Los_Angeles".into(),
+                    previous: Some("Asia/Shanghai".into()),
+                    from_day: Some(20261124),
+                    changed_ms: 8,
+                }),
             }),
             reason: None,
             freeze_bought_on: None,

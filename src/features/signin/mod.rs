@@ -348,35 +348,63 @@ impl SignIn {
 
     /// Signs the user in for the user's today; a repeat awards nothing. A gap before today
     /// that the freezes held reach across is covered (see `lua/signin_sign.lua`).
+    ///
+    /// The first sign-in records the user's zone (see [`SignIn::settled_zone`] for what it
+    /// records) in the script that signs the day, and the archive writes it to SQL from the
+    /// award's event. When another request recorded a zone meanwhile, the script signs
+    /// nothing (`MOVED`), and the day is signed again in the zone now recorded.
     pub(crate) async fn sign_in(
         &self,
         user_id: i64,
         claim: Option<Tz>,
     ) -> AppResult<SignInOutcome> {
-        let zone = self.settled_zone(user_id, claim).await?;
-        let mut signed = None;
-        let reply = signing_call!(
-            self,
-            user_id,
-            &zone,
-            |signing, keys, user, month, today| SigninSign {
-                frozen_this: keys.sign_frozen(user, month),
-                frozen_previous: keys.sign_frozen(user, month.previous()),
-            },
-            SigninSignArgs {
-                idempotency: {
-                    signed = Some(today);
-                    format!("signin:{user}:{today}")
+        for _ in 0..3 {
+            let zone = self.zone_of(user_id, claim).await?;
+            let first = match zone.recorded {
+                true => None,
+                false => Some(
+                    self.first_record(user_id, zone.zone, self.infra.clock.now())
+                        .await?,
+                ),
+            };
+            let zone = first.unwrap_or(zone);
+            let mut signed = None;
+            let reply = signing_call!(
+                self,
+                user_id,
+                &zone,
+                |signing, keys, user, month, today| SigninSign {
+                    frozen_this: keys.sign_frozen(user, month),
+                    frozen_previous: keys.sign_frozen(user, month.previous()),
+                    zone: keys.sign_zone(user),
                 },
-                day_number: day_number(today),
-            },
-        )?;
-        Ok(SignInOutcome {
-            date: signed.unwrap_or_else(|| self.infra.clock.today()),
-            streak: reply.streak,
-            points_awarded: reply.awarded,
-            already_signed: reply.status == Status::Already,
-        })
+                SigninSignArgs {
+                    idempotency: {
+                        signed = Some(today);
+                        format!("signin:{user}:{today}")
+                    },
+                    day_number: day_number(today),
+                    zone: first.map_or("", |first| first.zone.name()),
+                    zone_previous: first
+                        .and_then(|first| first.previous)
+                        .map_or("", |previous| previous.name()),
+                    zone_from: first.and_then(|first| first.from_day).map_or(0, day_number),
+                    zone_changed_ms: first.map_or(0, |first| first.changed_ms),
+                },
+            )?;
+            if reply.status == Status::Moved {
+                continue;
+            }
+            return Ok(SignInOutcome {
+                date: signed.unwrap_or_else(|| self.infra.clock.today()),
+                streak: reply.streak,
+                points_awarded: reply.awarded,
+                already_signed: reply.status == Status::Already,
+            });
+        }
+        Err(AppError::Unavailable(
+            "the user's time zone kept changing during the sign-in; try again".into(),
+        ))
     }
 
     /// Repairs a missed day among the last `ENGAGE_REPAIR_WINDOW_DAYS`, across month and

@@ -48,9 +48,11 @@ impl SignIn {
         Zones(&self.infra).zone_of(user_id, claim).await
     }
 
-    /// The user's zone, recorded if it was the default (the first sign-in does this), so
-    /// that a later token's claim no longer moves the user's days. Concurrent first records
-    /// of one user (at the same instant, PostgreSQL's NOT EXISTS sees neither) keep one.
+    /// The user's zone, recorded if it was the default, so that a later token's claim no
+    /// longer moves the user's days: what a repair, a make-up or a freeze does first when
+    /// it is the user's first act (a sign-in records it in its own script, see
+    /// [`SignIn::sign_in`]). Concurrent first records of one user (at the same instant,
+    /// PostgreSQL's NOT EXISTS sees neither) keep one.
     pub(crate) async fn settled_zone(
         &self,
         user_id: i64,
@@ -130,7 +132,12 @@ impl SignIn {
     /// caps counted before any record: then as a change from that zone, so that no day's
     /// cap opens twice within hours. (Between zones more than a day apart, where no change
     /// can be made, at once.)
-    async fn first_record(&self, user_id: i64, to: Tz, now: DateTime<Utc>) -> AppResult<UserZone> {
+    pub(super) async fn first_record(
+        &self,
+        user_id: i64,
+        to: Tz,
+        now: DateTime<Utc>,
+    ) -> AppResult<UserZone> {
         let server = UserZone::default_of(self.infra.clock.zone());
         let at_once = UserZone {
             zone: to,

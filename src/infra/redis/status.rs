@@ -31,6 +31,9 @@ pub(crate) enum Status {
     OverLimit,
     /// A rebuild holds writes back: call again shortly.
     Held,
+    /// What the caller read before the call changed meanwhile: read it again, then call
+    /// again.
+    Moved,
 }
 
 impl Status {
@@ -48,6 +51,7 @@ impl Status {
             -7 => Self::NotFound,
             -8 => Self::OverLimit,
             -9 => Self::Held,
+            -10 => Self::Moved,
             other => {
                 return Err(AppError::internal(anyhow::anyhow!(
                     "lua/{script}.lua answered {other}, which is no status"
@@ -71,6 +75,7 @@ impl Status {
             Self::NotFound => -7,
             Self::OverLimit => -8,
             Self::Held => -9,
+            Self::Moved => -10,
         }
     }
 
@@ -85,7 +90,12 @@ impl Status {
             Self::SoldOut => ErrorCode::SoldOut,
             Self::NotFound => ErrorCode::NotFound,
             Self::OverLimit => ErrorCode::BadUserInput,
-            Self::Ok | Self::Already | Self::Missing | Self::AskArchive | Self::Held => {
+            Self::Ok
+            | Self::Already
+            | Self::Missing
+            | Self::AskArchive
+            | Self::Held
+            | Self::Moved => {
                 return AppError::internal(anyhow::anyhow!(
                     "{self:?} is not a refusal: {}",
                     message.into()
@@ -102,11 +112,11 @@ mod tests {
 
     #[test]
     fn every_status_reads_back_from_its_code() {
-        for code in -9..=1 {
+        for code in -10..=1 {
             assert_eq!(Status::of("test", code).unwrap().code(), code);
         }
         assert!(Status::of("test", 2).is_err());
-        assert!(Status::of("test", -10).is_err());
+        assert!(Status::of("test", -11).is_err());
     }
 
     #[test]
@@ -124,6 +134,7 @@ mod tests {
             ("NOT_FOUND", Status::NotFound),
             ("OVER_LIMIT", Status::OverLimit),
             ("HELD", Status::Held),
+            ("MOVED", Status::Moved),
         ] {
             let line = format!("local {name} = {}", status.code());
             assert!(
