@@ -303,20 +303,30 @@ async fn every_saved_playground_operation_passes_within_the_default_limits() {
                 .collect();
             seen += 1;
             let payload = json!({ "query": text, "operationName": name });
-            let answer = if kind == "subscription" {
-                let mut socket = via::open(&app, Via::TransportWs, Some(&admin)).await;
-                via::operation(&mut socket, Via::TransportWs, "1", payload).await
-            } else {
-                let response = app
-                    .http
-                    .post(app.url("/graphql"))
-                    .bearer_auth(&admin)
-                    .json(&payload)
-                    .send()
-                    .await
-                    .unwrap();
-                response.json().await.unwrap()
+            let run = || async {
+                if kind == "subscription" {
+                    let mut socket = via::open(&app, Via::TransportWs, Some(&admin)).await;
+                    via::operation(&mut socket, Via::TransportWs, "1", payload.clone()).await
+                } else {
+                    let response = app
+                        .http
+                        .post(app.url("/graphql"))
+                        .bearer_auth(&admin)
+                        .json(&payload)
+                        .send()
+                        .await
+                        .unwrap();
+                    response.json::<Value>().await.unwrap()
+                }
             };
+            let mut answer = run().await;
+            // One token runs every example back to back, faster than anyone clicks them: a
+            // refusal for rate is waited out once (the allowance is whole again within two
+            // seconds). Refused again, the example alone is over the default limit.
+            if outcome(&answer) == "RATE_LIMITED" {
+                tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+                answer = run().await;
+            }
             let code = outcome(&answer);
             assert!(
                 ![
