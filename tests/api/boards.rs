@@ -554,7 +554,9 @@ async fn wait_for_rewards(
     period: &str,
     count: usize,
 ) -> Vec<(i64, i64, String)> {
-    for _ in 0..100 {
+    // Up to 30 s: under the whole suite on two cores, a payout's record reached SQL after
+    // more than the 10 s this once waited.
+    for _ in 0..300 {
         let paid = rewards_paid(app, board, period).await;
         if paid.len() >= count {
             return paid;
