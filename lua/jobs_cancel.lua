@@ -6,7 +6,7 @@
     KEYS[1] delayed: delay zset
     KEYS[2] waiting: waiting zset
     KEYS[3] running: in-flight zset
-    KEYS[4] pool: job pool hash
+    KEYS[4] job: the job's hash        {jobs:<topic>}:job:<id>
     KEYS[5] finished: finished zset
     KEYS[6] legacy: ready list of an earlier version (jobs_promote.lua empties it)
     ARGV[1] id: job id
@@ -26,9 +26,10 @@ local removed = redis.call('ZREM', KEYS[1], id)
 if removed == 0 then
   return {0, ''}
 end
-redis.call('HDEL', KEYS[4], id .. '/lease')
-redis.call('HSET', KEYS[4], id .. '/status', 'CANCELLED', id .. '/finished', ARGV[2])
-job_event(KEYS[4], id, ARGV[2], 'CANCELLED', redis.call('HGET', KEYS[4], id .. '/attempts'), '')
+local held = redis.call('HMGET', KEYS[4], 'job', 'attempts', 'history')
+redis.call('HDEL', KEYS[4], 'lease')
+redis.call('HSET', KEYS[4], 'status', 'CANCELLED', 'finished', ARGV[2],
+  'history', history_with(held[3], ARGV[2], 'CANCELLED', held[2], ''))
 redis.call(ARGV[4], ARGV[3], id)
 redis.call('ZADD', KEYS[5], ARGV[2], id)
-return {1, redis.call('HGET', KEYS[4], id) or ''}
+return {1, held[1] or ''}

@@ -7,14 +7,14 @@
   A repeating job's run that ended (done, or dead after its attempts) schedules the next run
   here, in the same call that ends this one: the next run exists exactly when this one has
   ended, whichever instance ends it, so runs never overlap and none is lost or doubled. The
-  job keeps its id, history and <id>/runs; its attempts start again from 0. The series ends
-  (as a plain job would) when the caller gives no next run (past endsAt) or <id>/runs
-  reaches the limit.
+  job keeps its id, history and runs; its attempts start again from 0. The series ends
+  (as a plain job would) when the caller gives no next run (past endsAt) or its runs reach
+  the limit.
 
   Input:
     KEYS[1] running: in-flight zset
     KEYS[2] delayed: delay zset
-    KEYS[3] pool: job pool hash
+    KEYS[3] jobs: a job's hash is this and its id   {jobs:<topic>}:job:
     KEYS[4] finished: finished zset    {jobs:<topic>}:finished   score = finish time, ms
     KEYS[5] counts: topic counters hash {jobs:<topic>}:counts     done, dead: jobs that
                                                    ended so (the caller stored a dead one in
@@ -37,20 +37,19 @@ local live = listened(ARGV[3], ARGV[4])
 local now, keep = ARGV[1], tonumber(ARGV[2])
 local out = {}
 -- Gathered over the deliveries, written once each after them.
-local ended, finished, done, dead = {}, {}, 0, 0
+local ended, finished, forgotten, done, dead = {}, {}, {}, 0, 0
 for i = 5, #ARGV, 9 do
   local id, lease, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local held = redis.call('HMGET', KEYS[3], id .. '/lease', id .. '/attempts', id .. '/runs',
-    id .. '/history')
+  local key = KEYS[3] .. id
+  local held = redis.call('HMGET', key, 'lease', 'attempts', 'runs', 'history')
   if held[1] ~= lease then
     out[#out + 1] = 0
   else
     ended[#ended + 1] = id
     local attempt = held[2]
     if outcome == 'retry' then
-      redis.call('HDEL', KEYS[3], id .. '/lease')
-      redis.call('HSET', KEYS[3], id .. '/error', ARGV[i + 4],
-        id .. '/history', history_with(held[4], now, 'DELAYED', attempt, ARGV[i + 4]))
+      redis.call('HSET', key, 'lease', '', 'error', ARGV[i + 4],
+        'history', history_with(held[4], now, 'DELAYED', attempt, ARGV[i + 4]))
       redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
       out[#out + 1] = 1
     else
@@ -58,34 +57,33 @@ for i = 5, #ARGV, 9 do
       local runs = (tonumber(held[3]) or 0) + 1
       local limit = tonumber(ARGV[i + 8])
       local again = ARGV[i + 7] ~= '' and (limit == nil or runs < limit)
-      redis.call('HDEL', KEYS[3], id .. '/lease', id .. '/stalls')
-      local set = {id .. '/runs', runs, id .. '/finished', now}
+      local set = {'lease', '', 'stalls', 0, 'runs', runs, 'finished', now}
       local history
       if outcome == 'dead' then
         dead = dead + 1
-        set[#set + 1] = id .. '/error'
+        set[#set + 1] = 'error'
         set[#set + 1] = ARGV[i + 4]
         history = history_with(held[4], now, 'DEAD', attempt, ARGV[i + 4])
       else
         done = done + 1
         if ARGV[i + 5] ~= '' then
-          set[#set + 1] = id .. '/result'
+          set[#set + 1] = 'result'
           set[#set + 1] = ARGV[i + 5]
         end
         history = history_with(held[4], now, 'DONE', attempt, '')
       end
       if again then
-        set[#set + 1] = id .. '/attempts'
+        set[#set + 1] = 'attempts'
         set[#set + 1] = 0
         history = history_with(history, now, 'DELAYED', 0, '')
         redis.call('ZADD', KEYS[2], ARGV[i + 7], id)
         out[#out + 1] = 2
       elseif outcome == 'dead' then
         history = nil
-        forget_job(KEYS[3], id)
+        forgotten[#forgotten + 1] = id
         out[#out + 1] = 1
       else
-        set[#set + 1] = id .. '/status'
+        set[#set + 1] = 'status'
         set[#set + 1] = 'DONE'
         finished[#finished + 1] = now
         finished[#finished + 1] = id
@@ -95,9 +93,9 @@ for i = 5, #ARGV, 9 do
         out[#out + 1] = 1
       end
       if history then
-        set[#set + 1] = id .. '/history'
+        set[#set + 1] = 'history'
         set[#set + 1] = history
-        redis.call('HSET', KEYS[3], unpack(set))
+        redis.call('HSET', key, unpack(set))
       end
     end
     if live then redis.call(ARGV[4], ARGV[3], id) end
@@ -116,9 +114,10 @@ if #finished > 0 then
   local excess = redis.call('ZCARD', KEYS[4]) - keep
   if excess > 0 then
     for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, excess - 1)) do
-      forget_job(KEYS[3], old)
+      forgotten[#forgotten + 1] = old
     end
     redis.call('ZREMRANGEBYRANK', KEYS[4], 0, excess - 1)
   end
 end
+forget_jobs(KEYS[3], forgotten)
 return out

@@ -3,7 +3,7 @@
   whose lease ran out, or a job cancelled meanwhile, cannot write over a newer one's.
 
   Input:
-    KEYS[1] pool: job pool hash    {jobs:<topic>}:pool   <id>/progress
+    KEYS[1] job: the job's hash    {jobs:<topic>}:job:<id>   lease, progress
     ARGV[1] id: job id
     ARGV[2] lease: the delivery's lease token (X-Engage-Lease of its callback)
     ARGV[3] progress: JSON text
@@ -12,9 +12,9 @@
 
   Output: 1 recorded, 0 the lease is not (or no longer) this delivery's
 ]]
-if redis.call('HGET', KEYS[1], ARGV[1] .. '/lease') ~= ARGV[2] then
+if ARGV[2] == '' or redis.call('HGET', KEYS[1], 'lease') ~= ARGV[2] then
   return 0
 end
-redis.call('HSET', KEYS[1], ARGV[1] .. '/progress', ARGV[3])
+redis.call('HSET', KEYS[1], 'progress', ARGV[3])
 redis.call(ARGV[5], ARGV[4], ARGV[1])
 return 1

@@ -2,7 +2,7 @@
   Moves due jobs of a topic to its waiting zset, and jobs whose visibility deadline passed
   (their worker died or hung: a stall) back to the front of their priority there. A stall
   does not use one of the job's attempts (the delivery never reported back); it is counted
-  under <id>/stalls, and the taker buries a job that stalled more often than its topic
+  in the job's `stalls`, and the taker buries a job that stalled more often than its topic
   allows. Atomic, so every instance may run it on every tick without a lock and no job moves
   twice.
 
@@ -15,7 +15,10 @@
     KEYS[2] waiting: waiting zset      {jobs:<topic>}:waiting   score as above
     KEYS[3] legacy: ready list         {jobs:<topic>}:ready     of an earlier version, emptied
     KEYS[4] running: in-flight zset    {jobs:<topic>}:running   score = visibility deadline, ms
-    KEYS[5] pool: job pool hash     {jobs:<topic>}:pool      <id>/priority
+    KEYS[5] jobs: a job's hash is this and its id   {jobs:<topic>}:job:   (its priority)
+    KEYS[6] counts: topic counters hash {jobs:<topic>}:counts     prioritised: whether jobs'
+                                                   priorities are read at all (most topics
+                                                   never set one; a read is a call a job)
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] limit: most jobs to move
     ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
@@ -30,11 +33,15 @@
 local live = listened(ARGV[3], ARGV[4])
 local now, limit = ARGV[1], tonumber(ARGV[2])
 local BAND = 8796093022208
+local prioritised = redis.call('HGET', KEYS[6], 'prioritised') == '1'
 local function score(priority, due)
   return (1000 - (tonumber(priority) or 0)) * BAND + due
 end
+local function priority_of(id)
+  return prioritised and redis.call('HGET', KEYS[5] .. id, 'priority')
+end
 local function wait(id, due)
-  redis.call('ZADD', KEYS[2], score(redis.call('HGET', KEYS[5], id .. '/priority'), due), id)
+  redis.call('ZADD', KEYS[2], score(priority_of(id), due), id)
   if live then redis.call(ARGV[4], ARGV[3], id) end
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -48,19 +55,11 @@ end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {0, 0, 0, -1}
 local waiting = {}
-for first = 1, #due, UNPACK_MOST do
-  local fields = {}
-  for i = first, math.min(first + UNPACK_MOST - 1, #due), 2 do
-    fields[#fields + 1] = due[i] .. '/priority'
-  end
-  local priorities = redis.call('HMGET', KEYS[5], unpack(fields))
-  for n, priority in ipairs(priorities) do
-    local i = first + (n - 1) * 2
-    waiting[#waiting + 1] = score(priority, tonumber(due[i + 1]))
-    waiting[#waiting + 1] = due[i]
-    if live then redis.call(ARGV[4], ARGV[3], due[i]) end
-    out[#out + 1] = due[i + 1]
-  end
+for i = 1, #due, 2 do
+  waiting[#waiting + 1] = score(priority_of(due[i]), tonumber(due[i + 1]))
+  waiting[#waiting + 1] = due[i]
+  if live then redis.call(ARGV[4], ARGV[3], due[i]) end
+  out[#out + 1] = due[i + 1]
 end
 if #due > 0 then
   call_sliced('ZADD', KEYS[2], waiting, 2)
@@ -69,10 +68,11 @@ end
 out[1] = #due / 2
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
+  local key = KEYS[5] .. id
   redis.call('ZREM', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id .. '/lease')
-  redis.call('HINCRBY', KEYS[5], id .. '/stalls', 1)
-  redis.call('HINCRBY', KEYS[5], id .. '/attempts', -1)
+  redis.call('HDEL', key, 'lease')
+  redis.call('HINCRBY', key, 'stalls', 1)
+  redis.call('HINCRBY', key, 'attempts', -1)
   wait(id, 0)
 end
 out[2] = #expired

@@ -4,7 +4,7 @@
 
   Input:
     KEYS[1] delayed: delay zset        {jobs:<topic>}:delayed
-    KEYS[2] pool: job pool hash     {jobs:<topic>}:pool
+    KEYS[2] job: the job's hash       {jobs:<topic>}:job:<id>
     ARGV[1] id: job id
     ARGV[2] run_at_ms: new due time, epoch ms
     ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
@@ -17,4 +17,4 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
 redis.call(ARGV[4], ARGV[3], ARGV[1])
-return {1, redis.call('HGET', KEYS[2], ARGV[1]) or ''}
+return {1, redis.call('HGET', KEYS[2], 'job') or ''}

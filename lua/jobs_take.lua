@@ -12,7 +12,7 @@
   Input:
     KEYS[1] waiting: waiting zset     lowest score first (jobs_promote.lua)
     KEYS[2] running: in-flight zset
-    KEYS[3] pool: job pool hash
+    KEYS[3] jobs: a job's hash is this and its id   {jobs:<topic>}:job:
     KEYS[4] settings: topic settings hash   {jobs:<topic>}:settings   paused, per_second,
                                                                      concurrency
     KEYS[5] counts: topic counters hash     {jobs:<topic>}:counts     second, started, done,
@@ -58,17 +58,16 @@ local running = {}
 local popped = redis.call('ZPOPMIN', KEYS[1], most)
 for i = 1, #popped, 2 do
   local id, n = popped[i], (i + 1) / 2
-  local held = redis.call('HMGET', KEYS[3], id, id .. '/attempts', id .. '/stalls',
-    id .. '/history')
+  local key = KEYS[3] .. id
+  local held = redis.call('HMGET', key, 'job', 'attempts', 'stalls', 'history')
   if held[1] then
     taken = taken + 1
     local lease = ARGV[2] .. ':' .. n
     local attempt = (tonumber(held[2]) or 0) + 1
     running[#running + 1] = ARGV[1]
     running[#running + 1] = id
-    redis.call('HSET', KEYS[3], id .. '/lease', lease, id .. '/attempts', attempt,
-      id .. '/started', ARGV[4],
-      id .. '/history', history_with(held[4], ARGV[4], 'RUNNING', attempt, ''))
+    redis.call('HSET', key, 'lease', lease, 'attempts', attempt, 'started', ARGV[4],
+      'history', history_with(held[4], ARGV[4], 'RUNNING', attempt, ''))
     if live then redis.call(ARGV[6], ARGV[5], id) end
     out[#out + 1] = id
     out[#out + 1] = held[1]

@@ -1,18 +1,26 @@
--- A job's own fields in its topic's pool (`<id>/<part>`), and its bounded history.
-local JOB_PARTS = {'attempts', 'error', 'status', 'stalls', 'priority', 'lease', 'progress',
-  'result', 'started', 'finished', 'runs', 'history'}
+-- A job's own hash is `{jobs:<topic>}:job:<id>`: a script is given the part before the id
+-- (`jobs`) and joins them. Its fields: job (the JSON), attempts, error, status, stalls,
+-- priority, lease, progress, result, started, finished, runs, history. An empty lease is
+-- none (a delivery ended): writing it costs one call fewer than removing the field, and no
+-- delivery's token is empty. A hash per job, in
+-- its topic's slot, rather than `<id>/<part>` fields of one hash per topic: at 100,000 jobs
+-- that hash missed the caches on every field (the same four-field read cost 9.5 µs there
+-- and 2.6 µs in a small hash), and forgetting a job was an HDEL of 13 fields, not one DEL.
+
 -- Events kept per job: the newest, the oldest forgotten.
 local HISTORY_KEPT = 20
 -- Most values one command takes from unpack (Lua's C stack holds about 8,000).
 local UNPACK_MOST = 1000
 
--- Forgets a job: its JSON and every field of it.
-local function forget_job(pool, id)
-  local fields = {id}
-  for _, part in ipairs(JOB_PARTS) do
-    fields[#fields + 1] = id .. '/' .. part
+-- Forgets jobs: their hashes, in slices unpack can take.
+local function forget_jobs(jobs, ids)
+  for first = 1, #ids, UNPACK_MOST do
+    local keys = {}
+    for i = first, math.min(first + UNPACK_MOST - 1, #ids) do
+      keys[#keys + 1] = jobs .. ids[i]
+    end
+    redis.call('DEL', unpack(keys))
   end
-  redis.call('HDEL', pool, unpack(fields))
 end
 
 -- A stored history with an event added: {at, state, attempt, error}, as stored. `stored`
@@ -41,13 +49,6 @@ local function history_with(stored, at, state, attempt, error_text)
     table.remove(events, 1)
   end
   return cjson.encode(events)
-end
-
--- Adds an event to a job's history.
-local function job_event(pool, id, at, state, attempt, error_text)
-  local field = id .. '/history'
-  redis.call('HSET', pool, field,
-    history_with(redis.call('HGET', pool, field), at, state, attempt, error_text))
 end
 
 -- Runs `command key values...` over `values` in slices unpack can take; `width` values

@@ -574,13 +574,13 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
     app.jobs()
         .registry
         .register("mixed", Arc::new(recorder.clone()), None);
-    // A pool entry that is not a job's JSON (left by an older layout, say), ready to take.
+    // A job hash whose JSON is not a job's (left by an older layout, say), ready to take.
     let keys = &app.keys();
     let mut conn = app.redis_connection().await;
     let () = redis::pipe()
         .cmd("HSET")
-        .arg(keys.job_pool("mixed"))
-        .arg("garbled")
+        .arg(keys.job("mixed", "garbled"))
+        .arg("job")
         .arg("3")
         .ignore()
         .cmd("RPUSH")
@@ -617,6 +617,79 @@ async fn a_job_stored_unreadably_goes_to_dead_jobs_without_holding_up_the_others
         "{dead}"
     );
     assert_eq!(recorder.count("garbled"), 0);
+}
+
+#[tokio::test]
+async fn jobs_an_earlier_version_kept_in_one_pool_hash_per_topic_move_to_a_hash_each_and_run() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.jobs()
+        .registry
+        .register("lifted", Arc::new(recorder.clone()), None);
+    let mut prioritised = job("soon", "lifted", Duration::from_secs(3));
+    prioritised.priority = 7;
+    app.jobs().schedule(prioritised).await.unwrap();
+    app.jobs()
+        .schedule(job("later", "lifted", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    // The earlier layout: `<id>` holds the JSON and `<id>/<part>` the rest, in one hash.
+    let keys = &app.keys();
+    let pool = keys.jobs_legacy_pool("lifted");
+    let mut conn = app.redis_connection().await;
+    let mut written = HashMap::new();
+    for id in ["soon", "later"] {
+        let hash: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(keys.job("lifted", id))
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL").arg(keys.job("lifted", id)).ignore();
+        for (field, value) in &hash {
+            let field = if field == "job" {
+                id.to_string()
+            } else {
+                format!("{id}/{field}")
+            };
+            pipe.cmd("HSET").arg(&pool).arg(field).arg(value).ignore();
+        }
+        let () = pipe.query_async(&mut *conn).await.unwrap();
+        written.insert(id, hash);
+    }
+    // A field of no job (its JSON gone) is dropped.
+    let () = redis::cmd("HSET")
+        .arg(&pool)
+        .arg("gone/lease")
+        .arg("x")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+
+    app.jobs().lift_pools().await.unwrap();
+
+    let left: bool = redis::cmd("EXISTS")
+        .arg(&pool)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert!(!left, "the pool is gone");
+    for (id, before) in &written {
+        let after: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(keys.job("lifted", id))
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(&after, before, "job {id} has every field it had");
+    }
+    drop(conn);
+    until("the moved job ran", Duration::from_secs(10), || {
+        recorder.count("soon") == 1
+    })
+    .await;
+    let later = app.jobs().find("lifted", "later").await.unwrap().unwrap();
+    assert_eq!(later.status, jobs::JobStatus::Delayed);
+    assert_eq!(recorder.count("later"), 0);
 }
 
 /// Polls a job (without GraphQL, so no rate limit) until `done` holds for it; its view then.
@@ -963,9 +1036,8 @@ async fn with_sql_down_scheduling_answers_unavailable_and_schedules_nothing() {
         engage::infra::error::ErrorCode::Unavailable
     );
     let mut conn = app.redis_connection().await;
-    let pooled: bool = redis::cmd("HEXISTS")
-        .arg(app.keys().job_pool("nosql"))
-        .arg("j1")
+    let pooled: bool = redis::cmd("EXISTS")
+        .arg(app.keys().job("nosql", "j1"))
         .query_async(&mut *conn)
         .await
         .unwrap();

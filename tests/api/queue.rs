@@ -1016,15 +1016,18 @@ async fn progress_is_fenced_by_the_lease_and_a_job_keeps_its_times_and_history()
         ])
     );
     assert_eq!(job["last"], json!([{ "state": "DONE" }]));
-    // The delivery ended: its lease fences nothing any more.
-    let late = app
-        .gql(
-            Some(&admin),
-            PROGRESS,
-            json!({ "id": "g1", "lease": "x", "progress": 1 }),
-        )
-        .await;
-    assert_eq!(first_code(&late), "CONFLICT");
+    // The delivery ended: its lease fences nothing any more, and no token (an ended
+    // delivery's lease is stored empty) passes for it.
+    for lease in ["x", ""] {
+        let late = app
+            .gql(
+                Some(&admin),
+                PROGRESS,
+                json!({ "id": "g1", "lease": lease, "progress": 1 }),
+            )
+            .await;
+        assert_eq!(first_code(&late), "CONFLICT", "lease {lease:?}: {late}");
+    }
 }
 
 #[tokio::test]

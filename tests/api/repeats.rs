@@ -279,12 +279,12 @@ async fn a_series_lost_with_redis_is_rebuilt_from_sql_with_its_runs_and_limit() 
     assert!(app.jobs().verify().await.unwrap().is_clean());
 
     // verify compares the count toward the limit too.
-    let pool = app.keys().job_pool("rebuilt");
+    let hash = app.keys().job("rebuilt", "r");
     let set_runs = async |n: i64| {
         let mut conn = app.redis_connection().await;
         let () = redis::cmd("HSET")
-            .arg(&pool)
-            .arg("r/runs")
+            .arg(&hash)
+            .arg("runs")
             .arg(n)
             .query_async(&mut *conn)
             .await

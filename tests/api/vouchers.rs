@@ -528,12 +528,8 @@ async fn forget_job(app: &TestApp, order: &str) {
     let keys = &app.keys();
     let mut conn = app.redis_connection().await;
     let () = redis::pipe()
-        .cmd("HDEL")
-        .arg(keys.job_pool(topic))
-        .arg(id)
-        .arg(format!("{id}/attempts"))
-        .arg(format!("{id}/error"))
-        .arg(format!("{id}/status"))
+        .cmd("DEL")
+        .arg(keys.job(topic, &id.to_string()))
         .ignore()
         .cmd("ZREM")
         .arg(keys.jobs_finished(topic))

@@ -94,27 +94,29 @@ impl Jobs {
         for row in rows {
             names.insert(row.try_get("topic")?);
         }
-        {
-            let keys = &self.infra.keys;
-            let mut conn = self.infra.redis.get().await?;
-            let known: Vec<String> = redis::cmd("SMEMBERS")
-                .arg(keys.jobs_known_topics())
-                .query_async(&mut *conn)
-                .await?;
-            let due: Vec<String> = redis::cmd("ZRANGE")
-                .arg(keys.jobs_due_topics())
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut *conn)
-                .await?;
-            names.extend(known);
-            names.extend(due);
-        }
+        names.extend(self.topics_in_redis_sets().await?);
         let mut views = Vec::with_capacity(names.len());
         for name in names {
             views.push(self.topic_now(&name).await?);
         }
         Ok(views)
+    }
+
+    /// The topics Redis lists: those that had a job, and those with work due.
+    pub(crate) async fn topics_in_redis_sets(&self) -> AppResult<BTreeSet<String>> {
+        let keys = &self.infra.keys;
+        let mut conn = self.infra.redis.get().await?;
+        let known: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys.jobs_known_topics())
+            .query_async(&mut *conn)
+            .await?;
+        let due: Vec<String> = redis::cmd("ZRANGE")
+            .arg(keys.jobs_due_topics())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(known.into_iter().chain(due).collect())
     }
 
     /// A topic; `None` when it never had a job, settings or a handler.

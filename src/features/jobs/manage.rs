@@ -86,7 +86,7 @@ impl Jobs {
         let keys = &self.infra.keys;
         let script = JobsReschedule {
             delayed: keys.jobs_delayed(topic),
-            pool: keys.job_pool(topic),
+            job: keys.job(topic, id),
         };
         let (moved, json) = self
             .infra
@@ -156,7 +156,7 @@ impl Jobs {
         let keys = &self.infra.keys;
         let script = JobsClean {
             finished: keys.jobs_finished(topic),
-            pool: keys.job_pool(topic),
+            jobs: keys.jobs_of(topic),
         };
         let args = JobsCleanArgs {
             status,
@@ -223,7 +223,7 @@ impl Jobs {
             return Err(not_found());
         }
         let script = JobsProgress {
-            pool: self.infra.keys.job_pool(topic),
+            job: self.infra.keys.job(topic, id),
         };
         let args = JobsProgressArgs {
             id,

@@ -3,11 +3,10 @@
 //! back), retry on a ladder, and end in `dead_job` when their
 //! attempts are used up. Delivery is at-least-once; handlers are idempotent.
 //!
-//! Keys of a topic share the hash tag `{jobs:<topic>}`: pool hash, delay zset, waiting zset,
-//! in-flight zset, finished zset. Every script touches one topic, so one slot. The pool
-//! holds a job's JSON under its id and its bookkeeping under `<id>/attempts`, `<id>/error`,
-//! `<id>/lease`, `<id>/stalls` and `<id>/status` ([`pool_field`]): `/` is the one character
-//! ids and topics may not contain, so no id names another job's field.
+//! Keys of a topic share the hash tag `{jobs:<topic>}`: a hash per job (its JSON under `job`,
+//! beside its attempts, error, lease, status, history and the rest: [`Keys::job`]), delay
+//! zset, waiting zset, in-flight zset, finished zset. Every script touches one topic, so one
+//! slot.
 //!
 //! SQL holds every job still to run ([`pending`]), so that a Redis that lost its data can be
 //! told what it lacks and be given it back ([`recovery`]).
@@ -18,7 +17,8 @@
 //! - [`gauges`]: the jobs per topic and state at `/metrics`;
 //! - [`control`]: a topic's counts, pause and limits;
 //! - [`manage`]: bulk add, promote, change of delay, clean, requeue of a topic's dead jobs;
-//! - [`repeat`]: repeating jobs, every N seconds or on a cron pattern in a time zone.
+//! - [`repeat`]: repeating jobs, every N seconds or on a cron pattern in a time zone;
+//! - [`upgrade`]: an earlier version's keys, moved to this one's when the worker starts.
 
 pub mod control;
 pub(crate) mod gauges;
@@ -30,6 +30,7 @@ pub mod repeat;
 pub mod settings;
 pub mod signing;
 mod topics;
+mod upgrade;
 pub(crate) mod worker;
 
 use std::time::Duration;
@@ -107,7 +108,20 @@ impl Keys {
         format!("jobs:{topic}")
     }
 
-    pub fn job_pool(&self, topic: &str) -> String {
+    /// A job's hash (`lua/include/jobs_fields.lua`).
+    pub fn job(&self, topic: &str, id: &str) -> String {
+        self.tagged(Self::jobs_tag(topic), format_args!("job:{id}"))
+    }
+
+    /// What a job's hash is named with its id appended: the scripts that touch many jobs of
+    /// a topic join the two.
+    pub(crate) fn jobs_of(&self, topic: &str) -> String {
+        self.job(topic, "")
+    }
+
+    /// The one hash per topic in which an earlier version kept every job's fields, which the
+    /// worker moves into hashes per job when it starts (`lua/jobs_lift.lua`).
+    pub fn jobs_legacy_pool(&self, topic: &str) -> String {
         self.tagged(Self::jobs_tag(topic), "pool")
     }
 
@@ -269,13 +283,8 @@ pub struct NewJob {
     pub repeat: Option<RepeatRule>,
 }
 
-/// The pool field of a job's `part` (`attempts`, `error`, `lease`, `status`); the scripts
-/// join them the same way.
-fn pool_field(id: &str, part: &str) -> String {
-    format!("{id}/{part}")
-}
-
-/// Ids and topics: 1 to `max` of A-Z a-z 0-9 _ - . : (never `/`, see [`pool_field`]).
+/// Ids and topics: 1 to `max` of A-Z a-z 0-9 _ - . : (never `}`, which would end a key's
+/// hash tag, nor `/`, which joined a job's fields in an earlier version's pool).
 fn is_name(value: &str, max: usize) -> bool {
     !value.is_empty()
         && value.len() <= max
@@ -641,9 +650,10 @@ impl Jobs {
                 ));
             }
             let schedule = JobsSchedule {
-                pool: keys.job_pool(topic),
+                jobs: keys.jobs_of(topic),
                 delayed: keys.jobs_delayed(topic),
                 finished: keys.jobs_finished(topic),
+                counts: keys.jobs_counts(topic),
             };
             let replies = self
                 .infra
@@ -715,7 +725,7 @@ impl Jobs {
             delayed: keys.jobs_delayed(topic),
             waiting: keys.jobs_waiting(topic),
             running: keys.jobs_running(topic),
-            pool: keys.job_pool(topic),
+            job: keys.job(topic, id),
             finished: keys.jobs_finished(topic),
             legacy: keys.jobs_ready(topic),
         };
@@ -759,20 +769,13 @@ impl Jobs {
         let keys = &self.infra.keys;
         let mut pipe = redis::pipe();
         for id in ids {
+            let job = keys.job(topic, id);
             pipe.cmd("HMGET")
-                .arg(keys.job_pool(topic))
-                .arg(id)
-                .arg(pool_field(id, "attempts"))
-                .arg(pool_field(id, "error"))
-                .arg(pool_field(id, "status"));
-            pipe.cmd("HMGET")
-                .arg(keys.job_pool(topic))
-                .arg(pool_field(id, "progress"))
-                .arg(pool_field(id, "result"))
-                .arg(pool_field(id, "runs"))
-                .arg(pool_field(id, "started"))
-                .arg(pool_field(id, "finished"))
-                .arg(pool_field(id, "history"));
+                .arg(&job)
+                .arg(&["job", "attempts", "error", "status"]);
+            pipe.cmd("HMGET").arg(&job).arg(&[
+                "progress", "result", "runs", "started", "finished", "history",
+            ]);
             pipe.cmd("ZSCORE").arg(keys.jobs_delayed(topic)).arg(id);
             pipe.cmd("ZSCORE").arg(keys.jobs_running(topic)).arg(id);
         }

@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::{
     pending::{self, Record},
-    pool_field, JobSpec,
+    JobSpec,
 };
 use crate::{
     features::jobs::Jobs,
@@ -180,9 +180,8 @@ impl Jobs {
         let mut pipe = redis::pipe();
         for row in rows {
             pipe.cmd("HMGET")
-                .arg(self.infra.keys.job_pool(&row.topic))
-                .arg(&row.id)
-                .arg(pool_field(&row.id, "status"));
+                .arg(self.infra.keys.job(&row.topic, &row.id))
+                .arg(&["job", "status"]);
         }
         let mut conn = self.infra.redis.get().await?;
         let replies: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut *conn).await?;
@@ -197,10 +196,11 @@ impl Jobs {
             .collect())
     }
 
-    /// Topics that have keys in Redis, from their key names.
+    /// Topics that have keys in Redis, from their key names. Jobs' hashes (`…}:job:<id>`)
+    /// are not matched: a topic's other keys name it, and they are few.
     async fn topics_in_redis(&self) -> AppResult<BTreeSet<String>> {
         let start = format!("{}{{jobs:", self.infra.keys.prefix());
-        let pattern = format!("{}*", glob_escape(&start));
+        let pattern = format!("{}*}}:[^j]*", glob_escape(&start));
         Ok(self
             .infra
             .redis
@@ -258,10 +258,8 @@ impl Jobs {
             let mut pipe = redis::pipe();
             for id in chunk {
                 pipe.cmd("HMGET")
-                    .arg(self.infra.keys.job_pool(topic))
-                    .arg(*id)
-                    .arg(pool_field(id, "status"))
-                    .arg(pool_field(id, "runs"));
+                    .arg(self.infra.keys.job(topic, id))
+                    .arg(&["job", "status", "runs"]);
             }
             let replies: Vec<(Option<String>, Option<String>, Option<i64>)> =
                 pipe.query_async(&mut *conn).await?;

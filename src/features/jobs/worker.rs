@@ -326,6 +326,7 @@ impl Jobs {
         let mut every = tokio::time::interval(self.settings.tick());
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut adopted = false;
+        let mut lifted = false;
         loop {
             tokio::select! {
                 () = self.infra.instance.shutdown.cancelled() => return,
@@ -335,6 +336,17 @@ impl Jobs {
                 match self.adopt_topic_set().await {
                     Ok(()) => adopted = true,
                     Err(error) => tracing::warn!(%error, "delay queue topics not adopted yet"),
+                }
+            }
+            // Nothing is promoted, so nothing taken, while jobs are in an earlier version's
+            // pool, where this version's scripts would not find them.
+            if !lifted {
+                match self.lift_pools().await {
+                    Ok(()) => lifted = true,
+                    Err(error) => {
+                        tracing::warn!(%error, "jobs not yet moved from their topics' pools");
+                        continue;
+                    }
                 }
             }
             let pass = async {
@@ -446,7 +458,8 @@ impl Jobs {
                     waiting: keys.jobs_waiting(topic),
                     legacy: keys.jobs_ready(topic),
                     running: keys.jobs_running(topic),
-                    pool: keys.job_pool(topic),
+                    jobs: keys.jobs_of(topic),
+                    counts: keys.jobs_counts(topic),
                 };
                 let args = JobsPromoteArgs {
                     now_ms: now,
@@ -503,7 +516,7 @@ impl Jobs {
                 let take = JobsTake {
                     waiting: keys.jobs_waiting(topic),
                     running: keys.jobs_running(topic),
-                    pool: keys.job_pool(topic),
+                    jobs: keys.jobs_of(topic),
                     settings: keys.jobs_settings(topic),
                     counts: keys.jobs_counts(topic),
                 };
@@ -626,7 +639,7 @@ impl Jobs {
         let keys = &self.infra.keys;
         let running = JobsExtend {
             running: keys.jobs_running(&delivery.topic),
-            pool: keys.job_pool(&delivery.topic),
+            job: keys.job(&delivery.topic, &delivery.id),
         };
         let args = JobsExtendArgs {
             deadline_ms: self.infra.clock.now_ms() + visibility.as_millis() as i64,
@@ -655,7 +668,7 @@ impl Jobs {
                     let finish = JobsFinish {
                         running: keys.jobs_running(topic),
                         delayed: keys.jobs_delayed(topic),
-                        pool: keys.job_pool(topic),
+                        jobs: keys.jobs_of(topic),
                         finished: keys.jobs_finished(topic),
                         counts: keys.jobs_counts(topic),
                     };
