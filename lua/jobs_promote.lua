@@ -23,11 +23,15 @@
     ARGV[2] limit: most jobs to move
     ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
     ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
+    ARGV[5] revisit_ms: how soon a topic with jobs waiting is visited again, ms (the
+                        instance that promoted them takes them until none is left; the
+                        visit tells the others, and a restarted one, that they wait)
 
   Output: { promoted, reclaimed, waiting jobs, next visit, run-at of each promoted
-            job... }; next visit = when the topic needs promoting again: now while jobs are
-            waiting, else the earliest due time or visibility deadline, -1 when it has no
-            pending job at all (the caller drops it from the index of due topics)
+            job... }; next visit = when the topic needs promoting again: the earliest due
+            time or visibility deadline, and no later than revisit_ms from now while jobs
+            are waiting; -1 when it has no pending job at all (the caller drops it from the
+            index of due topics)
 ]]
 -- @include jobs_fields.lua
 local live = listened(ARGV[3], ARGV[4])
@@ -77,14 +81,16 @@ for _, id in ipairs(expired) do
 end
 out[2] = #expired
 out[3] = redis.call('ZCARD', KEYS[2])
+for _, key in ipairs({KEYS[1], KEYS[4]}) do
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] and (out[4] == -1 or tonumber(first[2]) < out[4]) then
+    out[4] = tonumber(first[2])
+  end
+end
 if out[3] > 0 then
-  out[4] = tonumber(now)
-else
-  for _, key in ipairs({KEYS[1], KEYS[4]}) do
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if first[2] and (out[4] == -1 or tonumber(first[2]) < out[4]) then
-      out[4] = tonumber(first[2])
-    end
+  local revisit = tonumber(now) + tonumber(ARGV[5])
+  if out[4] == -1 or revisit < out[4] then
+    out[4] = revisit
   end
 end
 return out

@@ -24,16 +24,24 @@
     ARGV[5] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
     ARGV[6] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
-  Output: { id, job JSON, attempts (this one included), lease, stalls, ... } - five per job;
-          stalls = deliveries of the job whose lease ran out (the caller buries a job that
-          stalled more often than its topic allows instead of running it again)
+  Output: { left, id, job JSON, attempts (this one included), lease, stalls, ... } - five
+          per job; left = what the topic has left: 0 no job waiting, 1 jobs may be waiting,
+          2 jobs wait but the topic is held back (paused, or at a limit: the caller asks
+          again when a delivery of it ends or at the next tick); stalls = deliveries of the
+          job whose lease ran out (the caller buries a job that stalled more often than its
+          topic allows instead of running it again)
 ]]
 -- @include jobs_fields.lua
+-- A topic held back: 2 while jobs wait, 0 when none does.
+local function held()
+  return {redis.call('EXISTS', KEYS[1]) * 2}
+end
 local settings = redis.call('HMGET', KEYS[4], 'paused', 'per_second', 'concurrency')
 if settings[1] == '1' then
-  return {}
+  return held()
 end
-local most = tonumber(ARGV[3])
+local asked = tonumber(ARGV[3])
+local most = asked
 local concurrency = tonumber(settings[3])
 if concurrency then
   most = math.min(most, concurrency - redis.call('ZCARD', KEYS[2]))
@@ -48,14 +56,20 @@ if per_second then
   end
   most = math.min(most, per_second - started)
 end
-local out = {}
 if most <= 0 then
-  return out
+  return held()
 end
 local live = listened(ARGV[5], ARGV[6])
 local taken = 0
 local running = {}
 local popped = redis.call('ZPOPMIN', KEYS[1], most)
+-- Fewer than asked: none is left. All of a limited take: the topic is at its limit now.
+local out = {1}
+if #popped / 2 < most then
+  out[1] = 0
+elseif most < asked then
+  out[1] = 2
+end
 for i = 1, #popped, 2 do
   local id, n = popped[i], (i + 1) / 2
   local key = KEYS[3] .. id

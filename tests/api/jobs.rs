@@ -970,6 +970,8 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
         policy(&[600], 30_000),
     );
     let now = app.now_ms();
+    // Paused while its rows are read: a due job may otherwise run and end first.
+    app.jobs().pause("kept", true).await.unwrap();
     for (id, delay) in [
         ("runs", 0),
         ("retried", 0),
@@ -987,6 +989,7 @@ async fn a_job_is_recorded_in_sql_from_its_scheduling_until_it_ends() {
     assert_eq!(ids, ["cancelled", "dies", "retried", "runs", "waits"]);
     assert!(rows.iter().all(|r| r.1 >= now && r.2 == 0), "{rows:?}");
     let first_seq = rows[3].3;
+    app.jobs().pause("kept", false).await.unwrap();
 
     assert!(app.jobs().cancel("kept", "cancelled").await.unwrap());
     until("each due job ran", Duration::from_secs(5), || {

@@ -25,6 +25,7 @@ pub(crate) mod gauges;
 pub mod handlers;
 mod manage;
 mod pending;
+mod ready;
 pub mod recovery;
 pub mod repeat;
 pub mod settings;

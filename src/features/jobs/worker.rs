@@ -20,7 +20,9 @@ use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     handlers::{Delivery, JobError},
-    pending, JobSpec,
+    pending,
+    ready::{Left, ReadyTopics},
+    JobSpec,
 };
 use crate::{
     features::jobs::Jobs,
@@ -43,22 +45,31 @@ const TOPICS_PER_TICK: usize = 1000;
 const TOPICS_PER_TRIP: usize = 100;
 /// Most jobs one take hands out.
 const TAKE_BATCH: usize = 100;
+/// Fewest jobs a take asks of a topic while this instance has as many slots free: a take's
+/// own calls cost as much as several jobs', so free slots shared one per topic over many
+/// topics cost about a take per job.
+const TAKE_SHARE_LEAST: usize = 8;
+/// How soon a topic with jobs waiting is promoted again, ms. The instance that promoted them
+/// takes them until none is left ([`ReadyTopics`]); the visit is for the other instances,
+/// and for this one after a restart.
+const WAITING_REVISIT_MS: i64 = 1000;
 
 pub async fn run(ctx: Jobs) {
     let capacity = ctx.settings.concurrency();
     let permits = Arc::new(Semaphore::new(capacity));
-    let ready_topics = Mutex::new(Vec::new());
-    let promoted = Notify::new();
+    let ready_topics = Mutex::new(ReadyTopics::default());
+    // Wakes an idle taker: a promotion, or a held topic's delivery ended here.
+    let wake = Notify::new();
     let (finisher, outcomes) = Finisher::new(ctx.infra.clock.clone());
     tokio::join!(
-        ctx.promote_loop(&ready_topics, &promoted),
+        ctx.promote_loop(&ready_topics, &wake),
         async {
-            ctx.take_loop(&ready_topics, &promoted, &permits, &finisher)
+            ctx.take_loop(&ready_topics, &wake, &permits, &finisher)
                 .await;
             // Deliveries still running hold clones; the finisher ends after the last.
             drop(finisher);
         },
-        ctx.finish_loop(outcomes),
+        ctx.finish_loop(outcomes, &ready_topics, &wake),
     );
     // Let running jobs finish (the app bounds this wait by its grace period).
     let _ = permits.acquire_many(capacity as u32).await;
@@ -322,7 +333,7 @@ impl Ended {
 impl Jobs {
     /// Every tick: promote due jobs of the topics due by now, move each topic to its next
     /// visit, and hand the topics with ready jobs to the taker.
-    async fn promote_loop(&self, ready_topics: &Mutex<Vec<String>>, promoted: &Notify) {
+    async fn promote_loop(&self, ready_topics: &Mutex<ReadyTopics>, wake: &Notify) {
         let mut every = tokio::time::interval(self.settings.tick());
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut adopted = false;
@@ -367,11 +378,11 @@ impl Jobs {
                     visited.push((visit, promotion.next_visit));
                 }
                 self.reindex(&visited).await?;
-                *ready_topics.lock().expect("poisoned") = ready;
+                ready_topics.lock().expect("poisoned").promoted(ready);
                 AppResult::Ok(())
             };
             match pass.await {
-                Ok(()) => promoted.notify_one(),
+                Ok(()) => wake.notify_one(),
                 Err(error) => tracing::warn!(%error, "delay queue promotion failed"),
             }
         }
@@ -382,13 +393,13 @@ impl Jobs {
     /// tick's.
     async fn take_loop(
         &self,
-        ready_topics: &Mutex<Vec<String>>,
-        promoted: &Notify,
+        ready_topics: &Mutex<ReadyTopics>,
+        wake: &Notify,
         permits: &Arc<Semaphore>,
         finisher: &Finisher,
     ) {
         loop {
-            let current = ready_topics.lock().expect("poisoned").clone();
+            let current = ready_topics.lock().expect("poisoned").takeable();
             let mut took_any = false;
             let mut next = 0;
             while next < current.len() {
@@ -396,12 +407,15 @@ impl Jobs {
                     () = self.infra.instance.shutdown.cancelled() => return,
                     permit = permits.clone().acquire_owned() => permit.expect("never closed"),
                 };
-                // The free slots, shared by as many topics as there are slots (up to a
-                // round trip's): at least one job each, and no more than the slots in all.
+                // The free slots, shared by the topics left (up to a round trip's), but at
+                // least TAKE_SHARE_LEAST asked of each: no more than the slots in all.
                 let free = 1 + permits.available_permits();
-                let topics = &current[next..current.len().min(next + free.min(TOPICS_PER_TRIP))];
+                let left = (current.len() - next).min(TOPICS_PER_TRIP);
+                let each = (free / left)
+                    .max(free.min(TAKE_SHARE_LEAST))
+                    .min(TAKE_BATCH);
+                let topics = &current[next..next + (free / each).clamp(1, left)];
                 next += topics.len();
-                let each = (free / topics.len()).min(TAKE_BATCH);
                 let taken = match self.take(topics, each).await {
                     Ok(taken) => taken,
                     Err(error) => {
@@ -409,8 +423,14 @@ impl Jobs {
                         Vec::new()
                     }
                 };
+                {
+                    let mut ready = ready_topics.lock().expect("poisoned");
+                    for (topic, (left, _)) in topics.iter().zip(&taken) {
+                        ready.took(topic, *left);
+                    }
+                }
                 let mut permit = Some(permit);
-                for taken in taken {
+                for taken in taken.into_iter().flat_map(|(_, taken)| taken) {
                     took_any = true;
                     let permit = match permit.take() {
                         Some(first) => first,
@@ -440,7 +460,7 @@ impl Jobs {
             if !took_any {
                 tokio::select! {
                     () = self.infra.instance.shutdown.cancelled() => return,
-                    () = promoted.notified() => {}
+                    () = wake.notified() => {}
                     () = tokio::time::sleep(self.settings.tick()) => {}
                 }
             }
@@ -466,6 +486,7 @@ impl Jobs {
                     limit: PROMOTE_BATCH,
                     channel: keys.jobs_live(topic),
                     publish: keys.publish_command(),
+                    revisit_ms: WAITING_REVISIT_MS,
                 };
                 (promotion, args)
             })
@@ -501,8 +522,9 @@ impl Jobs {
         }
     }
 
-    /// Takes up to `each` ready jobs of every topic, all in one round trip.
-    async fn take(&self, topics: &[String], each: usize) -> AppResult<Vec<Taken>> {
+    /// Takes up to `each` ready jobs of every topic, all in one round trip; for each topic,
+    /// what it has left and its jobs.
+    async fn take(&self, topics: &[String], each: usize) -> AppResult<Vec<(Left, Vec<Taken>)>> {
         let keys = &self.infra.keys;
         let now = self.infra.clock.now_ms();
         let leases: Vec<String> = topics
@@ -535,12 +557,15 @@ impl Jobs {
         Ok(topics
             .iter()
             .zip(replies)
-            .flat_map(|(topic, taken)| self.taken(topic, taken))
+            .map(|(topic, taken)| {
+                let left = taken.first().map_or(Left::More, |left| Left::of(left));
+                (left, self.taken(topic, taken.get(1..).unwrap_or_default()))
+            })
             .collect())
     }
 
     /// The jobs one topic's take handed out (five values each), to run or to bury.
-    fn taken(&self, topic: &str, taken: Vec<String>) -> Vec<Taken> {
+    fn taken(&self, topic: &str, taken: &[String]) -> Vec<Taken> {
         let policy = self.registry.policy(topic);
         taken
             .chunks_exact(5)
@@ -650,7 +675,12 @@ impl Jobs {
         Ok(extended == 1)
     }
 
-    async fn finish_loop(&self, mut queue: mpsc::Receiver<Finish>) {
+    async fn finish_loop(
+        &self,
+        mut queue: mpsc::Receiver<Finish>,
+        ready_topics: &Mutex<ReadyTopics>,
+        wake: &Notify,
+    ) {
         let mut batch = Vec::with_capacity(FINISH_BATCH);
         while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
             let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
@@ -699,6 +729,16 @@ impl Jobs {
                 })
                 .collect();
             let applied = self.infra.scripts().call_many(&calls).await;
+            if applied.is_ok() {
+                let mut ready = ready_topics.lock().expect("poisoned");
+                let mut freed = false;
+                for (topic, _) in &by_topic {
+                    freed |= ready.ended(topic);
+                }
+                if freed {
+                    wake.notify_one();
+                }
+            }
             let mut ended = Ended::default();
             for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
                 for (position, end) in ends.into_iter().enumerate() {
@@ -773,12 +813,13 @@ impl Jobs {
     }
 }
 
-/// `{ promoted, reclaimed, ready list length, next visit, run-at of each promoted job… }`.
+/// `{ promoted, reclaimed, jobs waiting, next visit, run-at of each promoted job… }`.
 impl Replies for JobsPromote {
     type Reply = Vec<i64>;
 }
 
-/// Five per job taken: id, JSON, attempts, lease, stalls.
+/// What the topic has left ([`Left`]), then five per job taken: id, JSON, attempts, lease,
+/// stalls.
 impl Replies for JobsTake {
     type Reply = Vec<String>;
 }
