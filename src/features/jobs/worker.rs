@@ -410,11 +410,11 @@ impl Jobs {
                 // The free slots, shared by the topics left (up to a round trip's), but at
                 // least TAKE_SHARE_LEAST asked of each: no more than the slots in all.
                 let free = 1 + permits.available_permits();
-                let left = (current.len() - next).min(TOPICS_PER_TRIP);
-                let each = (free / left)
+                let remaining = (current.len() - next).min(TOPICS_PER_TRIP);
+                let each = (free / remaining)
                     .max(free.min(TAKE_SHARE_LEAST))
                     .min(TAKE_BATCH);
-                let topics = &current[next..next + (free / each).clamp(1, left)];
+                let topics = &current[next..next + (free / each).clamp(1, remaining)];
                 next += topics.len();
                 let taken = match self.take(topics, each).await {
                     Ok(taken) => taken,
