@@ -14,8 +14,10 @@
     ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
     ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
 
-  Output: {1, <JSON of the job>} cancelled (its JSON tells the caller which SQL record to
-          remove), {0, ''} no such pending job (unknown, finished or already cancelled)
+  Output: {1, <JSON of the job>, pending} cancelled (its JSON tells the caller which SQL
+          record to remove; pending = 0 when the topic has no job left delayed, waiting or
+          running, so its visit may come now and drop it from the index of due topics),
+          {0, '', 1} no such pending job (unknown, finished or already cancelled)
 ]]
 -- @include jobs_fields.lua
 local id = ARGV[1]
@@ -24,7 +26,7 @@ local removed = redis.call('ZREM', KEYS[1], id)
   + redis.call('LREM', KEYS[6], 0, id)
   + redis.call('ZREM', KEYS[3], id)
 if removed == 0 then
-  return {0, ''}
+  return {0, '', 1}
 end
 local held = redis.call('HMGET', KEYS[4], 'job', 'attempts', 'history')
 redis.call('HDEL', KEYS[4], 'lease')
@@ -32,4 +34,5 @@ redis.call('HSET', KEYS[4], 'status', 'CANCELLED', 'finished', ARGV[2],
   'history', history_with(held[3], ARGV[2], 'CANCELLED', held[2], ''))
 redis.call(ARGV[4], ARGV[3], id)
 redis.call('ZADD', KEYS[5], ARGV[2], id)
-return {1, held[1] or ''}
+local pending = math.min(redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[6]), 1)
+return {1, held[1] or '', pending}

@@ -19,6 +19,7 @@
     KEYS[5] counts: topic counters hash {jobs:<topic>}:counts     done, dead: jobs that
                                                    ended so (the caller stored a dead one in
                                                    dead_job)
+    KEYS[6] waiting: waiting zset      {jobs:<topic>}:waiting
     ARGV[1] now_ms: now, epoch ms
     ARGV[2] keep: finished jobs kept per topic
     ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
@@ -29,13 +30,15 @@
                                  the job's removeOnComplete), next run of a repeating job
                                  (epoch ms, '' none), most runs of its series ('' no limit)
 
-  Output: one per delivery, in order: 1 applied, 2 applied and the next run of the series
-          scheduled, 0 the lease is no longer this delivery's
+  Output: { pending, then one per delivery, in order: 1 applied, 2 applied and the next
+          run of the series scheduled, 0 the lease is no longer this delivery's };
+          pending = 0 when the topic has no job left delayed, waiting or running (its
+          visit may come now, to drop it from the index of due topics), 1 otherwise
 ]]
 -- @include jobs_fields.lua
 local live = listened(ARGV[3], ARGV[4])
 local now, keep = ARGV[1], tonumber(ARGV[2])
-local out = {}
+local out = {1}
 -- Gathered over the deliveries, written once each after them.
 local ended, finished, forgotten, done, dead = {}, {}, {}, 0, 0
 for i = 5, #ARGV, 9 do
@@ -120,4 +123,7 @@ if #finished > 0 then
   end
 end
 forget_jobs(KEYS[3], forgotten)
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[6]) == 0 then
+  out[1] = 0
+end
 return out

@@ -155,6 +155,48 @@ async fn jobs_are_counted_per_topic_and_state() {
     .await;
 }
 
+/// Whether `/metrics` shows `topic`'s gauges.
+async fn gauged(app: &TestApp, topic: &str) -> bool {
+    let text = app.get_text("/metrics").await;
+    text.contains(&format!("engage_jobs_running{{topic=\"{topic}\"}}"))
+}
+
+#[tokio::test]
+async fn a_topic_leaves_the_gauges_when_its_last_job_ends_or_is_cancelled() {
+    let app = TestApp::spawn().await;
+    let gate = Arc::new(Semaphore::new(0));
+    let jobs = app.jobs();
+
+    // A job running through a promotion visit: that visit, finding nothing waiting, sets the
+    // next one at the job's visibility deadline, a minute away. Its end brings it forward.
+    const ENDED: &str = "metered-ended";
+    jobs.registry
+        .register(ENDED, Arc::new(Gate(gate.clone())), None);
+    jobs.schedule(job("only", ENDED, Duration::ZERO))
+        .await
+        .unwrap();
+    eventually(async || {
+        let text = app.get_text("/metrics").await;
+        sample(&text, &format!("engage_jobs_running{{topic=\"{ENDED}\"}}")) == Some(1.0)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(gauged(&app, ENDED).await);
+    gate.close();
+    eventually(async || !gauged(&app, ENDED).await).await;
+
+    // A job due in an hour, cancelled: the topic does not wait for that hour to leave.
+    const CANCELLED: &str = "metered-cancelled";
+    jobs.registry
+        .register(CANCELLED, Arc::new(Gate(gate.clone())), None);
+    jobs.schedule(job("later", CANCELLED, Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    eventually(async || gauged(&app, CANCELLED).await).await;
+    assert!(jobs.cancel(CANCELLED, "later").await.unwrap());
+    eventually(async || !gauged(&app, CANCELLED).await).await;
+}
+
 #[tokio::test]
 async fn consumer_lag_counts_the_entries_its_group_has_not_read() {
     // Another instance holds the feed fan-out's stream for the next hour, so this app's

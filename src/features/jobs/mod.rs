@@ -736,9 +736,17 @@ impl Jobs {
             channel: keys.jobs_live(topic),
             publish: keys.publish_command(),
         };
-        let (cancelled, json) = self.infra.scripts().call(&job, &args).await?;
+        let (cancelled, json, pending) = self.infra.scripts().call(&job, &args).await?;
         if cancelled != 1 {
             return Ok(false);
+        }
+        if pending == 0 {
+            // The topic's last pending job: its visit comes now, which drops it from the
+            // index (and the gauges), rather than at the cancelled job's due time.
+            let now = self.infra.clock.now_ms();
+            if let Err(error) = self.index(&[(topic.to_string(), now)]).await {
+                tracing::warn!(%error, topic, "an emptied topic not indexed: it stays until its next visit");
+            }
         }
         // Redis cancelled it; a row left behind (SQL failed here) is one that a rebuild finds
         // cancelled in the pool and removes.
@@ -975,7 +983,8 @@ impl Replies for JobsSchedule {
     type Reply = Vec<(Status, String)>;
 }
 
-/// 1 and the JSON of the job cancelled, or 0 and '' when no such job was pending.
+/// 1, the JSON of the job cancelled and whether its topic has a job pending still (0 none,
+/// 1 some); or 0, '' and 1 when no such job was pending.
 impl Replies for JobsCancel {
-    type Reply = (i64, String);
+    type Reply = (i64, String, i64);
 }

@@ -272,8 +272,9 @@ struct Ended {
     retries: Vec<pending::Retry>,
     /// Next runs of repeating jobs.
     next_runs: Vec<pending::NextRun>,
-    /// Each topic's earliest retry or next run.
-    retry_visits: Vec<(String, i64)>,
+    /// Each topic's next visit: its earliest retry or next run, or now for a topic left
+    /// with no pending job.
+    visits: Vec<(String, i64)>,
 }
 
 impl Ended {
@@ -297,9 +298,20 @@ impl Ended {
             self.forgotten.push(end.seq);
             return;
         };
-        match self.retry_visits.iter_mut().find(|(t, _)| t == topic) {
-            Some((_, at)) => *at = (*at).min(due),
-            None => self.retry_visits.push((topic.to_string(), due)),
+        self.visit(topic, due);
+    }
+
+    /// A topic these ends left with no job delayed, waiting or running. Its visit comes now
+    /// (it was at most the last job's visibility deadline), and the promotion drops it from
+    /// the index, and from the gauges with it.
+    fn emptied(&mut self, topic: &str, now: i64) {
+        self.visit(topic, now);
+    }
+
+    fn visit(&mut self, topic: &str, at: i64) {
+        match self.visits.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, visit)) => *visit = (*visit).min(at),
+            None => self.visits.push((topic.to_string(), at)),
         }
     }
 
@@ -308,8 +320,8 @@ impl Ended {
     async fn record(self, ctx: &Jobs) {
         // A retry may be due before the topic's next visit (which was at most the job's
         // visibility deadline): the topic's visit moves to the earliest retry.
-        if let Err(error) = ctx.index(&self.retry_visits).await {
-            tracing::warn!(%error, "topics of retried jobs not indexed: a retry may wait for its topic's next visit");
+        if let Err(error) = ctx.index(&self.visits).await {
+            tracing::warn!(%error, "topics of ended jobs not indexed: a retry may wait for its topic's next visit");
         }
         if self.forgotten.is_empty() && self.retries.is_empty() && self.next_runs.is_empty() {
             return;
@@ -701,6 +713,7 @@ impl Jobs {
                         jobs: keys.jobs_of(topic),
                         finished: keys.jobs_finished(topic),
                         counts: keys.jobs_counts(topic),
+                        waiting: keys.jobs_waiting(topic),
                     };
                     let deliveries: Vec<_> = ends
                         .iter()
@@ -741,9 +754,14 @@ impl Jobs {
             }
             let mut ended = Ended::default();
             for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
+                if let Ok(replies) = &applied {
+                    if replies[index].first() == Some(&0) {
+                        ended.emptied(&topic, now);
+                    }
+                }
                 for (position, end) in ends.into_iter().enumerate() {
                     let reply = match &applied {
-                        Ok(replies) => Ok(replies[index].get(position).copied().unwrap_or(0)),
+                        Ok(replies) => Ok(replies[index].get(position + 1).copied().unwrap_or(0)),
                         Err(error) => Err(error.clone()),
                     };
                     if let Ok(reply @ 1..) = reply {
@@ -829,8 +847,9 @@ impl Replies for JobsExtend {
     type Reply = i64;
 }
 
-/// One per delivery: 1 applied, 2 applied with the next run of its series scheduled, 0 the
-/// lease is no longer this delivery's.
+/// Whether the topic has a job pending still (0 none, 1 some), then one per delivery: 1
+/// applied, 2 applied with the next run of its series scheduled, 0 the lease is no longer this
+/// delivery's.
 impl Replies for JobsFinish {
     type Reply = Vec<i64>;
 }
