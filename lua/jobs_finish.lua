@@ -60,7 +60,7 @@ for i = 5, #ARGV, 9 do
       local runs = (tonumber(held[3]) or 0) + 1
       local limit = tonumber(ARGV[i + 8])
       local again = ARGV[i + 7] ~= '' and (limit == nil or runs < limit)
-      local set = {'lease', '', 'stalls', 0, 'runs', runs, 'finished', now}
+      local set = {'lease', '', 'stalls', '0', 'runs', runs, 'finished', now}
       local history
       if outcome == 'dead' then
         dead = dead + 1
@@ -77,8 +77,8 @@ for i = 5, #ARGV, 9 do
       end
       if again then
         set[#set + 1] = 'attempts'
-        set[#set + 1] = 0
-        history = history_with(history, now, 'DELAYED', 0, '')
+        set[#set + 1] = '0'
+        history = history_with(history, now, 'DELAYED', '0', '')
         redis.call('ZADD', KEYS[2], ARGV[i + 7], id)
         out[#out + 1] = 2
       elseif outcome == 'dead' then

@@ -18,7 +18,7 @@
     KEYS[5] counts: topic counters hash     {jobs:<topic>}:counts     second, started, done,
                                                                      dead
     ARGV[1] deadline_ms: visibility deadline, epoch ms
-    ARGV[2] lease_prefix: lease token prefix of this take
+    ARGV[2] lease_prefix: lease token prefix of this take (a job's lease: prefix:id)
     ARGV[3] most: most jobs to take
     ARGV[4] now_ms: now, epoch ms
     ARGV[5] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
@@ -71,17 +71,20 @@ elseif most < asked then
   out[1] = 2
 end
 for i = 1, #popped, 2 do
-  local id, n = popped[i], (i + 1) / 2
+  local id = popped[i]
   local key = KEYS[3] .. id
   local held = redis.call('HMGET', key, 'job', 'attempts', 'stalls', 'history')
   if held[1] then
     taken = taken + 1
-    local lease = ARGV[2] .. ':' .. n
+    -- Joined from text alone (the job id, not its rank in the take): a number made text
+    -- costs a microsecond a job.
+    local lease = ARGV[2] .. ':' .. id
     local attempt = (tonumber(held[2]) or 0) + 1
+    local attempts = tostring(attempt)
     running[#running + 1] = ARGV[1]
     running[#running + 1] = id
-    redis.call('HSET', key, 'lease', lease, 'attempts', attempt, 'started', ARGV[4],
-      'history', history_with(held[4], ARGV[4], 'RUNNING', attempt, ''))
+    redis.call('HSET', key, 'lease', lease, 'attempts', attempts, 'started', ARGV[4],
+      'history', history_with(held[4], ARGV[4], 'RUNNING', attempts, ''))
     if live then redis.call(ARGV[6], ARGV[5], id) end
     out[#out + 1] = id
     out[#out + 1] = held[1]
