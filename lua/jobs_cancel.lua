@@ -34,5 +34,4 @@ redis.call('HSET', KEYS[4], 'status', 'CANCELLED', 'finished', ARGV[2],
   'history', history_with(held[3], ARGV[2], 'CANCELLED', held[2], ''))
 redis.call(ARGV[4], ARGV[3], id)
 redis.call('ZADD', KEYS[5], ARGV[2], id)
-local pending = math.min(redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[6]), 1)
-return {1, held[1] or '', pending}
+return {1, held[1] or '', pending_in(KEYS[1], KEYS[2], KEYS[3], KEYS[6])}

@@ -123,7 +123,5 @@ if #finished > 0 then
   end
 end
 forget_jobs(KEYS[3], forgotten)
-if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[6]) == 0 then
-  out[1] = 0
-end
+out[1] = pending_in(KEYS[1], KEYS[2], KEYS[6])
 return out

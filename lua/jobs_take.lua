@@ -33,12 +33,12 @@
 ]]
 -- @include jobs_fields.lua
 -- A topic held back: 2 while jobs wait, 0 when none does.
-local function held()
+local function held_back()
   return {redis.call('EXISTS', KEYS[1]) * 2}
 end
 local settings = redis.call('HMGET', KEYS[4], 'paused', 'per_second', 'concurrency')
 if settings[1] == '1' then
-  return held()
+  return held_back()
 end
 local asked = tonumber(ARGV[3])
 local most = asked
@@ -57,7 +57,7 @@ if per_second then
   most = math.min(most, per_second - started)
 end
 if most <= 0 then
-  return held()
+  return held_back()
 end
 local live = listened(ARGV[5], ARGV[6])
 local taken = 0

@@ -63,6 +63,12 @@ local function call_sliced(command, key, values, width)
   end
 end
 
+-- 1 when any of the topic's zsets (or lists) `...` holds a job, else 0: an emptied topic's
+-- visit may come now, to drop it from the index of due topics.
+local function pending_in(...)
+  return math.min(redis.call('EXISTS', ...), 1)
+end
+
 -- Whether anyone listens on a topic's live channel (`publish`: PUBLISH or SPUBLISH, the
 -- command that would tell them): a change nobody hears is not published. Asked once per
 -- call; a subscriber confirmed before the call is counted, which is all `jobChanged`

@@ -3,8 +3,9 @@
 //! jobs). The promotion tick walks only the topics due by now, and a topic that has no
 //! pending job left is dropped, so the index holds the topics with work, not every topic
 //! ever used. An end or a cancel that leaves a topic with no pending job moves its visit to
-//! now, so it is dropped at the next tick rather than at the visit its last job had set. (It replaces `{jobs}:topics`, a set of every topic ever seen that every tick
-//! walked in full.)
+//! now, so it is dropped at the next tick rather than at the visit its last job had set.
+//! (It replaces `{jobs}:topics`, a set of every topic ever seen that every tick walked in
+//! full.)
 //!
 //! The index lives in its own slot, apart from the topics' keys, so no script can move a job
 //! and its topic's visit together. Two rules keep a job from being forgotten:

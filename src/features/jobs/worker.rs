@@ -301,13 +301,7 @@ impl Ended {
         self.visit(topic, due);
     }
 
-    /// A topic these ends left with no job delayed, waiting or running. Its visit comes now
-    /// (it was at most the last job's visibility deadline), and the promotion drops it from
-    /// the index, and from the gauges with it.
-    fn emptied(&mut self, topic: &str, now: i64) {
-        self.visit(topic, now);
-    }
-
+    /// Moves `topic`'s visit to `at` if that is earlier than the one gathered so far.
     fn visit(&mut self, topic: &str, at: i64) {
         match self.visits.iter_mut().find(|(t, _)| t == topic) {
             Some((_, visit)) => *visit = (*visit).min(at),
@@ -754,9 +748,12 @@ impl Jobs {
             }
             let mut ended = Ended::default();
             for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
+                // A topic left with no job delayed, waiting or running is visited now (its
+                // visit was at most the last job's visibility deadline): the promotion drops
+                // it from the index, and from the gauges with it.
                 if let Ok(replies) = &applied {
                     if replies[index].first() == Some(&0) {
-                        ended.emptied(&topic, now);
+                        ended.visit(&topic, now);
                     }
                 }
                 for (position, end) in ends.into_iter().enumerate() {
