@@ -24,11 +24,15 @@
     ARGV[2] keep: finished jobs kept per topic
     ARGV[3] channel: the topic's live channel   {jobs:<topic>}:live   each change PUBLISHes the job id
     ARGV[4] publish: the publish command: SPUBLISH on a Redis Cluster, PUBLISH on one node
-    ARGV[5..] deliveries: nine per delivery: job id, lease token, outcome (done | retry |
-                                 dead), retry at (epoch ms), error text, result (JSON, ''
-                                 none), finished jobs to keep after this one ('' the topic's:
-                                 the job's removeOnComplete), next run of a repeating job
-                                 (epoch ms, '' none), most runs of its series ('' no limit)
+    ARGV[5..] deliveries: per delivery, job id, lease token and outcome, then the
+                                 outcome's own values: done (none), done+ (result: JSON or ''
+                                 none; finished jobs to keep after this one: '' the topic's,
+                                 else the job's removeOnComplete; next run of a repeating job:
+                                 epoch ms or '' none; most runs of its series: '' no limit),
+                                 retry (retry at: epoch ms; error text), dead (error text;
+                                 next run; most runs). A plain success is three values: each
+                                 value of a call costs Redis about a third of a command called
+                                 from a script.
 
   Output: { pending, then one per delivery, in order: 1 applied, 2 applied and the next
           run of the series scheduled, 0 the lease is no longer this delivery's };
@@ -40,9 +44,24 @@ local live = listened(ARGV[3], ARGV[4])
 local now, keep = ARGV[1], tonumber(ARGV[2])
 local out = {1}
 -- Gathered over the deliveries, written once each after them.
-local ended, finished, forgotten, done, dead = {}, {}, {}, 0, 0
-for i = 5, #ARGV, 9 do
+local ended, delayed, finished, forgotten, done, dead = {}, {}, {}, {}, 0, 0
+local i = 5
+while i <= #ARGV do
   local id, lease, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local retry_at, error_text, result, keep_after, next_run, limit = '', '', '', '', '', ''
+  if outcome == 'done+' then
+    outcome, result, keep_after, next_run, limit = 'done', ARGV[i + 3], ARGV[i + 4],
+      ARGV[i + 5], ARGV[i + 6]
+    i = i + 7
+  elseif outcome == 'retry' then
+    retry_at, error_text = ARGV[i + 3], ARGV[i + 4]
+    i = i + 5
+  elseif outcome == 'dead' then
+    error_text, next_run, limit = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+    i = i + 6
+  else
+    i = i + 3
+  end
   local key = KEYS[3] .. id
   local held = redis.call('HMGET', key, 'lease', 'attempts', 'runs', 'history')
   if held[1] ~= lease then
@@ -51,27 +70,28 @@ for i = 5, #ARGV, 9 do
     ended[#ended + 1] = id
     local attempt = held[2]
     if outcome == 'retry' then
-      redis.call('HSET', key, 'lease', '', 'error', ARGV[i + 4],
-        'history', history_with(held[4], now, 'DELAYED', attempt, ARGV[i + 4]))
-      redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
+      redis.call('HSET', key, 'lease', '', 'error', error_text,
+        'history', history_with(held[4], now, 'DELAYED', attempt, error_text))
+      delayed[#delayed + 1] = retry_at
+      delayed[#delayed + 1] = id
       out[#out + 1] = 1
     else
       -- A run ended: done, or dead (then dead_job holds it).
       local runs = (tonumber(held[3]) or 0) + 1
-      local limit = tonumber(ARGV[i + 8])
-      local again = ARGV[i + 7] ~= '' and (limit == nil or runs < limit)
-      local set = {'lease', '', 'stalls', '0', 'runs', runs, 'finished', now}
+      local most = tonumber(limit)
+      local again = next_run ~= '' and (most == nil or runs < most)
+      local set = {'lease', '', 'stalls', '0', 'runs', count_text(runs), 'finished', now}
       local history
       if outcome == 'dead' then
         dead = dead + 1
         set[#set + 1] = 'error'
-        set[#set + 1] = ARGV[i + 4]
-        history = history_with(held[4], now, 'DEAD', attempt, ARGV[i + 4])
+        set[#set + 1] = error_text
+        history = history_with(held[4], now, 'DEAD', attempt, error_text)
       else
         done = done + 1
-        if ARGV[i + 5] ~= '' then
+        if result ~= '' then
           set[#set + 1] = 'result'
-          set[#set + 1] = ARGV[i + 5]
+          set[#set + 1] = result
         end
         history = history_with(held[4], now, 'DONE', attempt, '')
       end
@@ -79,7 +99,8 @@ for i = 5, #ARGV, 9 do
         set[#set + 1] = 'attempts'
         set[#set + 1] = '0'
         history = history_with(history, now, 'DELAYED', '0', '')
-        redis.call('ZADD', KEYS[2], ARGV[i + 7], id)
+        delayed[#delayed + 1] = next_run
+        delayed[#delayed + 1] = id
         out[#out + 1] = 2
       elseif outcome == 'dead' then
         history = nil
@@ -90,8 +111,8 @@ for i = 5, #ARGV, 9 do
         set[#set + 1] = 'DONE'
         finished[#finished + 1] = now
         finished[#finished + 1] = id
-        if ARGV[i + 6] ~= '' then
-          keep = math.min(keep, tonumber(ARGV[i + 6]))
+        if keep_after ~= '' then
+          keep = math.min(keep, tonumber(keep_after))
         end
         out[#out + 1] = 1
       end
@@ -105,6 +126,7 @@ for i = 5, #ARGV, 9 do
   end
 end
 call_sliced('ZREM', KEYS[1], ended, 1)
+call_sliced('ZADD', KEYS[2], delayed, 2)
 if done > 0 then
   redis.call('HINCRBY', KEYS[5], 'done', done)
 end

@@ -62,16 +62,20 @@ end
 local live = listened(ARGV[5], ARGV[6])
 local taken = 0
 local running = {}
-local popped = redis.call('ZPOPMIN', KEYS[1], most)
+-- The first ranks, read then removed: ZPOPMIN would answer each job's score too, a number
+-- Redis makes text (sprintf) for every job taken.
+local taking = redis.call('ZRANGE', KEYS[1], 0, most - 1)
+if #taking > 0 then
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #taking - 1)
+end
 -- Fewer than asked: none is left. All of a limited take: the topic is at its limit now.
 local out = {1}
-if #popped / 2 < most then
+if #taking < most then
   out[1] = 0
 elseif most < asked then
   out[1] = 2
 end
-for i = 1, #popped, 2 do
-  local id = popped[i]
+for _, id in ipairs(taking) do
   local key = KEYS[3] .. id
   local held = redis.call('HMGET', key, 'job', 'attempts', 'stalls', 'history')
   if held[1] then
@@ -80,7 +84,7 @@ for i = 1, #popped, 2 do
     -- costs a microsecond a job.
     local lease = ARGV[2] .. ':' .. id
     local attempt = (tonumber(held[2]) or 0) + 1
-    local attempts = tostring(attempt)
+    local attempts = count_text(attempt)
     running[#running + 1] = ARGV[1]
     running[#running + 1] = id
     redis.call('HSET', key, 'lease', lease, 'attempts', attempts, 'started', ARGV[4],

@@ -12,6 +12,16 @@ local HISTORY_KEPT = 20
 -- Most values one command takes from unpack (Lua's C stack holds about 8,000).
 local UNPACK_MOST = 1000
 
+-- The text of a count the take or the finish writes per job (an attempt, a run): a number
+-- made text goes through sprintf, about a microsecond, and the count is nearly always 1 (a
+-- first attempt; a job's only run).
+local function count_text(n)
+  if n == 1 then
+    return '1'
+  end
+  return tostring(n)
+end
+
 -- Forgets jobs: their hashes, in slices unpack can take.
 local function forget_jobs(jobs, ids)
   for first = 1, #ids, UNPACK_MOST do

@@ -16,6 +16,7 @@ use std::{sync::Arc, time::Duration};
 
 use std::sync::Mutex;
 
+use redis::{RedisWrite, ToRedisArgs};
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{
@@ -195,6 +196,42 @@ struct Finish {
     /// Most runs of its series, '' no limit.
     limit: String,
     applied: oneshot::Sender<AppResult<bool>>,
+}
+
+/// A delivery's end as `lua/jobs_finish.lua` reads it: the job, the lease and the outcome,
+/// then only the values that outcome has. A plain success is three values instead of nine:
+/// Redis pays for each value of a script call about a third of what a command called from
+/// the script costs.
+impl ToRedisArgs for Finish {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg(self.job_id.as_bytes());
+        out.write_arg(self.lease.as_bytes());
+        let repeat = [self.next_run.as_bytes(), self.limit.as_bytes()];
+        match self.outcome {
+            "retry" => {
+                out.write_arg(b"retry");
+                out.write_arg(self.retry_at.to_string().as_bytes());
+                out.write_arg(self.error.as_bytes());
+            }
+            "dead" => {
+                out.write_arg(b"dead");
+                out.write_arg(self.error.as_bytes());
+                repeat.iter().for_each(|value| out.write_arg(value));
+            }
+            _ if [&self.result, &self.keep, &self.next_run, &self.limit]
+                .iter()
+                .all(|value| value.is_empty()) =>
+            {
+                out.write_arg(b"done");
+            }
+            _ => {
+                out.write_arg(b"done+");
+                out.write_arg(self.result.as_bytes());
+                out.write_arg(self.keep.as_bytes());
+                repeat.iter().for_each(|value| out.write_arg(value));
+            }
+        }
+    }
 }
 
 /// Hands the ends of deliveries to [`Jobs::finish_loop`], which records them many at a time: one
@@ -709,28 +746,12 @@ impl Jobs {
                         counts: keys.jobs_counts(topic),
                         waiting: keys.jobs_waiting(topic),
                     };
-                    let deliveries: Vec<_> = ends
-                        .iter()
-                        .map(|end| {
-                            (
-                                &end.job_id,
-                                &end.lease,
-                                end.outcome,
-                                end.retry_at,
-                                &end.error,
-                                &end.result,
-                                &end.keep,
-                                &end.next_run,
-                                &end.limit,
-                            )
-                        })
-                        .collect();
                     let args = JobsFinishArgs {
                         now_ms: now,
                         keep: super::FINISHED_KEPT,
                         channel: keys.jobs_live(topic),
                         publish: keys.publish_command(),
-                        deliveries,
+                        deliveries: ends,
                     };
                     (finish, args)
                 })
