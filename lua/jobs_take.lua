@@ -80,8 +80,7 @@ for _, id in ipairs(taking) do
   local held = redis.call('HMGET', key, 'job', 'attempts', 'stalls', 'history')
   if held[1] then
     taken = taken + 1
-    -- Joined from text alone (the job id, not its rank in the take): a number made text
-    -- costs a microsecond a job.
+    -- Joined from text alone (the job id, not its rank in the take; see count_text).
     local lease = ARGV[2] .. ':' .. id
     local attempt = (tonumber(held[2]) or 0) + 1
     local attempts = count_text(attempt)

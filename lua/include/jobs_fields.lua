@@ -12,8 +12,9 @@ local HISTORY_KEPT = 20
 -- Most values one command takes from unpack (Lua's C stack holds about 8,000).
 local UNPACK_MOST = 1000
 
--- The text of a count the take or the finish writes per job (an attempt, a run): a number
--- made text goes through sprintf, about a microsecond, and the count is nearly always 1 (a
+-- The text of a count the take or the finish writes per job (an attempt, a run). A number
+-- made text goes through sprintf, about a microsecond, so the take and the finish join
+-- what they write from text they have wherever they can; this count is nearly always 1 (a
 -- first attempt; a job's only run).
 local function count_text(n)
   if n == 1 then
@@ -39,9 +40,8 @@ end
 -- history that may be full (as many "],[" as separate the events kept, which an error
 -- text can only add to) is decoded to drop its oldest.
 --
--- `at` and `attempt` are integers, best given as their text (an argument, a stored field):
--- text is joined as it is, while a number becomes text through sprintf, about a
--- microsecond each, which a take or a finish would pay per job.
+-- `at` and `attempt` are integers, best given as their text (an argument, a stored field;
+-- see count_text).
 local function history_with(stored, at, state, attempt, error_text)
   local event = '[' .. at .. ',"' .. state .. '",' .. (attempt or '0') .. ','
     .. (error_text and error_text ~= '' and cjson.encode(error_text) or '""') .. ']'

@@ -198,10 +198,8 @@ struct Finish {
     applied: oneshot::Sender<AppResult<bool>>,
 }
 
-/// A delivery's end as `lua/jobs_finish.lua` reads it: the job, the lease and the outcome,
-/// then only the values that outcome has. A plain success is three values instead of nine:
-/// Redis pays for each value of a script call about a third of what a command called from
-/// the script costs.
+/// A delivery's end as `lua/jobs_finish.lua` reads it (its header says why): the job, the
+/// lease and the outcome, then only the values that outcome has.
 impl ToRedisArgs for Finish {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         out.write_arg(self.job_id.as_bytes());
