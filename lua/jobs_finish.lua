@@ -29,10 +29,12 @@
                                  none; finished jobs to keep after this one: '' the topic's,
                                  else the job's removeOnComplete; next run of a repeating job:
                                  epoch ms or '' none; most runs of its series: '' no limit),
-                                 retry (retry at: epoch ms; error text), dead (error text;
-                                 next run; most runs). A plain success is three values: each
-                                 value of a call costs Redis about a third of a command called
-                                 from a script.
+                                 next (a success with no result or keep of its own: next
+                                 run; most runs), retry (retry at: epoch ms; error text),
+                                 dead (error text; next run; most runs). A plain success is
+                                 three values, a repeating one's five: each value of a call
+                                 costs Redis about a third of a command called from a
+                                 script.
 
   Output: { pending, then one per delivery, in order: 1 applied, 2 applied and the next
           run of the series scheduled, 0 the lease is no longer this delivery's };
@@ -53,6 +55,9 @@ while i <= #ARGV do
     outcome, result, keep_after, next_run, limit = 'done', ARGV[i + 3], ARGV[i + 4],
       ARGV[i + 5], ARGV[i + 6]
     i = i + 7
+  elseif outcome == 'next' then
+    outcome, next_run, limit = 'done', ARGV[i + 3], ARGV[i + 4]
+    i = i + 5
   elseif outcome == 'retry' then
     retry_at, error_text = ARGV[i + 3], ARGV[i + 4]
     i = i + 5

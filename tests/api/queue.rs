@@ -15,7 +15,7 @@ use engage::{
 };
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, global_id, TestApp};
+use crate::harness::{eventually, eventually_within, first_code, global_id, TestApp};
 
 const SCHEDULE: &str =
     "mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) { jobId status } }";
@@ -1159,4 +1159,120 @@ async fn a_dead_job_keeps_its_priority_when_requeued() {
     )
     .await;
     assert_eq!(requeued["requeueDeadJob"]["priority"], 900);
+}
+
+/// Fails its first `failures` deliveries with a retry whose error is `error`, then succeeds.
+#[derive(Clone)]
+struct FailsFirst {
+    failures: Arc<AtomicUsize>,
+    error: &'static str,
+}
+
+#[async_trait::async_trait]
+impl JobHandler for FailsFirst {
+    async fn handle(&self, _: &Delivery) -> Result<(), JobError> {
+        let left = self.failures.load(Ordering::SeqCst);
+        if left == 0 {
+            return Ok(());
+        }
+        self.failures.store(left - 1, Ordering::SeqCst);
+        Err(JobError::Retry(self.error.into()))
+    }
+}
+
+/// An error text with the characters that could pass for a history's own separators.
+const TRICKY_ERROR: &str = r#"bad input [1],["two"] \ ]"#;
+
+async fn details(app: &TestApp, topic: &str, id: &str) -> Value {
+    app.data(
+        Some(&app.admin_token()),
+        DETAILS,
+        json!({ "t": topic, "id": id }),
+    )
+    .await["job"]
+        .clone()
+}
+
+async fn history(app: &TestApp, topic: &str, id: &str) -> Vec<Value> {
+    details(app, topic, id).await["history"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn a_history_keeps_its_newest_twenty_events_and_errors_as_they_were() {
+    let app = TestApp::spawn().await;
+    let failing = FailsFirst {
+        failures: Arc::new(AtomicUsize::new(11)),
+        error: TRICKY_ERROR,
+    };
+    app.jobs()
+        .registry
+        .register("long", Arc::new(failing), None);
+    let input = json!({ "id": "h1", "topic": "long", "data": {}, "delaySeconds": 0, "maxAttempts": 12,
+        "backoff": { "kind": "FIXED", "delaySeconds": 1 } });
+    schedule_with(&app, input).await;
+    eventually_within("twelve attempts", Duration::from_secs(60), async || {
+        details(&app, "long", "h1").await["status"] == "DONE"
+    })
+    .await;
+    // 25 events: scheduled, eleven runs each retried, the twelfth run and its end. The
+    // five oldest are forgotten.
+    let events = history(&app, "long", "h1").await;
+    assert_eq!(events.len(), 20, "{events:?}");
+    assert_eq!(
+        events[0],
+        json!({ "state": "RUNNING", "attempt": 3, "error": null })
+    );
+    for pair in events[..18].chunks(2) {
+        assert_eq!(pair[0]["state"], "RUNNING", "{events:?}");
+        assert_eq!(pair[1]["state"], "DELAYED", "{events:?}");
+        assert_eq!(pair[1]["error"], TRICKY_ERROR, "{events:?}");
+    }
+    assert_eq!(
+        events[18..],
+        [
+            json!({ "state": "RUNNING", "attempt": 12, "error": null }),
+            json!({ "state": "DONE", "attempt": 12, "error": null }),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_history_stored_by_an_earlier_version_reads_and_is_trimmed_as_it_grows() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    app.handle_topic("older");
+    let input = json!({ "id": "o1", "topic": "older", "data": {}, "delaySeconds": 3600 });
+    schedule_with(&app, input).await;
+    // A full history as the earlier version wrote it: an error's "]" unescaped.
+    let error = serde_json::to_string(TRICKY_ERROR).unwrap();
+    let earlier: Vec<String> = (1..=20)
+        .map(|n| format!(r#"[{},"DELAYED",{n},{error}]"#, 1_700_000_000_000_i64 + n))
+        .collect();
+    let mut conn = app.redis_connection().await;
+    let () = redis::cmd("HSET")
+        .arg(app.keys().job("older", "o1"))
+        .arg("history")
+        .arg(format!("[{}]", earlier.join(",")))
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(history(&app, "older", "o1").await.len(), 20);
+
+    let cancelled = mutate(
+        &app,
+        &admin,
+        "mutation { cancelJob(topic: \"older\", id: \"o1\") }",
+    );
+    assert_eq!(cancelled.await["cancelJob"], true);
+    let events = history(&app, "older", "o1").await;
+    assert_eq!(events.len(), 20, "{events:?}");
+    assert_eq!(
+        events[0],
+        json!({ "state": "DELAYED", "attempt": 2, "error": TRICKY_ERROR })
+    );
+    assert_eq!(events[18]["attempt"], 20);
+    assert_eq!(events[19]["state"], "CANCELLED");
 }

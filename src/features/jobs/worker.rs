@@ -222,6 +222,10 @@ impl ToRedisArgs for Finish {
             {
                 out.write_arg(b"done");
             }
+            _ if self.result.is_empty() && self.keep.is_empty() => {
+                out.write_arg(b"next");
+                repeat.iter().for_each(|value| out.write_arg(value));
+            }
             _ => {
                 out.write_arg(b"done+");
                 out.write_arg(self.result.as_bytes());
