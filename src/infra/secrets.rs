@@ -24,9 +24,10 @@
 //! Production wants [`MIN_PRODUCTION_BITS`]. A random 32-byte secret is worth about 250 bits
 //! in hex and 245 in base64 by this estimate, and none drawn came near the line (the least
 //! of 50,000 in hex: 167; of 20,000 in base64: 169). Runs of four counted as words in base64
-//! too let about one random secret in 100,000 fall under it. Words count only in one case because random
-//! base64 has runs of letters of either case all the time; `Capitalised-Words` pass more
-//! easily than `lowercase-words` for it.
+//! too let about one random secret in 100,000 fall under it. Words count only in one case,
+//! and from six letters in a secret with both, because random base64 has runs of letters of
+//! either case all the time; `Capitalised-Words` pass more easily than `lowercase-words`
+//! for it.
 
 use std::collections::HashSet;
 

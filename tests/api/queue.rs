@@ -1171,12 +1171,15 @@ struct FailsFirst {
 #[async_trait::async_trait]
 impl JobHandler for FailsFirst {
     async fn handle(&self, _: &Delivery) -> Result<(), JobError> {
-        let left = self.failures.load(Ordering::SeqCst);
-        if left == 0 {
-            return Ok(());
+        let failing = self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            });
+        match failing {
+            Ok(_) => Err(JobError::Retry(self.error.into())),
+            Err(_) => Ok(()),
         }
-        self.failures.store(left - 1, Ordering::SeqCst);
-        Err(JobError::Retry(self.error.into()))
     }
 }
 
