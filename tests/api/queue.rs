@@ -964,6 +964,16 @@ impl JobHandler for Reporting {
 
 const DETAILS: &str = "query($t: String!, $id: ID!) { job(topic: $t, id: $id) { status progress result runs nextRunAt createdAt startedAt finishedAt history { state attempt error } last: history(first: 1) { state } } }";
 
+async fn details(app: &TestApp, topic: &str, id: &str) -> Value {
+    app.data(
+        Some(&app.admin_token()),
+        DETAILS,
+        json!({ "t": topic, "id": id }),
+    )
+    .await["job"]
+        .clone()
+}
+
 #[tokio::test]
 async fn progress_is_fenced_by_the_lease_and_a_job_keeps_its_times_and_history() {
     let app = TestApp::spawn().await;
@@ -978,15 +988,7 @@ async fn progress_is_fenced_by_the_lease_and_a_job_keeps_its_times_and_history()
         .register("progress", Arc::new(reporting), None);
     let admin = app.admin_token();
     schedule(&app, &admin, "g1", "progress").await;
-    let details = async || {
-        app.data(
-            Some(&admin),
-            DETAILS,
-            json!({ "t": "progress", "id": "g1" }),
-        )
-        .await["job"]
-            .clone()
-    };
+    let details = async || details(&app, "progress", "g1").await;
     eventually(async || details().await["status"] == "DONE").await;
     let answers = answers.lock().unwrap().clone();
     assert_eq!(
@@ -1040,14 +1042,8 @@ async fn a_callbacks_json_answer_is_the_jobs_result() {
     .await;
     callback_job(&app, "answered", port).await;
     eventually(async || job_of(&app, "answered").await["status"] == "DONE").await;
-    let job = app
-        .data(
-            Some(&app.admin_token()),
-            DETAILS,
-            json!({ "t": "signed", "id": "answered" }),
-        )
-        .await;
-    assert_eq!(job["job"]["result"], json!({ "receipt": "r-1" }), "{job}");
+    let job = details(&app, "signed", "answered").await;
+    assert_eq!(job["result"], json!({ "receipt": "r-1" }), "{job}");
 }
 
 #[tokio::test]
@@ -1185,16 +1181,6 @@ impl JobHandler for FailsFirst {
 
 /// An error text with the characters that could pass for a history's own separators.
 const TRICKY_ERROR: &str = r#"bad input [1],["two"] \ ]"#;
-
-async fn details(app: &TestApp, topic: &str, id: &str) -> Value {
-    app.data(
-        Some(&app.admin_token()),
-        DETAILS,
-        json!({ "t": topic, "id": id }),
-    )
-    .await["job"]
-        .clone()
-}
 
 async fn history(app: &TestApp, topic: &str, id: &str) -> Vec<Value> {
     details(app, topic, id).await["history"]
