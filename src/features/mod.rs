@@ -65,6 +65,7 @@ impl Features {
         let points = points::Points {
             infra: infra.clone(),
             rules: Arc::new(settings.points.rules()?),
+            zones: zones::Zones::new(infra.clone()),
         };
         let jobs = jobs::Jobs {
             infra: infra.clone(),

@@ -8,15 +8,25 @@
 //! next to the user's points keys (`lua/signin_set_zone.lua`), which the scripts' callers
 //! read. A user with no record counts days in the zone the caller gives (sign-in: the
 //! token's `zoneinfo` claim) or else in `ENGAGE_TIMEZONE`.
+//!
+//! A user Redis holds no zone for is looked up in SQL, in case Redis lost it. Most such users
+//! have no record at all (a first sign-in, the author of a liked remark who never signed in),
+//! so these lookups are gathered across requests into one query ([`RecordedZones`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
+use async_graphql::dataloader::{DataLoader, Loader};
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use chrono_tz::Tz;
 use sqlx::Row;
 
 use crate::infra::{
     clock::{date_in, date_of_day_number, day_number, start_of_in},
+    db::id_list,
     error::{AppError, AppResult},
     redis::{
         scripts::{Replies, SigninSetZone, SigninSetZoneArgs},
@@ -111,10 +121,45 @@ pub(crate) fn parse_zone(name: &str) -> AppResult<Tz> {
         .map_err(|_| AppError::bad_input(format!("{name:?} is not an IANA time zone")))
 }
 
-/// Reads and writes the users' zone records.
-pub(crate) struct Zones<'a>(pub(crate) &'a Infra);
+/// How long a lookup of a zone Redis lacks waits for others to share its query. Under a
+/// load of first sign-ins a query of its own cost each sign-in 40–70 µs of server CPU, most
+/// of it waking SQLite's worker thread; the wait (one tick of tokio's timer, 1–2 ms) is paid
+/// once by a user, at the first sign-in.
+const LOOKUP_GATHERING: Duration = Duration::from_millis(1);
 
-impl Zones<'_> {
+/// Reads and writes the users' zone records.
+#[derive(Clone)]
+pub(crate) struct Zones {
+    infra: Infra,
+    recorded: Arc<DataLoader<RecordedZones>>,
+}
+
+/// SQL's latest record of each user asked for, one query for all the lookups gathered.
+pub(crate) struct RecordedZones(Infra);
+
+impl Loader<i64> for RecordedZones {
+    type Value = UserZone;
+    type Error = Arc<AppError>;
+
+    async fn load(&self, users: &[i64]) -> Result<HashMap<i64, UserZone>, Self::Error> {
+        let condition = format!("user_id IN ({})", id_list(users));
+        let zones = recorded_zones(&self.0, &condition)
+            .await
+            .map_err(Arc::new)?;
+        Ok(zones.into_iter().collect())
+    }
+}
+
+impl Zones {
+    pub(crate) fn new(infra: Infra) -> Self {
+        let recorded =
+            DataLoader::new(RecordedZones(infra.clone()), tokio::spawn).delay(LOOKUP_GATHERING);
+        Self {
+            infra,
+            recorded: Arc::new(recorded),
+        }
+    }
+
     /// A user's zone: Redis's record, else SQL's (after a loss of Redis, before the
     /// rebuild), else the default (`claim`, then `ENGAGE_TIMEZONE`).
     pub(crate) async fn zone_of(&self, user_id: i64, claim: Option<Tz>) -> AppResult<UserZone> {
@@ -122,11 +167,11 @@ impl Zones<'_> {
             .zones_of(&[user_id], claim)
             .await?
             .remove(&user_id)
-            .unwrap_or_else(|| UserZone::default_of(claim.unwrap_or(self.0.clock.zone()))))
+            .unwrap_or_else(|| UserZone::default_of(claim.unwrap_or(self.infra.clock.zone()))))
     }
 
-    /// The zones of several users (one Redis round trip; SQL only for those Redis lacks), each
-    /// as [`Zones::zone_of`] reads it.
+    /// The zones of several users (one Redis round trip; one SQL query for those Redis lacks,
+    /// shared with other requests'), each as [`Zones::zone_of`] reads it.
     pub(crate) async fn zones_of(
         &self,
         users: &[i64],
@@ -134,89 +179,78 @@ impl Zones<'_> {
     ) -> AppResult<HashMap<i64, UserZone>> {
         let mut pipe = redis::pipe();
         for &user_id in users {
-            pipe.cmd("HMGET").arg(self.0.keys.sign_zone(user_id)).arg(&[
-                "zone",
-                "previous",
-                "from",
-                "changed_ms",
-            ]);
+            pipe.cmd("HMGET")
+                .arg(self.infra.keys.sign_zone(user_id))
+                .arg(&["zone", "previous", "from", "changed_ms"]);
         }
-        let mut conn = self.0.redis.get().await?;
+        let mut conn = self.infra.redis.get().await?;
         let held: Vec<Vec<Option<String>>> = pipe.query_async(&mut *conn).await?;
         drop(conn);
         let mut zones = HashMap::new();
+        let mut lacking = Vec::new();
         for (&user_id, fields) in users.iter().zip(held) {
             let text = |i: usize| fields.get(i).cloned().flatten().unwrap_or_default();
-            let zone = match text(0).parse::<Tz>() {
-                Ok(zone) => UserZone {
-                    zone,
-                    previous: text(1).parse::<Tz>().ok(),
-                    from_day: text(2).parse().ok().and_then(date_of_day_number),
-                    changed_ms: text(3).parse().unwrap_or(0),
-                    recorded: true,
-                },
-                Err(_) => match self.recorded_zone(user_id).await? {
-                    Some(recorded) => {
-                        // Redis lost it (before a rebuild): it is restored here.
-                        self.deliver_zone(user_id, &recorded).await?;
-                        recorded
-                    }
-                    None => UserZone::default_of(claim.unwrap_or_else(|| self.0.clock.zone())),
-                },
+            match text(0).parse::<Tz>() {
+                Ok(zone) => {
+                    let zone = UserZone {
+                        zone,
+                        previous: text(1).parse::<Tz>().ok(),
+                        from_day: text(2).parse().ok().and_then(date_of_day_number),
+                        changed_ms: text(3).parse().unwrap_or(0),
+                        recorded: true,
+                    };
+                    zones.insert(user_id, zone);
+                }
+                Err(_) => lacking.push(user_id),
+            }
+        }
+        if lacking.is_empty() {
+            return Ok(zones);
+        }
+        let recorded = self
+            .recorded
+            .load_many(lacking.iter().copied())
+            .await
+            .map_err(|e| (*e).clone())?;
+        for user_id in lacking {
+            let zone = match recorded.get(&user_id) {
+                Some(recorded) => {
+                    // Redis lost it (before a rebuild): it is restored here.
+                    self.deliver_zone(user_id, recorded).await?;
+                    *recorded
+                }
+                None => UserZone::default_of(claim.unwrap_or_else(|| self.infra.clock.zone())),
             };
             zones.insert(user_id, zone);
         }
         Ok(zones)
     }
 
-    /// The latest change SQL records.
+    /// The latest change SQL records, read now (not gathered with other lookups).
     pub(crate) async fn recorded_zone(&self, user_id: i64) -> AppResult<Option<UserZone>> {
         let row = sqlx::query(
             "SELECT user_id, zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
              WHERE user_id = $1 ORDER BY changed_at_ms DESC LIMIT 1",
         )
         .bind(user_id)
-        .fetch_optional(&self.0.db.pool)
+        .fetch_optional(&self.infra.db.pool)
         .await?;
-        row.map(|row| self.zone_of_row(&row)).transpose()
+        row.map(|row| zone_of_row(&self.infra, &row)).transpose()
     }
 
     /// The latest change SQL records of each user of a range (`range`: a condition on
     /// `user_id`).
     pub(crate) async fn recorded_zones(&self, range: &str) -> AppResult<BTreeMap<i64, UserZone>> {
-        let rows = sqlx::query(&format!(
-            "SELECT user_id, zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
-             WHERE {range} ORDER BY changed_at_ms"
-        ))
-        .fetch_all(&self.0.db.pool)
-        .await?;
-        let mut zones = BTreeMap::new();
-        for row in &rows {
-            zones.insert(row.try_get("user_id")?, self.zone_of_row(row)?);
-        }
-        Ok(zones)
-    }
-
-    fn zone_of_row(&self, row: &sqlx::any::AnyRow) -> AppResult<UserZone> {
-        let zone: String = row.try_get("zone")?;
-        let previous: Option<String> = row.try_get("previous_zone")?;
-        let from: Option<i64> = row.try_get("from_day")?;
-        Ok(UserZone {
-            zone: zone.parse().unwrap_or(self.0.clock.zone()),
-            previous: previous.and_then(|p| p.parse().ok()),
-            from_day: from.and_then(date_of_day_number),
-            changed_ms: row.try_get("changed_at_ms")?,
-            recorded: true,
-        })
+        recorded_zones(&self.infra, range).await
     }
 
     /// Writes a recorded zone to Redis (a newer one held stays).
     pub(crate) async fn deliver_zone(&self, user_id: i64, zone: &UserZone) -> AppResult<()> {
-        self.0
+        self.infra
             .scripts()
             .call(
                 &SigninSetZone {
-                    zone: self.0.keys.sign_zone(user_id),
+                    zone: self.infra.keys.sign_zone(user_id),
                 },
                 &SigninSetZoneArgs {
                     name: zone.zone.name(),
@@ -228,6 +262,33 @@ impl Zones<'_> {
             .await?;
         Ok(())
     }
+}
+
+async fn recorded_zones(infra: &Infra, range: &str) -> AppResult<BTreeMap<i64, UserZone>> {
+    let rows = sqlx::query(&format!(
+        "SELECT user_id, zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
+         WHERE {range} ORDER BY changed_at_ms"
+    ))
+    .fetch_all(&infra.db.pool)
+    .await?;
+    let mut zones = BTreeMap::new();
+    for row in &rows {
+        zones.insert(row.try_get("user_id")?, zone_of_row(infra, row)?);
+    }
+    Ok(zones)
+}
+
+fn zone_of_row(infra: &Infra, row: &sqlx::any::AnyRow) -> AppResult<UserZone> {
+    let zone: String = row.try_get("zone")?;
+    let previous: Option<String> = row.try_get("previous_zone")?;
+    let from: Option<i64> = row.try_get("from_day")?;
+    Ok(UserZone {
+        zone: zone.parse().unwrap_or(infra.clock.zone()),
+        previous: previous.and_then(|p| p.parse().ok()),
+        from_day: from.and_then(date_of_day_number),
+        changed_ms: row.try_get("changed_at_ms")?,
+        recorded: true,
+    })
 }
 
 #[cfg(test)]

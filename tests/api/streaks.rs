@@ -606,6 +606,50 @@ async fn a_zone_redis_lost_is_read_from_sql_and_a_claim_that_is_no_zone_is_ignor
     assert_eq!(streak(&app, &nowhere).await["timeZone"], "UTC");
 }
 
+/// Zone lookups Redis cannot answer are gathered into shared SQL queries: a burst of first
+/// sign-ins, some by users whose zone only SQL still holds, signs each user's own day.
+#[tokio::test]
+async fn concurrent_first_sign_ins_each_sign_the_day_of_their_own_zone() {
+    let app = TestApp::spawn_with(|config| {
+        config.rate_limit_per_ip = 0;
+        config.rate_limit_per_user = 0;
+        config.max_connections_per_ip = 0;
+    })
+    .await;
+    // 23:30 UTC on 1 September: 2 September in Tokyo, 1 September in New York.
+    app.set_clock(at(2026, 9, 1, 23, 30));
+    let lost: Vec<i64> = (4960..4965).collect();
+    for &user in &lost {
+        let token = app.user_token(user);
+        app.data(Some(&token), SET_ZONE, json!({ "z": "Asia/Tokyo" }))
+            .await;
+    }
+    let zone_keys: Vec<String> = lost.iter().map(|&u| app.keys().sign_zone(u)).collect();
+    unlink(&app, &zone_keys).await;
+    let fresh: Vec<i64> = (4965..5065).collect();
+
+    let tokens: Vec<(i64, String)> = lost
+        .iter()
+        .map(|&u| (u, app.user_token(u)))
+        .chain(
+            fresh
+                .iter()
+                .map(|&u| (u, token_in(&app, u, "America/New_York"))),
+        )
+        .collect();
+    let answers =
+        futures::future::join_all(tokens.iter().map(|(_, token)| sign(&app, token))).await;
+    for ((user, token), answer) in tokens.iter().zip(&answers) {
+        let (day, zone) = match lost.contains(user) {
+            true => ("2026-09-02", "Asia/Tokyo"),
+            false => ("2026-09-01", "America/New_York"),
+        };
+        assert_eq!(answer["date"], day, "user {user}: {answer}");
+        assert_eq!(answer["streak"], 1, "user {user}: {answer}");
+        assert_eq!(streak(&app, token).await["timeZone"], zone, "user {user}");
+    }
+}
+
 const BUY: &str = "mutation($k: String!) { buyStreakFreeze(idempotencyKey: $k) { freezesHeld } }";
 const BALANCE: &str = "{ viewer { pointsBalance { spent balance } } }";
 

@@ -54,6 +54,8 @@ use crate::infra::{
 pub struct Points {
     pub infra: Infra,
     pub rules: Arc<PointsRules>,
+    /// The users' zones, which say the day of a daily cap (and of a sign-in).
+    pub(crate) zones: Zones,
 }
 
 /// Daily totals outlive their day a little, for readers near midnight.
@@ -306,7 +308,7 @@ impl Points {
         }));
         let keys = &self.infra.keys;
         let users: Vec<i64> = awards.iter().map(|&(user, ..)| user).collect();
-        let zones = Zones(&self.infra).zones_of(&users, None).await?;
+        let zones = self.zones.zones_of(&users, None).await?;
         let reply = self
             .infra
             .durable_scripts(DurableWrite::Points)
@@ -434,7 +436,7 @@ impl Points {
 
     /// The key of the user's totals of the user's today.
     async fn todays_key(&self, user_id: i64) -> AppResult<String> {
-        let zone = Zones(&self.infra).zone_of(user_id, None).await?;
+        let zone = self.zones.zone_of(user_id, None).await?;
         let day = self.user_day(Some(&zone), self.infra.clock.now());
         Ok(self.infra.keys.points_today(user_id, day))
     }

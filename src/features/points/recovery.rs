@@ -33,7 +33,6 @@ use crate::{
         leaderboard::{points_of, removals, rollover::DONE, score_of},
         points::Points,
         signin::MAKE_UP_COUNTER_TTL_SECONDS,
-        zones::Zones,
     },
     infra::{
         clock::{day_number, Month},
@@ -258,7 +257,8 @@ impl Points {
             .collect::<Result<_, _>>()?;
         users.sort_unstable();
         users.dedup();
-        let zones = Zones(&self.infra)
+        let zones = self
+            .zones
             .recorded_zones(&within("user_id", &users))
             .await?;
         let mut totals: HashMap<i64, (String, Vec<(String, i64)>)> = HashMap::new();

@@ -16,7 +16,7 @@ use sqlx::Row;
 
 use super::{epoch_day, BITMAP_TTL_SECONDS, KEPT_MONTHS};
 use crate::{
-    features::{signin::SignIn, zones::Zones},
+    features::signin::SignIn,
     infra::{
         clock::{date_of_day_number, day_number, Month},
         error::AppResult,
@@ -232,7 +232,9 @@ impl SignIn {
             let Some(&last) = users.last() else {
                 return Ok(());
             };
-            let zones = Zones(&self.infra)
+            let zones = self
+                .points
+                .zones
                 .recorded_zones(&within("user_id", &users))
                 .await?;
             let mut pipe = redis::pipe();
@@ -276,11 +278,13 @@ impl SignIn {
             let Some(&last) = users.last() else {
                 return Ok(());
             };
-            for (user, zone) in Zones(&self.infra)
+            for (user, zone) in self
+                .points
+                .zones
                 .recorded_zones(&within("user_id", &users))
                 .await?
             {
-                Zones(&self.infra).deliver_zone(user, &zone).await?;
+                self.points.zones.deliver_zone(user, &zone).await?;
             }
             after = last;
         }

@@ -35,7 +35,7 @@ use chrono_tz::Tz;
 
 use super::SignIn;
 use crate::{
-    features::zones::{parse_zone, UserZone, Zones},
+    features::zones::{parse_zone, UserZone},
     infra::{
         clock::day_number,
         error::{AppError, AppResult, ResultExt},
@@ -45,7 +45,7 @@ use crate::{
 impl SignIn {
     /// A user's zone (see [`Zones::zone_of`]).
     pub(crate) async fn zone_of(&self, user_id: i64, claim: Option<Tz>) -> AppResult<UserZone> {
-        Zones(&self.infra).zone_of(user_id, claim).await
+        self.points.zones.zone_of(user_id, claim).await
     }
 
     /// The user's zone, recorded if it was the default, so that a later token's claim no
@@ -79,11 +79,13 @@ impl SignIn {
         .bind(user_id)
         .execute(&self.infra.db.pool)
         .await?;
-        let recorded = Zones(&self.infra)
+        let recorded = self
+            .points
+            .zones
             .recorded_zone(user_id)
             .await?
             .unwrap_or(first);
-        Zones(&self.infra).deliver_zone(user_id, &recorded).await?;
+        self.points.zones.deliver_zone(user_id, &recorded).await?;
         Ok(recorded)
     }
 
@@ -123,7 +125,7 @@ impl SignIn {
                 "the time zone was changed today already; it may change again tomorrow",
             )
         })?;
-        Zones(&self.infra).deliver_zone(user_id, &changed).await?;
+        self.points.zones.deliver_zone(user_id, &changed).await?;
         Ok(changed)
     }
 
