@@ -7,7 +7,7 @@ use engage::{features::boards::close::CloseOptions, infra::auth::Role};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, global_id, local_id, scan, unlink, TestApp};
+use crate::harness::{first_code, global_id, local_id, scan, unlimited, unlink, TestApp};
 
 const CREATE: &str = "mutation($i: CreateBoardInput!) { createBoard(input: $i) {
     id key period reset operator order authoritative joinRequired maxEntries } }";
@@ -20,9 +20,7 @@ const PAGE: &str = "query($b: String!, $p: String, $f: Int, $o: Int, $fr: Boolea
 
 async fn app() -> TestApp {
     TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.leaderboard.rollover_check_seconds = 3600;
     })
     .await

@@ -8,7 +8,10 @@ use engage::infra::auth::Role;
 use serde_json::json;
 use sqlx::Row;
 
-use crate::{binary::Engage, harness::TestApp};
+use crate::{
+    binary::Engage,
+    harness::{unlimited, TestApp},
+};
 
 const RANKS: i64 = 300;
 const REWARD: i64 = 7;
@@ -42,9 +45,7 @@ async fn engage_on(app: &TestApp) -> Engage {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_binary_killed_while_paying_rewards_pays_each_exactly_once_after_a_restart() {
     let app = TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.leaderboard.rollover_check_seconds = 3600;
         config.consumer_claim_idle_ms = 1000;
     })

@@ -15,8 +15,8 @@ use sqlx::Row;
 
 use crate::{
     harness::{
-        eventually_within, first_code, local_id, next_data, streams_settled, subscribe, Socket,
-        TestApp,
+        eventually_within, first_code, local_id, next_data, streams_settled, subscribe, unlimited,
+        Socket, TestApp,
     },
     plug::Plug,
 };
@@ -50,7 +50,7 @@ pub(crate) async fn plugged(url: &str) -> (Plug, String) {
 pub(crate) async fn unpluggable_app() -> (Plug, TestApp) {
     let (plug, redis_url) = plugged(&crate::harness::node_redis_url()).await;
     let app = TestApp::spawn_with(|config| {
-        unlimited(config);
+        unlimited_retrying_soon(config);
         config.redis_url = redis_url;
         config.redis_mode = engage::infra::redis::RedisMode::Shared;
     })
@@ -58,10 +58,9 @@ pub(crate) async fn unpluggable_app() -> (Plug, TestApp) {
     (plug, app)
 }
 
-fn unlimited(config: &mut engage::app::settings::Settings) {
-    config.max_connections_per_ip = 0;
-    config.rate_limit_per_ip = 0;
-    config.rate_limit_per_user = 0;
+/// No limits, and consumers that retry within half a second of a fault.
+fn unlimited_retrying_soon(config: &mut engage::app::settings::Settings) {
+    unlimited(config);
     config.consumer_max_backoff_ms = 500;
 }
 
@@ -113,7 +112,7 @@ async fn next_count(socket: &mut Socket) -> i64 {
 async fn during_a_redis_outage_writes_fail_fast_with_unavailable_and_everything_recovers_alone() {
     let (plug, redis_url) = plugged(&crate::harness::node_redis_url()).await;
     let app = TestApp::spawn_with(|config| {
-        unlimited(config);
+        unlimited_retrying_soon(config);
         config.redis_url = redis_url;
         config.redis_mode = RedisMode::Shared;
     })
@@ -181,7 +180,7 @@ async fn after_a_long_redis_outage_the_pubsub_hub_resubscribes_within_two_second
     let shared = crate::harness::node_redis_url();
     let (plug, redis_url) = plugged(&shared).await;
     let app = TestApp::spawn_with(|config| {
-        unlimited(config);
+        unlimited_retrying_soon(config);
         config.redis_url = redis_url;
         config.redis_mode = RedisMode::Shared;
     })
@@ -243,7 +242,7 @@ async fn during_an_sql_outage_likes_keep_answering_and_the_archive_catches_up_ex
     };
     let plug_addr = plug.as_ref().map(|p| p.addr.to_string());
     let app = TestApp::spawn_with(|config| {
-        unlimited(config);
+        unlimited_retrying_soon(config);
         if let Some(addr) = plug_addr {
             let through = split_authority(&config.database_url).1(&addr);
             config.database_url = through;
@@ -317,7 +316,7 @@ async fn during_an_sql_outage_likes_keep_answering_and_the_archive_catches_up_ex
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() {
-    let first = TestApp::spawn_with(unlimited).await;
+    let first = TestApp::spawn_with(unlimited_retrying_soon).await;
     let second = first.spawn_sibling().await;
     let remark = first.create_remark(1).await;
     let query = format!(
@@ -378,7 +377,7 @@ async fn two_instances_archive_each_like_once_and_each_sees_the_others_events() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_never_reads_gets_the_latest_value_not_a_backlog() {
-    let app = TestApp::spawn_with(unlimited).await;
+    let app = TestApp::spawn_with(unlimited_retrying_soon).await;
     let remark = app.create_remark(1).await;
     let remark_id: i64 = local_id(&remark);
     let query = format!(
@@ -434,7 +433,7 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
 
     const SUBSCRIPTIONS: usize = 20;
     let app = TestApp::spawn_with(|config| {
-        unlimited(config);
+        unlimited_retrying_soon(config);
         config.max_subscriptions_per_connection = SUBSCRIPTIONS;
     })
     .await;
@@ -556,9 +555,7 @@ async fn a_socket_that_stops_reading_is_sent_the_latest_counts_once_it_drains() 
 async fn instances_divide_the_streams_by_lease_and_one_takes_over_when_the_other_stops() {
     use engage::infra::streams::leases;
     let first = TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.remarks.like_shards = Some(4);
     })
     .await;

@@ -4,16 +4,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, local_id, streams_settled, TestApp};
+use crate::harness::{first_code, local_id, streams_settled, unlimited, TestApp};
 
 const FEED: &str = "query($after: String, $first: Int) { feed(first: $first, after: $after) {
     edges { cursor node { id author { id } } } pageInfo { hasNextPage endCursor } } }";
 
 async fn app(push_limit: u64, inbox: u64) -> TestApp {
     TestApp::spawn_with(move |config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.feed.feed_push_limit = push_limit;
         config.feed.feed_inbox_size = inbox;
     })

@@ -63,6 +63,14 @@ pub fn node_redis_url() -> String {
     }
 }
 
+/// Settings without the per-address and per-user limits, for tests that send many requests
+/// from the one loopback address.
+pub fn unlimited(config: &mut Settings) {
+    config.max_connections_per_ip = 0;
+    config.rate_limit_per_ip = 0;
+    config.rate_limit_per_user = 0;
+}
+
 impl TestApp {
     pub async fn spawn() -> Self {
         Self::spawn_with(|_| {}).await

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::harness::{first_code, global_id, local_id, TestApp};
+use crate::harness::{first_code, global_id, local_id, unlimited, TestApp};
 
 const CREATE: &str = "mutation($input: CreateItemInput!) { createItem(input: $input) { id name lat lng createdAt } }";
 
@@ -82,12 +82,7 @@ const RATINGS: &str =
 
 /// An app without the per-address and per-user limits.
 async fn busy_app() -> TestApp {
-    TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-    })
-    .await
+    TestApp::spawn_with(unlimited).await
 }
 
 #[tokio::test]

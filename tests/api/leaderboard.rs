@@ -11,7 +11,9 @@ use engage::{
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{eventually, first_code, global_id, local_id, next_data, subscribe, TestApp};
+use crate::harness::{
+    eventually, first_code, global_id, local_id, next_data, subscribe, unlimited, TestApp,
+};
 
 const AWARD: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: SIGN_IN, points: $p, idempotencyKey: $k) { awarded } }";
@@ -20,9 +22,7 @@ const BOARD: &str = "query($s: ID, $f: Int, $o: Int) { leaderboard(seasonId: $s,
 
 async fn app() -> TestApp {
     TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.leaderboard.rollover_check_seconds = 3600;
     })
     .await
@@ -309,9 +309,7 @@ async fn my_rank_changes_are_pushed_to_the_signed_in_viewer() {
 async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
     // Periodic background work shares the pool: slow it down so that only reads count.
     let app = TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.leaderboard.rollover_check_seconds = 3600;
         config.jobs.jobs_tick_ms = 600_000;
     })
@@ -597,9 +595,7 @@ async fn a_page_reads_its_users_names_from_redis_and_sql_only_for_those_redis_la
 #[tokio::test]
 async fn a_board_in_parts_reads_and_archives_as_one_board() {
     let app = TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.leaderboard.rollover_check_seconds = 3600;
         config.points.points_buckets = Some(5);
     })

@@ -5,7 +5,7 @@ use chrono::{Duration, NaiveDate};
 use serde_json::{json, Value};
 
 use crate::harness::{
-    eventually, first_code, global_id, next_data, scan, subscribe, unlink, TestApp,
+    eventually, first_code, global_id, next_data, scan, subscribe, unlimited, unlink, TestApp,
 };
 
 const LIST: &str = "query($f: Int, $a: String, $u: Boolean) {
@@ -17,12 +17,7 @@ const COUNT: &str = "{ unreadNotificationCount }";
 const MARK: &str = "mutation($id: ID!) { markNotificationsRead(upTo: $id) }";
 
 async fn app() -> TestApp {
-    TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-    })
-    .await
+    TestApp::spawn_with(unlimited).await
 }
 
 async fn list(app: &TestApp, user: i64, first: i64, after: Option<&str>, unread: bool) -> Value {

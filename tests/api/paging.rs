@@ -5,17 +5,12 @@
 use engage::infra::auth::Role;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, local_id, TestApp};
+use crate::harness::{self, eventually, first_code, local_id, TestApp};
 
 const PAGE_INFO: &str = "pageInfo { hasNextPage hasPreviousPage startCursor endCursor }";
 
 async fn unlimited() -> TestApp {
-    TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-    })
-    .await
+    TestApp::spawn_with(harness::unlimited).await
 }
 
 /// The document reading one page of `field` (with `head` its other arguments' declarations
@@ -296,9 +291,7 @@ async fn an_offset_list_has_a_previous_page_once_past_its_start() {
 /// An app whose feed pushes to at most one follower: a user with two followers is pulled.
 async fn feed_app() -> TestApp {
     TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        harness::unlimited(config);
         config.feed.feed_push_limit = 1;
     })
     .await

@@ -5,15 +5,10 @@ use std::collections::HashSet;
 use futures::future::join_all;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, TestApp};
+use crate::harness::{eventually, first_code, unlimited, TestApp};
 
 async fn app() -> TestApp {
-    TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-    })
-    .await
+    TestApp::spawn_with(unlimited).await
 }
 
 /// Makes sure users exist (first sight), then that their rows are written.

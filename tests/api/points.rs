@@ -14,19 +14,14 @@ use engage::{
 };
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, first_code, local_id, TestApp};
+use crate::harness::{self, eventually, first_code, local_id, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $t: PointsType!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: $t, points: $p, idempotencyKey: $k) { awarded capped duplicate } }";
 const TODAY: &str = "{ pointsToday { type points cap } }";
 
 async fn unlimited() -> TestApp {
-    TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-    })
-    .await
+    TestApp::spawn_with(harness::unlimited).await
 }
 
 /// A LEARNING award as another service sends it to `{points}:intake`.
@@ -394,9 +389,7 @@ async fn award_points_and_the_intake_stream_share_keys_that_never_collide_with_i
 #[tokio::test]
 async fn a_batch_of_awards_across_buckets_pays_each_key_once_within_the_cap() {
     let app = TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        harness::unlimited(config);
         config.points.points_buckets = Some(3);
     })
     .await;

@@ -4,7 +4,7 @@
 use chrono::{NaiveDate, TimeZone, Utc};
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, local_id, scan, streams_settled, TestApp};
+use crate::harness::{self, first_code, local_id, scan, streams_settled, TestApp};
 
 const CALENDAR: &str =
     "{ signCalendar { month days signedToday streak signedDays makeUpsLeft madeUpDays } pointsToday { type points } }";
@@ -25,9 +25,7 @@ async fn unlimited() -> TestApp {
 /// An app whose points keys go into `buckets` user buckets (the mode's default for `None`).
 async fn in_buckets(buckets: Option<u32>) -> TestApp {
     TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        harness::unlimited(config);
         config.consumer_max_backoff_ms = 200;
         if buckets.is_some() {
             config.points.points_buckets = buckets;

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use sqlx::Row;
 
 use crate::harness::{
-    first_code, global_id, local_id, next_data, subscribe, subscribe_as, TestApp,
+    first_code, global_id, local_id, next_data, subscribe, subscribe_as, unlimited, TestApp,
 };
 
 const CREATE_REMARK: &str =
@@ -23,9 +23,7 @@ const UNLIKE: &str =
 async fn busy_app() -> TestApp {
     TestApp::spawn_with(|config| {
         // A thousand users behind one test client: no per-address limit of any kind.
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.consumer_max_backoff_ms = 300;
     })
     .await

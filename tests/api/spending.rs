@@ -5,7 +5,7 @@
 use engage::infra::auth::Role;
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, global_id, scan, streams_settled, unlink, TestApp};
+use crate::harness::{self, first_code, global_id, scan, streams_settled, unlink, TestApp};
 
 const AWARD: &str = "mutation($u: ID!, $p: Int!, $k: String!) {
     awardPoints(userId: $u, type: SIGN_IN, points: $p, idempotencyKey: $k) { awarded } }";
@@ -27,9 +27,7 @@ async fn unlimited() -> TestApp {
 /// With the points keys in `buckets` buckets (the default without).
 async fn in_buckets(buckets: Option<u32>) -> TestApp {
     TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        harness::unlimited(config);
         if buckets.is_some() {
             config.points.points_buckets = buckets;
         }

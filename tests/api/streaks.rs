@@ -4,7 +4,7 @@
 use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 use serde_json::{json, Value};
 
-use crate::harness::{first_code, scan, streams_settled, unlink, TestApp};
+use crate::harness::{first_code, scan, streams_settled, unlimited, unlink, TestApp};
 
 const SIGN_IN: &str = "mutation { signIn { date streak pointsAwarded alreadySigned } }";
 const STREAK: &str = "{ streak { current longest freezesHeld freezesMax signedToday atRisk \
@@ -610,12 +610,7 @@ async fn a_zone_redis_lost_is_read_from_sql_and_a_claim_that_is_no_zone_is_ignor
 /// sign-ins, some by users whose zone only SQL still holds, signs each user's own day.
 #[tokio::test]
 async fn concurrent_first_sign_ins_each_sign_the_day_of_their_own_zone() {
-    let app = TestApp::spawn_with(|config| {
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-        config.max_connections_per_ip = 0;
-    })
-    .await;
+    let app = TestApp::spawn_with(unlimited).await;
     // 23:30 UTC on 1 September: 2 September in Tokyo, 1 September in New York.
     app.set_clock(at(2026, 9, 1, 23, 30));
     let lost: Vec<i64> = (4960..4965).collect();
@@ -656,12 +651,7 @@ const BALANCE: &str = "{ viewer { pointsBalance { spent balance } } }";
 #[tokio::test]
 async fn freezes_bought_with_points_never_pass_the_most_held_nor_spend_twice_and_come_back_after_a_rebuild(
 ) {
-    let app = TestApp::spawn_with(|config| {
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
-        config.max_connections_per_ip = 0;
-    })
-    .await;
+    let app = TestApp::spawn_with(unlimited).await;
     let token = app.user_token(4901);
     let service = app.token(900, engage::infra::auth::Role::Service);
     let award = "mutation($u: ID!) {

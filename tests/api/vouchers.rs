@@ -7,7 +7,7 @@ use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use crate::harness::{first_code, global_id, local_id, TestApp};
+use crate::harness::{first_code, global_id, local_id, unlimited, TestApp};
 
 const CREATE: &str = "mutation($input: CreateVoucherInput!) { createVoucher(input: $input) { id title stock remaining beginsAt endsAt } }";
 const SECKILL: &str =
@@ -18,9 +18,7 @@ const CANCEL: &str = "mutation($o: ID!) { cancelOrder(orderId: $o) { id status }
 async fn busy_app() -> TestApp {
     TestApp::spawn_with(|config| {
         // A thousand users behind one test client: no per-address limit of any kind.
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.jobs.jobs_concurrency = 64;
     })
     .await
@@ -543,9 +541,7 @@ async fn forget_job(app: &TestApp, order: &str) {
 /// A fresh app whose consumers retry quickly.
 async fn quick_app() -> TestApp {
     TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.consumer_max_backoff_ms = 200;
         config.consumer_claim_idle_ms = 300;
     })
@@ -719,9 +715,7 @@ async fn sql_status(app: &TestApp, order: &str) -> String {
 #[tokio::test]
 async fn an_unpaid_order_whose_expiry_job_was_lost_is_expired_by_the_sweep_after_pay_by() {
     let app = TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.vouchers.order_sweep_seconds = 1;
     })
     .await;
@@ -899,9 +893,7 @@ async fn orders_read_back_at_once_after_buying_paying_and_cancelling() {
     // The archive lingers a minute: after the first order of a batch, SQL lags every write
     // by far more than this test takes.
     let app = TestApp::spawn_with(|config| {
-        config.max_connections_per_ip = 0;
-        config.rate_limit_per_ip = 0;
-        config.rate_limit_per_user = 0;
+        unlimited(config);
         config.archive_linger_ms = 60_000;
     })
     .await;
