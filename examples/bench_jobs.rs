@@ -102,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
         config.jobs.jobs_concurrency = concurrency;
     }
     let concurrency = config.jobs.jobs_concurrency;
+    let redis_url = config.redis_url.clone();
     let app = App::start(config).await?;
     let state = app.state.clone();
     let seen = Arc::new(Mutex::new(Vec::with_capacity(args.jobs)));
@@ -167,10 +168,25 @@ async fn main() -> anyhow::Result<()> {
         args.due_in
     );
 
+    // The work of the delivery alone: this process's CPU (the server's, whose handler does
+    // nothing) and Redis's, from just before the jobs come due until the last ran.
+    let due_at = scheduling + Duration::from_secs(args.due_in);
+    tokio::time::sleep_until(
+        due_at
+            .checked_sub(Duration::from_millis(50))
+            .unwrap_or(due_at)
+            .into(),
+    )
+    .await;
+    let mut redis = redis::Client::open(redis_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let before = (process_cpu_ms()?, RedisWork::read(&mut redis).await?);
     let deadline = Instant::now() + Duration::from_secs(args.due_in + 120);
     while seen.lock().unwrap().len() < args.jobs && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let after = (process_cpu_ms()?, RedisWork::read(&mut redis).await?);
     let mut seen = seen.lock().unwrap().clone();
     anyhow::ensure!(
         seen.len() == args.jobs,
@@ -193,10 +209,64 @@ async fn main() -> anyhow::Result<()> {
             "lateness_p50_ms": at(0.5),
             "lateness_p99_ms": at(0.99),
             "lateness_max_ms": seen.last().map_or(0, |(_, late)| *late),
+            "process_cpu_ms": after.0 - before.0,
+            "redis_cpu_ms": after.1.cpu_ms - before.1.cpu_ms,
+            "evalsha_calls": after.1.evalsha_calls - before.1.evalsha_calls,
+            "evalsha_ms": (after.1.evalsha_us - before.1.evalsha_us) / 1000,
         })
     );
 
     support::stop_and_unlink_keys(&state).await?;
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
+}
+
+/// CPU time of this process so far, ms (user and system, from /proc).
+fn process_cpu_ms() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and
+    // 13th of them, in clock ticks of 10 ms.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    Ok(ticks.iter().sum::<u64>() * 10)
+}
+
+/// What Redis has done so far: its CPU, and its script calls with their time.
+struct RedisWork {
+    cpu_ms: i64,
+    evalsha_calls: i64,
+    evalsha_us: i64,
+}
+
+impl RedisWork {
+    async fn read(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<Self> {
+        let info: String = redis::cmd("INFO").arg("all").query_async(redis).await?;
+        let field = |line: &str, name: &str| -> f64 {
+            line.split([',', ':'])
+                .find_map(|part| part.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let mut work = Self {
+            cpu_ms: 0,
+            evalsha_calls: 0,
+            evalsha_us: 0,
+        };
+        for line in info.lines() {
+            if let Some(seconds) = line
+                .strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+            {
+                work.cpu_ms += (seconds.trim().parse::<f64>().unwrap_or(0.0) * 1000.0) as i64;
+            } else if line.starts_with("cmdstat_evalsha:") {
+                work.evalsha_calls = field(line, "calls") as i64;
+                work.evalsha_us = field(line, "usec") as i64;
+            }
+        }
+        Ok(work)
+    }
 }
