@@ -228,14 +228,8 @@ impl Zones {
 
     /// The latest change SQL records, read now (not gathered with other lookups).
     pub(crate) async fn recorded_zone(&self, user_id: i64) -> AppResult<Option<UserZone>> {
-        let row = sqlx::query(
-            "SELECT user_id, zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
-             WHERE user_id = $1 ORDER BY changed_at_ms DESC LIMIT 1",
-        )
-        .bind(user_id)
-        .fetch_optional(&self.infra.db.pool)
-        .await?;
-        row.map(|row| zone_of_row(&self.infra, &row)).transpose()
+        let mut recorded = recorded_zones(&self.infra, &format!("user_id = {user_id}")).await?;
+        Ok(recorded.remove(&user_id))
     }
 
     /// The latest change SQL records of each user of a range (`range`: a condition on

@@ -336,6 +336,17 @@ impl TestApp {
     }
 
     /// `data` of a request that must succeed.
+    /// A job's `fields` (a selection of `Job`), as the service reads them.
+    pub async fn job(&self, topic: &str, id: &str, fields: &str) -> Value {
+        let query = format!(
+            "query($topic: String!, $id: ID!) {{ job(topic: $topic, id: $id) {{ {fields} }} }}"
+        );
+        let variables = json!({ "topic": topic, "id": id });
+        self.data(Some(&self.admin_token()), &query, variables)
+            .await["job"]
+            .clone()
+    }
+
     pub async fn data(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
         let body = self.gql(token, query, variables).await;
         assert!(body.get("errors").is_none(), "unexpected errors: {body}");

@@ -195,16 +195,9 @@ impl JobHandler for AlwaysFails {
     }
 }
 
-const JOB: &str = "query($t: String!, $id: ID!) { job(topic: $t, id: $id) { id status attempts maxAttempts runAt lastError } }";
-
 async fn job_status(app: &TestApp, topic: &str, id: &str) -> Value {
-    app.data(
-        Some(&app.admin_token()),
-        JOB,
-        json!({ "t": topic, "id": id }),
-    )
-    .await["job"]
-        .clone()
+    app.job(topic, id, "id status attempts maxAttempts runAt lastError")
+        .await
 }
 
 #[tokio::test]

@@ -267,17 +267,16 @@ async fn a_streak_at_risk_is_told_once_at_eight_in_the_evening_by_two_instances(
     // quarter hour: a run still going when the clock jumps would be followed by the quarter
     // hour after the jump, as a late run is in production.
     let evening = today.and_hms_opt(20, 0, 0).unwrap().and_utc();
-    let admin = app.admin_token();
     eventually(async || {
         let job = app
-            .data(
-                Some(&admin),
-                "{ job(topic: \"notifications.streak-at-risk\", id: \"evening\") { status nextRunAt } }",
-                json!({}),
+            .job(
+                "notifications.streak-at-risk",
+                "evening",
+                "status nextRunAt",
             )
             .await;
-        job["job"]["status"] == "DELAYED"
-            && job["job"]["nextRunAt"].as_str().is_some_and(|next| {
+        job["status"] == "DELAYED"
+            && job["nextRunAt"].as_str().is_some_and(|next| {
                 chrono::DateTime::parse_from_rfc3339(next).is_ok_and(|next| next < evening)
             })
     })

@@ -436,13 +436,8 @@ async fn pause_limits_and_dead_counts_lost_with_redis_are_rebuilt_from_sql() {
     assert_eq!(kept["perSecond"], 3);
     assert_eq!(kept["concurrency"], 4);
     assert_eq!(kept["counts"]["dead"], 1);
-    let job = mutate(
-        &app,
-        &admin,
-        "query { job(topic: \"kept\", id: \"k2\") { priority status } }",
-    )
-    .await;
-    assert_eq!(job["job"], json!({ "priority": 7, "status": "DELAYED" }));
+    let job = app.job("kept", "k2", "priority status").await;
+    assert_eq!(job, json!({ "priority": 7, "status": "DELAYED" }));
     let listed = mutate(&app, &admin, "query { topics { name } }").await;
     assert!(
         listed["topics"]
@@ -848,13 +843,8 @@ async fn callback_job(app: &TestApp, id: &str, port: u16) {
 }
 
 async fn job_of(app: &TestApp, id: &str) -> Value {
-    app.data(
-        Some(&app.admin_token()),
-        "query($id: ID!) { job(topic: \"signed\", id: $id) { status attempts runAt lastError } }",
-        json!({ "id": id }),
-    )
-    .await["job"]
-        .clone()
+    app.job("signed", id, "status attempts runAt lastError")
+        .await
 }
 
 #[tokio::test]
@@ -962,16 +952,14 @@ impl JobHandler for Reporting {
     }
 }
 
-const DETAILS: &str = "query($t: String!, $id: ID!) { job(topic: $t, id: $id) { status progress result runs nextRunAt createdAt startedAt finishedAt history { state attempt error } last: history(first: 1) { state } } }";
-
 async fn details(app: &TestApp, topic: &str, id: &str) -> Value {
-    app.data(
-        Some(&app.admin_token()),
-        DETAILS,
-        json!({ "t": topic, "id": id }),
+    app.job(
+        topic,
+        id,
+        "status progress result runs nextRunAt createdAt startedAt finishedAt \
+         history { state attempt error } last: history(first: 1) { state }",
     )
-    .await["job"]
-        .clone()
+    .await
 }
 
 #[tokio::test]

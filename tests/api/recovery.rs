@@ -294,15 +294,10 @@ async fn after_redis_loses_everything_rebuild_brings_every_answer_back() {
     );
 
     // The unpaid order's expiry job is back on the delay queue, and the order payable.
-    let job = app
-        .data(
-            Some(&app.admin_token()),
-            "query($id: ID!) { job(topic: \"order-expiry\", id: $id) { status } }",
-            // The expiry job's id is the order's number.
-            json!({ "id": local_id(&seeded.orders[0].1).to_string() }),
-        )
-        .await;
-    assert_eq!(job["job"]["status"], "DELAYED", "{job}");
+    // The expiry job's id is the order's number.
+    let order = local_id(&seeded.orders[0].1).to_string();
+    let job = app.job("order-expiry", &order, "status").await;
+    assert_eq!(job["status"], "DELAYED", "{job}");
     let paid = app
         .data(
             Some(&app.user_token(4)),

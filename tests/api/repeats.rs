@@ -18,8 +18,6 @@ use crate::harness::{eventually, eventually_within, first_code, TestApp};
 
 const SCHEDULE: &str = "mutation($input: ScheduleJobInput!) { scheduleJob(input: $input) {
     jobId status runs nextRunAt repeat { everySeconds cron timeZone limit endsAt } } }";
-const JOB: &str = "query($topic: String!, $id: ID!) { job(topic: $topic, id: $id) {
-    status runs attempts nextRunAt createdAt history { state } } }";
 
 /// Counts runs, holds each `hold`, and remembers how many ran at once and when each started.
 #[derive(Clone, Default)]
@@ -75,13 +73,12 @@ async fn schedule(app: &TestApp, input: Value) -> Value {
 }
 
 async fn job(app: &TestApp, topic: &str, id: &str) -> Value {
-    app.data(
-        Some(&app.admin_token()),
-        JOB,
-        json!({ "topic": topic, "id": id }),
+    app.job(
+        topic,
+        id,
+        "status runs attempts nextRunAt createdAt history { state }",
     )
-    .await["job"]
-        .clone()
+    .await
 }
 
 /// Waits until the job has ended `runs` runs, and answers it then.
