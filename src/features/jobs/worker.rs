@@ -245,6 +245,8 @@ struct Finisher(mpsc::Sender<Finish>, Clock);
 
 /// Most delivery ends recorded by one round trip.
 const FINISH_BATCH: usize = 500;
+/// Batches of ends recorded at once.
+const FINISHES_IN_FLIGHT: usize = 2;
 
 impl Finisher {
     fn new(clock: Clock) -> (Self, mpsc::Receiver<Finish>) {
@@ -726,73 +728,96 @@ impl Jobs {
         ready_topics: &Mutex<ReadyTopics>,
         wake: &Notify,
     ) {
+        // Two batches in flight: while Redis runs one, the other's replies are handed out and
+        // its SQL record written. With one, Redis idled a fifth of a burst over 1,000 topics.
+        let mut in_flight = futures::stream::FuturesUnordered::new();
         let mut batch = Vec::with_capacity(FINISH_BATCH);
-        while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
-            let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
-            for end in batch.drain(..) {
-                match by_topic.iter_mut().find(|(topic, _)| *topic == end.topic) {
-                    Some((_, ends)) => ends.push(end),
-                    None => by_topic.push((end.topic.clone(), vec![end])),
-                }
-            }
-            let keys = &self.infra.keys;
-            let now = self.infra.clock.now_ms();
-            let calls: Vec<_> = by_topic
-                .iter()
-                .map(|(topic, ends)| {
-                    let finish = JobsFinish {
-                        running: keys.jobs_running(topic),
-                        delayed: keys.jobs_delayed(topic),
-                        jobs: keys.jobs_of(topic),
-                        finished: keys.jobs_finished(topic),
-                        counts: keys.jobs_counts(topic),
-                        waiting: keys.jobs_waiting(topic),
-                    };
-                    let args = JobsFinishArgs {
-                        now_ms: now,
-                        keep: super::FINISHED_KEPT,
-                        channel: keys.jobs_live(topic),
-                        publish: keys.publish_command(),
-                        deliveries: ends,
-                    };
-                    (finish, args)
-                })
-                .collect();
-            let applied = self.infra.scripts().call_many(&calls).await;
-            if applied.is_ok() {
-                let mut ready = ready_topics.lock().expect("poisoned");
-                let mut freed = false;
-                for (topic, _) in &by_topic {
-                    freed |= ready.ended(topic);
-                }
-                if freed {
-                    wake.notify_one();
-                }
-            }
-            let mut ended = Ended::default();
-            for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
-                // A topic left with no job delayed, waiting or running is visited now (its
-                // visit was at most the last job's visibility deadline): the promotion drops
-                // it from the index, and from the gauges with it.
-                if let Ok(replies) = &applied {
-                    if replies[index].first() == Some(&0) {
-                        ended.visit(&topic, now);
+        loop {
+            let room = in_flight.len() < FINISHES_IN_FLIGHT;
+            tokio::select! {
+                received = queue.recv_many(&mut batch, FINISH_BATCH), if room => {
+                    if received == 0 {
+                        break;
                     }
+                    in_flight.push(self.finish_batch(std::mem::take(&mut batch), ready_topics, wake));
                 }
-                for (position, end) in ends.into_iter().enumerate() {
-                    let reply = match &applied {
-                        Ok(replies) => Ok(replies[index].get(position + 1).copied().unwrap_or(0)),
-                        Err(error) => Err(error.clone()),
-                    };
-                    if let Ok(reply @ 1..) = reply {
-                        ended.add(&topic, &end, reply == 2);
-                    }
-                    let result = reply.map(|reply| reply > 0);
-                    let _ = end.applied.send(result);
-                }
+                Some(()) = futures::StreamExt::next(&mut in_flight), if !in_flight.is_empty() => {}
             }
-            ended.record(self).await;
         }
+        while futures::StreamExt::next(&mut in_flight).await.is_some() {}
+    }
+
+    /// Records one batch of ends: in Redis, then in SQL.
+    async fn finish_batch(
+        &self,
+        mut batch: Vec<Finish>,
+        ready_topics: &Mutex<ReadyTopics>,
+        wake: &Notify,
+    ) {
+        let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
+        for end in batch.drain(..) {
+            match by_topic.iter_mut().find(|(topic, _)| *topic == end.topic) {
+                Some((_, ends)) => ends.push(end),
+                None => by_topic.push((end.topic.clone(), vec![end])),
+            }
+        }
+        let keys = &self.infra.keys;
+        let now = self.infra.clock.now_ms();
+        let calls: Vec<_> = by_topic
+            .iter()
+            .map(|(topic, ends)| {
+                let finish = JobsFinish {
+                    running: keys.jobs_running(topic),
+                    delayed: keys.jobs_delayed(topic),
+                    jobs: keys.jobs_of(topic),
+                    finished: keys.jobs_finished(topic),
+                    counts: keys.jobs_counts(topic),
+                    waiting: keys.jobs_waiting(topic),
+                };
+                let args = JobsFinishArgs {
+                    now_ms: now,
+                    keep: super::FINISHED_KEPT,
+                    channel: keys.jobs_live(topic),
+                    publish: keys.publish_command(),
+                    deliveries: ends,
+                };
+                (finish, args)
+            })
+            .collect();
+        let applied = self.infra.scripts().call_many(&calls).await;
+        if applied.is_ok() {
+            let mut ready = ready_topics.lock().expect("poisoned");
+            let mut freed = false;
+            for (topic, _) in &by_topic {
+                freed |= ready.ended(topic);
+            }
+            if freed {
+                wake.notify_one();
+            }
+        }
+        let mut ended = Ended::default();
+        for (index, (topic, ends)) in by_topic.into_iter().enumerate() {
+            // A topic left with no job delayed, waiting or running is visited now (its
+            // visit was at most the last job's visibility deadline): the promotion drops
+            // it from the index, and from the gauges with it.
+            if let Ok(replies) = &applied {
+                if replies[index].first() == Some(&0) {
+                    ended.visit(&topic, now);
+                }
+            }
+            for (position, end) in ends.into_iter().enumerate() {
+                let reply = match &applied {
+                    Ok(replies) => Ok(replies[index].get(position + 1).copied().unwrap_or(0)),
+                    Err(error) => Err(error.clone()),
+                };
+                if let Ok(reply @ 1..) = reply {
+                    ended.add(&topic, &end, reply == 2);
+                }
+                let result = reply.map(|reply| reply > 0);
+                let _ = end.applied.send(result);
+            }
+        }
+        ended.record(self).await;
     }
 
     /// Stores an exhausted job in `dead_job` first, then removes it from Redis; if the job was
