@@ -39,10 +39,14 @@ pub(super) struct ReadyTopics {
 }
 
 impl ReadyTopics {
-    /// A tick's promotions: `topics` have jobs waiting. Held topics may be asked again
-    /// (another instance may have freed a slot, a second may have passed, a pause ended).
-    pub(super) fn promoted(&mut self, topics: impl IntoIterator<Item = String>) {
+    /// A new tick: held topics may be asked again (another instance may have freed a slot,
+    /// a second may have passed, a pause ended).
+    pub(super) fn tick(&mut self) {
         self.held.clear();
+    }
+
+    /// Promotions: `topics` have jobs waiting.
+    pub(super) fn promoted(&mut self, topics: impl IntoIterator<Item = String>) {
         for topic in topics {
             if self.joined.insert(topic.clone()) {
                 self.order.push(topic);
@@ -113,7 +117,7 @@ mod tests {
         assert!(ready.ended("a"));
         assert!(!ready.ended("a"), "no longer held");
         assert_eq!(ready.takeable(), ["a"]);
-        ready.promoted([]);
+        ready.tick();
         assert_eq!(ready.takeable(), ["a", "b"]);
     }
 }

@@ -116,7 +116,7 @@ impl Jobs {
 
     /// After a walk: each visited topic's next visit (epoch ms), `None` when it has no pending
     /// job. A topic indexed since the walk read it keeps its visit.
-    pub(super) async fn reindex(&self, visited: &[(Visit, Option<i64>)]) -> AppResult<()> {
+    pub(super) async fn reindex(&self, visited: &[(&Visit, Option<i64>)]) -> AppResult<()> {
         if visited.is_empty() {
             return Ok(());
         }

@@ -407,30 +407,30 @@ impl Jobs {
                     }
                 }
             }
+            ready_topics.lock().expect("poisoned").tick();
             let pass = async {
                 let now = self.infra.clock.now_ms();
                 let due = self.due(now, TOPICS_PER_TICK).await?;
-                let mut promotions = Vec::with_capacity(due.len());
+                let mut visited = Vec::with_capacity(due.len());
                 for visits in due.chunks(TOPICS_PER_TRIP) {
                     let topics: Vec<&str> =
                         visits.iter().map(|visit| visit.topic.as_str()).collect();
-                    promotions.extend(self.promote(&topics, now).await?);
+                    let promotions = self.promote(&topics, now).await?;
+                    // A trip's topics are taken from while the next trip promotes: over a
+                    // thousand topics, waiting for the whole walk kept every take back by
+                    // the walk's second of promotions.
+                    let ready = topics.iter().zip(&promotions).filter(|(_, p)| p.ready > 0);
+                    ready_topics
+                        .lock()
+                        .expect("poisoned")
+                        .promoted(ready.map(|(topic, _)| topic.to_string()));
+                    wake.notify_one();
+                    visited.extend(visits.iter().zip(promotions.iter().map(|p| p.next_visit)));
                 }
-                let mut visited = Vec::with_capacity(due.len());
-                let mut ready = Vec::new();
-                for (visit, promotion) in due.into_iter().zip(promotions) {
-                    if promotion.ready > 0 {
-                        ready.push(visit.topic.clone());
-                    }
-                    visited.push((visit, promotion.next_visit));
-                }
-                self.reindex(&visited).await?;
-                ready_topics.lock().expect("poisoned").promoted(ready);
-                AppResult::Ok(())
+                self.reindex(&visited).await
             };
-            match pass.await {
-                Ok(()) => wake.notify_one(),
-                Err(error) => tracing::warn!(%error, "delay queue promotion failed"),
+            if let Err(error) = pass.await {
+                tracing::warn!(%error, "delay queue promotion failed");
             }
         }
     }
@@ -750,12 +750,12 @@ impl Jobs {
     /// Records one batch of ends: in Redis, then in SQL.
     async fn finish_batch(
         &self,
-        mut batch: Vec<Finish>,
+        batch: Vec<Finish>,
         ready_topics: &Mutex<ReadyTopics>,
         wake: &Notify,
     ) {
         let mut by_topic: Vec<(String, Vec<Finish>)> = Vec::new();
-        for end in batch.drain(..) {
+        for end in batch {
             match by_topic.iter_mut().find(|(topic, _)| *topic == end.topic) {
                 Some((_, ends)) => ends.push(end),
                 None => by_topic.push((end.topic.clone(), vec![end])),
