@@ -419,13 +419,17 @@ impl Jobs {
                     // A trip's topics are taken from while the next trip promotes: over a
                     // thousand topics, waiting for the whole walk kept every take back by
                     // the walk's second of promotions.
-                    let ready = topics.iter().zip(&promotions).filter(|(_, p)| p.ready > 0);
+                    let ready = topics
+                        .iter()
+                        .zip(&promotions)
+                        .filter(|(_, left)| left.ready > 0);
                     ready_topics
                         .lock()
                         .expect("poisoned")
                         .promoted(ready.map(|(topic, _)| topic.to_string()));
                     wake.notify_one();
-                    visited.extend(visits.iter().zip(promotions.iter().map(|p| p.next_visit)));
+                    let next_visits = promotions.iter().map(|left| left.next_visit);
+                    visited.extend(visits.iter().zip(next_visits));
                 }
                 self.reindex(&visited).await
             };
