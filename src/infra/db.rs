@@ -30,14 +30,15 @@ use super::{
 // `MIGRATIONS`: every migration with its SQL for each backend (written by build.rs).
 include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 
-/// The migrations of one backend, as sqlx's migrator reads them.
+/// The migrations of one backend up to a version, as sqlx's migrator reads them.
 #[derive(Debug)]
-struct Dialect(Backend);
+struct Dialect(Backend, i64);
 
 impl MigrationSource<'static> for Dialect {
     fn resolve(self) -> BoxFuture<'static, Result<Vec<Migration>, BoxDynError>> {
         let migrations = MIGRATIONS
             .iter()
+            .filter(|&&(version, ..)| version <= self.1)
             .map(|&(version, description, sqlite, postgres)| {
                 let sql = match self.0 {
                     Backend::Sqlite => sqlite,
@@ -174,7 +175,12 @@ impl Db {
 
     /// Applies the migrations of this backend that have not run yet.
     pub(crate) async fn migrate(&self) -> anyhow::Result<()> {
-        Migrator::new(Dialect(self.backend))
+        self.migrate_through(i64::MAX).await
+    }
+
+    /// Applies the migrations up to `version` that have not run yet.
+    async fn migrate_through(&self, version: i64) -> anyhow::Result<()> {
+        Migrator::new(Dialect(self.backend, version))
             .await
             .context("reading the migrations")?
             .run(&self.pool)
@@ -350,5 +356,62 @@ fn redact(url: &str) -> String {
             _ => url.to_string(),
         },
         None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    use super::Db;
+
+    /// The votes archived before the log was keyed by (remark, voter, order) stay, and a
+    /// replayed vote is still one row.
+    #[tokio::test]
+    async fn the_vote_log_keeps_its_votes_when_it_is_keyed_by_remark_voter_and_order() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let db = Db::connect(&format!("sqlite://{}", dir.path().join("e.db").display()))
+            .await
+            .expect("SQLite opens");
+        db.migrate_through(20)
+            .await
+            .expect("the earlier migrations");
+        let insert = "INSERT OR IGNORE INTO vote_log (event_id, remark_id, voter_id, voting, \
+                      like_count, voted_at_ms, vote_date, event_order) VALUES ($1, 7, $2, 1, $3, 1, \
+                      20261129, $4)";
+        for (event, voter, count, order) in [("v/1-0", 1, 1, 1_000_000), ("v/2-0", 2, 2, 2_000_000)]
+        {
+            sqlx::query(insert)
+                .bind(event)
+                .bind(voter)
+                .bind(count)
+                .bind(order)
+                .execute(&db.pool)
+                .await
+                .expect("a vote archived");
+        }
+        db.migrate().await.expect("the later migrations");
+
+        // The same vote again (a batch handled twice) inserts nothing; another one does.
+        for (event, voter, count, order) in [("v/2-0", 2, 2, 2_000_000), ("v/3-0", 3, 3, 3_000_000)]
+        {
+            sqlx::query(insert)
+                .bind(event)
+                .bind(voter)
+                .bind(count)
+                .bind(order)
+                .execute(&db.pool)
+                .await
+                .expect("a vote archived");
+        }
+        let rows = sqlx::query("SELECT voter_id, like_count FROM vote_log ORDER BY event_order")
+            .fetch_all(&db.pool)
+            .await
+            .expect("the log reads");
+        let votes: Vec<(i64, i64)> = rows
+            .iter()
+            .map(|row| (row.get("voter_id"), row.get("like_count")))
+            .collect();
+        assert_eq!(votes, [(1, 1), (2, 2), (3, 3)]);
     }
 }

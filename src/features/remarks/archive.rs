@@ -1,6 +1,7 @@
 //! The vote archive: the consumer of the vote streams that writes `vote_log` (insert-only,
-//! idempotent on the event id) and rolls each remark's count up into `remarks.like_count`
-//! in the same transaction.
+//! idempotent: a replayed vote has the same remark, voter and order, the key SQLite keeps it
+//! unique by, and the same event id, PostgreSQL's) and rolls each remark's count up into
+//! `remarks.like_count` in the same transaction.
 //!
 //! The vote event is also the seam for points: a `LIKE_RECEIVED` award is a second consumer
 //! group on the same streams (each event names the author and whether the vote changed a
