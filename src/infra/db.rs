@@ -365,6 +365,24 @@ mod tests {
 
     use super::Db;
 
+    /// Archives the votes of `voters` on one remark as the vote archive does: voter `n`'s
+    /// vote is the stream entry `n-0`, the remark's `n`th like.
+    async fn archive_votes(db: &Db, voters: &[i64]) {
+        for &voter in voters {
+            sqlx::query(
+                "INSERT OR IGNORE INTO vote_log (event_id, remark_id, voter_id, voting, \
+                 like_count, voted_at_ms, vote_date, event_order) \
+                 VALUES ($1, 7, $2, 1, $2, 1, 20261129, $3)",
+            )
+            .bind(format!("v/{voter}-0"))
+            .bind(voter)
+            .bind(voter * 1_000_000)
+            .execute(&db.pool)
+            .await
+            .expect("a vote archived");
+        }
+    }
+
     /// The votes archived before the log was keyed by (remark, voter, order) stay, and a
     /// replayed vote is still one row.
     #[tokio::test]
@@ -376,34 +394,11 @@ mod tests {
         db.migrate_through(20)
             .await
             .expect("the earlier migrations");
-        let insert = "INSERT OR IGNORE INTO vote_log (event_id, remark_id, voter_id, voting, \
-                      like_count, voted_at_ms, vote_date, event_order) VALUES ($1, 7, $2, 1, $3, 1, \
-                      20261129, $4)";
-        for (event, voter, count, order) in [("v/1-0", 1, 1, 1_000_000), ("v/2-0", 2, 2, 2_000_000)]
-        {
-            sqlx::query(insert)
-                .bind(event)
-                .bind(voter)
-                .bind(count)
-                .bind(order)
-                .execute(&db.pool)
-                .await
-                .expect("a vote archived");
-        }
+        archive_votes(&db, &[1, 2]).await;
         db.migrate().await.expect("the later migrations");
 
         // The same vote again (a batch handled twice) inserts nothing; another one does.
-        for (event, voter, count, order) in [("v/2-0", 2, 2, 2_000_000), ("v/3-0", 3, 3, 3_000_000)]
-        {
-            sqlx::query(insert)
-                .bind(event)
-                .bind(voter)
-                .bind(count)
-                .bind(order)
-                .execute(&db.pool)
-                .await
-                .expect("a vote archived");
-        }
+        archive_votes(&db, &[2, 3]).await;
         let rows = sqlx::query("SELECT voter_id, like_count FROM vote_log ORDER BY event_order")
             .fetch_all(&db.pool)
             .await
