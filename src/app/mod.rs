@@ -18,9 +18,9 @@ use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    api::{
-        http::{self, caps::Caps, rate_limit::RateLimits, trusted::TrustedDocuments, Gateway},
-        schema::{self, AppSchema},
+    api::http::{
+        self, caps::Caps, rate_limit::RateLimits, trusted::TrustedDocuments, validated::Schemas,
+        Gateway,
     },
     app::settings::Settings,
     features::Features,
@@ -147,7 +147,7 @@ impl Services {
 /// A started instance: its state, schema and listening sockets.
 pub struct App {
     pub state: AppState,
-    pub(crate) schema: AppSchema,
+    pub(crate) schemas: Schemas,
     listener: TcpListener,
     /// `ENGAGE_METRICS_BIND`'s, when metrics have an address of their own.
     metrics_listener: Option<TcpListener>,
@@ -167,11 +167,11 @@ impl App {
                 None => None,
             };
         let state = Services::start(config).await?;
-        let schema = schema::build(Some((&state.config.infra, &state.infra, &state.features)));
+        let schemas = Schemas::build(&state.config.infra, &state.infra, &state.features);
         crate::app::background::spawn_all(&state);
         Ok(Self {
             state,
-            schema,
+            schemas,
             listener,
             metrics_listener,
         })
@@ -202,13 +202,13 @@ impl App {
     ) -> anyhow::Result<()> {
         let Self {
             state,
-            schema,
+            schemas,
             listener,
             metrics_listener,
         } = self;
         let instance = state.infra.instance.clone();
         if let Some(metrics_listener) = metrics_listener {
-            let router = http::metrics_router(state.gateway.clone(), schema.clone());
+            let router = http::metrics_router(state.gateway.clone(), schemas.clone());
             let stopped = instance.shutdown.clone().cancelled_owned();
             instance.spawn("metrics-listener", async move {
                 // With the peer's address: the scrapes are rate-limited per client IP.
@@ -221,7 +221,7 @@ impl App {
                 }
             });
         }
-        let router = http::router(state.gateway.clone(), schema);
+        let router = http::router(state.gateway.clone(), schemas);
         // The bench route gets the one feature it drives, not a field on the gateway.
         #[cfg(feature = "bench")]
         let router = router.merge(http::bench::router(

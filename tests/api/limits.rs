@@ -44,6 +44,46 @@ async fn an_overly_complex_query_is_refused() {
     assert_eq!(first_code(&body), "GRAPHQL_VALIDATION_FAILED", "{body}");
 }
 
+/// A request whose document and kinds of values passed validation before skips the
+/// schema's rules; one with a value of another kind is checked again, on every transport.
+#[tokio::test]
+async fn a_document_that_passed_validation_is_checked_again_for_values_of_another_kind() {
+    let app = TestApp::spawn_with(|config| config.max_complexity = 40).await;
+    let refused = |answer: &Value| {
+        answer["errors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|error| error["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED")
+    };
+    for via in via::ALL {
+        // A document of each transport's own, which no request has passed before.
+        let query = format!(
+            "query Checked{via:?}($id: ID!, $first: Int) {{ \
+               item(id: $id) {{ id }} items(first: $first) {{ edges {{ node {{ id }} }} }} }}"
+        );
+        for (variables, passes) in [
+            (json!({ "id": "SXRlbTox", "first": 2 }), true),
+            // Another string for the ID: the verdict cannot change, the request runs.
+            (json!({ "id": "not an item id", "first": 2 }), true),
+            (json!({ "id": null, "first": 2 }), false),
+            (json!({ "id": { "an": "object" }, "first": 2 }), false),
+            (json!({ "id": ["a", "list"], "first": 2 }), false),
+            (json!({ "id": "SXRlbTox", "first": "two" }), false),
+            (json!({ "id": "SXRlbTox", "first": 2.5 }), false),
+            // Another size: an integer as before, the request runs.
+            (json!({ "id": "SXRlbTox", "first": 3 }), true),
+            // Over the complexity limit: measured on each request's own values, also where
+            // the rules were skipped.
+            (json!({ "id": "SXRlbTox", "first": 50 }), false),
+            (json!({ "id": "SXRlbTox", "first": 2 }), true),
+        ] {
+            let answer = via::send(&app, via, None, &query, variables.clone()).await;
+            assert_eq!(!refused(&answer), passes, "{via:?} {variables}: {answer}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_oversized_body_answers_413() {
     let app = TestApp::spawn_with(|config| config.max_body_bytes = 4096).await;

@@ -32,7 +32,7 @@ use async_graphql::{
 };
 use serde_json::Value;
 
-use super::{apq, document};
+use super::{apq, document, validated::Validation};
 use crate::{
     api::{http::Gateway, schema::errors::code_of},
     infra::{
@@ -89,6 +89,8 @@ pub(crate) struct Admitted {
     /// A query of public reads only ([`crate::api::schema::PUBLIC_READS`]): asked
     /// anonymously, its answer is everyone's.
     pub(crate) public_read: bool,
+    /// Whether a request of its document and kinds of values passed validation before.
+    pub(crate) validation: Validation,
 }
 
 /// The label of requests refused before their document was read.
@@ -270,6 +272,11 @@ pub(crate) async fn admit(
         _ => None,
     };
     let register = register.map(|hash| (hash, resolved.query.clone()));
+    let validation = Validation::of(
+        parsed.clone(),
+        operation.operation_name.as_deref(),
+        &operation.variables,
+    );
     let mut request = async_graphql::Request::new(resolved.query).variables(operation.variables);
     if let Some(name) = operation.operation_name {
         request = request.operation_name(name);
@@ -286,6 +293,7 @@ pub(crate) async fn admit(
         register,
         writes,
         public_read: shape.is_some_and(|s| s.ty == OperationType::Query && s.public_reads_only),
+        validation,
     })
 }
 
@@ -336,7 +344,7 @@ fn parse_cached(query: &str) -> AppResult<Arc<document::Parsed>> {
 /// Every name the schema defines: the only values a metrics label may take besides a few
 /// fixed words, so that clients cannot grow `/metrics` by inventing names.
 static SCHEMA_NAMES: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
-    crate::api::schema::build(None)
+    crate::api::schema::build(None, async_graphql::ValidationMode::Strict)
         .names()
         .into_iter()
         .map(|name| &*Box::leak(name.into_boxed_str()))

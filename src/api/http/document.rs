@@ -50,6 +50,7 @@ use async_graphql::{
     Name, Positioned,
 };
 
+use super::validated::Passed;
 use crate::{
     api::schema::{MAX_NESTING, PUBLIC_READS},
     infra::error::{AppError, AppResult, ErrorCode},
@@ -86,6 +87,8 @@ pub(crate) struct Parsed {
     operations: Vec<(Option<Name>, OperationShape)>,
     /// What the document costs against the rates, in requests (see the module doc).
     pub(crate) cost: u32,
+    /// The requests of it that passed validation.
+    pub(crate) passed: Passed,
 }
 
 /// What admission needs to know about the operation a request runs.
@@ -140,6 +143,7 @@ pub(crate) fn parse(query: &str) -> AppResult<Parsed> {
         document,
         operations,
         cost: u32::try_from(cost).unwrap_or(u32::MAX),
+        passed: Passed::default(),
     })
 }
 

@@ -499,11 +499,15 @@ async fn answer(
 ) -> Result<Answer, Rejection> {
     let gateway = &http.gateway;
     let public_read = admitted.public_read;
-    let mut response = http.schema.execute(admitted.request).await;
+    let schema = http.schemas.for_request(&admitted.validation);
+    let mut response = schema.execute(admitted.request).await;
     assign_codes(&mut response, request_id);
 
     let request_error =
         response.data == async_graphql::Value::Null && admission::is_request_error(&response);
+    if !request_error {
+        admitted.validation.passed();
+    }
     if let Some((hash, query)) = admitted.register.filter(|_| !request_error) {
         if let Err(error) = apq::register(gateway, &hash, &query).await {
             tracing::warn!(request_id, %error, "could not store a persisted query");

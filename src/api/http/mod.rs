@@ -15,6 +15,7 @@ pub(crate) mod pages;
 pub(crate) mod rate_limit;
 pub(crate) mod server;
 pub(crate) mod trusted;
+pub(crate) mod validated;
 pub(crate) mod ws;
 
 use std::{
@@ -33,9 +34,8 @@ use serde_json::json;
 
 use crate::{
     api::{
-        http::{rate_limit::RateLimits, trusted::TrustedDocuments},
+        http::{rate_limit::RateLimits, trusted::TrustedDocuments, validated::Schemas},
         live::Renderings,
-        schema::AppSchema,
     },
     features::users::UserDirectory,
     infra::{auth::Tokens, config::Config, error::AppError, Infra},
@@ -60,19 +60,19 @@ pub struct Gateway {
 #[derive(Clone)]
 pub(crate) struct HttpState {
     pub(crate) gateway: Arc<Gateway>,
-    pub(crate) schema: AppSchema,
+    pub(crate) schemas: Schemas,
     /// Direct subscriptions' responses, shared by the subscribers of equal selections.
     pub(crate) renderings: Arc<Renderings>,
 }
 
-pub(crate) fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
+pub(crate) fn router(gateway: Arc<Gateway>, schemas: Schemas) -> Router {
     crate::infra::metrics::install();
     let max_body = gateway.config.max_body_bytes;
     let pages = pages::router(&gateway.config);
     let public_metrics = gateway.config.metrics_public();
     let http = HttpState {
         gateway,
-        schema,
+        schemas,
         renderings: Arc::default(),
     };
     let routes = Router::new()
@@ -95,13 +95,13 @@ pub(crate) fn router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
 /// `/metrics` alone, for the listener of `ENGAGE_METRICS_BIND`: an address that only the
 /// monitoring network reaches, so the public one need not answer what the instance is
 /// doing (its error rates, its queues, its memory).
-pub(crate) fn metrics_router(gateway: Arc<Gateway>, schema: AppSchema) -> Router {
+pub(crate) fn metrics_router(gateway: Arc<Gateway>, schemas: Schemas) -> Router {
     crate::infra::metrics::install();
     Router::new()
         .route("/metrics", get(health::metrics))
         .with_state(HttpState {
             gateway,
-            schema,
+            schemas,
             renderings: Arc::default(),
         })
 }

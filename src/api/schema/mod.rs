@@ -23,7 +23,9 @@ pub(crate) mod signin;
 pub(crate) mod users;
 pub(crate) mod vouchers;
 
-use async_graphql::{dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema};
+use async_graphql::{
+    dataloader::DataLoader, Context, MergedObject, MergedSubscription, Schema, ValidationMode,
+};
 
 use crate::{
     api::resolvers,
@@ -130,12 +132,18 @@ pub(crate) fn subscription_fields() -> Vec<String> {
 }
 
 /// Builds the schema. Without an instance it can only print its SDL (`engage schema`).
-pub(crate) fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema {
+/// An instance builds it twice, validating strictly and fast
+/// ([`crate::api::http::validated`]).
+pub(crate) fn build(
+    instance: Option<(&Config, &Infra, &Features)>,
+    validation: ValidationMode,
+) -> AppSchema {
     let mut builder = Schema::build(
         QueryRoot::default(),
         MutationRoot::default(),
         SubscriptionRoot::default(),
     )
+    .validation_mode(validation)
     // Admission refuses documents nested deeper than this before they reach the schema;
     // the schema's own check stays as a second line. `limit_depth` (far lower) then gives
     // the precise validation error.
@@ -195,7 +203,7 @@ pub(crate) fn build(instance: Option<(&Config, &Infra, &Features)>) -> AppSchema
 pub fn sdl() -> String {
     // `@specifiedBy` on each scalar is printed only when asked for.
     let options = async_graphql::SDLExportOptions::new().include_specified_by();
-    let sdl = build(None).sdl_with_options(options);
+    let sdl = build(None, ValidationMode::Strict).sdl_with_options(options);
     ["deprecated", "specifiedBy"]
         .iter()
         .fold(sdl, |sdl, name| without_directive_definition(&sdl, name))

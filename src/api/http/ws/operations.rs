@@ -24,7 +24,9 @@ use futures::{stream::BoxStream, StreamExt};
 use crate::{
     api::http::{
         admission::{self, Caller, RawOperation, Transport},
-        apq, Gateway, HttpState,
+        apq,
+        validated::Validation,
+        Gateway, HttpState,
     },
     api::live::{DirectOutlet, Payloads},
     api::schema::errors::assign_codes,
@@ -156,12 +158,9 @@ impl Admitter {
                     admission::record(&admission_span, &admitted);
                     let subscription = admitted.operation_type == Some(OperationType::Subscription);
                     let request = admitted.request.data(outlet.clone());
+                    let schema = this.http.schemas.for_request(&admitted.validation);
                     Operation {
-                        graphql: Some(
-                            this.http
-                                .schema
-                                .execute_stream_with_session_data(request, session),
-                        ),
+                        graphql: Some(schema.execute_stream_with_session_data(request, session)),
                         direct: None,
                         answered: false,
                         subscription,
@@ -169,6 +168,7 @@ impl Admitter {
                         outlet,
                         connection: this.connection.clone(),
                         register: admitted.register.map(|r| (this.http.gateway.clone(), r)),
+                        validation: Some(admitted.validation),
                         _in_flight: in_flight,
                     }
                     .boxed()
@@ -207,16 +207,24 @@ struct Operation {
     connection: Arc<Connection>,
     /// A persisted query to store once the operation has passed validation.
     register: Option<(Arc<Gateway>, (String, String))>,
+    /// Where to remember that the operation passed validation.
+    validation: Option<Validation>,
     _in_flight: InFlight,
 }
 
 impl Operation {
-    /// Called with the operation's first answer: stores its persisted query if it was valid.
+    /// Called with the operation's first answer: if it was valid, remembers so and stores
+    /// its persisted query.
     fn settle(&mut self, valid: bool) {
-        let Some((gateway, (hash, query))) = self.register.take() else {
+        let validation = self.validation.take();
+        let register = self.register.take();
+        if !valid {
             return;
-        };
-        if valid {
+        }
+        if let Some(validation) = validation {
+            validation.passed();
+        }
+        if let Some((gateway, (hash, query))) = register {
             tokio::spawn(async move {
                 if let Err(error) = apq::register(&gateway, &hash, &query).await {
                     tracing::warn!(%error, "could not store a persisted query");
