@@ -56,6 +56,11 @@ pub(crate) struct Schemas {
 
 impl Schemas {
     pub(crate) fn build(config: &Config, infra: &Infra, features: &Features) -> Self {
+        // `/metrics` lists every subscription field, once for the instance.
+        infra
+            .instance
+            .open
+            .known_fields(schema::subscription_fields());
         let instance = Some((config, infra, features));
         Self {
             strict: schema::build(instance, ValidationMode::Strict),

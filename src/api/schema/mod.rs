@@ -149,7 +149,6 @@ pub(crate) fn build(
     // the precise validation error.
     .limit_recursive_depth(MAX_NESTING);
     if let Some((config, infra, features)) = instance {
-        infra.instance.open.known_fields(subscription_fields());
         // Each resolver takes the one feature context it calls (`ContextExt::feature`).
         if !config.introspection_enabled() {
             builder = builder.disable_introspection();
