@@ -221,21 +221,27 @@ impl Db {
     }
 
     /// The rows of `select` (a statement without its WHERE, e.g. `SELECT id, name FROM
-    /// items`) whose `id` is among `ids`, decoded by `decode`: one query however many ids, in
-    /// no particular order (none for no ids).
+    /// items`) whose `id` is among `ids`, decoded by `decode`, in no particular order (none
+    /// for no ids). A query per 64 ids (see [`in_lists`]).
     pub(crate) async fn find_by_ids<T>(
         &self,
         select: &str,
         ids: &[i64],
         decode: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
     ) -> AppResult<Vec<T>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+        let mut found = Vec::with_capacity(ids.len());
+        for list in in_lists(ids) {
+            let sql = format!(
+                "{select} WHERE id IN ({})",
+                params(self.backend, 1, list.len())
+            );
+            let mut query = sqlx::query(&sql);
+            for id in list {
+                query = query.bind(*id);
+            }
+            found.extend(decode_all(&query.fetch_all(&self.pool).await?, &decode)?);
         }
-        let rows = sqlx::query(&format!("{select} WHERE id IN ({})", id_list(ids)))
-            .fetch_all(&self.pool)
-            .await?;
-        decode_all(&rows, decode)
+        Ok(found)
     }
 
     /// One page of a list read newest first by an integer key. `query` ends in
@@ -256,7 +262,7 @@ impl Db {
             .bind(page.first as i64 + 1)
             .fetch_all(&self.pool)
             .await?;
-        let (mut rows, more) = split_page(decode_all(&rows, decode)?, page.first);
+        let (mut rows, more) = split_page(decode_all(&rows, &decode)?, page.first);
         if range.backward {
             rows.reverse();
         }
@@ -266,7 +272,7 @@ impl Db {
 
 fn decode_all<T>(
     rows: &[AnyRow],
-    decode: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
+    decode: &impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
 ) -> AppResult<Vec<T>> {
     rows.iter()
         .map(decode)
@@ -308,6 +314,87 @@ pub fn values_placeholders(backend: Backend, rows: usize, columns: usize) -> Str
         sql.push(')');
     }
     sql
+}
+
+/// `SELECT $1 AS a, $2 AS b UNION ALL SELECT $3, $4 …`: `rows` rows of parameters as a
+/// table whose columns are `names`, for an `UPDATE … FROM (…) AS v` that sets each row from
+/// its own values. SQLite compounds at most 500 SELECTs, so a caller writes [`runs`].
+pub fn rows_table(backend: Backend, rows: usize, names: &[&str]) -> String {
+    let mut sql = String::with_capacity(rows * (names.len() * 4 + 18));
+    for row in 0..rows {
+        sql.push_str(if row == 0 {
+            "SELECT "
+        } else {
+            " UNION ALL SELECT "
+        });
+        for (column, name) in names.iter().enumerate() {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            backend.push_param(&mut sql, row * names.len() + column + 1);
+            if row == 0 {
+                sql.push_str(" AS ");
+                sql.push_str(name);
+            }
+        }
+    }
+    sql
+}
+
+/// The most rows one batch statement writes: see [`runs`].
+const LARGEST_RUN: usize = 64;
+
+/// Splits a batch into runs of 64, 32, 16, 8, 4, 2 or 1 items, longest first, each written by
+/// one statement. A statement's text is then one of seven whatever the batch's size, so each
+/// is prepared once per connection and then found in sqlx's statement cache. A statement per
+/// batch size had a new text for almost every batch: SQLite compiles a multi-row statement
+/// row by row, so preparing one cost about as much as running it.
+pub fn runs<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        let len = rest.len().min(LARGEST_RUN);
+        if len == 0 {
+            return None;
+        }
+        let (run, tail) = rest.split_at(1 << len.ilog2());
+        rest = tail;
+        Some(run)
+    })
+}
+
+/// Writes `rows` into `into` (`table (column, …)`) with [`Backend::insert_new_rows`], a
+/// statement per [run](runs), `bind` binding a row's `columns` values in order.
+pub(crate) async fn insert_new_rows<T>(
+    conn: &mut AnyConnection,
+    into: &str,
+    columns: usize,
+    rows: &[T],
+    bind: impl for<'q> Fn(Query<'q, Any, AnyArguments<'q>>, &'q T) -> Query<'q, Any, AnyArguments<'q>>,
+) -> Result<(), sqlx::Error> {
+    let backend = Backend::of(conn);
+    for run in runs(rows) {
+        let sql = backend.insert_new_rows(into, &values_placeholders(backend, run.len(), columns));
+        let mut insert = sqlx::query(&sql);
+        for row in run {
+            insert = bind(insert, row);
+        }
+        insert.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Splits `items` into `IN (…)` lists of at most 64, each padded to a power of two by
+/// repeating its last item, which changes no list's meaning: a query per 64 items, whose text
+/// is one of seven, as with [`runs`], without a query per run.
+pub fn in_lists<T>(items: &[T]) -> impl Iterator<Item = Vec<&T>> {
+    items.chunks(LARGEST_RUN).map(|chunk| {
+        let padded = chunk.len().next_power_of_two();
+        let last = chunk.last().expect("chunks are never empty");
+        chunk
+            .iter()
+            .chain(std::iter::repeat_n(last, padded - chunk.len()))
+            .collect()
+    })
 }
 
 /// A pool of SQLite connections, each set up for the archives' load.
@@ -386,7 +473,7 @@ fn redact(url: &str) -> String {
 mod tests {
     use sqlx::Row;
 
-    use super::{params, values_placeholders, Backend, Db};
+    use super::{in_lists, params, rows_table, runs, values_placeholders, Backend, Db};
 
     #[test]
     fn placeholders_are_numbered_in_order_on_postgres_and_anonymous_on_sqlite() {
@@ -399,6 +486,40 @@ mod tests {
         assert_eq!(params(Backend::Postgres, 3, 3), "$3, $4, $5");
         assert_eq!(params(Backend::Sqlite, 3, 2), "?, ?");
         assert_eq!(Backend::Postgres.param(12), "$12");
+        assert_eq!(
+            rows_table(Backend::Postgres, 2, &["id", "n"]),
+            "SELECT $1 AS id, $2 AS n UNION ALL SELECT $3, $4"
+        );
+        assert_eq!(rows_table(Backend::Sqlite, 1, &["id"]), "SELECT ? AS id");
+    }
+
+    #[test]
+    fn a_batch_is_written_in_runs_of_a_few_sizes_longest_first() {
+        let lengths = |n: usize| -> Vec<usize> {
+            let items: Vec<usize> = (0..n).collect();
+            let runs: Vec<&[usize]> = runs(&items).collect();
+            assert_eq!(runs.concat(), items, "every item once, in order");
+            runs.iter().map(|run| run.len()).collect()
+        };
+        assert_eq!(lengths(0), Vec::<usize>::new());
+        assert_eq!(lengths(1), [1]);
+        assert_eq!(lengths(7), [4, 2, 1]);
+        assert_eq!(lengths(64), [64]);
+        assert_eq!(
+            lengths(830),
+            [64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 32, 16, 8, 4, 2]
+        );
+    }
+
+    #[test]
+    fn an_in_list_is_padded_with_its_last_item_to_a_power_of_two() {
+        let items: Vec<i64> = (1..=70).collect();
+        let lists: Vec<Vec<&i64>> = in_lists(&items).collect();
+        assert_eq!(lists.len(), 2);
+        assert_eq!(lists[0].len(), 64);
+        assert_eq!(lists[1], [&65, &66, &67, &68, &69, &70, &70, &70]);
+        assert_eq!(in_lists(&[5]).collect::<Vec<_>>(), [vec![&5]]);
+        assert_eq!(in_lists::<i64>(&[]).count(), 0);
     }
 
     /// Archives the votes of `voters` on one remark as the vote archive does: voter `n`'s

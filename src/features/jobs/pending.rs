@@ -17,7 +17,7 @@ use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::JobSpec;
 use crate::infra::{
-    db::{id_list, values_placeholders, Backend},
+    db::{self, values_placeholders, Backend},
     error::AppResult,
 };
 
@@ -32,9 +32,6 @@ pub(crate) struct Record {
     /// Runs of its series that ended (0 for a job that does not repeat).
     pub(crate) runs: u32,
 }
-
-/// Rows per statement: 12 parameters each, far below either backend's limit.
-const ROWS_PER_STATEMENT: usize = 500;
 
 const COLUMNS: &str =
     "topic, job_id, seq, body, callback_url, run_at_ms, attempts, max_attempts, created_at_ms, \
@@ -70,7 +67,7 @@ pub(crate) async fn insert_new(
     records: &[Record],
 ) -> AppResult<HashSet<i64>> {
     let mut written = HashSet::new();
-    for chunk in records.chunks(ROWS_PER_STATEMENT) {
+    for chunk in db::runs(records) {
         let statement = format!(
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} \
              ON CONFLICT (topic, job_id) DO NOTHING RETURNING seq",
@@ -94,7 +91,7 @@ pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResul
         .cloned()
         .collect();
     last_first.reverse();
-    for chunk in last_first.chunks(ROWS_PER_STATEMENT) {
+    for chunk in db::runs(&last_first) {
         let statement = format!(
             "INSERT INTO pending_job ({COLUMNS}) VALUES {} ON CONFLICT (topic, job_id) DO UPDATE \
              SET seq = excluded.seq, body = excluded.body, callback_url = excluded.callback_url, \
@@ -111,13 +108,16 @@ pub(crate) async fn put(sql: &mut AnyConnection, records: &[Record]) -> AppResul
 /// Removes the rows of jobs that ended, by seq (0, a job from before this record, has none).
 pub(crate) async fn forget(sql: &mut AnyConnection, seqs: &[i64]) -> AppResult<()> {
     let seqs: Vec<i64> = seqs.iter().copied().filter(|seq| *seq > 0).collect();
-    for chunk in seqs.chunks(ROWS_PER_STATEMENT * 2) {
-        sqlx::query(&format!(
+    for run in db::runs(&seqs) {
+        let statement = format!(
             "DELETE FROM pending_job WHERE seq IN ({})",
-            id_list(chunk)
-        ))
-        .execute(&mut *sql)
-        .await?;
+            db::params(Backend::of(sql), 1, run.len())
+        );
+        let mut delete = sqlx::query(&statement);
+        for seq in run {
+            delete = delete.bind(*seq);
+        }
+        delete.execute(&mut *sql).await?;
     }
     Ok(())
 }
@@ -130,27 +130,27 @@ pub(crate) struct Retry {
     pub(crate) attempts: u32,
 }
 
-/// Writes the due time and attempts of retried jobs, one statement for all.
+/// Writes the due time and attempts of retried jobs, a statement per run.
 pub(crate) async fn record_retries(sql: &mut AnyConnection, retries: &[Retry]) -> AppResult<()> {
     let retries: Vec<&Retry> = retries.iter().filter(|r| r.seq > 0).collect();
-    for chunk in retries.chunks(ROWS_PER_STATEMENT) {
-        // Integers only, so inlined (as `id_list` does): one statement for any number.
-        let case = |value: fn(&Retry) -> i64| -> String {
-            chunk
-                .iter()
-                .map(|r| format!(" WHEN {} THEN {}", r.seq, value(r)))
-                .collect()
-        };
-        let seqs: Vec<i64> = chunk.iter().map(|r| r.seq).collect();
-        sqlx::query(&format!(
-            "UPDATE pending_job SET run_at_ms = CASE seq{} END, attempts = CASE seq{} END \
-             WHERE seq IN ({})",
-            case(|r| r.run_at_ms),
-            case(|r| i64::from(r.attempts)),
-            id_list(&seqs)
-        ))
-        .execute(&mut *sql)
-        .await?;
+    for run in db::runs(&retries) {
+        let statement = format!(
+            "UPDATE pending_job SET run_at_ms = v.run_at_ms, attempts = v.attempts \
+             FROM ({}) AS v WHERE pending_job.seq = v.seq",
+            db::rows_table(
+                Backend::of(sql),
+                run.len(),
+                &["seq", "run_at_ms", "attempts"]
+            )
+        );
+        let mut update = sqlx::query(&statement);
+        for retry in run {
+            update = update
+                .bind(retry.seq)
+                .bind(retry.run_at_ms)
+                .bind(i64::from(retry.attempts));
+        }
+        update.execute(&mut *sql).await?;
     }
     Ok(())
 }
@@ -161,22 +161,20 @@ pub(crate) struct NextRun {
     pub(crate) run_at_ms: i64,
 }
 
-/// Writes the next runs of repeating jobs, counting the runs that ended, one statement for all.
+/// Writes the next runs of repeating jobs, counting the runs that ended, a statement per run.
 pub(crate) async fn record_next_runs(sql: &mut AnyConnection, next: &[NextRun]) -> AppResult<()> {
     let next: Vec<&NextRun> = next.iter().filter(|r| r.seq > 0).collect();
-    for chunk in next.chunks(ROWS_PER_STATEMENT) {
-        let case: String = chunk
-            .iter()
-            .map(|r| format!(" WHEN {} THEN {}", r.seq, r.run_at_ms))
-            .collect();
-        let seqs: Vec<i64> = chunk.iter().map(|r| r.seq).collect();
-        sqlx::query(&format!(
-            "UPDATE pending_job SET run_at_ms = CASE seq{case} END, attempts = 0, runs = runs + 1 \
-             WHERE seq IN ({})",
-            id_list(&seqs)
-        ))
-        .execute(&mut *sql)
-        .await?;
+    for run in db::runs(&next) {
+        let statement = format!(
+            "UPDATE pending_job SET run_at_ms = v.run_at_ms, attempts = 0, runs = runs + 1 \
+             FROM ({}) AS v WHERE pending_job.seq = v.seq",
+            db::rows_table(Backend::of(sql), run.len(), &["seq", "run_at_ms"])
+        );
+        let mut update = sqlx::query(&statement);
+        for next in run {
+            update = update.bind(next.seq).bind(next.run_at_ms);
+        }
+        update.execute(&mut *sql).await?;
     }
     Ok(())
 }

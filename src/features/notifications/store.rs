@@ -223,8 +223,7 @@ async fn claim_sources(
 ) -> AppResult<HashSet<String>> {
     let backend = Backend::of(tx);
     let mut claimed = HashSet::new();
-    // Two parameters a row: well inside either database's limit on parameters.
-    for part in notices.chunks(1000) {
+    for part in db::runs(notices) {
         let sql = format!(
             "INSERT INTO notification_sources (source_key, created_at_ms, notification_id) \
              VALUES {} ON CONFLICT DO NOTHING RETURNING source_key",
@@ -252,7 +251,7 @@ async fn replayed_notifications(
         .map(|notice| (notice.source.as_str(), notice.user_id))
         .collect();
     let mut found = Vec::new();
-    for part in replayed.chunks(1000) {
+    for part in db::in_lists(replayed) {
         let sql = format!(
             "SELECT source_key, notification_id FROM notification_sources \
              WHERE source_key IN ({})",
@@ -328,31 +327,30 @@ async fn like_groups(
         return Ok(Vec::new());
     };
     let remarks: BTreeSet<i64> = likes.iter().filter_map(|n| n.remark_id).collect();
+    let remarks: Vec<i64> = remarks.into_iter().collect();
     let backend = Backend::of(tx);
-    let sql = format!(
-        "SELECT id, seq, actor_id, remark_id, others, text, created_at_ms, updated_at_ms \
-         FROM notifications WHERE user_id = {} AND kind = {} AND created_at_ms > {} \
-         AND created_at_ms <= {} AND remark_id IN ({})",
-        backend.param(1),
-        backend.param(2),
-        backend.param(3),
-        backend.param(4),
-        db::params(backend, 5, remarks.len())
-    );
-    let mut select = sqlx::query(&sql)
-        .bind(user_id)
-        .bind(NotificationKind::LikeReceived.as_str())
-        .bind(earliest - LIKE_GROUP_MS)
-        .bind(latest);
-    for remark in &remarks {
-        select = select.bind(*remark);
-    }
-    select
-        .fetch_all(&mut **tx)
-        .await?
-        .into_iter()
-        .map(|row| {
-            Ok(Written {
+    let mut groups = Vec::new();
+    for part in db::in_lists(&remarks) {
+        let sql = format!(
+            "SELECT id, seq, actor_id, remark_id, others, text, created_at_ms, updated_at_ms \
+             FROM notifications WHERE user_id = {} AND kind = {} AND created_at_ms > {} \
+             AND created_at_ms <= {} AND remark_id IN ({})",
+            backend.param(1),
+            backend.param(2),
+            backend.param(3),
+            backend.param(4),
+            db::params(backend, 5, part.len())
+        );
+        let mut select = sqlx::query(&sql)
+            .bind(user_id)
+            .bind(NotificationKind::LikeReceived.as_str())
+            .bind(earliest - LIKE_GROUP_MS)
+            .bind(latest);
+        for remark in part {
+            select = select.bind(*remark);
+        }
+        for row in select.fetch_all(&mut **tx).await? {
+            groups.push(Written {
                 id: row.try_get("id")?,
                 new: false,
                 seq: row.try_get("seq")?,
@@ -366,10 +364,10 @@ async fn like_groups(
                 created_at_ms: row.try_get("created_at_ms")?,
                 updated_at_ms: row.try_get("updated_at_ms")?,
                 sources: Vec::new(),
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(Into::into)
+            });
+        }
+    }
+    Ok(groups)
 }
 
 /// The like group of `remark` a like at `at_ms` joins: the latest begun within the hour
@@ -439,15 +437,17 @@ async fn write(
         .await?;
     }
     let backend = Backend::of(tx);
-    let sql = format!(
-        "UPDATE notification_sources SET notification_id = {} WHERE source_key IN ({})",
-        backend.param(1),
-        db::params(backend, 2, notification.sources.len())
-    );
-    let mut update = sqlx::query(&sql).bind(notification.id);
-    for source in &notification.sources {
-        update = update.bind(source);
+    for part in db::in_lists(&notification.sources) {
+        let sql = format!(
+            "UPDATE notification_sources SET notification_id = {} WHERE source_key IN ({})",
+            backend.param(1),
+            db::params(backend, 2, part.len())
+        );
+        let mut update = sqlx::query(&sql).bind(notification.id);
+        for source in part {
+            update = update.bind(source);
+        }
+        update.execute(&mut **tx).await?;
     }
-    update.execute(&mut **tx).await?;
     Ok(())
 }

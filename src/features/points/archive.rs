@@ -23,13 +23,22 @@ use crate::{
     },
     infra::{
         clock::day_number,
-        db::{values_placeholders, Backend},
+        db,
         error::{AppError, ErrorCode},
         streams::{self, Event, HandleError, Handler, RedisHandler, StreamEntry, StreamHandler},
     },
 };
 
 struct PointsArchive(Points);
+
+/// An award, spend or revoke as `points_record` keeps it.
+struct AwardRow {
+    award: AwardEvent,
+    event_id: String,
+    /// The day (`YYYYMMDD`) it counted on.
+    date: i64,
+    event_order: i64,
+}
 
 /// A sign-in, repair or frozen day carried by a SIGN_IN award (its `day`, `made_up` and
 /// `frozen` fields).
@@ -66,18 +75,12 @@ impl StreamHandler for PointsArchive {
         if entries.is_empty() {
             return Ok(());
         }
-        let backend = Backend::of(tx);
-        let sql = backend.insert_new_rows(
-            "points_record (event_id, user_id, kind, points, requested, idempotency_key, \
-             season, awarded_at_ms, award_date, event_order, reason)",
-            &values_placeholders(backend, entries.len(), 11),
-        );
-        let mut insert = sqlx::query(&sql);
+        let mut awards = Vec::with_capacity(entries.len());
         let mut sign_ins = Vec::new();
         let mut freezes = Vec::new();
         let mut zones = Vec::new();
         for entry in entries {
-            let award = AwardEvent::from_entry(entry)?;
+            let mut award = AwardEvent::from_entry(entry)?;
             // The day whose cap counted it (the user's), else the server's day of it.
             let date = award
                 .date
@@ -91,19 +94,7 @@ impl StreamHandler for PointsArchive {
                     at_ms: award.at_ms,
                 });
             }
-            insert = insert
-                .bind(self.0.infra.keys.points_event_id(award.user_id, &entry.id))
-                .bind(award.user_id)
-                .bind(award.kind_text())
-                .bind(award.points)
-                .bind(award.requested)
-                .bind(award.idempotency_key)
-                .bind(award.season)
-                .bind(award.at_ms)
-                .bind(date)
-                .bind(entry.event_order())
-                .bind(award.reason);
-            if let Some(signed) = award.sign_in {
+            if let Some(signed) = award.sign_in.take() {
                 if let Some(first) = signed.first_zone {
                     zones.push((award.user_id, first));
                 }
@@ -140,60 +131,83 @@ impl StreamHandler for PointsArchive {
                     });
                 }
             }
+            awards.push(AwardRow {
+                event_id: self.0.infra.keys.points_event_id(award.user_id, &entry.id),
+                date,
+                event_order: entry.event_order(),
+                award,
+            });
         }
-        insert.execute(&mut **tx).await?;
-        if !sign_ins.is_empty() {
-            let sql = backend.insert_new_rows(
-                "sign_ins (user_id, day, made_up, frozen, signed_at_ms)",
-                &values_placeholders(backend, sign_ins.len(), 5),
-            );
-            let mut insert = sqlx::query(&sql);
-            for row in &sign_ins {
-                insert = insert
+        db::insert_new_rows(
+            tx,
+            "points_record (event_id, user_id, kind, points, requested, idempotency_key, \
+             season, awarded_at_ms, award_date, event_order, reason)",
+            11,
+            &awards,
+            |insert, row| {
+                insert
+                    .bind(&row.event_id)
+                    .bind(row.award.user_id)
+                    .bind(row.award.kind_text())
+                    .bind(row.award.points)
+                    .bind(row.award.requested)
+                    .bind(&row.award.idempotency_key)
+                    .bind(row.award.season)
+                    .bind(row.award.at_ms)
+                    .bind(row.date)
+                    .bind(row.event_order)
+                    .bind(&row.award.reason)
+            },
+        )
+        .await?;
+        db::insert_new_rows(
+            tx,
+            "sign_ins (user_id, day, made_up, frozen, signed_at_ms)",
+            5,
+            &sign_ins,
+            |insert, row| {
+                insert
                     .bind(row.user_id)
                     .bind(row.day)
                     .bind(row.made_up)
                     .bind(row.frozen)
-                    .bind(row.signed_at_ms);
-            }
-            insert.execute(&mut **tx).await?;
-        }
-        if !freezes.is_empty() {
-            let sql = backend.insert_new_rows(
-                "streak_freezes (user_id, day, reason, delta, at_ms)",
-                &values_placeholders(backend, freezes.len(), 5),
-            );
-            let mut insert = sqlx::query(&sql);
-            for row in &freezes {
-                insert = insert
+                    .bind(row.signed_at_ms)
+            },
+        )
+        .await?;
+        db::insert_new_rows(
+            tx,
+            "streak_freezes (user_id, day, reason, delta, at_ms)",
+            5,
+            &freezes,
+            |insert, row| {
+                insert
                     .bind(row.user_id)
                     .bind(row.day)
                     .bind(&row.reason)
                     .bind(row.delta)
-                    .bind(row.at_ms);
-            }
-            insert.execute(&mut **tx).await?;
-        }
-        if !zones.is_empty() {
-            // A replayed event's row is there already (same user and instant): skipped. A
-            // change made since is a later row, and the latest row is the user's zone.
-            let sql = backend.insert_new_rows(
-                "sign_in_zones (user_id, zone, previous_zone, from_day, changed_on, \
-                 changed_at_ms)",
-                &values_placeholders(backend, zones.len(), 6),
-            );
-            let mut insert = sqlx::query(&sql);
-            for (user_id, first) in zones {
-                insert = insert
-                    .bind(user_id)
-                    .bind(first.zone)
-                    .bind(first.previous)
+                    .bind(row.at_ms)
+            },
+        )
+        .await?;
+        // A replayed event's row is there already (same user and instant): skipped. A change
+        // made since is a later row, and the latest row is the user's zone.
+        db::insert_new_rows(
+            tx,
+            "sign_in_zones (user_id, zone, previous_zone, from_day, changed_on, changed_at_ms)",
+            6,
+            &zones,
+            |insert, (user_id, first)| {
+                insert
+                    .bind(*user_id)
+                    .bind(&first.zone)
+                    .bind(&first.previous)
                     .bind(first.from_day)
                     .bind(None::<i64>)
-                    .bind(first.changed_ms);
-            }
-            insert.execute(&mut **tx).await?;
-        }
+                    .bind(first.changed_ms)
+            },
+        )
+        .await?;
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ use sqlx::{Any, Transaction};
 use crate::{
     features::remarks::{events::VoteEvent, Remarks},
     infra::{
-        db::{values_placeholders, Backend},
+        db::{self, Backend},
         streams::{self, Event, HandleError, Handler, StreamEntry, StreamHandler},
     },
 };
@@ -152,32 +152,26 @@ impl StreamHandler for VoteArchive {
             return Ok(());
         }
         self.ensure_partitions(&rows).await?;
-        let backend = Backend::of(tx);
-        let sql = backend.insert_new_rows(
+        let written = db::insert_new_rows(
+            tx,
             "vote_log (event_id, remark_id, voter_id, voting, like_count, voted_at_ms, \
              vote_date, event_order)",
-            &values_placeholders(backend, rows.len(), 8),
-        );
-        let mut insert = sqlx::query(&sql);
-        let mut newest: HashMap<i64, (i64, i64)> = HashMap::new();
-        for row in &rows {
-            insert = insert
-                .bind(&row.event_id)
-                .bind(row.remark_id)
-                .bind(row.voter_id)
-                .bind(row.voting)
-                .bind(row.like_count)
-                .bind(row.voted_at_ms)
-                .bind(row.vote_date)
-                .bind(row.event_order);
-            let slot = newest
-                .entry(row.remark_id)
-                .or_insert((row.event_order, row.like_count));
-            if row.event_order >= slot.0 {
-                *slot = (row.event_order, row.like_count);
-            }
-        }
-        if let Err(error) = insert.execute(&mut **tx).await {
+            8,
+            &rows,
+            |insert, row| {
+                insert
+                    .bind(&row.event_id)
+                    .bind(row.remark_id)
+                    .bind(row.voter_id)
+                    .bind(row.voting)
+                    .bind(row.like_count)
+                    .bind(row.voted_at_ms)
+                    .bind(row.vote_date)
+                    .bind(row.event_order)
+            },
+        )
+        .await;
+        if let Err(error) = written {
             return Err(match &error {
                 // A month whose table exists but is not attached as a partition (made by
                 // hand, or detached): forget what this instance believed, so the next try
@@ -191,27 +185,29 @@ impl StreamHandler for VoteArchive {
         }
 
         // Batches of one stream may be archived out of order by two instances; the order
-        // guard keeps the newest count. One statement for every remark of the batch.
-        let counts: Vec<String> = (0..newest.len())
-            .map(|i| {
-                format!(
-                    "SELECT ${} AS id, ${} AS cnt, ${} AS ord",
-                    3 * i + 1,
-                    3 * i + 2,
-                    3 * i + 3
-                )
-            })
-            .collect();
-        let sql = format!(
-            "UPDATE remarks SET like_count = v.cnt, like_count_order = v.ord \
-             FROM ({}) AS v WHERE remarks.id = v.id AND remarks.like_count_order < v.ord",
-            counts.join(" UNION ALL ")
-        );
-        let mut update = sqlx::query(&sql);
-        for (remark_id, (order, count)) in newest {
-            update = update.bind(remark_id).bind(count).bind(order);
+        // guard keeps the newest count. One statement for every remark of a run.
+        let mut newest: HashMap<i64, (i64, i64)> = HashMap::new();
+        for row in &rows {
+            let slot = newest
+                .entry(row.remark_id)
+                .or_insert((row.event_order, row.like_count));
+            if row.event_order >= slot.0 {
+                *slot = (row.event_order, row.like_count);
+            }
         }
-        update.execute(&mut **tx).await?;
+        let newest: Vec<(i64, (i64, i64))> = newest.into_iter().collect();
+        for run in db::runs(&newest) {
+            let sql = format!(
+                "UPDATE remarks SET like_count = v.cnt, like_count_order = v.ord \
+                 FROM ({}) AS v WHERE remarks.id = v.id AND remarks.like_count_order < v.ord",
+                db::rows_table(Backend::of(tx), run.len(), &["id", "cnt", "ord"])
+            );
+            let mut update = sqlx::query(&sql);
+            for &(remark_id, (order, count)) in run {
+                update = update.bind(remark_id).bind(count).bind(order);
+            }
+            update.execute(&mut **tx).await?;
+        }
         Ok(())
     }
 }

@@ -398,8 +398,7 @@ async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Kn
     batch.sort_by_key(|sight| sight.user_id);
     let mut written = Vec::with_capacity(batch.len());
     match insert_first_sights(infra, &batch).await {
-        Ok(users) => {
-            remember_names(infra, &users).await;
+        Ok(()) => {
             written.extend(batch.iter().map(|sight| sight.user_id));
         }
         Err(error) if batch.len() == 1 => {
@@ -409,8 +408,7 @@ async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Kn
             tracing::warn!(%error, users = batch.len(), "a batch of first sights was not written: writing its users one at a time");
             for sight in &batch {
                 match insert_first_sights(infra, std::slice::from_ref(sight)).await {
-                    Ok(users) => {
-                        remember_names(infra, &users).await;
+                    Ok(()) => {
                         written.push(sight.user_id);
                     }
                     Err(error) => {
@@ -432,40 +430,42 @@ async fn write_batch(infra: &Infra, mut batch: Vec<FirstSight>, known: &Mutex<Kn
     }
 }
 
-/// Inserts first sights in one statement; the users it wrote, with their names.
-async fn insert_first_sights(
-    infra: &Infra,
-    sights: &[FirstSight],
-) -> Result<Vec<UserRecord>, sqlx::Error> {
-    // RETURNING names the rows this statement wrote: a row that existed keeps its name,
-    // which SQL, not this token, knows.
-    let sql = format!(
-        "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING \
-         RETURNING id, name",
-        crate::infra::db::values_placeholders(infra.db.backend, sights.len(), 3)
-    );
-    let mut query = sqlx::query(&sql);
-    for sight in sights {
-        query = query
-            .bind(sight.user_id)
-            .bind(&sight.name)
-            .bind(sight.now_ms);
-    }
-    // On the archives' writer: a SQLite connection drops its page cache whenever another
-    // has written, so a batch written on the pool made the next archive batch read its index
-    // pages again (see `Db::archive`).
-    let rows = query.fetch_all(&infra.db.archive).await?;
-    Ok(rows
-        .iter()
-        .filter_map(|row| {
-            Some(UserRecord {
-                id: row.try_get("id").ok()?,
-                name: row.try_get("name").ok()?,
-                avatar_url: None,
-                bio: None,
+/// Inserts first sights, a statement per run, and remembers the names of the users each run
+/// wrote.
+async fn insert_first_sights(infra: &Infra, sights: &[FirstSight]) -> Result<(), sqlx::Error> {
+    // RETURNING names the rows a statement wrote: a row that existed keeps its name, which
+    // SQL, not this token, knows.
+    for run in crate::infra::db::runs(sights) {
+        let sql = format!(
+            "INSERT INTO users (id, name, created_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING \
+             RETURNING id, name",
+            crate::infra::db::values_placeholders(infra.db.backend, run.len(), 3)
+        );
+        let mut query = sqlx::query(&sql);
+        for sight in run {
+            query = query
+                .bind(sight.user_id)
+                .bind(&sight.name)
+                .bind(sight.now_ms);
+        }
+        // On the archives' writer: a SQLite connection drops its page cache whenever another
+        // has written, so a batch written on the pool made the next archive batch read its
+        // index pages again (see `Db::archive`).
+        let rows = query.fetch_all(&infra.db.archive).await?;
+        let written: Vec<UserRecord> = rows
+            .iter()
+            .filter_map(|row| {
+                Some(UserRecord {
+                    id: row.try_get("id").ok()?,
+                    name: row.try_get("name").ok()?,
+                    avatar_url: None,
+                    bio: None,
+                })
             })
-        })
-        .collect())
+            .collect();
+        remember_names(infra, &written).await;
+    }
+    Ok(())
 }
 
 /// Moves queued first sights into `batch` until it is full or the queue is empty.

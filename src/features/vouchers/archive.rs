@@ -26,7 +26,7 @@ use crate::{
         Vouchers,
     },
     infra::{
-        db::{values_placeholders, Backend},
+        db::{self, values_placeholders, Backend},
         streams::{self, Event, HandleError, Handler, StreamEntry, StreamHandler},
     },
 };
@@ -136,33 +136,37 @@ async fn insert_orders(
     if last.is_empty() {
         return Ok(());
     }
-    let sql = format!(
-        "INSERT INTO orders (id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms, \
-         settled_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING voucher_id, status",
-        values_placeholders(Backend::of(tx), last.len(), 7)
-    );
-    let mut query = sqlx::query(&sql);
-    for archived in last.values() {
-        query = query
-            .bind(archived.order.order_id)
-            .bind(archived.order.voucher_id)
-            .bind(archived.buyer)
-            .bind(archived.status.as_str())
-            .bind(archived.order.created_at_ms)
-            .bind(archived.order.pay_by_ms)
-            .bind(archived.settled_at_ms);
-    }
-    let inserted = match query.fetch_all(&mut **tx).await {
-        Ok(rows) => rows,
-        // The buyer's earlier order is live in SQL still: its settlement is on its way in a
-        // batch not committed yet. Wait for it; the order is never dropped.
-        Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-            return Err(HandleError::Unavailable(format!(
-                "an order waits for its buyer's earlier order to be settled in SQL: {db}"
-            )))
+    let last: Vec<&ArchivedOrder> = last.into_values().collect();
+    let mut inserted = Vec::new();
+    for run in db::runs(&last) {
+        let sql = format!(
+            "INSERT INTO orders (id, voucher_id, buyer_id, status, created_at_ms, pay_by_ms, \
+             settled_at_ms) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING voucher_id, status",
+            values_placeholders(Backend::of(tx), run.len(), 7)
+        );
+        let mut query = sqlx::query(&sql);
+        for archived in run {
+            query = query
+                .bind(archived.order.order_id)
+                .bind(archived.order.voucher_id)
+                .bind(archived.buyer)
+                .bind(archived.status.as_str())
+                .bind(archived.order.created_at_ms)
+                .bind(archived.order.pay_by_ms)
+                .bind(archived.settled_at_ms);
         }
-        Err(error) => return Err(error.into()),
-    };
+        match query.fetch_all(&mut **tx).await {
+            Ok(rows) => inserted.extend(rows),
+            // The buyer's earlier order is live in SQL still: its settlement is on its way in
+            // a batch not committed yet. Wait for it; the order is never dropped.
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                return Err(HandleError::Unavailable(format!(
+                    "an order waits for its buyer's earlier order to be settled in SQL: {db}"
+                )))
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
     let mut taken: BTreeMap<i64, i64> = BTreeMap::new();
     for row in inserted {
         let status: String = row.try_get("status")?;
