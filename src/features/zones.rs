@@ -26,7 +26,7 @@ use sqlx::Row;
 
 use crate::infra::{
     clock::{date_in, date_of_day_number, day_number, start_of_in},
-    db::id_list,
+    db,
     error::{AppError, AppResult},
     redis::{
         scripts::{Replies, SigninSetZone, SigninSetZoneArgs},
@@ -142,11 +142,20 @@ impl Loader<i64> for RecordedZones {
     type Error = Arc<AppError>;
 
     async fn load(&self, users: &[i64]) -> Result<HashMap<i64, UserZone>, Self::Error> {
-        let condition = format!("user_id IN ({})", id_list(users));
-        let zones = recorded_zones(&self.0, &condition)
-            .await
-            .map_err(Arc::new)?;
-        Ok(zones.into_iter().collect())
+        let mut zones = HashMap::with_capacity(users.len());
+        for list in db::in_lists(users) {
+            let condition = format!(
+                "user_id IN ({})",
+                db::params(self.0.db.backend, 1, list.len())
+            );
+            let ids: Vec<i64> = list.into_iter().copied().collect();
+            zones.extend(
+                recorded_zones(&self.0, &condition, &ids)
+                    .await
+                    .map_err(Arc::new)?,
+            );
+        }
+        Ok(zones)
     }
 }
 
@@ -228,14 +237,15 @@ impl Zones {
 
     /// The latest change SQL records, read now (not gathered with other lookups).
     pub(crate) async fn recorded_zone(&self, user_id: i64) -> AppResult<Option<UserZone>> {
-        let mut recorded = recorded_zones(&self.infra, &format!("user_id = {user_id}")).await?;
+        let condition = format!("user_id = {}", self.infra.db.backend.param(1));
+        let mut recorded = recorded_zones(&self.infra, &condition, &[user_id]).await?;
         Ok(recorded.remove(&user_id))
     }
 
     /// The latest change SQL records of each user of a range (`range`: a condition on
     /// `user_id`).
     pub(crate) async fn recorded_zones(&self, range: &str) -> AppResult<BTreeMap<i64, UserZone>> {
-        recorded_zones(&self.infra, range).await
+        recorded_zones(&self.infra, range, &[]).await
     }
 
     /// Writes a recorded zone to Redis (a newer one held stays).
@@ -258,13 +268,21 @@ impl Zones {
     }
 }
 
-async fn recorded_zones(infra: &Infra, range: &str) -> AppResult<BTreeMap<i64, UserZone>> {
-    let rows = sqlx::query(&format!(
+/// The latest change SQL records of each user `range` takes, its parameters bound from `ids`.
+async fn recorded_zones(
+    infra: &Infra,
+    range: &str,
+    ids: &[i64],
+) -> AppResult<BTreeMap<i64, UserZone>> {
+    let sql = format!(
         "SELECT user_id, zone, previous_zone, from_day, changed_at_ms FROM sign_in_zones \
          WHERE {range} ORDER BY changed_at_ms"
-    ))
-    .fetch_all(&infra.db.pool)
-    .await?;
+    );
+    let mut query = sqlx::query(&sql);
+    for id in ids {
+        query = query.bind(*id);
+    }
+    let rows = query.fetch_all(&infra.db.pool).await?;
     let mut zones = BTreeMap::new();
     for row in &rows {
         zones.insert(row.try_get("user_id")?, zone_of_row(infra, row)?);

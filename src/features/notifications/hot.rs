@@ -12,6 +12,7 @@ use sqlx::Row;
 
 use super::{record_of, NotificationRecord, Notifications, COLUMNS, HOT_WINDOW};
 use crate::infra::{
+    db,
     error::{AppError, AppResult},
     redis::{
         scripts::{NotificationsStore, NotificationsStoreArgs, Replies},
@@ -138,15 +139,23 @@ impl Notifications {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        // Numbers, written by this code.
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM notifications WHERE user_id = $1 AND id IN ({})",
-            crate::infra::db::id_list(ids)
-        ))
-        .bind(user_id)
-        .fetch_all(&self.infra.db.pool)
-        .await?;
-        Ok(rows.iter().map(record_of).collect::<Result<Vec<_>, _>>()?)
+        let backend = self.infra.db.backend;
+        let mut records = Vec::with_capacity(ids.len());
+        for list in db::in_lists(ids) {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM notifications WHERE user_id = {} AND id IN ({})",
+                backend.param(1),
+                db::params(backend, 2, list.len())
+            );
+            let mut query = sqlx::query(&sql).bind(user_id);
+            for id in list {
+                query = query.bind(*id);
+            }
+            for row in query.fetch_all(&self.infra.db.pool).await? {
+                records.push(record_of(&row)?);
+            }
+        }
+        Ok(records)
     }
 
     /// What Redis holds of the user's state.

@@ -11,6 +11,7 @@ use crate::infra::redis::durability::DurableWrite;
 use crate::{
     features::remarks::{lifecycle::Withdrawal, Remarks},
     infra::{
+        db,
         error::{AppError, AppResult},
         ids,
         redis::{
@@ -395,18 +396,24 @@ impl Remarks {
 
     /// Which of `remark_ids` the voter likes according to the archive.
     async fn archived_likes(&self, voter_id: i64, remark_ids: &[i64]) -> AppResult<Vec<i64>> {
-        let list = crate::infra::db::id_list(remark_ids);
-        let rows = sqlx::query(&format!(
-            "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = $1 AND v.remark_id IN ({list}) \
-             AND {CURRENT_LIKE}"
-        ))
-        .bind(voter_id)
-        .fetch_all(&self.infra.db.pool)
-        .await?;
-        rows.iter()
-            .map(|row| row.try_get("remark_id"))
-            .collect::<Result<_, _>>()
-            .map_err(Into::into)
+        let backend = self.infra.db.backend;
+        let mut liked = Vec::new();
+        for list in db::in_lists(remark_ids) {
+            let sql = format!(
+                "SELECT v.remark_id FROM vote_log v WHERE v.voter_id = {} \
+                 AND v.remark_id IN ({}) AND {CURRENT_LIKE}",
+                backend.param(1),
+                db::params(backend, 2, list.len())
+            );
+            let mut query = sqlx::query(&sql).bind(voter_id);
+            for remark in list {
+                query = query.bind(*remark);
+            }
+            for row in query.fetch_all(&self.infra.db.pool).await? {
+                liked.push(row.try_get("remark_id")?);
+            }
+        }
+        Ok(liked)
     }
 
     /// The earliest current likers of a remark, oldest first. Redis keeps the first
