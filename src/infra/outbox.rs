@@ -61,17 +61,23 @@ pub async fn deliver<O: Outbox>(outbox: &O, entries: &[O::Entry]) -> AppResult<(
         return Ok(());
     }
     outbox.deliver(entries).await?;
-    // Exactly these ids (numbers, written by this code): a range would take the rows of
-    // writes committed meanwhile, still undelivered.
+    // Exactly these ids: a range would take the rows of writes committed meanwhile, still
+    // undelivered.
     let ids: Vec<i64> = entries.iter().map(|e| O::id_of(e)).collect();
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE {} IN ({})",
-        O::TABLE,
-        O::ID,
-        crate::infra::db::id_list(&ids)
-    ))
-    .execute(&outbox.infra().db.pool)
-    .await?;
+    let db = &outbox.infra().db;
+    for list in crate::infra::db::in_lists(&ids) {
+        let sql = format!(
+            "DELETE FROM {} WHERE {} IN ({})",
+            O::TABLE,
+            O::ID,
+            crate::infra::db::params(db.backend, 1, list.len())
+        );
+        let mut delete = sqlx::query(&sql);
+        for id in list {
+            delete = delete.bind(*id);
+        }
+        delete.execute(&db.pool).await?;
+    }
     outbox.forgotten(entries).await;
     Ok(())
 }
