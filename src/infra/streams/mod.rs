@@ -545,6 +545,30 @@ mod tests {
     }
 
     #[test]
+    fn fields_are_found_in_any_order_and_again() {
+        let entry = StreamEntry::new(
+            "s",
+            "1-0".into(),
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "2".into()),
+                ("c".into(), "3".into()),
+            ],
+        );
+        // In order, then back to an earlier one (the search wraps round), twice over.
+        for name in ["a", "b", "c", "b", "a", "c", "c"] {
+            let expected = (name.as_bytes()[0] - b'a' + 1).to_string();
+            assert_eq!(entry.get(name), Some(expected.as_str()), "{name}");
+        }
+        assert_eq!(entry.get("d"), None);
+        assert_eq!(
+            entry.get("a"),
+            Some("1"),
+            "a miss leaves the entry readable"
+        );
+    }
+
+    #[test]
     fn a_claim_reply_gives_its_entries_of_the_stream() {
         let reply = Value::Array(vec![
             bulk("0-0"),
