@@ -111,6 +111,16 @@ impl Backend {
         }
     }
 
+    /// What ends a `SELECT` that takes the rows it reads for the transaction: ` FOR UPDATE`
+    /// on PostgreSQL; nothing on SQLite, which has no row locks, and whose writing
+    /// transaction holds the database's one write lock already.
+    pub(crate) fn lock_rows(self) -> &'static str {
+        match self {
+            Self::Sqlite => "",
+            Self::Postgres => " FOR UPDATE",
+        }
+    }
+
     /// `INSERT INTO {into} VALUES {values}` that skips each row a unique key already holds:
     /// how the archives write a batch that may come again after a crash.
     ///
@@ -341,6 +351,71 @@ pub fn rows_table(backend: Backend, rows: usize, names: &[&str]) -> String {
     sql
 }
 
+/// `SELECT value->>0 AS a, value->>1 AS b FROM json_each(?)`: the rows of one parameter, a
+/// JSON array of arrays ([`json_rows`]), as a table whose columns are `columns` (a name and
+/// the SQL type PostgreSQL casts it to), for a statement that reads, writes or joins a batch.
+/// Its text is the same whatever the number of rows, so it is prepared once per connection
+/// however the batches fall. [`runs`] and [`in_lists`] have one text per size, which suits
+/// the archives' one connection; a writer on the shared pool, whose transactions land on
+/// any of its connections, prepared one of its seven texts per statement on nearly every
+/// batch, since sqlx keeps at most 100 statements per connection. On PostgreSQL:
+/// `SELECT (value->>0)::BIGINT AS a, … FROM jsonb_array_elements($n::jsonb) AS e (value)`.
+pub fn json_table(backend: Backend, param: usize, columns: &[(&str, &str)]) -> String {
+    use std::fmt::Write as _;
+    let mut sql = String::from("SELECT ");
+    for (index, (name, sql_type)) in columns.iter().enumerate() {
+        if index > 0 {
+            sql.push_str(", ");
+        }
+        let _ = match backend {
+            Backend::Sqlite => write!(sql, "value->>{index} AS {name}"),
+            Backend::Postgres => write!(sql, "(value->>{index})::{sql_type} AS {name}"),
+        };
+    }
+    let _ = match backend {
+        Backend::Sqlite => write!(sql, " FROM json_each(?)"),
+        Backend::Postgres => write!(
+            sql,
+            " FROM jsonb_array_elements(${param}::jsonb) AS e (value)"
+        ),
+    };
+    sql
+}
+
+/// `SELECT value FROM json_each(?)`: the items of one parameter, a JSON array of numbers or
+/// of text, as a table of one column, `value`, each item read as it is (the columns of a
+/// [`json_table`] are read by parsing each row's array again, which a long batch pays for).
+/// On PostgreSQL: `SELECT value::BIGINT AS value FROM jsonb_array_elements_text($n::jsonb)`.
+pub fn json_list(backend: Backend, param: usize, sql_type: &str) -> String {
+    match backend {
+        Backend::Sqlite => "SELECT value FROM json_each(?)".to_string(),
+        Backend::Postgres => format!(
+            "SELECT value::{sql_type} AS value \
+             FROM jsonb_array_elements_text(${param}::jsonb) AS e (value)"
+        ),
+    }
+}
+
+/// `SELECT key, value FROM json_each(?)`: the members of one parameter, a JSON object of
+/// text keys (`{"a": 1, …}`), as a table of two columns read as they are, `key` and
+/// `value`. On PostgreSQL: `SELECT key, value::BIGINT AS value FROM jsonb_each_text($n::jsonb)`.
+pub fn json_map(backend: Backend, param: usize, value_type: &str) -> String {
+    match backend {
+        Backend::Sqlite => "SELECT key, value FROM json_each(?)".to_string(),
+        Backend::Postgres => format!(
+            "SELECT key, value::{value_type} AS value \
+             FROM jsonb_each_text(${param}::jsonb) AS e (key, value)"
+        ),
+    }
+}
+
+/// The parameter of a [`json_table`] (`rows`, each a tuple of numbers, options and text: a
+/// JSON array of arrays), of a [`json_list`] (numbers or text: a JSON array) or of a
+/// [`json_map`] (a map of text to numbers: a JSON object).
+pub fn json_rows<T: serde::Serialize + ?Sized>(rows: &T) -> String {
+    serde_json::to_string(rows).expect("numbers, options and text serialise")
+}
+
 /// The most rows one batch statement writes: see [`runs`].
 const LARGEST_RUN: usize = 64;
 
@@ -473,7 +548,9 @@ fn redact(url: &str) -> String {
 mod tests {
     use sqlx::Row;
 
-    use super::{in_lists, params, rows_table, runs, values_placeholders, Backend, Db};
+    use super::{
+        in_lists, json_rows, json_table, params, rows_table, runs, values_placeholders, Backend, Db,
+    };
 
     #[test]
     fn placeholders_are_numbered_in_order_on_postgres_and_anonymous_on_sqlite() {
@@ -491,6 +568,22 @@ mod tests {
             "SELECT $1 AS id, $2 AS n UNION ALL SELECT $3, $4"
         );
         assert_eq!(rows_table(Backend::Sqlite, 1, &["id"]), "SELECT ? AS id");
+    }
+
+    #[test]
+    fn a_json_table_has_one_text_whatever_its_rows_and_casts_on_postgres() {
+        let columns = [("u", "BIGINT"), ("text", "TEXT")];
+        assert_eq!(
+            json_table(Backend::Sqlite, 1, &columns),
+            "SELECT value->>0 AS u, value->>1 AS text FROM json_each(?)"
+        );
+        assert_eq!(
+            json_table(Backend::Postgres, 2, &columns),
+            "SELECT (value->>0)::BIGINT AS u, (value->>1)::TEXT AS text \
+             FROM jsonb_array_elements($2::jsonb) AS e (value)"
+        );
+        let rows = [(1_i64, Some("a \"quoted\" ]")), (2, None)];
+        assert_eq!(json_rows(&rows), r#"[[1,"a \"quoted\" ]"],[2,null]]"#);
     }
 
     #[test]
@@ -538,6 +631,37 @@ mod tests {
             .await
             .expect("a vote archived");
         }
+    }
+
+    /// A json table's rows come back as they were bound: integers beyond 2^53, text with
+    /// quotes, brackets and non-ASCII letters, and nulls.
+    #[tokio::test]
+    async fn a_json_table_reads_back_its_rows_on_sqlite() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let db = Db::connect(&format!("sqlite://{}", dir.path().join("e.db").display()))
+            .await
+            .expect("SQLite opens");
+        let rows = [
+            (i64::MAX, Some("Mei \"🙂\" ],[ 美")),
+            (-(1_i64 << 60) - 1, None),
+        ];
+        let sql = format!(
+            "SELECT v.id, v.name FROM ({}) AS v",
+            json_table(Backend::Sqlite, 1, &[("id", "BIGINT"), ("name", "TEXT")])
+        );
+        let read: Vec<(i64, Option<String>)> = sqlx::query(&sql)
+            .bind(json_rows(&rows))
+            .fetch_all(&db.pool)
+            .await
+            .expect("the rows read")
+            .iter()
+            .map(|row| (row.get("id"), row.get("name")))
+            .collect();
+        let bound: Vec<(i64, Option<String>)> = rows
+            .iter()
+            .map(|(id, name)| (*id, name.map(str::to_string)))
+            .collect();
+        assert_eq!(read, bound);
     }
 
     /// The votes archived before the log was keyed by (remark, voter, order) stay, and a

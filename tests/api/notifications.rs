@@ -5,7 +5,8 @@ use chrono::{Duration, NaiveDate};
 use serde_json::{json, Value};
 
 use crate::harness::{
-    eventually, first_code, global_id, next_data, scan, subscribe, unlimited, unlink, TestApp,
+    eventually, eventually_within, first_code, global_id, next_data, scan, subscribe, unlimited,
+    unlink, TestApp,
 };
 
 const LIST: &str = "query($f: Int, $a: String, $u: Boolean) {
@@ -115,6 +116,60 @@ async fn likes_are_grouped_per_remark_per_hour_and_nobody_is_told_of_their_own()
             "user5 and 3 others liked your review"
         ]
     );
+}
+
+#[tokio::test]
+async fn likes_of_many_authors_at_once_are_grouped_per_author_and_remark_each_counted_once() {
+    let app = app().await;
+    // Six authors of two remarks each, and twenty voters liking all twelve at once: the
+    // consumer's batches mix authors, remarks and likes of one group.
+    let authors: Vec<i64> = (1..=6).collect();
+    let mut remarks = Vec::new();
+    for &author in &authors {
+        for _ in 0..2 {
+            remarks.push((author, app.create_remark(author).await));
+        }
+    }
+    let voters: Vec<i64> = (101..=120).collect();
+    let likes: Vec<(i64, &str)> = remarks
+        .iter()
+        .flat_map(|(_, remark)| voters.iter().map(move |&voter| (voter, remark.as_str())))
+        .collect();
+    futures::future::join_all(
+        likes
+            .iter()
+            .map(|&(voter, remark)| app.vote(voter, remark, true)),
+    )
+    .await;
+    // 240 likes through three consumers: more than `eventually`'s 10 s on a busy machine.
+    let within = std::time::Duration::from_secs(30);
+    for &author in &authors {
+        eventually_within("two groups, of 20 likes each", within, async || {
+            unread(&app, author).await == 2
+                && nodes(&list(&app, author, 10, None, false).await)
+                    .iter()
+                    .all(|n| {
+                        n["text"]
+                            .as_str()
+                            .unwrap()
+                            .ends_with("and 19 others liked your review")
+                    })
+        })
+        .await;
+        let page = nodes(&list(&app, author, 10, None, false).await);
+        let mut told: Vec<&str> = page
+            .iter()
+            .map(|n| n["remark"]["id"].as_str().unwrap())
+            .collect();
+        told.sort_unstable();
+        let mut theirs: Vec<&str> = remarks
+            .iter()
+            .filter(|(a, _)| *a == author)
+            .map(|(_, remark)| remark.as_str())
+            .collect();
+        theirs.sort_unstable();
+        assert_eq!(told, theirs, "one group per remark of author {author}");
+    }
 }
 
 #[tokio::test]

@@ -8,6 +8,8 @@
 //! does not hold (new, or lost) is written whole from SQL ([`Notifications::rebuild_user`]):
 //! a hot list is complete or absent, never a fragment read as the whole.
 
+use std::collections::HashMap;
+
 use sqlx::Row;
 
 use super::{record_of, NotificationRecord, Notifications, COLUMNS, HOT_WINDOW};
@@ -24,6 +26,9 @@ impl Replies for NotificationsStore {
     type Reply = Status;
 }
 
+/// The values of a `lua/notifications_store.lua` call.
+type StoreArgs = NotificationsStoreArgs<i64, i64, i64, i64, i64, &'static str, String, Vec<String>>;
+
 /// A user's state row in SQL.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SqlState {
@@ -39,6 +44,15 @@ pub(crate) struct HotState {
     pub(crate) unread: i64,
 }
 
+/// Reads a state row's version, watermark and unread count.
+fn state_of(row: &sqlx::any::AnyRow) -> Result<SqlState, sqlx::Error> {
+    Ok(SqlState {
+        version: row.try_get("version")?,
+        read_seq: row.try_get("read_seq")?,
+        unread: row.try_get("unread")?,
+    })
+}
+
 impl Notifications {
     /// The user's state row (all zero for a user never notified).
     pub(crate) async fn sql_state(&self, user_id: i64) -> AppResult<SqlState> {
@@ -48,24 +62,73 @@ impl Notifications {
         .bind(user_id)
         .fetch_optional(&self.infra.db.pool)
         .await?;
-        Ok(match row {
-            Some(row) => SqlState {
-                version: row.try_get("version")?,
-                read_seq: row.try_get("read_seq")?,
-                unread: row.try_get("unread")?,
-            },
-            None => SqlState::default(),
-        })
+        row.as_ref()
+            .map_or(Ok(SqlState::default()), state_of)
+            .map_err(Into::into)
+    }
+
+    /// The state rows of `users` that have one.
+    async fn sql_states(&self, users: &[i64]) -> AppResult<HashMap<i64, SqlState>> {
+        let sql = format!(
+            "SELECT user_id, version, read_seq, unread FROM notification_states \
+             WHERE user_id IN (SELECT v.value FROM ({}) AS v)",
+            db::json_list(self.infra.db.backend, 1, "BIGINT")
+        );
+        let mut states = HashMap::with_capacity(users.len());
+        for row in sqlx::query(&sql)
+            .bind(db::json_rows(users))
+            .fetch_all(&self.infra.db.pool)
+            .await?
+        {
+            states.insert(row.try_get("user_id")?, state_of(&row)?);
+        }
+        Ok(states)
     }
 
     /// Writes the user's state and the notifications `ids` to Redis as SQL holds them; a user
     /// Redis does not hold is written whole.
     pub(crate) async fn push(&self, user_id: i64, ids: &[i64]) -> AppResult<()> {
-        let state = self.sql_state(user_id).await?;
-        let records = self.rows(user_id, ids).await?;
-        if self.store(user_id, state, &records, false).await? != Status::Missing {
-            return Ok(());
+        self.push_many(&[(user_id, ids.to_vec())]).await
+    }
+
+    /// [`Notifications::push`] for each `(user, ids)`: SQL read once for them all, and
+    /// Redis written in one round trip.
+    pub(crate) async fn push_many(&self, users: &[(i64, Vec<i64>)]) -> AppResult<()> {
+        let user_ids: Vec<i64> = users.iter().map(|(user_id, _)| *user_id).collect();
+        let states = self.sql_states(&user_ids).await?;
+        let ids: Vec<i64> = users
+            .iter()
+            .flat_map(|(_, ids)| ids.iter().copied())
+            .collect();
+        let mut records: HashMap<i64, Vec<NotificationRecord>> = HashMap::new();
+        for record in self.rows(&ids).await? {
+            records.entry(record.user_id).or_default().push(record);
         }
+        let mut calls = Vec::with_capacity(users.len());
+        let mut written = Vec::with_capacity(users.len());
+        for &user_id in &user_ids {
+            let state = states.get(&user_id).copied().unwrap_or_default();
+            let records = records.remove(&user_id).unwrap_or_default();
+            calls.push(self.store_call(user_id, state, &records, false)?);
+            written.push((user_id, state, records));
+        }
+        let replies = self.infra.scripts().call_many(&calls).await?;
+        for ((user_id, state, records), reply) in written.iter().zip(replies) {
+            if reply == Status::Missing {
+                self.rebuild_and_announce(*user_id, *state, records).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a user Redis does not hold whole, and announces the notifications `records`
+    /// of the write that found it missing.
+    async fn rebuild_and_announce(
+        &self,
+        user_id: i64,
+        state: SqlState,
+        records: &[NotificationRecord],
+    ) -> AppResult<()> {
         self.rebuild_user(user_id).await?;
         // A rebuild announces nothing (after a loss it would repeat a whole window): the
         // notifications of this write are announced here.
@@ -105,6 +168,19 @@ impl Notifications {
         records: &[NotificationRecord],
         replace: bool,
     ) -> AppResult<Status> {
+        let (keys, args) = self.store_call(user_id, state, records, replace)?;
+        self.infra.scripts().call(&keys, &args).await
+    }
+
+    /// The call of `lua/notifications_store.lua` that writes the user's `state` and
+    /// `records` (all the user's hot list with `replace`).
+    fn store_call(
+        &self,
+        user_id: i64,
+        state: SqlState,
+        records: &[NotificationRecord],
+        replace: bool,
+    ) -> AppResult<(NotificationsStore, StoreArgs)> {
         let keys = &self.infra.keys;
         let mut items = Vec::with_capacity(records.len() * 3);
         for record in records {
@@ -112,48 +188,41 @@ impl Notifications {
             items.push(record.seq.to_string());
             items.push(serde_json::to_string(record).map_err(AppError::internal)?);
         }
-        self.infra
-            .scripts()
-            .call(
-                &NotificationsStore {
-                    hot: keys.notifications_hot(user_id),
-                    items: keys.notifications_items(user_id),
-                    state: keys.notifications_state(user_id),
-                },
-                &NotificationsStoreArgs {
-                    version: state.version,
-                    read_seq: state.read_seq,
-                    unread: state.unread,
-                    replace: i64::from(replace),
-                    keep: HOT_WINDOW as i64,
-                    publish: keys.publish_command(),
-                    channel: keys.notifications_channel(user_id),
-                    items,
-                },
-            )
-            .await
+        Ok((
+            NotificationsStore {
+                hot: keys.notifications_hot(user_id),
+                items: keys.notifications_items(user_id),
+                state: keys.notifications_state(user_id),
+            },
+            NotificationsStoreArgs {
+                version: state.version,
+                read_seq: state.read_seq,
+                unread: state.unread,
+                replace: i64::from(replace),
+                keep: HOT_WINDOW as i64,
+                publish: keys.publish_command(),
+                channel: keys.notifications_channel(user_id),
+                items,
+            },
+        ))
     }
 
-    /// The user's notifications `ids` as SQL holds them.
-    async fn rows(&self, user_id: i64, ids: &[i64]) -> AppResult<Vec<NotificationRecord>> {
+    /// The notifications `ids` as SQL holds them.
+    async fn rows(&self, ids: &[i64]) -> AppResult<Vec<NotificationRecord>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let backend = self.infra.db.backend;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM notifications WHERE id IN (SELECT v.value FROM ({}) AS v)",
+            db::json_list(self.infra.db.backend, 1, "BIGINT")
+        );
         let mut records = Vec::with_capacity(ids.len());
-        for list in db::in_lists(ids) {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM notifications WHERE user_id = {} AND id IN ({})",
-                backend.param(1),
-                db::params(backend, 2, list.len())
-            );
-            let mut query = sqlx::query(&sql).bind(user_id);
-            for id in list {
-                query = query.bind(*id);
-            }
-            for row in query.fetch_all(&self.infra.db.pool).await? {
-                records.push(record_of(&row)?);
-            }
+        for row in sqlx::query(&sql)
+            .bind(db::json_rows(ids))
+            .fetch_all(&self.infra.db.pool)
+            .await?
+        {
+            records.push(record_of(&row)?);
         }
         Ok(records)
     }

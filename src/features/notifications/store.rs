@@ -1,16 +1,19 @@
 //! Writing notifications to SQL, each once by its source, then to Redis.
 //!
-//! One transaction per batch of notices, in a few statements per user rather than per
-//! notice (a busy author's likes come in hundreds):
-//! - every notice first claims its source in `notification_sources`, all in one statement;
-//!   a replay finds its source claimed and writes nothing;
-//! - then user by user, in user order (so that two batches take their users' locks in the
-//!   same order): the user's state row is taken by an UPDATE, which holds that row's lock
-//!   to the commit, so a mark as read and another consumer's notice for the same user wait
-//!   for it and the unread count moves by exactly what each of them changed; the like
-//!   groups the user's likes may join are read once; the notices are applied in order in
-//!   memory, as one by one they would have been; and each notification they touched is
-//!   written once.
+//! One transaction per batch of notices, in a few statements for the whole batch rather
+//! than per user or per notice (a batch of likes names a hundred authors, a busy author's
+//! likes come in hundreds):
+//! - every notice first claims its source in `notification_sources`; a replay finds its
+//!   source claimed and writes nothing;
+//! - the users' state rows are taken with their locks, in user order (so that two batches
+//!   never wait for each other in a circle), and held to the commit, so a mark as read and
+//!   another consumer's notice for the same user wait for it and the unread count moves by
+//!   exactly what each of them changed;
+//! - the like groups the batch's likes may join are read at once;
+//! - each user's notices are applied in order in memory, as one by one they would have
+//!   been;
+//! - and each notification they touched, each source and each state is written once, a
+//!   statement per run of each kind of write ([`db::runs`]).
 //!
 //! After the commit, every notification the batch touched (a replayed notice's too: its
 //! first handling may have committed and then failed to reach Redis) is written to Redis as
@@ -22,8 +25,8 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{text, NotificationKind, Notifications, LIKE_GROUP_MS};
 use crate::infra::{
-    db::{self, values_placeholders, Backend},
-    error::AppResult,
+    db::{self, Backend},
+    error::{AppError, AppResult},
 };
 
 /// Something to tell a user: what a consumer or a job makes of an event.
@@ -69,6 +72,7 @@ struct State {
 /// A notification as the batch leaves it, written once at the end.
 struct Written {
     id: i64,
+    user_id: i64,
     /// A notification of this batch (INSERT) or one it joined (UPDATE).
     new: bool,
     seq: i64,
@@ -113,57 +117,71 @@ impl Notifications {
         let mut touched: BTreeMap<i64, BTreeSet<i64>> = BTreeMap::new();
         let mut tx = self.infra.db.pool.begin().await?;
         let claimed = claim_sources(&mut tx, &notices, self.infra.clock.now_ms()).await?;
-        let replayed: Vec<&Notice> = notices
+        let (fresh, replayed): (Vec<&Notice>, Vec<&Notice>) = notices
             .iter()
-            .filter(|notice| !claimed.contains(&notice.source))
-            .collect();
+            .partition(|notice| claimed.contains(&notice.source));
         for (user_id, id) in replayed_notifications(&mut tx, &replayed).await? {
             touched.entry(user_id).or_default().insert(id);
         }
-        let mut start = 0;
-        while start < notices.len() {
-            let user_id = notices[start].user_id;
-            let end = start
-                + notices[start..]
-                    .iter()
-                    .take_while(|notice| notice.user_id == user_id)
-                    .count();
-            let mine: Vec<&Notice> = notices[start..end]
-                .iter()
-                .filter(|notice| claimed.contains(&notice.source))
-                .collect();
-            start = end;
-            if mine.is_empty() {
-                continue;
-            }
-            for id in self.record_user(&mut tx, user_id, &mine, &names).await? {
-                touched.entry(user_id).or_default().insert(id);
+        if !fresh.is_empty() {
+            for (user_id, ids) in self.apply(&mut tx, &fresh, &names).await? {
+                touched.entry(user_id).or_default().extend(ids);
             }
         }
         tx.commit().await?;
-        for (user_id, ids) in touched {
-            let ids: Vec<i64> = ids.into_iter().filter(|id| *id != 0).collect();
-            self.push(user_id, &ids).await?;
-        }
-        Ok(())
+        let touched: Vec<(i64, Vec<i64>)> = touched
+            .into_iter()
+            .map(|(user_id, ids)| (user_id, ids.into_iter().filter(|id| *id != 0).collect()))
+            .collect();
+        self.push_many(&touched).await
     }
 
-    /// Applies one user's new notices in order: the ids of the notifications written.
-    async fn record_user(
+    /// Applies the claimed notices (sorted by user) as one by one they would have been, and
+    /// writes what they changed: the ids of each user's notifications written.
+    async fn apply(
         &self,
         tx: &mut Transaction<'static, Any>,
-        user_id: i64,
-        notices: &[&Notice],
+        fresh: &[&Notice],
         names: &HashMap<i64, String>,
-    ) -> AppResult<Vec<i64>> {
-        let state = take_state(tx, user_id, notices.len() as i64).await?;
-        let mut written: Vec<Written> = like_groups(tx, user_id, notices).await?;
+    ) -> AppResult<Vec<(i64, Vec<i64>)>> {
+        let mut users: Vec<i64> = fresh.iter().map(|notice| notice.user_id).collect();
+        users.dedup();
+        let mut states = lock_states(tx, &users).await?;
+        let mut groups = like_groups(tx, fresh).await?;
+        let mut written = Vec::new();
+        let mut changed = Vec::with_capacity(users.len());
+        let mut ids = Vec::with_capacity(users.len());
+        for mine in fresh.chunk_by(|a, b| a.user_id == b.user_id) {
+            let user_id = mine[0].user_id;
+            let state = states.remove(&user_id).ok_or_else(|| {
+                AppError::internal(anyhow::anyhow!("no notification state for user {user_id}"))
+            })?;
+            let mut theirs = groups.remove(&user_id).unwrap_or_default();
+            let unread = self.apply_user(&state, mine, &mut theirs).await?;
+            theirs.retain(|notification| !notification.sources.is_empty());
+            ids.push((user_id, theirs.iter().map(|n| n.id).collect()));
+            changed.push((user_id, state.last_seq + mine.len() as i64, unread));
+            written.extend(theirs);
+        }
+        write(tx, &written, names).await?;
+        write_states(tx, &changed).await?;
+        Ok(ids)
+    }
+
+    /// Applies one user's new notices in order to `written` (the like groups they may join,
+    /// then what they begin): the user's unread count after them.
+    async fn apply_user(
+        &self,
+        state: &State,
+        notices: &[&Notice],
+        written: &mut Vec<Written>,
+    ) -> AppResult<i64> {
         let mut unread = state.unread;
         for (place, notice) in (1..).zip(notices) {
             let seq = state.last_seq + place;
             let joined = match (notice.kind, notice.remark_id) {
                 (NotificationKind::LikeReceived, Some(remark)) => {
-                    joined_group(&written, remark, notice.at_ms)
+                    joined_group(written, remark, notice.at_ms)
                 }
                 _ => None,
             };
@@ -184,6 +202,7 @@ impl Notifications {
                     unread += 1;
                     written.push(Written {
                         id: self.infra.ids.next_id().await?,
+                        user_id: notice.user_id,
                         new: true,
                         seq,
                         kind: notice.kind,
@@ -200,17 +219,7 @@ impl Notifications {
                 }
             }
         }
-        let mut ids = Vec::new();
-        for notification in written.iter().filter(|w| !w.sources.is_empty()) {
-            write(tx, user_id, notification, names).await?;
-            ids.push(notification.id);
-        }
-        sqlx::query("UPDATE notification_states SET unread = $1 WHERE user_id = $2")
-            .bind(unread)
-            .bind(user_id)
-            .execute(&mut **tx)
-            .await?;
-        Ok(ids)
+        Ok(unread)
     }
 }
 
@@ -221,21 +230,24 @@ async fn claim_sources(
     notices: &[Notice],
     now_ms: i64,
 ) -> AppResult<HashSet<String>> {
+    // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `SELECT … FROM` as a join's.
     let backend = Backend::of(tx);
+    let sql = format!(
+        "INSERT INTO notification_sources (source_key, created_at_ms, notification_id) \
+         SELECT v.value, {}, 0 FROM ({}) AS v WHERE true \
+         ON CONFLICT DO NOTHING RETURNING source_key",
+        backend.param(1),
+        db::json_list(backend, 2, "TEXT")
+    );
+    let sources: Vec<&str> = notices.iter().map(|n| n.source.as_str()).collect();
     let mut claimed = HashSet::new();
-    for part in db::runs(notices) {
-        let sql = format!(
-            "INSERT INTO notification_sources (source_key, created_at_ms, notification_id) \
-             VALUES {} ON CONFLICT DO NOTHING RETURNING source_key",
-            values_placeholders(backend, part.len(), 2).replace(')', ", 0)")
-        );
-        let mut insert = sqlx::query(&sql);
-        for notice in part {
-            insert = insert.bind(&notice.source).bind(now_ms);
-        }
-        for row in insert.fetch_all(&mut **tx).await? {
-            claimed.insert(row.try_get::<String, _>("source_key")?);
-        }
+    for row in sqlx::query(&sql)
+        .bind(now_ms)
+        .bind(db::json_rows(&sources))
+        .fetch_all(&mut **tx)
+        .await?
+    {
+        claimed.insert(row.try_get::<String, _>("source_key")?);
     }
     Ok(claimed)
 }
@@ -245,52 +257,72 @@ async fn replayed_notifications(
     tx: &mut Transaction<'static, Any>,
     replayed: &[&Notice],
 ) -> AppResult<Vec<(i64, i64)>> {
-    let backend = Backend::of(tx);
+    if replayed.is_empty() {
+        return Ok(Vec::new());
+    }
     let users: HashMap<&str, i64> = replayed
         .iter()
         .map(|notice| (notice.source.as_str(), notice.user_id))
         .collect();
+    let sql = format!(
+        "SELECT source_key, notification_id FROM notification_sources \
+         WHERE source_key IN (SELECT v.value FROM ({}) AS v)",
+        db::json_list(Backend::of(tx), 1, "TEXT")
+    );
+    let sources: Vec<&str> = replayed.iter().map(|n| n.source.as_str()).collect();
     let mut found = Vec::new();
-    for part in db::in_lists(replayed) {
-        let sql = format!(
-            "SELECT source_key, notification_id FROM notification_sources \
-             WHERE source_key IN ({})",
-            db::params(backend, 1, part.len())
-        );
-        let mut select = sqlx::query(&sql);
-        for notice in part {
-            select = select.bind(&notice.source);
-        }
-        for row in select.fetch_all(&mut **tx).await? {
-            let source: String = row.try_get("source_key")?;
-            let user_id = users.get(source.as_str()).copied().unwrap_or_default();
-            found.push((user_id, row.try_get("notification_id")?));
-        }
+    for row in sqlx::query(&sql)
+        .bind(db::json_rows(&sources))
+        .fetch_all(&mut **tx)
+        .await?
+    {
+        let source: String = row.try_get("source_key")?;
+        let user_id = users.get(source.as_str()).copied().unwrap_or_default();
+        found.push((user_id, row.try_get("notification_id")?));
     }
     Ok(found)
 }
 
-/// Takes the user's state row (made on first use) with its lock, and `places` places after
-/// its last.
-async fn take_state(
+/// Makes the users' state rows that are missing and takes them with their locks, in user
+/// order (`users` is sorted), so that two batches never wait for each other in a circle.
+/// On SQLite the transaction holds the database's one write lock already (the sources were
+/// claimed first); on PostgreSQL `FOR UPDATE` locks the rows as they come, in order.
+async fn lock_states(
     tx: &mut Transaction<'static, Any>,
-    user_id: i64,
-    places: i64,
-) -> AppResult<State> {
-    ensure_state(tx, user_id).await?;
-    let row = sqlx::query(
-        "UPDATE notification_states SET last_seq = last_seq + $1, version = version + 1 \
-         WHERE user_id = $2 RETURNING last_seq, read_seq, unread",
-    )
-    .bind(places)
-    .bind(user_id)
-    .fetch_one(&mut **tx)
+    users: &[i64],
+) -> AppResult<HashMap<i64, State>> {
+    let backend = Backend::of(tx);
+    let users_table = db::json_list(backend, 1, "BIGINT");
+    let users_param = db::json_rows(users);
+    sqlx::query(&format!(
+        "INSERT INTO notification_states (user_id, last_seq, read_seq, unread, version) \
+         SELECT v.value, 0, 0, 0, 0 FROM ({users_table}) AS v WHERE true \
+         ON CONFLICT DO NOTHING"
+    ))
+    .bind(&users_param)
+    .execute(&mut **tx)
     .await?;
-    Ok(State {
-        last_seq: row.try_get::<i64, _>("last_seq")? - places,
-        read_seq: row.try_get("read_seq")?,
-        unread: row.try_get("unread")?,
-    })
+    let select = format!(
+        "SELECT user_id, last_seq, read_seq, unread FROM notification_states \
+         WHERE user_id IN (SELECT v.value FROM ({users_table}) AS v) ORDER BY user_id{}",
+        backend.lock_rows()
+    );
+    let mut states = HashMap::with_capacity(users.len());
+    for row in sqlx::query(&select)
+        .bind(&users_param)
+        .fetch_all(&mut **tx)
+        .await?
+    {
+        states.insert(
+            row.try_get("user_id")?,
+            State {
+                last_seq: row.try_get("last_seq")?,
+                read_seq: row.try_get("read_seq")?,
+                unread: row.try_get("unread")?,
+            },
+        );
+    }
+    Ok(states)
 }
 
 /// Makes the user's state row if it is missing.
@@ -308,146 +340,291 @@ pub(super) async fn ensure_state(
     Ok(())
 }
 
-/// Every like group of the user that a like of these notices may join: each of the
-/// remarks' groups begun within the hour before the earliest like, up to the latest. Read
-/// under the user's lock, so another batch's changes are committed or wait for this one.
+/// Every like group that a like of these notices may join, by user: each remark's groups
+/// begun within the hour before its earliest like to the hour after its latest. Read under the users'
+/// locks, so another batch's changes are committed or wait for this one.
 async fn like_groups(
     tx: &mut Transaction<'static, Any>,
-    user_id: i64,
     notices: &[&Notice],
-) -> AppResult<Vec<Written>> {
-    let likes: Vec<&&Notice> = notices
-        .iter()
-        .filter(|n| n.kind == NotificationKind::LikeReceived && n.remark_id.is_some())
+) -> AppResult<HashMap<i64, Vec<Written>>> {
+    // (user, remark) -> (earliest, latest) like.
+    let mut spans: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
+    for notice in notices {
+        if let (NotificationKind::LikeReceived, Some(remark)) = (notice.kind, notice.remark_id) {
+            let span = spans
+                .entry((notice.user_id, remark))
+                .or_insert((notice.at_ms, notice.at_ms));
+            span.0 = span.0.min(notice.at_ms);
+            span.1 = span.1.max(notice.at_ms);
+        }
+    }
+    let spans: Vec<(i64, i64, i64, i64)> = spans
+        .into_iter()
+        .map(|((user_id, remark), (earliest, latest))| {
+            (
+                user_id,
+                remark,
+                earliest - LIKE_GROUP_MS,
+                latest + LIKE_GROUP_MS,
+            )
+        })
         .collect();
-    let (Some(earliest), Some(latest)) = (
-        likes.iter().map(|n| n.at_ms).min(),
-        likes.iter().map(|n| n.at_ms).max(),
-    ) else {
-        return Ok(Vec::new());
-    };
-    let remarks: BTreeSet<i64> = likes.iter().filter_map(|n| n.remark_id).collect();
-    let remarks: Vec<i64> = remarks.into_iter().collect();
     let backend = Backend::of(tx);
-    let mut groups = Vec::new();
-    for part in db::in_lists(&remarks) {
-        let sql = format!(
-            "SELECT id, seq, actor_id, remark_id, others, text, created_at_ms, updated_at_ms \
-             FROM notifications WHERE user_id = {} AND kind = {} AND created_at_ms > {} \
-             AND created_at_ms <= {} AND remark_id IN ({})",
-            backend.param(1),
-            backend.param(2),
-            backend.param(3),
-            backend.param(4),
-            db::params(backend, 5, part.len())
-        );
-        let mut select = sqlx::query(&sql)
-            .bind(user_id)
-            .bind(NotificationKind::LikeReceived.as_str())
-            .bind(earliest - LIKE_GROUP_MS)
-            .bind(latest);
-        for remark in part {
-            select = select.bind(*remark);
-        }
-        for row in select.fetch_all(&mut **tx).await? {
-            groups.push(Written {
-                id: row.try_get("id")?,
-                new: false,
-                seq: row.try_get("seq")?,
-                kind: NotificationKind::LikeReceived,
-                actor_id: Some(row.try_get::<Option<i64>, _>("actor_id")?.unwrap_or(0)),
-                remark_id: row.try_get("remark_id")?,
-                order_id: None,
-                board_key: None,
-                others: row.try_get("others")?,
-                text: None,
-                created_at_ms: row.try_get("created_at_ms")?,
-                updated_at_ms: row.try_get("updated_at_ms")?,
-                sources: Vec::new(),
-            });
-        }
+    let sql = format!(
+        "SELECT n.id, n.user_id, n.seq, n.actor_id, n.remark_id, n.others, \
+         n.created_at_ms, n.updated_at_ms FROM notifications AS n JOIN ({}) AS v \
+         ON n.user_id = v.u AND n.remark_id = v.r \
+         WHERE n.created_at_ms > v.lo AND n.created_at_ms <= v.hi AND n.kind = {}",
+        db::json_table(
+            backend,
+            1,
+            &[
+                ("u", "BIGINT"),
+                ("r", "BIGINT"),
+                ("lo", "BIGINT"),
+                ("hi", "BIGINT")
+            ]
+        ),
+        backend.param(2)
+    );
+    let mut groups: HashMap<i64, Vec<Written>> = HashMap::new();
+    if spans.is_empty() {
+        return Ok(groups);
+    }
+    for row in sqlx::query(&sql)
+        .bind(db::json_rows(&spans))
+        .bind(NotificationKind::LikeReceived.as_str())
+        .fetch_all(&mut **tx)
+        .await?
+    {
+        let user_id: i64 = row.try_get("user_id")?;
+        groups.entry(user_id).or_default().push(Written {
+            id: row.try_get("id")?,
+            user_id,
+            new: false,
+            seq: row.try_get("seq")?,
+            kind: NotificationKind::LikeReceived,
+            actor_id: Some(row.try_get::<Option<i64>, _>("actor_id")?.unwrap_or(0)),
+            remark_id: row.try_get("remark_id")?,
+            order_id: None,
+            board_key: None,
+            others: row.try_get("others")?,
+            text: None,
+            created_at_ms: row.try_get("created_at_ms")?,
+            updated_at_ms: row.try_get("updated_at_ms")?,
+            sources: Vec::new(),
+        });
     }
     Ok(groups)
 }
 
-/// The like group of `remark` a like at `at_ms` joins: the latest begun within the hour
-/// before it, among those read and those this batch began.
+/// The like group of `remark` a like at `at_ms` joins, among those read and those this
+/// batch began: the latest begun within the hour before it; failing that, the first begun
+/// within the hour after it. Likes reach their stream in the order their requests got
+/// there, not always in the order of their times, so a like may come after a later one
+/// that began a group: it belongs to that group, not to a second one of the same moment.
 fn joined_group(written: &[Written], remark: i64, at_ms: i64) -> Option<usize> {
-    written
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| {
-            w.kind == NotificationKind::LikeReceived
-                && w.remark_id == Some(remark)
-                && w.created_at_ms > at_ms - LIKE_GROUP_MS
-                && w.created_at_ms <= at_ms
+    let groups = || {
+        written.iter().enumerate().filter(|(_, w)| {
+            w.kind == NotificationKind::LikeReceived && w.remark_id == Some(remark)
         })
+    };
+    groups()
+        .filter(|(_, w)| w.created_at_ms > at_ms - LIKE_GROUP_MS && w.created_at_ms <= at_ms)
         .max_by_key(|(_, w)| w.created_at_ms)
+        .or_else(|| {
+            groups()
+                .filter(|(_, w)| w.created_at_ms > at_ms && w.created_at_ms < at_ms + LIKE_GROUP_MS)
+                .min_by_key(|(_, w)| w.created_at_ms)
+        })
         .map(|(index, _)| index)
 }
 
-/// Writes a notification as the batch left it, and points its sources at it.
-async fn write(
-    tx: &mut Transaction<'static, Any>,
-    user_id: i64,
-    notification: &Written,
-    names: &HashMap<i64, String>,
-) -> AppResult<()> {
+/// The text of a notification as the batch leaves it.
+fn text_of(notification: &Written, names: &HashMap<i64, String>) -> String {
     let actor = notification
         .actor_id
         .and_then(|actor| names.get(&actor))
         .map_or(text::SOMEONE, String::as_str);
-    let text = match (notification.kind, &notification.text) {
+    match (notification.kind, &notification.text) {
         (NotificationKind::LikeReceived, _) => text::like(actor, notification.others),
         (_, Some(text)) => text.clone(),
         _ => text::new_follower(actor),
-    };
-    if notification.new {
-        sqlx::query(
+    }
+}
+
+/// Writes the notifications as the batch left them, a statement for each kind of write:
+/// the new ones inserted, the groups joined updated, and every source pointed at its
+/// notification.
+async fn write(
+    tx: &mut Transaction<'static, Any>,
+    written: &[Written],
+    names: &HashMap<i64, String>,
+) -> AppResult<()> {
+    let backend = Backend::of(tx);
+    let (new, joined): (Vec<&Written>, Vec<&Written>) = written.iter().partition(|w| w.new);
+    if !new.is_empty() {
+        let sql = format!(
             "INSERT INTO notifications (id, user_id, seq, kind, actor_id, remark_id, \
              order_id, board_key, others, text, created_at_ms, updated_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-        )
-        .bind(notification.id)
-        .bind(user_id)
-        .bind(notification.seq)
-        .bind(notification.kind.as_str())
-        .bind(notification.actor_id)
-        .bind(notification.remark_id)
-        .bind(notification.order_id)
-        .bind(notification.board_key.as_deref())
-        .bind(notification.others)
-        .bind(text)
-        .bind(notification.created_at_ms)
-        .bind(notification.updated_at_ms)
-        .execute(&mut **tx)
-        .await?;
-    } else {
-        sqlx::query(
-            "UPDATE notifications SET seq = $1, actor_id = $2, others = $3, text = $4, \
-             updated_at_ms = $5 WHERE id = $6",
-        )
-        .bind(notification.seq)
-        .bind(notification.actor_id)
-        .bind(notification.others)
-        .bind(text)
-        .bind(notification.updated_at_ms)
-        .bind(notification.id)
-        .execute(&mut **tx)
-        .await?;
-    }
-    let backend = Backend::of(tx);
-    for part in db::in_lists(&notification.sources) {
-        let sql = format!(
-            "UPDATE notification_sources SET notification_id = {} WHERE source_key IN ({})",
-            backend.param(1),
-            db::params(backend, 2, part.len())
+             SELECT v.id, v.u, v.seq, v.kind, v.actor, v.remark, v.o, v.board, v.others, \
+             v.text, v.created, v.at FROM ({}) AS v",
+            db::json_table(
+                backend,
+                1,
+                &[
+                    ("id", "BIGINT"),
+                    ("u", "BIGINT"),
+                    ("seq", "BIGINT"),
+                    ("kind", "TEXT"),
+                    ("actor", "BIGINT"),
+                    ("remark", "BIGINT"),
+                    ("o", "BIGINT"),
+                    ("board", "TEXT"),
+                    ("others", "BIGINT"),
+                    ("text", "TEXT"),
+                    ("created", "BIGINT"),
+                    ("at", "BIGINT"),
+                ]
+            )
         );
-        let mut update = sqlx::query(&sql).bind(notification.id);
-        for source in part {
-            update = update.bind(source);
-        }
-        update.execute(&mut **tx).await?;
+        let rows: Vec<_> = new
+            .iter()
+            .map(|n| {
+                (
+                    n.id,
+                    n.user_id,
+                    n.seq,
+                    n.kind.as_str(),
+                    n.actor_id,
+                    n.remark_id,
+                    n.order_id,
+                    n.board_key.as_deref(),
+                    n.others,
+                    text_of(n, names),
+                    n.created_at_ms,
+                    n.updated_at_ms,
+                )
+            })
+            .collect();
+        sqlx::query(&sql)
+            .bind(db::json_rows(&rows))
+            .execute(&mut **tx)
+            .await?;
+    }
+    if !joined.is_empty() {
+        let sql = format!(
+            "UPDATE notifications SET seq = v.seq, actor_id = v.actor, others = v.others, \
+             text = v.text, updated_at_ms = v.at FROM ({}) AS v WHERE notifications.id = v.id",
+            db::json_table(
+                backend,
+                1,
+                &[
+                    ("id", "BIGINT"),
+                    ("seq", "BIGINT"),
+                    ("actor", "BIGINT"),
+                    ("others", "BIGINT"),
+                    ("text", "TEXT"),
+                    ("at", "BIGINT"),
+                ]
+            )
+        );
+        let rows: Vec<_> = joined
+            .iter()
+            .map(|n| {
+                (
+                    n.id,
+                    n.seq,
+                    n.actor_id,
+                    n.others,
+                    text_of(n, names),
+                    n.updated_at_ms,
+                )
+            })
+            .collect();
+        sqlx::query(&sql)
+            .bind(db::json_rows(&rows))
+            .execute(&mut **tx)
+            .await?;
+    }
+    // Each source once (the claim made them unique): a map of source to notification.
+    let sources: HashMap<&str, i64> = written
+        .iter()
+        .flat_map(|w| w.sources.iter().map(|source| (source.as_str(), w.id)))
+        .collect();
+    if !sources.is_empty() {
+        let sql = format!(
+            "UPDATE notification_sources SET notification_id = v.value FROM ({}) AS v \
+             WHERE notification_sources.source_key = v.key",
+            db::json_map(backend, 1, "BIGINT")
+        );
+        sqlx::query(&sql)
+            .bind(db::json_rows(&sources))
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
+}
+
+/// Writes each user's new last place and unread count, `(user, last_seq, unread)`, and
+/// moves the user's version on.
+async fn write_states(
+    tx: &mut Transaction<'static, Any>,
+    states: &[(i64, i64, i64)],
+) -> AppResult<()> {
+    let sql = format!(
+        "UPDATE notification_states SET last_seq = v.last, unread = v.unread, \
+         version = notification_states.version + 1 FROM ({}) AS v \
+         WHERE notification_states.user_id = v.u",
+        db::json_table(
+            Backend::of(tx),
+            1,
+            &[("u", "BIGINT"), ("last", "BIGINT"), ("unread", "BIGINT")]
+        )
+    );
+    sqlx::query(&sql)
+        .bind(db::json_rows(states))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{joined_group, NotificationKind, Written, LIKE_GROUP_MS};
+
+    fn group(remark: i64, created_at_ms: i64) -> Written {
+        Written {
+            id: created_at_ms,
+            user_id: 1,
+            new: false,
+            seq: 1,
+            kind: NotificationKind::LikeReceived,
+            actor_id: Some(2),
+            remark_id: Some(remark),
+            order_id: None,
+            board_key: None,
+            others: 0,
+            text: None,
+            created_at_ms,
+            updated_at_ms: created_at_ms,
+            sources: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_like_joins_the_latest_group_of_the_hour_before_it_else_the_first_just_after() {
+        let hour = LIKE_GROUP_MS;
+        let groups = [group(7, 1_000), group(7, 1_000 + hour / 2), group(8, 5_000)];
+        // The latest begun within the hour before, not an older one, nor another remark's.
+        assert_eq!(joined_group(&groups, 7, 1_000 + hour - 1), Some(1));
+        assert_eq!(joined_group(&groups, 7, 1_000), Some(0));
+        // A like that reached its stream after a later one joins the group that one began.
+        assert_eq!(joined_group(&groups, 7, 999), Some(0));
+        assert_eq!(joined_group(&groups, 8, 4_990), Some(2));
+        // An hour or more from every group: a group of its own.
+        assert_eq!(joined_group(&groups, 7, 1_000 - hour), None);
+        assert_eq!(joined_group(&groups, 7, 1_000 + hour / 2 + hour), None);
+        assert_eq!(joined_group(&groups, 9, 1_000), None);
+    }
 }
