@@ -112,8 +112,8 @@ impl Backend {
     }
 
     /// What ends a `SELECT` that takes the rows it reads for the transaction: ` FOR UPDATE`
-    /// on PostgreSQL; nothing on SQLite, which has no row locks, and whose writing
-    /// transaction holds the database's one write lock already.
+    /// on PostgreSQL; nothing on SQLite, which has no row locks: there a transaction that has
+    /// written holds the database's one write lock, which serves.
     pub(crate) fn lock_rows(self) -> &'static str {
         match self {
             Self::Sqlite => "",
@@ -407,6 +407,16 @@ pub fn json_map(backend: Backend, param: usize, value_type: &str) -> String {
              FROM jsonb_each_text(${param}::jsonb) AS e (key, value)"
         ),
     }
+}
+
+/// Runs `sql`, whose one parameter is `rows` as JSON ([`json_rows`]): the rows it changed.
+pub(crate) async fn execute_json<T: serde::Serialize + ?Sized>(
+    conn: &mut AnyConnection,
+    sql: &str,
+    rows: &T,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(sql).bind(json_rows(rows)).execute(conn).await?;
+    Ok(done.rows_affected())
 }
 
 /// The parameter of a [`json_table`] (`rows`, each a tuple of numbers, options and text: a

@@ -94,6 +94,9 @@ impl Notifications {
     /// [`Notifications::push`] for each `(user, ids)`: SQL read once for them all, and
     /// Redis written in one round trip.
     pub(crate) async fn push_many(&self, users: &[(i64, Vec<i64>)]) -> AppResult<()> {
+        if users.is_empty() {
+            return Ok(());
+        }
         let user_ids: Vec<i64> = users.iter().map(|(user_id, _)| *user_id).collect();
         let states = self.sql_states(&user_ids).await?;
         let ids: Vec<i64> = users

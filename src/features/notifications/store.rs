@@ -507,10 +507,7 @@ async fn write(
                 )
             })
             .collect();
-        sqlx::query(&sql)
-            .bind(db::json_rows(&rows))
-            .execute(&mut **tx)
-            .await?;
+        db::execute_json(tx, &sql, &rows).await?;
     }
     if !joined.is_empty() {
         let sql = format!(
@@ -542,10 +539,7 @@ async fn write(
                 )
             })
             .collect();
-        sqlx::query(&sql)
-            .bind(db::json_rows(&rows))
-            .execute(&mut **tx)
-            .await?;
+        db::execute_json(tx, &sql, &rows).await?;
     }
     // Each source once (the claim made them unique): a map of source to notification.
     let sources: HashMap<&str, i64> = written
@@ -558,10 +552,7 @@ async fn write(
              WHERE notification_sources.source_key = v.key",
             db::json_map(backend, 1, "BIGINT")
         );
-        sqlx::query(&sql)
-            .bind(db::json_rows(&sources))
-            .execute(&mut **tx)
-            .await?;
+        db::execute_json(tx, &sql, &sources).await?;
     }
     Ok(())
 }
@@ -582,10 +573,7 @@ async fn write_states(
             &[("u", "BIGINT"), ("last", "BIGINT"), ("unread", "BIGINT")]
         )
     );
-    sqlx::query(&sql)
-        .bind(db::json_rows(states))
-        .execute(&mut **tx)
-        .await?;
+    db::execute_json(tx, &sql, states).await?;
     Ok(())
 }
 
