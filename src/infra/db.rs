@@ -355,10 +355,10 @@ pub fn rows_table(backend: Backend, rows: usize, names: &[&str]) -> String {
 /// JSON array of arrays ([`json_rows`]), as a table whose columns are `columns` (a name and
 /// the SQL type PostgreSQL casts it to), for a statement that reads, writes or joins a batch.
 /// Its text is the same whatever the number of rows, so it is prepared once per connection
-/// however the batches fall. [`runs`] and [`in_lists`] have one text per size, which suits
-/// the archives' one connection; a writer on the shared pool, whose transactions land on
-/// any of its connections, prepared one of its seven texts per statement on nearly every
-/// batch, since sqlx keeps at most 100 statements per connection. On PostgreSQL:
+/// however the batches fall. [`runs`] and [`in_lists`] have a text per size: on the archives'
+/// one connection each is prepared once, but a writer on the shared pool, whose transactions
+/// land on any of its connections, prepared one of its seven texts per statement on nearly
+/// every batch (sqlx keeps at most 100 statements per connection). On PostgreSQL:
 /// `SELECT (value->>0)::BIGINT AS a, … FROM jsonb_array_elements($n::jsonb) AS e (value)`.
 pub fn json_table(backend: Backend, param: usize, columns: &[(&str, &str)]) -> String {
     use std::fmt::Write as _;
@@ -559,7 +559,8 @@ mod tests {
     use sqlx::Row;
 
     use super::{
-        in_lists, json_rows, json_table, params, rows_table, runs, values_placeholders, Backend, Db,
+        in_lists, json_list, json_map, json_rows, json_table, params, rows_table, runs,
+        values_placeholders, Backend, Db,
     };
 
     #[test]
@@ -594,6 +595,14 @@ mod tests {
         );
         let rows = [(1_i64, Some("a \"quoted\" ]")), (2, None)];
         assert_eq!(json_rows(&rows), r#"[[1,"a \"quoted\" ]"],[2,null]]"#);
+        assert_eq!(
+            json_list(Backend::Postgres, 1, "BIGINT"),
+            "SELECT value::BIGINT AS value FROM jsonb_array_elements_text($1::jsonb) AS e (value)"
+        );
+        assert_eq!(
+            json_map(Backend::Sqlite, 1, "BIGINT"),
+            "SELECT key, value FROM json_each(?)"
+        );
     }
 
     #[test]
@@ -672,6 +681,38 @@ mod tests {
             .map(|(id, name)| (*id, name.map(str::to_string)))
             .collect();
         assert_eq!(read, bound);
+
+        // A list's items and a map's members, read as they are.
+        let sql = format!(
+            "SELECT v.value FROM ({}) AS v",
+            json_list(Backend::Sqlite, 1, "")
+        );
+        let ids: Vec<i64> = sqlx::query(&sql)
+            .bind(json_rows(&[i64::MIN, 7]))
+            .fetch_all(&db.pool)
+            .await
+            .expect("the list reads")
+            .iter()
+            .map(|row| row.get("value"))
+            .collect();
+        assert_eq!(ids, [i64::MIN, 7]);
+        let sql = format!(
+            "SELECT v.key, v.value FROM ({}) AS v ORDER BY v.value",
+            json_map(Backend::Sqlite, 1, "")
+        );
+        let map = std::collections::BTreeMap::from([("stream/1-0 \"]", 2_i64), ("美", 1)]);
+        let members: Vec<(String, i64)> = sqlx::query(&sql)
+            .bind(json_rows(&map))
+            .fetch_all(&db.pool)
+            .await
+            .expect("the map reads")
+            .iter()
+            .map(|row| (row.get("key"), row.get("value")))
+            .collect();
+        assert_eq!(
+            members,
+            [("美".to_string(), 1), ("stream/1-0 \"]".to_string(), 2)]
+        );
     }
 
     /// The votes archived before the log was keyed by (remark, voter, order) stay, and a
