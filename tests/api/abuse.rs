@@ -554,8 +554,14 @@ async fn exercise(app: &TestApp, user: i64, text: &str) {
 async fn hostile_strings_in_content_names_keys_and_ids_never_change_which_keys_are_touched() {
     let app = TestApp::spawn_with(|config| config.jobs.callback_hosts = "127.0.0.1:9".into()).await;
     let prefix = app.config().redis_prefix.clone();
+    // The notifications' own jobs (the evening reminders, every quarter hour) run by the
+    // clock, not by what the exercise sends: one that ends during the test adds its topic's
+    // counters between the two scans.
     let families = |keys: &[String]| -> BTreeSet<String> {
-        keys.iter().map(|key| family(&prefix, key)).collect()
+        keys.iter()
+            .map(|key| family(&prefix, key))
+            .filter(|family| !family.starts_with("{jobs:notifications."))
+            .collect()
     };
 
     exercise(&app, 100, "plain words").await;
