@@ -289,9 +289,9 @@ impl Worker {
     /// and filled no stream's share (a full share means more may be waiting).
     fn linger_after(&self, batch: &[StreamEntry]) -> bool {
         !batch.is_empty()
-            && self.streams.iter().all(|stream| {
-                batch.iter().filter(|e| &e.stream == stream).count() < self.spec.batch_size
-            })
+            && ids_by_stream(batch)
+                .iter()
+                .all(|(_, ids)| ids.len() < self.spec.batch_size)
     }
 
     /// Own pending entries first (retries), then entries of dead consumers, then new ones.
@@ -499,16 +499,8 @@ impl Worker {
     async fn ack(&mut self, entries: &[StreamEntry]) -> anyhow::Result<()> {
         let group = self.spec.group;
         let mut acks = redis::pipe();
-        let streams: HashSet<&String> = entries.iter().map(|e| &e.stream).collect();
-        for stream in streams {
-            let ids: Vec<&str> = entries
-                .iter()
-                .filter(|e| &e.stream == stream)
-                .map(|e| e.id.as_str())
-                .collect();
-            if !ids.is_empty() {
-                acks.cmd("XACK").arg(stream).arg(group).arg(ids).ignore();
-            }
+        for (stream, ids) in ids_by_stream(entries) {
+            acks.cmd("XACK").arg(stream).arg(group).arg(ids).ignore();
         }
         let name = self.spec.name;
         let () = acks.query_async(self.conn().await?).await?;
@@ -603,5 +595,59 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+/// The ids of `entries` per stream, streams in the order they first come. A read's entries
+/// come stream by stream, so the stream of the entry before is tried first; a few streams
+/// are compared where a hash set hashed every entry's stream name.
+fn ids_by_stream(entries: &[StreamEntry]) -> Vec<(&str, Vec<&str>)> {
+    let mut by_stream: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut last = 0;
+    for entry in entries {
+        let stream = entry.stream.as_str();
+        let at = match by_stream.get(last) {
+            Some((name, _)) if *name == stream => last,
+            _ => match by_stream.iter().position(|(name, _)| *name == stream) {
+                Some(at) => at,
+                None => {
+                    by_stream.push((stream, Vec::new()));
+                    by_stream.len() - 1
+                }
+            },
+        };
+        by_stream[at].1.push(entry.id.as_str());
+        last = at;
+    }
+    by_stream
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(stream: &str, id: &str) -> StreamEntry {
+        StreamEntry::new(stream, id.to_string(), vec![("f".into(), "v".into())])
+    }
+
+    #[test]
+    fn ids_are_grouped_by_stream_in_the_order_streams_first_come() {
+        let entries = [
+            entry("a", "1-0"),
+            entry("a", "2-0"),
+            entry("b", "1-0"),
+            entry("a", "3-0"),
+            entry("c", "5-0"),
+            entry("b", "2-0"),
+        ];
+        assert_eq!(
+            ids_by_stream(&entries),
+            vec![
+                ("a", vec!["1-0", "2-0", "3-0"]),
+                ("b", vec!["1-0", "2-0"]),
+                ("c", vec!["5-0"]),
+            ]
+        );
+        assert!(ids_by_stream(&[]).is_empty());
     }
 }

@@ -10,8 +10,9 @@
 //! space (`remark voter author …` → `12 34 5 …`); the last value takes the rest of the text,
 //! so it may hold spaces (an award's idempotency key is the caller's free text). Redis's reply
 //! carries each field name and each value as a value of its own, which the client parses one
-//! at a time, and a like's events are read three times (its vote twice, its award once): one
-//! field instead of seven took most of the parsing out of a like. [`StreamEntry::fields`]
+//! at a time, and a like's events are read five times (its vote by the archive, the points
+//! and the notifications, its award by the points archive and the notifications): one field
+//! instead of seven took most of the parsing out of a like. [`StreamEntry::fields`]
 //! reads them in place, so consumers, dead letters and tools see the fields either way.
 
 mod backlog;
@@ -415,24 +416,7 @@ fn entries_of(stream: &str, ids: Value, into: &mut Vec<StreamEntry>) -> Result<(
 /// short is a field missing, which the event's reader reports.
 fn spans_of(pairs: &[(String, String)]) -> Vec<Span> {
     match pairs {
-        [(names, values)] if names.contains(' ') => {
-            let count = names.matches(' ').count() + 1;
-            let (mut name_at, mut value_at) = (0, 0);
-            names
-                .split(' ')
-                .zip(values.splitn(count, ' '))
-                .map(|(name, value)| {
-                    let span = Span {
-                        pair: 0,
-                        name: name_at..name_at + name.len(),
-                        value: value_at..value_at + value.len(),
-                    };
-                    name_at += name.len() + 1;
-                    value_at += value.len() + 1;
-                    span
-                })
-                .collect()
-        }
+        [(names, values)] if names.as_bytes().contains(&b' ') => packed_spans(names, values),
         pairs => pairs
             .iter()
             .enumerate()
@@ -442,6 +426,41 @@ fn spans_of(pairs: &[(String, String)]) -> Vec<Span> {
                 value: 0..value.len(),
             })
             .collect(),
+    }
+}
+
+/// The spans of a packed entry, in one pass over its names and one over its values. Names
+/// and numbers are a few bytes each, so a plain loop to the next space costs less than a
+/// search per space (`split`, `splitn` and counting the names first were 3 % of a like's
+/// instructions, its events being read five times).
+fn packed_spans(names: &str, values: &str) -> Vec<Span> {
+    let (names, values) = (names.as_bytes(), values.as_bytes());
+    let space_from = |text: &[u8], at: usize| {
+        text[at..]
+            .iter()
+            .position(|&byte| byte == b' ')
+            .map_or(text.len(), |offset| at + offset)
+    };
+    let mut spans = Vec::with_capacity(8);
+    let (mut name_at, mut value_at) = (0, 0);
+    loop {
+        let name_end = space_from(names, name_at);
+        let last_name = name_end == names.len();
+        // The last name's value is the rest of the text, spaces and all.
+        let value_end = if last_name {
+            values.len()
+        } else {
+            space_from(values, value_at)
+        };
+        spans.push(Span {
+            pair: 0,
+            name: name_at..name_end,
+            value: value_at..value_end,
+        });
+        if last_name || value_end == values.len() {
+            return spans;
+        }
+        (name_at, value_at) = (name_end + 1, value_end + 1);
     }
 }
 
@@ -537,6 +556,17 @@ mod tests {
         let ReadReply(read) = ReadReply::from_redis_value(reply).unwrap();
         assert_eq!(read[0].number("points").unwrap(), 3);
         assert!(matches!(read[0].field("key"), Err(HandleError::Poison(_))));
+
+        // An empty value keeps its place, and letters of any script are read whole.
+        let reply = Value::Array(vec![entry(vec![
+            bulk("user points key"),
+            bulk(" 3 ключ é"),
+        ])]);
+        let ReadReply(read) = ReadReply::from_redis_value(reply).unwrap();
+        assert_eq!(
+            read[0].fields().collect::<Vec<_>>(),
+            [("user", ""), ("points", "3"), ("key", "ключ é")]
+        );
 
         // One field without a space in its name is an ordinary field.
         let reply = Value::Array(vec![entry(vec![bulk("note"), bulk("a b")])]);
