@@ -3,7 +3,8 @@
 that does not move with the CPU, for comparing two versions of lua/ where Redis time on a
 shared machine moves by a third between runs.
 
-    bench/queue_instructions.py [--topics T] [--jobs J] [--limit L] [--runs-before R] LUA_DIR...
+    bench/queue_instructions.py [--topics T] [--jobs J] [--limit L] [--runs-before R]
+        [--priorities] LUA_DIR...
 
 Each LUA_DIR is a lua/ directory (this checkout's, or an earlier commit's from
 `git archive REV lua | tar -x -C DIR`). For each, in a redis-server run under callgrind,
@@ -110,7 +111,9 @@ def measure(redis, pid, out_dir, lua_dir, args):
         setup.append(("HSET", k["settings"], "concurrency", args.limit))
         jobs = []
         for n in range(args.jobs):
-            jobs += [f"j{n}", body, now - 1000, 0, 0, 0]
+            priority = n * 1000 // max(args.jobs - 1, 1) if args.priorities else 0
+            jobs += [f"j{n}", body.replace('"priority":0', '"priority":%d' % priority),
+                     now - 1000, 0, priority, 0]
         setup.append(("EVALSHA", sha["schedule"], 4, k["jobs"], k["delayed"], k["finished"],
                       k["counts"], now, k["live"], "PUBLISH", *jobs))
     redis.pipeline(setup)
@@ -177,6 +180,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=40, help="jobs per topic")
     parser.add_argument("--limit", type=int, default=4, help="jobs a take, per topic")
     parser.add_argument("--runs-before", type=int, default=0)
+    parser.add_argument("--priorities", action="store_true",
+                        help="a topic's jobs get priorities 0 to 1000, spread evenly")
     parser.add_argument("--port", type=int, default=6398)
     args = parser.parse_args()
     out_dir = tempfile.mkdtemp(prefix="queue-instructions.")
@@ -194,8 +199,9 @@ def main():
                 time.sleep(0.1)
         pid = int(re.search(r"process_id:(\d+)", redis.call("INFO", "server")).group(1))
         jobs = args.topics * args.jobs
-        print(f"{args.topics} topics x {args.jobs} jobs, {args.limit} a take, counted after "
-              f"{args.runs_before} runs; thousands of Redis instructions a job")
+        print(f"{args.topics} topics x {args.jobs} jobs"
+              f"{' with priorities' if args.priorities else ''}, {args.limit} a take, counted "
+              f"after {args.runs_before} runs; thousands of Redis instructions a job")
         print(f"{'lua':40} {'promote':>8} {'take':>8} {'finish':>8} {'all':>8}")
         for lua_dir in args.lua_dirs:
             counted = measure(redis, pid, out_dir, lua_dir, args)

@@ -21,17 +21,21 @@
 ]]
 -- @include jobs_fields.lua
 local id = ARGV[1]
+local running = redis.call('ZREM', KEYS[3], id)
 local removed = redis.call('ZREM', KEYS[1], id)
   + redis.call('ZREM', KEYS[2], id)
   + redis.call('LREM', KEYS[6], 0, id)
-  + redis.call('ZREM', KEYS[3], id)
+  + running
 if removed == 0 then
   return {0, '', 1}
 end
-local held = redis.call('HMGET', KEYS[4], 'job', 'attempts', 'history')
+local held = redis.call('HMGET', KEYS[4], 'job', 'attempts', 'history', 'started')
+local cancelled = history_event(ARGV[2], 'CANCELLED', held[2], '')
+local history = running == 1
+  and history_with(held[3], 2, ran_event(held[4] or ARGV[2], held[2]) .. ',' .. cancelled)
+  or history_with(held[3], 1, cancelled)
 redis.call('HDEL', KEYS[4], 'lease')
-redis.call('HSET', KEYS[4], 'status', 'CANCELLED', 'finished', ARGV[2],
-  'history', history_with(held[3], ARGV[2], 'CANCELLED', held[2], ''))
+redis.call('HSET', KEYS[4], 'status', 'CANCELLED', 'finished', ARGV[2], 'history', history)
 redis.call(ARGV[4], ARGV[3], id)
 redis.call('ZADD', KEYS[5], ARGV[2], id)
 return {1, held[1] or '', pending_in(KEYS[1], KEYS[2], KEYS[3], KEYS[6])}

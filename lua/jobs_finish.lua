@@ -2,7 +2,9 @@
   Ends deliveries of a topic, many per call: success, a retry later, or death (after the
   caller stored the job in the dead_job table). Only the delivery holding the lease may end
   a job: one cancelled or reclaimed meanwhile is not touched, so a late completion cannot
-  resurrect it. Each end is an event of the job's history; a success keeps the result.
+  resurrect it. Each end is an event of the job's history, after the delivery's own RUNNING
+  event, which the take leaves to it (jobs_fields.lua, ran_event); a success keeps the
+  result.
 
   A repeating job's run that ended (done, or dead after its attempts) schedules the next run
   here, in the same call that ends this one: the next run exists exactly when this one has
@@ -68,15 +70,18 @@ while i <= #ARGV do
     i = i + 3
   end
   local key = KEYS[3] .. id
-  local held = redis.call('HMGET', key, 'lease', 'attempts', 'runs', 'history')
+  local held = redis.call('HMGET', key, 'lease', 'attempts', 'runs', 'history', 'started')
   if held[1] ~= lease then
     out[#out + 1] = 0
   else
     ended[#ended + 1] = id
     local attempt = held[2]
+    -- The delivery's own event first (the take wrote none), then how it ended.
+    local ran = ran_event(held[5] or now, attempt)
     if outcome == 'retry' then
-      redis.call('HSET', key, 'lease', '', 'error', error_text,
-        'history', history_with(held[4], now, 'DELAYED', attempt, error_text))
+      redis.call('HSET', key, 'lease', '', 'error', error_text, 'history',
+        history_with(held[4], 2,
+          ran .. ',' .. history_event(now, 'DELAYED', attempt, error_text)))
       delayed[#delayed + 1] = retry_at
       delayed[#delayed + 1] = id
       out[#out + 1] = 1
@@ -86,32 +91,34 @@ while i <= #ARGV do
       local most = tonumber(limit)
       local again = next_run ~= '' and (most == nil or runs < most)
       local set = {'lease', '', 'stalls', '0', 'runs', count_text(runs), 'finished', now}
-      local history
+      local ending
       if outcome == 'dead' then
         dead = dead + 1
         set[#set + 1] = 'error'
         set[#set + 1] = error_text
-        history = history_with(held[4], now, 'DEAD', attempt, error_text)
+        ending = history_event(now, 'DEAD', attempt, error_text)
       else
         done = done + 1
         if result ~= '' then
           set[#set + 1] = 'result'
           set[#set + 1] = result
         end
-        history = history_with(held[4], now, 'DONE', attempt, '')
+        ending = history_event(now, 'DONE', attempt, '')
       end
+      local history
       if again then
         set[#set + 1] = 'attempts'
         set[#set + 1] = '0'
-        history = history_with(history, now, 'DELAYED', '0', '')
+        history = history_with(held[4], 3,
+          ran .. ',' .. ending .. ',' .. history_event(now, 'DELAYED', '0', ''))
         delayed[#delayed + 1] = next_run
         delayed[#delayed + 1] = id
         out[#out + 1] = 2
       elseif outcome == 'dead' then
-        history = nil
         forgotten[#forgotten + 1] = id
         out[#out + 1] = 1
       else
+        history = history_with(held[4], 2, ran .. ',' .. ending)
         set[#set + 1] = 'status'
         set[#set + 1] = 'DONE'
         finished[#finished + 1] = now
@@ -133,20 +140,21 @@ end
 call_sliced('ZREM', KEYS[1], ended, 1)
 call_sliced('ZADD', KEYS[2], delayed, 2)
 if done > 0 then
-  redis.call('HINCRBY', KEYS[5], 'done', done)
+  redis.call('HINCRBY', KEYS[5], 'done', count_text(done))
 end
 if dead > 0 then
-  redis.call('HINCRBY', KEYS[5], 'dead', dead)
+  redis.call('HINCRBY', KEYS[5], 'dead', count_text(dead))
 end
 -- Keep the newest finished jobs only: forget the oldest beyond the limit.
 if #finished > 0 then
   call_sliced('ZADD', KEYS[4], finished, 2)
   local excess = redis.call('ZCARD', KEYS[4]) - keep
   if excess > 0 then
-    for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, excess - 1)) do
+    local last = count_text(excess - 1)
+    for _, old in ipairs(redis.call('ZRANGE', KEYS[4], '0', last)) do
       forgotten[#forgotten + 1] = old
     end
-    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, excess - 1)
+    redis.call('ZREMRANGEBYRANK', KEYS[4], '0', last)
   end
 end
 forget_jobs(KEYS[3], forgotten)

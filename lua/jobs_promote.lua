@@ -35,7 +35,7 @@
 ]]
 -- @include jobs_fields.lua
 local live = listened(ARGV[3], ARGV[4])
-local now, limit = ARGV[1], tonumber(ARGV[2])
+local now = ARGV[1]
 local BAND = 8796093022208
 local prioritised = redis.call('HGET', KEYS[6], 'prioritised') == '1'
 local function score(priority, due)
@@ -56,7 +56,8 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 -- The due jobs are the delay zset's first ranks (every score up to now): read, they are
 -- removed by rank, and added to the waiting zset in slices.
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+-- Ranks and limits given as text (count_text).
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', '0', ARGV[2])
 local out = {0, 0, 0, -1}
 local waiting = {}
 for i = 1, #due, 2 do
@@ -67,13 +68,17 @@ for i = 1, #due, 2 do
 end
 if #due > 0 then
   call_sliced('ZADD', KEYS[2], waiting, 2)
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], '0', count_text(#due / 2 - 1))
 end
 out[1] = #due / 2
-local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', '0', ARGV[2])
 for _, id in ipairs(expired) do
   local key = KEYS[5] .. id
   redis.call('ZREM', KEYS[4], id)
+  -- The stalled delivery's event (its take wrote none; see ran_event).
+  local held = redis.call('HMGET', key, 'started', 'attempts', 'history')
+  redis.call('HSET', key, 'history',
+    history_with(held[3], 1, ran_event(held[1] or now, held[2])))
   redis.call('HDEL', key, 'lease')
   redis.call('HINCRBY', key, 'stalls', 1)
   redis.call('HINCRBY', key, 'attempts', -1)
@@ -82,7 +87,7 @@ end
 out[2] = #expired
 out[3] = redis.call('ZCARD', KEYS[2])
 for _, key in ipairs({KEYS[1], KEYS[4]}) do
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if first[2] and (out[4] == -1 or tonumber(first[2]) < out[4]) then
     out[4] = tonumber(first[2])
   end

@@ -42,7 +42,7 @@ for i = 4, #ARGV, 6 do
       redis.call('ZREM', KEYS[3], id)
     end
     local set = {'job', ARGV[i + 1], 'attempts', ARGV[i + 3],
-      'history', history_with(nil, ARGV[1], 'DELAYED', ARGV[i + 3], '')}
+      'history', history_with(nil, 1, history_event(ARGV[1], 'DELAYED', ARGV[i + 3], ''))}
     if ARGV[i + 4] ~= '0' then
       prioritised = true
       set[#set + 1] = 'priority'

@@ -64,9 +64,10 @@ local taken = 0
 local running = {}
 -- The first ranks, read then removed: ZPOPMIN would answer each job's score too, a number
 -- Redis makes text (sprintf) for every job taken.
-local taking = redis.call('ZRANGE', KEYS[1], 0, most - 1)
+-- Ranks given as text (count_text).
+local taking = redis.call('ZRANGE', KEYS[1], '0', count_text(most - 1))
 if #taking > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #taking - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], '0', count_text(#taking - 1))
 end
 -- Fewer than asked: none is left. All of a limited take: the topic is at its limit now.
 local out = {1}
@@ -77,7 +78,7 @@ elseif most < asked then
 end
 for _, id in ipairs(taking) do
   local key = KEYS[3] .. id
-  local held = redis.call('HMGET', key, 'job', 'attempts', 'stalls', 'history')
+  local held = redis.call('HMGET', key, 'job', 'attempts', 'stalls')
   if held[1] then
     taken = taken + 1
     -- Joined from text alone (the job id, not its rank in the take; see count_text).
@@ -86,8 +87,9 @@ for _, id in ipairs(taking) do
     local attempts = count_text(attempt)
     running[#running + 1] = ARGV[1]
     running[#running + 1] = id
-    redis.call('HSET', key, 'lease', lease, 'attempts', attempts, 'started', ARGV[4],
-      'history', history_with(held[4], ARGV[4], 'RUNNING', attempts, ''))
+    -- No history event: the delivery's RUNNING is written with the event that ends it
+    -- (ran_event), from the `started` and `attempts` written here.
+    redis.call('HSET', key, 'lease', lease, 'attempts', attempts, 'started', ARGV[4])
     if live then redis.call(ARGV[6], ARGV[5], id) end
     out[#out + 1] = id
     out[#out + 1] = held[1]

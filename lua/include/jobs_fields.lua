@@ -12,13 +12,19 @@ local HISTORY_KEPT = 20
 -- Most values one command takes from unpack (Lua's C stack holds about 8,000).
 local UNPACK_MOST = 1000
 
--- The text of a count the take or the finish writes per job (an attempt, a run). A number
--- made text goes through sprintf, about a microsecond, so the take and the finish join
--- what they write from text they have wherever they can; this count is nearly always 1 (a
--- first attempt; a job's only run).
+-- The text of a count or rank a script writes or asks by (an attempt, a run, the last rank
+-- of a take). A number made text goes through sprintf, about a microsecond (tostring, or
+-- redis.call given a number: "%.17g"), so the scripts join what they write from text they
+-- have wherever they can, and a count under 100, nearly every one they write (a first
+-- attempt, a job's only run, a take's few ranks), is made text from its digits.
+local DIGITS = '0123456789'
 local function count_text(n)
-  if n == 1 then
-    return '1'
+  if n >= 0 and n < 10 then
+    return string.sub(DIGITS, n + 1, n + 1)
+  elseif n >= 10 and n < 100 then
+    local ones = n % 10
+    local tens = (n - ones) / 10
+    return string.sub(DIGITS, tens + 1, tens + 1) .. string.sub(DIGITS, ones + 1, ones + 1)
   end
   return tostring(n)
 end
@@ -36,54 +42,65 @@ end
 
 -- One event of a history, {at, state, attempt, error}, as it is stored: an error text's
 -- every "]" written as its JSON escape "\u005d", so that "],[" only ever separates events.
+-- `at` and `attempt` are integers, best given as their text (an argument, a stored field;
+-- see count_text).
 local function history_event(at, state, attempt, error_text)
   return '[' .. at .. ',"' .. state .. '",' .. (attempt or '0') .. ','
     .. (error_text and error_text ~= '' and (string.gsub(cjson.encode(error_text), '%]',
       '\\u005d')) or '""') .. ']'
 end
 
--- A stored history with an event added: {at, state, attempt, error}, as stored. `stored`
--- is the field's text (nil or false: none yet). The event is written as text and appended,
--- and a full history drops its first event by cutting before the first "],[": no history
--- is decoded (decoding and encoding a full one with cjson made a long-lived job's take and
--- finish cost Redis four to eight times what a new job's do).
+-- A stored history with `added` events added: `events`, each written by history_event,
+-- joined by ",". `stored` is the field's text (nil or false: none yet). The events are
+-- appended as text, and a history grown past HISTORY_KEPT drops its oldest by cutting
+-- before their "],[": no history is decoded (decoding and encoding a full one with cjson
+-- made a long-lived job's take and finish cost Redis four to eight times what a new job's
+-- do).
 --
 -- A history is stored led by a space for each event it holds, which JSON allows: its count
 -- is one find away, where counting its separators cost a full history's event about a
 -- third of a take, and a field of its own would be read and written with every event. A
 -- history kept by an earlier version (it begins with "[") is decoded once, and the events
 -- it keeps are written as history_event writes them.
---
--- `at` and `attempt` are integers, best given as their text (an argument, a stored field;
--- see count_text).
-local function history_with(stored, at, state, attempt, error_text)
-  local event = history_event(at, state, attempt, error_text)
+local function history_with(stored, added, events)
   if not stored or stored == '' then
-    return ' [' .. event .. ']'
+    return string.rep(' ', added) .. '[' .. events .. ']'
   end
   local held = (string.find(stored, '[', 1, true) or 1) - 1
-  if held > 0 and held < HISTORY_KEPT then
-    return ' ' .. string.sub(stored, 1, -2) .. ',' .. event .. ']'
+  if held > 0 and held + added <= HISTORY_KEPT then
+    return string.rep(' ', added) .. string.sub(stored, 1, -2) .. ',' .. events .. ']'
   end
-  local first_end = held > 0 and string.find(stored, '],[', held + 2, true)
-  if first_end then
-    return string.sub(stored, 1, held + 1) .. string.sub(stored, first_end + 2, -2) .. ','
-      .. event .. ']'
+  -- Full: the oldest events go, as many as were added, each one find further.
+  local cut = held > 0 and held + 1
+  for _ = 1, held + added - HISTORY_KEPT do
+    cut = cut and string.find(stored, '],[', cut + 1, true)
+  end
+  if cut then
+    return string.rep(' ', HISTORY_KEPT) .. '[' .. string.sub(stored, cut + 2, -2) .. ','
+      .. events .. ']'
   end
   -- Kept by an earlier version (or not a history at all: it starts again).
-  local decoded, events = pcall(cjson.decode, stored)
+  local decoded, old_events = pcall(cjson.decode, stored)
   local kept = {}
-  if decoded and type(events) == 'table' then
-    for i = math.max(1, #events - HISTORY_KEPT + 2), #events do
-      local old = events[i]
+  if decoded and type(old_events) == 'table' then
+    for i = math.max(1, #old_events - HISTORY_KEPT + added + 1), #old_events do
+      local old = old_events[i]
       if type(old) == 'table' and type(old[1]) == 'number' and type(old[2]) == 'string' then
         kept[#kept + 1] = history_event(string.format('%d', old[1]), old[2],
           string.format('%d', tonumber(old[3]) or 0), type(old[4]) == 'string' and old[4])
       end
     end
   end
-  kept[#kept + 1] = event
-  return string.rep(' ', #kept) .. '[' .. table.concat(kept, ',') .. ']'
+  kept[#kept + 1] = events
+  return string.rep(' ', #kept + added - 1) .. '[' .. table.concat(kept, ',') .. ']'
+end
+
+-- The event of a delivery that began at `started` (the take's time, as stored) as its
+-- `attempt`: written when the delivery ends (or stalls, or is cancelled), with the event
+-- that ends it, so that a take writes no history (a history of a running job reads it
+-- from the job's `started` and `attempts`: `Jobs::describe`).
+local function ran_event(started, attempt)
+  return history_event(started, 'RUNNING', attempt, '')
 end
 
 -- Runs `command key values...` over `values` in slices unpack can take; `width` values

@@ -751,6 +751,56 @@ async fn a_job_whose_handler_crashes_its_process_is_dead_lettered_after_max_stal
     );
 }
 
+/// Ends its process mid-job on its first delivery only; runs to the end on the next.
+struct CrashesOnce(Recorder);
+
+#[async_trait::async_trait]
+impl JobHandler for CrashesOnce {
+    async fn handle(&self, delivery: &Delivery) -> Result<(), JobError> {
+        self.0.handle(delivery).await?;
+        if self.0.count(&delivery.id) == 1 {
+            panic!("the process running this job died");
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_delivery_stays_in_the_jobs_history() {
+    let app = TestApp::spawn().await;
+    let recorder = Recorder::default();
+    app.jobs().registry.register(
+        "stalling",
+        Arc::new(CrashesOnce(recorder.clone())),
+        policy(&[1], 300),
+    );
+    app.jobs()
+        .schedule(job("s1", "stalling", Duration::ZERO))
+        .await
+        .unwrap();
+    let done = job_when(&app, "stalling", "s1", Duration::from_secs(10), |job| {
+        job.status == jobs::JobStatus::Done
+    })
+    .await;
+    let events: Vec<_> = done
+        .details
+        .history
+        .iter()
+        .map(|event| (event.status, event.attempt))
+        .collect();
+    use jobs::JobStatus::{Delayed, Done, Running};
+    assert_eq!(
+        events,
+        [(Delayed, 0), (Running, 1), (Running, 1), (Done, 1)],
+        "the stalled delivery, then the one that ran: {done:?}"
+    );
+    let started = done.details.history[1..3].iter().map(|event| event.at_ms);
+    let deliveries = recorder.deliveries.lock().unwrap()["s1"].clone();
+    for (at, (_, delivered)) in started.zip(deliveries) {
+        assert!(at <= delivered, "each delivery's own start: {done:?}");
+    }
+}
+
 /// Takes longer than its topic's visibility timeout.
 struct Slow(Recorder, Duration);
 

@@ -1253,3 +1253,73 @@ async fn a_history_stored_by_an_earlier_version_reads_and_is_trimmed_as_it_grows
     assert_eq!(events[18]["attempt"], 20);
     assert_eq!(events[19]["state"], "CANCELLED");
 }
+
+#[tokio::test]
+async fn a_running_jobs_history_ends_with_its_delivery_and_keeps_it_when_cancelled() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let slow = Gauge::holding(Duration::from_secs(10));
+    app.jobs()
+        .registry
+        .register("held", Arc::new(slow.clone()), None);
+    schedule(&app, &admin, "w1", "held").await;
+    eventually(async || slow.started() == 1).await;
+    let job = details(&app, "held", "w1").await;
+    assert_eq!(job["status"], "RUNNING", "{job}");
+    assert_eq!(
+        job["history"],
+        json!([
+            { "state": "DELAYED", "attempt": 0, "error": null },
+            { "state": "RUNNING", "attempt": 1, "error": null },
+        ])
+    );
+    let cancel = "mutation { cancelJob(topic: \"held\", id: \"w1\") }";
+    assert_eq!(mutate(&app, &admin, cancel).await["cancelJob"], true);
+    let states: Vec<Value> = history(&app, "held", "w1")
+        .await
+        .iter()
+        .map(|event| event["state"].clone())
+        .collect();
+    assert_eq!(states, ["DELAYED", "RUNNING", "CANCELLED"]);
+}
+
+#[tokio::test]
+async fn a_delivery_an_earlier_version_recorded_when_it_began_is_in_the_history_once() {
+    let app = TestApp::spawn().await;
+    let admin = app.admin_token();
+    let slow = Gauge::holding(Duration::from_millis(1500));
+    app.jobs()
+        .registry
+        .register("handed", Arc::new(slow.clone()), None);
+    schedule(&app, &admin, "e1", "handed").await;
+    eventually(async || slow.started() == 1).await;
+    // An earlier version's take stored the delivery's event as it handed the job out.
+    let key = app.keys().job("handed", "e1");
+    let mut conn = app.redis_connection().await;
+    let (started, stored): (String, String) = redis::cmd("HMGET")
+        .arg(&key)
+        .arg(&["started", "history"])
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    let earlier = format!(
+        " {},[{started},\"RUNNING\",1,\"\"]]",
+        stored.strip_suffix(']').unwrap()
+    );
+    let () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("history")
+        .arg(earlier)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let running = ["DELAYED", "RUNNING"];
+    let states = async || -> Vec<Value> {
+        let events = history(&app, "handed", "e1").await;
+        events.iter().map(|event| event["state"].clone()).collect()
+    };
+    assert_eq!(states().await, running);
+    eventually(async || details(&app, "handed", "e1").await["status"] == "DONE").await;
+    assert_eq!(states().await, ["DELAYED", "RUNNING", "DONE"]);
+}

@@ -238,8 +238,24 @@ pub struct JobEvent {
     pub error: Option<String>,
 }
 
-/// A stored history, `[[at, state, attempt, error], …]`; what does not read is left out.
-fn history_of(text: &str) -> Vec<JobEvent> {
+/// Events a job's history keeps (`HISTORY_KEPT` in `lua/include/jobs_fields.lua`).
+const HISTORY_KEPT: usize = 20;
+
+/// A job's history: the stored one, `[[at, state, attempt, error], …]` (what does not read
+/// is left out), then the running delivery's event, `running`. The scripts store that one
+/// only when the delivery ends (`ran_event` in `lua/include/jobs_fields.lua`: a take writes
+/// no history), so it is read from the job's start and attempts here. An event that repeats
+/// the one before it is an earlier version's: its take stored the running event too.
+fn history_of(text: Option<&str>, running: Option<JobEvent>) -> Vec<JobEvent> {
+    let mut events = text.map_or_else(Vec::new, stored_history);
+    events.extend(running);
+    events.dedup();
+    let past = events.len().saturating_sub(HISTORY_KEPT);
+    events.drain(..past);
+    events
+}
+
+fn stored_history(text: &str) -> Vec<JobEvent> {
     let events: Vec<(f64, String, f64, String)> = serde_json::from_str(text).unwrap_or_default();
     events
         .into_iter()
@@ -846,7 +862,15 @@ impl Jobs {
                     created_at_ms: spec.created_at_ms,
                     started_at_ms: started,
                     finished_at_ms: finished,
-                    history: history.as_deref().map(history_of).unwrap_or_default(),
+                    history: history_of(
+                        history.as_deref(),
+                        (status == JobStatus::Running).then(|| JobEvent {
+                            at_ms: started.unwrap_or_default(),
+                            status: JobStatus::Running,
+                            attempt: attempts.unwrap_or(0),
+                            error: None,
+                        }),
+                    ),
                 },
             }));
         }
@@ -987,4 +1011,42 @@ impl Replies for JobsSchedule {
 /// 1 some); or 0, '' and 1 when no such job was pending.
 impl Replies for JobsCancel {
     type Reply = (i64, String, i64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(at_ms: i64, status: JobStatus, attempt: u32) -> JobEvent {
+        JobEvent {
+            at_ms,
+            status,
+            attempt,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_running_delivery_ends_the_history_which_keeps_its_newest_events() {
+        let stored: Vec<String> = (1..=HISTORY_KEPT)
+            .map(|n| format!(r#"[{n},"DELAYED",{n},"failed"]"#))
+            .collect();
+        let stored = format!("{}[{}]", " ".repeat(HISTORY_KEPT), stored.join(","));
+        let running = event(99, JobStatus::Running, 21);
+        let history = history_of(Some(&stored), Some(running.clone()));
+        assert_eq!(history.len(), HISTORY_KEPT);
+        assert_eq!(history[0].at_ms, 2, "the oldest goes");
+        assert_eq!(history[HISTORY_KEPT - 1], running);
+        assert_eq!(history_of(None, None), []);
+    }
+
+    #[test]
+    fn a_delivery_stored_when_it_began_is_read_once() {
+        let stored = r#"  [[1,"DELAYED",0,""],[5,"RUNNING",1,""]]"#;
+        let running = event(5, JobStatus::Running, 1);
+        assert_eq!(
+            history_of(Some(stored), Some(running.clone())),
+            [event(1, JobStatus::Delayed, 0), running]
+        );
+    }
 }
