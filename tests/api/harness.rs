@@ -335,7 +335,6 @@ impl TestApp {
             .expect("JSON body")
     }
 
-    /// `data` of a request that must succeed.
     /// A job's `fields` (a selection of `Job`), as the service reads them.
     pub async fn job(&self, topic: &str, id: &str, fields: &str) -> Value {
         let query = format!(
@@ -347,6 +346,7 @@ impl TestApp {
             .clone()
     }
 
+    /// `data` of a request that must succeed.
     pub async fn data(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
         let body = self.gql(token, query, variables).await;
         assert!(body.get("errors").is_none(), "unexpected errors: {body}");

@@ -1273,6 +1273,14 @@ async fn a_running_jobs_history_ends_with_its_delivery_and_keeps_it_when_cancell
             { "state": "RUNNING", "attempt": 1, "error": null },
         ])
     );
+    // More events than a job keeps, or fewer than none, is bad input.
+    for first in [21, -1] {
+        let query = format!(
+            "{{ job(topic: \"held\", id: \"w1\") {{ history(first: {first}) {{ state }} }} }}"
+        );
+        let answer = app.gql(Some(&admin), &query, json!({})).await;
+        assert_eq!(first_code(&answer), "BAD_USER_INPUT", "{first}: {answer}");
+    }
     let cancel = "mutation { cancelJob(topic: \"held\", id: \"w1\") }";
     assert_eq!(mutate(&app, &admin, cancel).await["cancelJob"], true);
     let states: Vec<Value> = history(&app, "held", "w1")

@@ -227,9 +227,15 @@ impl Job {
 
     /// Its newest events, oldest first: at most `first` (default and at most 20; the job
     /// keeps its 20 newest).
-    async fn history(&self, #[graphql(default = 20)] first: i32) -> AppResult<Vec<JobEvent>> {
-        if !(0..=20).contains(&first) {
-            return Err(AppError::bad_input("first must be between 0 and 20"));
+    async fn history(
+        &self,
+        #[graphql(default_with = "jobs::HISTORY_KEPT as i32")] first: i32,
+    ) -> AppResult<Vec<JobEvent>> {
+        let kept = jobs::HISTORY_KEPT;
+        if !usize::try_from(first).is_ok_and(|first| first <= kept) {
+            return Err(AppError::bad_input(format!(
+                "first must be between 0 and {kept}"
+            )));
         }
         let events = &self.0.details.history;
         let skip = events.len().saturating_sub(first as usize);

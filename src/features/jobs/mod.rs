@@ -239,7 +239,7 @@ pub struct JobEvent {
 }
 
 /// Events a job's history keeps (`HISTORY_KEPT` in `lua/include/jobs_fields.lua`).
-const HISTORY_KEPT: usize = 20;
+pub const HISTORY_KEPT: usize = 20;
 
 /// A job's history: the stored one, `[[at, state, attempt, error], …]` (what does not read
 /// is left out), then the running delivery's event, `running`. The scripts store that one
