@@ -80,11 +80,7 @@ impl Features {
             points: points.clone(),
             season_rewards: Arc::new(settings.leaderboard.season_rewards()?),
         };
-        let signin = signin::SignIn {
-            infra: infra.clone(),
-            points: points.clone(),
-            settings: settings.signin.clone(),
-        };
+        let signin = signin::SignIn::new(infra.clone(), points.clone(), settings.signin.clone());
         let boards = boards::Boards::new(infra.clone(), points.clone(), leaderboard.clone());
         let vouchers = vouchers::Vouchers {
             infra: infra.clone(),

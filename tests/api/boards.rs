@@ -1141,7 +1141,9 @@ async fn close_due_reads_only_the_periods_whose_closing_time_passed_and_closes_e
         ]
     );
     app.set_clock(midnight);
+    // Both instances at midnight: the sibling's own clock would be today's, past the week.
     let sibling = app.spawn_sibling().await;
+    sibling.set_clock(midnight);
     let (a, b) = tokio::join!(app.boards().close_due(), sibling.boards().close_due());
     a.unwrap();
     b.unwrap();

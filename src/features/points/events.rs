@@ -71,14 +71,44 @@ pub(crate) struct FirstZone {
     pub(crate) changed_ms: i64,
 }
 
+/// An award's fields, in the order the scripts write them (`lua/include/points_award.lua`:
+/// a sign-in's day and zone after the date, the free-text key last; a spend's and a revoke's
+/// reason after the key): [`StreamEntry::values`] finds each at the first name it tries.
+const AWARD_FIELDS: [&str; 20] = [
+    "user",
+    "type",
+    "points",
+    "requested",
+    "season",
+    "at",
+    "date",
+    "day",
+    "made_up",
+    "frozen",
+    "earned",
+    "streak",
+    "bonus",
+    "zone",
+    "zone_previous",
+    "zone_from",
+    "zone_changed_ms",
+    "key",
+    "reason",
+    "bought",
+];
+
 impl Event for AwardEvent {
     fn from_entry(entry: &StreamEntry) -> Result<Self, HandleError> {
-        let sign_in = if entry.get("day").is_some() {
-            Some(SignedDay {
-                day: entry.number("day")?,
-                made_up: entry.number("made_up")? == 1,
+        let [user, kind, points, requested, season, at, date, day, made_up, frozen, earned, streak, bonus, zone, zone_previous, zone_from, zone_changed_ms, key, reason, bought] =
+            entry.values(AWARD_FIELDS);
+        let number = |name, value| entry.number_of(name, value);
+        let optional = |name, value| entry.optional_number_of(name, value);
+        let sign_in = match day {
+            Some(_) => Some(SignedDay {
+                day: number("day", day)?,
+                made_up: number("made_up", made_up)? == 1,
                 // Absent from the awards of earlier versions.
-                frozen: match entry.get("frozen") {
+                frozen: match frozen {
                     Some(days) if days != "-" => days
                         .split(',')
                         .map(|day| {
@@ -89,57 +119,39 @@ impl Event for AwardEvent {
                         .collect::<Result<_, _>>()?,
                     _ => Vec::new(),
                 },
-                freezes_earned: if entry.get("earned").is_some() {
-                    entry.number("earned")?
-                } else {
-                    0
-                },
-                streak: match entry.get("streak") {
-                    Some(_) => entry.number("streak")?,
-                    None => 0,
-                },
-                milestone_bonus: match entry.get("bonus") {
-                    Some(_) => entry.number("bonus")?,
-                    None => 0,
-                },
-                first_zone: match entry.get("zone") {
+                freezes_earned: optional("earned", earned)?.unwrap_or(0),
+                streak: optional("streak", streak)?.unwrap_or(0),
+                milestone_bonus: optional("bonus", bonus)?.unwrap_or(0),
+                first_zone: match zone {
                     Some(zone) => Some(FirstZone {
                         zone: zone.to_string(),
-                        previous: entry
-                            .get("zone_previous")
+                        previous: zone_previous
                             .filter(|previous| !previous.is_empty())
                             .map(str::to_string),
-                        from_day: Some(entry.number("zone_from")?).filter(|day| *day > 0),
-                        changed_ms: entry.number("zone_changed_ms")?,
+                        from_day: Some(number("zone_from", zone_from)?).filter(|day| *day > 0),
+                        changed_ms: number("zone_changed_ms", zone_changed_ms)?,
                     }),
                     None => None,
                 },
-            })
-        } else {
-            None
+            }),
+            None => None,
         };
-        let kind = match entry.field("type")? {
+        let kind = match entry.required("type", kind)? {
             SPEND => None,
-            _ => Some(kind_of(entry)?),
+            kind => Some(parse_kind(entry, kind)?),
         };
         Ok(Self {
-            user_id: entry.number("user")?,
+            user_id: number("user", user)?,
             kind,
-            points: entry.number("points")?,
-            requested: entry.number("requested")?,
-            idempotency_key: entry.field("key")?.to_string(),
-            season: entry.number("season")?,
-            at_ms: entry.number("at")?,
-            date: match entry.get("date") {
-                Some(_) => Some(entry.number("date")?),
-                None => None,
-            },
+            points: number("points", points)?,
+            requested: number("requested", requested)?,
+            idempotency_key: entry.required("key", key)?.to_string(),
+            season: number("season", season)?,
+            at_ms: number("at", at)?,
+            date: optional("date", date)?,
             sign_in,
-            reason: entry.get("reason").map(str::to_string),
-            freeze_bought_on: match entry.get("bought") {
-                Some(_) => Some(entry.number("bought")?),
-                None => None,
-            },
+            reason: reason.map(str::to_string),
+            freeze_bought_on: optional("bought", bought)?,
         })
     }
 
@@ -220,7 +232,10 @@ impl Event for IntakeAward {
 }
 
 fn kind_of(entry: &StreamEntry) -> Result<PointsType, HandleError> {
-    let kind = entry.field("type")?;
+    parse_kind(entry, entry.field("type")?)
+}
+
+fn parse_kind(entry: &StreamEntry, kind: &str) -> Result<PointsType, HandleError> {
     PointsType::parse(kind)
         .ok_or_else(|| HandleError::Poison(format!("entry {}: unknown type {kind}", entry.id)))
 }

@@ -14,6 +14,8 @@ pub mod recovery;
 pub mod settings;
 pub(crate) mod zones;
 
+use std::sync::Arc;
+
 use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;
 use redis::FromRedisValue;
@@ -43,25 +45,25 @@ pub(crate) use crate::features::zones::UserZone;
 /// the same script.
 impl Keys {
     pub fn sign_bitmap(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, &format!("sign:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, format_args!("sign:{user_id}:{}", month.id()))
     }
 
     /// The days of a month that a repair (or a make-up) counted.
     pub(crate) fn sign_made_up(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, &format!("made:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, format_args!("made:{user_id}:{}", month.id()))
     }
 
     /// The days of a month that a freeze kept.
     pub(crate) fn sign_frozen(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, &format!("frozen:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, format_args!("frozen:{user_id}:{}", month.id()))
     }
 
     pub fn sign_streak(&self, user_id: i64) -> String {
-        self.of_points_user(user_id, &format!("streak:{user_id}"))
+        self.of_points_user(user_id, format_args!("streak:{user_id}"))
     }
 
     pub(crate) fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, &format!("makeups:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, format_args!("makeups:{user_id}:{}", month.id()))
     }
 }
 
@@ -71,6 +73,9 @@ pub struct SignIn {
     pub infra: Infra,
     pub points: Points,
     pub settings: SignInSettings,
+    /// What the scripts are told of the milestones, made once from the settings and the
+    /// points rules (a sign-in made it anew: 2 % of its instructions).
+    milestones: Arc<MilestoneArgs>,
 }
 
 pub use settings::SignInSettings;
@@ -200,7 +205,7 @@ macro_rules! signing_call {
      $script:ident { $($key:ident: $key_value:expr),* $(,)? },
      $args:ident { $($arg:ident $(: $arg_value:expr)?),* $(,)? } $(,)?) => {{
         let (sign_in, user_id): (&SignIn, i64) = ($sign_in, $user_id);
-        let milestones = sign_in.milestone_args();
+        let milestones = &sign_in.milestones;
         sign_in
             .infra
             .durable_scripts(DurableWrite::Points)
@@ -235,7 +240,7 @@ macro_rules! signing_call {
                         daily_ttl_seconds: DAILY_TTL_SECONDS,
                         bitmap_ttl_seconds: BITMAP_TTL_SECONDS,
                         base_points: sign_in.points.rules.rule(PointsType::SignIn).points,
-                        milestones: milestones.list.clone(),
+                        milestones: milestones.list.as_str(),
                         every: milestones.every,
                         every_points: milestones.every_points,
                         freezes_max: sign_in.settings.freezes_max,
@@ -303,6 +308,16 @@ impl Replies for SigninStatus {
 }
 
 impl SignIn {
+    pub fn new(infra: Infra, points: Points, settings: SignInSettings) -> Self {
+        let milestones = Arc::new(Self::milestone_args(&points, &settings));
+        Self {
+            infra,
+            points,
+            settings,
+            milestones,
+        }
+    }
+
     fn signing(&self, zone: &UserZone) -> Signing {
         let (season, season_seconds) = self.points.season_now();
         let now = self.infra.clock.now();
@@ -316,8 +331,8 @@ impl SignIn {
         }
     }
 
-    fn milestone_args(&self) -> MilestoneArgs {
-        let bonuses = &self.points.rules.sign_in_bonuses;
+    fn milestone_args(points: &Points, settings: &SignInSettings) -> MilestoneArgs {
+        let bonuses = &points.rules.sign_in_bonuses;
         let bonus_at = |days: u32| {
             bonuses
                 .iter()
@@ -325,7 +340,7 @@ impl SignIn {
                 .max_by_key(|(at, _)| *at)
                 .map_or(0, |(_, points)| *points)
         };
-        let milestones = &self.settings.streak_milestones.0;
+        let milestones = &settings.streak_milestones.0;
         let every = milestones.last().copied().unwrap_or(365);
         MilestoneArgs {
             list: milestones

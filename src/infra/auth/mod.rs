@@ -408,6 +408,45 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn an_hs256_token_passes_only_with_the_secrets_signature_over_what_it_says() {
+        let secret = "a test secret that is long enough for HS256";
+        let tokens = Tokens::new(secret);
+        let token = tokens.mint(7, Role::User, 300, None);
+        assert_eq!(
+            tokens.verify(&token).await.unwrap().subject,
+            Subject::User(7)
+        );
+        let (message, signature) = token.rsplit_once('.').unwrap();
+        let refused = |token: String| {
+            let tokens = Tokens::new(secret);
+            async move { tokens.verify(&token).await.unwrap_err().to_string() }
+        };
+
+        // Another secret's signature, a payload changed under the signature, a signature cut.
+        let other = Tokens::new("another secret that is long enough for HS256");
+        let others = other.mint(7, Role::User, 300, None);
+        let (_, other_signature) = others.rsplit_once('.').unwrap();
+        assert!(refused(format!("{message}.{other_signature}"))
+            .await
+            .contains("signature"));
+        let admin = other.mint(7, Role::Admin, 300, None);
+        let (_, admin_payload) = admin.split_once('.').unwrap();
+        let (header, _) = message.split_once('.').unwrap();
+        let (admin_payload, _) = admin_payload.split_once('.').unwrap();
+        assert!(refused(format!("{header}.{admin_payload}.{signature}"))
+            .await
+            .contains("signature"));
+        assert!(refused(format!("{message}.{}", &signature[..10]))
+            .await
+            .contains("signature"));
+        // The same bytes in another spelling of base64 (padded) are not the token signed.
+        assert!(refused(format!("{message}.{signature}="))
+            .await
+            .contains("signature"));
+        assert!(refused(format!("{message}.")).await.contains("signature"));
+    }
+
+    #[tokio::test]
     async fn a_remembered_token_is_checked_for_its_times_on_every_use() {
         let tokens =
             Tokens::new("a test secret that is long enough for HS256").with_max_ttl(Some(600));

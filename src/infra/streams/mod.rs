@@ -102,22 +102,64 @@ impl StreamEntry {
         &self.pairs[span.pair].0[span.name.clone()]
     }
 
+    /// The values of the fields `names`, found in one pass over the entry. For an event of
+    /// many fields, most of them absent from most entries (an award has twenty, a like's
+    /// award eight): each [`StreamEntry::get`] of an absent field compares every name, and an
+    /// award read that way cost 14,000 instructions, read twice per like and per sign-in.
+    /// Listed in the order the event writes them, each field is found at the first name tried.
+    pub(crate) fn values<const N: usize>(&self, names: [&str; N]) -> [Option<&str>; N] {
+        let mut values = [None; N];
+        let mut next = 0;
+        for (name, value) in self.fields() {
+            if let Some(at) = (next..N).chain(0..next).find(|&at| names[at] == name) {
+                values[at] = Some(value);
+                next = at + 1;
+            }
+        }
+        values
+    }
+
     /// A field, or a poison error naming it.
     pub(crate) fn field(&self, name: &str) -> Result<&str, HandleError> {
-        self.get(name).ok_or_else(|| {
-            HandleError::Poison(format!("entry {} lacks the field {name:?}", self.id))
-        })
+        self.required(name, self.get(name))
     }
 
     /// A numeric field, or a poison error.
     pub(crate) fn number(&self, name: &str) -> Result<i64, HandleError> {
-        let text = self.field(name)?;
+        self.number_of(name, self.get(name))
+    }
+
+    /// The `value` of the field `name` (found by [`StreamEntry::values`]), or a poison error
+    /// naming it.
+    pub(crate) fn required<'a>(
+        &self,
+        name: &str,
+        value: Option<&'a str>,
+    ) -> Result<&'a str, HandleError> {
+        value.ok_or_else(|| {
+            HandleError::Poison(format!("entry {} lacks the field {name:?}", self.id))
+        })
+    }
+
+    /// The `value` of the field `name` as a number, or a poison error.
+    pub(crate) fn number_of(&self, name: &str, value: Option<&str>) -> Result<i64, HandleError> {
+        let text = self.required(name, value)?;
         text.parse().map_err(|_| {
             HandleError::Poison(format!(
                 "entry {}: {name} is not a number: {text:?}",
                 self.id
             ))
         })
+    }
+
+    /// The `value` of an optional field `name` as a number: `None` when the entry lacks it,
+    /// a poison error when it is not a number.
+    pub(crate) fn optional_number_of(
+        &self,
+        name: &str,
+        value: Option<&str>,
+    ) -> Result<Option<i64>, HandleError> {
+        value.map(|_| self.number_of(name, value)).transpose()
     }
 
     /// `<ms>-<seq>` as numbers, for ordering entries of one stream in SQL.
@@ -596,6 +638,35 @@ mod tests {
             Some("1"),
             "a miss leaves the entry readable"
         );
+    }
+
+    #[test]
+    fn values_are_found_in_one_pass_whatever_their_order_and_absent_ones_are_none() {
+        let entry = StreamEntry::new(
+            "s",
+            "1-0".into(),
+            vec![(
+                "user points reason unknown key".into(),
+                "7 x gift ? a key".into(),
+            )],
+        );
+        // Listed out of the written order, with a name the entry lacks.
+        let [key, missing, user, reason, points] =
+            entry.values(["key", "day", "user", "reason", "points"]);
+        assert_eq!(
+            (key, missing, user, reason),
+            (Some("a key"), None, Some("7"), Some("gift"))
+        );
+        assert_eq!(entry.number_of("user", user).unwrap(), 7);
+        assert_eq!(entry.optional_number_of("day", missing).unwrap(), None);
+        assert!(matches!(
+            entry.number_of("day", missing),
+            Err(HandleError::Poison(_))
+        ));
+        assert!(matches!(
+            entry.optional_number_of("points", points),
+            Err(HandleError::Poison(_))
+        ));
     }
 
     #[test]
