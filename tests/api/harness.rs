@@ -165,11 +165,15 @@ impl TestApp {
     }
 
     /// A second instance sharing this one's Redis prefix and database, as a second server
-    /// behind the same load balancer would. It leaves the cleanup to the first.
+    /// behind the same load balancer would. It leaves the cleanup to the first, and starts
+    /// on the first's clock (a test set on a date works on that date in both), which each
+    /// then keeps on its own.
     pub async fn spawn_sibling(&self) -> Self {
         let mut config = self.state.config.clone();
         config.bind = "127.0.0.1:0".parse().unwrap();
-        Self::start(config, None, None).await
+        let sibling = Self::start(config, None, None).await;
+        sibling.set_clock(self.now());
+        sibling
     }
 
     /// An item created by an admin; its id.
