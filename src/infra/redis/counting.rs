@@ -16,7 +16,7 @@ use std::sync::{
 
 use bb8_redis::RedisConnectionManager;
 
-use super::{cluster::Cluster, spans};
+use super::{cluster::Cluster, node::SharedNode, spans};
 use redis::{
     aio::{ConnectionLike, ConnectionManager, MultiplexedConnection},
     AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
@@ -78,14 +78,14 @@ impl bb8::ManageConnection for CountingManager {
     async fn is_valid(&self, conn: &mut CountedConnection) -> Result<(), redis::RedisError> {
         match &mut conn.inner {
             Link::Pooled(inner) => self.inner.is_valid(inner).await,
-            Link::Shared(_) | Link::Cluster(_) => Ok(()),
+            Link::Shared(_) | Link::Node(_) | Link::Cluster(_) => Ok(()),
         }
     }
 
     fn has_broken(&self, conn: &mut CountedConnection) -> bool {
         match &mut conn.inner {
             Link::Pooled(inner) => self.inner.has_broken(inner),
-            Link::Shared(_) | Link::Cluster(_) => false,
+            Link::Shared(_) | Link::Node(_) | Link::Cluster(_) => false,
         }
     }
 }
@@ -96,11 +96,13 @@ pub struct CountedConnection {
     tally: Tally,
 }
 
-/// A connection of the pool, the one shared, reconnecting connection, or a cluster's.
+/// A connection of the pool, the one shared, reconnecting connection (engage's own over
+/// TCP, the crate's over TLS or a Unix socket), or a cluster's.
 #[derive(Clone)]
 enum Link {
     Pooled(MultiplexedConnection),
     Shared(ConnectionManager),
+    Node(SharedNode),
     Cluster(Cluster),
 }
 
@@ -109,6 +111,14 @@ impl CountedConnection {
     pub(crate) fn shared(inner: ConnectionManager, tally: Tally) -> Self {
         Self {
             inner: Link::Shared(inner),
+            tally,
+        }
+    }
+
+    /// The connection every request shares, engage's own (`ENGAGE_REDIS_MODE=shared` over TCP).
+    pub(crate) fn node(inner: SharedNode, tally: Tally) -> Self {
+        Self {
+            inner: Link::Node(inner),
             tally,
         }
     }
@@ -144,6 +154,7 @@ impl ConnectionLike for CountedConnection {
         let reply = match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_command(cmd),
             Link::Shared(conn) => conn.req_packed_command(cmd),
+            Link::Node(conn) => conn.req_packed_command(cmd),
             Link::Cluster(conn) => conn.req_packed_command(cmd),
         };
         spans::traced(reply, || spans::command(cmd))
@@ -159,6 +170,7 @@ impl ConnectionLike for CountedConnection {
         let replies = match &mut self.inner {
             Link::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Shared(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
             Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
         };
         spans::traced(replies, || spans::pipeline(pipeline))
@@ -168,6 +180,7 @@ impl ConnectionLike for CountedConnection {
         match &self.inner {
             Link::Pooled(conn) => conn.get_db(),
             Link::Shared(conn) => conn.get_db(),
+            Link::Node(conn) => conn.get_db(),
             Link::Cluster(conn) => conn.get_db(),
         }
     }

@@ -4,6 +4,7 @@ pub(crate) mod cluster;
 pub mod counting;
 pub mod durability;
 pub(crate) mod keys;
+mod node;
 pub(crate) mod runner;
 pub mod scripts;
 pub(crate) mod spans;
@@ -22,7 +23,7 @@ pub use target::RedisTarget;
 /// - `Pool`: bb8 lends each request a connection of its own (up to 32);
 /// - `Shared`: every request clones one auto-reconnecting multiplexed connection, so the
 ///   commands of concurrent requests leave pipelined on one socket and Redis reads many per
-///   system call;
+///   system call (engage's own over TCP, [`node`]; the crate's over TLS or a Unix socket);
 /// - `Cluster`: the same over a Redis Cluster: one multiplexed connection per master, each
 ///   command sent to the master of its keys' slot (engage's own client, see [`cluster`]).
 ///
@@ -317,15 +318,22 @@ pub async fn connect(target: &RedisTarget, tally: counting::Tally) -> anyhow::Re
                 .set_number_of_retries(1)
                 .set_max_delay(Duration::from_millis(500));
             // Lazy: the first command connects, so a missing Redis can still be started below.
-            let manager = |config| {
-                redis::aio::ConnectionManager::new_lazy_with_config(target.client()?, config)
+            let client = target.client()?;
+            let shared = |tally| -> redis::RedisResult<counting::CountedConnection> {
+                Ok(match node::SharedNode::of(&client, RESPONSE_TIMEOUT) {
+                    Some(node) => counting::CountedConnection::node(node, tally),
+                    None => counting::CountedConnection::shared(
+                        redis::aio::ConnectionManager::new_lazy_with_config(
+                            client.clone(),
+                            config.clone(),
+                        )?,
+                        tally,
+                    ),
+                })
             };
             RedisPool::Shared {
-                requests: counting::CountedConnection::shared(
-                    manager(config.clone())?,
-                    tally.clone(),
-                ),
-                durable: counting::CountedConnection::shared(manager(config)?, tally),
+                requests: shared(tally.clone())?,
+                durable: shared(tally)?,
             }
         }
         RedisMode::Cluster => {
@@ -370,6 +378,28 @@ pub async fn connect(target: &RedisTarget, tally: counting::Tally) -> anyhow::Re
     }
     warn_if_evicting(&pool).await;
     Ok(pool)
+}
+
+/// A connection of one worker's own to a single node (its blocking reads must not hold up
+/// the requests' commands), not counted with the requests' round trips; a command fails
+/// after `response_timeout` without a reply. engage's own over TCP ([`node`]), the crate's
+/// over TLS or a Unix socket.
+pub(crate) async fn own_connection(
+    target: &RedisTarget,
+    response_timeout: Duration,
+) -> redis::RedisResult<counting::CountedConnection> {
+    let client = target.client()?;
+    let tally = counting::Tally::default();
+    Ok(match node::SharedNode::of(&client, response_timeout) {
+        Some(node) => counting::CountedConnection::node(node, tally),
+        None => {
+            let config = node_config().set_response_timeout(Some(response_timeout));
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            counting::CountedConnection::own(conn, tally)
+        }
+    })
 }
 
 /// A connection of its own to the same Redis (a node, or the whole cluster), not shared with

@@ -33,10 +33,7 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use redis::{
-    streams::{StreamInfoGroupsReply, StreamPendingReply},
-    AsyncConnectionConfig,
-};
+use redis::streams::{StreamInfoGroupsReply, StreamPendingReply};
 use tracing::Instrument;
 
 use super::{claimed_entries, leases, parse_id, HandleError, Handler, ReadReply, StreamEntry};
@@ -45,6 +42,7 @@ use crate::infra::{
     redis::{
         cluster::slot_of,
         counting::{CountedConnection, Tally},
+        own_connection,
     },
     telemetry, ConsumerTimings, Infra,
 };
@@ -255,15 +253,9 @@ impl Worker {
                 let cluster = shared.as_cluster().expect("a cluster connection").clone();
                 CountedConnection::cluster(cluster, Tally::default())
             } else {
-                let client = self.infra.instance.redis.client()?;
                 // Blocking reads wait up to `block`; the default response timeout is shorter.
-                let config = AsyncConnectionConfig::new()
-                    .set_response_timeout(Some(self.spec.block + Duration::from_secs(5)));
-                let own = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                // Not counted with the requests' round trips.
-                CountedConnection::own(own, Tally::default())
+                let timeout = self.spec.block + Duration::from_secs(5);
+                own_connection(&self.infra.instance.redis, timeout).await?
             };
             for stream in &self.all_streams {
                 let created: redis::RedisResult<()> = redis::cmd("XGROUP")

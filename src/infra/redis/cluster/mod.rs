@@ -55,7 +55,7 @@ const FIRST_WAIT: Duration = Duration::from_millis(100);
 const LONGEST_WAIT: Duration = Duration::from_secs(1);
 /// A node that refused a connection is not asked again for this long: the requests queued
 /// for it wait their turn to retry instead of each trying in turn.
-const CONNECT_COOLDOWN: Duration = Duration::from_millis(100);
+pub(super) const CONNECT_COOLDOWN: Duration = Duration::from_millis(100);
 /// Refreshes of the slot table are at least this far apart.
 const REFRESH_GAP: Duration = Duration::from_millis(100);
 /// How long a node may take to answer `CLUSTER SHARDS`.
