@@ -16,7 +16,7 @@ use std::sync::{
 
 use bb8_redis::RedisConnectionManager;
 
-use super::{cluster::Cluster, node::SharedNode, spans};
+use super::{cluster::Cluster, node::NodeConnection, spans};
 use redis::{
     aio::{ConnectionLike, ConnectionManager, MultiplexedConnection},
     AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
@@ -102,7 +102,7 @@ pub struct CountedConnection {
 enum Link {
     Pooled(MultiplexedConnection),
     Shared(ConnectionManager),
-    Node(SharedNode),
+    Node(NodeConnection),
     Cluster(Cluster),
 }
 
@@ -115,8 +115,9 @@ impl CountedConnection {
         }
     }
 
-    /// The connection every request shares, engage's own (`ENGAGE_REDIS_MODE=shared` over TCP).
-    pub(crate) fn node(inner: SharedNode, tally: Tally) -> Self {
+    /// engage's own connection to one node over TCP: the one every request shares
+    /// (`ENGAGE_REDIS_MODE=shared`), or a worker's own.
+    pub(crate) fn node(inner: NodeConnection, tally: Tally) -> Self {
         Self {
             inner: Link::Node(inner),
             tally,

@@ -320,7 +320,7 @@ pub async fn connect(target: &RedisTarget, tally: counting::Tally) -> anyhow::Re
             // Lazy: the first command connects, so a missing Redis can still be started below.
             let client = target.client()?;
             let shared = |tally| -> redis::RedisResult<counting::CountedConnection> {
-                Ok(match node::SharedNode::of(&client, RESPONSE_TIMEOUT) {
+                Ok(match node::NodeConnection::of(&client, RESPONSE_TIMEOUT) {
                     Some(node) => counting::CountedConnection::node(node, tally),
                     None => counting::CountedConnection::shared(
                         redis::aio::ConnectionManager::new_lazy_with_config(
@@ -390,7 +390,7 @@ pub(crate) async fn own_connection(
 ) -> redis::RedisResult<counting::CountedConnection> {
     let client = target.client()?;
     let tally = counting::Tally::default();
-    Ok(match node::SharedNode::of(&client, response_timeout) {
+    Ok(match node::NodeConnection::of(&client, response_timeout) {
         Some(node) => counting::CountedConnection::node(node, tally),
         None => {
             let config = node_config().set_response_timeout(Some(response_timeout));

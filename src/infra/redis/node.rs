@@ -37,9 +37,9 @@ const WRITE_BATCH: usize = 64 * 1024;
 /// What one read asks of the socket at least.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// The shared, reconnecting connection to one node: cheap to clone, every clone the same.
+/// A reconnecting connection to one node: cheap to clone, every clone the same socket.
 #[derive(Clone)]
-pub(crate) struct SharedNode {
+pub(crate) struct NodeConnection {
     inner: Arc<Inner>,
 }
 
@@ -71,7 +71,7 @@ struct Request {
     answer: oneshot::Sender<redis::RedisResult<Vec<Value>>>,
 }
 
-impl SharedNode {
+impl NodeConnection {
     /// The connection to `client`'s node, made by its first command; `None` for a node
     /// reached over TLS or a Unix socket.
     pub(crate) fn of(client: &redis::Client, response_timeout: Duration) -> Option<Self> {
@@ -330,7 +330,7 @@ fn broken(what: &str) -> RedisError {
     .into()
 }
 
-impl ConnectionLike for SharedNode {
+impl ConnectionLike for NodeConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let mut replies = self.send(cmd.get_packed_command(), 1, 0).await?;
@@ -356,14 +356,14 @@ impl ConnectionLike for SharedNode {
 mod tests {
     use redis::{aio::ConnectionLike, ErrorKind, ServerErrorKind};
 
-    use super::SharedNode;
+    use super::NodeConnection;
 
     /// This machine's Redis: every test runs against a real one.
     const URL: &str = "redis://127.0.0.1:6379";
 
-    fn node(url: &str) -> SharedNode {
+    fn node(url: &str) -> NodeConnection {
         let client = redis::Client::open(url).unwrap();
-        SharedNode::of(&client, super::super::RESPONSE_TIMEOUT).expect("a TCP address")
+        NodeConnection::of(&client, super::super::RESPONSE_TIMEOUT).expect("a TCP address")
     }
 
     /// Keys of one test, and their removal.
