@@ -34,7 +34,8 @@ pub(crate) trait NodeKind: Send + Sync + 'static {
     /// What tells apart the objects of this type.
     type Local: Clone + Debug + PartialEq + Send + Sync + 'static;
 
-    fn write_local(local: &Self::Local) -> String;
+    /// Appends the local part of a global id.
+    fn write_local(local: &Self::Local, out: &mut String);
 
     /// The local part of a global id of this type.
     fn read_local(text: &str) -> Option<Self::Local>;
@@ -46,6 +47,8 @@ pub(crate) trait NodeKind: Send + Sync + 'static {
 
 /// The kinds of objects, named as their GraphQL types.
 pub(crate) mod kind {
+    use std::fmt::Write;
+
     use super::{ids, Month, NodeKind};
 
     macro_rules! numeric_kinds {
@@ -57,8 +60,8 @@ pub(crate) mod kind {
                 const TYPE: &'static str = stringify!($kind);
                 type Local = i64;
 
-                fn write_local(local: &i64) -> String {
-                    local.to_string()
+                fn write_local(local: &i64, out: &mut String) {
+                    write!(out, "{local}").expect("writing to a String cannot fail");
                 }
 
                 fn read_local(text: &str) -> Option<i64> {
@@ -81,8 +84,8 @@ pub(crate) mod kind {
         const TYPE: &'static str = "Season";
         type Local = Month;
 
-        fn write_local(local: &Month) -> String {
-            local.id().to_string()
+        fn write_local(local: &Month, out: &mut String) {
+            write!(out, "{}", local.id()).expect("writing to a String cannot fail");
         }
 
         fn read_local(text: &str) -> Option<Month> {
@@ -101,8 +104,8 @@ pub(crate) mod kind {
         const TYPE: &'static str = "Topic";
         type Local = String;
 
-        fn write_local(local: &String) -> String {
-            local.clone()
+        fn write_local(local: &String, out: &mut String) {
+            out.push_str(local);
         }
 
         fn read_local(text: &str) -> Option<String> {
@@ -122,8 +125,8 @@ pub(crate) mod kind {
         const TYPE: &'static str = "Board";
         type Local = String;
 
-        fn write_local(local: &String) -> String {
-            local.clone()
+        fn write_local(local: &String, out: &mut String) {
+            out.push_str(local);
         }
 
         fn read_local(text: &str) -> Option<String> {
@@ -156,8 +159,10 @@ pub(crate) mod kind {
         const TYPE: &'static str = "Job";
         type Local = JobKey;
 
-        fn write_local(local: &JobKey) -> String {
-            format!("{}/{}", local.topic, local.id)
+        fn write_local(local: &JobKey, out: &mut String) {
+            out.push_str(&local.topic);
+            out.push('/');
+            out.push_str(&local.id);
         }
 
         fn read_local(text: &str) -> Option<JobKey> {
@@ -196,9 +201,14 @@ impl<K: NodeKind> NodeId<K> {
         Self(local)
     }
 
-    /// The global id.
+    /// The global id. Pages answer one per row, so `Type:local` is written into one
+    /// buffer and encoded from there.
     pub(crate) fn encode(&self) -> String {
-        encode(K::TYPE, &K::write_local(&self.0))
+        let mut plain = String::with_capacity(K::TYPE.len() + 24);
+        plain.push_str(K::TYPE);
+        plain.push(':');
+        K::write_local(&self.0, &mut plain);
+        STANDARD.encode(plain)
     }
 
     /// Reads an argument: this kind's global id, or its bare local form (deprecated).
@@ -274,10 +284,6 @@ const NODE_TYPES: &[&str] = &[
     kind::Topic::TYPE,
     kind::Notification::TYPE,
 ];
-
-fn encode(type_name: &str, local: &str) -> String {
-    STANDARD.encode(format!("{type_name}:{local}"))
-}
 
 /// `Type` and `local` of a global id, if `text` is the base64 of `Type:local`.
 fn decode(text: &str) -> Option<(String, String)> {

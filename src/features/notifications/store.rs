@@ -115,7 +115,10 @@ impl Notifications {
                 .collect()
         };
         let mut touched: BTreeMap<i64, BTreeSet<i64>> = BTreeMap::new();
-        let mut tx = self.infra.db.pool.begin().await?;
+        // On the archives' writer, as every consumer's batch: written on the pool, each
+        // batch of notices made the vote archive's next batch read its index pages again,
+        // and its own connection read them afresh too (see `Db::archive`).
+        let mut tx = self.infra.db.archive.begin().await?;
         let claimed = claim_sources(&mut tx, &notices, self.infra.clock.now_ms()).await?;
         let (fresh, replayed): (Vec<&Notice>, Vec<&Notice>) = notices
             .iter()

@@ -250,11 +250,25 @@ fn signing_key(jwk: &Jwk) -> Option<SigningKey> {
         (None, AlgorithmParameters::OctetKey(_)) => return None,
     };
     // Only public-key algorithms: an HMAC key published in a set would let anyone who read
-    // the set sign tokens.
-    if matches!(
-        algorithm,
-        Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512
-    ) {
+    // the set sign tokens. And a key verifies only with an algorithm of its own type: an
+    // `alg` that names another is a mistake, and such a key verifies nothing.
+    let fits = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => matches!(
+            algorithm,
+            Algorithm::RS256
+                | Algorithm::RS384
+                | Algorithm::RS512
+                | Algorithm::PS256
+                | Algorithm::PS384
+                | Algorithm::PS512
+        ),
+        AlgorithmParameters::EllipticCurve(_) => {
+            matches!(algorithm, Algorithm::ES256 | Algorithm::ES384)
+        }
+        AlgorithmParameters::OctetKeyPair(_) => algorithm == Algorithm::EdDSA,
+        AlgorithmParameters::OctetKey(_) => false,
+    };
+    if !fits {
         return None;
     }
     let decoding = DecodingKey::from_jwk(jwk).ok()?;
@@ -275,6 +289,7 @@ mod tests {
                 {"kty":"oct","k":"c2VjcmV0","kid":"hmac","alg":"HS256"},
                 {"kty":"RSA","use":"enc","kid":"enc","n":"sXch","e":"AQAB"},
                 {"kty":"XYZ","kid":"unknown"},
+                {"kty":"RSA","kid":"another-type","alg":"ES256","n":"sXch","e":"AQAB"},
                 {"kty":"EC","crv":"P-256","kid":"ec",
                  "x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
                  "y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}
