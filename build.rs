@@ -400,9 +400,10 @@ fn script_types(stem: &str, input: &Input, declared: &Declared) -> String {
             out.push_str(&format!(
                 "/// The keys of `lua/{stem}.lua`: those of [`{other}`], and it takes [`{other}Args`].\npub struct {name}(pub {other});\n\n\
                  impl Script for {name} {{\n    fn lua() -> &'static LuaScript {{\n        &{upper}\n    }}\n\n    \
-                 fn add_keys(&self, call: &mut ScriptInvocation<'_>) {{\n        self.0.add_keys(call);\n    }}\n\n    \
+                 fn key_count(&self) -> usize {{\n        self.0.key_count()\n    }}\n\n    \
+                 fn add_keys(&self, call: &mut Cmd) {{\n        self.0.add_keys(call);\n    }}\n\n    \
                  fn slot_key(&self) -> &str {{\n        self.0.slot_key()\n    }}\n}}\n\n\
-                 impl{bounds} ScriptArgs<{name}> for {args_type}{generics} {{\n    fn add_to(&self, call: &mut ScriptInvocation<'_>) {{\n        \
+                 impl{bounds} ScriptArgs<{name}> for {args_type}{generics} {{\n    fn add_to(&self, call: &mut Cmd) {{\n        \
                  ScriptArgs::<{other}>::add_to(self, call);\n    }}\n}}\n\n"
             ));
         }
@@ -419,13 +420,19 @@ fn script_types(stem: &str, input: &Input, declared: &Declared) -> String {
             out.push_str("}\n\n");
             out.push_str(&format!(
                 "impl Script for {name} {{\n    fn lua() -> &'static LuaScript {{\n        &{upper}\n    }}\n\n    \
-                 fn add_keys(&self, call: &mut ScriptInvocation<'_>) {{\n"
+                 fn key_count(&self) -> usize {{\n        {}{}\n    }}\n\n    \
+                 fn add_keys(&self, call: &mut Cmd) {{\n",
+                declared.keys.len(),
+                match &declared.key_group {
+                    Some(group) => format!(" + self.{}.len()", group.name),
+                    None => String::new(),
+                }
             ));
             for key in &declared.keys {
-                out.push_str(&format!("        call.key(&self.{});\n", key.name));
+                out.push_str(&format!("        call.arg(&self.{});\n", key.name));
             }
             if let Some(group) = &declared.key_group {
-                out.push_str(&format!("        call.key(&self.{});\n", group.name));
+                out.push_str(&format!("        call.arg(&self.{});\n", group.name));
             }
             out.push_str(&format!(
                 "    }}\n\n    fn slot_key(&self) -> &str {{\n        &self.{}\n    }}\n}}\n\n",
@@ -441,7 +448,7 @@ fn script_types(stem: &str, input: &Input, declared: &Declared) -> String {
             }
             out.push_str("}\n\n");
             out.push_str(&format!(
-                "impl{bounds} ScriptArgs<{name}> for {args_type}{generics} {{\n    fn add_to(&self, {}call: &mut ScriptInvocation<'_>) {{\n",
+                "impl{bounds} ScriptArgs<{name}> for {args_type}{generics} {{\n    fn add_to(&self, {}call: &mut Cmd) {{\n",
                 if params.is_empty() { "_" } else { "" }
             ));
             for entry in entries {

@@ -1,6 +1,6 @@
 //! [`Scripts`]: the one way a feature calls a script of `lua/` ([`super::scripts`]): a
-//! connection, EVALSHA (the `redis` crate loads the script again and retries on NOSCRIPT,
-//! after a restart, a failover or SCRIPT FLUSH), the wait for replicas
+//! connection, EVALSHA (the script loaded again and called again on NOSCRIPT, after a
+//! restart, a failover or SCRIPT FLUSH), the wait for replicas
 //! ([`super::durability`]), and, for [`Scripts::run`], the calls again while a rebuild holds
 //! writes back (`HELD`) or after the caller restored what Redis lacked (`MISSING`,
 //! `ASK_ARCHIVE`): once, for every script.
@@ -77,9 +77,8 @@ impl<'a> Scripts<'a> {
     }
 
     /// Many calls of one script in one round trip (a pipeline), their replies in order.
-    /// Inside a pipeline the `redis` crate does not reload a script Redis forgot (a
-    /// restart): every call of the pipeline is this one script, so on NOSCRIPT none of them
-    /// ran, and it is loaded and the pipeline sent again.
+    /// A pipeline's calls are all this one script, so on NOSCRIPT (a restart) none of them
+    /// ran: it is loaded and the pipeline sent again.
     pub(crate) async fn call_many<S: Replies, A: ScriptArgs<S>>(
         &self,
         calls: &[(S, A)],
@@ -89,7 +88,7 @@ impl<'a> Scripts<'a> {
         }
         let mut pipe = redis::pipe();
         for (keys, args) in calls {
-            pipe.invoke_script(&invocation(keys, args));
+            pipe.add_command(invocation(keys, args));
         }
         let mut conn = match self.durable {
             Some((durability, kind)) => durability.connection(kind, self.redis).await?,
