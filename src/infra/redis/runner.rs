@@ -12,7 +12,7 @@ use std::{
 
 use super::{
     durability::{Durability, DurableWrite},
-    scripts::{in_script, invocation, invoke, load, Replies, Reply, ScriptArgs},
+    scripts::{forgotten, in_script, invocation, invoke, load, Replies, Reply, ScriptArgs},
     status::Status,
     RedisPool,
 };
@@ -95,9 +95,7 @@ impl<'a> Scripts<'a> {
             None => self.redis.get().await?,
         };
         let replies: Vec<S::Reply> = match pipe.query_async(&mut *conn).await {
-            Err(error)
-                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
+            Err(error) if forgotten(&error) => {
                 load(S::lua(), &mut *conn).await?;
                 pipe.query_async(&mut *conn).await
             }

@@ -137,9 +137,7 @@ pub(crate) async fn invoke<S: Replies>(
 ) -> AppResult<S::Reply> {
     let call = invocation(keys, args);
     match call.query_async(conn).await {
-        Err(error)
-            if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-        {
+        Err(error) if forgotten(&error) => {
             load(S::lua(), conn)
                 .await
                 .map_err(|error| in_script(S::lua(), error))?;
@@ -148,6 +146,11 @@ pub(crate) async fn invoke<S: Replies>(
         reply => reply,
     }
     .map_err(|error| in_script(S::lua(), error))
+}
+
+/// Whether Redis answered NOSCRIPT: it forgot the script, which is loaded and called again.
+pub(super) fn forgotten(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 /// A reply that does not read as the caller declared names its script.
