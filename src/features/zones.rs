@@ -38,7 +38,7 @@ use crate::infra::{
 impl Keys {
     /// A user's time zone: `{ zone, previous, from, changed_ms }`.
     pub fn sign_zone(&self, user_id: i64) -> String {
-        self.of_points_user(user_id, format_args!("zone:{user_id}"))
+        self.of_points_user(user_id, ("zone:", user_id))
     }
 }
 

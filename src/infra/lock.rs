@@ -24,11 +24,11 @@ use crate::infra::{
 
 impl Keys {
     pub fn lock_owner(&self, name: &str) -> String {
-        self.tagged(format_args!("lock:{name}"), "owner")
+        self.tagged(("lock:", name), "owner")
     }
 
     pub(crate) fn lock_fence(&self, name: &str) -> String {
-        self.tagged(format_args!("lock:{name}"), "fence")
+        self.tagged(("lock:", name), "fence")
     }
 }
 

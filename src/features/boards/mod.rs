@@ -40,7 +40,7 @@ use crate::{
     infra::{
         clock::Month,
         error::{AppError, AppResult},
-        redis::Keys,
+        redis::{KeyPart, Keys},
         Infra,
     },
 };
@@ -195,8 +195,8 @@ pub(crate) const MAX_METADATA_BYTES: usize = 4096;
 /// the board and the user's bucket, `{board:<key>:<bucket>}`, so a submission stays one
 /// single-slot script; the joins of a board share `{board:<key>}`.
 impl Keys {
-    fn board_bucket_tag(&self, key: &str, bucket: u32) -> String {
-        format!("board:{key}:{bucket}")
+    fn board_bucket_tag<'a>(&self, key: &'a str, bucket: u32) -> impl KeyPart + 'a {
+        ("board:", key, ':', bucket)
     }
 
     pub(crate) fn board_bucket(&self, user_id: i64) -> u32 {
@@ -209,10 +209,7 @@ impl Keys {
     }
 
     pub(crate) fn board_part(&self, key: &str, period: &str, bucket: u32) -> String {
-        self.tagged(
-            self.board_bucket_tag(key, bucket),
-            format_args!("z:{period}"),
-        )
+        self.tagged(self.board_bucket_tag(key, bucket), ("z:", period))
     }
 
     /// Every part of a period of a board, in bucket order.
@@ -227,7 +224,7 @@ impl Keys {
     pub(crate) fn board_record(&self, key: &str, period: &str, user_id: i64) -> String {
         self.tagged(
             self.board_bucket_tag(key, self.board_bucket(user_id)),
-            format_args!("r:{period}:{user_id}"),
+            ("r:", period, ':', user_id),
         )
     }
 
@@ -236,37 +233,28 @@ impl Keys {
         let digest = hex::encode(&Sha256::digest(idempotency_key.as_bytes())[..16]);
         self.tagged(
             self.board_bucket_tag(key, self.board_bucket(user_id)),
-            format_args!("sub:{user_id}:{digest}"),
+            ("sub:", user_id, ':', digest),
         )
     }
 
     /// The change counter of a part.
     pub(crate) fn board_part_changes(&self, key: &str, period: &str, bucket: u32) -> String {
-        self.tagged(
-            self.board_bucket_tag(key, bucket),
-            format_args!("changes:{period}"),
-        )
+        self.tagged(self.board_bucket_tag(key, bucket), ("changes:", period))
     }
 
     /// The live channel of a part.
     pub(crate) fn board_part_channel(&self, key: &str, period: &str, bucket: u32) -> String {
-        self.tagged(
-            self.board_bucket_tag(key, bucket),
-            format_args!("live:{period}"),
-        )
+        self.tagged(self.board_bucket_tag(key, bucket), ("live:", period))
     }
 
     /// The snapshot of a part that a closed period's archive copies.
     pub(crate) fn board_snapshot(&self, key: &str, period: &str, bucket: u32) -> String {
-        self.tagged(
-            self.board_bucket_tag(key, bucket),
-            format_args!("snap:{period}"),
-        )
+        self.tagged(self.board_bucket_tag(key, bucket), ("snap:", period))
     }
 
     /// The users who joined a board.
     pub(crate) fn board_joins(&self, key: &str) -> String {
-        self.tagged(format_args!("board:{key}"), "joins")
+        self.tagged(("board:", key), "joins")
     }
 }
 

@@ -55,7 +55,7 @@ const FORGOTTEN_TTL_SECONDS: u64 = 60;
 impl Keys {
     /// The marker of a follow change counted in the follower counts (in their slot).
     pub(crate) fn follow_counted(&self, change_id: i64) -> String {
-        self.tagged("feed", format_args!("counted:{change_id}"))
+        self.tagged("feed", ("counted:", change_id))
     }
 }
 

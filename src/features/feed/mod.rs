@@ -53,15 +53,15 @@ pub use settings::FeedSettings;
 
 impl Keys {
     pub fn feed_inbox(&self, user_id: i64) -> String {
-        self.tagged(format_args!("feed:{user_id}"), "inbox")
+        self.tagged(("feed:", user_id), "inbox")
     }
 
     pub fn feed_outbox(&self, user_id: i64) -> String {
-        self.tagged(format_args!("feed:{user_id}"), "outbox")
+        self.tagged(("feed:", user_id), "outbox")
     }
 
     pub(crate) fn following(&self, user_id: i64) -> String {
-        self.tagged(format_args!("feed:{user_id}"), "following")
+        self.tagged(("feed:", user_id), "following")
     }
 
     pub fn follower_counts(&self) -> String {

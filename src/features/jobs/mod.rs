@@ -49,7 +49,7 @@ use crate::infra::{
     redis::status::Status,
     redis::{
         scripts::{JobsCancel, JobsCancelArgs, JobsSchedule, JobsScheduleArgs, Replies},
-        Keys,
+        KeyPart, Keys,
     },
     Infra,
 };
@@ -105,13 +105,13 @@ pub(crate) const FINISHED_KEPT: usize = 1000;
 pub(crate) const MAX_LIST_OFFSET: usize = 100_000;
 
 impl Keys {
-    fn jobs_tag(topic: &str) -> String {
-        format!("jobs:{topic}")
+    fn jobs_tag(topic: &str) -> impl KeyPart + '_ {
+        ("jobs:", topic)
     }
 
     /// A job's hash (`lua/include/jobs_fields.lua`).
     pub fn job(&self, topic: &str, id: &str) -> String {
-        self.tagged(Self::jobs_tag(topic), format_args!("job:{id}"))
+        self.tagged(Self::jobs_tag(topic), ("job:", id))
     }
 
     /// What a job's hash is named with its id appended: the scripts that touch many jobs of

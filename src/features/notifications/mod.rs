@@ -36,7 +36,10 @@ use crate::{
     features::{
         boards::Boards, jobs::Jobs, signin::SignIn, users::UserDirectory, vouchers::Vouchers,
     },
-    infra::{redis::Keys, Infra},
+    infra::{
+        redis::{KeyPart, Keys},
+        Infra,
+    },
 };
 
 /// Notifications kept per user in Redis; reads past them go to SQL.
@@ -149,8 +152,8 @@ mod kind_text {
 }
 
 impl Keys {
-    fn notify_tag(user_id: i64) -> String {
-        format!("notify:{user_id}")
+    fn notify_tag(user_id: i64) -> impl KeyPart {
+        ("notify:", user_id)
     }
 
     /// A user's newest notifications by place.

@@ -22,7 +22,7 @@ pub mod recovery;
 pub mod rules;
 pub mod settings;
 
-use std::{collections::HashMap, fmt::Display};
+use std::collections::HashMap;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use sha2::{Digest, Sha256};
@@ -43,7 +43,7 @@ use crate::infra::{
     redis::status::Status,
     redis::{
         scripts::{PointsAward, PointsAwardArgs, Replies, Reply},
-        Keys,
+        KeyPart, Keys,
     },
     Infra,
 };
@@ -79,17 +79,17 @@ impl Keys {
         user_id.rem_euclid(i64::from(self.points_buckets())) as u32
     }
 
-    fn in_points_bucket(&self, bucket: u32, rest: impl Display) -> String {
+    fn in_points_bucket(&self, bucket: u32, rest: impl KeyPart) -> String {
         if self.points_buckets() == 1 {
             self.tagged(TAG, rest)
         } else {
-            self.tagged(format_args!("{TAG}:{bucket}"), rest)
+            self.tagged((TAG, ':', bucket), rest)
         }
     }
 
     /// A key in the bucket of a user's points keys; `rest` is written straight into it (a
     /// sign-in builds eleven of these keys).
-    pub(crate) fn of_points_user(&self, user_id: i64, rest: impl Display) -> String {
+    pub(crate) fn of_points_user(&self, user_id: i64, rest: impl KeyPart) -> String {
         self.in_points_bucket(self.points_bucket(user_id), rest)
     }
 
@@ -103,27 +103,24 @@ impl Keys {
     pub fn points_today(&self, user_id: i64, date: chrono::NaiveDate) -> String {
         // The day as `YYYYMMDD` from its number: chrono's `format` parses its pattern anew on
         // every call.
-        self.of_points_user(
-            user_id,
-            format_args!("daily:{user_id}:{}", day_number(date)),
-        )
+        self.of_points_user(user_id, ("daily:", user_id, ':', day_number(date)))
     }
 
     /// The marker of an idempotency key (hashed: keys are the caller's free text).
     pub fn points_award_marker(&self, user_id: i64, idempotency_key: &str) -> String {
         let digest = hex::encode(&Sha256::digest(idempotency_key.as_bytes())[..16]);
-        self.of_points_user(user_id, format_args!("award:{user_id}:{digest}"))
+        self.of_points_user(user_id, ("award:", user_id, ':', digest))
     }
 
     /// The part of a season's board that holds a user.
     pub fn season_board_of(&self, season: Month, user_id: i64) -> String {
-        self.of_points_user(user_id, format_args!("board:{}", season.id()))
+        self.of_points_user(user_id, ("board:", season.id()))
     }
 
     /// The users removed from the part of a season's board that holds a user
     /// (`lua/leaderboard_remove.lua`): awards to them leave the board alone.
     pub fn season_removed_of(&self, season: Month, user_id: i64) -> String {
-        self.of_points_user(user_id, format_args!("board:{}:removed", season.id()))
+        self.of_points_user(user_id, ("board:", season.id(), ":removed"))
     }
 
     /// The removed users of every part of a season's board, in bucket order.
@@ -135,7 +132,7 @@ impl Keys {
     /// to the part increments it and publishes it with the change (`lua/include/points_award.lua`),
     /// so that a reader of the part knows which changes a read of it reflects.
     pub fn board_changes_of(&self, season: Month, user_id: i64) -> String {
-        self.of_points_user(user_id, format_args!("board:{}:changes", season.id()))
+        self.of_points_user(user_id, ("board:", season.id(), ":changes"))
     }
 
     /// The change counters of every part of a season's board, in bucket order.
@@ -186,7 +183,7 @@ impl Keys {
 
     /// The live channel of the changes to the part of a season's board that holds a user.
     pub fn board_channel_of(&self, season: Month, user_id: i64) -> String {
-        self.of_points_user(user_id, format_args!("live:board:{}", season.id()))
+        self.of_points_user(user_id, ("live:board:", season.id()))
     }
 
     /// The live channels of every part of a season's board.

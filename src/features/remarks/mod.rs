@@ -43,7 +43,7 @@ use crate::{
         error::{AppError, AppResult, ResultExt},
         live::SharedCounters,
         outbox,
-        redis::Keys,
+        redis::{KeyPart, Keys},
         Infra,
     },
 };
@@ -103,31 +103,28 @@ impl Keys {
     }
 
     /// A key of a remark's, in its likes shard.
-    fn in_likes_shard(&self, remark_id: i64, shards: u32, rest: std::fmt::Arguments) -> String {
-        self.tagged(
-            format_args!("likes:{}", Self::likes_shard(remark_id, shards)),
-            rest,
-        )
+    fn in_likes_shard(&self, remark_id: i64, shards: u32, rest: impl KeyPart) -> String {
+        self.tagged(("likes:", Self::likes_shard(remark_id, shards)), rest)
     }
 
     pub fn remark_info(&self, remark_id: i64, shards: u32) -> String {
-        self.in_likes_shard(remark_id, shards, format_args!("remark:{remark_id}"))
+        self.in_likes_shard(remark_id, shards, ("remark:", remark_id))
     }
 
     pub fn like_relation(&self, remark_id: i64, voter_id: i64, shards: u32) -> String {
         self.in_likes_shard(
             remark_id,
             shards,
-            format_args!("remark:{remark_id}:voter:{voter_id}"),
+            ("remark:", remark_id, ":voter:", voter_id),
         )
     }
 
     pub fn remark_likers(&self, remark_id: i64, shards: u32) -> String {
-        self.in_likes_shard(remark_id, shards, format_args!("remark:{remark_id}:likers"))
+        self.in_likes_shard(remark_id, shards, ("remark:", remark_id, ":likers"))
     }
 
     pub fn vote_stream(&self, shard: u32) -> String {
-        self.tagged(format_args!("likes:{shard}"), "events")
+        self.tagged(("likes:", shard), "events")
     }
 
     pub fn vote_stream_of(&self, remark_id: i64, shards: u32) -> String {
@@ -136,15 +133,15 @@ impl Keys {
 
     /// The live channel of a remark's like count, in the slot of its keys.
     pub fn like_count_channel(&self, remark_id: i64, shards: u32) -> String {
-        self.in_likes_shard(remark_id, shards, format_args!("live:likes:{remark_id}"))
+        self.in_likes_shard(remark_id, shards, ("live:likes:", remark_id))
     }
 
     pub(crate) fn recommended_list(&self, item_id: i64) -> String {
-        self.tagged(format_args!("rec:{item_id}"), "list")
+        self.tagged(("rec:", item_id), "list")
     }
 
     pub fn recommended_proxy(&self, item_id: i64) -> String {
-        self.tagged(format_args!("rec:{item_id}"), "proxy")
+        self.tagged(("rec:", item_id), "proxy")
     }
 }
 

@@ -45,25 +45,25 @@ pub(crate) use crate::features::zones::UserZone;
 /// the same script.
 impl Keys {
     pub fn sign_bitmap(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, format_args!("sign:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, ("sign:", user_id, ':', month.id()))
     }
 
     /// The days of a month that a repair (or a make-up) counted.
     pub(crate) fn sign_made_up(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, format_args!("made:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, ("made:", user_id, ':', month.id()))
     }
 
     /// The days of a month that a freeze kept.
     pub(crate) fn sign_frozen(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, format_args!("frozen:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, ("frozen:", user_id, ':', month.id()))
     }
 
     pub fn sign_streak(&self, user_id: i64) -> String {
-        self.of_points_user(user_id, format_args!("streak:{user_id}"))
+        self.of_points_user(user_id, ("streak:", user_id))
     }
 
     pub(crate) fn sign_make_ups(&self, user_id: i64, month: Month) -> String {
-        self.of_points_user(user_id, format_args!("makeups:{user_id}:{}", month.id()))
+        self.of_points_user(user_id, ("makeups:", user_id, ':', month.id()))
     }
 }
 

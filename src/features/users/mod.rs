@@ -163,10 +163,7 @@ impl Keys {
     /// The names of one bucket of users, `{users:<id mod 1024>}:names`: field the user id,
     /// value `[name, avatar url]` as JSON.
     pub fn user_names(&self, user_id: i64) -> String {
-        self.tagged(
-            format_args!("users:{}", user_id.rem_euclid(NAME_BUCKETS)),
-            "names",
-        )
+        self.tagged(("users:", user_id.rem_euclid(NAME_BUCKETS)), "names")
     }
 }
 

@@ -49,7 +49,7 @@ use crate::{
         redis::{
             scripts::{Replies, Reply, VouchersSeckill, VouchersSeckillArgs},
             status::Status,
-            Keys,
+            KeyPart, Keys,
         },
         Infra,
     },
@@ -78,34 +78,28 @@ pub(crate) const VOUCHERS_PER_ITEM: usize = 100;
 const ORDER_VOUCHER_BUCKETS: i64 = 1024;
 
 impl Keys {
-    fn sale_tag(id: i64, shards: u32) -> String {
-        format!("sale:{}", id.rem_euclid(i64::from(shards)))
+    fn sale_tag(id: i64, shards: u32) -> impl KeyPart {
+        ("sale:", id.rem_euclid(i64::from(shards)))
     }
 
     pub fn voucher(&self, voucher_id: i64, shards: u32) -> String {
-        self.tagged(
-            Self::sale_tag(voucher_id, shards),
-            format_args!("voucher:{voucher_id}"),
-        )
+        self.tagged(Self::sale_tag(voucher_id, shards), ("voucher:", voucher_id))
     }
 
     pub fn voucher_buyers(&self, voucher_id: i64, shards: u32) -> String {
         self.tagged(
             Self::sale_tag(voucher_id, shards),
-            format_args!("voucher:{voucher_id}:buyers"),
+            ("voucher:", voucher_id, ":buyers"),
         )
     }
 
     /// An order lives in its voucher's slot, so settling it touches one slot.
     pub fn order(&self, voucher_id: i64, order_id: i64, shards: u32) -> String {
-        self.tagged(
-            Self::sale_tag(voucher_id, shards),
-            format_args!("order:{order_id}"),
-        )
+        self.tagged(Self::sale_tag(voucher_id, shards), ("order:", order_id))
     }
 
     pub fn order_stream(&self, shard: u32) -> String {
-        self.tagged(format_args!("sale:{shard}"), "orders")
+        self.tagged(("sale:", shard), "orders")
     }
 
     pub fn order_stream_of(&self, voucher_id: i64, shards: u32) -> String {
@@ -117,8 +111,8 @@ impl Keys {
     /// slot would put every order's key on one node.
     pub(crate) fn order_voucher(&self, order_id: i64) -> String {
         self.tagged(
-            format_args!("orders:{}", order_id.rem_euclid(ORDER_VOUCHER_BUCKETS)),
-            format_args!("voucher-of:{order_id}"),
+            ("orders:", order_id.rem_euclid(ORDER_VOUCHER_BUCKETS)),
+            ("voucher-of:", order_id),
         )
     }
 
@@ -126,7 +120,7 @@ impl Keys {
     pub fn voucher_stock_channel(&self, voucher_id: i64, shards: u32) -> String {
         self.tagged(
             Self::sale_tag(voucher_id, shards),
-            format_args!("live:voucher:{voucher_id}"),
+            ("live:voucher:", voucher_id),
         )
     }
 }

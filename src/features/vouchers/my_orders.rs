@@ -40,8 +40,8 @@ impl Keys {
     /// A buyer's recent orders, in their own slot.
     pub(crate) fn recent_orders(&self, buyer_id: i64) -> String {
         self.tagged(
-            format_args!("orders:{}", buyer_id.rem_euclid(BUYER_BUCKETS)),
-            format_args!("recent:{buyer_id}"),
+            ("orders:", buyer_id.rem_euclid(BUYER_BUCKETS)),
+            ("recent:", buyer_id),
         )
     }
 }

@@ -9,11 +9,11 @@
 //! its slot's shard (PUBLISH would copy every message to every node); on one node with
 //! PUBLISH, which the hub's plain pub/sub connection receives.
 //! Each key family has one function here; features add theirs in their own `impl Keys`
-//! block next to their code, built with [`Keys::tagged`].
-
-use std::fmt::{Display, Write};
+//! block next to their code, built with [`Keys::tagged`] from [`KeyPart`]s.
 
 use chrono::NaiveDate;
+
+use crate::infra::clock::day_number;
 
 #[derive(Debug, Clone)]
 pub struct Keys {
@@ -62,18 +62,22 @@ impl Keys {
         &self.prefix
     }
 
-    /// `<prefix>{<tag>}:<rest>`: the one shape of every key. The parts are anything that
-    /// displays, so that a hot path passes `format_args!` and builds its key in one string
-    /// (a like builds five keys; three `format!`s each were a few per cent of its CPU).
-    pub(crate) fn tagged(&self, tag: impl Display, rest: impl Display) -> String {
+    /// `<prefix>{<tag>}:<rest>`: the one shape of every key, built in one string. The tag
+    /// and the rest are [`KeyPart`]s: strings, integers, or tuples of them, such as
+    /// `("sign:", user_id, ':', month.id())`.
+    pub(crate) fn tagged(&self, tag: impl KeyPart, rest: impl KeyPart) -> String {
         let mut key = String::with_capacity(self.prefix.len() + 40);
-        write!(key, "{}{{{tag}}}:{rest}", self.prefix).expect("writing to a String cannot fail");
+        key.push_str(&self.prefix);
+        key.push('{');
+        tag.write_to(&mut key);
+        key.push_str("}:");
+        rest.write_to(&mut key);
         key
     }
 
     /// The ID generator's sequence counter for one UTC day.
     pub(crate) fn id_sequence(&self, day: NaiveDate) -> String {
-        self.tagged("ids", format_args!("seq:{}", day.format("%Y%m%d")))
+        self.tagged("ids", ("seq:", day_number(day)))
     }
 
     /// The Automatic Persisted Queries: their texts by the SHA-256 of each.
@@ -97,9 +101,83 @@ impl Keys {
     }
 }
 
+/// A piece of a key, written into it without `core::fmt`. A sign-in builds seventeen keys
+/// and a like five; formatting them through `Display` cost about 840 instructions a key,
+/// 6 % of a sign-in (BENCHMARKS.md, "What each change bought").
+pub(crate) trait KeyPart {
+    fn write_to(&self, key: &mut String);
+}
+
+impl KeyPart for str {
+    fn write_to(&self, key: &mut String) {
+        key.push_str(self);
+    }
+}
+
+impl KeyPart for String {
+    fn write_to(&self, key: &mut String) {
+        key.push_str(self);
+    }
+}
+
+impl KeyPart for char {
+    fn write_to(&self, key: &mut String) {
+        key.push(*self);
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for &T {
+    fn write_to(&self, key: &mut String) {
+        (**self).write_to(key);
+    }
+}
+
+macro_rules! integer_key_parts {
+    ($($integer:ty),*) => {$(
+        impl KeyPart for $integer {
+            fn write_to(&self, key: &mut String) {
+                key.push_str(itoa::Buffer::new().format(*self));
+            }
+        }
+    )*};
+}
+
+integer_key_parts!(i32, i64, u32, u64, usize);
+
+macro_rules! tuple_key_parts {
+    ($(($($part:ident),+)),*) => {$(
+        impl<$($part: KeyPart),+> KeyPart for ($($part,)+) {
+            #[allow(non_snake_case)]
+            fn write_to(&self, key: &mut String) {
+                let ($($part,)+) = self;
+                $($part.write_to(key);)+
+            }
+        }
+    )*};
+}
+
+tuple_key_parts!((A, B), (A, B, C), (A, B, C, D), (A, B, C, D, E));
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_write_strings_integers_and_tuples() {
+        let keys = Keys::new("p:");
+        assert_eq!(keys.tagged("t", ""), "p:{t}:");
+        assert_eq!(
+            keys.tagged(
+                ("sale:", -7i64),
+                ("order:", u64::MAX, ':', String::from("x"))
+            ),
+            "p:{sale:-7}:order:18446744073709551615:x"
+        );
+        assert_eq!(
+            keys.tagged(("a", 0u32), ("b", i64::MIN, ':', 42usize, 'z')),
+            "p:{a0}:b-9223372036854775808:42z"
+        );
+    }
 
     #[test]
     fn keys_carry_prefix_and_hash_tag() {

@@ -16,6 +16,7 @@ use std::{net::ToSocketAddrs, process::Command, time::Duration};
 use anyhow::{bail, Context};
 use redis::AsyncCommands;
 
+pub(crate) use keys::KeyPart;
 pub use keys::Keys;
 pub use target::RedisTarget;
 

@@ -31,12 +31,12 @@ pub(crate) const BALANCE_EVERY: Duration = Duration::from_secs(2);
 impl Keys {
     /// The instances that run a consumer, with when each is presumed gone.
     pub fn lease_members(&self, consumer: &str) -> String {
-        self.tagged(format_args!("leases:{consumer}"), "members")
+        self.tagged(("leases:", consumer), "members")
     }
 
     /// Which instance holds each of a consumer's streams, and until when.
     pub fn lease_holders(&self, consumer: &str) -> String {
-        self.tagged(format_args!("leases:{consumer}"), "holders")
+        self.tagged(("leases:", consumer), "holders")
     }
 }
 
