@@ -71,10 +71,33 @@ fn line<'a>(input: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
     Some(&rest[..end])
 }
 
+/// An integer line read from its digits, as `str::parse` reads one (an optional sign, then
+/// at least one digit, within `i64`), without first checking the line is UTF-8: every bulk
+/// string and array of a reply starts with one.
 fn integer(line: &[u8]) -> RedisResult<i64> {
-    text(line)?
-        .parse()
-        .map_err(|_| malformed("an integer that is not one"))
+    let not_one = || malformed("an integer that is not one");
+    let (negative, digits) = match line {
+        [b'-', digits @ ..] => (true, digits),
+        [b'+', digits @ ..] => (false, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() {
+        return Err(not_one());
+    }
+    digits.iter().try_fold(0i64, |value, &digit| {
+        if !digit.is_ascii_digit() {
+            return Err(not_one());
+        }
+        let digit = i64::from(digit - b'0');
+        let value = value.checked_mul(10);
+        // A negative number is gathered below zero, so that `i64::MIN` fits.
+        if negative {
+            value.and_then(|value| value.checked_sub(digit))
+        } else {
+            value.and_then(|value| value.checked_add(digit))
+        }
+        .ok_or_else(not_one)
+    })
 }
 
 fn text(line: &[u8]) -> RedisResult<&str> {
@@ -130,6 +153,49 @@ mod tests {
             Value::Array(vec![Value::BulkString(b"abc".to_vec()), Value::Int(7)])
         );
         assert_eq!(read(&whole[used..]).unwrap(), Some((Value::Okay, 5)));
+    }
+
+    #[test]
+    fn integers_read_as_str_parse_reads_them() {
+        let lines: &[&[u8]] = &[
+            b"0",
+            b"-0",
+            b"+7",
+            b"42",
+            b"-42",
+            b"9223372036854775807",
+            b"-9223372036854775808",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"",
+            b"-",
+            b"+",
+            b"1-2",
+            b" 1",
+            b"0x10",
+            b"\xff",
+        ];
+        for line in lines {
+            let expected = std::str::from_utf8(line)
+                .ok()
+                .and_then(|text| text.parse::<i64>().ok());
+            assert_eq!(
+                integer(line).ok(),
+                expected,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn a_lone_cr_is_part_of_its_line() {
+        assert_eq!(
+            read(b"+a\rb\r\n").unwrap(),
+            Some((Value::SimpleString("a\rb".into()), 6))
+        );
+        assert_eq!(read(b"+a\r").unwrap(), None);
+        assert_eq!(read(b"+a\rb\r").unwrap(), None);
     }
 
     #[test]
