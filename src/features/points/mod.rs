@@ -94,9 +94,9 @@ impl Keys {
     }
 
     /// One key per bucket, in bucket order.
-    fn per_points_bucket(&self, rest: &str) -> Vec<String> {
+    fn per_points_bucket(&self, rest: impl KeyPart) -> Vec<String> {
         (0..self.points_buckets())
-            .map(|bucket| self.in_points_bucket(bucket, rest))
+            .map(|bucket| self.in_points_bucket(bucket, &rest))
             .collect()
     }
 
@@ -125,7 +125,7 @@ impl Keys {
 
     /// The removed users of every part of a season's board, in bucket order.
     pub(crate) fn season_removed_parts(&self, season: Month) -> Vec<String> {
-        self.per_points_bucket(&format!("board:{}:removed", season.id()))
+        self.per_points_bucket(("board:", season.id(), ":removed"))
     }
 
     /// The change counter of the part of a season's board that holds a user: every award
@@ -137,12 +137,12 @@ impl Keys {
 
     /// The change counters of every part of a season's board, in bucket order.
     pub(crate) fn board_changes(&self, season: Month) -> Vec<String> {
-        self.per_points_bucket(&format!("board:{}:changes", season.id()))
+        self.per_points_bucket(("board:", season.id(), ":changes"))
     }
 
     /// Every part of a season's board, in bucket order.
     pub fn season_board_parts(&self, season: Month) -> Vec<String> {
-        self.per_points_bucket(&format!("board:{}", season.id()))
+        self.per_points_bucket(("board:", season.id()))
     }
 
     /// Set while a rebuild holds back the points writes of a user's bucket (see `recovery`).
@@ -188,7 +188,7 @@ impl Keys {
 
     /// The live channels of every part of a season's board.
     pub fn board_channels(&self, season: Month) -> Vec<String> {
-        self.per_points_bucket(&format!("live:board:{}", season.id()))
+        self.per_points_bucket(("live:board:", season.id()))
     }
 }
 
