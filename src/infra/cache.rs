@@ -6,31 +6,41 @@
 //! A mutex around two maps rather than a concurrent cache crate: entries are few and short-
 //! lived, lookups hold the lock for a hash probe or two and an `Arc` clone, and the whole
 //! thing stays readable in one screen.
+//!
+//! Their maps hash with std's SipHash unless told otherwise: it keeps a client who picks
+//! the keys (documents, tokens) from making every key collide. Keys engage gives out itself
+//! (user ids) hash with [`IdHasher`].
 
 use std::{
     borrow::Borrow,
     collections::HashMap,
-    hash::Hash,
+    hash::{BuildHasher, Hash, RandomState},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
+/// The hasher of maps keyed by ids engage gives out, which no client chooses: foldhash, a
+/// few instructions an integer where SipHash takes some seventy, still seeded at random per
+/// map. A leaderboard page looks up each of its twenty users three or four times
+/// (BENCHMARKS.md, "What each change bought").
+pub(crate) type IdHasher = foldhash::fast::RandomState;
+
 /// Entries that expire `ttl` after they were stored, at most `capacity` of them (see
 /// [`Generations`]): a burst of new keys pushes out the entries not read longest.
-pub(crate) struct TtlCache<K, V> {
+pub(crate) struct TtlCache<K, V, S = RandomState> {
     ttl: Duration,
-    entries: Mutex<Entries<K, V>>,
+    entries: Mutex<Entries<K, V, S>>,
 }
 
-struct Entries<K, V> {
-    kept: Generations<K, (Instant, Arc<V>)>,
+struct Entries<K, V, S> {
+    kept: Generations<K, (Instant, Arc<V>), S>,
     /// When expired entries were last dropped. They are dropped once a `ttl`: a burst of
     /// keys that never comes back (a load of many users, then quiet) would otherwise hold
     /// its memory until newer keys pushed it out.
     swept_at: Instant,
 }
 
-impl<K: Eq + Hash, V> TtlCache<K, V> {
+impl<K: Eq + Hash, V, S: BuildHasher + Default> TtlCache<K, V, S> {
     pub(crate) fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
             ttl,
@@ -78,11 +88,11 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
 
 /// The keys inserted or found lately, at most `capacity` of them (see [`Generations`]): a
 /// burst of new keys forgets the keys not met longest first.
-pub(crate) struct RecentSet<K> {
-    kept: Generations<K, ()>,
+pub(crate) struct RecentSet<K, S = RandomState> {
+    kept: Generations<K, (), S>,
 }
 
-impl<K: Eq + Hash> RecentSet<K> {
+impl<K: Eq + Hash, S: BuildHasher + Default> RecentSet<K, S> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             kept: Generations::new(capacity),
@@ -108,17 +118,17 @@ impl<K: Eq + Hash> RecentSet<K> {
 /// users' first sights that meant every active user written again together: the request
 /// threads waited for room in the full queue of writes (the like route's p99 went from 25
 /// to 145–216 ms right after 100,000 new users had signed in).
-struct Generations<K, V> {
-    newer: HashMap<K, V>,
-    older: HashMap<K, V>,
+struct Generations<K, V, S> {
+    newer: HashMap<K, V, S>,
+    older: HashMap<K, V, S>,
     generation: usize,
 }
 
-impl<K: Eq + Hash, V> Generations<K, V> {
+impl<K: Eq + Hash, V, S: BuildHasher + Default> Generations<K, V, S> {
     fn new(capacity: usize) -> Self {
         Self {
-            newer: HashMap::new(),
-            older: HashMap::new(),
+            newer: HashMap::default(),
+            older: HashMap::default(),
             generation: (capacity / 2).max(1),
         }
     }
@@ -160,7 +170,7 @@ mod tests {
 
     #[test]
     fn a_recent_set_forgets_the_keys_not_met_longest_first() {
-        let mut set = RecentSet::new(6);
+        let mut set: RecentSet<_> = RecentSet::new(6);
         for key in 0..4 {
             set.insert(key); // 0, 1 and 2 fill the newer half; 3 starts the next one
         }
@@ -179,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_recent_set_keeps_what_is_met_through_a_burst_of_new_keys() {
-        let mut set = RecentSet::new(1000);
+        let mut set: RecentSet<_> = RecentSet::new(1000);
         set.insert(-1);
         for key in 0..10_000 {
             set.insert(key);
@@ -194,7 +204,7 @@ mod tests {
 
     #[test]
     fn entries_expire_and_can_be_forgotten() {
-        let cache = TtlCache::new(Duration::from_millis(50), 10);
+        let cache: TtlCache<_, _> = TtlCache::new(Duration::from_millis(50), 10);
         cache.insert(1, Arc::new("one"));
         cache.insert(2, Arc::new("two"));
         assert_eq!(cache.get(&1).as_deref(), Some(&"one"));
@@ -207,7 +217,7 @@ mod tests {
 
     #[test]
     fn expired_entries_are_dropped_once_a_ttl_even_when_the_cache_is_not_full() {
-        let cache = TtlCache::new(Duration::from_millis(50), 1000);
+        let cache: TtlCache<_, _> = TtlCache::new(Duration::from_millis(50), 1000);
         for key in 0..10 {
             cache.insert(key, Arc::new(key));
         }
@@ -218,7 +228,7 @@ mod tests {
 
     #[test]
     fn a_full_cache_keeps_what_is_read_through_a_burst_of_new_keys() {
-        let cache = TtlCache::new(Duration::from_secs(60), 1000);
+        let cache: TtlCache<_, _> = TtlCache::new(Duration::from_secs(60), 1000);
         cache.insert(-1, Arc::new(-1));
         for key in 0..10_000 {
             cache.insert(key, Arc::new(key));
@@ -235,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_full_cache_does_not_grow() {
-        let cache = TtlCache::new(Duration::from_secs(60), 3);
+        let cache: TtlCache<_, _> = TtlCache::new(Duration::from_secs(60), 3);
         for key in 0..10 {
             cache.insert(key, Arc::new(key));
         }

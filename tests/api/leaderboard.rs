@@ -336,7 +336,7 @@ async fn twenty_subscribers_of_one_board_cost_one_read_per_change() {
             .await
             .unwrap();
     }
-    let named = app.users().find_many(&[91, 92]).await.unwrap();
+    let named: HashMap<i64, _> = app.users().find_many(&[91, 92]).await.unwrap();
     assert_eq!(named.len(), 2);
     let query =
         "subscription { leaderboardChanged(top: 5) { entries { rank points user { id } } } }";

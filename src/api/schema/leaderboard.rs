@@ -16,7 +16,7 @@ use crate::{
         leaderboard::{Leaderboards, RankEntry as Entry, SeasonInfo},
         users::{UserDirectory, UserRecord},
     },
-    infra::error::AppResult,
+    infra::{cache::IdHasher, error::AppResult},
 };
 
 /// The winners an archived season keeps.
@@ -70,7 +70,10 @@ pub(crate) async fn with_users(
         return self::entries(entries);
     }
     let ids: Vec<i64> = entries.iter().map(|e| e.user_id).collect();
-    let mut users = match ctx.feature::<Arc<UserDirectory>>().find_many(&ids).await {
+    let found = ctx
+        .feature::<Arc<UserDirectory>>()
+        .find_many::<IdHasher>(&ids);
+    let mut users = match found.await {
         Ok(users) => users,
         Err(_) => return self::entries(entries),
     };

@@ -212,7 +212,10 @@ pub(crate) struct PageInfo {
 
 /// Cursors are opaque to clients; here they carry the id of the last row of a page.
 pub(crate) fn encode_cursor(id: i64) -> String {
-    format!("c{id}")
+    let mut cursor = String::with_capacity(21);
+    cursor.push('c');
+    cursor.push_str(itoa::Buffer::new().format(id));
+    cursor
 }
 
 /// Characters of a refused cursor quoted back in the error (a cursor may be a whole body).

@@ -25,6 +25,7 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{text, NotificationKind, Notifications, LIKE_GROUP_MS};
 use crate::infra::{
+    cache::IdHasher,
     db::{self, Backend},
     error::{AppError, AppResult},
 };
@@ -108,7 +109,7 @@ impl Notifications {
             HashMap::new()
         } else {
             self.users
-                .find_many(&actors)
+                .find_many::<IdHasher>(&actors)
                 .await?
                 .into_iter()
                 .map(|(id, user)| (id, user.name))

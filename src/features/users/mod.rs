@@ -15,6 +15,7 @@ pub use profiles::{ProfileChange, MAX_BIO_CHARS, MAX_NAME_CHARS};
 
 use std::{
     collections::HashMap,
+    hash::BuildHasher,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -28,7 +29,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::infra::{
     auth::Claims,
-    cache::{RecentSet, TtlCache},
+    cache::{IdHasher, RecentSet, TtlCache},
     error::{AppError, AppResult},
     redis::Keys,
     Infra,
@@ -105,7 +106,7 @@ pub struct UserDirectory {
     known: Arc<Mutex<Known>>,
     /// Users read lately. Every leaderboard page shows twenty names, which change only by
     /// hand in SQL: asking SQL each time was a query per page on the hot path.
-    records: TtlCache<i64, UserRecord>,
+    records: TtlCache<i64, UserRecord, IdHasher>,
     registrar: mpsc::Sender<FirstSight>,
     /// Told when a full batch is queued, so that the writer stops gathering.
     batch_queued: Arc<Notify>,
@@ -119,8 +120,8 @@ pub struct UserDirectory {
 /// The users this instance has written lately, and those queued for writing with their
 /// names.
 struct Known {
-    written: RecentSet<i64>,
-    queued: HashMap<i64, String>,
+    written: RecentSet<i64, IdHasher>,
+    queued: HashMap<i64, String, IdHasher>,
 }
 
 struct FirstSight {
@@ -173,7 +174,7 @@ impl UserDirectory {
         let (registrar, queue) = mpsc::channel(QUEUED_KEPT);
         let known = Arc::new(Mutex::new(Known {
             written: RecentSet::new(WRITTEN_KEPT),
-            queued: HashMap::new(),
+            queued: HashMap::default(),
         }));
         let batch_queued = Arc::new(Notify::new());
         // An instance task: shutdown waits for its last batch before it closes the pool.
@@ -230,14 +231,21 @@ impl UserDirectory {
     }
 
     pub(crate) async fn find(&self, user_id: i64) -> Result<Option<UserRecord>, AppError> {
-        Ok(self.find_many(&[user_id]).await?.remove(&user_id))
+        Ok(self
+            .find_many::<IdHasher>(&[user_id])
+            .await?
+            .remove(&user_id))
     }
 
     /// The users of `ids` that exist (or are queued for writing): from this instance's
     /// memory, then Redis's names (one pipeline), then SQL (one query), each filling the
-    /// caches before it.
-    pub async fn find_many(&self, ids: &[i64]) -> Result<HashMap<i64, UserRecord>, AppError> {
-        let mut found = HashMap::with_capacity(ids.len());
+    /// caches before it. In a map of the caller's hasher: the batch loader's trait asks for
+    /// std's, a page of the leaderboard takes [`IdHasher`].
+    pub async fn find_many<S: BuildHasher + Default>(
+        &self,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, UserRecord, S>, AppError> {
+        let mut found = HashMap::with_capacity_and_hasher(ids.len(), S::default());
         let mut unknown = Vec::new();
         for &id in ids {
             match self.records.get(&id) {
