@@ -108,13 +108,15 @@ impl Remark {
         #[graphql(default_with = "LIKERS.default_first()")] first: Option<i32>,
     ) -> AppResult<Vec<User>> {
         let first = LIKERS.first(first)?;
-        let ids = ctx
-            .feature::<Remarks>()
-            .earliest_likers(self.record.id, first)
-            .await?;
+        // Boxed, as the costlier fields of a `User` are (`profiles.rs`): inline, this
+        // field's work made every field of a remark twice as large to resolve.
+        let ids = Box::pin(
+            ctx.feature::<Remarks>()
+                .earliest_likers(self.record.id, first),
+        )
+        .await?;
         let loader = ctx.data_unchecked::<DataLoader<UserLoader>>();
-        let users = loader
-            .load_many(ids.iter().copied())
+        let users = Box::pin(loader.load_many(ids.iter().copied()))
             .await
             .map_err(|e| (*e).clone())?;
         Ok(ids

@@ -132,31 +132,33 @@ impl SignInResult {
     /// cache keys it by `month`).
     async fn month(&self, ctx: &Context<'_>) -> AppResult<MonthCalendar> {
         let claim = auth::viewer(ctx).and_then(|viewer| viewer.zone);
-        Ok(ctx
-            .feature::<SignIn>()
-            .month(self.user_id, claim, Some(Month::of(self.date.0)))
-            .await?
-            .into())
+        // Boxed, as the costlier fields of a `User` are (`profiles.rs`): inline, these
+        // three made each of a sign-in's plain fields 2 KiB to resolve.
+        let month = Some(Month::of(self.date.0));
+        Ok(
+            Box::pin(ctx.feature::<SignIn>().month(self.user_id, claim, month))
+                .await?
+                .into(),
+        )
     }
 
     /// The viewer's streak after this call, as `streak` reads it.
     async fn status(&self, ctx: &Context<'_>) -> AppResult<StreakStatus> {
         let claim = auth::viewer(ctx).and_then(|viewer| viewer.zone);
-        Ok(ctx
-            .feature::<SignIn>()
-            .status(self.user_id, claim)
-            .await?
-            .into())
+        Ok(
+            Box::pin(ctx.feature::<SignIn>().status(self.user_id, claim))
+                .await?
+                .into(),
+        )
     }
 
     /// The calendar of the signed day's month after this call.
     async fn calendar(&self, ctx: &Context<'_>) -> AppResult<SignCalendar> {
         let claim = auth::viewer(ctx).and_then(|viewer| viewer.zone);
-        Ok(ctx
+        let calendar = ctx
             .feature::<SignIn>()
-            .calendar_of_day(self.user_id, claim, self.date.0)
-            .await?
-            .into())
+            .calendar_of_day(self.user_id, claim, self.date.0);
+        Ok(Box::pin(calendar).await?.into())
     }
 }
 
