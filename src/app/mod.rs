@@ -6,6 +6,7 @@
 //! it, a drain window ([`App::serve`]): the instance reports itself not ready while it
 //! still serves, so a load balancer stops sending it clients before it refuses any.
 
+pub mod allocator;
 pub(crate) mod background;
 pub mod cli;
 pub mod demo;
