@@ -19,10 +19,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The hasher of maps keyed by ids engage gives out, which no client chooses: foldhash, a
-/// few instructions an integer where SipHash takes some seventy, still seeded at random per
-/// map. A leaderboard page looks up each of its twenty users three or four times
-/// (BENCHMARKS.md, "What each change bought").
+/// The hasher of maps keyed by ids engage gives out, which no client chooses: foldhash,
+/// still seeded at random per map, and a fraction of SipHash's work on an integer. A
+/// leaderboard page looks up each of its twenty users three or four times; its hashing went
+/// from 45,500 to 29,700 instructions (BENCHMARKS.md, "What each change bought").
 pub(crate) type IdHasher = foldhash::fast::RandomState;
 
 /// Entries that expire `ttl` after they were stored, at most `capacity` of them (see
