@@ -19,6 +19,12 @@ use libmimalloc_sys as mi;
 /// The alignment of every mimalloc block: a word.
 const BLOCK_ALIGN: usize = std::mem::size_of::<usize>();
 
+/// Whether the plain entry points serve `layout`: every block they hand out has its
+/// alignment. The one place the two families of calls are chosen between.
+fn plain(layout: Layout) -> bool {
+    layout.align() <= BLOCK_ALIGN
+}
+
 /// The process's allocator (`src/main.rs`).
 pub struct Mimalloc;
 
@@ -30,7 +36,7 @@ unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         unsafe {
-            if layout.align() <= BLOCK_ALIGN {
+            if plain(layout) {
                 mi::mi_malloc(layout.size()).cast()
             } else {
                 mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
@@ -41,7 +47,7 @@ unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         unsafe {
-            if layout.align() <= BLOCK_ALIGN {
+            if plain(layout) {
                 mi::mi_zalloc(layout.size()).cast()
             } else {
                 mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
@@ -57,7 +63,7 @@ unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         unsafe {
-            if layout.align() <= BLOCK_ALIGN {
+            if plain(layout) {
                 mi::mi_realloc(ptr.cast::<c_void>(), new_size).cast()
             } else {
                 mi::mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
