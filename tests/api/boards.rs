@@ -1172,6 +1172,39 @@ async fn close_due_reads_only_the_periods_whose_closing_time_passed_and_closes_e
 }
 
 #[tokio::test]
+async fn a_period_whose_redis_board_is_gone_before_it_is_marked_done_reads_from_sql() {
+    let app = app().await;
+    app.set_clock(Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap());
+    create(&app, json!({ "key": "d", "title": "d", "reset": "DAILY" })).await;
+    submit(&app, "d", 1, 5, 0).await;
+    submit(&app, "d", 2, 7, 0).await;
+    app.set_clock(Utc.with_ymd_and_hms(2026, 11, 24, 0, 0, 0).unwrap());
+    app.boards().close_due().await.unwrap();
+    // As a crash after the unlink and before the last mark leaves it (or a reader sees it
+    // while the archive runs): the copy verified, the Redis board gone.
+    sqlx::query("UPDATE board_periods SET status = 'verified' WHERE board_key = 'd'")
+        .execute(app.sql())
+        .await
+        .unwrap();
+    assert_eq!(
+        ranks(&page(&app, None, "d", Some("2026-11-23")).await),
+        vec![(1, 2, 7), (2, 1, 5)]
+    );
+    // The next check finishes it, and it reads the same.
+    app.boards().close_due().await.unwrap();
+    let status: String = sqlx::query("SELECT status FROM board_periods WHERE board_key = 'd'")
+        .fetch_one(app.sql())
+        .await
+        .unwrap()
+        .get("status");
+    assert_eq!(status, "done");
+    assert_eq!(
+        ranks(&page(&app, None, "d", Some("2026-11-23")).await),
+        vec![(1, 2, 7), (2, 1, 5)]
+    );
+}
+
+#[tokio::test]
 async fn a_watched_board_moves_to_its_next_period_when_it_turns() {
     use crate::harness::{next_data, subscribe};
     let app = app().await;

@@ -42,6 +42,12 @@ pub(crate) const CLOSING: &str = "closing";
 pub(crate) const COPYING: &str = "copying";
 pub(crate) const VERIFIED: &str = "verified";
 pub(crate) const DONE: &str = "done";
+
+/// Whether SQL holds a period's whole board: its copy verified, its rewards recorded.
+pub(crate) fn copied(status: &str) -> bool {
+    status == VERIFIED || status == DONE
+}
+
 /// Records copied per transaction.
 pub(crate) const CHUNK: usize = 1000;
 /// How long the lock of a period's archive lasts without renewal.

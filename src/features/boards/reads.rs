@@ -107,7 +107,8 @@ impl Boards {
         }
     }
 
-    /// Whether a period's ranks live in SQL (its archive is done).
+    /// Whether a period's ranks are read from SQL: from its verified copy on, since its
+    /// Redis board is unlinked before the archive is marked done (see `close`).
     pub(crate) async fn archived(&self, def: &BoardDef, period: &str) -> AppResult<bool> {
         let row =
             sqlx::query("SELECT status FROM board_periods WHERE board_key = $1 AND period = $2")
@@ -116,7 +117,7 @@ impl Boards {
                 .fetch_optional(&self.infra.db.pool)
                 .await?;
         Ok(match row {
-            Some(row) => row.try_get::<String, _>("status")? == super::close::DONE,
+            Some(row) => super::close::copied(&row.try_get::<String, _>("status")?),
             None => false,
         })
     }

@@ -146,7 +146,8 @@ impl Leaderboards {
         Ok(months.into_iter().map(|m| self.season_info(m)).collect())
     }
 
-    /// Whether a season's board now lives in SQL (its rollover finished).
+    /// Whether a season's board is read from SQL: from its verified copy on, since its
+    /// Redis board is unlinked before the rollover is marked done.
     async fn archived(&self, season: Month) -> AppResult<bool> {
         if season == self.infra.clock.current_month() {
             return Ok(false);
@@ -156,7 +157,7 @@ impl Leaderboards {
             .fetch_optional(&self.infra.db.pool)
             .await?;
         Ok(match row {
-            Some(row) => row.try_get::<String, _>("status")? == rollover::DONE,
+            Some(row) => rollover::copied(&row.try_get::<String, _>("status")?),
             None => false,
         })
     }

@@ -36,6 +36,12 @@ use crate::{
 pub(crate) const COPYING: &str = "copying";
 pub(crate) const VERIFIED: &str = "verified";
 pub(crate) const DONE: &str = "done";
+
+/// Whether SQL holds a season's whole board: its copy verified, its rewards recorded.
+pub(crate) fn copied(status: &str) -> bool {
+    status == VERIFIED || status == DONE
+}
+
 pub(crate) const CHUNK: usize = 1000;
 const STEP_ATTEMPTS: u32 = 5;
 /// Fresh snapshots taken for late writes before a run gives up (and the next check
