@@ -290,7 +290,19 @@ mod tests {
     fn equals_follow_member_text() {
         assert!(after_among_equals(10, 9));
         assert!(!after_among_equals(9, 10));
-        let ids = [0, 1, 9, 10, 19, 100, 101, 2_147_483_648, i64::MAX, -1, i64::MIN];
+        let ids = [
+            0,
+            1,
+            9,
+            10,
+            19,
+            100,
+            101,
+            2_147_483_648,
+            i64::MAX,
+            -1,
+            i64::MIN,
+        ];
         for a in ids {
             for b in ids {
                 assert_eq!(after_among_equals(a, b), a.to_string() < b.to_string());
