@@ -38,15 +38,10 @@ use crate::{
     },
 };
 
+/// A period's archive goes through the season rollover's states, after one of its own: the
+/// period closed, its copy not begun.
 pub(crate) const CLOSING: &str = "closing";
-pub(crate) const COPYING: &str = "copying";
-pub(crate) const VERIFIED: &str = "verified";
-pub(crate) const DONE: &str = "done";
-
-/// Whether SQL holds a period's whole board: its copy verified, its rewards recorded.
-pub(crate) fn copied(status: &str) -> bool {
-    status == VERIFIED || status == DONE
-}
+pub(crate) use crate::features::leaderboard::rollover::{copied, COPYING, DONE, VERIFIED};
 
 /// Records copied per transaction.
 pub(crate) const CHUNK: usize = 1000;

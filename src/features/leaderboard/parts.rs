@@ -39,7 +39,8 @@ pub(crate) const PIPELINE_COMMANDS: usize = 4096;
 
 /// A user id's decimal text, the order Redis gives equal scores, kept on the stack: a page
 /// sorts every part's top, and a `String` per member was an allocation each. Padded with
-/// zero bytes, which no digit is, so that it compares as the text does.
+/// zero bytes, which no digit is, so that it compares as the text does; 20 bytes hold
+/// `i64::MIN`, the longest.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Decimal([u8; 20]);
 

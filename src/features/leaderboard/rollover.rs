@@ -37,7 +37,8 @@ pub(crate) const COPYING: &str = "copying";
 pub(crate) const VERIFIED: &str = "verified";
 pub(crate) const DONE: &str = "done";
 
-/// Whether SQL holds a season's whole board: its copy verified, its rewards recorded.
+/// Whether SQL holds a season's (or a board period's) whole board: its copy verified, its
+/// rewards recorded.
 pub(crate) fn copied(status: &str) -> bool {
     status == VERIFIED || status == DONE
 }
