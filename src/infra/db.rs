@@ -171,6 +171,7 @@ impl Db {
         let context = || format!("cannot open the database at {}", redact(url));
         let (pool, archive) = match backend {
             Backend::Sqlite => {
+                super::sqlite_memory::configure();
                 prepare_sqlite_file(url).await?;
                 // SQLite allows one writer at a time; a small pool avoids lock contention,
                 // and WAL lets readers go on while the writer writes.

@@ -1,7 +1,7 @@
 //! What every feature is built on, and that knows no feature: the Redis connection and key
 //! builder, SQL, the clock, IDs, errors, configuration, tokens, the stream worker, the live
 //! hub, the lock, the recovery toolkit, the outbox of writes whose Redis side is still to
-//! come, the strength of secrets, and logs and traces.
+//! come, the strength of secrets, SQLite's memory, and logs and traces.
 
 pub mod auth;
 pub(crate) mod backoff;
@@ -19,6 +19,7 @@ pub(crate) mod page;
 pub mod recovery;
 pub mod redis;
 pub(crate) mod secrets;
+pub(crate) mod sqlite_memory;
 pub mod streams;
 pub mod telemetry;
 pub(crate) mod weak_map;
