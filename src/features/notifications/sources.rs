@@ -155,6 +155,12 @@ impl RedisHandler for AwardNotices {
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let mut notices = Vec::new();
         for entry in entries {
+            // Most awards (a like's, a day's sign-in) tell nobody: two fields say which.
+            match AwardEvent::glance(entry) {
+                (Some(PointsType::Reward), _) => {}
+                (Some(PointsType::SignIn), bonus) if bonus > 0 => {}
+                _ => continue,
+            }
             let award = AwardEvent::from_entry(entry)?;
             match award.kind {
                 Some(PointsType::Reward) => {

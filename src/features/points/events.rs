@@ -37,6 +37,18 @@ pub(crate) struct AwardEvent {
 }
 
 impl AwardEvent {
+    /// An award's type (`None` for a spend, or a type this version does not know) and the
+    /// streak bonus its sign-in paid (0 for none), read from those two fields alone: a
+    /// consumer that wants few awards passes over the rest without reading the whole event,
+    /// a dozen numbers and three strings. The whole event, read, says whether it is sound.
+    pub(crate) fn glance(entry: &StreamEntry) -> (Option<PointsType>, i64) {
+        let [kind, bonus] = entry.values(["type", "bonus"]);
+        (
+            kind.and_then(PointsType::parse),
+            bonus.and_then(|bonus| bonus.parse().ok()).unwrap_or(0),
+        )
+    }
+
     /// The type's text in SQL.
     pub(crate) fn kind_text(&self) -> &'static str {
         self.kind.map_or(SPEND, PointsType::as_str)
@@ -274,6 +286,7 @@ mod tests {
         };
         let entry = StreamEntry::of_event("awards", "1-0", &award);
         assert_eq!(AwardEvent::from_entry(&entry).unwrap(), award);
+        assert_eq!(AwardEvent::glance(&entry), (Some(PointsType::SignIn), 10));
         let spend = AwardEvent {
             kind: None,
             points: -4,
@@ -287,6 +300,7 @@ mod tests {
         };
         let entry = StreamEntry::of_event("awards", "2-0", &spend);
         assert_eq!(AwardEvent::from_entry(&entry).unwrap(), spend);
+        assert_eq!(AwardEvent::glance(&entry), (None, 0));
         let asked = IntakeAward {
             user_id: 1,
             kind: PointsType::Answer,
