@@ -155,7 +155,8 @@ impl RedisHandler for AwardNotices {
     async fn handle(&self, entries: &[StreamEntry]) -> Result<(), HandleError> {
         let mut notices = Vec::new();
         for entry in entries {
-            // Most awards (a like's, a day's sign-in) tell nobody: two fields say which.
+            // Most awards (a like's, a day's sign-in) tell nobody: two fields say which, and
+            // only those that tell are read whole.
             match AwardEvent::glance(entry) {
                 (Some(PointsType::Reward), _) => {}
                 (Some(PointsType::SignIn), bonus) if bonus > 0 => {}
@@ -183,8 +184,7 @@ impl RedisHandler for AwardNotices {
                     notices.push(notice);
                 }
                 Some(PointsType::SignIn) => {
-                    let Some(signed) = award.sign_in.as_ref().filter(|s| s.milestone_bonus > 0)
-                    else {
+                    let Some(signed) = award.sign_in.as_ref() else {
                         continue;
                     };
                     let mut notice = Notice::new(
